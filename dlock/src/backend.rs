@@ -1,0 +1,206 @@
+//! The seam between the core and a coordination service: [`LockBackend`] and
+//! the small values that cross it.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::LockError;
+
+/// What the core asks a backend to take: a key, the owner token and the lease length.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// The validated lock key, before the backend maps it into its namespace.
+    pub key: String,
+    /// The owner token (≥ 128 random bits, hex). Only this token may renew or release.
+    pub token: String,
+    /// The lease length the server should enforce.
+    pub ttl: Duration,
+}
+
+impl fmt::Debug for AcquireRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcquireRequest")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lease granted by a backend.
+///
+/// `valid_until` is the *local* deadline: the instant the request that took or
+/// last renewed the lease was sent, plus the ttl, minus a drift margin (see
+/// [`lease_deadline`]). The server cannot expire the lease before it, so the
+/// core treats the lease as lost no later than that instant.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lock key as the caller gave it.
+    pub key: String,
+    /// The owner token from the [`AcquireRequest`].
+    pub token: String,
+    /// The lease length.
+    pub ttl: Duration,
+    /// Strictly increasing per key across successive holders, if the backend can promise that.
+    pub fencing_token: Option<u64>,
+    /// The local deadline of the lease.
+    pub valid_until: Instant,
+    /// The backend's own name for what it holds (the Redis key, the etcd key,
+    /// the ZooKeeper node path): what `release` and `renew` act on, and what an
+    /// operator looks for on the server.
+    pub resource: String,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl)
+            .field("fencing_token", &self.fencing_token)
+            .field("resource", &self.resource)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The answer of a backend to one renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease was extended; its new local deadline.
+    Renewed {
+        /// The new local deadline, computed from when the renewal was sent.
+        valid_until: Instant,
+    },
+    /// The server says the lease is no longer ours: it is lost.
+    Refused,
+}
+
+/// The drift margin taken off every lease: 1 % of the ttl plus 2 ms (Redlock's
+/// value), covering clock-rate differences between client and server.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// The local deadline of a lease whose request was sent at `sent`:
+/// `sent + ttl − drift(ttl)`.
+///
+/// The server starts its timer when it *receives* the request, which is after
+/// `sent`, so this deadline is never later than the server's expiry.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// let sent = Instant::now();
+/// let deadline = dlock::backend::lease_deadline(sent, Duration::from_secs(10));
+/// assert_eq!(deadline - sent, Duration::from_millis(9_898));
+/// ```
+pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl.saturating_sub(drift(ttl))
+}
+
+/// A coordination service that can hold leases on keys.
+///
+/// The core (`Lock`, `LockGuard`, the watchdog, the local wait queue) is
+/// written against this trait alone. A backend implements four operations; the
+/// core adds reentrancy, local queueing of waiters of one process, batched
+/// renewal, lost-lease detection and release on drop.
+///
+/// # How the backends fit
+///
+/// - **memory**: a map of key → holder with a server-side deadline. `acquire`
+///   waits on an in-process notify (FIFO tickets), with a timer at the
+///   holder's deadline.
+/// - **redis**: `try_acquire` is one Lua script (`SET NX PX` + `INCR` fence).
+///   `acquire` subscribes to the key's release channel on the backend's shared
+///   pub/sub connection, then loops: try; on failure wait for a release
+///   message or the holder's remaining `PTTL` (expiry publishes nothing),
+///   whichever is first, with jitter. No fixed-interval poll.
+///   `renew` is one pipeline of compare-and-`PEXPIRE` scripts.
+/// - **etcd**: `acquire` puts `<prefix>/<key>/<lease-hex>` under a lease,
+///   then, if an older key exists, watches only its predecessor's delete. The
+///   queue entry lives on the server while waiting, so `acquire` (not the
+///   core) owns the waiting, and must delete its entry when it times out or is
+///   dropped. `renew` is a lease keep-alive.
+/// - **zookeeper**: like etcd with an ephemeral sequential node; `renew`
+///   reports the session's state (the session heartbeat is the renewal).
+///
+/// # Contract
+///
+/// - `acquire` must be cancel safe: if its future is dropped, nothing it
+///   created may be left on the server except what expires by itself with the
+///   ttl; etcd and ZooKeeper remove their queue entry in the background.
+/// - Transport failures are [`LockError::Backend`], never "not acquired".
+/// - Every returned [`Lease::valid_until`] comes from [`lease_deadline`] (or a
+///   stricter rule, as Redlock's validity) on the instant the request was sent.
+///
+/// # Example: a backend that wraps another (here, one that counts acquisitions)
+///
+/// ```
+/// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
+/// use std::time::Instant;
+/// use dlock::backend::{AcquireRequest, Lease, LockBackend, Renewal};
+/// use dlock::{Lock, LockError};
+///
+/// #[derive(Debug)]
+/// struct Counting { inner: Arc<dyn LockBackend>, taken: AtomicUsize }
+///
+/// #[dlock::async_trait]
+/// impl LockBackend for Counting {
+///     fn describe(&self) -> String { format!("counting({})", self.inner.describe()) }
+///     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+///         let lease = self.inner.try_acquire(req).await?;
+///         if lease.is_some() { self.taken.fetch_add(1, Ordering::Relaxed); }
+///         Ok(lease)
+///     }
+///     async fn acquire(&self, req: &AcquireRequest, deadline: Option<Instant>)
+///         -> Result<Option<Lease>, LockError> {
+///         let lease = self.inner.acquire(req, deadline).await?;
+///         if lease.is_some() { self.taken.fetch_add(1, Ordering::Relaxed); }
+///         Ok(lease)
+///     }
+///     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+///         self.inner.renew(leases).await
+///     }
+///     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+///         self.inner.release(lease).await
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let counting = Arc::new(Counting { inner: dlock::connect("memory://").await.unwrap(), taken: AtomicUsize::new(0) });
+/// let guard = Lock::new("job").with_backend(counting.clone()).acquire().await.unwrap();
+/// guard.release().await.unwrap();
+/// assert_eq!(counting.taken.load(Ordering::Relaxed), 1);
+/// # }
+/// ```
+#[async_trait]
+pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
+    /// The backend's kind and address for errors and logs, e.g.
+    /// `redis://127.0.0.1:6379`, with any credentials redacted.
+    fn describe(&self) -> String;
+
+    /// One attempt to take the lease; never waits for a holder.
+    ///
+    /// `Ok(None)` means another owner holds the key.
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError>;
+
+    /// Takes the lease, waiting until it is free or until `deadline`
+    /// (`None`: no limit). `Ok(None)` means the deadline passed.
+    ///
+    /// Waiting is woken by the service (notification, watch), with a timer
+    /// for expiry that nobody announces. Must be cancel safe (see the trait docs).
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError>;
+
+    /// Extends every lease in `leases` by its ttl, in as few round trips as
+    /// the service allows (one pipeline, one keep-alive). Returns one answer
+    /// per lease, in order. An `Err` means "unknown, try again"; the core marks
+    /// the lease lost when its local deadline passes without a renewal.
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>>;
+
+    /// Gives the lease back if it is still ours (compare-and-delete) and wakes
+    /// waiters. `Ok(false)` means it was no longer ours (expired or taken).
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError>;
+}

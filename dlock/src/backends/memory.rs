@@ -1,0 +1,391 @@
+//! The in-process backend (`memory://`): real leases with real expiry, for one process.
+//!
+//! Capabilities: ✓ mutual exclusion between tasks of one process · ✓ lease
+//! expiry · ✓ fencing tokens · ✓ FIFO wake-up of waiters · ✗ other processes.
+//!
+//! It is the embedded default of the quickstart and the docs, and what the
+//! core's own tests run on. It is not a stand-in for a distributed backend:
+//! two processes each have their own map.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::LockError;
+
+/// An in-process lock service: a map of keys to leases with deadlines.
+///
+/// Every `MemoryBackend` is its own namespace; clones of the `Arc` share it.
+///
+/// ```
+/// use dlock::{backends::memory::MemoryBackend, Lock};
+/// use std::{sync::Arc, time::Duration};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let backend = Arc::new(MemoryBackend::new());
+/// let guard = Lock::new("job").with_backend(backend.clone()).ttl(Duration::from_secs(5)).acquire().await.unwrap();
+/// assert!(backend.holder("job").is_some());
+/// guard.release().await.unwrap();
+/// assert!(backend.holder("job").is_none());
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryBackend {
+    state: Mutex<HashMap<String, KeyState>>,
+    /// One counter for all keys: strictly increasing per key too, and it lets
+    /// idle keys be forgotten without resetting their fencing tokens.
+    fence: AtomicU64,
+    next_ticket: AtomicU64,
+}
+
+#[derive(Debug)]
+struct KeyState {
+    holder: Option<Holder>,
+    /// Waiting tickets in arrival order; only the front may take a free key.
+    queue: VecDeque<u64>,
+    changed: Arc<Notify>,
+}
+
+#[derive(Debug, Clone)]
+struct Holder {
+    token: String,
+    /// The server-side expiry, from when the request arrived.
+    expires: Instant,
+}
+
+impl KeyState {
+    fn new() -> Self {
+        KeyState {
+            holder: None,
+            queue: VecDeque::new(),
+            changed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Drops an expired holder, as a server's expiry would.
+    fn expire(&mut self, now: Instant) {
+        if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
+            self.holder = None;
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.holder.is_none() && self.queue.is_empty()
+    }
+}
+
+impl MemoryBackend {
+    /// A new, empty namespace.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Connects to `memory://` (any path is ignored): a new, empty namespace.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] if the URL is not a `memory://` URL.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        if !url.starts_with("memory://") {
+            return Err(LockError::invalid_option(format!(
+                "`{}` is not a memory URL; write `memory://`",
+                crate::url::redact(url)
+            )));
+        }
+        Ok(Self::new())
+    }
+
+    /// The token of the current holder of `key`, if the lease is live.
+    pub fn holder(&self, key: &str) -> Option<String> {
+        let now = Instant::now();
+        let state = self.lock_state();
+        let entry = state.get(key)?;
+        entry
+            .holder
+            .as_ref()
+            .filter(|h| h.expires > now)
+            .map(|h| h.token.clone())
+    }
+
+    /// Removes the lease on `key` behind its holder's back, as an operator's
+    /// `DEL` would on a server. The holder's next renewal is refused and its
+    /// guard reports the loss. Returns whether a lease was removed.
+    pub fn force_expire(&self, key: &str) -> bool {
+        let mut state = self.lock_state();
+        let Some(entry) = state.get_mut(key) else {
+            return false;
+        };
+        let removed = entry.holder.take().is_some();
+        entry.changed.notify_waiters();
+        if entry.is_idle() {
+            state.remove(key);
+        }
+        removed
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, HashMap<String, KeyState>> {
+        // A panic while holding this mutex cannot leave the map half-updated
+        // (every update is a single assignment), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the key if it is free and `ticket` may take it (it is at the
+    /// front of the queue, or there is no queue and no ticket).
+    fn take_if_free(
+        &self,
+        entry: &mut KeyState,
+        req: &AcquireRequest,
+        ticket: Option<u64>,
+        sent: Instant,
+    ) -> Option<Lease> {
+        let now = Instant::now();
+        entry.expire(now);
+        let my_turn = match ticket {
+            Some(t) => entry.queue.front() == Some(&t),
+            None => entry.queue.is_empty(),
+        };
+        if entry.holder.is_some() || !my_turn {
+            return None;
+        }
+        if ticket.is_some() {
+            entry.queue.pop_front();
+        }
+        entry.holder = Some(Holder {
+            token: req.token.clone(),
+            expires: now + req.ttl,
+        });
+        let fence = self.fence.fetch_add(1, Ordering::Relaxed) + 1;
+        Some(Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl: req.ttl,
+            fencing_token: Some(fence),
+            valid_until: lease_deadline(sent, req.ttl),
+            resource: req.key.clone(),
+        })
+    }
+}
+
+/// Removes a waiter's ticket when its `acquire` ends in any way, including
+/// being dropped, so no ghost ticket blocks the queue.
+struct Ticket<'a> {
+    backend: &'a MemoryBackend,
+    key: &'a str,
+    id: u64,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut state = self.backend.lock_state();
+        if let Some(entry) = state.get_mut(self.key) {
+            if let Some(pos) = entry.queue.iter().position(|t| *t == self.id) {
+                entry.queue.remove(pos);
+                // The next ticket may now be at the front of a free key.
+                entry.changed.notify_waiters();
+            }
+            if entry.is_idle() {
+                state.remove(self.key);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for MemoryBackend {
+    fn describe(&self) -> String {
+        "memory://".to_owned()
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        let sent = Instant::now();
+        let mut state = self.lock_state();
+        let entry = state.entry(req.key.clone()).or_insert_with(KeyState::new);
+        let lease = self.take_if_free(entry, req, None, sent);
+        if entry.is_idle() {
+            state.remove(&req.key);
+        }
+        Ok(lease)
+    }
+
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let ticket = Ticket {
+            backend: self,
+            key: &req.key,
+            id: self.next_ticket.fetch_add(1, Ordering::Relaxed),
+        };
+        let mut queued = false;
+        loop {
+            let sent = Instant::now();
+            let (changed, holder_expires) = {
+                let mut state = self.lock_state();
+                let entry = state.entry(req.key.clone()).or_insert_with(KeyState::new);
+                if !queued {
+                    entry.queue.push_back(ticket.id);
+                    queued = true;
+                }
+                if let Some(lease) = self.take_if_free(entry, req, Some(ticket.id), sent) {
+                    // Our ticket is gone from the queue; wake the next one so it
+                    // starts waiting on our lease's expiry.
+                    entry.changed.notify_waiters();
+                    return Ok(Some(lease));
+                }
+                (
+                    entry.changed.clone(),
+                    entry.holder.as_ref().map(|h| h.expires),
+                )
+            };
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+            // Register for the notification, then re-check, so a release
+            // between the check above and this point is not missed.
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.lock_state();
+                if let Some(entry) = state.get_mut(&req.key) {
+                    entry.expire(Instant::now());
+                    let free = entry.holder.is_none();
+                    if free && entry.queue.front() == Some(&ticket.id) {
+                        continue;
+                    }
+                }
+            }
+            let wake_at = match (holder_expires, deadline) {
+                (Some(e), Some(d)) => Some(e.min(d)),
+                (e, d) => e.or(d),
+            };
+            match wake_at {
+                Some(at) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let sent = Instant::now();
+        let mut state = self.lock_state();
+        leases
+            .iter()
+            .map(|lease| {
+                let now = Instant::now();
+                let holder = state
+                    .get_mut(&lease.key)
+                    .and_then(|e| e.holder.as_mut())
+                    .filter(|h| h.token == lease.token && h.expires > now);
+                Ok(match holder {
+                    Some(h) => {
+                        h.expires = now + lease.ttl;
+                        Renewal::Renewed {
+                            valid_until: lease_deadline(sent, lease.ttl),
+                        }
+                    }
+                    None => Renewal::Refused,
+                })
+            })
+            .collect()
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        let Some(entry) = state.get_mut(&lease.key) else {
+            return Ok(false);
+        };
+        entry.expire(now);
+        let ours = entry.holder.as_ref().is_some_and(|h| h.token == lease.token);
+        if ours {
+            entry.holder = None;
+            entry.changed.notify_waiters();
+        }
+        if entry.is_idle() {
+            state.remove(&lease.key);
+        }
+        Ok(ours)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn req(key: &str, token: &str, ttl_ms: u64) -> AcquireRequest {
+        AcquireRequest {
+            key: key.into(),
+            token: token.into(),
+            ttl: Duration::from_millis(ttl_ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn lease_expires_on_the_server_side() {
+        let b = MemoryBackend::new();
+        let first = b.try_acquire(&req("k", "a", 50)).await.unwrap().unwrap();
+        assert!(b.try_acquire(&req("k", "b", 50)).await.unwrap().is_none());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let second = b.try_acquire(&req("k", "b", 50)).await.unwrap().unwrap();
+        assert!(second.fencing_token > first.fencing_token);
+        assert!(!b.release(&first).await.unwrap(), "a stale lease must not release");
+        assert!(b.release(&second).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn waiters_are_served_in_arrival_order() {
+        let b = Arc::new(MemoryBackend::new());
+        let held = b.try_acquire(&req("k", "h", 5_000)).await.unwrap().unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            let (b, order) = (b.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let r = req("k", &format!("w{i}"), 5_000);
+                let lease = b.acquire(&r, None).await.unwrap().unwrap();
+                order.lock().unwrap().push(i);
+                b.release(&lease).await.unwrap();
+            }));
+            // Let each waiter enqueue before the next one starts.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        b.release(&held).await.unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_waiter_leaves_no_ticket() {
+        let b = Arc::new(MemoryBackend::new());
+        let held = b.try_acquire(&req("k", "h", 5_000)).await.unwrap().unwrap();
+        let r = req("k", "w", 5_000);
+        let waited = tokio::time::timeout(Duration::from_millis(20), b.acquire(&r, None)).await;
+        assert!(waited.is_err());
+        b.release(&held).await.unwrap();
+        // Nothing queued: the key is free for a plain try.
+        assert!(b.try_acquire(&req("k", "x", 100)).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn force_expire_makes_renewal_refused() {
+        let b = MemoryBackend::new();
+        let lease = b.try_acquire(&req("k", "a", 5_000)).await.unwrap().unwrap();
+        assert!(b.force_expire("k"));
+        let answers = b.renew(std::slice::from_ref(&lease)).await;
+        assert!(matches!(answers[0], Ok(Renewal::Refused)));
+    }
+}

@@ -1,0 +1,346 @@
+//! `LockGuard`: a held lease, its lost signal, release and drop.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use tokio::runtime::Handle;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{Lease, LockBackend};
+use crate::local::{BackendLocal, KeySlot};
+use crate::LockError;
+
+/// Where a lease stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    Held,
+    Released,
+    Lost,
+}
+
+/// The mutable part of a lease, updated by the watchdog.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) lease: Lease,
+    pub(crate) status: Status,
+    /// When the watchdog should next renew (ignored when renewal is off).
+    pub(crate) next_renew: Instant,
+    /// A renewal of this lease is in flight.
+    pub(crate) renewing: bool,
+}
+
+/// One lease, shared by its guard, any reentrant guards and the watchdog.
+pub(crate) struct LeaseShared {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) local: Arc<BackendLocal>,
+    pub(crate) slot: Arc<KeySlot>,
+    pub(crate) key: String,
+    pub(crate) token: String,
+    pub(crate) fencing_token: Option<u64>,
+    pub(crate) renew: bool,
+    pub(crate) state: Mutex<LeaseState>,
+    pub(crate) lost: CancellationToken,
+    /// The runtime the lease was acquired on: `Drop` queues the release here.
+    runtime: Handle,
+    /// This process's turn on the key; given back after the release.
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+impl fmt::Debug for LeaseShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseShared")
+            .field("key", &self.key)
+            .field("fencing_token", &self.fencing_token)
+            .field("status", &self.lock_state().status)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Updates under these mutexes are plain assignments; poisoning cannot
+    // leave them inconsistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) struct NewLease {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) local: Arc<BackendLocal>,
+    pub(crate) slot: Arc<KeySlot>,
+    pub(crate) lease: Lease,
+    pub(crate) renew: bool,
+    pub(crate) permit: OwnedSemaphorePermit,
+}
+
+impl LeaseShared {
+    pub(crate) fn new(parts: NewLease) -> Arc<Self> {
+        let lease = parts.lease;
+        let next_renew = Instant::now() + lease.ttl / 3;
+        Arc::new(LeaseShared {
+            backend: parts.backend,
+            local: parts.local,
+            slot: parts.slot,
+            key: lease.key.clone(),
+            token: lease.token.clone(),
+            fencing_token: lease.fencing_token,
+            renew: parts.renew,
+            state: Mutex::new(LeaseState {
+                lease,
+                status: Status::Held,
+                next_renew,
+                renewing: false,
+            }),
+            lost: CancellationToken::new(),
+            runtime: Handle::current(),
+            permit: Mutex::new(Some(parts.permit)),
+        })
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, LeaseState> {
+        lock(&self.state)
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        let state = self.lock_state();
+        state.status == Status::Held && Instant::now() < state.lease.valid_until
+    }
+
+    /// Marks the lease lost (if it was held) and wakes every `lost()` future.
+    pub(crate) fn mark_lost(&self) {
+        let mut state = self.lock_state();
+        if state.status == Status::Held {
+            state.status = Status::Lost;
+            drop(state);
+            tracing::warn!(key = %self.key, "lease lost");
+            self.lost.cancel();
+        }
+    }
+
+    /// The part of a release that cannot wait: stop renewing, forget the
+    /// reentrancy holder. Returns whether the lease was still held.
+    fn begin_release(self: &Arc<Self>) -> Result<bool, ()> {
+        let was = {
+            let mut state = self.lock_state();
+            let was = state.status;
+            if was == Status::Released {
+                return Err(());
+            }
+            let expired = Instant::now() >= state.lease.valid_until;
+            state.status = Status::Released;
+            was == Status::Held && !expired
+        };
+        self.local.watchdog.deregister(self);
+        self.slot.clear_holder(self);
+        Ok(was)
+    }
+
+    /// Compare-and-delete on the server, then give this process's turn to the
+    /// next local waiter (only after the server released, so it does not
+    /// contend with our own pending release).
+    async fn finish_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
+        let lease = self.lock_state().lease.clone();
+        let answer = self.backend.release(&lease).await;
+        lock(&self.permit).take();
+        self.local.prune(&self.key);
+        match answer {
+            Ok(true) if was_held => Ok(()),
+            Ok(_) => Err(LockError::NotHeld {
+                key: self.key.clone(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A held lock: the lease lives while the guard lives.
+///
+/// - A background watchdog renews the lease every ttl/3 (unless renewal is off).
+/// - [`LockGuard::lost`] resolves if the lease is lost: renewal refused, or
+///   the service unreachable until the lease could have expired.
+/// - [`LockGuard::release`] gives the lease back now; dropping the guard
+///   gives it back in the background on the runtime it was acquired on. If
+///   that runtime is gone, the lease simply expires after its ttl.
+///
+/// A guard from a reentrant acquisition (same task, same key) shares the outer
+/// guard's lease: dropping or releasing it does not release the lease.
+///
+/// # Example
+///
+/// ```
+/// use dlock::Lock;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+/// let backend = dlock::connect("memory://").await?;
+/// let guard = Lock::new("order:42").with_backend(backend).acquire().await?;
+/// assert_eq!(guard.key(), "order:42");
+/// assert!(guard.is_held());
+/// let fence = guard.fencing_token(); // send this with every write the lock protects
+/// assert!(fence.is_some());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    shared: Arc<LeaseShared>,
+    /// Reentrant guards neither renew nor release: the outer guard does.
+    reentrant: bool,
+    /// `release()` already ran; `Drop` has nothing to do.
+    done: bool,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.shared.key)
+            .field("fencing_token", &self.shared.fencing_token)
+            .field("reentrant", &self.reentrant)
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn outer(shared: Arc<LeaseShared>) -> Self {
+        LockGuard {
+            shared,
+            reentrant: false,
+            done: false,
+        }
+    }
+
+    pub(crate) fn reentrant(shared: Arc<LeaseShared>) -> Self {
+        LockGuard {
+            shared,
+            reentrant: true,
+            done: false,
+        }
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// The owner token: at least 128 random bits from the OS, hex encoded.
+    /// The server stores it, and only this token can renew or release.
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// A number that strictly increases per key across successive holders.
+    ///
+    /// Pass it with every write the lock protects and let the storage reject
+    /// writes with a smaller token than it has seen: that keeps a holder that
+    /// paused past its lease (GC, swap, a stopped VM) from doing harm.
+    /// `None` only where the backend cannot give one honestly (Redlock).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.shared.fencing_token
+    }
+
+    /// True while the lease is held: not released, not lost, and its local
+    /// deadline not passed.
+    pub fn is_held(&self) -> bool {
+        !self.done && self.shared.is_held()
+    }
+
+    /// Whether this guard came from a reentrant acquisition inside the task
+    /// that holds the key (it shares the outer guard's lease).
+    pub fn is_reentrant(&self) -> bool {
+        self.reentrant
+    }
+
+    /// Resolves when the lease is lost; never resolves if it is released first.
+    ///
+    /// The future is `'static`: hand it to a `select!` that guards work
+    /// running elsewhere.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let backend = std::sync::Arc::new(dlock::backends::memory::MemoryBackend::new());
+    /// let guard = dlock::Lock::new("job").with_backend(backend.clone())
+    ///     .ttl(std::time::Duration::from_millis(300)).acquire().await?;
+    /// backend.force_expire("job"); // as an operator's DEL would
+    /// tokio::select! {
+    ///     _ = guard.lost() => println!("lost the lock: stop writing"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => unreachable!(),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.shared.lost.clone().cancelled_owned()
+    }
+
+    /// Gives the lease back now (compare-and-delete on the server).
+    ///
+    /// On a reentrant guard this only ends the inner scope: the outer guard
+    /// still holds the lease.
+    ///
+    /// # Errors
+    /// [`LockError::NotHeld`] if the lease was lost or had expired;
+    /// [`LockError::Backend`] if the service failed (the lease then expires
+    /// after its ttl).
+    ///
+    /// # Cancel safety
+    /// If this future is dropped, the lease is still released in the background.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.done = true;
+        if self.reentrant {
+            return if self.shared.is_held() {
+                Ok(())
+            } else {
+                Err(LockError::NotHeld {
+                    key: self.shared.key.clone(),
+                })
+            };
+        }
+        let Ok(was_held) = self.shared.begin_release() else {
+            return Err(LockError::NotHeld {
+                key: self.shared.key.clone(),
+            });
+        };
+        // Run the release as its own task, so dropping this future half-way
+        // still finishes the compare-and-delete.
+        let shared = self.shared.clone();
+        match self.shared.runtime.spawn(shared.finish_release(was_held)).await {
+            Ok(result) => result,
+            // The runtime is shutting down: the lease expires by its ttl.
+            Err(join) => Err(LockError::backend(
+                self.shared.backend.describe(),
+                format!("release did not run: {join}"),
+            )),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.done || self.reentrant {
+            return;
+        }
+        if let Ok(was_held) = self.shared.begin_release() {
+            let shared = self.shared.clone();
+            // Never block in Drop, and never panic: if the runtime is gone the
+            // task is dropped unrun, and the lease expires by its ttl.
+            let _ = self.shared.runtime.spawn(async move {
+                if let Err(e) = shared.finish_release(was_held).await {
+                    if !matches!(e, LockError::NotHeld { .. }) {
+                        tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
+                    }
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn guard_is_send_sync() {
+        assert_send_sync::<LockGuard>();
+    }
+}

@@ -1,0 +1,58 @@
+//! Distributed locks for async Rust.
+//!
+//! One attribute turns an `async fn` into a critical section that holds a
+//! lease on a coordination service. The lease lives in a [`LockGuard`]: a
+//! background watchdog renews it while the guard lives, and the guard gives
+//! it back by compare-and-delete when it is dropped. Only the guard can
+//! release, and only its own token.
+//!
+//! ```
+//! use dlock::{distributed_lock, LockError, LockGuard};
+//!
+//! #[derive(Debug)]
+//! enum AppError { Lock(LockError) }
+//! impl From<LockError> for AppError {
+//!     fn from(e: LockError) -> Self { AppError::Lock(e) }
+//! }
+//!
+//! #[distributed_lock(key = "order:{id}", ttl = "30s", wait = "5s")]
+//! async fn pay(id: u64, guard: &LockGuard) -> Result<u64, AppError> {
+//!     // Only one caller in the whole fleet runs this for a given `id` at a time.
+//!     Ok(guard.fencing_token().unwrap_or(0))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), AppError> {
+//! dlock::registry().set_default(dlock::connect("memory://").await?);
+//! let fence = pay(42).await?;     // callers do not pass the guard
+//! assert!(fence > 0);
+//! # Ok(()) }
+//! ```
+//!
+//! The same without the macro: [`Lock`]. Backends: [`backends`]; the
+//! contract a backend implements: [`LockBackend`].
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod backends;
+mod error;
+mod guard;
+mod key;
+mod local;
+mod lock;
+mod registry;
+pub mod url;
+mod watchdog;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use async_trait::async_trait;
+pub use backend::LockBackend;
+pub use dlock_macros::distributed_lock;
+pub use error::LockError;
+pub use guard::LockGuard;
+pub use key::MAX_KEY_BYTES;
+pub use lock::{Lock, DEFAULT_TTL, MIN_TTL};
+pub use registry::{connect, registry, Registry};

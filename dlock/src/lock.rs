@@ -1,0 +1,268 @@
+//! `Lock`: a key plus options; `acquire` and `try_acquire`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{AcquireRequest, LockBackend};
+use crate::guard::{LeaseShared, LockGuard, NewLease};
+use crate::{local, registry, LockError};
+
+/// The lease length when none is given: Redisson's watchdog default.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The shortest ttl dlock accepts: below it the drift margin and a renewal
+/// round trip eat the whole lease.
+pub const MIN_TTL: Duration = Duration::from_millis(30);
+
+/// A distributed lock: a key and the options to take it with.
+///
+/// Building a `Lock` talks to nobody; [`Lock::acquire`] and
+/// [`Lock::try_acquire`] do. A `Lock` is cheap to clone and can be kept in a
+/// static or a struct and acquired many times.
+///
+/// | option | default |
+/// |---|---|
+/// | [`ttl`](Lock::ttl) | 30 s, renewed every ttl/3 while the guard lives |
+/// | [`wait`](Lock::wait) | no limit (`Duration::ZERO`: one attempt) |
+/// | [`renew`](Lock::renew) | on |
+/// | [`backend`](Lock::backend) | the registry's default |
+///
+/// ```
+/// use dlock::Lock;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+/// dlock::registry().set_default(dlock::connect("memory://").await?);
+/// let lock = Lock::new("order:42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(5));
+/// let guard = lock.acquire().await?;          // waits up to 5 s
+/// assert!(lock.try_acquire().await?.is_some()); // same task: reentrant
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    key: Arc<str>,
+    ttl: Duration,
+    wait: Option<Duration>,
+    renew: bool,
+    backend: BackendChoice,
+}
+
+#[derive(Clone)]
+enum BackendChoice {
+    Default,
+    Named(Arc<str>),
+    Given(Arc<dyn LockBackend>),
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let backend = match &self.backend {
+            BackendChoice::Default => "default".to_owned(),
+            BackendChoice::Named(name) => format!("named {name:?}"),
+            BackendChoice::Given(b) => b.describe(),
+        };
+        f.debug_struct("Lock")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("renew", &self.renew)
+            .field("backend", &backend)
+            .finish()
+    }
+}
+
+impl Lock {
+    /// A lock on `key` with the default options. The key is checked when
+    /// the lock is acquired ([`LockError::InvalidKey`]).
+    pub fn new(key: impl Into<String>) -> Self {
+        Lock {
+            key: Arc::from(key.into()),
+            ttl: DEFAULT_TTL,
+            wait: None,
+            renew: true,
+            backend: BackendChoice::Default,
+        }
+    }
+
+    /// The lease length. With renewal on, the watchdog extends it every
+    /// ttl/3, so it bounds how long a crashed holder blocks others; with
+    /// renewal off it is a hard limit on the critical section.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long [`acquire`](Lock::acquire) may wait. `Duration::ZERO` makes
+    /// one attempt and fails with [`LockError::Busy`] if the lock is held.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Renewal by the watchdog (on by default). Off: the lease ends after
+    /// the ttl whatever the holder is doing, and `lost()` fires then.
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// Uses the backend registered under `name` in [`registry()`](crate::registry()).
+    pub fn backend(mut self, name: impl Into<String>) -> Self {
+        self.backend = BackendChoice::Named(Arc::from(name.into()));
+        self
+    }
+
+    /// Uses this backend, bypassing the registry.
+    pub fn with_backend(mut self, backend: Arc<dyn LockBackend>) -> Self {
+        self.backend = BackendChoice::Given(backend);
+        self
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Takes the lock, waiting up to the configured `wait`.
+    ///
+    /// Within one task, a key that an enclosing guard of the same task holds
+    /// is granted at once, without a round trip (reentrancy). Other tasks of
+    /// this process queue locally, so only one of them talks to the service.
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`] when the wait runs out, [`LockError::Busy`] when
+    /// the wait is zero and the lock is held, [`LockError::InvalidKey`],
+    /// [`LockError::InvalidOption`], [`LockError::NoBackend`], and
+    /// [`LockError::Backend`] when the service fails.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves nothing behind: no local queue entry, no
+    /// server-side queue entry, no lease (a lease granted at the very moment of
+    /// cancellation is released in the background).
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        let start = Instant::now();
+        match self.acquire_within(self.wait).await? {
+            Some(guard) => Ok(guard),
+            None if self.wait == Some(Duration::ZERO) => Err(LockError::Busy {
+                key: self.key.to_string(),
+            }),
+            None => Err(LockError::Timeout {
+                key: self.key.to_string(),
+                waited: start.elapsed(),
+            }),
+        }
+    }
+
+    /// One attempt that never waits: `Ok(None)` if someone else holds the lock.
+    ///
+    /// # Errors
+    /// As [`acquire`](Lock::acquire), but never `Busy` or `Timeout`.
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
+        self.acquire_within(Some(Duration::ZERO)).await
+    }
+
+    fn check(&self) -> Result<Arc<dyn LockBackend>, LockError> {
+        crate::key::validate(&self.key)?;
+        if self.ttl < MIN_TTL {
+            return Err(LockError::invalid_option(format!(
+                "ttl {:?} for lock `{}` is shorter than the {MIN_TTL:?} minimum that renewal can keep; use a longer ttl",
+                self.ttl, self.key
+            )));
+        }
+        match &self.backend {
+            BackendChoice::Default => registry().default_backend(),
+            BackendChoice::Named(name) => registry().get(name),
+            BackendChoice::Given(b) => Ok(b.clone()),
+        }
+    }
+
+    async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>, LockError> {
+        let backend = self.check()?;
+        let local = local::for_backend(&backend);
+        let slot = local.slot(&self.key);
+        let task = tokio::task::try_id();
+        if let Some(held) = task.and_then(|t| slot.held_by(t)) {
+            return Ok(Some(LockGuard::reentrant(held)));
+        }
+
+        let once = wait == Some(Duration::ZERO);
+        let deadline = wait.map(|w| Instant::now() + w);
+        // Wait our turn among this process's tasks first.
+        let permit = if once {
+            match slot.gate.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => return Ok(None),
+            }
+        } else {
+            let turn = slot.gate.clone().acquire_owned();
+            let permit = match deadline {
+                Some(d) => match tokio::time::timeout_at(d.into(), turn).await {
+                    Ok(p) => p,
+                    Err(_) => {
+                        drop(slot);
+                        local.prune(&self.key);
+                        return Ok(None);
+                    }
+                },
+                None => turn.await,
+            };
+            permit.expect("dlock never closes a key's gate")
+        };
+
+        let request = AcquireRequest {
+            key: self.key.to_string(),
+            token: new_token()?,
+            ttl: self.ttl,
+        };
+        let granted = if once {
+            backend.try_acquire(&request).await
+        } else {
+            backend.acquire(&request, deadline).await
+        };
+        let lease = match granted {
+            Ok(Some(lease)) => lease,
+            other => {
+                drop((permit, slot));
+                local.prune(&self.key);
+                return other.map(|_| None);
+            }
+        };
+
+        let shared = LeaseShared::new(NewLease {
+            backend,
+            local: local.clone(),
+            slot: slot.clone(),
+            lease,
+            renew: self.renew,
+            permit,
+        });
+        slot.set_holder(task, &shared);
+        local.watchdog.register(&shared);
+        Ok(Some(LockGuard::outer(shared)))
+    }
+}
+
+/// 128 random bits from the OS, hex encoded: the owner token.
+fn new_token() -> Result<String, LockError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        LockError::backend("os-rng", format!("no randomness for the owner token: {e}"))
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_differ() {
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,71 @@
+//! What `#[distributed_lock]` expands to. Not a public API: no semver promise.
+
+use std::future::Future;
+
+pub use crate::{Lock, LockError, LockGuard};
+
+/// Whether a lost lease cancels the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    /// Drop the body's future and return `Err(LockError::Lost)`.
+    Cancel,
+    /// Let the body run to its end.
+    Continue,
+}
+
+/// The return type of a `#[distributed_lock]` function: a `Result` whose
+/// error can be made from a [`LockError`].
+#[diagnostic::on_unimplemented(
+    message = "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<dlock::LockError>`; found `{Self}`",
+    label = "this return type cannot carry a `dlock::LockError`",
+    note = "add `impl From<dlock::LockError> for YourError` (or a `#[from] dlock::LockError` variant with thiserror), or return `Result<T, dlock::LockError>`"
+)]
+pub trait LockResult: Sized {
+    /// The error value for a lock failure.
+    fn from_lock_error(error: LockError) -> Self;
+}
+
+impl<T, E: From<LockError>> LockResult for Result<T, E> {
+    fn from_lock_error(error: LockError) -> Self {
+        Err(E::from(error))
+    }
+}
+
+/// Runs `body` while the lease is held. With [`OnLost::Cancel`], a lost
+/// lease drops the body where it is awaiting and yields `Err(Lost)`.
+pub async fn run_body<R, F>(guard: &LockGuard, on_lost: OnLost, body: F) -> R
+where
+    R: LockResult,
+    F: Future<Output = R>,
+{
+    match on_lost {
+        OnLost::Continue => body.await,
+        OnLost::Cancel => {
+            let lost = guard.lost();
+            tokio::select! {
+                biased;
+                output = body => output,
+                () = lost => R::from_lock_error(LockError::Lost { key: guard.key().to_owned() }),
+            }
+        }
+    }
+}
+
+/// Releases the guard before the function returns, so a caller that runs the
+/// function twice in a row never contends with itself. A release failure does
+/// not hide the body's result: the body's work is done either way, and the
+/// lease expires by its ttl.
+pub async fn finish<R>(guard: LockGuard, output: R) -> R {
+    let key = guard.key().to_owned();
+    if let Err(error) = guard.release().await {
+        if !matches!(error, LockError::NotHeld { .. }) {
+            tracing::warn!(key = %key, error = %error, "release after the body failed; the lease will expire by its ttl");
+        }
+    }
+    output
+}
+
+/// Turns a lock error into the function's return type.
+pub fn fail<R: LockResult>(error: LockError) -> R {
+    R::from_lock_error(error)
+}

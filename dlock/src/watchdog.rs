@@ -1,0 +1,215 @@
+//! Renewal of live leases, batched per backend, and the lost-lease deadline.
+//!
+//! One watchdog task per backend (not one per guard) wakes when the earliest
+//! lease is due and renews every lease that is due, or nearly due, in one
+//! `LockBackend::renew` call. The same task marks a lease lost when its local
+//! deadline passes without a successful renewal, so `lost()` fires on time
+//! even while a renewal hangs on a dead connection.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::backend::{Lease, LockBackend, Renewal};
+use crate::guard::{LeaseShared, Status};
+use crate::LockError;
+
+/// The renewals of one backend.
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    state: Mutex<WatchdogState>,
+    wake: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+struct WatchdogState {
+    leases: HashMap<usize, Arc<LeaseShared>>,
+    running: bool,
+}
+
+fn id(lease: &LeaseShared) -> usize {
+    lease as *const LeaseShared as usize
+}
+
+/// Leases due within this share of their renewal interval are renewed with
+/// the batch, so leases taken at slightly different times share round trips.
+const COALESCE_DIVISOR: u32 = 2;
+
+/// How soon a failed renewal is tried again: often enough to catch a server
+/// that comes back, rarely enough not to hammer one that is down.
+fn retry_delay(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+type RenewResult = (Vec<Arc<LeaseShared>>, Instant, Result<Vec<Result<Renewal, LockError>>, ()>);
+
+impl Watchdog {
+    fn lock_state(&self) -> MutexGuard<'_, WatchdogState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts watching `lease`; spawns the watchdog task on the current
+    /// runtime if none runs.
+    pub(crate) fn register(self: &Arc<Self>, lease: &Arc<LeaseShared>) {
+        let mut state = self.lock_state();
+        state.leases.insert(id(lease), lease.clone());
+        if !state.running {
+            state.running = true;
+            let me = self.clone();
+            tokio::spawn(async move { me.run().await });
+        }
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    /// Stops watching `lease` (it was released).
+    pub(crate) fn deregister(&self, lease: &LeaseShared) {
+        self.lock_state().leases.remove(&id(lease));
+    }
+
+    /// How many leases this watchdog keeps alive.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock_state().leases.len()
+    }
+
+    async fn run(self: Arc<Self>) {
+        // If the runtime shuts down under us, let a later registration start
+        // a new task instead of trusting one that is gone.
+        let mut stopped = StoppedOnDrop {
+            watchdog: &self,
+            armed: true,
+        };
+        let mut in_flight: JoinSet<RenewResult> = JoinSet::new();
+        loop {
+            let Some((due, next_event)) = self.scan(!in_flight.is_empty()) else {
+                // `scan` already marked the watchdog stopped, under its lock.
+                stopped.armed = false;
+                return;
+            };
+            if !due.is_empty() {
+                Self::start_renewal(&mut in_flight, due);
+                continue;
+            }
+            tokio::select! {
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    if let Ok(result) = done {
+                        Self::apply(result);
+                    }
+                }
+                _ = sleep_until(next_event) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Marks overdue leases lost, forgets finished ones, and returns the
+    /// leases to renew now plus when to look again. `None` ends the task.
+    fn scan(&self, busy: bool) -> Option<(Vec<Arc<LeaseShared>>, Option<Instant>)> {
+        let mut state = self.lock_state();
+        let now = Instant::now();
+        let mut due = Vec::new();
+        let mut next_event: Option<Instant> = None;
+        let mut earliest = |at: Instant| {
+            next_event = Some(next_event.map_or(at, |n| n.min(at)));
+        };
+        state.leases.retain(|_, shared| {
+            let mut lease = shared.lock_state();
+            if lease.status != Status::Held {
+                return false;
+            }
+            if now >= lease.lease.valid_until {
+                drop(lease);
+                shared.mark_lost();
+                return false;
+            }
+            earliest(lease.lease.valid_until);
+            if shared.renew && !lease.renewing {
+                let slack = lease.lease.ttl / 3 / COALESCE_DIVISOR;
+                if now + slack >= lease.next_renew {
+                    lease.renewing = true;
+                    due.push(shared.clone());
+                } else {
+                    earliest(lease.next_renew);
+                }
+            }
+            true
+        });
+        if state.leases.is_empty() && !busy {
+            state.running = false;
+            return None;
+        }
+        Some((due, next_event))
+    }
+
+    fn start_renewal(in_flight: &mut JoinSet<RenewResult>, due: Vec<Arc<LeaseShared>>) {
+        let backend: Arc<dyn LockBackend> = due[0].backend.clone();
+        let leases: Vec<Lease> = due.iter().map(|s| s.lock_state().lease.clone()).collect();
+        // A renewal that outlives the earliest deadline in its batch is
+        // useless: by then those leases are lost. Bound it there.
+        let give_up = leases.iter().map(|l| l.valid_until).min();
+        let sent = Instant::now();
+        in_flight.spawn(async move {
+            let call = backend.renew(&leases);
+            let answers = match give_up {
+                Some(at) => tokio::time::timeout_at(at.into(), call).await.map_err(|_| ()),
+                None => Ok(call.await),
+            };
+            (due, sent, answers)
+        });
+    }
+
+    fn apply((batch, sent, answers): RenewResult) {
+        let now = Instant::now();
+        for (i, shared) in batch.iter().enumerate() {
+            let answer = answers.as_ref().ok().and_then(|a| a.get(i));
+            let mut state = shared.lock_state();
+            state.renewing = false;
+            if state.status != Status::Held {
+                continue;
+            }
+            match answer {
+                Some(Ok(Renewal::Renewed { valid_until })) => {
+                    state.lease.valid_until = *valid_until;
+                    state.next_renew = sent + state.lease.ttl / 3;
+                }
+                Some(Ok(Renewal::Refused)) => {
+                    drop(state);
+                    shared.mark_lost();
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(key = %shared.key, error = %e, "renewal failed; retrying");
+                    state.next_renew = now + retry_delay(state.lease.ttl);
+                }
+                None => {
+                    tracing::debug!(key = %shared.key, "renewal got no answer in time; retrying");
+                    state.next_renew = now + retry_delay(state.lease.ttl);
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Marks the watchdog stopped if its task is dropped (runtime shutdown).
+struct StoppedOnDrop<'a> {
+    watchdog: &'a Watchdog,
+    armed: bool,
+}
+
+impl Drop for StoppedOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.watchdog.lock_state().running = false;
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! dlock's conformance suite and server harness.
