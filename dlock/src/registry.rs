@@ -148,7 +148,13 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
     };
     match scheme {
         "memory" => Ok(Arc::new(MemoryBackend::connect(url).await?)),
-        "redis" | "rediss" | "redis+cluster" | "redlock" | "etcd" | "etcds" | "zk" => {
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Arc::new(crate::backends::etcd::EtcdBackend::connect(url).await?)),
+        #[cfg(not(feature = "etcd"))]
+        "etcd" | "etcds" => Err(LockError::invalid_option(format!(
+            "`{shown}`: the etcd backend is not built in; enable the `etcd` feature of dlock"
+        ))),
+        "redis" | "rediss" | "redis+cluster" | "redlock" | "zk" => {
             Err(LockError::invalid_option(format!(
                 "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
                  use `memory://` or a build that has it"
