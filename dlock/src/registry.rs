@@ -148,7 +148,13 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
     };
     match scheme {
         "memory" => Ok(Arc::new(MemoryBackend::connect(url).await?)),
-        "redis" | "rediss" | "redis+cluster" | "redlock" | "etcd" | "etcds" | "zk" => {
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Ok(Arc::new(
+            crate::backends::redis::RedisBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Err(feature_off(&shown, "redis")),
+        "redlock" | "etcd" | "etcds" | "zk" => {
             Err(LockError::invalid_option(format!(
                 "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
                  use `memory://` or a build that has it"
@@ -159,4 +165,11 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
              redis+cluster://, redlock://, etcd://, etcds:// and zk://"
         ))),
     }
+}
+
+#[allow(dead_code)] // used only when some backend feature is off
+fn feature_off(shown: &str, feature: &str) -> LockError {
+    LockError::invalid_option(format!(
+        "`{shown}` needs dlock's `{feature}` cargo feature; enable it: dlock = {{ features = [\"{feature}\"] }}"
+    ))
 }
