@@ -1,1 +1,5 @@
 //! dlock's conformance suite and server harness.
+
+pub mod error;
+pub mod servers;
+pub mod tls;

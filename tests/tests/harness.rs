@@ -1,0 +1,144 @@
+//! Tests of the test harness itself: every server kind starts, answers and is gone after
+//! drop; restart, kill and pause work; the fault proxy passes, blackholes and resets.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use dlock_tests::servers::ports::is_free;
+use dlock_tests::servers::{RedisCluster, RedisOptions, RedisServer, RedisSet, ServerControl};
+
+/// Sends `PING` over plain TCP and returns what came back (or the I/O error).
+fn raw_ping(addr: SocketAddr, timeout: Duration) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(b"PING\r\n")?;
+    let mut buf = [0u8; 64];
+    let n = stream.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+#[test]
+fn redis_starts_answers_and_is_gone_after_drop() {
+    let redis = RedisServer::start();
+    assert!(redis.url().starts_with("redis://127.0.0.1:"));
+    assert_eq!(redis.redis_cli(&["PING"]), "PONG");
+    assert_eq!(redis.redis_cli(&["SET", "k", "v", "PX", "30000"]), "OK");
+    let pttl: i64 = redis.redis_cli(&["PTTL", "k"]).parse().unwrap();
+    assert!(pttl > 0 && pttl <= 30000, "PTTL {pttl}");
+    let port = redis.port();
+    drop(redis);
+    assert!(is_free(port), "port {port} still in use after drop");
+}
+
+#[test]
+fn redis_restart_on_same_port_and_kill9() {
+    let mut redis = RedisServer::start();
+    let port = redis.port();
+    let pid = redis.pid().unwrap();
+    redis.kill9();
+    assert!(redis.pid().is_none());
+    assert!(raw_ping(redis.addr(), Duration::from_millis(300)).is_err());
+    redis.start_again();
+    assert_eq!(redis.port(), port);
+    assert_ne!(redis.pid().unwrap(), pid);
+    assert_eq!(redis.redis_cli(&["PING"]), "PONG");
+    redis.restart();
+    assert_eq!(
+        raw_ping(redis.addr(), Duration::from_secs(2)).unwrap(),
+        "+PONG\r\n"
+    );
+}
+
+#[test]
+fn redis_pause_and_resume() {
+    let mut redis = RedisServer::start();
+    redis.pause();
+    let err = raw_ping(redis.addr(), Duration::from_millis(300)).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{err:?}"
+    );
+    redis.resume();
+    assert_eq!(
+        raw_ping(redis.addr(), Duration::from_secs(2)).unwrap(),
+        "+PONG\r\n"
+    );
+    // Dropping a paused server must not hang either.
+    redis.pause();
+    let port = redis.port();
+    drop(redis);
+    assert!(is_free(port));
+}
+
+#[test]
+fn redis_acl_user_and_password() {
+    let redis = RedisServer::start_with(
+        RedisOptions::new()
+            .password("pw")
+            .acl_user("alice", "secret"),
+    );
+    assert_eq!(redis.redis_cli(&["ACL", "WHOAMI"]), "alice");
+    assert!(redis.url_with_credentials().contains("alice:secret@"));
+    let unauthenticated = raw_ping(redis.addr(), Duration::from_secs(2)).unwrap();
+    assert!(unauthenticated.starts_with("-NOAUTH"), "{unauthenticated}");
+}
+
+#[test]
+fn redis_tls_answers_with_ca() {
+    let redis = RedisServer::start_tls();
+    assert!(redis.url().starts_with("rediss://127.0.0.1:"));
+    let ca = redis.ca_cert_path().unwrap();
+    assert!(std::fs::read_to_string(ca)
+        .unwrap()
+        .contains("BEGIN CERTIFICATE"));
+    assert_eq!(redis.redis_cli(&["PING"]), "PONG");
+    // Plain text on the TLS port gets no PONG.
+    let plain = raw_ping(redis.addr(), Duration::from_millis(500));
+    assert!(
+        !matches!(plain, Ok(ref s) if s.contains("PONG")),
+        "{plain:?}"
+    );
+}
+
+#[test]
+fn redis_set_of_independent_masters() {
+    let set = RedisSet::start(3);
+    assert_eq!(set.len(), 3);
+    assert!(set.url().starts_with("redlock://127.0.0.1:"));
+    assert_eq!(set.url().matches(',').count(), 2);
+    set.server(0).redis_cli(&["SET", "only-here", "1"]);
+    assert_eq!(set.server(1).redis_cli(&["EXISTS", "only-here"]), "0");
+}
+
+#[test]
+fn redis_cluster_reaches_ok() {
+    let cluster = RedisCluster::start(3);
+    assert!(cluster.url().starts_with("redis+cluster://127.0.0.1:"));
+    assert_eq!(cluster.node_urls().len(), 3);
+    assert!(cluster
+        .node(1)
+        .redis_cli(&["CLUSTER", "INFO"])
+        .contains("cluster_state:ok"));
+    for key in ["a", "b", "c", "dlock:{k}"] {
+        assert_eq!(cluster.redis_cli(&["SET", key, "v"]), "OK");
+        assert_eq!(cluster.redis_cli(&["GET", key]), "v");
+    }
+}
+
+#[test]
+fn missing_binary_names_the_install_command() {
+    let err = dlock_tests::servers::process::require_binary(
+        "no-such-server-binary-dlock",
+        "redis-server redis-tools",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "no-such-server-binary-dlock not found: run `sudo apt-get install redis-server \
+         redis-tools` or `scripts/install-deps.sh`"
+    );
+}
