@@ -142,3 +142,88 @@ fn missing_binary_names_the_install_command() {
          redis-tools` or `scripts/install-deps.sh`"
     );
 }
+
+mod proxy {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use dlock_tests::proxy::{FaultProxy, ProxyMode};
+    use dlock_tests::servers::RedisServer;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::time::timeout;
+
+    async fn ping(stream: &mut TcpStream) -> std::io::Result<String> {
+        stream.write_all(b"PING\r\n").await?;
+        let mut buf = [0u8; 64];
+        let n = stream.read(&mut buf).await?;
+        Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// A cut connection: the write or the read failed, or the read saw EOF.
+    fn is_cut(result: &std::io::Result<String>) -> bool {
+        result.as_ref().map_or(true, |s| s.is_empty())
+    }
+
+    async fn connect(addr: SocketAddr) -> TcpStream {
+        TcpStream::connect(addr).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn pass_blackhole_reset() {
+        let redis = RedisServer::start();
+        let proxy = FaultProxy::start(redis.addr()).await;
+        assert_eq!(proxy.mode(), ProxyMode::Pass);
+
+        let mut conn = connect(proxy.addr()).await;
+        assert_eq!(ping(&mut conn).await.unwrap(), "+PONG\r\n");
+
+        // Blackhole: the open connection and a new one both get silence.
+        proxy.blackhole();
+        let mut fresh = connect(proxy.addr()).await;
+        for stream in [&mut conn, &mut fresh] {
+            let silent = timeout(Duration::from_millis(300), ping(stream)).await;
+            assert!(silent.is_err(), "expected a timeout, got {silent:?}");
+        }
+
+        // Back to pass: a new connection works.
+        proxy.pass();
+        let mut conn = connect(proxy.addr()).await;
+        assert_eq!(ping(&mut conn).await.unwrap(), "+PONG\r\n");
+
+        // Reset: the open connection is cut, and so is each new one.
+        proxy.reset();
+        let cut = timeout(Duration::from_secs(2), ping(&mut conn))
+            .await
+            .unwrap();
+        assert!(is_cut(&cut), "{cut:?}");
+        let mut refused = connect(proxy.addr()).await;
+        let cut = timeout(Duration::from_secs(2), ping(&mut refused))
+            .await
+            .unwrap();
+        assert!(is_cut(&cut), "{cut:?}");
+
+        proxy.pass();
+        let mut conn = connect(proxy.addr()).await;
+        assert_eq!(ping(&mut conn).await.unwrap(), "+PONG\r\n");
+        assert!(proxy.accepted() >= 5);
+
+        // Dropping the proxy closes its port and its connections.
+        let addr = proxy.addr();
+        drop(proxy);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(TcpStream::connect(addr).await.is_err());
+        let closed = timeout(Duration::from_secs(2), ping(&mut conn))
+            .await
+            .unwrap();
+        assert!(is_cut(&closed), "{closed:?}");
+    }
+
+    #[tokio::test]
+    async fn only_loopback_upstreams() {
+        let err = FaultProxy::try_start("192.0.2.1:6379".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    }
+}
