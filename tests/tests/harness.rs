@@ -227,3 +227,46 @@ mod proxy {
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     }
 }
+
+mod etcd {
+    use std::time::Duration;
+
+    use dlock_tests::servers::ports::is_free;
+    use dlock_tests::servers::{EtcdCluster, EtcdServer, ServerControl};
+
+    #[test]
+    fn single_member_starts_answers_restarts_and_stops() {
+        let mut etcd = EtcdServer::start();
+        assert_eq!(etcd.url(), format!("etcd://127.0.0.1:{}", etcd.port()));
+        assert_eq!(etcd.etcdctl(&["put", "k", "v"]), "OK");
+        assert_eq!(etcd.etcdctl(&["get", "k", "--print-value-only"]), "v");
+        assert!(etcd.is_leader());
+        // Data survives a crash and a restart on the same port.
+        etcd.kill9();
+        assert!(!etcd.is_healthy());
+        etcd.start_again();
+        assert_eq!(etcd.etcdctl(&["get", "k", "--print-value-only"]), "v");
+        let (port, peer) = (etcd.port(), etcd.peer_port());
+        drop(etcd);
+        assert!(is_free(port) && is_free(peer));
+    }
+
+    #[test]
+    fn three_members_elect_a_new_leader_after_a_kill() {
+        let mut cluster = EtcdCluster::start(3);
+        assert_eq!(cluster.endpoints().len(), 3);
+        assert_eq!(cluster.url().matches(',').count(), 2);
+        let leader = cluster.wait_for_leader(Duration::from_secs(10)).unwrap();
+        assert_eq!(cluster.etcdctl(&["put", "k", "v"]), "OK");
+        cluster.member_mut(leader).kill9();
+        let new_leader = cluster.wait_for_leader(Duration::from_secs(15)).unwrap();
+        assert_ne!(new_leader, leader);
+        cluster.member_mut(leader).start_again();
+        assert_eq!(
+            cluster
+                .member(leader)
+                .etcdctl(&["get", "k", "--print-value-only"]),
+            "v"
+        );
+    }
+}

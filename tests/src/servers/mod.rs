@@ -2,9 +2,11 @@
 //! stopped on drop.
 
 pub mod control;
+pub mod etcd;
 pub mod ports;
 pub mod process;
 pub mod redis;
 
 pub use control::ServerControl;
+pub use etcd::{EtcdCluster, EtcdServer};
 pub use redis::{RedisCluster, RedisOptions, RedisServer, RedisSet};
