@@ -270,3 +270,48 @@ mod etcd {
         );
     }
 }
+
+mod zookeeper {
+    use std::time::Duration;
+
+    use dlock_tests::servers::ports::is_free;
+    use dlock_tests::servers::{ServerControl, ZkEnsemble, ZkServer};
+
+    #[test]
+    fn standalone_starts_answers_pauses_restarts_and_stops() {
+        let mut zk = ZkServer::start();
+        assert_eq!(zk.url(), format!("zk://127.0.0.1:{}", zk.port()));
+        assert_eq!(zk.mode().as_deref(), Some("standalone"));
+        assert_eq!(zk.four_letter("ruok").unwrap(), "imok");
+        let conf = zk.four_letter("conf").unwrap();
+        assert!(conf.contains("tickTime=500"), "{conf}");
+        assert!(conf.contains("minSessionTimeout=1000"), "{conf}");
+
+        zk.pause();
+        assert_eq!(zk.mode(), None);
+        zk.resume();
+        assert_eq!(zk.mode().as_deref(), Some("standalone"));
+
+        zk.restart();
+        assert_eq!(zk.mode().as_deref(), Some("standalone"));
+        let port = zk.port();
+        drop(zk);
+        assert!(is_free(port));
+    }
+
+    #[test]
+    fn ensemble_of_three_has_one_leader() {
+        let mut zk = ZkEnsemble::start(3);
+        assert_eq!(zk.url().matches(',').count(), 2);
+        let leader = zk.wait_for_leader(Duration::from_secs(10)).unwrap();
+        let followers = zk
+            .nodes()
+            .iter()
+            .filter(|n| n.mode().as_deref() == Some("follower"))
+            .count();
+        assert_eq!(followers, 2);
+        zk.node_mut(leader).kill9();
+        let new_leader = zk.wait_for_leader(Duration::from_secs(20)).unwrap();
+        assert_ne!(new_leader, leader);
+    }
+}

@@ -6,7 +6,9 @@ pub mod etcd;
 pub mod ports;
 pub mod process;
 pub mod redis;
+pub mod zookeeper;
 
 pub use control::ServerControl;
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use redis::{RedisCluster, RedisOptions, RedisServer, RedisSet};
+pub use zookeeper::{ZkEnsemble, ZkOptions, ZkServer};
