@@ -4,7 +4,7 @@
 
 pub mod conformance;
 pub mod error;
-pub mod memory;
+pub mod fixtures;
 pub mod proxy;
 pub mod servers;
 pub mod tls;

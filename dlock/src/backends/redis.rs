@@ -356,8 +356,20 @@ fn read_ca(options: &RedisOptions) -> Result<Option<Vec<u8>>, LockError> {
         .transpose()
 }
 
+/// rustls needs a process-wide crypto provider and panics without one. The
+/// `redis` crate picks none, so dlock installs `ring` unless the application
+/// already chose a provider (which then stays in force).
+#[cfg(feature = "tls")]
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: some provider is set.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 #[cfg(feature = "tls")]
 fn tls_client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
+    ensure_crypto_provider();
     let certs = redis::TlsCertificates {
         client_tls: None,
         root_cert: read_ca(options)?,
@@ -379,6 +391,7 @@ fn tls_cluster(
     builder: redis::cluster::ClusterClientBuilder,
     options: &RedisOptions,
 ) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
+    ensure_crypto_provider();
     let certs = redis::TlsCertificates {
         client_tls: None,
         root_cert: read_ca(options)?,
