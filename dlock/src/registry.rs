@@ -148,13 +148,17 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
     };
     match scheme {
         "memory" => Ok(Arc::new(MemoryBackend::connect(url).await?)),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Ok(Arc::new(
+            crate::backends::redis::RedisBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Err(feature_off(&shown, "redis")),
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(Arc::new(crate::backends::etcd::EtcdBackend::connect(url).await?)),
         #[cfg(not(feature = "etcd"))]
-        "etcd" | "etcds" => Err(LockError::invalid_option(format!(
-            "`{shown}`: the etcd backend is not built in; enable the `etcd` feature of dlock"
-        ))),
-        "redis" | "rediss" | "redis+cluster" | "redlock" | "zk" => {
+        "etcd" | "etcds" => Err(feature_off(&shown, "etcd")),
+        "redlock" | "zk" => {
             Err(LockError::invalid_option(format!(
                 "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
                  use `memory://` or a build that has it"
@@ -165,4 +169,11 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
              redis+cluster://, redlock://, etcd://, etcds:// and zk://"
         ))),
     }
+}
+
+#[allow(dead_code)] // used only when some backend feature is off
+fn feature_off(shown: &str, feature: &str) -> LockError {
+    LockError::invalid_option(format!(
+        "`{shown}` needs dlock's `{feature}` cargo feature; enable it: dlock = {{ features = [\"{feature}\"] }}"
+    ))
 }

@@ -1,6 +1,10 @@
-//! dlock's conformance suite, the fixtures that run it, and the helpers of
-//! the fault tests. Everything here runs against real servers that the tests
-//! start themselves.
+//! dlock's conformance suite, the fixtures that run it, the server harness
+//! and the fault proxy. Everything here runs against real servers that the
+//! tests start themselves.
 
 pub mod conformance;
-pub mod memory;
+pub mod error;
+pub mod fixtures;
+pub mod proxy;
+pub mod servers;
+pub mod tls;

@@ -1,5 +1,5 @@
 //! The conformance suite on the in-process backend.
 
-use dlock_tests::memory::MemoryFixture;
+use dlock_tests::fixtures::memory::MemoryFixture;
 
 dlock_tests::conformance_suite!(MemoryFixture::default());

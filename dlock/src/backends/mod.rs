@@ -3,8 +3,11 @@
 //! | backend | URL | feature | fencing token |
 //! |---|---|---|---|
 //! | [`memory::MemoryBackend`] | `memory://` | always | per-process counter |
-//! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd` (+ `tls` for `etcds://`) | the key's create revision |
+//! | [`redis::RedisBackend`] | `redis://`, `rediss://`, `redis+cluster://` | `redis` (default), `tls` | per-key counter |
+//! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd`, `tls` for `etcds://` | the key's create revision |
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
