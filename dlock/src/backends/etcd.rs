@@ -122,6 +122,10 @@ const MAX_REQUEUES: u32 = 5;
 /// etcd's default `--max-txn-ops` is 128; stay well below it.
 const TXN_CHUNK: usize = 64;
 
+/// How many members a request tries when it cannot reach one (a 3- or
+/// 5-member cluster with one or two members down).
+const UNREACHABLE_TRIES: u32 = 4;
+
 /// A lock service on an etcd cluster.
 ///
 /// See the [module docs](self) for the protocol, the URL syntax and why one
@@ -292,7 +296,11 @@ impl EtcdBackend {
         // that the credentials may read the namespace.
         let probe = GetOptions::new().with_prefix().with_count_only();
         inner
-            .rpc(inner.client.kv_client().get(inner.dir_of(""), Some(probe)))
+            .rpc(|| {
+                let mut kv = inner.client.kv_client();
+                let (dir, probe) = (inner.dir_of(""), probe.clone());
+                async move { kv.get(dir, Some(probe)).await }
+            })
             .await?;
         Ok(EtcdBackend { inner })
     }
@@ -360,16 +368,40 @@ impl Inner {
         format!("{}/{key}/{lease:x}", self.prefix)
     }
 
-    /// One request, bounded by the request timeout.
-    async fn rpc<T>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(self.error(e)),
-            Err(_) => Err(self.error(format!("no answer within {:?}", self.timeout))),
+    /// One request, bounded by the request timeout, and tried again on
+    /// another member when the first one could not be reached.
+    ///
+    /// The client spreads requests over the members at random and keeps
+    /// trying a dead one; a request that never reached a member was not
+    /// applied, so sending it again is safe.
+    async fn rpc<T, F, Fut>(&self, mut call: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            let error = match tokio::time::timeout(self.timeout, call()).await {
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(e)) => e,
+                Err(_) => return Err(self.error(format!("no answer within {:?}", self.timeout))),
+            };
+            attempt += 1;
+            if attempt >= UNREACHABLE_TRIES || !unreachable(&error) {
+                return Err(self.error(error));
+            }
+            tokio::time::sleep(Duration::from_millis(10) * attempt).await;
         }
+    }
+
+    /// One transaction (see [`Inner::rpc`] for when it is sent again).
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, LockError> {
+        self.rpc(|| {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
     }
 
     async fn turn(self: &Arc<Self>, key: &str) -> Turn {
@@ -404,7 +436,10 @@ impl Inner {
         }
         let sent = Instant::now();
         let granted = self
-            .rpc(self.client.lease_client().grant(secs as i64, None))
+            .rpc(|| {
+                let mut leases = self.client.lease_client();
+                async move { leases.grant(secs as i64, None).await }
+            })
             .await?;
         let session = Arc::new(Session {
             id: granted.id(),
@@ -471,7 +506,7 @@ impl Inner {
             // it. It is ours (our lease, our turn), so we take its place, as
             // Go's Mutex does.
             .or_else([TxnOp::get(entry, None), owner]);
-        let answer = self.rpc(self.client.kv_client().txn(txn)).await?;
+        let answer = self.txn(txn).await?;
         let ops = answer.op_responses();
         let mine = if answer.succeeded() {
             revision_of(&answer)
@@ -496,7 +531,7 @@ impl Inner {
                 .and_then([delete]),
             None => Txn::new().and_then([delete]),
         };
-        let answer = self.rpc(self.client.kv_client().txn(txn)).await?;
+        let answer = self.txn(txn).await?;
         Ok(answer.succeeded())
     }
 
@@ -522,24 +557,27 @@ impl Inner {
     }
 
     /// `try_acquire` and `acquire` in one: enqueue, and unless `once`, wait
-    /// for the predecessors to go. Errors are retried until `give_up`
-    /// says so; `failure` keeps the latest one for the caller's deadline.
+    /// for the predecessors to go. `failure` keeps the latest error for the
+    /// caller, which reports it if the deadline passes while etcd fails.
+    ///
+    /// Errors (a member down, an election) are retried: until the caller's
+    /// deadline if it has one (a leader election takes a second or two and
+    /// must not cost the waiter its place), else until etcd has not answered
+    /// for a ttl: by then our queue entry may have expired, the service is
+    /// down, and waiting on would only hide it.
     async fn take(
         self: &Arc<Self>,
         req: &AcquireRequest,
         queued: &mut Queued,
         once: bool,
+        patient: bool,
         failure: &mut Option<LockError>,
     ) -> Result<Step, LockError> {
-        let started = Instant::now();
-        // Errors are retried while a queue entry made now could still be
-        // alive on the server; after that the service is down, and waiting on
-        // would only hide it.
-        let mut give_up = started + req.ttl;
+        let mut give_up = Instant::now() + req.ttl;
         let mut backoff = Duration::from_millis(20);
         let mut requeues = 0;
         let mut retry = |e: LockError, failure: &mut Option<LockError>, give_up: Instant| {
-            if once || Instant::now() + backoff >= give_up {
+            if once || (!patient && Instant::now() + backoff >= give_up) {
                 return Err(e);
             }
             *failure = Some(e);
@@ -572,7 +610,7 @@ impl Inner {
                     continue;
                 }
             }
-            give_up = give_up.max(session.refreshed() + req.ttl);
+            give_up = Instant::now() + req.ttl;
             let entry = self.entry_of(&req.key, session.id);
             queued.entry = Some(entry.clone());
             queued.revision = None;
@@ -606,7 +644,7 @@ impl Inner {
             // Wait for every older entry to go, watching only the youngest of them.
             loop {
                 match self.fresh(&session, req.ttl).await {
-                    Ok(Alive::Yes) => give_up = give_up.max(session.refreshed() + req.ttl),
+                    Ok(Alive::Yes) => give_up = Instant::now() + req.ttl,
                     Ok(Alive::Gone) => {
                         session.mark_dead();
                         requeues += 1;
@@ -631,6 +669,7 @@ impl Inner {
                     }
                 };
                 *failure = None;
+                give_up = Instant::now() + req.ttl;
                 let Some(predecessor) = predecessor else {
                     return Ok(Step::Acquired(
                         self.lease(req, &session, entry, mine),
@@ -666,7 +705,7 @@ impl Inner {
             TxnOp::get(self.dir_of(key), Some(older)),
             TxnOp::get(entry, None),
         ]);
-        let answer = self.rpc(self.client.kv_client().txn(txn)).await?;
+        let answer = self.txn(txn).await?;
         let ops = answer.op_responses();
         if first_create_revision(ops.get(1)) != Some(mine) {
             return Ok(None);
@@ -695,7 +734,11 @@ impl Inner {
         // served at once, not by etcd's 100 ms catch-up loop.
         let options = WatchOptions::new().with_start_revision(revision + 1);
         let mut stream = self
-            .rpc(self.client.watch_client().watch(predecessor, Some(options)))
+            .rpc(|| {
+                let mut watches = self.client.watch_client();
+                let (key, options) = (predecessor.to_owned(), options.clone());
+                async move { watches.watch(key, Some(options)).await }
+            })
             .await?;
         loop {
             let message = tokio::select! {
@@ -760,7 +803,7 @@ impl Inner {
         };
         let mut failure = None;
         let taken = {
-            let work = self.take(req, &mut queued, once, &mut failure);
+            let work = self.take(req, &mut queued, once, deadline.is_some(), &mut failure);
             match deadline.filter(|_| !once) {
                 Some(d) => tokio::time::timeout_at(d.into(), work).await.ok(),
                 None => Some(work.await),
@@ -863,33 +906,46 @@ impl Session {
             return Ok(Alive::Yes);
         }
         let sent = Instant::now();
-        let ttl = match slot.take() {
-            Some((mut keeper, mut stream)) => {
-                let exchange = async {
-                    keeper.keep_alive().await?;
-                    stream.message().await
-                };
-                match inner.rpc(exchange).await? {
-                    Some(answer) => {
-                        *slot = Some((keeper, stream));
-                        answer.ttl()
-                    }
-                    None => return Err(inner.error("the lease keep-alive stream was closed")),
+        if let Some((mut keeper, mut stream)) = slot.take() {
+            let exchange = async {
+                keeper.keep_alive().await?;
+                stream.message().await
+            };
+            match tokio::time::timeout(inner.timeout, exchange).await {
+                Ok(Ok(Some(answer))) => {
+                    *slot = Some((keeper, stream));
+                    return self.answered(answer.ttl(), sent);
+                }
+                // The stream's member died or closed it: open a new stream
+                // below, which the client may route to another member.
+                Ok(Ok(None) | Err(_)) => {}
+                Err(_) => {
+                    return Err(
+                        inner.error(format!("no keep-alive answer within {:?}", inner.timeout))
+                    )
                 }
             }
-            // Opening the stream sends the first keep-alive and reads its answer.
-            None => match inner
-                .rpc(inner.client.lease_client().keep_alive(self.id))
-                .await
-            {
-                Ok(opened) => {
-                    *slot = Some(opened);
-                    1
-                }
-                Err(e) if lease_not_found(&e) => 0,
-                Err(e) => return Err(e),
-            },
-        };
+        }
+        // Opening the stream sends the first keep-alive and reads its answer.
+        let opened = inner
+            .rpc(|| {
+                let mut leases = inner.client.lease_client();
+                let id = self.id;
+                async move { leases.keep_alive(id).await }
+            })
+            .await;
+        match opened {
+            Ok(opened) => {
+                *slot = Some(opened);
+                self.answered(1, sent)
+            }
+            Err(e) if lease_not_found(&e) => self.answered(0, sent),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records etcd's answer to a keep-alive sent at `sent`.
+    fn answered(&self, ttl: i64, sent: Instant) -> Result<Alive, LockError> {
         if ttl <= 0 {
             self.mark_dead();
             return Ok(Alive::Gone);
@@ -897,6 +953,22 @@ impl Session {
         let mut refreshed = lock(&self.refreshed);
         *refreshed = (*refreshed).max(sent);
         Ok(Alive::Yes)
+    }
+}
+
+/// Whether the request failed to reach a member (connection refused or
+/// reset, no leader reachable), as opposed to an answer from etcd.
+fn unreachable(error: &etcd_client::Error) -> bool {
+    match error {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        // gRPC `UNAVAILABLE` (code 14): tonic's code for a failed connection,
+        // and etcd's for "leader changed" or "no leader" (not applied).
+        // tonic reports a connection that broke under a request as `UNKNOWN`
+        // "transport error".
+        etcd_client::Error::GRpcStatus(status) => {
+            status.code() as i32 == 14 || status.message() == "transport error"
+        }
+        _ => false,
     }
 }
 
@@ -1029,9 +1101,7 @@ impl Inner {
                 .iter()
                 .map(|l| TxnOp::get(l.resource.as_str(), None))
                 .collect();
-            let answer = self
-                .rpc(self.client.kv_client().txn(Txn::new().and_then(gets)))
-                .await?;
+            let answer = self.txn(Txn::new().and_then(gets)).await?;
             let ops = answer.op_responses();
             for i in 0..chunk.len() {
                 revisions.push(first_create_revision(ops.get(i)));
