@@ -101,7 +101,10 @@ pub fn check_marks(text: &str) -> usize {
         };
         match what {
             "start" => {
-                assert!(open.is_none(), "overlap: {pid} started while {open:?} held the lock");
+                assert!(
+                    open.is_none(),
+                    "overlap: {pid} started while {open:?} held the lock"
+                );
                 if let Ok(t) = token.parse::<u64>() {
                     if let Some(prev) = last_token {
                         assert!(t > prev, "fencing token {t} after {prev}");
@@ -111,7 +114,11 @@ pub fn check_marks(text: &str) -> usize {
                 open = Some((pid, token));
             }
             "end" => {
-                assert_eq!(open, Some((pid, token)), "end of a section that was not open");
+                assert_eq!(
+                    open,
+                    Some((pid, token)),
+                    "end of a section that was not open"
+                );
                 open = None;
                 sections += 1;
             }

@@ -16,7 +16,11 @@ use dlock_tests::servers::redis::RedisServer;
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
 
 async fn connect(url: &str) -> Arc<RedisBackend> {
-    Arc::new(RedisBackend::connect(url).await.expect("connect to the test server"))
+    Arc::new(
+        RedisBackend::connect(url)
+            .await
+            .expect("connect to the test server"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,7 +40,11 @@ async fn two_processes_never_overlap_and_tokens_increase() {
     a.finish(Duration::from_secs(60)).await;
     b.finish(Duration::from_secs(60)).await;
     let text = std::fs::read_to_string(marks.path()).unwrap();
-    assert_eq!(check_marks(&text), 80, "every critical section left its marks");
+    assert_eq!(
+        check_marks(&text),
+        80,
+        "every critical section left its marks"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,12 +64,22 @@ async fn a_killed_holder_frees_the_lock_within_its_ttl() {
     );
     holder.acquired(Duration::from_secs(20)).await;
     let lock = Lock::new("crash").with_backend(connect(&server.url()).await);
-    assert!(lock.try_acquire().await.unwrap().is_none(), "the holder has it");
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "the holder has it"
+    );
     holder.kill9().await;
     let killed = Instant::now();
-    let guard = lock.wait(ttl * 4).acquire().await.expect("the crashed holder's lease never expired");
+    let guard = lock
+        .wait(ttl * 4)
+        .acquire()
+        .await
+        .expect("the crashed holder's lease never expired");
     let took = killed.elapsed();
-    assert!(took <= ttl + Duration::from_secs(1), "took {took:?} after the crash");
+    assert!(
+        took <= ttl + Duration::from_secs(1),
+        "took {took:?} after the crash"
+    );
     guard.release().await.unwrap();
 }
 
@@ -70,7 +88,12 @@ async fn a_restarted_server_makes_the_holder_lose_the_lease() {
     let mut server = RedisServer::start();
     let ttl = Duration::from_millis(1500);
     let backend = connect(&server.url()).await;
-    let guard = Lock::new("restart").ttl(ttl).with_backend(backend).acquire().await.unwrap();
+    let guard = Lock::new("restart")
+        .ttl(ttl)
+        .with_backend(backend)
+        .acquire()
+        .await
+        .unwrap();
     let lost = guard.lost();
     // The restarted server has an empty dataset (no persistence): the lease is gone.
     server.restart();
@@ -88,22 +111,44 @@ async fn a_blackholed_holder_gives_up_before_the_server_expires_its_key() {
     let proxy = FaultProxy::start(server.addr()).await;
     let ttl = Duration::from_secs(2);
     let through_proxy = connect(&format!("redis://{}?timeout_ms=60000", proxy.addr())).await;
-    let guard = Lock::new("blackhole").ttl(ttl).with_backend(through_proxy).acquire().await.unwrap();
+    let guard = Lock::new("blackhole")
+        .ttl(ttl)
+        .with_backend(through_proxy)
+        .acquire()
+        .await
+        .unwrap();
     let lost = guard.lost();
     proxy.blackhole();
 
-    tokio::time::timeout(ttl * 2, lost).await.expect("lost() never fired");
+    tokio::time::timeout(ttl * 2, lost)
+        .await
+        .expect("lost() never fired");
     let lost_at = Instant::now();
     // The server still holds the key: the holder stopped first.
-    let pttl: i64 = server.redis_cli(&["PTTL", &lock_key("blackhole")]).parse().unwrap();
-    assert!(pttl > 0, "the key expired on the server (PTTL {pttl}) before lost() fired");
+    let pttl: i64 = server
+        .redis_cli(&["PTTL", &lock_key("blackhole")])
+        .parse()
+        .unwrap();
+    assert!(
+        pttl > 0,
+        "the key expired on the server (PTTL {pttl}) before lost() fired"
+    );
 
     // A second client gets the lock only after the server expires it, which
     // is after the first one was told to stop.
-    let direct = Lock::new("blackhole").ttl(ttl).with_backend(connect(&server.url()).await);
-    let second = direct.wait(ttl * 2).acquire().await.expect("second client acquires after expiry");
+    let direct = Lock::new("blackhole")
+        .ttl(ttl)
+        .with_backend(connect(&server.url()).await);
+    let second = direct
+        .wait(ttl * 2)
+        .acquire()
+        .await
+        .expect("second client acquires after expiry");
     let second_at = Instant::now();
-    assert!(second_at >= lost_at, "the second holder started before the first knew it had lost");
+    assert!(
+        second_at >= lost_at,
+        "the second holder started before the first knew it had lost"
+    );
     second.release().await.unwrap();
 }
 
@@ -115,8 +160,17 @@ async fn a_stopped_server_fails_acquire_within_its_wait() {
     server.stop();
     let wait = Duration::from_secs(2);
     let start = Instant::now();
-    let err = Lock::new("stopped").wait(wait).with_backend(backend).acquire().await.unwrap_err();
-    assert!(start.elapsed() <= wait + Duration::from_secs(1), "took {:?}", start.elapsed());
+    let err = Lock::new("stopped")
+        .wait(wait)
+        .with_backend(backend)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() <= wait + Duration::from_secs(1),
+        "took {:?}",
+        start.elapsed()
+    );
     match &err {
         LockError::Backend { backend, .. } => {
             assert!(backend.contains(&server.port().to_string()), "{err}");
@@ -138,7 +192,9 @@ async fn a_thousand_leases_are_renewed_in_batches() {
     let ttl = Duration::from_millis(1500);
     let mut acquiring = Vec::new();
     for i in 0..LEASES {
-        let lock = Lock::new(format!("many:{i}")).ttl(ttl).with_backend(backend.clone());
+        let lock = Lock::new(format!("many:{i}"))
+            .ttl(ttl)
+            .with_backend(backend.clone());
         acquiring.push(tokio::spawn(async move { lock.acquire().await }));
     }
     let mut guards = Vec::new();
@@ -151,13 +207,20 @@ async fn a_thousand_leases_are_renewed_in_batches() {
     assert!(guards.iter().all(|g| g.is_held()), "some leases lapsed");
     let other: Arc<dyn LockBackend> = connect(&server.url()).await;
     for i in [0, LEASES / 2, LEASES - 1] {
-        let taken = Lock::new(format!("many:{i}")).with_backend(other.clone()).try_acquire().await.unwrap();
+        let taken = Lock::new(format!("many:{i}"))
+            .with_backend(other.clone())
+            .try_acquire()
+            .await
+            .unwrap();
         assert!(taken.is_none(), "lease many:{i} is not held on the server");
     }
     // Three ttls are nine renewal ticks; allow for ticks split by timing,
     // and stay far from one round trip per lease per tick (9 000).
     println!("renewal round trips for {LEASES} leases over 3 ttls: {renew_round_trips}");
-    assert!((3..=40).contains(&renew_round_trips), "{renew_round_trips} renewal round trips");
+    assert!(
+        (3..=40).contains(&renew_round_trips),
+        "{renew_round_trips} renewal round trips"
+    );
     for guard in guards {
         guard.release().await.unwrap();
     }

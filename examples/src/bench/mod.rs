@@ -4,4 +4,5 @@
 //! server in the same run and prints ratios, because absolute numbers on a
 //! shared machine mean little.
 
+pub mod redis;
 pub mod stats;
