@@ -315,3 +315,9 @@ mod zookeeper {
         assert_ne!(new_leader, leader);
     }
 }
+
+#[test]
+fn redis_tls_cluster_reaches_ok() {
+    let cluster = RedisCluster::try_start_with(3, RedisOptions::new().tls(true)).unwrap();
+    assert_eq!(cluster.redis_cli(&["SET", "k", "v"]), "OK");
+}

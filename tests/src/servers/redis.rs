@@ -37,6 +37,7 @@ pub struct RedisOptions {
     password: Option<String>,
     acl_user: Option<(String, String)>,
     tls: bool,
+    certs: Option<TestCerts>,
     cluster: bool,
     cluster_node_timeout_ms: Option<u64>,
     extra: Vec<String>,
@@ -65,6 +66,15 @@ impl RedisOptions {
     /// `--tls-auth-clients no` (clients need the CA, not a certificate).
     pub fn tls(mut self, tls: bool) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// TLS with the given certificates instead of a fresh CA per server: servers that must
+    /// trust each other (cluster nodes) or that one client reaches with one CA (a Redlock
+    /// set) share them. [`RedisSet`] and [`RedisCluster`] do this by themselves.
+    pub fn tls_with(mut self, certs: TestCerts) -> Self {
+        self.tls = true;
+        self.certs = Some(certs);
         self
     }
 
@@ -137,10 +147,10 @@ impl RedisServer {
             .prefix(&format!("dlock-redis-{port}-"))
             .tempdir()
             .context(|| "create temp dir for redis".to_string())?;
-        let certs = if options.tls {
-            Some(TestCerts::generate(dir.path())?)
-        } else {
-            None
+        let certs = match (&options.certs, options.tls) {
+            (Some(certs), true) => Some(certs.clone()),
+            (None, true) => Some(TestCerts::generate(dir.path())?),
+            (_, false) => None,
         };
         let spec = redis_spec(&server, port, dir.path(), &options, certs.as_ref());
         let process = ServerProcess::spawn(spec)?;
@@ -357,10 +367,25 @@ fn redis_spec(
     spec.args(&options.extra)
 }
 
+/// For TLS groups without given certificates: one CA for all servers, in a temp dir that
+/// the group keeps (and drops after its servers).
+fn share_certs(options: &mut RedisOptions) -> HarnessResult<Option<TempDir>> {
+    if !options.tls || options.certs.is_some() {
+        return Ok(None);
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("dlock-redis-certs-")
+        .tempdir()
+        .context(|| "create temp dir for redis certificates".to_string())?;
+    options.certs = Some(TestCerts::generate(dir.path())?);
+    Ok(Some(dir))
+}
+
 /// `n` independent Redis masters (the servers of a Redlock set), stopped on drop.
 #[derive(Debug)]
 pub struct RedisSet {
     servers: Vec<RedisServer>,
+    _certs_dir: Option<TempDir>,
 }
 
 impl RedisSet {
@@ -370,12 +395,17 @@ impl RedisSet {
         Self::try_start_with(n, RedisOptions::new()).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Starts `n` servers, each with `options`.
+    /// Starts `n` servers, each with `options` (with TLS, all share one CA).
     pub fn try_start_with(n: usize, options: RedisOptions) -> HarnessResult<Self> {
+        let mut options = options;
+        let certs_dir = share_certs(&mut options)?;
         let servers = (0..n)
             .map(|_| RedisServer::try_start_with(options.clone()))
             .collect::<HarnessResult<Vec<_>>>()?;
-        Ok(Self { servers })
+        Ok(Self {
+            servers,
+            _certs_dir: certs_dir,
+        })
     }
 
     /// `redlock://127.0.0.1:P1,127.0.0.1:P2,...`.
@@ -428,6 +458,7 @@ impl RedisSet {
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    _certs_dir: Option<TempDir>,
 }
 
 impl RedisCluster {
@@ -437,7 +468,8 @@ impl RedisCluster {
         Self::try_start_with(masters, RedisOptions::new()).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Fallible [`RedisCluster::start`] with per-node options (e.g. cluster node timeout).
+    /// Fallible [`RedisCluster::start`] with per-node options (e.g. cluster node timeout,
+    /// TLS: then the nodes share one CA and talk TLS on the cluster bus too).
     pub fn try_start_with(masters: usize, options: RedisOptions) -> HarnessResult<Self> {
         if masters < 3 {
             return Err(HarnessError::new(format!(
@@ -446,10 +478,14 @@ impl RedisCluster {
         }
         let mut options = options;
         options.cluster = true;
+        let certs_dir = share_certs(&mut options)?;
         let nodes = (0..masters)
             .map(|_| RedisServer::try_start_with(options.clone()))
             .collect::<HarnessResult<Vec<_>>>()?;
-        let cluster = Self { nodes };
+        let cluster = Self {
+            nodes,
+            _certs_dir: certs_dir,
+        };
         let mut args: Vec<&str> = vec!["--cluster", "create"];
         let addrs: Vec<String> = cluster.nodes.iter().map(|n| n.addr().to_string()).collect();
         args.extend(addrs.iter().map(String::as_str));
