@@ -252,6 +252,15 @@ mod etcd {
     }
 
     #[test]
+    fn tls_member_answers_with_ca() {
+        let etcd = EtcdServer::start_tls();
+        assert!(etcd.url().starts_with("etcds://127.0.0.1:"));
+        assert!(etcd.ca_cert_path().is_some());
+        assert_eq!(etcd.etcdctl(&["put", "k", "v"]), "OK");
+        assert_eq!(etcd.etcdctl(&["get", "k", "--print-value-only"]), "v");
+    }
+
+    #[test]
     fn three_members_elect_a_new_leader_after_a_kill() {
         let mut cluster = EtcdCluster::start(3);
         assert_eq!(cluster.endpoints().len(), 3);
