@@ -330,3 +330,12 @@ fn redis_tls_cluster_reaches_ok() {
     let cluster = RedisCluster::try_start_with(3, RedisOptions::new().tls(true)).unwrap();
     assert_eq!(cluster.redis_cli(&["SET", "k", "v"]), "OK");
 }
+
+#[test]
+fn redis_cluster_node_restart_rejoins() {
+    let mut cluster = RedisCluster::start(3);
+    cluster.node_mut(2).kill9();
+    cluster.node_mut(2).start_again();
+    cluster.wait_cluster_ok(Duration::from_secs(20)).unwrap();
+    assert_eq!(cluster.redis_cli(&["SET", "after-restart", "v"]), "OK");
+}

@@ -16,7 +16,7 @@ use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::control::ServerControl;
-use crate::servers::ports::free_port;
+use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{
     require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
 };
@@ -83,9 +83,13 @@ impl EtcdServer {
 
     /// Fallible [`EtcdServer::start`].
     pub fn try_start() -> HarnessResult<Self> {
+        retry_port_clash(|| Self::try_start_single(false))
+    }
+
+    fn try_start_single(tls: bool) -> HarnessResult<Self> {
         let plan = MemberPlan::new("m1".to_string())?;
         let cluster = plan.peer_url();
-        let mut member = Self::spawn(plan, &cluster, "dlock-etcd-1", false)?;
+        let mut member = Self::spawn(plan, &cluster, "dlock-etcd-1", tls)?;
         member.wait_ready()?;
         Ok(member)
     }
@@ -101,11 +105,7 @@ impl EtcdServer {
 
     /// Fallible [`EtcdServer::start_tls`].
     pub fn try_start_tls() -> HarnessResult<Self> {
-        let plan = MemberPlan::new("m1".to_string())?;
-        let cluster = plan.peer_url();
-        let mut member = Self::spawn(plan, &cluster, "dlock-etcd-1", true)?;
-        member.wait_ready()?;
-        Ok(member)
+        retry_port_clash(|| Self::try_start_single(true))
     }
 
     fn spawn(
@@ -286,6 +286,10 @@ impl EtcdCluster {
 
     /// Fallible [`EtcdCluster::start`].
     pub fn try_start(n: usize) -> HarnessResult<Self> {
+        retry_port_clash(|| Self::try_start_once(n))
+    }
+
+    fn try_start_once(n: usize) -> HarnessResult<Self> {
         if n == 0 {
             return Err(HarnessError::new("an etcd cluster needs at least 1 member"));
         }

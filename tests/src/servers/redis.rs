@@ -14,7 +14,7 @@ use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::control::ServerControl;
-use crate::servers::ports::{free_port, free_port_with_offsets};
+use crate::servers::ports::{free_port, free_port_with_offsets, retry_port_clash};
 use crate::servers::process::{
     require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
 };
@@ -132,12 +132,14 @@ impl RedisServer {
 
     /// Fallible [`RedisServer::start_with`].
     pub fn try_start_with(options: RedisOptions) -> HarnessResult<Self> {
-        let port = if options.cluster {
-            free_port_with_offsets(&[CLUSTER_BUS_OFFSET])?
-        } else {
-            free_port()?
-        };
-        Self::try_start_on(port, options)
+        retry_port_clash(|| {
+            let port = if options.cluster {
+                free_port_with_offsets(&[CLUSTER_BUS_OFFSET])?
+            } else {
+                free_port()?
+            };
+            Self::try_start_on(port, options.clone())
+        })
     }
 
     fn try_start_on(port: u16, options: RedisOptions) -> HarnessResult<Self> {
