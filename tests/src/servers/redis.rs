@@ -220,15 +220,20 @@ impl RedisServer {
 
     /// Runs one command with `redis-cli` (authenticated, over TLS where needed) and returns
     /// its trimmed stdout, e.g. `redis.redis_cli(&["PTTL", "dlock:{k}"])` → `"29998"`. Error
-    /// replies come back as text too (`ERR ...`). Panics if redis-cli cannot run or takes
-    /// longer than 10 s (e.g. against a paused server).
+    /// replies come back as text too (`ERR ...`, redis-cli exits 0 for them). Panics if
+    /// redis-cli cannot run, fails (e.g. cannot connect: the server is down) or takes longer
+    /// than 10 s (e.g. against a paused server); use [`RedisServer::try_redis_cli`] or
+    /// [`RedisServer::ping`] to observe those.
     #[track_caller]
     pub fn redis_cli(&self, args: &[&str]) -> String {
         match self.try_redis_cli(args) {
-            Ok(out) if out.status.is_some() => out.stdout.trim().to_string(),
+            Ok(out) if out.success() => out.stdout.trim().to_string(),
             Ok(out) => panic!(
-                "redis-cli {args:?} against {} timed out; stderr: {}",
+                "redis-cli {args:?} against {} failed ({}): {}{}",
                 self.addr(),
+                out.status
+                    .map_or_else(|| "timed out".to_string(), |s| s.to_string()),
+                out.stdout,
                 out.stderr
             ),
             Err(e) => panic!("{e}"),
