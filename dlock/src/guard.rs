@@ -327,13 +327,14 @@ impl Drop for LockGuard {
             let shared = self.shared.clone();
             // Never block in Drop, and never panic: if the runtime is gone the
             // task is dropped unrun, and the lease expires by its ttl.
-            let _ = self.shared.runtime.spawn(async move {
+            // Dropping the JoinHandle detaches the task; it still runs.
+            drop(self.shared.runtime.spawn(async move {
                 if let Err(e) = shared.finish_release(was_held).await {
                     if !matches!(e, LockError::NotHeld { .. }) {
                         tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
                     }
                 }
-            });
+            }));
         }
     }
 }
