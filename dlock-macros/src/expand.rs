@@ -66,7 +66,7 @@ fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     };
 
     let locals = Locals::new();
-    let guard_binding = guard.as_ref().and_then(|g| g.binding(&locals.guard));
+    let guard_binding = guard.as_ref().map(|g| g.binding(&locals.guard));
     if let Some(guard) = &guard {
         remove_param(&mut func.sig, guard);
     }
@@ -228,6 +228,8 @@ struct GuardParam {
     /// The name it binds; `None` for `_`.
     name: Option<Ident>,
     pat: Pat,
+    /// The referenced type as written: `LockGuard`, `dlock::LockGuard`.
+    guard_type: Type,
     /// The lifetime async-trait gave it (`&'life1 LockGuard`), which must go
     /// with the parameter.
     lifetime: Option<syn::Lifetime>,
@@ -235,11 +237,12 @@ struct GuardParam {
 
 impl GuardParam {
     /// `let guard: &LockGuard = &__dlock_guard;` with the user's pattern
-    /// (so `mut guard` or `_guard` stay as written); nothing for `_`.
-    fn binding(&self, held: &Ident) -> Option<TokenStream> {
-        self.name.as_ref()?;
+    /// (so `mut guard` or `_guard` stay as written) and the user's path to
+    /// `LockGuard` (so their import stays used), minus any lifetime.
+    fn binding(&self, held: &Ident) -> TokenStream {
         let pat = &self.pat;
-        Some(quote!(let #pat: &::dlock::__private::LockGuard = &#held;))
+        let guard_type = &self.guard_type;
+        quote!(let #pat: &#guard_type = &#held;)
     }
 }
 
@@ -298,6 +301,7 @@ fn find_guard(sig: &Signature) -> syn::Result<Option<GuardParam>> {
             index,
             name,
             pat: (*arg.pat).clone(),
+            guard_type: (*reference.elem).clone(),
             lifetime: reference.lifetime.clone(),
         });
     }
