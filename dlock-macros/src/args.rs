@@ -24,8 +24,9 @@ const MIN_TTL: Duration = Duration::from_millis(30);
 
 /// The parsed and validated arguments.
 pub(crate) struct Args {
-    /// The key template literal; checked against the parameters in `key.rs`.
-    pub(crate) key: LitStr,
+    /// The key template literal, parsed and checked in `key.rs`; `None`
+    /// when missing (an error was pushed).
+    pub(crate) key: Option<LitStr>,
     pub(crate) ttl: Option<Located<Duration>>,
     pub(crate) wait: Option<Located<Duration>>,
     pub(crate) backend: Option<LitStr>,
@@ -70,28 +71,33 @@ struct Builder {
 }
 
 impl Args {
-    /// Parses the attribute's tokens. `Err` holds every error found.
-    pub(crate) fn parse(tokens: TokenStream) -> Result<Args, syn::Error> {
-        let raw: RawArgs = syn::parse2(tokens)?;
-        let mut errors = Errors::default();
+    /// Parses the attribute's tokens, pushing every mistake to `errors`.
+    ///
+    /// Whatever could be read is returned even when there are errors, so the
+    /// key template is still checked and all mistakes show up in one build.
+    pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         let mut seen = Builder::default();
-        for meta in raw.0 {
-            if let Err(e) = seen.add(meta) {
-                errors.push(e);
+        match syn::parse2::<RawArgs>(tokens) {
+            Ok(raw) => {
+                for meta in raw.0 {
+                    if let Err(e) = seen.add(meta) {
+                        errors.push(e);
+                    }
+                }
+                if seen.key.is_none() {
+                    errors.push(missing_key());
+                }
             }
+            Err(e) => errors.push(e),
         }
-        if seen.key.is_none() {
-            errors.push(missing_key());
-        }
-        errors.finish()?;
-        Ok(Args {
-            key: seen.key.ok_or_else(missing_key)?,
+        Args {
+            key: seen.key,
             ttl: seen.ttl,
             wait: seen.wait,
             backend: seen.backend,
             renew: seen.renew,
             on_lost: seen.on_lost.unwrap_or(OnLost::Cancel),
-        })
+        }
     }
 }
 
@@ -317,7 +323,9 @@ mod tests {
     use quote::quote;
 
     fn parse(tokens: TokenStream) -> Result<Args, String> {
-        Args::parse(tokens).map_err(|e| {
+        let mut errors = Errors::default();
+        let args = Args::parse(tokens, &mut errors);
+        errors.finish().map(|()| args).map_err(|e| {
             e.into_iter()
                 .map(|e| e.to_string())
                 .collect::<Vec<_>>()
@@ -343,7 +351,7 @@ mod tests {
             on_lost = "continue",
         ))
         .unwrap();
-        assert_eq!(args.key.value(), "order:{id}");
+        assert_eq!(args.key.unwrap().value(), "order:{id}");
         assert_eq!(args.ttl.unwrap().value, Duration::from_secs(90));
         assert_eq!(args.wait.unwrap().value, Duration::from_millis(250));
         assert_eq!(args.backend.unwrap().value(), "etcd");

@@ -34,7 +34,7 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 
 fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
-    let args = errors.keep(Args::parse(args));
+    let args = Args::parse(args, &mut errors);
     let mut func = match syn::parse2::<ItemFn>(item.clone()) {
         Ok(func) => func,
         Err(_) => return Err(errors.with(not_a_function(item))),
@@ -42,8 +42,9 @@ fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let shape = errors.keep(Shape::of(&func));
     let guard = errors.keep(find_guard(&func.sig));
     let template = args
+        .key
         .as_ref()
-        .and_then(|args| errors.keep(Template::parse(&args.key)));
+        .and_then(|key| errors.keep(Template::parse(key)));
     if let (Some(template), Some(guard)) = (&template, &guard) {
         let params = param_names(&func.sig, guard.as_ref().map(|g| g.index));
         let guard_name = guard
@@ -58,8 +59,7 @@ fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
         errors.keep(template.check(&scope));
     }
     errors.finish()?;
-    let (Some(args), Some(shape), Some(guard), Some(template)) = (args, shape, guard, template)
-    else {
+    let (Some(shape), Some(guard), Some(template)) = (shape, guard, template) else {
         // Every `None` above pushed an error, so this is not reached; it
         // only spares an `unwrap`.
         return unreachable_ok();
