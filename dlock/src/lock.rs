@@ -35,9 +35,14 @@ pub const MIN_TTL: Duration = Duration::from_millis(30);
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
 /// dlock::registry().set_default(dlock::connect("memory://").await?);
 /// let lock = Lock::new("order:42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(5));
-/// let guard = lock.acquire().await?;          // waits up to 5 s
-/// assert!(lock.try_acquire().await?.is_some()); // same task: reentrant
-/// guard.release().await?;
+/// // Reentrancy is per tokio task (`block_on`'s own future is not one).
+/// tokio::spawn(async move {
+///     let guard = lock.acquire().await?;            // waits up to 5 s
+///     assert!(lock.try_acquire().await?.is_some()); // same task: reentrant
+///     guard.release().await
+/// })
+/// .await
+/// .expect("the task ran")?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
