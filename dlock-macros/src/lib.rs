@@ -48,8 +48,11 @@
 //!   the future it produces.
 //! - The function returns only after the lease has been released, so
 //!   calling it twice in a row never contends with itself.
-//! - Inside one task, a call to another locked function with the same key
-//!   is reentrant (it does not wait for itself).
+//! - Inside one tokio task, a call to another locked function with the same
+//!   key is reentrant (it does not wait for itself). The future given to
+//!   `block_on` (and so `#[tokio::main]`'s body) is not a task: nest such
+//!   calls inside `tokio::spawn`, or they wait for themselves until `wait`
+//!   runs out.
 //!
 //! # What it expands to
 //!
