@@ -23,21 +23,21 @@ use crate::key::{Scope, Template};
 /// together with the function unchanged (so the user sees our error, not a
 /// cascade of "cannot find function" at every call site).
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    match expand(args, item.clone()) {
+    match expand(args, &item) {
         Ok(expanded) => expanded,
         Err(errors) => {
-            let errors = errors.to_compile_error();
-            quote!(#errors #item)
+            let mut output = errors.to_compile_error();
+            output.extend(item);
+            output
         }
     }
 }
 
-fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
     let args = Args::parse(args, &mut errors);
-    let mut func = match syn::parse2::<ItemFn>(item.clone()) {
-        Ok(func) => func,
-        Err(_) => return Err(errors.with(not_a_function(item))),
+    let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
+        return Err(errors.with(not_a_function(item.clone())));
     };
     let shape = errors.keep(Shape::of(&func));
     let guard = errors.keep(find_guard(&func.sig));
@@ -349,11 +349,13 @@ fn param_names(sig: &Signature, guard: Option<usize>) -> Vec<String> {
 /// Removes the guard parameter (and async-trait's lifetime for it, which
 /// the trait's own signature does not have).
 fn remove_param(sig: &mut Signature, guard: &GuardParam) {
+    // Collecting values (not pairs) re-punctuates: no trailing comma is
+    // left behind when the guard was the last parameter.
     sig.inputs = std::mem::take(&mut sig.inputs)
-        .into_pairs()
+        .into_iter()
         .enumerate()
         .filter(|(index, _)| *index != guard.index)
-        .map(|(_, pair)| pair)
+        .map(|(_, input)| input)
         .collect();
     let Some(lifetime) = &guard.lifetime else {
         return;
@@ -417,9 +419,12 @@ impl Lock<'_> {
     /// The locked body: build the lock, acquire, run `body` with the lease
     /// held, release, return the body's result.
     ///
-    /// `pin_type`: annotate the body's result with `output`, so `?` and
-    /// `return` inside it know their type (async-trait's body already pins
-    /// it itself).
+    /// `pin_type`: tell the body's async block its output type before the
+    /// body, so `?` and `return` inside it know their type (async-trait's
+    /// body already does this itself). The body's statements stay the
+    /// block's own statements, so lints see them as the user wrote them;
+    /// wrapping them in `let ret: T = { .. };` would turn a final `return x;`
+    /// into clippy's `diverging_sub_expression`.
     fn wrap(&self, output: &Type, body: TokenStream, pin_type: bool) -> TokenStream {
         let mut output = output.clone();
         ImplTraitToInfer.visit_type_mut(&mut output);
@@ -445,9 +450,11 @@ impl Lock<'_> {
         } = &self.locals;
         let body = if pin_type {
             quote! {
-                let #ret: #output = { #body };
-                #[allow(unreachable_code)]
-                #ret
+                if let ::core::option::Option::Some(#ret) = ::core::option::Option::None::<#output> {
+                    #[allow(unreachable_code)]
+                    return #ret;
+                }
+                #body
             }
         } else {
             body
@@ -512,5 +519,72 @@ impl VisitMut for ImplTraitToInfer {
             return;
         }
         syn::visit_mut::visit_type_mut(self, ty);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    fn expand(args: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> String {
+        let out = super::distributed_lock(args, item).to_string();
+        out.split_whitespace().collect::<Vec<_>>().join("")
+    }
+
+    fn compact(tokens: &str) -> String {
+        tokens.split_whitespace().collect()
+    }
+
+    #[test]
+    fn expands_as_the_crate_docs_show() {
+        let out = expand(
+            quote!(key = "order:{id}", ttl = "30s", wait = "5s"),
+            quote!(
+                async fn pay(id: u64, guard: &LockGuard) -> Result<Receipt, AppError> {
+                    Ok(Receipt { id })
+                }
+            ),
+        );
+        for expected in [
+            "asyncfnpay(id:u64)->Result<Receipt,AppError>{",
+            "::dlock::__private::fail_with::<Result<Receipt,AppError>>()",
+            "::dlock::__private::Lock::new(::std::format!(\"order:{id}\"))",
+            ".ttl(::core::time::Duration::new(30u64,0u32)).wait(::core::time::Duration::new(5u64,0u32));",
+            "letguard:&LockGuard=&__dlock_guard;",
+            "::dlock::__private::OnLost::Cancel",
+            "::core::option::Option::None::<Result<Receipt,AppError>>",
+            "Ok(Receipt{id})})",
+            "::dlock::__private::finish(__dlock_guard,__dlock_output).await}",
+        ] {
+            assert!(out.contains(&compact(expected)), "missing {expected}\nin {out}");
+        }
+    }
+
+    #[test]
+    fn errors_come_with_the_function_unchanged() {
+        let item = quote!(
+            fn pay(id: u64) -> Result<u64, E> {
+                Ok(id)
+            }
+        );
+        let out = expand(quote!(key = "{id}", tll = "1s"), item.clone());
+        assert!(out.starts_with("::core::compile_error!"), "{out}");
+        assert!(out.contains("unknownargument`tll`"), "{out}");
+        assert!(out.contains("needsan`asyncfn`"), "{out}");
+        assert!(out.ends_with(&compact(&item.to_string())), "{out}");
+    }
+
+    #[test]
+    fn impl_trait_in_the_return_type_becomes_inferred() {
+        let out = expand(
+            quote!(key = "k"),
+            quote!(
+                async fn f() -> Result<impl Display, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(out.contains("fail_with::<Result<_,E>>()"), "{out}");
+        assert!(out.contains("->Result<implDisplay,E>{"), "{out}");
     }
 }

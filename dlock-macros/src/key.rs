@@ -271,7 +271,9 @@ fn check_placeholder(placeholder: &Placeholder, scope: &Scope) -> Result<(), Str
         list_params(scope.params)
     );
     if scope.has_receiver {
-        message.push_str(&format!("; for a field of `self`, write `{{self.{text}}}`"));
+        message.push_str("; for a field of `self`, write `{self.");
+        message.push_str(&text);
+        message.push_str("}`");
     }
     Err(message)
 }

@@ -80,18 +80,21 @@
 //!         ::core::result::Result::Err(error) => return __dlock_fail(error),
 //!     };
 //!     let __dlock_output = {
-//!         let guard: &::dlock::__private::LockGuard = &__dlock_guard;
+//!         let guard: &LockGuard = &__dlock_guard;
 //!         // Races the body against `guard.lost()` (on_lost = "cancel").
 //!         ::dlock::__private::run_body(&__dlock_guard, ::dlock::__private::OnLost::Cancel, __dlock_fail, async move {
 //!             // The body runs in its own async block: `return` and `?` leave
 //!             // the block, not the function, so the lock is still released.
-//!             let __dlock_ret: Result<Receipt, AppError> = {
-//!                 let fence = guard.fencing_token();
-//!                 charge(id, fence).await?;
-//!                 Ok(Receipt { id })
-//!             };
-//!             #[allow(unreachable_code)]
-//!             __dlock_ret
+//!             // This `if` only tells the block its output type, for `?`.
+//!             if let ::core::option::Option::Some(__dlock_ret) =
+//!                 ::core::option::Option::None::<Result<Receipt, AppError>>
+//!             {
+//!                 #[allow(unreachable_code)]
+//!                 return __dlock_ret;
+//!             }
+//!             let fence = guard.fencing_token();
+//!             charge(id, fence).await?;
+//!             Ok(Receipt { id })
 //!         })
 //!         .await
 //!     };
