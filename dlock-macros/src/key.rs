@@ -10,6 +10,10 @@ use syn::{Ident, Index, LitStr, Member};
 
 use crate::error::Errors;
 
+/// `dlock::MAX_KEY_BYTES`, repeated because the macro knows only dlock's
+/// public API and checks constant keys at compile time.
+const MAX_KEY_BYTES: usize = 512;
+
 /// A parsed key template.
 #[derive(Debug)]
 pub(crate) struct Template {
@@ -138,6 +142,14 @@ fn parse_parts(template: &str) -> Result<Vec<Part>, String> {
     if template.is_empty() {
         return Err("the key is empty; name the resource, e.g. `key = \"order:{id}\"`".into());
     }
+    // dlock rejects such keys at run time (`LockError::InvalidKey`); the
+    // literal part of a template can be checked now.
+    if let Some(c) = template.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "the key contains the control character {c:?}; lock keys are printable text"
+        ));
+    }
+
     let mut parts = Vec::new();
     let mut text = String::new();
     let mut chars = template.chars().peekable();
@@ -179,6 +191,19 @@ fn parse_parts(template: &str) -> Result<Vec<Part>, String> {
     }
     if !text.is_empty() {
         parts.push(Part::Text(text));
+    }
+    // The literal text alone is a lower bound on every rendered key.
+    let fixed: usize = parts
+        .iter()
+        .map(|part| match part {
+            Part::Text(text) => text.len(),
+            Part::Placeholder(_) => 0,
+        })
+        .sum();
+    if fixed > MAX_KEY_BYTES {
+        return Err(format!(
+            "the key's fixed text is {fixed} bytes, longer than dlock's {MAX_KEY_BYTES}-byte key limit (`dlock::MAX_KEY_BYTES`); shorten it"
+        ));
     }
     Ok(parts)
 }
@@ -364,6 +389,10 @@ mod tests {
         assert!(err("{1x}").starts_with("invalid placeholder"));
         assert!(err("{a.01}").starts_with("invalid placeholder"));
         assert!(err("{type}").starts_with("invalid placeholder"));
+        assert!(err("a\tb").contains("control character '\\t'"));
+        assert!(err(&"k".repeat(513)).contains("512-byte"));
+        assert!(parse_parts(&"k".repeat(512)).is_ok());
+        assert!(parse_parts(&format!("{{{}}}", "k".repeat(600))).is_ok());
     }
 
     #[test]

@@ -23,7 +23,8 @@
 //!   parameters (those bound to a plain name), `{self.field}` works in
 //!   methods with a `self` receiver; tuple fields are `{pair.0}`. Each
 //!   placeholder is rendered with `Display`. `{{` and `}}` are literal
-//!   braces. Placeholders are checked at compile time.
+//!   braces. Placeholders are checked at compile time, and so is the fixed
+//!   text (no control characters, not over dlock's 512-byte key limit).
 //! - **`ttl`**, **`wait`**: parsed at compile time with humantime and turned
 //!   into `Duration` constants.
 //! - **`on_lost = "cancel"`**: if the lease is lost while the body runs, the

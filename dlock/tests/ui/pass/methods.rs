@@ -23,6 +23,12 @@ impl Cart {
         Ok(self.items)
     }
 
+    // A return type that borrows from `self`.
+    #[distributed_lock(key = "cart:{self.id}")]
+    async fn first(&self) -> Result<Option<&str>, LockError> {
+        Ok(self.items.first().map(String::as_str))
+    }
+
     // `self` itself, rendered with Display.
     #[distributed_lock(key = "{self}")]
     async fn by_display(&self) -> Result<(), LockError> {
@@ -42,6 +48,7 @@ async fn main() -> Result<(), LockError> {
     let mut cart = Cart { id: 5, items: vec![] };
     cart.add("apple").await?;
     assert_eq!(cart.count().await?, ("cart:5".to_owned(), 1));
+    assert_eq!(cart.first().await?, Some("apple"));
     cart.by_display().await?;
     assert_eq!(cart.checkout().await?, vec!["apple".to_owned()]);
     Ok(())

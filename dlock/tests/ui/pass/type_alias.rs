@@ -30,7 +30,8 @@ async fn opaque() -> Result<impl std::fmt::Display, LockError> {
 async fn main() -> Result<(), MyErr> {
     dlock::registry().set_default(dlock::connect("memory://").await?);
     assert_eq!(via_alias(3).await?, 3);
-    assert!(via_alias(0).await.is_err());
+    let MyErr(inner) = via_alias(0).await.unwrap_err();
+    assert!(matches!(inner, LockError::InvalidOption { .. }));
     assert_eq!(opaque().await?.to_string(), "5");
     Ok(())
 }
