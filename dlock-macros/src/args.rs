@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, Lit, LitBool, LitStr, Meta, Token};
 
 use crate::error::Errors;
@@ -111,6 +111,8 @@ fn missing_key() -> syn::Error {
 
 impl Builder {
     fn add(&mut self, meta: Meta) -> syn::Result<()> {
+        // `ttl = "10s"` as a whole: what a duplicate's error points at.
+        let whole = meta.to_token_stream();
         let name = match meta.path().get_ident() {
             Some(ident) => ident.to_string(),
             None => return Err(unknown(&meta, &path_text(meta.path()))),
@@ -136,22 +138,21 @@ impl Builder {
                 ))
             }
         };
-        let span = value.span();
         match name.as_str() {
             "key" => {
                 let lit = string(&name, value)?;
-                set(&mut self.key, lit, &name, span)
+                set(&mut self.key, lit, &name, &whole)
             }
             "ttl" => {
                 let lit = string(&name, value)?;
                 let ttl = duration(&name, &lit)?;
                 check_ttl(ttl.value, &lit)?;
-                set(&mut self.ttl, ttl, &name, span)
+                set(&mut self.ttl, ttl, &name, &whole)
             }
             "wait" => {
                 let lit = string(&name, value)?;
                 let wait = duration(&name, &lit)?;
-                set(&mut self.wait, wait, &name, span)
+                set(&mut self.wait, wait, &name, &whole)
             }
             "backend" => {
                 let lit = string(&name, value)?;
@@ -161,7 +162,7 @@ impl Builder {
                         "`backend` is empty: name a registered backend, e.g. `backend = \"etcd\"`, or leave `backend` out to use the default",
                     ));
                 }
-                set(&mut self.backend, lit, &name, span)
+                set(&mut self.backend, lit, &name, &whole)
             }
             "renew" => {
                 let lit = match value {
@@ -175,7 +176,7 @@ impl Builder {
                         ))
                     }
                 };
-                set(&mut self.renew, lit, &name, span)
+                set(&mut self.renew, lit, &name, &whole)
             }
             "on_lost" => {
                 let lit = string(&name, value)?;
@@ -191,20 +192,23 @@ impl Builder {
                         ))
                     }
                 };
-                set(&mut self.on_lost, on_lost, &name, span)
+                set(&mut self.on_lost, on_lost, &name, &whole)
             }
             // VALID was checked above; this arm only keeps the match total.
-            _ => Err(syn::Error::new(span, format!("unknown argument `{name}`"))),
+            _ => Err(syn::Error::new_spanned(
+                whole,
+                format!("unknown argument `{name}`"),
+            )),
         }
     }
 }
 
 /// Stores `value` unless the argument was already given.
-fn set<T>(slot: &mut Option<T>, value: T, name: &str, span: Span) -> syn::Result<()> {
+fn set<T>(slot: &mut Option<T>, value: T, name: &str, whole: &TokenStream) -> syn::Result<()> {
     if slot.is_some() {
-        // Spanned on the value of the second occurrence: that is the one to delete.
-        return Err(syn::Error::new(
-            span,
+        // Spanned on the second occurrence: that is the one to delete.
+        return Err(syn::Error::new_spanned(
+            whole,
             format!("duplicate argument `{name}`"),
         ));
     }
