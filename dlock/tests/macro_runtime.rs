@@ -62,6 +62,31 @@ async fn body_runs_with_the_lock_held() {
     assert!(backend.holder("held:1").is_none());
 }
 
+#[distributed_lock(key = "slow", wait = "50ms", backend = "timeout")]
+async fn wait_briefly() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_wait_times_out() {
+    let backend = register("timeout");
+    let holder = dlock::Lock::new("slow")
+        .backend("timeout")
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let result = tokio::spawn(wait_briefly()).await.unwrap();
+    assert!(
+        matches!(result, Err(AppError::Lock(LockError::Timeout { ref key, .. })) if key == "slow"),
+        "{result:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    holder.release().await.unwrap();
+    assert!(backend.holder("slow").is_none());
+    wait_briefly().await.unwrap();
+}
+
 #[distributed_lock(key = "twice", wait = "0s", backend = "twice")]
 async fn once_at_a_time() -> Result<u32, AppError> {
     Ok(7)
@@ -270,6 +295,20 @@ impl Journal for Account {
     }
 }
 
+#[dlock::async_trait]
+trait Audit {
+    async fn audit(&self) -> Result<u64, LockError>;
+}
+
+#[dlock::async_trait]
+impl Audit for Account {
+    // A guard the body does not name: still removed from the signature.
+    #[distributed_lock(key = "audit:{self.id}", backend = "methods")]
+    async fn audit(&self, _: &LockGuard) -> Result<u64, LockError> {
+        Ok(self.balance)
+    }
+}
+
 #[tokio::test]
 async fn methods_lock_on_fields_of_self() {
     let backend = register("methods");
@@ -281,6 +320,7 @@ async fn methods_lock_on_fields_of_self() {
     assert_eq!(journal.record("hello".into()).await.unwrap(), 5);
     assert_eq!(journal.record(String::new()).await.unwrap(), 0);
     assert!(backend.holder("journal:9").is_none());
+    assert_eq!(account.audit().await.unwrap(), 5);
     assert_eq!(account.close().await.unwrap(), 5);
 }
 
