@@ -61,7 +61,7 @@ fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
     errors.finish()?;
     let (Some(shape), Some(guard), Some(template)) = (shape, guard, template) else {
         // Every `None` above pushed an error, so this is not reached; it
-        // only spares an `unwrap`.
+        // spares an `unwrap` (the macro never panics on user input).
         return unreachable_ok();
     };
 
@@ -79,17 +79,19 @@ fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
     match shape {
         Shape::Async { output } => {
             let stmts = &func.block.stmts;
-            let body = lock.wrap(&output, quote!(#(#stmts)*), true);
+            let body = lock.wrap(&output, quote!(#(#stmts)*));
             *func.block = syn::parse_quote!({ #body });
         }
         Shape::AsyncTrait { output } => {
             // `Box::pin(async move { <async-trait's body> })`: lock inside
             // the outer async block, run async-trait's body as ours.
-            if let Some(block) = async_trait_block(&mut func) {
-                let stmts = &block.block.stmts;
-                let body = lock.wrap(&output, quote!(#(#stmts)*), false);
-                block.block = syn::parse_quote!({ #body });
-            }
+            // `Shape::of` found this block; never emit the function unlocked.
+            let Some(block) = async_trait_block(&mut func) else {
+                return unreachable_ok();
+            };
+            let stmts = &block.block.stmts;
+            let body = lock.wrap(&output, quote!(#(#stmts)*));
+            block.block = syn::parse_quote!({ #body });
         }
     }
     Ok(func.into_token_stream())
@@ -419,13 +421,13 @@ impl Lock<'_> {
     /// The locked body: build the lock, acquire, run `body` with the lease
     /// held, release, return the body's result.
     ///
-    /// `pin_type`: tell the body's async block its output type before the
-    /// body, so `?` and `return` inside it know their type (async-trait's
-    /// body already does this itself). The body's statements stay the
-    /// block's own statements, so lints see them as the user wrote them;
-    /// wrapping them in `let ret: T = { .. };` would turn a final `return x;`
-    /// into clippy's `diverging_sub_expression`.
-    fn wrap(&self, output: &Type, body: TokenStream, pin_type: bool) -> TokenStream {
+    /// The body's async block is told its output type before the body, so
+    /// `?` and `return` inside it know their type (async-trait's body does
+    /// this too; a hand-written `Box::pin(async move { .. })` may not). The
+    /// body's statements stay the block's own statements, so lints see them
+    /// as the user wrote them; wrapping them in `let ret: T = { .. };` would
+    /// turn a final `return x;` into clippy's `diverging_sub_expression`.
+    fn wrap(&self, output: &Type, body: TokenStream) -> TokenStream {
         let mut output = output.clone();
         ImplTraitToInfer.visit_type_mut(&mut output);
         // Spanned on the return type, so "must return `Result<T, E>` where
@@ -448,16 +450,12 @@ impl Lock<'_> {
             held,
             error,
         } = &self.locals;
-        let body = if pin_type {
-            quote! {
-                if let ::core::option::Option::Some(#ret) = ::core::option::Option::None::<#output> {
-                    #[allow(unreachable_code)]
-                    return #ret;
-                }
-                #body
+        let body = quote! {
+            if let ::core::option::Option::Some(#ret) = ::core::option::Option::None::<#output> {
+                #[allow(unreachable_code)]
+                return #ret;
             }
-        } else {
-            body
+            #body
         };
         let guard_binding = &self.guard_binding;
         quote! {

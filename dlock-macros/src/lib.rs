@@ -46,7 +46,10 @@
 //!   and visibility are kept.
 //! - With `#[async_trait]` on the `impl`, write `#[distributed_lock]` on the
 //!   method as usual: `#[async_trait]` runs first and the attribute wraps
-//!   the future it produces.
+//!   the future it produces. The same goes for a hand-written `fn` that
+//!   returns `Pin<Box<dyn Future<Output = Result<T, E>> + ..>>` with a body
+//!   of `Box::pin(async move { .. })`: the lock is taken when the future
+//!   first runs, not when the function is called.
 //! - The function returns only after the lease has been released, so
 //!   calling it twice in a row never contends with itself.
 //! - Inside one tokio task, a call to another locked function with the same

@@ -1,5 +1,8 @@
 // Trait-impl methods: native `async fn` in traits, and `#[async_trait]` (which
 // runs first, on the impl; the attribute wraps the future it produces).
+use std::future::Future;
+use std::pin::Pin;
+
 use dlock::{async_trait, distributed_lock, LockError, LockGuard};
 
 struct Store {
@@ -31,6 +34,17 @@ impl Boxed for Store {
     }
 }
 
+// The same shape written by hand: a boxed `async move` block.
+#[distributed_lock(key = "boxed:{n}")]
+fn boxed(n: u8) -> Pin<Box<dyn Future<Output = Result<u8, LockError>> + Send>> {
+    Box::pin(async move {
+        let doubled = n.checked_mul(2).ok_or(LockError::InvalidOption {
+            reason: "overflow".into(),
+        })?;
+        Ok(doubled)
+    })
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), LockError> {
     dlock::registry().set_default(dlock::connect("memory://").await?);
@@ -38,5 +52,6 @@ async fn main() -> Result<(), LockError> {
     assert_eq!(store.put("a").await?, "2:a");
     let boxed: Box<dyn Boxed + Send + Sync> = Box::new(store);
     assert_eq!(boxed.get("b".into()).await?, "2:b b");
+    assert_eq!(self::boxed(4).await?, 8);
     Ok(())
 }
