@@ -25,6 +25,8 @@
 //!   placeholder is rendered with `Display`. `{{` and `}}` are literal
 //!   braces. Placeholders are checked at compile time, and so is the fixed
 //!   text (no control characters, not over dlock's 512-byte key limit).
+//!   Format specs (`{id:?}`) are not supported: implement `Display`, or
+//!   pass a parameter that is already formatted.
 //! - **`ttl`**, **`wait`**: parsed at compile time with humantime and turned
 //!   into `Duration` constants.
 //! - **`on_lost = "cancel"`**: if the lease is lost while the body runs, the
