@@ -277,3 +277,26 @@ impl Drop for StoppedOnDrop<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::backend::LockBackend;
+    use crate::backends::memory::MemoryBackend;
+    use crate::{local, Lock};
+
+    #[tokio::test]
+    async fn watches_a_lease_until_it_is_released() {
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let watchdog = local::for_backend(&backend).watchdog.clone();
+        let guard = Lock::new("watched")
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .unwrap();
+        assert_eq!(watchdog.len(), 1);
+        guard.release().await.unwrap();
+        assert_eq!(watchdog.len(), 0);
+    }
+}

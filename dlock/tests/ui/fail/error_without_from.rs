@@ -1,0 +1,9 @@
+use dlock::distributed_lock;
+
+#[distributed_lock(key = "order:{id}")]
+async fn pay(id: u64) -> Result<(), String> {
+    let _ = id;
+    Ok(())
+}
+
+fn main() {}
