@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
-use dlock::{Lock, LockBackend, LockError};
+use dlock::{distributed_lock, Lock, LockBackend, LockError, LockGuard};
 use dlock_tests::fixtures::redis::lock_key;
 use dlock_tests::holder::{check_marks, Holder, HolderSpec};
 use dlock_tests::proxy::FaultProxy;
@@ -103,6 +103,40 @@ async fn a_restarted_server_makes_the_holder_lose_the_lease() {
         .expect("lost() did not fire within ttl/3 + 1 s of the restart");
     assert!(restarted.elapsed() <= ttl / 3 + Duration::from_secs(1));
     assert!(!guard.is_held());
+}
+
+/// A critical section that would run for a minute; the lease on a backend
+/// registered as "restart-cancel" is lost long before that.
+#[distributed_lock(key = "payment:{id}", ttl = "1500ms", backend = "restart-cancel")]
+async fn long_payment(
+    id: u64,
+    guard: &LockGuard,
+    started: tokio::sync::oneshot::Sender<()>,
+) -> Result<&'static str, LockError> {
+    assert!(guard.is_held());
+    let _ = started.send(());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok("paid")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_cancels_an_annotated_fn_with_lost() {
+    let mut server = RedisServer::start();
+    dlock::registry().register("restart-cancel", connect(&server.url()).await);
+    let (started, running) = tokio::sync::oneshot::channel();
+    let call = tokio::spawn(long_payment(7, started));
+    running.await.expect("the body started");
+    server.restart();
+    let restarted = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the body was not cancelled")
+        .unwrap();
+    assert!(
+        matches!(result, Err(LockError::Lost { ref key }) if key == "payment:7"),
+        "{result:?}"
+    );
+    assert!(restarted.elapsed() <= Duration::from_millis(500) + Duration::from_secs(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
