@@ -5,4 +5,5 @@
 //! shared machine mean little.
 
 pub mod etcd;
+pub mod redis;
 pub mod stats;
