@@ -253,7 +253,7 @@ async fn leader_killed_while_held_keeps_the_lock_and_the_order() {
         wait_for_queue(&fixture, key, i + 2).await;
     }
 
-    let cluster = fixture.cluster_mut().expect("a cluster fixture");
+    let cluster = fixture.cluster_mut();
     let leader = blocking(|| cluster.wait_for_leader(Duration::from_secs(10))).unwrap();
     blocking(|| cluster.member_mut(leader).kill9());
     let new_leader = blocking(|| cluster.wait_for_leader(Duration::from_secs(15))).unwrap();
@@ -291,7 +291,7 @@ async fn whole_cluster_stopped_loses_the_lease_and_fails_acquire() {
     let lost = guard.lost();
     // Let one renewal go through so the deadline comes from a keep-alive.
     tokio::time::sleep(ttl / 2).await;
-    let cluster = fixture.cluster_mut().expect("a cluster fixture");
+    let cluster = fixture.cluster_mut();
     let stopped_at = Instant::now();
     blocking(|| {
         for i in 0..cluster.len() {
