@@ -1,6 +1,6 @@
 //! etcd-specific behaviour on real etcd servers: FIFO fairness, interop with
 //! `etcdctl lock` both ways, a leader killed under a held lock, the whole
-//! cluster stopped, a holder process killed with SIGKILL, and auth.
+//! cluster stopped, a holder process killed with SIGKILL, auth and TLS.
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -435,6 +435,63 @@ async fn bad_urls_are_invalid_options() {
     let port = dlock_tests::servers::ports::free_port().unwrap();
     let err = dlock::connect(&format!("etcd://127.0.0.1:{port}?timeout=1s"))
         .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+}
+
+/// `etcds://` with a CA file: a TLS-only member is reached and locks work;
+/// a plain `etcd://` URL to the same port is a `Backend` error, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_ca_file() {
+    use dlock_tests::servers::ports::free_port;
+    use dlock_tests::servers::process::{ProcessSpec, ServerProcess};
+    use dlock_tests::tls::TestCerts;
+
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(dir.path()).unwrap();
+    let (client_port, peer_port) = (free_port().unwrap(), free_port().unwrap());
+    let client_url = format!("https://127.0.0.1:{client_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    let etcd = require_binary("etcd", ETCD_PACKAGES).unwrap_or_else(|e| panic!("{e}"));
+    let spec = ProcessSpec::new("etcd tls", etcd, dir.path().join("etcd.log"))
+        .args(["--name", "tls", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("tls={peer_url}")])
+        .arg("--cert-file")
+        .arg(certs.server_cert_path())
+        .arg("--key-file")
+        .arg(certs.server_key_path());
+    let _server = ServerProcess::spawn(spec).unwrap();
+
+    let url = format!(
+        "etcds://127.0.0.1:{client_port}?ca={}&timeout=2s",
+        certs.ca_cert_path().display()
+    );
+    // Ready when a TLS client gets through (bounded).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let a: Arc<dyn LockBackend> = loop {
+        match EtcdBackend::connect(&url).await {
+            Ok(backend) => break Arc::new(backend),
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the TLS etcd never answered: {e}"),
+        }
+    };
+    let b = connect(&url).await;
+    let guard = lock(&a, "tls").acquire().await.unwrap();
+    assert!(lock(&b, "tls").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    assert!(lock(&b, "tls").try_acquire().await.unwrap().is_some());
+
+    let plain = format!("etcd://127.0.0.1:{client_port}?timeout=2s");
+    let err = tokio::time::timeout(Duration::from_secs(10), EtcdBackend::connect(&plain))
+        .await
+        .expect("a plain connect to a TLS port hung")
         .unwrap_err();
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
 }
