@@ -228,6 +228,17 @@ enum Alive {
     Gone,
 }
 
+/// What a waiter found ahead of its entry.
+enum Ahead {
+    /// Nothing older: the lock is ours.
+    First,
+    /// The youngest older entry (raw bytes: other clients may write any key),
+    /// and the store revision of the read that found it.
+    Behind { key: Vec<u8>, revision: i64 },
+    /// Our own entry is gone.
+    Gone,
+}
+
 /// Where an acquisition stands when it does not hold the lock (yet).
 enum Step {
     Acquired(Lease, Arc<Session>),
@@ -655,14 +666,8 @@ impl Inner {
                         continue;
                     }
                 }
-                let (predecessor, revision) = match self.predecessor(&req.key, &entry, mine).await {
-                    Ok(Some(found)) => found,
-                    Ok(None) => {
-                        // Our entry is gone: the session expired, or
-                        // someone deleted it. Queue again at the end.
-                        requeues += 1;
-                        continue 'enqueue;
-                    }
+                let ahead = match self.predecessor(&req.key, &entry, mine).await {
+                    Ok(ahead) => ahead,
                     Err(e) => {
                         tokio::time::sleep(retry(e, failure, give_up)?).await;
                         continue;
@@ -670,11 +675,20 @@ impl Inner {
                 };
                 *failure = None;
                 give_up = Instant::now() + req.ttl;
-                let Some(predecessor) = predecessor else {
-                    return Ok(Step::Acquired(
-                        self.lease(req, &session, entry, mine),
-                        session,
-                    ));
+                let (predecessor, revision) = match ahead {
+                    Ahead::First => {
+                        return Ok(Step::Acquired(
+                            self.lease(req, &session, entry, mine),
+                            session,
+                        ))
+                    }
+                    // Our entry is gone: the session expired, or someone
+                    // deleted it. Queue again at the end.
+                    Ahead::Gone => {
+                        requeues += 1;
+                        continue 'enqueue;
+                    }
+                    Ahead::Behind { key, revision } => (key, revision),
                 };
                 // Refresh the session before our entry's lease could run
                 // low while we wait.
@@ -688,14 +702,7 @@ impl Inner {
     }
 
     /// Reads the youngest entry older than ours, and checks ours still exists.
-    /// `Ok(None)`: ours is gone. `Ok(Some((None, _)))`: we are first.
-    #[allow(clippy::type_complexity)]
-    async fn predecessor(
-        &self,
-        key: &str,
-        entry: &str,
-        mine: i64,
-    ) -> Result<Option<(Option<String>, i64)>, LockError> {
+    async fn predecessor(&self, key: &str, entry: &str, mine: i64) -> Result<Ahead, LockError> {
         let older = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)
@@ -708,24 +715,26 @@ impl Inner {
         let answer = self.txn(txn).await?;
         let ops = answer.op_responses();
         if first_create_revision(ops.get(1)) != Some(mine) {
-            return Ok(None);
+            return Ok(Ahead::Gone);
         }
-        let revision = revision_of(&answer).unwrap_or(0);
         let predecessor = match ops.first() {
-            Some(TxnOpResponse::Get(get)) => get
-                .kvs()
-                .first()
-                .map(|kv| String::from_utf8_lossy(kv.key()).into_owned()),
+            Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.key().to_vec()),
             _ => None,
         };
-        Ok(Some((predecessor, revision)))
+        Ok(match predecessor {
+            None => Ahead::First,
+            Some(key) => Ahead::Behind {
+                key,
+                revision: revision_of(&answer).unwrap_or(0),
+            },
+        })
     }
 
     /// Waits until `predecessor` is deleted after `revision`, or until
     /// `until` (time to refresh the session). Either way the caller reads again.
     async fn await_delete(
         &self,
-        predecessor: &str,
+        predecessor: &[u8],
         revision: i64,
         until: Instant,
     ) -> Result<(), LockError> {
@@ -736,7 +745,7 @@ impl Inner {
         let mut stream = self
             .rpc(|| {
                 let mut watches = self.client.watch_client();
-                let (key, options) = (predecessor.to_owned(), options.clone());
+                let (key, options) = (predecessor.to_vec(), options.clone());
                 async move { watches.watch(key, Some(options)).await }
             })
             .await?;
