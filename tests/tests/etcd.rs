@@ -327,6 +327,21 @@ async fn whole_cluster_stopped_loses_the_lease_and_fails_acquire() {
     // A transport failure is never "someone else holds it".
     let err = lock(&backend, "down-3").try_acquire().await.unwrap_err();
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    // Without a wait, acquire gives up once etcd has not answered for a ttl.
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(
+        ttl + Duration::from_secs(5),
+        lock(&backend, "down-4").ttl(ttl).acquire(),
+    )
+    .await
+    .expect("an acquire without a wait hung on a stopped cluster");
+    let err = outcome.expect_err("acquired a lock on a stopped cluster");
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(
+        started.elapsed() >= ttl / 2,
+        "gave up after {:?}",
+        started.elapsed()
+    );
 }
 
 /// A holder process killed with SIGKILL keeps the lock until its lease
@@ -494,4 +509,72 @@ async fn tls_with_a_ca_file() {
         .expect("a plain connect to a TLS port hung")
         .unwrap_err();
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+}
+
+/// A waiter whose `acquire` is dropped leaves no entry in the server's queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_waiter_deletes_its_queue_entry() {
+    let fixture = EtcdFixture::single();
+    let key = "dropped";
+    let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let held = lock(&a, key).acquire().await.unwrap();
+    let waiter = lock(&b, key);
+    let dropped = tokio::time::timeout(Duration::from_millis(500), waiter.acquire()).await;
+    assert!(
+        dropped.is_err(),
+        "the waiter should still have been waiting"
+    );
+    let holder_only = blocking(|| fixture.queue(key));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let queue = blocking(|| fixture.queue(key));
+        if queue.len() == 1 {
+            assert_eq!(queue, holder_only[..1], "the holder's entry must stay");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dropped waiter's entry stayed: {queue:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await.unwrap();
+    assert!(blocking(|| fixture.queue(key)).is_empty());
+}
+
+/// 100 guards of one backend share its session lease: one keep-alive and a
+/// read of 100 keys (in two transactions) per renewal keep all of them held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_guards_share_one_session_and_stay_held() {
+    let fixture = EtcdFixture::single();
+    let backend = connect(fixture.url()).await;
+    let ttl = Duration::from_secs(1);
+    let mut guards = Vec::new();
+    for i in 0..100 {
+        guards.push(
+            lock(&backend, &format!("many:{i}"))
+                .ttl(ttl)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let leases = blocking(|| fixture.etcdctl(&["lease", "list"]));
+    assert!(leases.contains("found 1 leases"), "{leases}");
+    tokio::time::sleep(ttl * 3 + ttl / 2).await;
+    assert!(guards.iter().all(|g| g.is_held()), "a guard lapsed");
+    let other = connect(fixture.url()).await;
+    assert!(lock(&other, "many:99")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert!(lock(&other, "many:99")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
 }
