@@ -438,9 +438,7 @@ impl Inner {
 
     /// The live session for `ttl`, granting a lease if there is none.
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>, LockError> {
-        // Whole seconds, rounded up, so the server never expires a key
-        // before the deadline the caller was promised.
-        let secs = ttl.as_nanos().div_ceil(1_000_000_000).max(1) as u64;
+        let secs = lease_seconds(ttl);
         let mut sessions = self.sessions.lock().await;
         if let Some(session) = sessions.get(&secs).filter(|s| !s.is_dead()) {
             return Ok(session.clone());
@@ -584,7 +582,7 @@ impl Inner {
         patient: bool,
         failure: &mut Option<LockError>,
     ) -> Result<Step, LockError> {
-        let mut give_up = Instant::now() + req.ttl;
+        let mut give_up = after(Instant::now(), req.ttl);
         let mut backoff = Duration::from_millis(20);
         let mut requeues = 0;
         let mut retry = |e: LockError, failure: &mut Option<LockError>, give_up: Instant| {
@@ -621,7 +619,7 @@ impl Inner {
                     continue;
                 }
             }
-            give_up = Instant::now() + req.ttl;
+            give_up = after(Instant::now(), req.ttl);
             let entry = self.entry_of(&req.key, session.id);
             queued.entry = Some(entry.clone());
             queued.revision = None;
@@ -655,7 +653,7 @@ impl Inner {
             // Wait for every older entry to go, watching only the youngest of them.
             loop {
                 match self.fresh(&session, req.ttl).await {
-                    Ok(Alive::Yes) => give_up = Instant::now() + req.ttl,
+                    Ok(Alive::Yes) => give_up = after(Instant::now(), req.ttl),
                     Ok(Alive::Gone) => {
                         session.mark_dead();
                         requeues += 1;
@@ -674,7 +672,7 @@ impl Inner {
                     }
                 };
                 *failure = None;
-                give_up = Instant::now() + req.ttl;
+                give_up = after(Instant::now(), req.ttl);
                 let (predecessor, revision) = match ahead {
                     Ahead::First => {
                         return Ok(Step::Acquired(
@@ -692,7 +690,7 @@ impl Inner {
                 };
                 // Refresh the session before our entry's lease could run
                 // low while we wait.
-                let refresh_at = session.refreshed() + req.ttl / 4;
+                let refresh_at = after(session.refreshed(), req.ttl / 4);
                 match self.await_delete(&predecessor, revision, refresh_at).await {
                     Ok(()) => {}
                     Err(e) => tokio::time::sleep(retry(e, failure, give_up)?).await,
@@ -965,6 +963,26 @@ impl Session {
     }
 }
 
+/// The etcd lease length for a ttl: whole seconds, rounded up, so the server
+/// never expires a key before the deadline the caller was promised; at most
+/// etcd's maximum (a longer ttl gets a local deadline at that maximum).
+fn lease_seconds(ttl: Duration) -> u64 {
+    let secs = ttl
+        .as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
+    secs.clamp(1, MAX_LEASE_SECONDS)
+}
+
+/// `at + span`, or a century on if that overflows the clock (absurd ttls).
+fn after(at: Instant, span: Duration) -> Instant {
+    at.checked_add(span)
+        .or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(at)
+}
+
+/// etcd's `MaxLeaseTTL`.
+const MAX_LEASE_SECONDS: u64 = 9_000_000_000;
+
 /// Whether the request failed to reach a member (connection refused or
 /// reset, no leader reachable), as opposed to an answer from etcd.
 fn unreachable(error: &etcd_client::Error) -> bool {
@@ -1136,5 +1154,19 @@ impl Drop for Inner {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_seconds_round_up_and_stay_in_etcds_range() {
+        assert_eq!(lease_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(lease_seconds(Duration::from_secs(1)), 1);
+        assert_eq!(lease_seconds(Duration::from_millis(1001)), 2);
+        assert_eq!(lease_seconds(Duration::from_secs(30)), 30);
+        assert_eq!(lease_seconds(Duration::MAX), MAX_LEASE_SECONDS);
     }
 }
