@@ -65,6 +65,26 @@
 //! the ttl the caller asked for, counted from when the grant or keep-alive
 //! request was *sent*, so it never falls after the server's expiry.
 //!
+//! # Failures
+//!
+//! - A request that could not reach a member (refused, reset, no leader) is
+//!   sent again, to whichever member the client picks, up to 4 times; the
+//!   client spreads requests over all members of the URL.
+//! - A waiter with a deadline retries errors until its deadline, keeping its
+//!   place in the queue through a leader election; if the deadline passes
+//!   while etcd fails, `acquire` returns [`LockError::Backend`], not a
+//!   timeout. Without a deadline it gives up once etcd has not answered for
+//!   a ttl.
+//! - Renewal errors are retried by the core until the local deadline; a
+//!   lease etcd reports gone, or a held key that is no longer there, is
+//!   [`Renewal::Refused`]: the guard is lost.
+//!
+//! # Keys containing `/`
+//!
+//! The queue of `a` is everything under `dlock/a/`, which includes the queue
+//! of `a/b`: a holder of `a/b` also makes `a` wait (never the reverse, and
+//! never two holders of one key). `etcdctl lock` behaves the same.
+//!
 //! # URLs
 //!
 //! `etcd://[user:password@]host[:port][,host[:port]...][?options]`, and
