@@ -127,7 +127,7 @@ use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream,
     LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
-    WatchOptions,
+    WatchOptions, WatchStream,
 };
 use tokio::sync::OwnedMutexGuard;
 
@@ -246,6 +246,39 @@ enum Alive {
     Yes,
     /// The lease is gone (expired or revoked).
     Gone,
+}
+
+/// How an acquisition's talk with etcd stands, for when its deadline passes.
+#[derive(Default)]
+struct Progress {
+    /// The latest error, cleared by the next answer.
+    failure: Option<LockError>,
+    /// A request to etcd has been unanswered since then.
+    asking_since: Option<Instant>,
+}
+
+/// A request unanswered this long when the deadline passes means etcd is not
+/// answering (a paused or partitioned member), not that the lock is busy.
+const STALLED: Duration = Duration::from_secs(1);
+
+impl Progress {
+    fn answered(&mut self) {
+        self.failure = None;
+        self.asking_since = None;
+    }
+
+    /// What `acquire` returns when its deadline passed: a timeout, unless
+    /// etcd was failing or silent, which is a backend error.
+    fn at_deadline(self, inner: &Inner) -> Result<Option<Lease>, LockError> {
+        match (self.failure, self.asking_since) {
+            (Some(e), _) => Err(e),
+            (None, Some(since)) if since.elapsed() >= STALLED => Err(inner.error(format!(
+                "etcd did not answer for {:?} (a member paused or cut off?)",
+                since.elapsed()
+            ))),
+            _ => Ok(None),
+        }
+    }
 }
 
 /// What a waiter found ahead of its entry.
@@ -586,8 +619,8 @@ impl Inner {
     }
 
     /// `try_acquire` and `acquire` in one: enqueue, and unless `once`, wait
-    /// for the predecessors to go. `failure` keeps the latest error for the
-    /// caller, which reports it if the deadline passes while etcd fails.
+    /// for the predecessors to go. `progress` tells the caller, if its
+    /// deadline passes, whether etcd was failing or silent at that moment.
     ///
     /// Errors (a member down, an election) are retried: until the caller's
     /// deadline if it has one (a leader election takes a second or two and
@@ -600,7 +633,7 @@ impl Inner {
         queued: &mut Queued,
         once: bool,
         patient: bool,
-        failure: &mut Option<LockError>,
+        progress: &mut Progress,
     ) -> Result<Step, LockError> {
         let mut give_up = after(Instant::now(), req.ttl);
         let mut backoff = Duration::from_millis(20);
@@ -621,13 +654,15 @@ impl Inner {
                     req.key, req.ttl
                 )));
             }
+            progress.asking_since = Some(Instant::now());
             let session = match self.session(req.ttl).await {
                 Ok(s) => s,
                 Err(e) => {
-                    tokio::time::sleep(retry(e, failure, give_up)?).await;
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                     continue;
                 }
             };
+            progress.asking_since = Some(Instant::now());
             match self.fresh(&session, req.ttl).await {
                 Ok(Alive::Yes) => {}
                 Ok(Alive::Gone) => {
@@ -635,7 +670,7 @@ impl Inner {
                     continue;
                 }
                 Err(e) => {
-                    tokio::time::sleep(retry(e, failure, give_up)?).await;
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                     continue;
                 }
             }
@@ -644,6 +679,7 @@ impl Inner {
             queued.entry = Some(entry.clone());
             queued.revision = None;
             queued.in_flight = true;
+            progress.asking_since = Some(Instant::now());
             let (mine, owner) = match self.enqueue(&req.key, &session, &entry).await {
                 Ok(answer) => answer,
                 Err(e) if lease_not_found(&e) => {
@@ -653,13 +689,13 @@ impl Inner {
                     continue;
                 }
                 Err(e) => {
-                    tokio::time::sleep(retry(e, failure, give_up)?).await;
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                     continue;
                 }
             };
             queued.in_flight = false;
             queued.revision = Some(mine);
-            *failure = None;
+            progress.answered();
             if owner == Some(mine) {
                 return Ok(Step::Acquired(
                     self.lease(req, &session, entry, mine),
@@ -672,6 +708,7 @@ impl Inner {
 
             // Wait for every older entry to go, watching only the youngest of them.
             loop {
+                progress.asking_since = Some(Instant::now());
                 match self.fresh(&session, req.ttl).await {
                     Ok(Alive::Yes) => give_up = after(Instant::now(), req.ttl),
                     Ok(Alive::Gone) => {
@@ -680,18 +717,19 @@ impl Inner {
                         continue 'enqueue;
                     }
                     Err(e) => {
-                        tokio::time::sleep(retry(e, failure, give_up)?).await;
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                         continue;
                     }
                 }
+                progress.asking_since = Some(Instant::now());
                 let ahead = match self.predecessor(&req.key, &entry, mine).await {
                     Ok(ahead) => ahead,
                     Err(e) => {
-                        tokio::time::sleep(retry(e, failure, give_up)?).await;
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                         continue;
                     }
                 };
-                *failure = None;
+                progress.answered();
                 give_up = after(Instant::now(), req.ttl);
                 let (predecessor, revision) = match ahead {
                     Ahead::First => {
@@ -711,9 +749,18 @@ impl Inner {
                 // Refresh the session before our entry's lease could run
                 // low while we wait.
                 let refresh_at = after(session.refreshed(), req.ttl / 4);
-                match self.await_delete(&predecessor, revision, refresh_at).await {
-                    Ok(()) => {}
-                    Err(e) => tokio::time::sleep(retry(e, failure, give_up)?).await,
+                progress.asking_since = Some(Instant::now());
+                let stream = match self.watch(&predecessor, revision).await {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                        continue;
+                    }
+                };
+                // Waiting for the holder is not waiting for etcd.
+                progress.asking_since = None;
+                if let Err(e) = self.await_delete(stream, refresh_at).await {
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                 }
             }
         }
@@ -748,25 +795,23 @@ impl Inner {
         })
     }
 
-    /// Waits until `predecessor` is deleted after `revision`, or until
-    /// `until` (time to refresh the session). Either way the caller reads again.
-    async fn await_delete(
-        &self,
-        predecessor: &[u8],
-        revision: i64,
-        until: Instant,
-    ) -> Result<(), LockError> {
+    /// Watches `predecessor` for its delete after `revision`.
+    async fn watch(&self, predecessor: &[u8], revision: i64) -> Result<WatchStream, LockError> {
         // From the revision after our read: a delete at any later revision
         // is delivered, and a watch that starts at the current revision is
         // served at once, not by etcd's 100 ms catch-up loop.
         let options = WatchOptions::new().with_start_revision(revision + 1);
-        let mut stream = self
-            .rpc(|| {
-                let mut watches = self.client.watch_client();
-                let (key, options) = (predecessor.to_vec(), options.clone());
-                async move { watches.watch(key, Some(options)).await }
-            })
-            .await?;
+        self.rpc(|| {
+            let mut watches = self.client.watch_client();
+            let (key, options) = (predecessor.to_vec(), options.clone());
+            async move { watches.watch(key, Some(options)).await }
+        })
+        .await
+    }
+
+    /// Waits until the watched predecessor is deleted, or until `until`
+    /// (time to refresh the session). Either way the caller reads again.
+    async fn await_delete(&self, mut stream: WatchStream, until: Instant) -> Result<(), LockError> {
         loop {
             let message = tokio::select! {
                 m = stream.message() => m,
@@ -828,9 +873,9 @@ impl Inner {
             revision: None,
             in_flight: false,
         };
-        let mut failure = None;
+        let mut progress = Progress::default();
         let taken = {
-            let work = self.take(req, &mut queued, once, deadline.is_some(), &mut failure);
+            let work = self.take(req, &mut queued, once, deadline.is_some(), &mut progress);
             match deadline.filter(|_| !once) {
                 Some(d) => tokio::time::timeout_at(d.into(), work).await.ok(),
                 None => Some(work.await),
@@ -848,10 +893,7 @@ impl Inner {
             }
             Some(Err(e)) => Err(e),
             // The deadline passed: a timeout, unless the service was failing.
-            None => match failure {
-                Some(e) => Err(e),
-                None => Ok(None),
-            },
+            None => progress.at_deadline(self),
         }
     }
 }
