@@ -175,10 +175,19 @@ impl Watchdog {
             }
             earliest(lease.lease.valid_until);
             if shared.renew && !lease.renewing {
-                let slack = lease.lease.ttl / 3 / COALESCE_DIVISOR;
-                if now + slack >= lease.next_renew {
+                let interval = lease.lease.ttl / 3;
+                let nearly_due = now + interval / COALESCE_DIVISOR >= lease.next_renew;
+                // While a batch is in flight, leases that come due wait for
+                // it to finish and go together in the next one, unless they
+                // are a further ttl/3 late (still a third of the ttl before
+                // their deadline): otherwise leases taken at slightly
+                // different times would each get a round trip of their own.
+                let urgent_at = lease.next_renew + interval;
+                if nearly_due && (!busy || now >= urgent_at) {
                     lease.renewing = true;
                     due.push(shared.clone());
+                } else if nearly_due {
+                    earliest(urgent_at);
                 } else {
                     earliest(lease.next_renew);
                 }
