@@ -4,5 +4,6 @@
 //! server in the same run and prints ratios, because absolute numbers on a
 //! shared machine mean little.
 
+pub mod etcd;
 pub mod redis;
 pub mod stats;
