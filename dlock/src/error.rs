@@ -47,7 +47,9 @@ pub enum LockError {
         key: String,
     },
     /// A release found that the lease was no longer held (it expired or was lost).
-    #[error("lock `{key}` is not held by this guard any more (it expired or was lost before release)")]
+    #[error(
+        "lock `{key}` is not held by this guard any more (it expired or was lost before release)"
+    )]
     NotHeld {
         /// The lock key.
         key: String,

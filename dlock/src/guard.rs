@@ -302,7 +302,12 @@ impl LockGuard {
         // Run the release as its own task, so dropping this future half-way
         // still finishes the compare-and-delete.
         let shared = self.shared.clone();
-        match self.shared.runtime.spawn(shared.finish_release(was_held)).await {
+        match self
+            .shared
+            .runtime
+            .spawn(shared.finish_release(was_held))
+            .await
+        {
             Ok(result) => result,
             // The runtime is shutting down: the lease expires by its ttl.
             Err(join) => Err(LockError::backend(

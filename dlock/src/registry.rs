@@ -148,7 +148,15 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
     };
     match scheme {
         "memory" => Ok(Arc::new(MemoryBackend::connect(url).await?)),
-        "redis" | "rediss" | "redis+cluster" | "redlock" | "etcd" | "etcds" | "zk" => {
+        #[cfg(feature = "zookeeper")]
+        "zk" => Ok(Arc::new(
+            crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "zookeeper"))]
+        "zk" => Err(LockError::invalid_option(format!(
+            "`{shown}`: the ZooKeeper backend is not built in; enable the `zookeeper` feature of dlock"
+        ))),
+        "redis" | "rediss" | "redis+cluster" | "redlock" | "etcd" | "etcds" => {
             Err(LockError::invalid_option(format!(
                 "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
                  use `memory://` or a build that has it"

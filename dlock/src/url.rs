@@ -28,12 +28,7 @@ pub fn redact(url: &str) -> String {
         // A lone userinfo is a password for redis (`redis://secret@host`): hide it too.
         None => "***".to_owned(),
     };
-    format!(
-        "{}{}{}",
-        &url[..rest_start],
-        redacted_userinfo,
-        &rest[at..]
-    )
+    format!("{}{}{}", &url[..rest_start], redacted_userinfo, &rest[at..])
 }
 
 /// The scheme of `url` (the part before `://`), if it has one.

@@ -44,7 +44,11 @@ fn retry_delay(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
-type RenewResult = (Vec<Arc<LeaseShared>>, Instant, Result<Vec<Result<Renewal, LockError>>, ()>);
+type RenewResult = (
+    Vec<Arc<LeaseShared>>,
+    Instant,
+    Result<Vec<Result<Renewal, LockError>>, ()>,
+);
 
 impl Watchdog {
     fn lock_state(&self) -> MutexGuard<'_, WatchdogState> {
@@ -155,7 +159,9 @@ impl Watchdog {
         in_flight.spawn(async move {
             let call = backend.renew(&leases);
             let answers = match give_up {
-                Some(at) => tokio::time::timeout_at(at.into(), call).await.map_err(|_| ()),
+                Some(at) => tokio::time::timeout_at(at.into(), call)
+                    .await
+                    .map_err(|_| ()),
                 None => Ok(call.await),
             };
             (due, sent, answers)

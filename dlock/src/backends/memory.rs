@@ -307,7 +307,10 @@ impl LockBackend for MemoryBackend {
             return Ok(false);
         };
         entry.expire(now);
-        let ours = entry.holder.as_ref().is_some_and(|h| h.token == lease.token);
+        let ours = entry
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.token == lease.token);
         if ours {
             entry.holder = None;
             entry.changed.notify_waiters();
@@ -340,7 +343,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(60)).await;
         let second = b.try_acquire(&req("k", "b", 50)).await.unwrap().unwrap();
         assert!(second.fencing_token > first.fencing_token);
-        assert!(!b.release(&first).await.unwrap(), "a stale lease must not release");
+        assert!(
+            !b.release(&first).await.unwrap(),
+            "a stale lease must not release"
+        );
         assert!(b.release(&second).await.unwrap());
     }
 

@@ -3,5 +3,8 @@
 //! | backend | URL | feature | fencing token |
 //! |---|---|---|---|
 //! | [`memory::MemoryBackend`] | `memory://` | always | per-process counter |
+//! | `zookeeper::ZooKeeperBackend` | `zk://host:port[,host:port...][/chroot]` | `zookeeper` | the lock node's `czxid` |
 
 pub mod memory;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
