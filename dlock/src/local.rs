@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use tokio::sync::Semaphore;
-use tokio::task;
 
 use crate::backend::LockBackend;
 use crate::guard::LeaseShared;
@@ -27,8 +26,26 @@ pub(crate) struct KeySlot {
     /// is released, so the other local waiters queue here (FIFO, tokio's
     /// semaphore is fair) instead of all asking the service.
     pub(crate) gate: Arc<Semaphore>,
-    /// The task that holds the key and its lease, for reentrancy.
-    holder: Mutex<Option<(task::Id, Weak<LeaseShared>)>>,
+    /// Who holds the key and its lease, for reentrancy.
+    holder: Mutex<Option<(Owner, Weak<LeaseShared>)>>,
+}
+
+/// The context that reentrancy is scoped to: a tokio task, or, for the root
+/// future of `block_on` (`#[tokio::main]`, `#[tokio::test]`), which is no
+/// task, the thread it runs on: such a future never leaves its thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    Task(tokio::task::Id),
+    BlockOn(std::thread::ThreadId),
+}
+
+impl Owner {
+    pub(crate) fn current() -> Self {
+        match tokio::task::try_id() {
+            Some(id) => Owner::Task(id),
+            None => Owner::BlockOn(std::thread::current().id()),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -99,18 +116,18 @@ impl BackendLocal {
 }
 
 impl KeySlot {
-    /// The live lease that `task` already holds on this key, if any.
-    pub(crate) fn held_by(&self, task: task::Id) -> Option<Arc<LeaseShared>> {
+    /// The live lease that `owner` already holds on this key, if any.
+    pub(crate) fn held_by(&self, owner: Owner) -> Option<Arc<LeaseShared>> {
         let holder = lock(&self.holder);
-        let (owner, lease) = holder.as_ref()?;
-        if *owner != task {
+        let (holder_owner, lease) = holder.as_ref()?;
+        if *holder_owner != owner {
             return None;
         }
         lease.upgrade().filter(|l| l.is_held())
     }
 
-    pub(crate) fn set_holder(&self, task: Option<task::Id>, lease: &Arc<LeaseShared>) {
-        *lock(&self.holder) = task.map(|t| (t, Arc::downgrade(lease)));
+    pub(crate) fn set_holder(&self, owner: Owner, lease: &Arc<LeaseShared>) {
+        *lock(&self.holder) = Some((owner, Arc::downgrade(lease)));
     }
 
     /// Forgets the holder if it is `lease`.

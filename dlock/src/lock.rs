@@ -182,8 +182,8 @@ impl Lock {
         let backend = self.check()?;
         let local = local::for_backend(&backend);
         let slot = local.slot(&self.key);
-        let task = tokio::task::try_id();
-        if let Some(held) = task.and_then(|t| slot.held_by(t)) {
+        let owner = local::Owner::current();
+        if let Some(held) = slot.held_by(owner) {
             return Ok(Some(LockGuard::reentrant(held)));
         }
 
@@ -238,7 +238,7 @@ impl Lock {
             renew: self.renew,
             permit,
         });
-        slot.set_holder(task, &shared);
+        slot.set_holder(owner, &shared);
         local.watchdog.register(&shared);
         Ok(Some(LockGuard::outer(shared)))
     }

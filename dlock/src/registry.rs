@@ -148,15 +148,19 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
     };
     match scheme {
         "memory" => Ok(Arc::new(MemoryBackend::connect(url).await?)),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Ok(Arc::new(
+            crate::backends::redis::RedisBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Err(feature_off(&shown, "redis")),
         #[cfg(feature = "zookeeper")]
         "zk" => Ok(Arc::new(
             crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
         )),
         #[cfg(not(feature = "zookeeper"))]
-        "zk" => Err(LockError::invalid_option(format!(
-            "`{shown}`: the ZooKeeper backend is not built in; enable the `zookeeper` feature of dlock"
-        ))),
-        "redis" | "rediss" | "redis+cluster" | "redlock" | "etcd" | "etcds" => {
+        "zk" => Err(feature_off(&shown, "zookeeper")),
+        "redlock" | "etcd" | "etcds" => {
             Err(LockError::invalid_option(format!(
                 "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
                  use `memory://` or a build that has it"
@@ -167,4 +171,11 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
              redis+cluster://, redlock://, etcd://, etcds:// and zk://"
         ))),
     }
+}
+
+#[allow(dead_code)] // used only when some backend feature is off
+fn feature_off(shown: &str, feature: &str) -> LockError {
+    LockError::invalid_option(format!(
+        "`{shown}` needs dlock's `{feature}` cargo feature; enable it: dlock = {{ features = [\"{feature}\"] }}"
+    ))
 }

@@ -126,8 +126,10 @@ impl Watchdog {
                 return false;
             }
             if now >= lease.lease.valid_until {
+                let expired = lease.lease.clone();
                 drop(lease);
                 shared.mark_lost();
+                give_back(shared.backend.clone(), expired);
                 return false;
             }
             earliest(lease.lease.valid_until);
@@ -197,6 +199,20 @@ impl Watchdog {
             }
         }
     }
+}
+
+/// Deletes a lease whose local deadline passed, if the server still has it.
+///
+/// The holder has been told it lost the lease, so nothing relies on it any
+/// more; and where the server's lease is longer than ours (an etcd lease
+/// rounded up to whole seconds, a ZooKeeper session, a leaked guard with
+/// renewal off) this frees the key for the next holder at once.
+fn give_back(backend: Arc<dyn LockBackend>, lease: Lease) {
+    tokio::spawn(async move {
+        if let Err(e) = backend.release(&lease).await {
+            tracing::debug!(key = %lease.key, error = %e, "could not delete an expired lease; the server expires it");
+        }
+    });
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -1,1 +1,3 @@
-//! Helpers shared by the example programs.
+//! Code shared by dlock's example programs: the benchmark suites.
+
+pub mod bench;

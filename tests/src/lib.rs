@@ -1,1 +1,10 @@
-//! dlock's conformance suite and server harness.
+//! dlock's conformance suite, the fixtures that run it, the server harness
+//! and the fault proxy. Everything here runs against real servers that the
+//! tests start themselves.
+
+pub mod conformance;
+pub mod error;
+pub mod fixtures;
+pub mod proxy;
+pub mod servers;
+pub mod tls;

@@ -1,0 +1,471 @@
+//! The Redis backend: one server or a Redis Cluster (`redis://`, `rediss://`,
+//! `redis+cluster://`).
+//!
+//! Capabilities: ✓ mutual exclusion across processes and machines · ✓ lease
+//! expiry · ✓ fencing tokens (a per-key counter) · ✓ waiters woken by pub/sub
+//! · ✓ batched renewal (one pipeline per tick) · ✓ TLS and ACL users ·
+//! ✗ safety across a failover: Redis replicates asynchronously, so a lock
+//! written to a primary that dies before replicating it is gone on the new
+//! primary. Where that matters, use etcd or ZooKeeper (or Redlock, with its
+//! own limits).
+//!
+//! Protocol (see [`scripts`](self) in the source):
+//! - acquire: one Lua script does `SET <prefix>:{key} <token> NX PX <ttl>`
+//!   and `INCR <prefix>:{key}:fence`, returning the fence; when the key is
+//!   held it returns the holder's `PTTL` instead;
+//! - renew: compare-and-`PEXPIRE`, all due leases in one pipeline;
+//! - release: compare-and-`DEL`, then `PUBLISH <prefix>:{key}:released`;
+//! - waiting: subscribe to the release channel on the backend's one shared
+//!   pub/sub connection, try, then wait for a release message or the
+//!   holder's remaining `PTTL` (expiry announces nothing), with jitter.
+//!
+//! URL parameters: `?prefix=name` (key namespace, default `dlock`),
+//! `?timeout_ms=N` (one request's time limit, default 5000), and for
+//! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
+
+mod options;
+pub(crate) mod scripts;
+mod subscriber;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisError, RedisResult};
+
+use self::options::RedisOptions;
+use self::scripts::{millis, KeyNames, ACQUIRE, RELEASE, RENEW};
+use self::subscriber::Subscriber;
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::LockError;
+
+/// Locks on one Redis server or one Redis Cluster.
+///
+/// Connections are shared: one multiplexed connection (reconnecting) carries
+/// every request of every task, and one pub/sub connection carries every
+/// waiter's notifications.
+///
+/// ```no_run
+/// use dlock::backends::redis::RedisBackend;
+/// use std::sync::Arc;
+///
+/// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+/// let redis = Arc::new(RedisBackend::connect("redis://127.0.0.1:6379").await?);
+/// dlock::registry().set_default(redis);
+/// let guard = dlock::Lock::new("order:42").acquire().await?;
+/// // redis-cli GET 'dlock:{order:42}' shows guard.token()
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct RedisBackend {
+    conn: Conn,
+    subscriber: Subscriber,
+    options: RedisOptions,
+    metrics: Counters,
+}
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    round_trips: AtomicU64,
+    renew_round_trips: AtomicU64,
+}
+
+/// Request counts of one [`RedisBackend`], for monitoring and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisMetrics {
+    /// Requests sent (a pipeline counts once).
+    pub round_trips: u64,
+    /// Renewal round trips: with batching, about one per renewal tick
+    /// however many leases are live.
+    pub renew_round_trips: u64,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("url", &self.options.shown)
+            .field("prefix", &self.options.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the acquire script answered.
+enum Attempt {
+    Acquired(Lease),
+    /// Held by another owner for this much longer (`None`: unknown).
+    Held(Option<Duration>),
+}
+
+impl RedisBackend {
+    /// Connects to the server or cluster named by `url`.
+    ///
+    /// Forms: `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS, needs
+    /// the `tls` feature; `?ca=/path/ca.pem` to trust a private CA),
+    /// `redis+cluster://[user:pass@]host:port,host:port,…`.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for a malformed URL, naming it with the
+    /// password redacted; [`LockError::Backend`] if the server cannot be
+    /// reached or refuses the credentials.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let options = RedisOptions::parse(url)?;
+        let fail = |e: RedisError| LockError::backend(options.shown.clone(), e);
+        let first = client(&options, &options.nodes[0])?;
+        let conn = if options.cluster {
+            let mut builder = redis::cluster::ClusterClientBuilder::new(options.nodes.clone())
+                .connection_timeout(Duration::from_secs(2))
+                .response_timeout(options.response_timeout);
+            if options.tls {
+                builder = tls_cluster(builder, &options)?;
+            }
+            let cluster = builder.build().map_err(fail)?;
+            Conn::Cluster(cluster.get_async_connection().await.map_err(fail)?)
+        } else {
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(options.response_timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500));
+            Conn::Single(
+                first
+                    .get_connection_manager_with_config(config)
+                    .await
+                    .map_err(fail)?,
+            )
+        };
+        let backend = RedisBackend {
+            conn,
+            // In a cluster a PUBLISH reaches every node, so one subscriber
+            // connection to any node hears every release.
+            subscriber: Subscriber::new(first),
+            options,
+            metrics: Counters::default(),
+        };
+        // Prove the connection and credentials now, not at the first lock.
+        backend.ping().await?;
+        Ok(backend)
+    }
+
+    /// Request counts so far.
+    pub fn metrics(&self) -> RedisMetrics {
+        RedisMetrics {
+            round_trips: self.metrics.round_trips.load(Ordering::Relaxed),
+            renew_round_trips: self.metrics.renew_round_trips.load(Ordering::Relaxed),
+        }
+    }
+
+    fn error(&self, e: RedisError) -> LockError {
+        LockError::backend(self.options.shown.clone(), e)
+    }
+
+    fn count(&self) {
+        self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        self.count();
+        let mut cmd = redis::cmd("PING");
+        let answer: RedisResult<String> = match self.conn.clone() {
+            Conn::Single(mut c) => cmd.query_async(&mut c).await,
+            Conn::Cluster(mut c) => cmd.arg("dlock").query_async(&mut c).await,
+        };
+        answer.map(drop).map_err(|e| self.error(e))
+    }
+
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        self.count();
+        let answer = match self.conn.clone() {
+            Conn::Single(mut c) => invocation.invoke_async(&mut c).await,
+            Conn::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+        };
+        answer.map_err(|e| self.error(e))
+    }
+
+    /// Bounds one request by the caller's deadline. Running out of time
+    /// inside a request is the service's silence, not a busy lock: we never
+    /// learned whether the key was free.
+    async fn within<T>(
+        &self,
+        deadline: Option<Instant>,
+        request: impl std::future::Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
+        match deadline {
+            None => request.await,
+            Some(d) => tokio::time::timeout_at(d.into(), request)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(LockError::backend(
+                        self.options.shown.clone(),
+                        "no answer before the wait ran out",
+                    ))
+                }),
+        }
+    }
+
+    /// One run of the acquire script.
+    async fn attempt(&self, req: &AcquireRequest, names: &KeyNames) -> Result<Attempt, LockError> {
+        let sent = Instant::now();
+        let (won, value): (i64, i64) = self
+            .invoke(
+                ACQUIRE
+                    .key(&names.lock)
+                    .key(&names.fence)
+                    .arg(&req.token)
+                    .arg(millis(req.ttl)),
+            )
+            .await?;
+        if won == 1 {
+            let fence = u64::try_from(value).map_err(|_| {
+                self.error(RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "fence counter is negative",
+                    names.fence.clone(),
+                )))
+            })?;
+            return Ok(Attempt::Acquired(Lease {
+                key: req.key.clone(),
+                token: req.token.clone(),
+                ttl: req.ttl,
+                fencing_token: Some(fence),
+                valid_until: lease_deadline(sent, req.ttl),
+                resource: names.lock.clone(),
+            }));
+        }
+        // PTTL: ms left; -2 the key vanished meanwhile (retry now); -1 a key
+        // without expiry, set by someone else (unknown: wait for a release).
+        Ok(Attempt::Held(match value {
+            -2 => Some(Duration::ZERO),
+            ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+            _ => None,
+        }))
+    }
+
+    async fn renew_single(&self, mut conn: ConnectionManager, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let sent = Instant::now();
+        let mut pipe = redis::pipe();
+        for lease in leases {
+            let names = KeyNames::new(&self.options.prefix, &lease.key);
+            pipe.cmd("EVALSHA")
+                .arg(RENEW.get_hash())
+                .arg(1)
+                .arg(&names.lock)
+                .arg(&lease.token)
+                .arg(millis(lease.ttl));
+        }
+        self.count();
+        self.metrics.renew_round_trips.fetch_add(1, Ordering::Relaxed);
+        let mut answer: RedisResult<Vec<i64>> = pipe.query_async(&mut conn).await;
+        if matches!(&answer, Err(e) if is_noscript(e)) {
+            // The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
+            self.count();
+            if let Err(e) = RENEW.prepare_invoke().load_async(&mut conn).await {
+                answer = Err(e);
+            } else {
+                self.count();
+                answer = pipe.query_async(&mut conn).await;
+            }
+        }
+        match answer {
+            Ok(results) => leases
+                .iter()
+                .zip(results)
+                .map(|(lease, extended)| Ok(renewal(extended, sent, lease.ttl)))
+                .collect(),
+            Err(e) => {
+                let shown = self.options.shown.clone();
+                let message = e.to_string();
+                leases
+                    .iter()
+                    .map(|_| Err(LockError::backend(shown.clone(), message.clone())))
+                    .collect()
+            }
+        }
+    }
+
+    /// A cluster cannot pipeline across slots; the cluster connection
+    /// multiplexes concurrent requests per node instead, so all renewals are
+    /// in flight at once.
+    async fn renew_cluster(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.metrics.renew_round_trips.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
+        let calls = leases.iter().map(|lease| async move {
+            let names = KeyNames::new(&self.options.prefix, &lease.key);
+            let extended: i64 = self
+                .invoke(RENEW.key(&names.lock).arg(&lease.token).arg(millis(lease.ttl)))
+                .await?;
+            Ok(renewal(extended, sent, lease.ttl))
+        });
+        futures_util::future::join_all(calls).await
+    }
+}
+
+fn renewal(extended: i64, sent: Instant, ttl: Duration) -> Renewal {
+    if extended == 1 {
+        Renewal::Renewed {
+            valid_until: lease_deadline(sent, ttl),
+        }
+    } else {
+        Renewal::Refused
+    }
+}
+
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// A small random delay, so waiters woken by the same expiry do not all try
+/// in the same millisecond.
+fn jitter(max: Duration) -> Duration {
+    let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
+    Duration::from_micros(getrandom::u64().unwrap_or(0) % max_us)
+}
+
+fn client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
+    if options.tls {
+        return tls_client(options, node);
+    }
+    redis::Client::open(node)
+        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
+}
+
+#[cfg(feature = "tls")]
+fn read_ca(options: &RedisOptions) -> Result<Option<Vec<u8>>, LockError> {
+    options
+        .ca_file
+        .as_ref()
+        .map(|path| {
+            std::fs::read(path).map_err(|e| {
+                LockError::invalid_option(format!(
+                    "`{}`: cannot read the CA file `{path}`: {e}",
+                    options.shown
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// rustls needs a process-wide crypto provider and panics without one. The
+/// `redis` crate picks none, so dlock installs `ring` unless the application
+/// already chose a provider (which then stays in force).
+#[cfg(feature = "tls")]
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: some provider is set.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
+    ensure_crypto_provider();
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: read_ca(options)?,
+    };
+    redis::Client::build_with_tls(node, certs)
+        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(options: &RedisOptions, _node: &str) -> Result<redis::Client, LockError> {
+    Err(LockError::invalid_option(format!(
+        "`{}` asks for TLS, but dlock was built without its `tls` feature; enable it in Cargo.toml",
+        options.shown
+    )))
+}
+
+#[cfg(feature = "tls")]
+fn tls_cluster(
+    builder: redis::cluster::ClusterClientBuilder,
+    options: &RedisOptions,
+) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
+    ensure_crypto_provider();
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: read_ca(options)?,
+    };
+    Ok(builder.tls(redis::TlsMode::Secure).certs(certs))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_cluster(
+    _builder: redis::cluster::ClusterClientBuilder,
+    options: &RedisOptions,
+) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
+    Err(tls_client(options, "").unwrap_err())
+}
+
+#[async_trait]
+impl LockBackend for RedisBackend {
+    fn describe(&self) -> String {
+        self.options.shown.clone()
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        let names = KeyNames::new(&self.options.prefix, &req.key);
+        match self.attempt(req, &names).await? {
+            Attempt::Acquired(lease) => Ok(Some(lease)),
+            Attempt::Held(_) => Ok(None),
+        }
+    }
+
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let names = KeyNames::new(&self.options.prefix, &req.key);
+        // Subscribe before the first try, so a release between a failed try
+        // and the wait below is heard.
+        let mut released = self.subscriber.subscribe(&names.channel, deadline).await;
+        loop {
+            released.mark_seen();
+            let left = match self.within(deadline, self.attempt(req, &names)).await? {
+                Attempt::Acquired(lease) => return Ok(Some(lease)),
+                Attempt::Held(left) => left,
+            };
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+            // Expiry publishes nothing: wake at the holder's remaining time
+            // too. Unknown (a key without expiry): the ttl we ask for.
+            let expiry = left.unwrap_or(req.ttl);
+            let wake = Instant::now() + expiry + jitter(expiry / 10 + Duration::from_millis(2));
+            let wake = deadline.map_or(wake, |d| d.min(wake));
+            tokio::select! {
+                () = released.changed() => {}
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+        }
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        match &self.conn {
+            Conn::Single(c) => self.renew_single(c.clone(), leases).await,
+            Conn::Cluster(_) => self.renew_cluster(leases).await,
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let names = KeyNames::new(&self.options.prefix, &lease.key);
+        let released: i64 = self
+            .invoke(RELEASE.key(&names.lock).arg(&lease.token).arg(&names.channel))
+            .await?;
+        Ok(released == 1)
+    }
+}

@@ -1,0 +1,116 @@
+//! The Lua scripts and key names of the Redis protocol, shared with Redlock.
+//!
+//! Keys: `<prefix>:{<key>}` holds the owner token (so `GET`/`PTTL` show who
+//! holds it and for how long), `<prefix>:{<key>}:fence` the fencing counter,
+//! and releases are announced on channel `<prefix>:{<key>}:released`. The
+//! braces are a hash tag: all of a lock's keys live in one cluster slot, which
+//! is what lets one script touch both.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `SET NX PX` and, on success, `INCR` of the fence counter: returns
+/// `{1, fence}`, or `{0, pttl}` with the holder's remaining time.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+",
+    )
+});
+
+/// Compare-and-`PEXPIRE`: extends the lease only if the token still owns it.
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+",
+    )
+});
+
+/// Compare-and-`DEL`, then `PUBLISH` on the release channel so waiters wake.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '1')
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// The Redis names of one lock key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyNames {
+    pub(crate) lock: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+}
+
+impl KeyNames {
+    /// Maps `key` into `prefix`'s namespace. `{`, `}` and `%` are
+    /// percent-encoded so a key cannot end the hash tag early (an empty tag
+    /// would put the lock and fence keys in different cluster slots).
+    pub(crate) fn new(prefix: &str, key: &str) -> Self {
+        let mut tag = String::with_capacity(key.len());
+        for c in key.chars() {
+            match c {
+                '%' => tag.push_str("%25"),
+                '{' => tag.push_str("%7B"),
+                '}' => tag.push_str("%7D"),
+                c => tag.push(c),
+            }
+        }
+        let lock = format!("{prefix}:{{{tag}}}");
+        KeyNames {
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            lock,
+        }
+    }
+}
+
+/// A whole number of milliseconds for `PX`/`PEXPIRE`, rounded up so the
+/// server never holds a lease for less than asked.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    let ms = d.as_millis();
+    let whole = if d.as_nanos() % 1_000_000 == 0 { ms } else { ms + 1 };
+    u64::try_from(whole).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn names_share_one_hash_tag() {
+        let n = KeyNames::new("dlock", "order:42");
+        assert_eq!(n.lock, "dlock:{order:42}");
+        assert_eq!(n.fence, "dlock:{order:42}:fence");
+        assert_eq!(n.channel, "dlock:{order:42}:released");
+    }
+
+    #[test]
+    fn braces_in_keys_cannot_break_the_tag() {
+        let n = KeyNames::new("dlock", "}x{y%");
+        assert_eq!(n.lock, "dlock:{%7Dx%7By%25}");
+        assert_ne!(KeyNames::new("p", "a}").lock, KeyNames::new("p", "a%7D").lock);
+    }
+
+    #[test]
+    fn millis_round_up() {
+        assert_eq!(millis(Duration::from_millis(30)), 30);
+        assert_eq!(millis(Duration::from_micros(30_001)), 31);
+    }
+}

@@ -1,0 +1,7 @@
+//! The benchmark suites of `cargo run --release -p dlock-examples --bin bench -- <url>`.
+//!
+//! Each suite measures dlock against a hand-written baseline on the same
+//! server in the same run and prints ratios, because absolute numbers on a
+//! shared machine mean little.
+
+pub mod stats;

@@ -1,0 +1,318 @@
+//! The one conformance suite every backend passes.
+//!
+//! A backend's test file builds a [`Fixture`] (a real server plus a way to
+//! reach it) and calls [`conformance_suite!`](crate::conformance_suite), which
+//! expands to one `#[tokio::test]` per case below. Each case builds its own
+//! fixture, so cases run in parallel without sharing a server.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{Lock, LockBackend, LockError, LockGuard};
+
+/// A lock service under test.
+#[async_trait::async_trait]
+pub trait Fixture: Send + Sync + 'static {
+    /// A new client of the fixture's server (a new connection, as another
+    /// process would have).
+    async fn backend(&self) -> Arc<dyn LockBackend>;
+
+    /// Removes the lease on `key` behind its holder's back, as an operator
+    /// would (`DEL`, `etcdctl del`, deleting the ZooKeeper node).
+    async fn steal(&self, key: &str);
+
+    /// Whether the backend promises fencing tokens (false only for Redlock).
+    fn fencing(&self) -> bool {
+        true
+    }
+
+    /// A ttl short enough to make expiry tests quick, long enough for the
+    /// backend's own granularity (etcd leases are whole seconds).
+    fn short_ttl(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+/// Expands to one `#[tokio::test]` per conformance case. The argument is an
+/// expression (it may `.await`) that builds a fresh fixture.
+///
+/// ```text
+/// dlock_tests::conformance_suite!(RedisFixture::start().await);
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fixture:expr) => {
+        $crate::conformance_suite!(@cases $fixture;
+            mutual_exclusion,
+            try_acquire_is_none_while_held,
+            zero_wait_is_busy,
+            wait_times_out_on_time,
+            leaked_guard_expires_after_ttl,
+            renewal_keeps_the_lock_past_three_ttls,
+            lost_fires_when_the_lease_is_removed,
+            fencing_tokens_strictly_increase,
+            reentrancy_within_one_task,
+            other_tasks_contend_normally,
+            drop_hands_over_promptly,
+            cancelled_acquire_leaves_nothing_behind,
+            invalid_input_is_rejected,
+        );
+    };
+    (@cases $fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let fixture = $fixture;
+                $crate::conformance::$case(&fixture).await;
+            }
+        )*
+    };
+}
+
+fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
+    Lock::new(key).with_backend(backend.clone())
+}
+
+/// A key no other case or run uses, so cases can share a server.
+fn unique_key(case: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "conformance:{case}:{}:{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Counts holders inside a critical section; any count above one is an overlap.
+#[derive(Default)]
+struct OverlapDetector {
+    inside: AtomicUsize,
+    overlaps: AtomicUsize,
+}
+
+impl OverlapDetector {
+    fn enter(&self) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// 16 tasks on 4 clients × 200 cycles each increment a counter with a
+/// non-atomic read-yield-write; the lock alone keeps increments from being
+/// lost. An overlap detector checks the same thing directly.
+pub async fn mutual_exclusion<F: Fixture>(fixture: &F) {
+    const CLIENTS: usize = 4;
+    const TASKS_PER_CLIENT: usize = 4;
+    const CYCLES: u64 = 200;
+    let key = unique_key("mutex");
+    let counter = Arc::new(AtomicU64::new(0));
+    let detector = Arc::new(OverlapDetector::default());
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let backend = fixture.backend().await;
+        for _ in 0..TASKS_PER_CLIENT {
+            let lock = lock(&backend, &key).wait(Duration::from_secs(60));
+            let (counter, detector) = (counter.clone(), detector.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..CYCLES {
+                    let guard = lock.acquire().await.expect("acquire in mutual_exclusion");
+                    detector.enter();
+                    let read = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(read + 1, Ordering::SeqCst);
+                    detector.leave();
+                    guard.release().await.expect("release in mutual_exclusion");
+                }
+            }));
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(240), async {
+        for task in tasks {
+            task.await.expect("a contending task panicked");
+        }
+    })
+    .await
+    .expect("mutual_exclusion did not finish within 240 s");
+    let expected = (CLIENTS * TASKS_PER_CLIENT) as u64 * CYCLES;
+    assert_eq!(detector.overlaps.load(Ordering::SeqCst), 0, "two holders overlapped");
+    assert_eq!(counter.load(Ordering::SeqCst), expected, "increments were lost");
+}
+
+pub async fn try_acquire_is_none_while_held<F: Fixture>(fixture: &F) {
+    let key = unique_key("try");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let held = lock(&a, &key).acquire().await.unwrap();
+    assert!(lock(&b, &key).try_acquire().await.unwrap().is_none());
+    held.release().await.unwrap();
+    let second = lock(&b, &key).try_acquire().await.unwrap();
+    assert!(second.is_some(), "free after release");
+}
+
+pub async fn zero_wait_is_busy<F: Fixture>(fixture: &F) {
+    let key = unique_key("busy");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let _held = lock(&a, &key).acquire().await.unwrap();
+    let err = lock(&b, &key).wait(Duration::ZERO).acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { key: ref k } if *k == key), "{err:?}");
+}
+
+pub async fn wait_times_out_on_time<F: Fixture>(fixture: &F) {
+    let key = unique_key("timeout");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let _held = lock(&a, &key).acquire().await.unwrap();
+    let wait = Duration::from_millis(400);
+    let start = Instant::now();
+    let err = lock(&b, &key).wait(wait).acquire().await.unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    assert!(took >= wait, "gave up early, after {took:?}");
+    assert!(took < wait + Duration::from_secs(1), "gave up late, after {took:?}");
+}
+
+/// A guard that is never dropped (its process "crashed") stops blocking
+/// others once its ttl runs out. Renewal is off: a leaked guard with renewal
+/// on is indistinguishable from a long critical section.
+pub async fn leaked_guard_expires_after_ttl<F: Fixture>(fixture: &F) {
+    let key = unique_key("leak");
+    let ttl = fixture.short_ttl();
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let leaked = lock(&a, &key).ttl(ttl).renew(false).acquire().await.unwrap();
+    let start = Instant::now();
+    std::mem::forget(leaked);
+    let next = lock(&b, &key)
+        .wait(ttl * 3 + Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("the leaked lease never expired");
+    let took = start.elapsed();
+    assert!(took + ttl / 10 >= ttl, "taken over after {took:?}, before the ttl {ttl:?} ran out");
+    assert!(took <= ttl * 2 + Duration::from_secs(1), "leaked lease lasted {took:?}");
+    next.release().await.unwrap();
+}
+
+pub async fn renewal_keeps_the_lock_past_three_ttls<F: Fixture>(fixture: &F) {
+    let key = unique_key("renew");
+    let ttl = fixture.short_ttl();
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let guard = lock(&a, &key).ttl(ttl).acquire().await.unwrap();
+    tokio::time::sleep(ttl * 3 + ttl / 2).await;
+    assert!(guard.is_held(), "the watchdog let the lease lapse");
+    assert!(lock(&b, &key).try_acquire().await.unwrap().is_none());
+    guard.release().await.expect("still ours after 3.5 ttls");
+}
+
+pub async fn lost_fires_when_the_lease_is_removed<F: Fixture>(fixture: &F) {
+    let key = unique_key("lost");
+    let ttl = fixture.short_ttl();
+    let a = fixture.backend().await;
+    let guard = lock(&a, &key).ttl(ttl).acquire().await.unwrap();
+    let lost = guard.lost();
+    fixture.steal(&key).await;
+    let start = Instant::now();
+    tokio::time::timeout(ttl + Duration::from_secs(1), lost)
+        .await
+        .unwrap_or_else(|_| panic!("lost() did not fire within {:?}", ttl + Duration::from_secs(1)));
+    assert!(start.elapsed() <= ttl + Duration::from_secs(1));
+    assert!(!guard.is_held());
+    let err = guard.release().await.unwrap_err();
+    assert!(matches!(err, LockError::NotHeld { .. }), "{err:?}");
+}
+
+pub async fn fencing_tokens_strictly_increase<F: Fixture>(fixture: &F) {
+    let key = unique_key("fence");
+    let clients = [fixture.backend().await, fixture.backend().await];
+    let mut last: Option<u64> = None;
+    for round in 0..20 {
+        let guard = lock(&clients[round % 2], &key).acquire().await.unwrap();
+        let token = guard.fencing_token();
+        if fixture.fencing() {
+            let token = token.expect("a fencing backend gave no token");
+            if let Some(prev) = last {
+                assert!(token > prev, "token {token} after {prev}");
+            }
+            last = Some(token);
+        } else {
+            assert_eq!(token, None, "a backend without fencing must not invent tokens");
+        }
+        guard.release().await.unwrap();
+    }
+}
+
+pub async fn reentrancy_within_one_task<F: Fixture>(fixture: &F) {
+    let key = unique_key("reentrant");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let outer = lock(&a, &key).acquire().await.unwrap();
+    let inner = lock(&a, &key).wait(Duration::ZERO).acquire().await.expect("reentrant acquire");
+    assert!(inner.is_reentrant());
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert_eq!(inner.token(), outer.token());
+    drop(inner);
+    assert!(outer.is_held(), "dropping the inner guard released the lease");
+    assert!(lock(&b, &key).try_acquire().await.unwrap().is_none());
+    outer.release().await.unwrap();
+    assert!(lock(&b, &key).try_acquire().await.unwrap().is_some());
+}
+
+pub async fn other_tasks_contend_normally<F: Fixture>(fixture: &F) {
+    let key = unique_key("tasks");
+    let a = fixture.backend().await;
+    let held = lock(&a, &key).acquire().await.unwrap();
+    let other = lock(&a, &key);
+    let attempt = tokio::spawn(async move { other.try_acquire().await.map(|g| g.is_some()) });
+    assert!(!attempt.await.unwrap().unwrap(), "another task of the same process got the lock");
+    held.release().await.unwrap();
+}
+
+pub async fn drop_hands_over_promptly<F: Fixture>(fixture: &F) {
+    let key = unique_key("handover");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let held = lock(&a, &key).ttl(Duration::from_secs(30)).acquire().await.unwrap();
+    let waiter = lock(&b, &key).wait(Duration::from_secs(10));
+    let waiting = tokio::spawn(async move {
+        let guard: LockGuard = waiter.acquire().await?;
+        Ok::<_, LockError>((Instant::now(), guard))
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dropped_at = Instant::now();
+    drop(held);
+    let (got_at, guard) = waiting.await.unwrap().expect("the waiter never got the lock");
+    let handover = got_at - dropped_at;
+    assert!(handover < Duration::from_secs(2), "hand-over took {handover:?}; drop must release, not wait for expiry");
+    guard.release().await.unwrap();
+}
+
+pub async fn cancelled_acquire_leaves_nothing_behind<F: Fixture>(fixture: &F) {
+    let key = unique_key("cancel");
+    let (a, b, c) = (fixture.backend().await, fixture.backend().await, fixture.backend().await);
+    let held = lock(&a, &key).acquire().await.unwrap();
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), lock(&b, &key).acquire()).await;
+    assert!(cancelled.is_err(), "the waiter should still have been waiting");
+    held.release().await.unwrap();
+    // Cleanup of a server-side queue entry may run in the background: give it
+    // a bounded moment, then the key must be free for a third client.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        if let Some(guard) = lock(&c, &key).try_acquire().await.unwrap() {
+            guard.release().await.unwrap();
+            break;
+        }
+        assert!(Instant::now() < deadline, "a cancelled waiter still blocks the key");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn invalid_input_is_rejected<F: Fixture>(fixture: &F) {
+    let a = fixture.backend().await;
+    for key in [String::new(), "bad\nkey".to_owned(), "k".repeat(dlock::MAX_KEY_BYTES + 1)] {
+        let err = lock(&a, &key).acquire().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidKey { .. }), "{key:?}: {err:?}");
+    }
+    let err = lock(&a, "fine").ttl(Duration::ZERO).acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    assert!(err.to_string().contains("ttl"), "{err}");
+}

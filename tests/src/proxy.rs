@@ -1,0 +1,228 @@
+//! A TCP fault proxy between a client under test and a real server, on loopback only.
+//!
+//! `FaultProxy::start(upstream)` listens on `127.0.0.1:<free port>`; point the client at
+//! [`FaultProxy::addr`] instead of the server. Its mode can be changed at any time:
+//!
+//! - [`FaultProxy::pass`]: bytes are forwarded both ways (the default).
+//! - [`FaultProxy::blackhole`]: every connection, current and new, stays open but all bytes
+//!   in both directions are read and **dropped** (not delayed): a silent network partition.
+//!   New connections are accepted and connected upstream, then blackholed too. Bytes dropped
+//!   are lost for good, so after `pass()` an old connection's protocol stream is usually
+//!   broken; clients are expected to time out and reconnect, as after a real partition.
+//! - [`FaultProxy::reset`]: every current connection is closed abruptly (`SO_LINGER` 0, so the
+//!   peer sees a TCP RST on both the client and the upstream side), and while the mode lasts
+//!   each new connection is accepted and immediately reset too (the peer sees a connection
+//!   reset or EOF on its first read/write, not a refused connect). `pass()` ends it.
+//!
+//! Dropping the proxy stops the listener and every connection task. Nothing busy-loops: each
+//! task waits on socket readiness or on a mode change.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What the proxy does with traffic; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Forward both ways.
+    Pass,
+    /// Keep connections open, drop all bytes.
+    Blackhole,
+    /// Reset current connections and every new one.
+    Reset,
+}
+
+/// A TCP proxy with switchable faults, stopped on drop.
+#[derive(Debug)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    mode: watch::Sender<ProxyMode>,
+    accepted: Arc<AtomicUsize>,
+    listener: JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy to `upstream` in [`ProxyMode::Pass`]. Must be called inside a tokio
+    /// runtime (its tasks run there). Panics if it cannot bind a loopback port.
+    pub async fn start(upstream: SocketAddr) -> Self {
+        match Self::try_start(upstream).await {
+            Ok(proxy) => proxy,
+            Err(e) => panic!("fault proxy to {upstream}: {e}"),
+        }
+    }
+
+    /// Fallible [`FaultProxy::start`]. `upstream` must be a loopback address.
+    pub async fn try_start(upstream: SocketAddr) -> io::Result<Self> {
+        if !upstream.ip().is_loopback() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the fault proxy only targets loopback addresses, not {upstream}"),
+            ));
+        }
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let (mode, mode_rx) = watch::channel(ProxyMode::Pass);
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let listener = tokio::spawn(accept_loop(
+            listener,
+            upstream,
+            mode_rx,
+            Arc::clone(&accepted),
+        ));
+        Ok(Self {
+            addr,
+            upstream,
+            mode,
+            accepted,
+            listener,
+        })
+    }
+
+    /// The address clients connect to (`127.0.0.1:PORT`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server behind the proxy.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> ProxyMode {
+        *self.mode.borrow()
+    }
+
+    /// How many client connections the proxy has accepted so far (in any mode).
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Forward traffic both ways again.
+    pub fn pass(&self) {
+        self.set_mode(ProxyMode::Pass);
+    }
+
+    /// Silently drop all bytes of current and new connections, keeping them open.
+    pub fn blackhole(&self) {
+        self.set_mode(ProxyMode::Blackhole);
+    }
+
+    /// Reset all current connections and each new one until [`FaultProxy::pass`].
+    pub fn reset(&self) {
+        self.set_mode(ProxyMode::Reset);
+    }
+
+    /// Sets `mode` (the named methods are shorthands).
+    pub fn set_mode(&self, mode: ProxyMode) {
+        self.mode.send_replace(mode);
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        // Connection tasks end when they see the mode channel closed (the sender is dropped
+        // right after this); the accept loop is aborted outright.
+        self.listener.abort();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<ProxyMode>,
+    accepted: Arc<AtomicUsize>,
+) {
+    loop {
+        tokio::select! {
+            conn = listener.accept() => {
+                let Ok((client, _)) = conn else { continue };
+                accepted.fetch_add(1, Ordering::Relaxed);
+                if *mode.borrow() == ProxyMode::Reset {
+                    abort_connection(&client);
+                    continue;
+                }
+                tokio::spawn(connection(client, upstream, mode.clone()));
+            }
+            changed = mode.changed() => {
+                if changed.is_err() {
+                    return; // proxy dropped
+                }
+            }
+        }
+    }
+}
+
+/// Sets `SO_LINGER` 0 so that dropping the socket sends RST instead of FIN.
+fn abort_connection(stream: &TcpStream) {
+    let _ = stream.set_zero_linger();
+}
+
+async fn connection(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<ProxyMode>,
+) {
+    let Ok(mut server) = TcpStream::connect(upstream).await else {
+        abort_connection(&client);
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let mut from_client = vec![0u8; 16 * 1024];
+    let mut from_server = vec![0u8; 16 * 1024];
+    let reset = {
+        let (mut client_read, mut client_write) = client.split();
+        let (mut server_read, mut server_write) = server.split();
+        loop {
+            let current = *mode.borrow_and_update();
+            if current == ProxyMode::Reset {
+                break true;
+            }
+            tokio::select! {
+                n = client_read.read(&mut from_client) => match n {
+                    Ok(0) | Err(_) => {
+                        let _ = server_write.shutdown().await;
+                        break false;
+                    }
+                    Ok(n) => {
+                        if *mode.borrow() == ProxyMode::Pass
+                            && server_write.write_all(&from_client[..n]).await.is_err()
+                        {
+                            break true;
+                        }
+                    }
+                },
+                n = server_read.read(&mut from_server) => match n {
+                    Ok(0) | Err(_) => {
+                        let _ = client_write.shutdown().await;
+                        break false;
+                    }
+                    Ok(n) => {
+                        if *mode.borrow() == ProxyMode::Pass
+                            && client_write.write_all(&from_server[..n]).await.is_err()
+                        {
+                            break true;
+                        }
+                    }
+                },
+                changed = mode.changed() => {
+                    if changed.is_err() {
+                        break true; // proxy dropped: cut everything
+                    }
+                }
+            }
+        }
+    };
+    if reset {
+        abort_connection(&client);
+        abort_connection(&server);
+    }
+}

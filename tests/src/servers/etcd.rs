@@ -1,0 +1,352 @@
+//! etcd for the tests: one member, or a cluster of members on loopback.
+//!
+//! Each member has its own temp data dir, a free client port and a free peer port on
+//! 127.0.0.1, logs to `etcd.log` in its dir, and is stopped when dropped. Readiness is
+//! `etcdctl endpoint health` on the member's own endpoint (which needs a quorum, so a
+//! cluster's members are all spawned before any is waited for). A stopped or killed member
+//! restarts on the same ports from the same data dir (the cluster flags are then ignored by
+//! etcd, which reads its membership from the data dir).
+
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::error::{Context, HarnessError, HarnessResult};
+use crate::servers::control::ServerControl;
+use crate::servers::ports::free_port;
+use crate::servers::process::{
+    require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
+};
+
+/// Debian packages that provide `etcd` and `etcdctl`.
+pub const ETCD_PACKAGES: &str = "etcd-server etcd-client";
+/// Upper bound for a member (or a whole cluster) to become healthy.
+pub const ETCD_READY_LIMIT: Duration = Duration::from_secs(20);
+/// Upper bound for one `etcdctl` run.
+const CTL_LIMIT: Duration = Duration::from_secs(10);
+/// Upper bound for one health probe.
+const PROBE_LIMIT: Duration = Duration::from_secs(3);
+
+/// One etcd member process on 127.0.0.1, stopped on drop. Started alone it is a
+/// single-member cluster; [`EtcdCluster`] holds several.
+#[derive(Debug)]
+pub struct EtcdServer {
+    // Field order matters: the process must stop before the temp dir is removed.
+    process: ServerProcess,
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    etcdctl: PathBuf,
+    dir: TempDir,
+}
+
+/// Ports and name of a member to be, chosen before any member is spawned.
+struct MemberPlan {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+}
+
+impl MemberPlan {
+    fn new(name: String) -> HarnessResult<Self> {
+        Ok(Self {
+            name,
+            client_port: free_port()?,
+            peer_port: free_port()?,
+        })
+    }
+
+    fn peer_url(&self) -> String {
+        format!("{}=http://127.0.0.1:{}", self.name, self.peer_port)
+    }
+}
+
+impl EtcdServer {
+    /// Starts a single-member etcd. Panics with the harness error (e.g. how to install etcd)
+    /// if it cannot.
+    #[track_caller]
+    pub fn start() -> Self {
+        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`EtcdServer::start`].
+    pub fn try_start() -> HarnessResult<Self> {
+        let plan = MemberPlan::new("m1".to_string())?;
+        let cluster = plan.peer_url();
+        let mut member = Self::spawn(plan, &cluster, "dlock-etcd-1")?;
+        member.wait_ready()?;
+        Ok(member)
+    }
+
+    fn spawn(plan: MemberPlan, initial_cluster: &str, token: &str) -> HarnessResult<Self> {
+        let etcd = require_binary("etcd", ETCD_PACKAGES)?;
+        let etcdctl = require_binary("etcdctl", ETCD_PACKAGES)?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("dlock-etcd-{}-", plan.client_port))
+            .tempdir()
+            .context(|| "create temp dir for etcd".to_string())?;
+        let client_url = format!("http://127.0.0.1:{}", plan.client_port);
+        let peer_url = format!("http://127.0.0.1:{}", plan.peer_port);
+        let spec = ProcessSpec::new(
+            format!("etcd {} 127.0.0.1:{}", plan.name, plan.client_port),
+            etcd,
+            dir.path().join("etcd.log"),
+        )
+        .arg("--name")
+        .arg(&plan.name)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--listen-client-urls")
+        .arg(&client_url)
+        .arg("--advertise-client-urls")
+        .arg(&client_url)
+        .arg("--listen-peer-urls")
+        .arg(&peer_url)
+        .arg("--initial-advertise-peer-urls")
+        .arg(&peer_url)
+        .arg("--initial-cluster")
+        .arg(initial_cluster)
+        .arg("--initial-cluster-token")
+        .arg(token)
+        .args(["--initial-cluster-state", "new"]);
+        let process = ServerProcess::spawn(spec)?;
+        Ok(Self {
+            process,
+            name: plan.name,
+            client_port: plan.client_port,
+            peer_port: plan.peer_port,
+            etcdctl,
+            dir,
+        })
+    }
+
+    /// The member name (`m1`, `m2`, ...).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// The peer (raft) port.
+    pub fn peer_port(&self) -> u16 {
+        self.peer_port
+    }
+
+    /// The client address, `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.client_port))
+    }
+
+    /// `127.0.0.1:PORT`, as etcd clients take it.
+    pub fn endpoint(&self) -> String {
+        self.addr().to_string()
+    }
+
+    /// `etcd://127.0.0.1:PORT`, the dlock URL of this member alone.
+    pub fn url(&self) -> String {
+        format!("etcd://{}", self.endpoint())
+    }
+
+    /// The member's temp dir (holds `etcd.log` and `data/`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs `etcdctl` (v3 API) against this member and returns its trimmed stdout, e.g.
+    /// `etcd.etcdctl(&["get", "--prefix", "dlock/"])`. Panics if etcdctl cannot run, exits
+    /// non-zero, or takes longer than 10 s.
+    #[track_caller]
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        checked(&self.etcdctl, &self.endpoint(), args)
+    }
+
+    /// Fallible [`EtcdServer::etcdctl`] with the full output.
+    pub fn try_etcdctl(&self, args: &[&str]) -> HarnessResult<CommandOutput> {
+        etcdctl(&self.etcdctl, &self.endpoint(), args, CTL_LIMIT)
+    }
+
+    /// Whether `etcdctl endpoint health` succeeds on this member right now.
+    pub fn is_healthy(&self) -> bool {
+        is_healthy(&self.etcdctl, &self.endpoint())
+    }
+
+    /// Whether this member is the raft leader right now (false if it does not answer).
+    pub fn is_leader(&self) -> bool {
+        etcdctl(
+            &self.etcdctl,
+            &self.endpoint(),
+            &["endpoint", "status"],
+            PROBE_LIMIT,
+        )
+        .is_ok_and(|out| out.success() && status_says_leader(&out.stdout))
+    }
+}
+
+impl ServerControl for EtcdServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+
+    fn wait_ready(&mut self) -> HarnessResult<()> {
+        let ctl = self.etcdctl.clone();
+        let endpoint = self.endpoint();
+        self.process
+            .wait_until("healthy", ETCD_READY_LIMIT, || is_healthy(&ctl, &endpoint))
+    }
+}
+
+/// An etcd cluster of several members on loopback, stopped on drop.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<EtcdServer>,
+}
+
+impl EtcdCluster {
+    /// Starts a cluster of `n` members and waits until each is healthy. Panics on failure.
+    #[track_caller]
+    pub fn start(n: usize) -> Self {
+        Self::try_start(n).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`EtcdCluster::start`].
+    pub fn try_start(n: usize) -> HarnessResult<Self> {
+        if n == 0 {
+            return Err(HarnessError::new("an etcd cluster needs at least 1 member"));
+        }
+        let plans = (1..=n)
+            .map(|i| MemberPlan::new(format!("m{i}")))
+            .collect::<HarnessResult<Vec<_>>>()?;
+        let initial_cluster = plans
+            .iter()
+            .map(MemberPlan::peer_url)
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = format!("dlock-etcd-{}", plans[0].client_port);
+        let mut members = Vec::with_capacity(n);
+        for plan in plans {
+            members.push(EtcdServer::spawn(plan, &initial_cluster, &token)?);
+        }
+        let mut cluster = Self { members };
+        for member in &mut cluster.members {
+            member.wait_ready()?;
+        }
+        Ok(cluster)
+    }
+
+    /// `127.0.0.1:PORT` of every member, in order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(EtcdServer::endpoint).collect()
+    }
+
+    /// `etcd://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
+    pub fn url(&self) -> String {
+        format!("etcd://{}", self.endpoints().join(","))
+    }
+
+    /// Member `i`.
+    pub fn member(&self, i: usize) -> &EtcdServer {
+        &self.members[i]
+    }
+
+    /// Member `i`, to kill, pause or restart it.
+    pub fn member_mut(&mut self, i: usize) -> &mut EtcdServer {
+        &mut self.members[i]
+    }
+
+    /// All members.
+    pub fn members(&self) -> &[EtcdServer] {
+        &self.members
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the cluster has no member (never true for a started cluster).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Index of the member that is raft leader now, asking each running member
+    /// (`etcdctl endpoint status`); `None` if no member claims it (e.g. during an election).
+    pub fn leader(&self) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.process().pid().is_some() && !m.process().is_paused() && m.is_leader())
+    }
+
+    /// Waits (bounded) until some member is leader, e.g. after killing the old one.
+    pub fn wait_for_leader(&self, limit: Duration) -> HarnessResult<usize> {
+        let started = Instant::now();
+        loop {
+            if let Some(i) = self.leader() {
+                return Ok(i);
+            }
+            if started.elapsed() >= limit {
+                return Err(HarnessError::new(format!(
+                    "no etcd leader among {:?} after {limit:?}",
+                    self.endpoints()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs `etcdctl` against all endpoints and returns its trimmed stdout. Panics like
+    /// [`EtcdServer::etcdctl`].
+    #[track_caller]
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        checked(&self.members[0].etcdctl, &self.endpoints().join(","), args)
+    }
+}
+
+fn etcdctl(
+    ctl: &Path,
+    endpoints: &str,
+    args: &[&str],
+    limit: Duration,
+) -> HarnessResult<CommandOutput> {
+    let mut all: Vec<OsString> = vec![
+        format!("--endpoints={endpoints}").into(),
+        "--dial-timeout=2s".into(),
+        "--command-timeout=5s".into(),
+    ];
+    all.extend(args.iter().map(OsString::from));
+    run_command(ctl, &all, &[("ETCDCTL_API".into(), "3".into())], limit)
+}
+
+#[track_caller]
+fn checked(ctl: &Path, endpoints: &str, args: &[&str]) -> String {
+    match etcdctl(ctl, endpoints, args, CTL_LIMIT) {
+        Ok(out) if out.success() => out.stdout.trim().to_string(),
+        Ok(out) => panic!(
+            "etcdctl {args:?} against {endpoints} failed ({:?}): {}{}",
+            out.status, out.stdout, out.stderr
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn is_healthy(ctl: &Path, endpoint: &str) -> bool {
+    etcdctl(ctl, endpoint, &["endpoint", "health"], PROBE_LIMIT).is_ok_and(|out| out.success())
+}
+
+/// `endpoint status` (simple format) prints `ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, ...`.
+fn status_says_leader(stdout: &str) -> bool {
+    stdout
+        .lines()
+        .next()
+        .and_then(|line| line.split(", ").nth(4))
+        .is_some_and(|field| field.trim() == "true")
+}

@@ -1,0 +1,76 @@
+//! Free loopback ports for the servers the harness starts.
+//!
+//! Ports are chosen at random *below* the kernel's ephemeral range
+//! (`/proc/sys/net/ipv4/ip_local_port_range`), not with `bind(127.0.0.1:0)`, for two reasons:
+//! a port handed out by the kernel for `:0` lies in the ephemeral range, so between our check
+//! and the server's own `bind` (and again while a server is stopped for a restart on the
+//! same port) an outgoing client connection could take it as its local port; and some servers
+//! need companion ports at fixed offsets (Redis Cluster's bus at port + 10000), which must fit
+//! below 65536. Each candidate (and each companion) is checked by binding it on 127.0.0.1, and
+//! a port is never handed out twice by one test process, so parallel tests do not collide.
+
+use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, TcpListener};
+use std::sync::Mutex;
+
+use crate::error::{HarnessError, HarnessResult};
+
+/// Lowest port the harness hands out (keeps clear of well-known service ports).
+const LOWEST: u16 = 10_000;
+/// Random candidates tried before giving up.
+const ATTEMPTS: usize = 500;
+
+/// Ports (including companions) already handed out by this process.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// One free port on 127.0.0.1.
+pub fn free_port() -> HarnessResult<u16> {
+    free_port_with_offsets(&[])
+}
+
+/// `n` distinct free ports on 127.0.0.1.
+pub fn free_ports(n: usize) -> HarnessResult<Vec<u16>> {
+    (0..n).map(|_| free_port()).collect()
+}
+
+/// A free port `p` such that every `p + offset` is free as well (e.g. `&[10_000]` for a Redis
+/// Cluster node and its cluster bus port). All of them are reserved for this process.
+pub fn free_port_with_offsets(offsets: &[u16]) -> HarnessResult<u16> {
+    let max_offset = offsets.iter().copied().max().unwrap_or(0);
+    let upper = ephemeral_low().saturating_sub(max_offset);
+    if upper <= LOWEST + 100 {
+        return Err(HarnessError::new(format!(
+            "no room for a port with offsets {offsets:?} below the ephemeral range"
+        )));
+    }
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..ATTEMPTS {
+        let port: u16 = rand::random_range(LOWEST..upper);
+        let all: Vec<u16> = std::iter::once(port)
+            .chain(offsets.iter().map(|o| port + o))
+            .collect();
+        if all.iter().any(|p| handed.contains(p)) {
+            continue;
+        }
+        if all.iter().all(|&p| is_free(p)) {
+            handed.extend(all);
+            return Ok(port);
+        }
+    }
+    Err(HarnessError::new(format!(
+        "found no free loopback port (offsets {offsets:?}) in {ATTEMPTS} attempts"
+    )))
+}
+
+/// Whether a TCP listener can bind `127.0.0.1:port` right now.
+pub fn is_free(port: u16) -> bool {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}

@@ -1,0 +1,546 @@
+//! Redis servers for the tests: one server (plain, ACL, TLS), a set of independent masters
+//! (Redlock) and a Redis Cluster.
+//!
+//! Every server binds 127.0.0.1 on a free port, keeps nothing on disk (`--save ''
+//! --appendonly no`; its dir is a temp dir), logs to `redis.log` in that dir, and is stopped
+//! when dropped. Readiness is `redis-cli PING` = `PONG`, probed every 20 ms for up to 20 s.
+
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::error::{Context, HarnessError, HarnessResult};
+use crate::servers::control::ServerControl;
+use crate::servers::ports::{free_port, free_port_with_offsets};
+use crate::servers::process::{
+    require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
+};
+use crate::tls::TestCerts;
+
+/// Debian packages that provide `redis-server` and `redis-cli`.
+pub const REDIS_PACKAGES: &str = "redis-server redis-tools";
+/// Upper bound for a server (or a cluster) to become ready.
+pub const REDIS_READY_LIMIT: Duration = Duration::from_secs(20);
+/// Upper bound for one `redis-cli` run (a paused server must not hang a test).
+const CLI_LIMIT: Duration = Duration::from_secs(10);
+/// Upper bound for one readiness probe.
+const PROBE_LIMIT: Duration = Duration::from_secs(2);
+/// Offset of the Redis Cluster bus port from the client port.
+const CLUSTER_BUS_OFFSET: u16 = 10_000;
+
+/// How to start a [`RedisServer`]: authentication, TLS, extra config.
+#[derive(Debug, Clone, Default)]
+pub struct RedisOptions {
+    password: Option<String>,
+    acl_user: Option<(String, String)>,
+    tls: bool,
+    cluster: bool,
+    cluster_node_timeout_ms: Option<u64>,
+    extra: Vec<String>,
+}
+
+impl RedisOptions {
+    /// Default options: no auth, plain TCP, standalone.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Password of the `default` user (`--requirepass`): clients without it get `NOAUTH`.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// An ACL user with this password and every permission (`--user NAME on >PASS ~* &*
+    /// +@all`). Combine with [`RedisOptions::password`] to lock out unauthenticated clients.
+    pub fn acl_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.acl_user = Some((name.into(), password.into()));
+        self
+    }
+
+    /// TLS only (`--port 0 --tls-port PORT`), with a throwaway CA and
+    /// `--tls-auth-clients no` (clients need the CA, not a certificate).
+    pub fn tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// `--cluster-node-timeout` for cluster nodes (default 5000 ms).
+    pub fn cluster_node_timeout(mut self, timeout: Duration) -> Self {
+        self.cluster_node_timeout_ms = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// One more config directive, as redis-server command-line words
+    /// (e.g. `["--maxmemory", "10mb"]`).
+    pub fn config<I, S>(mut self, words: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.extra.extend(words.into_iter().map(Into::into));
+        self
+    }
+}
+
+/// One `redis-server` process on 127.0.0.1, stopped on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    // Field order matters: the process must stop before the temp dir is removed.
+    process: ServerProcess,
+    port: u16,
+    options: RedisOptions,
+    certs: Option<TestCerts>,
+    cli: PathBuf,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    /// Starts a plain standalone server on a free port. Panics with the harness error
+    /// (e.g. how to install Redis) if it cannot.
+    #[track_caller]
+    pub fn start() -> Self {
+        Self::start_with(RedisOptions::new())
+    }
+
+    /// Starts a server with `options` (ACL user, password, TLS, extra config). Panics on
+    /// failure, like [`RedisServer::start`].
+    #[track_caller]
+    pub fn start_with(options: RedisOptions) -> Self {
+        Self::try_start_with(options).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts a TLS-only server (see [`RedisOptions::tls`]); [`RedisServer::url`] is then
+    /// `rediss://127.0.0.1:PORT` and [`RedisServer::ca_cert_path`] the CA to trust.
+    #[track_caller]
+    pub fn start_tls() -> Self {
+        Self::start_with(RedisOptions::new().tls(true))
+    }
+
+    /// Fallible [`RedisServer::start_with`].
+    pub fn try_start_with(options: RedisOptions) -> HarnessResult<Self> {
+        let port = if options.cluster {
+            free_port_with_offsets(&[CLUSTER_BUS_OFFSET])?
+        } else {
+            free_port()?
+        };
+        Self::try_start_on(port, options)
+    }
+
+    fn try_start_on(port: u16, options: RedisOptions) -> HarnessResult<Self> {
+        let server = require_binary("redis-server", REDIS_PACKAGES)?;
+        let cli = require_binary("redis-cli", REDIS_PACKAGES)?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("dlock-redis-{port}-"))
+            .tempdir()
+            .context(|| "create temp dir for redis".to_string())?;
+        let certs = if options.tls {
+            Some(TestCerts::generate(dir.path())?)
+        } else {
+            None
+        };
+        let spec = redis_spec(&server, port, dir.path(), &options, certs.as_ref());
+        let process = ServerProcess::spawn(spec)?;
+        let mut redis = Self {
+            process,
+            port,
+            options,
+            certs,
+            cli,
+            dir,
+        };
+        redis.wait_ready()?;
+        Ok(redis)
+    }
+
+    /// The port the server listens on (the TLS port for a TLS server).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `redis://127.0.0.1:PORT` (`rediss://` with TLS), without credentials.
+    pub fn url(&self) -> String {
+        format!("{}://127.0.0.1:{}", self.scheme(), self.port)
+    }
+
+    /// The URL with the ACL user's (or else the default user's) credentials:
+    /// `redis://USER:PASS@127.0.0.1:PORT` or `redis://:PASS@127.0.0.1:PORT`.
+    pub fn url_with_credentials(&self) -> String {
+        match (&self.options.acl_user, &self.options.password) {
+            (Some((user, pass)), _) => {
+                format!("{}://{user}:{pass}@127.0.0.1:{}", self.scheme(), self.port)
+            }
+            (None, Some(pass)) => format!("{}://:{pass}@127.0.0.1:{}", self.scheme(), self.port),
+            (None, None) => self.url(),
+        }
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.options.tls {
+            "rediss"
+        } else {
+            "redis"
+        }
+    }
+
+    /// The CA certificate (PEM file) that signed a TLS server's certificate.
+    pub fn ca_cert_path(&self) -> Option<&Path> {
+        self.certs.as_ref().map(TestCerts::ca_cert_path)
+    }
+
+    /// All TLS files of a TLS server (CA, server and client certificates).
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.certs.as_ref()
+    }
+
+    /// The server's temp dir (holds `redis.log`, TLS files, `nodes.conf` of cluster nodes).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs one command with `redis-cli` (authenticated, over TLS where needed) and returns
+    /// its trimmed stdout, e.g. `redis.redis_cli(&["PTTL", "dlock:{k}"])` → `"29998"`. Error
+    /// replies come back as text too (`ERR ...`). Panics if redis-cli cannot run or takes
+    /// longer than 10 s (e.g. against a paused server).
+    #[track_caller]
+    pub fn redis_cli(&self, args: &[&str]) -> String {
+        match self.try_redis_cli(args) {
+            Ok(out) if out.status.is_some() => out.stdout.trim().to_string(),
+            Ok(out) => panic!(
+                "redis-cli {args:?} against {} timed out; stderr: {}",
+                self.addr(),
+                out.stderr
+            ),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Fallible [`RedisServer::redis_cli`] with the full output.
+    pub fn try_redis_cli(&self, args: &[&str]) -> HarnessResult<CommandOutput> {
+        self.cli_with_limit(args, CLI_LIMIT)
+    }
+
+    fn cli_with_limit(&self, args: &[&str], limit: Duration) -> HarnessResult<CommandOutput> {
+        let mut all = self.cli_connection_args();
+        all.extend(args.iter().map(OsString::from));
+        run_command(&self.cli, &all, &[], limit)
+    }
+
+    /// `redis-cli` arguments that reach and authenticate to this server.
+    fn cli_connection_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            self.port.to_string().into(),
+        ];
+        if let Some(certs) = &self.certs {
+            args.push("--tls".into());
+            args.push("--cacert".into());
+            args.push(certs.ca_cert_path().into());
+        }
+        match (&self.options.acl_user, &self.options.password) {
+            (Some((user, pass)), _) => {
+                args.extend(["--user".into(), user.into(), "--pass".into(), pass.into()]);
+            }
+            (None, Some(pass)) => args.extend(["-a".into(), pass.into()]),
+            (None, None) => {}
+        }
+        args.push("--no-auth-warning".into());
+        args
+    }
+
+    /// Whether `PING` answers `PONG` right now.
+    pub fn ping(&self) -> bool {
+        self.cli_with_limit(&["PING"], PROBE_LIMIT)
+            .is_ok_and(|out| out.stdout.trim() == "PONG")
+    }
+}
+
+impl ServerControl for RedisServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+
+    fn wait_ready(&mut self) -> HarnessResult<()> {
+        let probe = RedisProbe {
+            cli: self.cli.clone(),
+            args: {
+                let mut a = self.cli_connection_args();
+                a.push("PING".into());
+                a
+            },
+        };
+        self.process
+            .wait_until("answering PING", REDIS_READY_LIMIT, || probe.pong())
+    }
+}
+
+/// A PING probe that does not borrow the server (the process is borrowed mutably meanwhile).
+struct RedisProbe {
+    cli: PathBuf,
+    args: Vec<OsString>,
+}
+
+impl RedisProbe {
+    fn pong(&self) -> bool {
+        run_command(&self.cli, &self.args, &[], PROBE_LIMIT)
+            .is_ok_and(|out| out.stdout.trim() == "PONG")
+    }
+}
+
+fn redis_spec(
+    server: &Path,
+    port: u16,
+    dir: &Path,
+    options: &RedisOptions,
+    certs: Option<&TestCerts>,
+) -> ProcessSpec {
+    let mut spec = ProcessSpec::new(
+        format!("redis-server 127.0.0.1:{port}"),
+        server,
+        dir.join("redis.log"),
+    )
+    .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+    .arg("--dir")
+    .arg(dir)
+    .args(["--daemonize", "no"]);
+    spec = match certs {
+        Some(certs) => spec
+            .args(["--port", "0", "--tls-port"])
+            .arg(port.to_string())
+            .arg("--tls-cert-file")
+            .arg(certs.server_cert_path())
+            .arg("--tls-key-file")
+            .arg(certs.server_key_path())
+            .arg("--tls-ca-cert-file")
+            .arg(certs.ca_cert_path())
+            .args(["--tls-auth-clients", "no"]),
+        None => spec.arg("--port").arg(port.to_string()),
+    };
+    if let Some(password) = &options.password {
+        spec = spec.arg("--requirepass").arg(password);
+    }
+    if let Some((user, password)) = &options.acl_user {
+        spec = spec.arg("--user").args([
+            user.as_str(),
+            "on",
+            &format!(">{password}"),
+            "~*",
+            "&*",
+            "+@all",
+        ]);
+    }
+    if options.cluster {
+        let timeout = options.cluster_node_timeout_ms.unwrap_or(5000);
+        spec = spec
+            .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+            .arg(dir.join("nodes.conf"))
+            .arg("--cluster-node-timeout")
+            .arg(timeout.to_string());
+        if certs.is_some() {
+            spec = spec.args(["--tls-cluster", "yes"]);
+        }
+    }
+    spec.args(&options.extra)
+}
+
+/// `n` independent Redis masters (the servers of a Redlock set), stopped on drop.
+#[derive(Debug)]
+pub struct RedisSet {
+    servers: Vec<RedisServer>,
+}
+
+impl RedisSet {
+    /// Starts `n` plain standalone servers. Panics on failure.
+    #[track_caller]
+    pub fn start(n: usize) -> Self {
+        Self::try_start_with(n, RedisOptions::new()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts `n` servers, each with `options`.
+    pub fn try_start_with(n: usize, options: RedisOptions) -> HarnessResult<Self> {
+        let servers = (0..n)
+            .map(|_| RedisServer::try_start_with(options.clone()))
+            .collect::<HarnessResult<Vec<_>>>()?;
+        Ok(Self { servers })
+    }
+
+    /// `redlock://127.0.0.1:P1,127.0.0.1:P2,...`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.servers.iter().map(|s| s.addr().to_string()).collect();
+        format!("redlock://{}", hosts.join(","))
+    }
+
+    /// `redis://127.0.0.1:P` of each server, in order.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// Number of servers.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether the set has no server.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Server `i` (for `redis_cli`).
+    pub fn server(&self, i: usize) -> &RedisServer {
+        &self.servers[i]
+    }
+
+    /// Server `i`, to kill, pause or restart it.
+    pub fn server_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.servers[i]
+    }
+
+    /// All servers.
+    pub fn servers(&self) -> &[RedisServer] {
+        &self.servers
+    }
+
+    /// All servers, mutably.
+    pub fn servers_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.servers
+    }
+}
+
+/// A Redis Cluster of masters without replicas, stopped on drop.
+///
+/// Created with `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`, ready
+/// when every node reports `cluster_state:ok`. Each node's cluster bus port (port + 10000)
+/// is checked free too.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts and creates a cluster of `masters` nodes (at least 3). Panics on failure.
+    #[track_caller]
+    pub fn start(masters: usize) -> Self {
+        Self::try_start_with(masters, RedisOptions::new()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`RedisCluster::start`] with per-node options (e.g. cluster node timeout).
+    pub fn try_start_with(masters: usize, options: RedisOptions) -> HarnessResult<Self> {
+        if masters < 3 {
+            return Err(HarnessError::new(format!(
+                "a Redis Cluster needs at least 3 masters, asked for {masters}"
+            )));
+        }
+        let mut options = options;
+        options.cluster = true;
+        let nodes = (0..masters)
+            .map(|_| RedisServer::try_start_with(options.clone()))
+            .collect::<HarnessResult<Vec<_>>>()?;
+        let cluster = Self { nodes };
+        let mut args: Vec<&str> = vec!["--cluster", "create"];
+        let addrs: Vec<String> = cluster.nodes.iter().map(|n| n.addr().to_string()).collect();
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = cluster.nodes[0].cli_with_limit(&args, Duration::from_secs(30))?;
+        if !out.success() {
+            return Err(HarnessError::new(format!(
+                "redis-cli --cluster create failed ({:?}):\n{}\n{}",
+                out.status, out.stdout, out.stderr
+            )));
+        }
+        cluster.wait_cluster_ok(REDIS_READY_LIMIT)?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` (e.g. after a node restart).
+    pub fn wait_cluster_ok(&self, limit: Duration) -> HarnessResult<()> {
+        let started = std::time::Instant::now();
+        loop {
+            let ok = self.nodes.iter().all(|n| {
+                n.cli_with_limit(&["CLUSTER", "INFO"], PROBE_LIMIT)
+                    .is_ok_and(|out| out.stdout.contains("cluster_state:ok"))
+            });
+            if ok {
+                return Ok(());
+            }
+            if started.elapsed() >= limit {
+                let states: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        let info = n
+                            .cli_with_limit(&["CLUSTER", "INFO"], PROBE_LIMIT)
+                            .map(|o| o.stdout)
+                            .unwrap_or_else(|e| e.to_string());
+                        let state = info
+                            .lines()
+                            .find(|l| l.starts_with("cluster_state"))
+                            .unwrap_or("no cluster_state")
+                            .trim()
+                            .to_string();
+                        format!("{}: {state}; log:\n{}", n.addr(), n.process().log_tail())
+                    })
+                    .collect();
+                return Err(HarnessError::new(format!(
+                    "redis cluster not cluster_state:ok after {limit:?}:\n{}",
+                    states.join("\n")
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.nodes.iter().map(|s| s.addr().to_string()).collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// `redis://127.0.0.1:P` of each node, in order.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Node `i` (for `redis_cli`; note a key may live on another node: use
+    /// [`RedisCluster::redis_cli`] to follow redirects).
+    pub fn node(&self, i: usize) -> &RedisServer {
+        &self.nodes[i]
+    }
+
+    /// Node `i`, to kill, pause or restart it.
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// All nodes.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// Runs one command with `redis-cli -c` (follows MOVED/ASK redirects) via the first
+    /// running node and returns its trimmed stdout. Panics like [`RedisServer::redis_cli`].
+    #[track_caller]
+    pub fn redis_cli(&self, args: &[&str]) -> String {
+        let mut all = vec!["-c"];
+        all.extend_from_slice(args);
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.process().pid().is_some())
+            .unwrap_or_else(|| panic!("no running node in the redis cluster"));
+        node.redis_cli(&all)
+    }
+}

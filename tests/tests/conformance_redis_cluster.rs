@@ -1,0 +1,5 @@
+//! The conformance suite on a three-master Redis Cluster.
+
+use dlock_tests::fixtures::redis::RedisFixture;
+
+dlock_tests::conformance_suite!(RedisFixture::cluster());
