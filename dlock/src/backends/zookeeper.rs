@@ -97,7 +97,7 @@ mod config;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -148,10 +148,12 @@ pub struct ZooKeeperBackend {
     reopening: tokio::sync::Mutex<()>,
     /// The negotiated session timeout of the current session, in ms.
     session_timeout_ms: AtomicU64,
-    /// Held nodes by path: the session each lives on, and what deletes it
-    /// in the background if the lease is forgotten.
-    held: Mutex<HashMap<String, Held>>,
+    /// Held nodes by path: the session each lives on, its local deadline,
+    /// and what deletes it in the background if the lease is forgotten.
+    held: Arc<Mutex<HeldMap>>,
 }
+
+type HeldMap = HashMap<String, Held>;
 
 impl fmt::Debug for ZooKeeperBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -173,6 +175,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Held {
     /// The session the node lives on (it may no longer be the current one).
     client: Client,
+    /// The lease's local deadline, moved by each renewal. When it passes
+    /// without one, the node is deleted (see [`reap`]).
+    valid_until: Instant,
     /// What deletes the node in the background if it is dropped unreleased.
     cleanup: Cleanup,
 }
@@ -324,6 +329,39 @@ async fn find_by_uuid(
     }
 }
 
+/// Deletes the node at `path` once its local deadline has passed without a
+/// renewal.
+///
+/// ZooKeeper keeps an ephemeral node for as long as the session lives, but a
+/// dlock lease ends at its ttl when it is not renewed (renewal off, or a
+/// holder whose watchdog cannot run): by then the guard reports the loss, so
+/// the node must go too, or the key stays blocked by a lease nobody holds.
+async fn reap(held: Weak<Mutex<HeldMap>>, path: String, mut at: Instant) {
+    loop {
+        tokio::time::sleep_until(at.into()).await;
+        let Some(map) = held.upgrade() else {
+            return;
+        };
+        let expired = {
+            let mut map = lock(&map);
+            match map.get(&path) {
+                None => return,
+                Some(h) if h.valid_until > Instant::now() => {
+                    at = h.valid_until;
+                    None
+                }
+                Some(_) => map.remove(&path),
+            }
+        };
+        if let Some(mut node) = expired {
+            tracing::debug!(%path, "lease ran out without renewal; deleting its node");
+            // Dropping an armed cleanup deletes the node in the background.
+            node.cleanup.arm();
+            return;
+        }
+    }
+}
+
 /// A version 4 UUID from OS randomness, in Curator's textual form.
 fn new_uuid() -> Result<String, LockError> {
     let mut b = [0u8; 16];
@@ -405,7 +443,7 @@ impl ZooKeeperBackend {
             current: Mutex::new(None),
             reopening: tokio::sync::Mutex::new(()),
             session_timeout_ms: AtomicU64::new(0),
-            held: Mutex::new(HashMap::new()),
+            held: Arc::new(Mutex::new(HashMap::new())),
         };
         backend.session().await?;
         Ok(backend)
@@ -570,14 +608,22 @@ impl ZooKeeperBackend {
         ))
     }
 
-    fn remember(&self, path: &str, client: &Client, cleanup: Cleanup) {
+    /// Records a granted node, and starts the task that deletes it if its
+    /// local deadline passes without a renewal.
+    fn remember(&self, lease: &Lease, client: &Client, cleanup: Cleanup) {
         lock(&self.held).insert(
-            path.to_owned(),
+            lease.resource.clone(),
             Held {
                 client: client.clone(),
+                valid_until: lease.valid_until,
                 cleanup,
             },
         );
+        tokio::spawn(reap(
+            Arc::downgrade(&self.held),
+            lease.resource.clone(),
+            lease.valid_until,
+        ));
     }
 
     /// The recipe's part of `acquire`: queue, wait for our turn, and read our
@@ -610,19 +656,20 @@ impl ZooKeeperBackend {
         // The recipe does not hand out the created node's stat; one read gets
         // the czxid, and its send time starts the lease.
         let sent = Instant::now();
-        let stat =
-            match client.check_stat(&path).await {
-                Ok(Some(stat)) => stat,
-                Ok(None) => return Err(LockError::backend(
+        let stat = match client.check_stat(&path).await {
+            Ok(Some(stat)) => stat,
+            Ok(None) => {
+                return Err(LockError::backend(
                     self.shown.clone(),
                     format!(
                         "lock node {path} was deleted by someone else right after it was granted"
                     ),
-                )),
-                Err(e) => return Err(self.error(format_args!("cannot read lock node {path}"), e)),
-            };
+                ))
+            }
+            Err(e) => return Err(self.error(format_args!("cannot read lock node {path}"), e)),
+        };
         let lease = self.lease(req, client, &path, &stat, sent)?;
-        self.remember(&path, client, cleanup);
+        self.remember(&lease, client, cleanup);
         Ok(lease)
     }
 }
@@ -653,7 +700,7 @@ impl LockBackend for ZooKeeperBackend {
         let name = &path[dir.len() + 1..];
         if is_first(&children, name) {
             let lease = self.lease(req, &client, &path, &stat, sent)?;
-            self.remember(&path, &client, cleanup);
+            self.remember(&lease, &client, cleanup);
             return Ok(Some(lease));
         }
         // Someone is ahead of us: leave the queue now, so our node does not
@@ -805,6 +852,20 @@ impl LockBackend for ZooKeeperBackend {
                 Err(e) => {
                     for &i in idx {
                         answers[i] = Some(Err(self.error("renewal read failed", e.clone())));
+                    }
+                }
+            }
+        }
+        // A node reaped while the read was in flight stays lost; every other
+        // renewed node moves its deadline, under the same lock the reaper
+        // takes, so the two never disagree.
+        {
+            let mut held = lock(&self.held);
+            for (lease, answer) in leases.iter().zip(answers.iter_mut()) {
+                if let Some(Ok(Renewal::Renewed { valid_until })) = answer {
+                    match held.get_mut(&lease.resource) {
+                        Some(h) => h.valid_until = h.valid_until.max(*valid_until),
+                        None => *answer = Some(Ok(Renewal::Refused)),
                     }
                 }
             }
