@@ -672,35 +672,32 @@ impl ZooKeeperBackend {
         self.remember(&lease, client, cleanup);
         Ok(lease)
     }
-}
-
-#[async_trait]
-impl LockBackend for ZooKeeperBackend {
-    fn describe(&self) -> String {
-        self.shown.clone()
-    }
-
-    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
-        let dir = self.lock_path(&req.key)?;
-        let client = self.session().await?;
+    /// One `try_acquire` attempt on a connected session: create, list, and
+    /// delete again unless first.
+    async fn try_once(
+        &self,
+        client: &Client,
+        req: &AcquireRequest,
+        dir: &str,
+    ) -> Result<Option<Lease>, LockError> {
         let uuid = new_uuid()?;
         // Armed from before the create: if this future is dropped at any
         // await, the node is deleted in the background (found by uuid if the
         // create has not answered yet).
-        let mut cleanup = Cleanup::own(&client, &dir, &uuid);
+        let mut cleanup = Cleanup::own(client, dir, &uuid);
         let sent = Instant::now();
         let (path, stat) = self
-            .create_protected(&client, &dir, &uuid, req.token.as_bytes())
+            .create_protected(client, dir, &uuid, req.token.as_bytes())
             .await?;
         cleanup.set_path(&path);
         let children = client
-            .list_children(&dir)
+            .list_children(dir)
             .await
             .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
         let name = &path[dir.len() + 1..];
         if is_first(&children, name) {
-            let lease = self.lease(req, &client, &path, &stat, sent)?;
-            self.remember(&lease, &client, cleanup);
+            let lease = self.lease(req, client, &path, &stat, sent)?;
+            self.remember(&lease, client, cleanup);
             return Ok(Some(lease));
         }
         // Someone is ahead of us: leave the queue now, so our node does not
@@ -716,6 +713,35 @@ impl LockBackend for ZooKeeperBackend {
             }
             // `cleanup` stays armed and retries in the background.
             Err(e) => Err(self.error(format_args!("cannot delete own lock node {path}"), e)),
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for ZooKeeperBackend {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        let dir = self.lock_path(&req.key)?;
+        let client = self.session().await?;
+        // One attempt must not wait for a reconnect: while disconnected,
+        // requests queue until the session comes back or expires.
+        let state = client.state();
+        if !is_connected(state) {
+            return Err(LockError::backend(
+                self.shown.clone(),
+                format!("ZooKeeper is unreachable (session {state})"),
+            ));
+        }
+        let limit = client.session_timeout();
+        match tokio::time::timeout(limit, self.try_once(&client, req, &dir)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(LockError::backend(
+                self.shown.clone(),
+                format!("ZooKeeper did not answer within the session timeout ({limit:?})"),
+            )),
         }
     }
 
@@ -747,13 +773,12 @@ impl LockBackend for ZooKeeperBackend {
             Ok(lease) => lease.map(Some),
             Err(_) => {
                 // The recipe's future was dropped, which deletes our node in
-                // the background. Delete it here too and wait for that, so a
-                // timed-out waiter never blocks whoever comes next.
-                let removed =
-                    tokio::time::timeout(CLEANUP_WAIT, remove_node(&client, &dir, &uuid, None))
-                        .await;
+                // the background (after a reconnect if need be; an expired
+                // session takes it anyway).
                 let state = client.state();
                 if !is_connected(state) {
+                    // Say why the wait ran out, and wait no longer for a
+                    // server that does not answer.
                     return Err(LockError::backend(
                         self.shown.clone(),
                         format!(
@@ -761,6 +786,11 @@ impl LockBackend for ZooKeeperBackend {
                         ),
                     ));
                 }
+                // Delete it here too and wait for that, so a timed-out
+                // waiter never blocks whoever comes next.
+                let removed =
+                    tokio::time::timeout(CLEANUP_WAIT, remove_node(&client, &dir, &uuid, None))
+                        .await;
                 match removed {
                     Ok(Ok(())) => Ok(None),
                     Ok(Err(e)) => Err(self.error("the wait ran out, and deleting own lock node failed", e)),
