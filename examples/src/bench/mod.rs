@@ -5,3 +5,4 @@
 //! shared machine mean little.
 
 pub mod stats;
+pub mod zookeeper;
