@@ -457,6 +457,14 @@ impl ZooKeeperBackend {
     ///
     /// # Errors
     /// [`LockError::InvalidKey`] if `key` is not a valid lock key.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let zk = dlock::backends::zookeeper::ZooKeeperBackend::connect("zk://127.0.0.1:2181?prefix=locks").await?;
+    /// // Java: new InterProcessMutex(curator, "/locks/orders%2F42")
+    /// assert_eq!(zk.lock_path("orders/42")?, "/locks/orders%2F42");
+    /// # Ok(()) }
+    /// ```
     pub fn lock_path(&self, key: &str) -> Result<String, LockError> {
         crate::key::validate(key)?;
         Ok(format!(
@@ -468,6 +476,14 @@ impl ZooKeeperBackend {
 
     /// The session timeout the server granted to the current session; leases
     /// are clamped to it. Zero before a session was opened.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let zk = dlock::backends::zookeeper::ZooKeeperBackend::connect("zk://127.0.0.1:2181?session_timeout=10s").await?;
+    /// // The server may have granted less (or more), within [2, 20] × its tickTime.
+    /// println!("a crashed holder blocks others for about {:?}", zk.session_timeout());
+    /// # Ok(()) }
+    /// ```
     pub fn session_timeout(&self) -> Duration {
         Duration::from_millis(self.session_timeout_ms.load(Ordering::Relaxed))
     }
@@ -476,6 +492,17 @@ impl ZooKeeperBackend {
     /// does not cover (reading lock nodes, sharing the session). Operations
     /// on it run on the session that keeps this backend's locks: closing or
     /// expiring it loses them. `None` if the last session ended.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let zk = dlock::backends::zookeeper::ZooKeeperBackend::connect("zk://127.0.0.1:2181").await?;
+    /// if let Some(client) = zk.client() {
+    ///     // Who is queued for `order:42`, in Curator's `_c_<uuid>-lock-<seq>` names.
+    ///     let queue = client.list_children(&zk.lock_path("order:42")?).await?;
+    ///     println!("{queue:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn client(&self) -> Option<Client> {
         lock(&self.current)
             .clone()
