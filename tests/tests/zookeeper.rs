@@ -82,7 +82,10 @@ async fn ten_waiters_acquire_in_queue_order() {
     .await
     .expect("the waiters did not all finish within 60 s");
     assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
-    assert!(fixture.contenders(key).await.is_empty(), "nodes left behind");
+    assert!(
+        fixture.contenders(key).await.is_empty(),
+        "nodes left behind"
+    );
 }
 
 /// Nodes have Curator's protected layout, the key is escaped into one node
@@ -131,7 +134,11 @@ async fn a_timed_out_waiter_leaves_no_node() {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    assert_eq!(fixture.contenders(key).await.len(), 1, "the waiter's node is still queued");
+    assert_eq!(
+        fixture.contenders(key).await.len(),
+        1,
+        "the waiter's node is still queued"
+    );
     held.release().await.unwrap();
 }
 
@@ -254,7 +261,12 @@ struct Curator {
 impl Curator {
     fn spawn(connect: &str, path: &str, mode: &str, ms: u64) -> Self {
         let mut child = Command::new("java")
-            .args(["-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp"])
+            .args([
+                "-Xmx64m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-cp",
+            ])
             .arg(curator_classpath())
             .args(["CuratorLock", connect, path, mode, &ms.to_string()])
             .stdout(Stdio::piped())
@@ -318,7 +330,11 @@ async fn curator_interprocess_mutex_and_dlock_exclude_each_other() {
 
     // dlock holds; Curator cannot get it, then waits and gets it on release.
     let mut short = Curator::spawn(&connect, &path, "try", 1000);
-    assert_eq!(short.line(startup).await, "TIMEOUT", "Curator took a lock dlock holds");
+    assert_eq!(
+        short.line(startup).await,
+        "TIMEOUT",
+        "Curator took a lock dlock holds"
+    );
     short.exits_cleanly().await;
     let mut waiting = Curator::spawn(&connect, &path, "try", 20_000);
     eventually("Curator queued", startup, || async {
@@ -344,8 +360,16 @@ async fn curator_interprocess_mutex_and_dlock_exclude_each_other() {
 async fn session_expiry_loses_every_guard_of_the_session() {
     let fixture = ZkFixture::start().await;
     let b = backend(&fixture).await;
-    let one = lock(&b, "expiry-1").ttl(Duration::from_secs(30)).acquire().await.unwrap();
-    let two = lock(&b, "expiry-2").ttl(Duration::from_secs(30)).acquire().await.unwrap();
+    let one = lock(&b, "expiry-1")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let two = lock(&b, "expiry-2")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
     let (lost_one, lost_two) = (one.lost(), two.lost());
 
     let session = b.client().expect("a live session").session().clone();
@@ -369,9 +393,18 @@ async fn session_expiry_loses_every_guard_of_the_session() {
     .unwrap_or_else(|_| panic!("lost() did not fire within {limit:?} of the session's close"));
     assert!(start.elapsed() < limit);
     assert!(!one.is_held() && !two.is_held());
-    assert!(matches!(one.release().await, Err(LockError::NotHeld { .. })));
-    assert!(matches!(two.release().await, Err(LockError::NotHeld { .. })));
-    assert!(fixture.contenders("expiry-1").await.is_empty(), "the expired session's node survived");
+    assert!(matches!(
+        one.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    assert!(matches!(
+        two.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    assert!(
+        fixture.contenders("expiry-1").await.is_empty(),
+        "the expired session's node survived"
+    );
 
     // A new session serves the next acquisition.
     let again = lock(&b, "expiry-1")
@@ -379,7 +412,11 @@ async fn session_expiry_loses_every_guard_of_the_session() {
         .acquire()
         .await
         .expect("acquire after the session expired");
-    assert_ne!(b.client().unwrap().session_id(), old_id, "the expired session was reused");
+    assert_ne!(
+        b.client().unwrap().session_id(),
+        old_id,
+        "the expired session was reused"
+    );
     again.release().await.unwrap();
 }
 
@@ -451,7 +488,10 @@ async fn a_stopped_server_is_a_backend_error_within_the_wait() {
     let err = lock(&b, "other").wait(wait).acquire().await.unwrap_err();
     let took = start.elapsed();
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
-    assert!(took <= wait + Duration::from_millis(500), "returned after {took:?}");
+    assert!(
+        took <= wait + Duration::from_millis(500),
+        "returned after {took:?}"
+    );
     assert!(err.to_string().contains("unreachable"), "{err}");
 
     let err = lock(&b, "other").try_acquire().await.unwrap_err();
@@ -473,7 +513,10 @@ async fn bad_urls_are_rejected_without_showing_the_password() {
         "zk://h:1?colour=red",
     ] {
         let err = dlock::connect(url).await.unwrap_err();
-        assert!(matches!(err, LockError::InvalidOption { .. }), "{url}: {err:?}");
+        assert!(
+            matches!(err, LockError::InvalidOption { .. }),
+            "{url}: {err:?}"
+        );
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
     // Nobody listens on port 1: a Backend error, quickly.
@@ -481,4 +524,44 @@ async fn bad_urls_are_rejected_without_showing_the_password() {
     let err = dlock::connect("zk://127.0.0.1:1").await.unwrap_err();
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
     assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+/// On a three-node ensemble, a guard survives the crash of the leader: the
+/// session moves to a surviving node within its timeout, renewals resume,
+/// and the lock still excludes others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_survives_the_leader_crashing_in_an_ensemble() {
+    let mut fixture = ZkFixture::ensemble().await;
+    let (a, b) = (backend(&fixture).await, backend(&fixture).await);
+    let guard = lock(&a, "failover").acquire().await.unwrap();
+    let lost = guard.lost();
+    let ZkServers::Ensemble(ensemble) = &mut fixture.servers else {
+        unreachable!("an ensemble fixture")
+    };
+    tokio::task::block_in_place(|| {
+        let leader = ensemble
+            .wait_for_leader(Duration::from_secs(10))
+            .expect("a leader");
+        ensemble.node_mut(leader).kill9();
+        ensemble
+            .wait_for_leader(Duration::from_secs(20))
+            .expect("a new leader among the survivors");
+    });
+    // Two session timeouts: long enough for any loss to have been declared.
+    let survived = tokio::time::timeout(SESSION_TIMEOUT * 2, lost)
+        .await
+        .is_err();
+    assert!(
+        survived,
+        "the guard was lost although the ensemble kept a quorum"
+    );
+    assert!(guard.is_held());
+    assert!(lock(&b, "failover").try_acquire().await.unwrap().is_none());
+    guard.release().await.expect("release after the fail-over");
+    let next = lock(&b, "failover")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    next.release().await.unwrap();
 }
