@@ -565,3 +565,100 @@ async fn a_guard_survives_the_leader_crashing_in_an_ensemble() {
         .unwrap();
     next.release().await.unwrap();
 }
+
+/// A chroot in the URL roots every lock node under it; a chroot that does not
+/// exist is a `Backend` error that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chroot_roots_the_lock_nodes_and_must_exist() {
+    let fixture = ZkFixture::start().await;
+    let base = fixture.url().split('?').next().unwrap().to_owned();
+    let admin = fixture.admin();
+    admin
+        .create(
+            "/app",
+            b"",
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let rooted = Arc::new(
+        ZooKeeperBackend::connect(&format!("{base}/app"))
+            .await
+            .unwrap(),
+    );
+    let guard = lock(&rooted, "job").acquire().await.unwrap();
+    let children = admin.list_children("/app/dlock/job").await.unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    guard.release().await.unwrap();
+
+    let missing = Arc::new(
+        ZooKeeperBackend::connect(&format!("{base}/nowhere"))
+            .await
+            .unwrap(),
+    );
+    for err in [
+        lock(&missing, "job")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_err(),
+        lock(&missing, "job").try_acquire().await.unwrap_err(),
+    ] {
+        assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+        assert!(err.to_string().contains("chroot does not exist"), "{err}");
+    }
+}
+
+/// With digest credentials in the URL, the directories and nodes dlock
+/// creates are writable only by that identity and readable by anyone: a
+/// client without the credentials can list the queue and read the holder's
+/// node, but cannot queue, delete or change it; a client with the same
+/// credentials contends normally. The password never shows in `describe()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_auth_protects_the_lock_namespace() {
+    let fixture = ZkFixture::start().await;
+    let url = fixture.url().replacen("zk://", "zk://locker:s3cret@", 1);
+    let authed = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    assert!(
+        !authed.describe().contains("s3cret"),
+        "{}",
+        authed.describe()
+    );
+    let guard = lock(&authed, "guarded").acquire().await.unwrap();
+    let children = fixture.contenders("guarded").await;
+    assert_eq!(children.len(), 1);
+    let node = format!("{}/{}", fixture.lock_path("guarded"), children[0]);
+
+    let admin = fixture.admin();
+    admin
+        .get_data(&node)
+        .await
+        .expect("anyone may read a lock node");
+    assert_eq!(
+        admin.delete(&node, None).await,
+        Err(zookeeper_client::Error::NoAuth)
+    );
+    assert_eq!(
+        admin.set_data(&node, b"mine now", None).await.unwrap_err(),
+        zookeeper_client::Error::NoAuth
+    );
+    let stranger = backend(&fixture).await;
+    let err = lock(&stranger, "guarded").try_acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+
+    let colleague = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    assert!(lock(&colleague, "guarded")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    let next = lock(&colleague, "guarded")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    next.release().await.unwrap();
+}

@@ -71,10 +71,14 @@
 //!
 //! `zk://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&prefix=dlock]`
 //!
-//! - `user:password@`: digest auth (`addauth digest user:password`); lock
-//!   nodes are then created with the `creator_all` ACL, so only the same
-//!   identity can delete them. The password never appears in `describe()`,
-//!   `Debug` or errors.
+//! - `user:password@`: digest auth (`addauth digest user:password`). The
+//!   key directories and lock nodes dlock creates then get the ACL "the
+//!   creator's identity: all; anyone: read": only clients with the same
+//!   credentials can queue for (create children in) or delete from those
+//!   directories, while anyone can still list and watch the queue, as
+//!   waiters and Curator need. (ZooKeeper checks a delete against the
+//!   parent's ACL, so the directory's ACL is what protects a holder's node.)
+//!   The password never appears in `describe()`, `Debug` or errors.
 //! - `session_timeout`: asked of the server (default 30 s, the default ttl);
 //!   the server negotiates it into `[2, 20] × tickTime`.
 //! - `prefix`: the top node (default `dlock`).
@@ -103,13 +107,20 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::runtime::Handle;
 use zookeeper_client::{
-    Acls, Client, CreateMode, Error as ZkError, LockOptions, LockPrefix, MultiReadResult,
-    OwnedLockClient, SessionState, Stat,
+    Acl, Acls, Client, CreateMode, Error as ZkError, LockOptions, LockPrefix, MultiReadResult,
+    OwnedLockClient, Permission, SessionState, Stat,
 };
 
 use self::config::Config;
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
 use crate::LockError;
+
+/// With digest auth: the creator's identity may do everything, anyone may
+/// read (list and watch the queue).
+static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
+    Acl::new_const(Permission::ALL, "auth", ""),
+    Acl::new_const(Permission::READ, "world", "anyone"),
+];
 
 /// Curator's lock name for `InterProcessMutex`: children are `_c_<uuid>-lock-<seq>`.
 const LOCK_NAME: &str = "lock-";
@@ -541,9 +552,10 @@ impl ZooKeeperBackend {
         Ok(client)
     }
 
+    /// The ACL of every node dlock creates (see the module docs on digest auth).
     fn node_acls(&self) -> Acls<'static> {
         if self.config.digest.is_some() {
-            Acls::creator_all()
+            Acls::new(&CREATOR_ALL_ANYONE_READ)
         } else {
             Acls::anyone_all()
         }
@@ -582,7 +594,7 @@ impl ZooKeeperBackend {
     /// Creates the key's directory as container nodes.
     async fn make_dir(&self, client: &Client, dir: &str) -> Result<(), LockError> {
         match client
-            .mkdir(dir, &CreateMode::Container.with_acls(Acls::anyone_all()))
+            .mkdir(dir, &CreateMode::Container.with_acls(self.node_acls()))
             .await
         {
             Ok(()) => Ok(()),
@@ -665,7 +677,7 @@ impl ZooKeeperBackend {
         let prefix = LockPrefix::new_custom(format!("{dir}/_c_{uuid}-{LOCK_NAME}"), LOCK_NAME)
             .map_err(|e| self.error(format_args!("bad lock path under {dir}"), e))?;
         let options = LockOptions::new(self.node_acls())
-            .with_ancestor_options(CreateMode::Container.with_acls(Acls::anyone_all()))
+            .with_ancestor_options(CreateMode::Container.with_acls(self.node_acls()))
             .map_err(|e| self.error("bad lock options", e))?;
         let handle = match client.lock(prefix, req.token.as_bytes(), options).await {
             Ok(h) => h.into_owned(),
