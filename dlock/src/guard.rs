@@ -136,6 +136,20 @@ impl LeaseShared {
         Ok(was)
     }
 
+    /// Queues [`finish_release`](Self::finish_release) to the runtime the
+    /// lease was acquired on. Never blocks and never panics: if that runtime
+    /// is gone, the task is dropped unrun and the lease expires by its ttl.
+    fn finish_in_background(self: Arc<Self>, was_held: bool) {
+        let runtime = self.runtime.clone();
+        drop(runtime.spawn(async move {
+            if let Err(e) = self.finish_release(was_held).await {
+                if !matches!(e, LockError::NotHeld { .. }) {
+                    tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
+                }
+            }
+        }));
+    }
+
     /// Compare-and-delete on the server, then give this process's turn to the
     /// next local waiter (only after the server released, so it does not
     /// contend with our own pending release).
@@ -299,6 +313,7 @@ impl LockGuard {
                 key: self.shared.key.clone(),
             });
         };
+<<<<<<< HEAD
         // Run the release as its own task, so dropping this future half-way
         // still finishes the compare-and-delete.
         let shared = self.shared.clone();
@@ -314,6 +329,25 @@ impl LockGuard {
                 self.shared.backend.describe(),
                 format!("release did not run: {join}"),
             )),
+=======
+        // Run inline (no task hop on the hot path); if this future is
+        // dropped half-way, the guard below finishes the release in the
+        // background.
+        let mut unfinished = FinishOnDrop(Some((self.shared.clone(), was_held)));
+        let result = self.shared.clone().finish_release(was_held).await;
+        unfinished.0 = None;
+        result
+    }
+}
+
+/// Finishes a release whose `release()` future was dropped before the end.
+struct FinishOnDrop(Option<(Arc<LeaseShared>, bool)>);
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        if let Some((shared, was_held)) = self.0.take() {
+            shared.finish_in_background(was_held);
+>>>>>>> main
         }
     }
 }
@@ -324,16 +358,7 @@ impl Drop for LockGuard {
             return;
         }
         if let Ok(was_held) = self.shared.begin_release() {
-            let shared = self.shared.clone();
-            // Never block in Drop, and never panic: if the runtime is gone the
-            // task is dropped unrun, and the lease expires by its ttl.
-            let _ = self.shared.runtime.spawn(async move {
-                if let Err(e) = shared.finish_release(was_held).await {
-                    if !matches!(e, LockError::NotHeld { .. }) {
-                        tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
-                    }
-                }
-            });
+            self.shared.clone().finish_in_background(was_held);
         }
     }
 }

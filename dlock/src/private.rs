@@ -31,11 +31,24 @@ impl<T, E: From<LockError>> LockResult for Result<T, E> {
     }
 }
 
+/// The function that turns a lock error into the return type `R`.
+///
+/// The expansion calls this once, spanned on the function's return type, so
+/// a return type that cannot carry a [`LockError`] gets exactly one error,
+/// there. Everything else takes the returned function and needs no bound.
+pub fn fail_with<R: LockResult>() -> fn(LockError) -> R {
+    R::from_lock_error
+}
+
 /// Runs `body` while the lease is held. With [`OnLost::Cancel`], a lost
-/// lease drops the body where it is awaiting and yields `Err(Lost)`.
-pub async fn run_body<R, F>(guard: &LockGuard, on_lost: OnLost, body: F) -> R
+/// lease drops the body where it is awaiting and yields `fail(Lost)`.
+pub async fn run_body<R, F>(
+    guard: &LockGuard,
+    on_lost: OnLost,
+    fail: fn(LockError) -> R,
+    body: F,
+) -> R
 where
-    R: LockResult,
     F: Future<Output = R>,
 {
     match on_lost {
@@ -45,7 +58,7 @@ where
             tokio::select! {
                 biased;
                 output = body => output,
-                () = lost => R::from_lock_error(LockError::Lost { key: guard.key().to_owned() }),
+                () = lost => fail(LockError::Lost { key: guard.key().to_owned() }),
             }
         }
     }
@@ -63,9 +76,4 @@ pub async fn finish<R>(guard: LockGuard, output: R) -> R {
         }
     }
     output
-}
-
-/// Turns a lock error into the function's return type.
-pub fn fail<R: LockResult>(error: LockError) -> R {
-    R::from_lock_error(error)
 }

@@ -28,7 +28,15 @@ pub(crate) struct Watchdog {
 struct WatchdogState {
     leases: HashMap<usize, Arc<LeaseShared>>,
     running: bool,
+    /// When the task will next look, if it is asleep: a new lease due
+    /// earlier must wake it; one due later need not (no cross-thread wake-up
+    /// on the hot path of every acquire).
+    sleeping_until: Option<Instant>,
 }
+
+/// How long an idle watchdog task stays around for the next lease, so a
+/// steady stream of short critical sections does not spawn one per lease.
+const IDLE_LINGER: Duration = Duration::from_secs(5);
 
 fn id(lease: &LeaseShared) -> usize {
     lease as *const LeaseShared as usize
@@ -58,15 +66,28 @@ impl Watchdog {
     /// Starts watching `lease`; spawns the watchdog task on the current
     /// runtime if none runs.
     pub(crate) fn register(self: &Arc<Self>, lease: &Arc<LeaseShared>) {
+        let first_event = {
+            let l = lease.lock_state();
+            if lease.renew {
+                l.next_renew.min(l.lease.valid_until)
+            } else {
+                l.lease.valid_until
+            }
+        };
         let mut state = self.lock_state();
         state.leases.insert(id(lease), lease.clone());
         if !state.running {
             state.running = true;
+            state.sleeping_until = None;
             let me = self.clone();
             tokio::spawn(async move { me.run().await });
+            return;
         }
+        let wake = state.sleeping_until.is_none_or(|at| first_event < at);
         drop(state);
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
     }
 
     /// Stops watching `lease` (it was released).
@@ -81,6 +102,7 @@ impl Watchdog {
     }
 
     async fn run(self: Arc<Self>) {
+        let mut idle_since: Option<Instant> = None;
         // If the runtime shuts down under us, let a later registration start
         // a new task instead of trusting one that is gone.
         let mut stopped = StoppedOnDrop {
@@ -89,7 +111,8 @@ impl Watchdog {
         };
         let mut in_flight: JoinSet<RenewResult> = JoinSet::new();
         loop {
-            let Some((due, next_event)) = self.scan(!in_flight.is_empty()) else {
+            let idle_for = idle_since.map(|t| t.elapsed());
+            let Some((due, next_event)) = self.scan(!in_flight.is_empty(), idle_for) else {
                 // `scan` already marked the watchdog stopped, under its lock.
                 stopped.armed = false;
                 return;
@@ -98,6 +121,19 @@ impl Watchdog {
                 Self::start_renewal(&mut in_flight, due);
                 continue;
             }
+            // Nothing to watch: linger a while for the next lease, then end.
+            let next_event = match next_event {
+                Some(at) => {
+                    idle_since = None;
+                    Some(at)
+                }
+                None if in_flight.is_empty() => {
+                    let since = *idle_since.get_or_insert_with(Instant::now);
+                    Some(since + IDLE_LINGER)
+                }
+                None => None,
+            };
+            self.lock_state().sleeping_until = next_event;
             tokio::select! {
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                     if let Ok(result) = done {
@@ -112,8 +148,13 @@ impl Watchdog {
 
     /// Marks overdue leases lost, forgets finished ones, and returns the
     /// leases to renew now plus when to look again. `None` ends the task.
-    fn scan(&self, busy: bool) -> Option<(Vec<Arc<LeaseShared>>, Option<Instant>)> {
+    fn scan(
+        &self,
+        busy: bool,
+        idle_for: Option<Duration>,
+    ) -> Option<(Vec<Arc<LeaseShared>>, Option<Instant>)> {
         let mut state = self.lock_state();
+        state.sleeping_until = None;
         let now = Instant::now();
         let mut due = Vec::new();
         let mut next_event: Option<Instant> = None;
@@ -144,7 +185,8 @@ impl Watchdog {
             }
             true
         });
-        if state.leases.is_empty() && !busy {
+        let lingered = idle_for.is_some_and(|idle| idle >= IDLE_LINGER);
+        if state.leases.is_empty() && !busy && lingered {
             state.running = false;
             return None;
         }
@@ -233,5 +275,28 @@ impl Drop for StoppedOnDrop<'_> {
         if self.armed {
             self.watchdog.lock_state().running = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::backend::LockBackend;
+    use crate::backends::memory::MemoryBackend;
+    use crate::{local, Lock};
+
+    #[tokio::test]
+    async fn watches_a_lease_until_it_is_released() {
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let watchdog = local::for_backend(&backend).watchdog.clone();
+        let guard = Lock::new("watched")
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .unwrap();
+        assert_eq!(watchdog.len(), 1);
+        guard.release().await.unwrap();
+        assert_eq!(watchdog.len(), 0);
     }
 }

@@ -139,8 +139,16 @@ pub async fn mutual_exclusion<F: Fixture>(fixture: &F) {
     .await
     .expect("mutual_exclusion did not finish within 240 s");
     let expected = (CLIENTS * TASKS_PER_CLIENT) as u64 * CYCLES;
-    assert_eq!(detector.overlaps.load(Ordering::SeqCst), 0, "two holders overlapped");
-    assert_eq!(counter.load(Ordering::SeqCst), expected, "increments were lost");
+    assert_eq!(
+        detector.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders overlapped"
+    );
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        expected,
+        "increments were lost"
+    );
 }
 
 pub async fn try_acquire_is_none_while_held<F: Fixture>(fixture: &F) {
@@ -157,8 +165,15 @@ pub async fn zero_wait_is_busy<F: Fixture>(fixture: &F) {
     let key = unique_key("busy");
     let (a, b) = (fixture.backend().await, fixture.backend().await);
     let _held = lock(&a, &key).acquire().await.unwrap();
-    let err = lock(&b, &key).wait(Duration::ZERO).acquire().await.unwrap_err();
-    assert!(matches!(err, LockError::Busy { key: ref k } if *k == key), "{err:?}");
+    let err = lock(&b, &key)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::Busy { key: ref k } if *k == key),
+        "{err:?}"
+    );
 }
 
 pub async fn wait_times_out_on_time<F: Fixture>(fixture: &F) {
@@ -171,7 +186,10 @@ pub async fn wait_times_out_on_time<F: Fixture>(fixture: &F) {
     let took = start.elapsed();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     assert!(took >= wait, "gave up early, after {took:?}");
-    assert!(took < wait + Duration::from_secs(1), "gave up late, after {took:?}");
+    assert!(
+        took < wait + Duration::from_secs(1),
+        "gave up late, after {took:?}"
+    );
 }
 
 /// A guard that is never dropped (its process "crashed") stops blocking
@@ -181,7 +199,12 @@ pub async fn leaked_guard_expires_after_ttl<F: Fixture>(fixture: &F) {
     let key = unique_key("leak");
     let ttl = fixture.short_ttl();
     let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let leaked = lock(&a, &key).ttl(ttl).renew(false).acquire().await.unwrap();
+    let leaked = lock(&a, &key)
+        .ttl(ttl)
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
     let start = Instant::now();
     std::mem::forget(leaked);
     let next = lock(&b, &key)
@@ -190,8 +213,14 @@ pub async fn leaked_guard_expires_after_ttl<F: Fixture>(fixture: &F) {
         .await
         .expect("the leaked lease never expired");
     let took = start.elapsed();
-    assert!(took + ttl / 10 >= ttl, "taken over after {took:?}, before the ttl {ttl:?} ran out");
-    assert!(took <= ttl * 2 + Duration::from_secs(1), "leaked lease lasted {took:?}");
+    assert!(
+        took + ttl / 10 >= ttl,
+        "taken over after {took:?}, before the ttl {ttl:?} ran out"
+    );
+    assert!(
+        took <= ttl * 2 + Duration::from_secs(1),
+        "leaked lease lasted {took:?}"
+    );
     next.release().await.unwrap();
 }
 
@@ -216,7 +245,12 @@ pub async fn lost_fires_when_the_lease_is_removed<F: Fixture>(fixture: &F) {
     let start = Instant::now();
     tokio::time::timeout(ttl + Duration::from_secs(1), lost)
         .await
-        .unwrap_or_else(|_| panic!("lost() did not fire within {:?}", ttl + Duration::from_secs(1)));
+        .unwrap_or_else(|_| {
+            panic!(
+                "lost() did not fire within {:?}",
+                ttl + Duration::from_secs(1)
+            )
+        });
     assert!(start.elapsed() <= ttl + Duration::from_secs(1));
     assert!(!guard.is_held());
     let err = guard.release().await.unwrap_err();
@@ -237,7 +271,10 @@ pub async fn fencing_tokens_strictly_increase<F: Fixture>(fixture: &F) {
             }
             last = Some(token);
         } else {
-            assert_eq!(token, None, "a backend without fencing must not invent tokens");
+            assert_eq!(
+                token, None,
+                "a backend without fencing must not invent tokens"
+            );
         }
         guard.release().await.unwrap();
     }
@@ -247,12 +284,19 @@ pub async fn reentrancy_within_one_task<F: Fixture>(fixture: &F) {
     let key = unique_key("reentrant");
     let (a, b) = (fixture.backend().await, fixture.backend().await);
     let outer = lock(&a, &key).acquire().await.unwrap();
-    let inner = lock(&a, &key).wait(Duration::ZERO).acquire().await.expect("reentrant acquire");
+    let inner = lock(&a, &key)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("reentrant acquire");
     assert!(inner.is_reentrant());
     assert_eq!(inner.fencing_token(), outer.fencing_token());
     assert_eq!(inner.token(), outer.token());
     drop(inner);
-    assert!(outer.is_held(), "dropping the inner guard released the lease");
+    assert!(
+        outer.is_held(),
+        "dropping the inner guard released the lease"
+    );
     assert!(lock(&b, &key).try_acquire().await.unwrap().is_none());
     outer.release().await.unwrap();
     assert!(lock(&b, &key).try_acquire().await.unwrap().is_some());
@@ -264,14 +308,21 @@ pub async fn other_tasks_contend_normally<F: Fixture>(fixture: &F) {
     let held = lock(&a, &key).acquire().await.unwrap();
     let other = lock(&a, &key);
     let attempt = tokio::spawn(async move { other.try_acquire().await.map(|g| g.is_some()) });
-    assert!(!attempt.await.unwrap().unwrap(), "another task of the same process got the lock");
+    assert!(
+        !attempt.await.unwrap().unwrap(),
+        "another task of the same process got the lock"
+    );
     held.release().await.unwrap();
 }
 
 pub async fn drop_hands_over_promptly<F: Fixture>(fixture: &F) {
     let key = unique_key("handover");
     let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let held = lock(&a, &key).ttl(Duration::from_secs(30)).acquire().await.unwrap();
+    let held = lock(&a, &key)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
     let waiter = lock(&b, &key).wait(Duration::from_secs(10));
     let waiting = tokio::spawn(async move {
         let guard: LockGuard = waiter.acquire().await?;
@@ -280,18 +331,32 @@ pub async fn drop_hands_over_promptly<F: Fixture>(fixture: &F) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let dropped_at = Instant::now();
     drop(held);
-    let (got_at, guard) = waiting.await.unwrap().expect("the waiter never got the lock");
+    let (got_at, guard) = waiting
+        .await
+        .unwrap()
+        .expect("the waiter never got the lock");
     let handover = got_at - dropped_at;
-    assert!(handover < Duration::from_secs(2), "hand-over took {handover:?}; drop must release, not wait for expiry");
+    assert!(
+        handover < Duration::from_secs(2),
+        "hand-over took {handover:?}; drop must release, not wait for expiry"
+    );
     guard.release().await.unwrap();
 }
 
 pub async fn cancelled_acquire_leaves_nothing_behind<F: Fixture>(fixture: &F) {
     let key = unique_key("cancel");
-    let (a, b, c) = (fixture.backend().await, fixture.backend().await, fixture.backend().await);
+    let (a, b, c) = (
+        fixture.backend().await,
+        fixture.backend().await,
+        fixture.backend().await,
+    );
     let held = lock(&a, &key).acquire().await.unwrap();
-    let cancelled = tokio::time::timeout(Duration::from_millis(300), lock(&b, &key).acquire()).await;
-    assert!(cancelled.is_err(), "the waiter should still have been waiting");
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(300), lock(&b, &key).acquire()).await;
+    assert!(
+        cancelled.is_err(),
+        "the waiter should still have been waiting"
+    );
     held.release().await.unwrap();
     // Cleanup of a server-side queue entry may run in the background: give it
     // a bounded moment, then the key must be free for a third client.
@@ -301,18 +366,32 @@ pub async fn cancelled_acquire_leaves_nothing_behind<F: Fixture>(fixture: &F) {
             guard.release().await.unwrap();
             break;
         }
-        assert!(Instant::now() < deadline, "a cancelled waiter still blocks the key");
+        assert!(
+            Instant::now() < deadline,
+            "a cancelled waiter still blocks the key"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 pub async fn invalid_input_is_rejected<F: Fixture>(fixture: &F) {
     let a = fixture.backend().await;
-    for key in [String::new(), "bad\nkey".to_owned(), "k".repeat(dlock::MAX_KEY_BYTES + 1)] {
+    for key in [
+        String::new(),
+        "bad\nkey".to_owned(),
+        "k".repeat(dlock::MAX_KEY_BYTES + 1),
+    ] {
         let err = lock(&a, &key).acquire().await.unwrap_err();
-        assert!(matches!(err, LockError::InvalidKey { .. }), "{key:?}: {err:?}");
+        assert!(
+            matches!(err, LockError::InvalidKey { .. }),
+            "{key:?}: {err:?}"
+        );
     }
-    let err = lock(&a, "fine").ttl(Duration::ZERO).acquire().await.unwrap_err();
+    let err = lock(&a, "fine")
+        .ttl(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
     assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
     assert!(err.to_string().contains("ttl"), "{err}");
 }

@@ -5,6 +5,7 @@
 pub mod conformance;
 pub mod error;
 pub mod fixtures;
+pub mod holder;
 pub mod proxy;
 pub mod servers;
 pub mod tls;

@@ -41,14 +41,19 @@ impl TestCerts {
         let ca = CertifiedIssuer::self_signed(ca_params, ca_key)
             .context(|| "self-sign CA certificate".to_string())?;
 
+        // The server certificate is a client certificate too: servers that connect to each
+        // other (Redis Cluster bus over TLS) present it as such.
         let server = leaf(
             "dlock test server",
-            ExtendedKeyUsagePurpose::ServerAuth,
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
             &ca,
         )?;
         let client = leaf(
             "dlock test client",
-            ExtendedKeyUsagePurpose::ClientAuth,
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
             &ca,
         )?;
 
@@ -108,7 +113,7 @@ fn name(common_name: &str) -> DistinguishedName {
 /// A leaf certificate for the loopback names, signed by `ca`: (cert PEM, key PEM).
 fn leaf(
     common_name: &str,
-    usage: ExtendedKeyUsagePurpose,
+    usages: Vec<ExtendedKeyUsagePurpose>,
     ca: &CertifiedIssuer<'_, KeyPair>,
 ) -> HarnessResult<(String, String)> {
     let mut params = CertificateParams::new(vec!["localhost".to_string()])
@@ -124,7 +129,7 @@ fn leaf(
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
     ];
-    params.extended_key_usages = vec![usage];
+    params.extended_key_usages = usages;
     let key = KeyPair::generate().context(|| format!("generate key for {common_name}"))?;
     let cert = params
         .signed_by(&key, &**ca)

@@ -252,6 +252,15 @@ mod etcd {
     }
 
     #[test]
+    fn tls_member_answers_with_ca() {
+        let etcd = EtcdServer::start_tls();
+        assert!(etcd.url().starts_with("etcds://127.0.0.1:"));
+        assert!(etcd.ca_cert_path().is_some());
+        assert_eq!(etcd.etcdctl(&["put", "k", "v"]), "OK");
+        assert_eq!(etcd.etcdctl(&["get", "k", "--print-value-only"]), "v");
+    }
+
+    #[test]
     fn three_members_elect_a_new_leader_after_a_kill() {
         let mut cluster = EtcdCluster::start(3);
         assert_eq!(cluster.endpoints().len(), 3);
@@ -314,4 +323,19 @@ mod zookeeper {
         let new_leader = zk.wait_for_leader(Duration::from_secs(20)).unwrap();
         assert_ne!(new_leader, leader);
     }
+}
+
+#[test]
+fn redis_tls_cluster_reaches_ok() {
+    let cluster = RedisCluster::try_start_with(3, RedisOptions::new().tls(true)).unwrap();
+    assert_eq!(cluster.redis_cli(&["SET", "k", "v"]), "OK");
+}
+
+#[test]
+fn redis_cluster_node_restart_rejoins() {
+    let mut cluster = RedisCluster::start(3);
+    cluster.node_mut(2).kill9();
+    cluster.node_mut(2).start_again();
+    cluster.wait_cluster_ok(Duration::from_secs(20)).unwrap();
+    assert_eq!(cluster.redis_cli(&["SET", "after-restart", "v"]), "OK");
 }

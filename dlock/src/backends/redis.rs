@@ -252,7 +252,11 @@ impl RedisBackend {
         }))
     }
 
-    async fn renew_single(&self, mut conn: ConnectionManager, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+    async fn renew_single(
+        &self,
+        mut conn: ConnectionManager,
+        leases: &[Lease],
+    ) -> Vec<Result<Renewal, LockError>> {
         let sent = Instant::now();
         let mut pipe = redis::pipe();
         for lease in leases {
@@ -265,7 +269,9 @@ impl RedisBackend {
                 .arg(millis(lease.ttl));
         }
         self.count();
-        self.metrics.renew_round_trips.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .renew_round_trips
+            .fetch_add(1, Ordering::Relaxed);
         let mut answer: RedisResult<Vec<i64>> = pipe.query_async(&mut conn).await;
         if matches!(&answer, Err(e) if is_noscript(e)) {
             // The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
@@ -298,12 +304,19 @@ impl RedisBackend {
     /// multiplexes concurrent requests per node instead, so all renewals are
     /// in flight at once.
     async fn renew_cluster(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.metrics.renew_round_trips.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .renew_round_trips
+            .fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
         let calls = leases.iter().map(|lease| async move {
             let names = KeyNames::new(&self.options.prefix, &lease.key);
             let extended: i64 = self
-                .invoke(RENEW.key(&names.lock).arg(&lease.token).arg(millis(lease.ttl)))
+                .invoke(
+                    RENEW
+                        .key(&names.lock)
+                        .arg(&lease.token)
+                        .arg(millis(lease.ttl)),
+                )
                 .await?;
             Ok(renewal(extended, sent, lease.ttl))
         });
@@ -464,7 +477,12 @@ impl LockBackend for RedisBackend {
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
         let names = KeyNames::new(&self.options.prefix, &lease.key);
         let released: i64 = self
-            .invoke(RELEASE.key(&names.lock).arg(&lease.token).arg(&names.channel))
+            .invoke(
+                RELEASE
+                    .key(&names.lock)
+                    .arg(&lease.token)
+                    .arg(&names.channel),
+            )
             .await?;
         Ok(released == 1)
     }

@@ -4,5 +4,6 @@
 //! server in the same run and prints ratios, because absolute numbers on a
 //! shared machine mean little.
 
+pub mod redis;
 pub mod stats;
 pub mod zookeeper;

@@ -26,18 +26,25 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [url, key, ttl_ms, hold_ms, rest @ ..] = args.as_slice() else {
-        return Err("usage: lock-holder <url> <key> <ttl_ms> <hold_ms> [cycles] [marks_file]".into());
+        return Err(
+            "usage: lock-holder <url> <key> <ttl_ms> <hold_ms> [cycles] [marks_file]".into(),
+        );
     };
     let ttl = Duration::from_millis(ttl_ms.parse()?);
     let hold = Duration::from_millis(hold_ms.parse()?);
     let cycles: u32 = rest.first().map(|c| c.parse()).transpose()?.unwrap_or(1);
     let marks = rest.get(1);
     let backend = dlock::connect(url).await?;
-    let lock = dlock::Lock::new(key.as_str()).ttl(ttl).with_backend(backend);
+    let lock = dlock::Lock::new(key.as_str())
+        .ttl(ttl)
+        .with_backend(backend);
     let pid = std::process::id();
     let mark = |what: &str, token: &str| -> std::io::Result<()> {
         if let Some(path) = marks {
-            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
             writeln!(file, "{what} {pid} {token}")?;
             file.sync_data()?;
         }

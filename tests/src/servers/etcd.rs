@@ -16,10 +16,11 @@ use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::control::ServerControl;
-use crate::servers::ports::free_port;
+use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{
     require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
 };
+use crate::tls::TestCerts;
 
 /// Debian packages that provide `etcd` and `etcdctl`.
 pub const ETCD_PACKAGES: &str = "etcd-server etcd-client";
@@ -39,8 +40,16 @@ pub struct EtcdServer {
     name: String,
     client_port: u16,
     peer_port: u16,
-    etcdctl: PathBuf,
+    ctl: Ctl,
+    certs: Option<TestCerts>,
     dir: TempDir,
+}
+
+/// How to run `etcdctl` against members: the binary and, for TLS members, the CA to trust.
+#[derive(Debug, Clone)]
+struct Ctl {
+    path: PathBuf,
+    cacert: Option<PathBuf>,
 }
 
 /// Ports and name of a member to be, chosen before any member is spawned.
@@ -74,23 +83,52 @@ impl EtcdServer {
 
     /// Fallible [`EtcdServer::start`].
     pub fn try_start() -> HarnessResult<Self> {
+        retry_port_clash(|| Self::try_start_single(false))
+    }
+
+    fn try_start_single(tls: bool) -> HarnessResult<Self> {
         let plan = MemberPlan::new("m1".to_string())?;
         let cluster = plan.peer_url();
-        let mut member = Self::spawn(plan, &cluster, "dlock-etcd-1")?;
+        let mut member = Self::spawn(plan, &cluster, "dlock-etcd-1", tls)?;
         member.wait_ready()?;
         Ok(member)
     }
 
-    fn spawn(plan: MemberPlan, initial_cluster: &str, token: &str) -> HarnessResult<Self> {
+    /// Starts a single-member etcd that serves clients over TLS only (`https://`, a
+    /// throwaway CA, no client certificates required); [`EtcdServer::url`] is then
+    /// `etcds://127.0.0.1:PORT` and [`EtcdServer::ca_cert_path`] the CA to trust. Panics on
+    /// failure.
+    #[track_caller]
+    pub fn start_tls() -> Self {
+        Self::try_start_tls().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`EtcdServer::start_tls`].
+    pub fn try_start_tls() -> HarnessResult<Self> {
+        retry_port_clash(|| Self::try_start_single(true))
+    }
+
+    fn spawn(
+        plan: MemberPlan,
+        initial_cluster: &str,
+        token: &str,
+        tls: bool,
+    ) -> HarnessResult<Self> {
         let etcd = require_binary("etcd", ETCD_PACKAGES)?;
         let etcdctl = require_binary("etcdctl", ETCD_PACKAGES)?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("dlock-etcd-{}-", plan.client_port))
             .tempdir()
             .context(|| "create temp dir for etcd".to_string())?;
-        let client_url = format!("http://127.0.0.1:{}", plan.client_port);
+        let certs = if tls {
+            Some(TestCerts::generate(dir.path())?)
+        } else {
+            None
+        };
+        let scheme = if tls { "https" } else { "http" };
+        let client_url = format!("{scheme}://127.0.0.1:{}", plan.client_port);
         let peer_url = format!("http://127.0.0.1:{}", plan.peer_port);
-        let spec = ProcessSpec::new(
+        let mut spec = ProcessSpec::new(
             format!("etcd {} 127.0.0.1:{}", plan.name, plan.client_port),
             etcd,
             dir.path().join("etcd.log"),
@@ -112,13 +150,26 @@ impl EtcdServer {
         .arg("--initial-cluster-token")
         .arg(token)
         .args(["--initial-cluster-state", "new"]);
+        if let Some(certs) = &certs {
+            spec = spec
+                .arg("--cert-file")
+                .arg(certs.server_cert_path())
+                .arg("--key-file")
+                .arg(certs.server_key_path());
+            // No --trusted-ca-file: with it etcd 3.4 demands client certificates.
+        }
         let process = ServerProcess::spawn(spec)?;
+        let ctl = Ctl {
+            path: etcdctl,
+            cacert: certs.as_ref().map(|c| c.ca_cert_path().to_path_buf()),
+        };
         Ok(Self {
             process,
             name: plan.name,
             client_port: plan.client_port,
             peer_port: plan.peer_port,
-            etcdctl,
+            ctl,
+            certs,
             dir,
         })
     }
@@ -148,9 +199,24 @@ impl EtcdServer {
         self.addr().to_string()
     }
 
-    /// `etcd://127.0.0.1:PORT`, the dlock URL of this member alone.
+    /// `etcd://127.0.0.1:PORT` (`etcds://` with TLS), the dlock URL of this member alone.
     pub fn url(&self) -> String {
-        format!("etcd://{}", self.endpoint())
+        let scheme = if self.certs.is_some() {
+            "etcds"
+        } else {
+            "etcd"
+        };
+        format!("{scheme}://{}", self.endpoint())
+    }
+
+    /// The CA certificate (PEM file) of a TLS member.
+    pub fn ca_cert_path(&self) -> Option<&Path> {
+        self.certs.as_ref().map(TestCerts::ca_cert_path)
+    }
+
+    /// All TLS files of a TLS member (CA, server and client certificates).
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.certs.as_ref()
     }
 
     /// The member's temp dir (holds `etcd.log` and `data/`).
@@ -163,23 +229,23 @@ impl EtcdServer {
     /// non-zero, or takes longer than 10 s.
     #[track_caller]
     pub fn etcdctl(&self, args: &[&str]) -> String {
-        checked(&self.etcdctl, &self.endpoint(), args)
+        checked(&self.ctl, &self.endpoint(), args)
     }
 
     /// Fallible [`EtcdServer::etcdctl`] with the full output.
     pub fn try_etcdctl(&self, args: &[&str]) -> HarnessResult<CommandOutput> {
-        etcdctl(&self.etcdctl, &self.endpoint(), args, CTL_LIMIT)
+        etcdctl(&self.ctl, &self.endpoint(), args, CTL_LIMIT)
     }
 
     /// Whether `etcdctl endpoint health` succeeds on this member right now.
     pub fn is_healthy(&self) -> bool {
-        is_healthy(&self.etcdctl, &self.endpoint())
+        is_healthy(&self.ctl, &self.endpoint())
     }
 
     /// Whether this member is the raft leader right now (false if it does not answer).
     pub fn is_leader(&self) -> bool {
         etcdctl(
-            &self.etcdctl,
+            &self.ctl,
             &self.endpoint(),
             &["endpoint", "status"],
             PROBE_LIMIT,
@@ -198,7 +264,7 @@ impl ServerControl for EtcdServer {
     }
 
     fn wait_ready(&mut self) -> HarnessResult<()> {
-        let ctl = self.etcdctl.clone();
+        let ctl = self.ctl.clone();
         let endpoint = self.endpoint();
         self.process
             .wait_until("healthy", ETCD_READY_LIMIT, || is_healthy(&ctl, &endpoint))
@@ -220,6 +286,10 @@ impl EtcdCluster {
 
     /// Fallible [`EtcdCluster::start`].
     pub fn try_start(n: usize) -> HarnessResult<Self> {
+        retry_port_clash(|| Self::try_start_once(n))
+    }
+
+    fn try_start_once(n: usize) -> HarnessResult<Self> {
         if n == 0 {
             return Err(HarnessError::new("an etcd cluster needs at least 1 member"));
         }
@@ -234,7 +304,7 @@ impl EtcdCluster {
         let token = format!("dlock-etcd-{}", plans[0].client_port);
         let mut members = Vec::with_capacity(n);
         for plan in plans {
-            members.push(EtcdServer::spawn(plan, &initial_cluster, &token)?);
+            members.push(EtcdServer::spawn(plan, &initial_cluster, &token, false)?);
         }
         let mut cluster = Self { members };
         for member in &mut cluster.members {
@@ -307,12 +377,12 @@ impl EtcdCluster {
     /// [`EtcdServer::etcdctl`].
     #[track_caller]
     pub fn etcdctl(&self, args: &[&str]) -> String {
-        checked(&self.members[0].etcdctl, &self.endpoints().join(","), args)
+        checked(&self.members[0].ctl, &self.endpoints().join(","), args)
     }
 }
 
 fn etcdctl(
-    ctl: &Path,
+    ctl: &Ctl,
     endpoints: &str,
     args: &[&str],
     limit: Duration,
@@ -322,12 +392,22 @@ fn etcdctl(
         "--dial-timeout=2s".into(),
         "--command-timeout=5s".into(),
     ];
+    if let Some(ca) = &ctl.cacert {
+        let mut flag = OsString::from("--cacert=");
+        flag.push(ca);
+        all.push(flag);
+    }
     all.extend(args.iter().map(OsString::from));
-    run_command(ctl, &all, &[("ETCDCTL_API".into(), "3".into())], limit)
+    run_command(
+        &ctl.path,
+        &all,
+        &[("ETCDCTL_API".into(), "3".into())],
+        limit,
+    )
 }
 
 #[track_caller]
-fn checked(ctl: &Path, endpoints: &str, args: &[&str]) -> String {
+fn checked(ctl: &Ctl, endpoints: &str, args: &[&str]) -> String {
     match etcdctl(ctl, endpoints, args, CTL_LIMIT) {
         Ok(out) if out.success() => out.stdout.trim().to_string(),
         Ok(out) => panic!(
@@ -338,7 +418,7 @@ fn checked(ctl: &Path, endpoints: &str, args: &[&str]) -> String {
     }
 }
 
-fn is_healthy(ctl: &Path, endpoint: &str) -> bool {
+fn is_healthy(ctl: &Ctl, endpoint: &str) -> bool {
     etcdctl(ctl, endpoint, &["endpoint", "health"], PROBE_LIMIT).is_ok_and(|out| out.success())
 }
 

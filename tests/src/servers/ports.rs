@@ -74,3 +74,70 @@ fn ephemeral_low() -> u16 {
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(32_768)
 }
+
+/// Attempts at starting a server when its freshly checked port was taken meanwhile.
+const PORT_CLASH_ATTEMPTS: usize = 3;
+
+/// Runs `start` again (with new ports, as `start` picks them) when it failed because a port
+/// was taken between our check and the server's own bind, e.g. by another process on the
+/// machine; any other error is returned at once.
+pub(crate) fn retry_port_clash<T>(mut start: impl FnMut() -> HarnessResult<T>) -> HarnessResult<T> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(e)
+                if attempt < PORT_CLASH_ATTEMPTS
+                    && e.message()
+                        .to_ascii_lowercase()
+                        .contains("address already in use") =>
+            {
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_only_port_clashes_and_only_a_few_times() {
+        let mut calls = 0;
+        let r: HarnessResult<()> = retry_port_clash(|| {
+            calls += 1;
+            Err(HarnessError::new("bind: Address already in use"))
+        });
+        assert!(r.is_err());
+        assert_eq!(calls, PORT_CLASH_ATTEMPTS);
+
+        let mut calls = 0;
+        let r: HarnessResult<()> = retry_port_clash(|| {
+            calls += 1;
+            Err(HarnessError::new("redis-server not found"))
+        });
+        assert!(r.is_err());
+        assert_eq!(calls, 1);
+
+        let mut calls = 0;
+        let r = retry_port_clash(|| {
+            calls += 1;
+            if calls == 1 {
+                Err(HarnessError::new("address already in use"))
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!(r, Ok(7));
+    }
+
+    #[test]
+    fn ports_with_offsets_are_free_and_distinct() {
+        let a = free_port_with_offsets(&[10_000]).unwrap();
+        let b = free_port_with_offsets(&[10_000]).unwrap();
+        assert_ne!(a, b);
+        assert!(a < ephemeral_low() && b < ephemeral_low());
+        assert!(is_free(a) && is_free(a + 10_000));
+    }
+}

@@ -252,9 +252,24 @@ impl ServerProcess {
 
     /// Freezes the child with SIGSTOP: its sockets stay open but nothing is answered, like a
     /// long GC pause or a hung host.
+    ///
+    /// SIGSTOP is delivered asynchronously, so this waits (up to 2 s) until every thread of
+    /// the process is in the stopped state; a request sent after `pause` returns is never
+    /// answered by a thread that had not stopped yet.
     pub fn pause(&mut self) -> HarnessResult<()> {
         self.signal(Signal::SIGSTOP)?;
         self.paused = true;
+        let pid = self.pid().unwrap_or_default();
+        let started = Instant::now();
+        while !all_threads_stopped(pid) {
+            if started.elapsed() > Duration::from_secs(2) {
+                return Err(HarnessError::new(format!(
+                    "{} did not stop within 2 s of SIGSTOP",
+                    self.spec.name
+                )));
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
         Ok(())
     }
 
@@ -327,6 +342,28 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.stop();
     }
+}
+
+/// Whether every thread of `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread exited meanwhile
+        };
+        // Format: `TID (COMM) STATE ...`; COMM may contain spaces and parentheses.
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next());
+        if !matches!(state, Some("T" | "t")) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 fn pid_of(child: &Child) -> Pid {

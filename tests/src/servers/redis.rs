@@ -14,7 +14,7 @@ use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::control::ServerControl;
-use crate::servers::ports::{free_port, free_port_with_offsets};
+use crate::servers::ports::{free_port, free_port_with_offsets, retry_port_clash};
 use crate::servers::process::{
     require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
 };
@@ -37,6 +37,7 @@ pub struct RedisOptions {
     password: Option<String>,
     acl_user: Option<(String, String)>,
     tls: bool,
+    certs: Option<TestCerts>,
     cluster: bool,
     cluster_node_timeout_ms: Option<u64>,
     extra: Vec<String>,
@@ -65,6 +66,15 @@ impl RedisOptions {
     /// `--tls-auth-clients no` (clients need the CA, not a certificate).
     pub fn tls(mut self, tls: bool) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// TLS with the given certificates instead of a fresh CA per server: servers that must
+    /// trust each other (cluster nodes) or that one client reaches with one CA (a Redlock
+    /// set) share them. [`RedisSet`] and [`RedisCluster`] do this by themselves.
+    pub fn tls_with(mut self, certs: TestCerts) -> Self {
+        self.tls = true;
+        self.certs = Some(certs);
         self
     }
 
@@ -122,12 +132,14 @@ impl RedisServer {
 
     /// Fallible [`RedisServer::start_with`].
     pub fn try_start_with(options: RedisOptions) -> HarnessResult<Self> {
-        let port = if options.cluster {
-            free_port_with_offsets(&[CLUSTER_BUS_OFFSET])?
-        } else {
-            free_port()?
-        };
-        Self::try_start_on(port, options)
+        retry_port_clash(|| {
+            let port = if options.cluster {
+                free_port_with_offsets(&[CLUSTER_BUS_OFFSET])?
+            } else {
+                free_port()?
+            };
+            Self::try_start_on(port, options.clone())
+        })
     }
 
     fn try_start_on(port: u16, options: RedisOptions) -> HarnessResult<Self> {
@@ -137,10 +149,10 @@ impl RedisServer {
             .prefix(&format!("dlock-redis-{port}-"))
             .tempdir()
             .context(|| "create temp dir for redis".to_string())?;
-        let certs = if options.tls {
-            Some(TestCerts::generate(dir.path())?)
-        } else {
-            None
+        let certs = match (&options.certs, options.tls) {
+            (Some(certs), true) => Some(certs.clone()),
+            (None, true) => Some(TestCerts::generate(dir.path())?),
+            (_, false) => None,
         };
         let spec = redis_spec(&server, port, dir.path(), &options, certs.as_ref());
         let process = ServerProcess::spawn(spec)?;
@@ -208,15 +220,20 @@ impl RedisServer {
 
     /// Runs one command with `redis-cli` (authenticated, over TLS where needed) and returns
     /// its trimmed stdout, e.g. `redis.redis_cli(&["PTTL", "dlock:{k}"])` → `"29998"`. Error
-    /// replies come back as text too (`ERR ...`). Panics if redis-cli cannot run or takes
-    /// longer than 10 s (e.g. against a paused server).
+    /// replies come back as text too (`ERR ...`, redis-cli exits 0 for them). Panics if
+    /// redis-cli cannot run, fails (e.g. cannot connect: the server is down) or takes longer
+    /// than 10 s (e.g. against a paused server); use [`RedisServer::try_redis_cli`] or
+    /// [`RedisServer::ping`] to observe those.
     #[track_caller]
     pub fn redis_cli(&self, args: &[&str]) -> String {
         match self.try_redis_cli(args) {
-            Ok(out) if out.status.is_some() => out.stdout.trim().to_string(),
+            Ok(out) if out.success() => out.stdout.trim().to_string(),
             Ok(out) => panic!(
-                "redis-cli {args:?} against {} timed out; stderr: {}",
+                "redis-cli {args:?} against {} failed ({}): {}{}",
                 self.addr(),
+                out.status
+                    .map_or_else(|| "timed out".to_string(), |s| s.to_string()),
+                out.stdout,
                 out.stderr
             ),
             Err(e) => panic!("{e}"),
@@ -357,10 +374,25 @@ fn redis_spec(
     spec.args(&options.extra)
 }
 
+/// For TLS groups without given certificates: one CA for all servers, in a temp dir that
+/// the group keeps (and drops after its servers).
+fn share_certs(options: &mut RedisOptions) -> HarnessResult<Option<TempDir>> {
+    if !options.tls || options.certs.is_some() {
+        return Ok(None);
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("dlock-redis-certs-")
+        .tempdir()
+        .context(|| "create temp dir for redis certificates".to_string())?;
+    options.certs = Some(TestCerts::generate(dir.path())?);
+    Ok(Some(dir))
+}
+
 /// `n` independent Redis masters (the servers of a Redlock set), stopped on drop.
 #[derive(Debug)]
 pub struct RedisSet {
     servers: Vec<RedisServer>,
+    _certs_dir: Option<TempDir>,
 }
 
 impl RedisSet {
@@ -370,12 +402,17 @@ impl RedisSet {
         Self::try_start_with(n, RedisOptions::new()).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Starts `n` servers, each with `options`.
+    /// Starts `n` servers, each with `options` (with TLS, all share one CA).
     pub fn try_start_with(n: usize, options: RedisOptions) -> HarnessResult<Self> {
+        let mut options = options;
+        let certs_dir = share_certs(&mut options)?;
         let servers = (0..n)
             .map(|_| RedisServer::try_start_with(options.clone()))
             .collect::<HarnessResult<Vec<_>>>()?;
-        Ok(Self { servers })
+        Ok(Self {
+            servers,
+            _certs_dir: certs_dir,
+        })
     }
 
     /// `redlock://127.0.0.1:P1,127.0.0.1:P2,...`.
@@ -428,6 +465,7 @@ impl RedisSet {
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    _certs_dir: Option<TempDir>,
 }
 
 impl RedisCluster {
@@ -437,7 +475,8 @@ impl RedisCluster {
         Self::try_start_with(masters, RedisOptions::new()).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Fallible [`RedisCluster::start`] with per-node options (e.g. cluster node timeout).
+    /// Fallible [`RedisCluster::start`] with per-node options (e.g. cluster node timeout,
+    /// TLS: then the nodes share one CA and talk TLS on the cluster bus too).
     pub fn try_start_with(masters: usize, options: RedisOptions) -> HarnessResult<Self> {
         if masters < 3 {
             return Err(HarnessError::new(format!(
@@ -446,10 +485,14 @@ impl RedisCluster {
         }
         let mut options = options;
         options.cluster = true;
+        let certs_dir = share_certs(&mut options)?;
         let nodes = (0..masters)
             .map(|_| RedisServer::try_start_with(options.clone()))
             .collect::<HarnessResult<Vec<_>>>()?;
-        let cluster = Self { nodes };
+        let cluster = Self {
+            nodes,
+            _certs_dir: certs_dir,
+        };
         let mut args: Vec<&str> = vec!["--cluster", "create"];
         let addrs: Vec<String> = cluster.nodes.iter().map(|n| n.addr().to_string()).collect();
         args.extend(addrs.iter().map(String::as_str));

@@ -21,7 +21,7 @@ use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::control::ServerControl;
-use crate::servers::ports::free_port;
+use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{require_binary, require_file, ProcessSpec, ServerProcess};
 
 /// Debian packages that provide the ZooKeeper jars, Java and the slf4j binding.
@@ -92,6 +92,10 @@ impl ZkServer {
 
     /// Fallible [`ZkServer::start_with`].
     pub fn try_start_with(options: ZkOptions) -> HarnessResult<Self> {
+        retry_port_clash(|| Self::try_start_once(options))
+    }
+
+    fn try_start_once(options: ZkOptions) -> HarnessResult<Self> {
         let plan = NodePlan {
             id: 1,
             client_port: free_port()?,
@@ -226,6 +230,10 @@ impl ZkEnsemble {
 
     /// Fallible [`ZkEnsemble::start`] with these timings.
     pub fn try_start_with(n: usize, options: ZkOptions) -> HarnessResult<Self> {
+        retry_port_clash(|| Self::try_start_once(n, options))
+    }
+
+    fn try_start_once(n: usize, options: ZkOptions) -> HarnessResult<Self> {
         if n < 2 {
             return Err(HarnessError::new(format!(
                 "a ZooKeeper ensemble needs at least 2 nodes, asked for {n}; use ZkServer"

@@ -59,7 +59,9 @@ impl RedisOptions {
                 "prefix" => return Err(bad("`prefix` is empty; give a name, e.g. ?prefix=dlock")),
                 "timeout_ms" => {
                     let ms: u64 = value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
-                        bad(&format!("`timeout_ms={value}` is not a positive number of milliseconds"))
+                        bad(&format!(
+                            "`timeout_ms={value}` is not a positive number of milliseconds"
+                        ))
                     })?;
                     response_timeout = Duration::from_millis(ms);
                 }
@@ -82,13 +84,17 @@ impl RedisOptions {
             };
             let hosts = hosts.trim_end_matches('/');
             if hosts.contains('/') {
-                return Err(bad("a cluster URL has no database number (clusters only have db 0)"));
+                return Err(bad(
+                    "a cluster URL has no database number (clusters only have db 0)",
+                ));
             }
             hosts
                 .split(',')
                 .map(|host| {
                     if host.is_empty() {
-                        Err(bad("an empty host in the host list; write host:port,host:port"))
+                        Err(bad(
+                            "an empty host in the host list; write host:port,host:port",
+                        ))
                     } else {
                         Ok(format!("{node_scheme}://{auth}{host}{query}"))
                     }
@@ -96,7 +102,9 @@ impl RedisOptions {
                 .collect::<Result<Vec<_>, _>>()?
         } else {
             if before_query.is_empty() || before_query.contains(',') {
-                return Err(bad("give one host (host:port); for several use redis+cluster:// or redlock://"));
+                return Err(bad(
+                    "give one host (host:port); for several use redis+cluster:// or redlock://",
+                ));
             }
             vec![format!("{node_scheme}://{before_query}{query}")]
         };
@@ -118,11 +126,15 @@ mod tests {
 
     #[test]
     fn single_node_with_our_parameters_taken_out() {
-        let o = RedisOptions::parse("redis://u:pw@127.0.0.1:6379/2?prefix=app&timeout_ms=250").unwrap();
+        let o =
+            RedisOptions::parse("redis://u:pw@127.0.0.1:6379/2?prefix=app&timeout_ms=250").unwrap();
         assert_eq!(o.nodes, ["redis://u:pw@127.0.0.1:6379/2"]);
         assert_eq!(o.prefix, "app");
         assert_eq!(o.response_timeout, Duration::from_millis(250));
-        assert_eq!(o.shown, "redis://u:***@127.0.0.1:6379/2?prefix=app&timeout_ms=250");
+        assert_eq!(
+            o.shown,
+            "redis://u:***@127.0.0.1:6379/2?prefix=app&timeout_ms=250"
+        );
         assert!(!o.cluster && !o.tls);
     }
 

@@ -84,7 +84,11 @@ impl KeyNames {
 /// server never holds a lease for less than asked.
 pub(crate) fn millis(d: std::time::Duration) -> u64 {
     let ms = d.as_millis();
-    let whole = if d.as_nanos() % 1_000_000 == 0 { ms } else { ms + 1 };
+    let whole = if d.as_nanos() % 1_000_000 == 0 {
+        ms
+    } else {
+        ms + 1
+    };
     u64::try_from(whole).unwrap_or(u64::MAX).max(1)
 }
 
@@ -105,7 +109,10 @@ mod tests {
     fn braces_in_keys_cannot_break_the_tag() {
         let n = KeyNames::new("dlock", "}x{y%");
         assert_eq!(n.lock, "dlock:{%7Dx%7By%25}");
-        assert_ne!(KeyNames::new("p", "a}").lock, KeyNames::new("p", "a%7D").lock);
+        assert_ne!(
+            KeyNames::new("p", "a}").lock,
+            KeyNames::new("p", "a%7D").lock
+        );
     }
 
     #[test]

@@ -105,7 +105,10 @@ impl Subscriber {
         };
         if first {
             let (ack, acked) = oneshot::channel();
-            if commands.send(Command::Subscribe(name.to_owned(), ack)).is_ok() {
+            if commands
+                .send(Command::Subscribe(name.to_owned(), ack))
+                .is_ok()
+            {
                 let give_up = Instant::now() + Duration::from_secs(2);
                 let give_up = deadline.map_or(give_up, |d| d.min(give_up));
                 let _ = tokio::time::timeout_at(give_up.into(), acked).await;
@@ -152,7 +155,8 @@ async fn run(
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        let connected = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub()).await;
+        let connected =
+            tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub()).await;
         let (mut sink, mut stream) = match connected {
             Ok(Ok(pubsub)) => pubsub.split(),
             _ => {

@@ -1,0 +1,440 @@
+//! The attribute's arguments: `key`, `ttl`, `wait`, `backend`, `renew`,
+//! `on_lost`.
+//!
+//! Parsing never stops at the first mistake: every argument is checked and
+//! all errors are returned together, each spanned on the token to fix.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{Expr, ExprLit, Lit, LitBool, LitStr, Meta, Token};
+
+use crate::error::Errors;
+
+/// Every argument the attribute accepts, in the order the docs list them.
+pub(crate) const VALID: &[&str] = &["key", "ttl", "wait", "backend", "renew", "on_lost"];
+
+/// The shortest ttl `dlock` accepts (`dlock::MIN_TTL`). The macro only knows
+/// `dlock`'s public API, so the value is repeated here to fail at compile
+/// time rather than at the first acquisition.
+const MIN_TTL: Duration = Duration::from_millis(30);
+
+/// The parsed and validated arguments.
+pub(crate) struct Args {
+    /// The key template literal, parsed and checked in `key.rs`; `None`
+    /// when missing (an error was pushed).
+    pub(crate) key: Option<LitStr>,
+    pub(crate) ttl: Option<Located<Duration>>,
+    pub(crate) wait: Option<Located<Duration>>,
+    pub(crate) backend: Option<LitStr>,
+    pub(crate) renew: Option<LitBool>,
+    pub(crate) on_lost: OnLost,
+}
+
+/// A value and the span of the literal it came from, so generated code
+/// points back at it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Located<T> {
+    pub(crate) value: T,
+    pub(crate) span: Span,
+}
+
+/// What happens when the lease is lost while the body runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    Cancel,
+    Continue,
+}
+
+/// The raw list: `name = value, ...`, accepting any `Meta` so that `renew`
+/// without a value gets our message rather than syn's "expected `=`".
+struct RawArgs(Punctuated<Meta, Token![,]>);
+
+impl Parse for RawArgs {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        Punctuated::parse_terminated(input).map(RawArgs)
+    }
+}
+
+/// Arguments seen so far; one setter per argument rejects duplicates.
+#[derive(Default)]
+struct Builder {
+    key: Option<LitStr>,
+    ttl: Option<Located<Duration>>,
+    wait: Option<Located<Duration>>,
+    backend: Option<LitStr>,
+    renew: Option<LitBool>,
+    on_lost: Option<OnLost>,
+}
+
+impl Args {
+    /// Parses the attribute's tokens, pushing every mistake to `errors`.
+    ///
+    /// Whatever could be read is returned even when there are errors, so the
+    /// key template is still checked and all mistakes show up in one build.
+    pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
+        let mut seen = Builder::default();
+        match syn::parse2::<RawArgs>(tokens) {
+            Ok(raw) => {
+                for meta in raw.0 {
+                    if let Err(e) = seen.add(meta) {
+                        errors.push(e);
+                    }
+                }
+                if seen.key.is_none() {
+                    errors.push(missing_key());
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+        Args {
+            key: seen.key,
+            ttl: seen.ttl,
+            wait: seen.wait,
+            backend: seen.backend,
+            renew: seen.renew,
+            on_lost: seen.on_lost.unwrap_or(OnLost::Cancel),
+        }
+    }
+}
+
+/// Spanned on the whole attribute: there is no token to point at.
+fn missing_key() -> syn::Error {
+    syn::Error::new(
+        Span::call_site(),
+        "missing `key`: write #[distributed_lock(key = \"resource:{id}\")]",
+    )
+}
+
+impl Builder {
+    fn add(&mut self, meta: Meta) -> syn::Result<()> {
+        // `ttl = "10s"` as a whole: what a duplicate's error points at.
+        let whole = meta.to_token_stream();
+        let name = match meta.path().get_ident() {
+            Some(ident) => ident.to_string(),
+            None => return Err(unknown(&meta, &path_text(meta.path()))),
+        };
+        if !VALID.contains(&name.as_str()) {
+            return Err(unknown(&meta, &name));
+        }
+        let value = match meta {
+            Meta::NameValue(nv) => nv.value,
+            Meta::Path(path) => {
+                return Err(syn::Error::new_spanned(
+                    path,
+                    format!("`{name}` needs a value: write `{}`", example(&name)),
+                ))
+            }
+            Meta::List(list) => {
+                return Err(syn::Error::new_spanned(
+                    list,
+                    format!(
+                        "`{name}` takes a value, not a list: write `{}`",
+                        example(&name)
+                    ),
+                ))
+            }
+        };
+        match name.as_str() {
+            "key" => {
+                let lit = string(&name, value)?;
+                set(&mut self.key, lit, &name, &whole)
+            }
+            "ttl" => {
+                let lit = string(&name, value)?;
+                let ttl = duration(&name, &lit)?;
+                check_ttl(ttl.value, &lit)?;
+                set(&mut self.ttl, ttl, &name, &whole)
+            }
+            "wait" => {
+                let lit = string(&name, value)?;
+                let wait = duration(&name, &lit)?;
+                set(&mut self.wait, wait, &name, &whole)
+            }
+            "backend" => {
+                let lit = string(&name, value)?;
+                if lit.value().is_empty() {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        "`backend` is empty: name a registered backend, e.g. `backend = \"etcd\"`, or leave `backend` out to use the default",
+                    ));
+                }
+                set(&mut self.backend, lit, &name, &whole)
+            }
+            "renew" => {
+                let lit = match value {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Bool(b), ..
+                    }) => b,
+                    other => {
+                        return Err(syn::Error::new_spanned(
+                            other,
+                            "`renew` takes `true` or `false` (without quotes)",
+                        ))
+                    }
+                };
+                set(&mut self.renew, lit, &name, &whole)
+            }
+            "on_lost" => {
+                let lit = string(&name, value)?;
+                let on_lost = match lit.value().as_str() {
+                    "cancel" => OnLost::Cancel,
+                    "continue" => OnLost::Continue,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "unknown `on_lost` value `{other}`; write `on_lost = \"cancel\"` (drop the body when the lease is lost, the default) or `on_lost = \"continue\"` (let it finish)"
+                            ),
+                        ))
+                    }
+                };
+                set(&mut self.on_lost, on_lost, &name, &whole)
+            }
+            // VALID was checked above; this arm only keeps the match total.
+            _ => Err(syn::Error::new_spanned(
+                whole,
+                format!("unknown argument `{name}`"),
+            )),
+        }
+    }
+}
+
+/// Stores `value` unless the argument was already given.
+fn set<T>(slot: &mut Option<T>, value: T, name: &str, whole: &TokenStream) -> syn::Result<()> {
+    if slot.is_some() {
+        // Spanned on the second occurrence: that is the one to delete.
+        return Err(syn::Error::new_spanned(
+            whole,
+            format!("duplicate argument `{name}`"),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+fn example(name: &str) -> &'static str {
+    match name {
+        "key" => "key = \"order:{id}\"",
+        "ttl" => "ttl = \"30s\"",
+        "wait" => "wait = \"5s\"",
+        "backend" => "backend = \"etcd\"",
+        "renew" => "renew = false",
+        _ => "on_lost = \"continue\"",
+    }
+}
+
+fn string(name: &str, value: Expr) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Ok(s),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{name}` takes a string literal: write `{}`", example(name)),
+        )),
+    }
+}
+
+/// Parses a humantime duration, re-spanning its error on the literal.
+fn duration(name: &str, lit: &LitStr) -> syn::Result<Located<Duration>> {
+    let text = lit.value();
+    match humantime::parse_duration(&text) {
+        Ok(value) => Ok(Located {
+            value,
+            span: lit.span(),
+        }),
+        Err(e) => Err(syn::Error::new(
+            lit.span(),
+            format!("invalid duration `{text}` for `{name}`: {e}; write e.g. \"30s\" or \"500ms\""),
+        )),
+    }
+}
+
+fn check_ttl(ttl: Duration, lit: &LitStr) -> syn::Result<()> {
+    if ttl.is_zero() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`ttl` must be positive: a zero-length lease expires as soon as it is granted; write e.g. `ttl = \"30s\"`",
+        ));
+    }
+    if ttl < MIN_TTL {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`ttl` of {} is shorter than dlock's minimum of 30ms (`dlock::MIN_TTL`), below which renewal cannot keep the lease; write at least `ttl = \"30ms\"`, e.g. `ttl = \"30s\"`",
+                humantime::format_duration(ttl)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn path_text(path: &syn::Path) -> String {
+    let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    segments.join("::")
+}
+
+fn unknown(meta: &Meta, name: &str) -> syn::Error {
+    let valid = VALID.join(", ");
+    let message = match closest(name) {
+        Some(best) => {
+            format!("unknown argument `{name}`; did you mean `{best}`? valid arguments: {valid}")
+        }
+        None => format!("unknown argument `{name}`; valid arguments: {valid}"),
+    };
+    syn::Error::new_spanned(meta.path(), message)
+}
+
+/// The valid argument closest to `name`, if it is close enough to be a typo.
+fn closest(name: &str) -> Option<&'static str> {
+    VALID
+        .iter()
+        .map(|valid| (edit_distance(name, valid), *valid))
+        // Two edits catch a swapped or doubled letter without suggesting
+        // `key` for every three-letter word.
+        .filter(|(distance, valid)| *distance <= 2 && *distance < valid.len())
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, valid)| valid)
+}
+
+/// Levenshtein distance over chars; the names are a few bytes long.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse(tokens: TokenStream) -> Result<Args, String> {
+        let mut errors = Errors::default();
+        let args = Args::parse(tokens, &mut errors);
+        errors.finish().map(|()| args).map_err(|e| {
+            e.into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    fn err(tokens: TokenStream) -> String {
+        match parse(tokens) {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn parses_every_argument() {
+        let args = parse(quote!(
+            key = "order:{id}",
+            ttl = "1m 30s",
+            wait = "250ms",
+            backend = "etcd",
+            renew = false,
+            on_lost = "continue",
+        ))
+        .unwrap();
+        assert_eq!(args.key.unwrap().value(), "order:{id}");
+        assert_eq!(args.ttl.unwrap().value, Duration::from_secs(90));
+        assert_eq!(args.wait.unwrap().value, Duration::from_millis(250));
+        assert_eq!(args.backend.unwrap().value(), "etcd");
+        assert!(!args.renew.unwrap().value);
+        assert_eq!(args.on_lost, OnLost::Continue);
+    }
+
+    #[test]
+    fn defaults() {
+        let args = parse(quote!(key = "k")).unwrap();
+        assert!(args.ttl.is_none() && args.wait.is_none() && args.backend.is_none());
+        assert!(args.renew.is_none());
+        assert_eq!(args.on_lost, OnLost::Cancel);
+    }
+
+    #[test]
+    fn zero_wait_is_one_attempt_not_an_error() {
+        let args = parse(quote!(key = "k", wait = "0s")).unwrap();
+        assert_eq!(args.wait.unwrap().value, Duration::ZERO);
+    }
+
+    #[test]
+    fn missing_key() {
+        assert!(err(quote!(ttl = "30s")).starts_with("missing `key`"));
+        assert!(err(quote!()).starts_with("missing `key`"));
+    }
+
+    #[test]
+    fn bad_durations() {
+        let e = err(quote!(key = "k", ttl = "30 parsecs"));
+        assert!(
+            e.starts_with("invalid duration `30 parsecs` for `ttl`: "),
+            "{e}"
+        );
+        assert!(e.ends_with("write e.g. \"30s\" or \"500ms\""), "{e}");
+        assert!(err(quote!(key = "k", ttl = "0s")).contains("must be positive"));
+        assert!(err(quote!(key = "k", ttl = "10ms")).contains("30ms"));
+        assert!(err(quote!(key = "k", wait = 5)).contains("string literal"));
+    }
+
+    #[test]
+    fn unknown_arguments_suggest_the_closest() {
+        let e = err(quote!(key = "k", tll = "30s"));
+        assert_eq!(
+            e,
+            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, ttl, wait, backend, renew, on_lost"
+        );
+        assert!(err(quote!(key = "k", onlost = "cancel")).contains("did you mean `on_lost`?"));
+        let e = err(quote!(key = "k", colour = "red"));
+        assert!(!e.contains("did you mean"), "{e}");
+    }
+
+    #[test]
+    fn duplicates_and_bad_values_are_all_reported() {
+        let e = err(quote!(
+            key = "k",
+            ttl = "1s",
+            ttl = "2s",
+            on_lost = "panic",
+            renew = "yes"
+        ));
+        assert!(e.contains("duplicate argument `ttl`"), "{e}");
+        assert!(e.contains("unknown `on_lost` value `panic`"), "{e}");
+        assert!(e.contains("`renew` takes `true` or `false`"), "{e}");
+    }
+
+    #[test]
+    fn flags_need_values() {
+        assert!(err(quote!(key = "k", renew)).contains("`renew` needs a value"));
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("tll", "ttl"), 1);
+        assert_eq!(edit_distance("", "key"), 3);
+        assert_eq!(edit_distance("wiat", "wait"), 2);
+        assert_eq!(closest("kye"), Some("key"));
+        assert_eq!(closest("wiat"), Some("wait"));
+        assert_eq!(closest("id"), None);
+        assert_eq!(closest("backnd"), Some("backend"));
+    }
+}

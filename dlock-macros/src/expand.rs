@@ -1,0 +1,588 @@
+//! Code generation: check the function, then wrap its body in
+//! acquire → run with the lease held → release.
+//!
+//! The user's signature, attributes, generics and `where` clause are kept
+//! as written; only the body is replaced (and the `&LockGuard` parameter,
+//! if any, removed, since callers do not pass it).
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{
+    Expr, ExprAsync, FnArg, GenericArgument, GenericParam, Ident, ItemFn, Pat, PathArguments,
+    ReturnType, Signature, Stmt, Type, WherePredicate,
+};
+
+use crate::args::{Args, OnLost};
+use crate::error::Errors;
+use crate::key::{Scope, Template};
+
+/// The attribute's entry point: the expanded function, or the errors
+/// together with the function unchanged (so the user sees our error, not a
+/// cascade of "cannot find function" at every call site).
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    match expand(args, &item) {
+        Ok(expanded) => expanded,
+        Err(errors) => {
+            let mut output = errors.to_compile_error();
+            output.extend(item);
+            output
+        }
+    }
+}
+
+fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
+    let mut errors = Errors::default();
+    let args = Args::parse(args, &mut errors);
+    let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
+        return Err(errors.with(not_a_function(item.clone())));
+    };
+    let shape = errors.keep(Shape::of(&func));
+    let guard = errors.keep(find_guard(&func.sig));
+    let template = args
+        .key
+        .as_ref()
+        .and_then(|key| errors.keep(Template::parse(key)));
+    if let (Some(template), Some(guard)) = (&template, &guard) {
+        let params = param_names(&func.sig, guard.as_ref().map(|g| g.index));
+        let guard_name = guard
+            .as_ref()
+            .and_then(|g| g.name.as_ref())
+            .map(Ident::to_string);
+        let scope = Scope {
+            params: &params,
+            has_receiver: func.sig.receiver().is_some(),
+            guard: guard_name.as_deref(),
+        };
+        errors.keep(template.check(&scope));
+    }
+    errors.finish()?;
+    let (Some(shape), Some(guard), Some(template)) = (shape, guard, template) else {
+        // Every `None` above pushed an error, so this is not reached; it
+        // spares an `unwrap` (the macro never panics on user input).
+        return unreachable_ok();
+    };
+
+    let locals = Locals::new();
+    let guard_binding = guard.as_ref().map(|g| g.binding(&locals.guard));
+    if let Some(guard) = &guard {
+        remove_param(&mut func.sig, guard);
+    }
+    let lock = Lock {
+        args: &args,
+        key: template.render(),
+        guard_binding,
+        locals,
+    };
+    match shape {
+        Shape::Async { output } => {
+            let stmts = &func.block.stmts;
+            let body = lock.wrap(&output, quote!(#(#stmts)*));
+            *func.block = syn::parse_quote!({ #body });
+        }
+        Shape::AsyncTrait { output } => {
+            // `Box::pin(async move { <async-trait's body> })`: lock inside
+            // the outer async block, run async-trait's body as ours.
+            // `Shape::of` found this block; never emit the function unlocked.
+            let Some(block) = async_trait_block(&mut func) else {
+                return unreachable_ok();
+            };
+            let stmts = &block.block.stmts;
+            let body = lock.wrap(&output, quote!(#(#stmts)*));
+            block.block = syn::parse_quote!({ #body });
+        }
+    }
+    Ok(func.into_token_stream())
+}
+
+/// For `let-else` arms that the checks above make impossible, without a
+/// panic in the macro.
+fn unreachable_ok<T>() -> syn::Result<T> {
+    Err(syn::Error::new(
+        Span::call_site(),
+        "#[distributed_lock] could not expand this function",
+    ))
+}
+
+fn not_a_function(item: TokenStream) -> syn::Error {
+    let message = if syn::parse2::<syn::TraitItemFn>(item.clone()).is_ok() {
+        "#[distributed_lock] needs a function body: put it on the method in the `impl`, not on the trait's declaration"
+    } else {
+        "#[distributed_lock] goes on an `async fn` that returns `Result<T, E>`"
+    };
+    match item.into_iter().next() {
+        Some(first) => syn::Error::new(first.span(), message),
+        None => syn::Error::new(Span::call_site(), message),
+    }
+}
+
+/// What kind of function the attribute sits on.
+enum Shape {
+    /// `async fn ... -> Output`.
+    Async { output: Type },
+    /// A method already rewritten by `#[async_trait]` (which runs first, as
+    /// the attribute of the enclosing `impl`): `fn ... -> Pin<Box<dyn
+    /// Future<Output = Output> + ...>>` whose body is `Box::pin(async move { .. })`.
+    AsyncTrait { output: Type },
+}
+
+impl Shape {
+    fn of(func: &ItemFn) -> syn::Result<Shape> {
+        let sig = &func.sig;
+        if sig.asyncness.is_none() {
+            if let (Some(output), true) = (future_output(&sig.output), is_async_trait_body(func)) {
+                return Ok(Shape::AsyncTrait { output });
+            }
+            return Err(syn::Error::new_spanned(
+                sig.fn_token,
+                "#[distributed_lock] needs an `async fn`; add `async`",
+            ));
+        }
+        match &sig.output {
+            ReturnType::Type(_, ty) => Ok(Shape::Async {
+                output: (**ty).clone(),
+            }),
+            ReturnType::Default => {
+                let mut name_and_params = sig.ident.to_token_stream();
+                sig.paren_token
+                    .surround(&mut name_and_params, |tokens| sig.inputs.to_tokens(tokens));
+                Err(syn::Error::new_spanned(
+                    name_and_params,
+                    "#[distributed_lock] needs a return type `-> Result<T, E>` with `E: From<dlock::LockError>`, to report a lock that could not be taken; add e.g. `-> Result<(), dlock::LockError>`",
+                ))
+            }
+        }
+    }
+}
+
+/// `Output` in `Pin<Box<dyn Future<Output = Output> + Send + 'async_trait>>`.
+fn future_output(output: &ReturnType) -> Option<Type> {
+    let ReturnType::Type(_, ty) = output else {
+        return None;
+    };
+    find_output(ty)
+}
+
+fn find_output(ty: &Type) -> Option<Type> {
+    match ty {
+        Type::Path(path) => path.path.segments.iter().find_map(|segment| {
+            let PathArguments::AngleBracketed(args) = &segment.arguments else {
+                return None;
+            };
+            args.args.iter().find_map(|arg| match arg {
+                GenericArgument::AssocType(assoc) if assoc.ident == "Output" => {
+                    Some(assoc.ty.clone())
+                }
+                GenericArgument::Type(inner) => find_output(inner),
+                _ => None,
+            })
+        }),
+        Type::TraitObject(object) => object.bounds.iter().find_map(|bound| match bound {
+            syn::TypeParamBound::Trait(t) => find_output(&Type::Path(syn::TypePath {
+                qself: None,
+                path: t.path.clone(),
+            })),
+            _ => None,
+        }),
+        Type::Group(group) => find_output(&group.elem),
+        Type::Paren(paren) => find_output(&paren.elem),
+        _ => None,
+    }
+}
+
+fn is_async_trait_body(func: &ItemFn) -> bool {
+    let mut func = func.clone();
+    async_trait_block(&mut func).is_some()
+}
+
+/// The `async move` block in async-trait's `Box::pin(async move { .. })`.
+fn async_trait_block(func: &mut ItemFn) -> Option<&mut ExprAsync> {
+    let Some(Stmt::Expr(Expr::Call(call), None)) = func.block.stmts.last_mut() else {
+        return None;
+    };
+    let Expr::Path(path) = &*call.func else {
+        return None;
+    };
+    let is_box_pin = path.path.segments.len() >= 2
+        && path
+            .path
+            .segments
+            .iter()
+            .rev()
+            .take(2)
+            .map(|s| s.ident.to_string())
+            .eq(["pin", "Box"]);
+    if !is_box_pin || call.args.len() != 1 {
+        return None;
+    }
+    match call.args.first_mut() {
+        Some(Expr::Async(block)) if block.capture.is_some() => Some(block),
+        _ => None,
+    }
+}
+
+/// The `&LockGuard` parameter.
+struct GuardParam {
+    /// Its position in `sig.inputs`.
+    index: usize,
+    /// The name it binds; `None` for `_`.
+    name: Option<Ident>,
+    pat: Pat,
+    /// The referenced type as written: `LockGuard`, `dlock::LockGuard`.
+    guard_type: Type,
+    /// The lifetime async-trait gave it (`&'life1 LockGuard`), which must go
+    /// with the parameter.
+    lifetime: Option<syn::Lifetime>,
+}
+
+impl GuardParam {
+    /// `let guard: &LockGuard = &__dlock_guard;` with the user's pattern
+    /// (so `mut guard` or `_guard` stay as written) and the user's path to
+    /// `LockGuard` (so their import stays used), minus any lifetime.
+    fn binding(&self, held: &Ident) -> TokenStream {
+        let pat = &self.pat;
+        let guard_type = &self.guard_type;
+        quote!(let #pat: &#guard_type = &#held;)
+    }
+}
+
+/// Finds the optional `&LockGuard` parameter; a second one is an error.
+fn find_guard(sig: &Signature) -> syn::Result<Option<GuardParam>> {
+    let mut errors = Errors::default();
+    let mut found: Option<GuardParam> = None;
+    for (index, input) in sig.inputs.iter().enumerate() {
+        let FnArg::Typed(arg) = input else { continue };
+        let Type::Reference(reference) = strip(&arg.ty) else {
+            if names_lock_guard(&arg.ty) {
+                errors.push(syn::Error::new_spanned(
+                    &arg.ty,
+                    "take the guard by reference: `&LockGuard` (the function releases the lock itself when the body ends)",
+                ));
+            }
+            continue;
+        };
+        if !names_lock_guard(&reference.elem) {
+            continue;
+        }
+        if let Some(mutability) = reference.mutability {
+            errors.push(syn::Error::new_spanned(
+                mutability,
+                "the guard parameter is `&LockGuard`, not `&mut LockGuard`; remove `mut`",
+            ));
+            continue;
+        }
+        let name = match &*arg.pat {
+            Pat::Ident(ident) if ident.by_ref.is_none() && ident.subpat.is_none() => {
+                Some(ident.ident.clone())
+            }
+            Pat::Wild(_) => None,
+            other => {
+                errors.push(syn::Error::new_spanned(
+                    other,
+                    "bind the guard to a name, e.g. `guard: &LockGuard`",
+                ));
+                continue;
+            }
+        };
+        if let Some(first) = &found {
+            let first = first
+                .name
+                .as_ref()
+                .map_or_else(|| "`_`".to_owned(), |n| format!("`{n}`"));
+            errors.push(syn::Error::new_spanned(
+                arg,
+                format!(
+                    "only one `&LockGuard` parameter is allowed; this function already takes the guard as {first}; remove this one"
+                ),
+            ));
+            continue;
+        }
+        found = Some(GuardParam {
+            index,
+            name,
+            pat: (*arg.pat).clone(),
+            guard_type: (*reference.elem).clone(),
+            lifetime: reference.lifetime.clone(),
+        });
+    }
+    errors.finish()?;
+    Ok(found)
+}
+
+fn strip(ty: &Type) -> &Type {
+    match ty {
+        Type::Group(group) => strip(&group.elem),
+        Type::Paren(paren) => strip(&paren.elem),
+        other => other,
+    }
+}
+
+/// `LockGuard`, `dlock::LockGuard`, `::dlock::LockGuard`, ...: any path
+/// whose last segment is `LockGuard` (the macro cannot resolve imports).
+fn names_lock_guard(ty: &Type) -> bool {
+    match strip(ty) {
+        Type::Path(path) if path.qself.is_none() => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "LockGuard" && s.arguments.is_none()),
+        _ => false,
+    }
+}
+
+/// Names of the parameters a key may use: the ones bound to a plain name.
+fn param_names(sig: &Signature, guard: Option<usize>) -> Vec<String> {
+    sig.inputs
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| Some(*index) != guard)
+        .filter_map(|(_, input)| match input {
+            FnArg::Typed(arg) => match &*arg.pat {
+                Pat::Ident(ident) => Some(ident.ident.to_string()),
+                _ => None,
+            },
+            FnArg::Receiver(_) => None,
+        })
+        .collect()
+}
+
+/// Removes the guard parameter (and async-trait's lifetime for it, which
+/// the trait's own signature does not have).
+fn remove_param(sig: &mut Signature, guard: &GuardParam) {
+    // Collecting values (not pairs) re-punctuates: no trailing comma is
+    // left behind when the guard was the last parameter.
+    sig.inputs = std::mem::take(&mut sig.inputs)
+        .into_iter()
+        .enumerate()
+        .filter(|(index, _)| *index != guard.index)
+        .map(|(_, input)| input)
+        .collect();
+    let Some(lifetime) = &guard.lifetime else {
+        return;
+    };
+    if sig.asyncness.is_some() || !lifetime.ident.to_string().starts_with("life") {
+        // A lifetime the user wrote: they may use it elsewhere; an unused
+        // lifetime parameter is harmless on a function.
+        return;
+    }
+    sig.generics.params = std::mem::take(&mut sig.generics.params)
+        .into_pairs()
+        .filter(
+            |pair| !matches!(pair.value(), GenericParam::Lifetime(l) if l.lifetime == *lifetime),
+        )
+        .collect();
+    if let Some(where_clause) = &mut sig.generics.where_clause {
+        where_clause.predicates = std::mem::take(&mut where_clause.predicates)
+            .into_pairs()
+            .filter(|pair| !matches!(pair.value(), WherePredicate::Lifetime(p) if p.lifetime == *lifetime))
+            .collect::<Punctuated<_, _>>();
+    }
+}
+
+/// Everything the generated body needs.
+struct Lock<'a> {
+    args: &'a Args,
+    key: TokenStream,
+    guard_binding: Option<TokenStream>,
+    locals: Locals,
+}
+
+/// The generated body's own variables. Their mixed-site span makes them
+/// invisible to the user's code: they can neither shadow nor be shadowed by
+/// the user's names. The user's tokens (body, key, guard pattern) keep theirs.
+struct Locals {
+    fail: Ident,
+    lock: Ident,
+    guard: Ident,
+    output: Ident,
+    ret: Ident,
+    held: Ident,
+    error: Ident,
+}
+
+impl Locals {
+    fn new() -> Self {
+        let local = |name: &str| Ident::new(name, Span::mixed_site());
+        Locals {
+            fail: local("__dlock_fail"),
+            lock: local("__dlock_lock"),
+            guard: local("__dlock_guard"),
+            output: local("__dlock_output"),
+            ret: local("__dlock_ret"),
+            held: local("guard"),
+            error: local("error"),
+        }
+    }
+}
+
+impl Lock<'_> {
+    /// The locked body: build the lock, acquire, run `body` with the lease
+    /// held, release, return the body's result.
+    ///
+    /// The body's async block is told its output type before the body, so
+    /// `?` and `return` inside it know their type (async-trait's body does
+    /// this too; a hand-written `Box::pin(async move { .. })` may not). The
+    /// body's statements stay the block's own statements, so lints see them
+    /// as the user wrote them; wrapping them in `let ret: T = { .. };` would
+    /// turn a final `return x;` into clippy's `diverging_sub_expression`.
+    fn wrap(&self, output: &Type, body: TokenStream) -> TokenStream {
+        let mut output = output.clone();
+        ImplTraitToInfer.visit_type_mut(&mut output);
+        // Spanned on the return type, so "must return `Result<T, E>` where
+        // `E: From<dlock::LockError>`" points at it.
+        let fail = quote_spanned!(output.span()=>
+            ::dlock::__private::fail_with::<#output>()
+        );
+        let key = &self.key;
+        let options = self.options();
+        let on_lost = match self.args.on_lost {
+            OnLost::Cancel => quote!(::dlock::__private::OnLost::Cancel),
+            OnLost::Continue => quote!(::dlock::__private::OnLost::Continue),
+        };
+        let Locals {
+            fail: fail_fn,
+            lock,
+            guard,
+            output: result,
+            ret,
+            held,
+            error,
+        } = &self.locals;
+        let body = quote! {
+            if let ::core::option::Option::Some(#ret) = ::core::option::Option::None::<#output> {
+                #[allow(unreachable_code)]
+                return #ret;
+            }
+            #body
+        };
+        let guard_binding = &self.guard_binding;
+        quote! {
+            let #fail_fn = #fail;
+            let #lock = ::dlock::__private::Lock::new(#key) #options;
+            let #guard = match #lock.acquire().await {
+                ::core::result::Result::Ok(#held) => #held,
+                ::core::result::Result::Err(#error) => return #fail_fn(#error),
+            };
+            let #result = {
+                #guard_binding
+                ::dlock::__private::run_body(&#guard, #on_lost, #fail_fn, async move {
+                    #body
+                })
+                .await
+            };
+            ::dlock::__private::finish(#guard, #result).await
+        }
+    }
+
+    /// `.ttl(..).wait(..).renew(..).backend(..)`, for the options given.
+    fn options(&self) -> TokenStream {
+        let mut options = TokenStream::new();
+        if let Some(ttl) = &self.args.ttl {
+            let ttl = duration(ttl.value, ttl.span);
+            options.extend(quote!(.ttl(#ttl)));
+        }
+        if let Some(wait) = &self.args.wait {
+            let wait = duration(wait.value, wait.span);
+            options.extend(quote!(.wait(#wait)));
+        }
+        if let Some(renew) = &self.args.renew {
+            options.extend(quote!(.renew(#renew)));
+        }
+        if let Some(backend) = &self.args.backend {
+            options.extend(quote!(.backend(#backend)));
+        }
+        options
+    }
+}
+
+/// `::core::time::Duration::new(secs, nanos)`: a constant, no parsing at run time.
+fn duration(value: std::time::Duration, span: Span) -> TokenStream {
+    let secs = value.as_secs();
+    let nanos = value.subsec_nanos();
+    quote_spanned!(span=> ::core::time::Duration::new(#secs, #nanos))
+}
+
+/// `impl Trait` cannot be named in a turbofish or a `let` type; `_` lets
+/// inference fill it in from the body.
+struct ImplTraitToInfer;
+
+impl VisitMut for ImplTraitToInfer {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(impl_trait) = ty {
+            *ty = Type::Infer(syn::TypeInfer {
+                underscore_token: syn::Token![_](impl_trait.impl_token.span),
+            });
+            return;
+        }
+        syn::visit_mut::visit_type_mut(self, ty);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    fn expand(args: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> String {
+        let out = super::distributed_lock(args, item).to_string();
+        out.split_whitespace().collect::<Vec<_>>().join("")
+    }
+
+    fn compact(tokens: &str) -> String {
+        tokens.split_whitespace().collect()
+    }
+
+    #[test]
+    fn expands_as_the_crate_docs_show() {
+        let out = expand(
+            quote!(key = "order:{id}", ttl = "30s", wait = "5s"),
+            quote!(
+                async fn pay(id: u64, guard: &LockGuard) -> Result<Receipt, AppError> {
+                    Ok(Receipt { id })
+                }
+            ),
+        );
+        for expected in [
+            "asyncfnpay(id:u64)->Result<Receipt,AppError>{",
+            "::dlock::__private::fail_with::<Result<Receipt,AppError>>()",
+            "::dlock::__private::Lock::new(::std::format!(\"order:{id}\"))",
+            ".ttl(::core::time::Duration::new(30u64,0u32)).wait(::core::time::Duration::new(5u64,0u32));",
+            "letguard:&LockGuard=&__dlock_guard;",
+            "::dlock::__private::OnLost::Cancel",
+            "::core::option::Option::None::<Result<Receipt,AppError>>",
+            "Ok(Receipt{id})})",
+            "::dlock::__private::finish(__dlock_guard,__dlock_output).await}",
+        ] {
+            assert!(out.contains(&compact(expected)), "missing {expected}\nin {out}");
+        }
+    }
+
+    #[test]
+    fn errors_come_with_the_function_unchanged() {
+        let item = quote!(
+            fn pay(id: u64) -> Result<u64, E> {
+                Ok(id)
+            }
+        );
+        let out = expand(quote!(key = "{id}", tll = "1s"), item.clone());
+        assert!(out.starts_with("::core::compile_error!"), "{out}");
+        assert!(out.contains("unknownargument`tll`"), "{out}");
+        assert!(out.contains("needsan`asyncfn`"), "{out}");
+        assert!(out.ends_with(&compact(&item.to_string())), "{out}");
+    }
+
+    #[test]
+    fn impl_trait_in_the_return_type_becomes_inferred() {
+        let out = expand(
+            quote!(key = "k"),
+            quote!(
+                async fn f() -> Result<impl Display, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(out.contains("fail_with::<Result<_,E>>()"), "{out}");
+        assert!(out.contains("->Result<implDisplay,E>{"), "{out}");
+    }
+}

@@ -1,0 +1,348 @@
+//! What `#[distributed_lock]` does at run time, on the memory backend.
+//!
+//! Each test registers its own backend under its own name and locks through
+//! `backend = "..."`, so tests running in parallel never share a lock.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::memory::MemoryBackend;
+use dlock::{distributed_lock, LockError, LockGuard};
+
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    Invalid(&'static str),
+}
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+fn register(name: &str) -> Arc<MemoryBackend> {
+    let backend = Arc::new(MemoryBackend::new());
+    dlock::registry().register(name, backend.clone());
+    backend
+}
+
+/// Waits until someone holds `key` on `backend`.
+async fn until_held(backend: &MemoryBackend, key: &str) {
+    while backend.holder(key).is_none() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+// --- the lock is held while the body runs, and released before return ----
+
+#[distributed_lock(key = "held:{id}", wait = "0s", backend = "held")]
+async fn hold_for(id: u64, pause: Duration) -> Result<(), AppError> {
+    tokio::time::sleep(pause).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_runs_with_the_lock_held() {
+    let backend = register("held");
+    let first = tokio::spawn(hold_for(1, Duration::from_millis(300)));
+    until_held(&backend, "held:1").await;
+    let second = tokio::spawn(hold_for(1, Duration::ZERO)).await.unwrap();
+    assert!(
+        matches!(second, Err(AppError::Lock(LockError::Busy { ref key })) if key == "held:1"),
+        "{second:?}"
+    );
+    // Another key is independent.
+    tokio::spawn(hold_for(2, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    first.await.unwrap().unwrap();
+    assert!(backend.holder("held:1").is_none());
+}
+
+#[distributed_lock(key = "slow", wait = "50ms", backend = "timeout")]
+async fn wait_briefly() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_wait_times_out() {
+    let backend = register("timeout");
+    let holder = dlock::Lock::new("slow")
+        .backend("timeout")
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let result = tokio::spawn(wait_briefly()).await.unwrap();
+    assert!(
+        matches!(result, Err(AppError::Lock(LockError::Timeout { ref key, .. })) if key == "slow"),
+        "{result:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    holder.release().await.unwrap();
+    assert!(backend.holder("slow").is_none());
+    wait_briefly().await.unwrap();
+}
+
+#[distributed_lock(key = "twice", wait = "0s", backend = "twice")]
+async fn once_at_a_time() -> Result<u32, AppError> {
+    Ok(7)
+}
+
+#[tokio::test]
+async fn returns_only_after_release() {
+    let backend = register("twice");
+    // With a zero wait, the second call would be `Busy` if the first one's
+    // release were still queued in the background.
+    for _ in 0..3 {
+        assert_eq!(once_at_a_time().await.unwrap(), 7);
+        assert!(backend.holder("twice").is_none());
+    }
+}
+
+// --- a lost lease ------------------------------------------------------------
+
+#[distributed_lock(key = "job:{name}", ttl = "90ms", backend = "cancel")]
+async fn cancelled_job(name: &str, finished: &AtomicBool) -> Result<(), AppError> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    finished.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lost_cancel_drops_the_body() {
+    let backend = register("cancel");
+    let finished = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let job = tokio::spawn({
+        let finished = finished.clone();
+        async move { cancelled_job("nightly", &finished).await }
+    });
+    until_held(&backend, "job:nightly").await;
+    assert!(backend.force_expire("job:nightly"));
+    let result = job.await.unwrap();
+    assert!(
+        matches!(result, Err(AppError::Lock(LockError::Lost { ref key })) if key == "job:nightly"),
+        "{result:?}"
+    );
+    // The next renewal (every ttl/3) notices: far sooner than the body's 5 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!finished.load(Ordering::SeqCst));
+}
+
+#[distributed_lock(
+    key = "report",
+    ttl = "90ms",
+    backend = "continue",
+    on_lost = "continue"
+)]
+async fn continued_job(guard: &LockGuard) -> Result<bool, AppError> {
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The body ran to its end; it can see that it lost the lease.
+    Ok(guard.is_held())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lost_continue_lets_the_body_finish() {
+    let backend = register("continue");
+    let job = tokio::spawn(continued_job());
+    until_held(&backend, "report").await;
+    assert!(backend.force_expire("report"));
+    let still_held = job.await.unwrap().unwrap();
+    assert!(!still_held);
+}
+
+// --- reentrancy ----------------------------------------------------------------
+
+#[distributed_lock(key = "account:{id}", wait = "0s", backend = "reentrant")]
+async fn outer(id: u32) -> Result<u32, AppError> {
+    // Same task, same key: granted at once, not `Busy`.
+    inner(id).await
+}
+
+#[distributed_lock(key = "account:{id}", wait = "0s", backend = "reentrant")]
+async fn inner(id: u32, guard: &LockGuard) -> Result<u32, AppError> {
+    assert!(guard.is_reentrant());
+    Ok(id * 2)
+}
+
+#[tokio::test]
+async fn nested_calls_with_the_same_key_are_reentrant() {
+    let backend = register("reentrant");
+    // Reentrancy is per task: run inside a spawned one.
+    let doubled = tokio::spawn(outer(21)).await.unwrap().unwrap();
+    assert_eq!(doubled, 42);
+    // The inner call did not release the outer lease early, and the outer one released it.
+    assert!(backend.holder("account:21").is_none());
+}
+
+// --- `?`, `return`, and the guard parameter -----------------------------------
+
+#[distributed_lock(key = "parse:{input}", backend = "early")]
+async fn parse(input: &str) -> Result<u32, AppError> {
+    if input.is_empty() {
+        return Err(AppError::Invalid("empty"));
+    }
+    let n: u32 = input
+        .parse()
+        .map_err(|_| AppError::Invalid("not a number"))?;
+    if n == 0 {
+        return Ok(1);
+    }
+    Ok(n)
+}
+
+#[tokio::test]
+async fn question_mark_and_return_leave_the_body_and_release() {
+    let backend = register("early");
+    assert!(matches!(
+        parse("x").await,
+        Err(AppError::Invalid("not a number"))
+    ));
+    assert!(backend.holder("parse:x").is_none());
+    assert_eq!(parse("0").await.unwrap(), 1);
+    assert_eq!(parse("12").await.unwrap(), 12);
+    assert!(backend.holder("parse:12").is_none());
+}
+
+#[derive(Debug)]
+struct User {
+    name: String,
+    tenant: (u32, &'static str),
+}
+
+#[distributed_lock(key = "user:{user.tenant.1}/{user.name}", backend = "fence")]
+async fn write_user(user: &User, _guard: &dlock::LockGuard) -> Result<(String, u64), AppError> {
+    Ok((
+        _guard.key().to_owned(),
+        _guard
+            .fencing_token()
+            .expect("the memory backend has fencing tokens"),
+    ))
+}
+
+#[tokio::test]
+async fn the_guard_parameter_gives_key_and_fencing_token() {
+    register("fence");
+    let user = User {
+        name: "ada".into(),
+        tenant: (7, "acme"),
+    };
+    let (key, first) = write_user(&user).await.unwrap();
+    assert_eq!(key, "user:acme/ada");
+    let (_, second) = write_user(&user).await.unwrap();
+    assert!(second > first, "{second} > {first}");
+    assert_eq!(user.tenant.0, 7);
+}
+
+// --- methods -------------------------------------------------------------------
+
+struct Account {
+    id: u64,
+    balance: u64,
+}
+
+impl Account {
+    #[distributed_lock(key = "account:{self.id}", backend = "methods")]
+    async fn balance(&self, guard: &LockGuard) -> Result<(String, u64), LockError> {
+        Ok((guard.key().to_owned(), self.balance))
+    }
+
+    #[distributed_lock(key = "account:{self.id}:{amount}", backend = "methods")]
+    async fn deposit(&mut self, amount: u64) -> Result<u64, LockError> {
+        self.balance += amount;
+        Ok(self.balance)
+    }
+
+    #[distributed_lock(key = "account:{self.id}", backend = "methods")]
+    async fn close(self) -> Result<u64, LockError> {
+        Ok(self.balance)
+    }
+}
+
+trait Ledger {
+    async fn post(&self, entry: u32) -> Result<u32, LockError>;
+}
+
+impl Ledger for Account {
+    #[distributed_lock(key = "ledger:{self.id}:{entry}", wait = "0s", backend = "methods")]
+    async fn post(&self, entry: u32) -> Result<u32, LockError> {
+        Ok(entry + 1)
+    }
+}
+
+#[dlock::async_trait]
+trait Journal {
+    async fn record(&self, line: String) -> Result<usize, LockError>;
+}
+
+#[dlock::async_trait]
+impl Journal for Account {
+    #[distributed_lock(key = "journal:{self.id}", wait = "0s", backend = "methods")]
+    async fn record(&self, line: String, guard: &LockGuard) -> Result<usize, LockError> {
+        assert_eq!(guard.key(), format!("journal:{}", self.id));
+        if line.is_empty() {
+            return Ok(0);
+        }
+        Ok(line.len())
+    }
+}
+
+#[dlock::async_trait]
+trait Audit {
+    async fn audit(&self) -> Result<u64, LockError>;
+}
+
+#[dlock::async_trait]
+impl Audit for Account {
+    // A guard the body does not name: still removed from the signature.
+    #[distributed_lock(key = "audit:{self.id}", backend = "methods")]
+    async fn audit(&self, _: &LockGuard) -> Result<u64, LockError> {
+        Ok(self.balance)
+    }
+}
+
+#[tokio::test]
+async fn methods_lock_on_fields_of_self() {
+    let backend = register("methods");
+    let mut account = Account { id: 9, balance: 1 };
+    assert_eq!(account.balance().await.unwrap(), ("account:9".into(), 1));
+    assert_eq!(account.deposit(4).await.unwrap(), 5);
+    assert_eq!(account.post(1).await.unwrap(), 2);
+    let journal: &dyn Journal = &account;
+    assert_eq!(journal.record("hello".into()).await.unwrap(), 5);
+    assert_eq!(journal.record(String::new()).await.unwrap(), 0);
+    assert!(backend.holder("journal:9").is_none());
+    assert_eq!(account.audit().await.unwrap(), 5);
+    assert_eq!(account.close().await.unwrap(), 5);
+}
+
+// --- renew = false ---------------------------------------------------------------
+
+#[distributed_lock(
+    key = "lease",
+    ttl = "120ms",
+    renew = false,
+    on_lost = "continue",
+    backend = "hard"
+)]
+async fn outlive_a_hard_lease(calls: &AtomicU32, guard: &LockGuard) -> Result<bool, AppError> {
+    calls.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(guard.is_held())
+}
+
+#[tokio::test]
+async fn renew_false_makes_the_ttl_a_hard_lease() {
+    register("hard");
+    let calls = AtomicU32::new(0);
+    assert!(!outlive_a_hard_lease(&calls).await.unwrap());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

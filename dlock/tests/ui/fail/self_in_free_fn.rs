@@ -1,0 +1,8 @@
+use dlock::{distributed_lock, LockError};
+
+#[distributed_lock(key = "account:{self.id}")]
+async fn pay(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+fn main() {}

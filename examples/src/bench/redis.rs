@@ -1,0 +1,314 @@
+//! Redis: dlock against the loop people write by hand (`SET NX PX` + a
+//! compare-and-delete script, polling every 10 ms while waiting), on the same
+//! server in the same run.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::redis::RedisBackend;
+use dlock::{Lock, LockBackend};
+use redis::aio::MultiplexedConnection;
+
+use super::stats::{print_table, Row, Summary};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const TTL: Duration = Duration::from_secs(30);
+const UNCONTENDED_CYCLES: usize = 2_000;
+const DISTINCT_TASKS: usize = 64;
+const DISTINCT_CYCLES: usize = 100;
+const HOT_TASKS: usize = 16;
+const HOT_INCREMENTS: u64 = 500;
+const HANDOFFS: usize = 200;
+const POLL: Duration = Duration::from_millis(10);
+
+/// Runs the four workloads against `url` and prints the table.
+pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    run_inner(url)
+        .await
+        .map_err(|e| e as Box<dyn std::error::Error>)
+}
+
+async fn run_inner(url: &str) -> Result<(), BoxError> {
+    let backend: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
+    let hand = HandWritten::connect(url).await?;
+    let run_id = std::process::id();
+    println!("Redis benchmark against {}", dlock::url::redact(url));
+
+    let ours_a = uncontended_dlock(&backend, &format!("bench:{run_id}:a")).await?;
+    let base_a = uncontended_hand(&hand, &format!("bench:{run_id}:a-hand")).await?;
+
+    let ours_b = distinct_dlock(&backend, run_id).await?;
+    let base_b = distinct_hand(&hand, run_id).await?;
+
+    let ours_c = hot_key_dlock(&backend, &format!("bench:{run_id}:c")).await?;
+    let base_c = hot_key_hand(&hand, &format!("bench:{run_id}:c-hand")).await?;
+
+    // Hand-off crosses clients, as between two processes: the waiter has its own connection.
+    let waiter: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
+    let ours_d = handoff_dlock(&backend, &waiter, &format!("bench:{run_id}:d")).await?;
+    let base_d = handoff_hand(
+        &hand,
+        &HandWritten::connect(url).await?,
+        &format!("bench:{run_id}:d-hand"),
+    )
+    .await?;
+
+    let rows = [
+        Row::latency("(a) 1 task, acquire+release, p50", ours_a.p50, base_a.p50),
+        Row::latency("(a) 1 task, acquire+release, p99", ours_a.p99, base_a.p99),
+        Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b, base_b),
+        Row::throughput("(c) 16 tasks, one key, critical sections", ours_c, base_c),
+        Row::latency(
+            "(d) hand-off release→next holder, p50",
+            ours_d.p50,
+            base_d.p50,
+        ),
+        Row::latency(
+            "(d) hand-off release→next holder, p99",
+            ours_d.p99,
+            base_d.p99,
+        ),
+    ];
+    print_table(
+        "Redis: dlock vs a hand-written SET NX PX loop (10 ms polling)",
+        "hand-written",
+        &rows,
+    );
+    println!("\n(a) {} cycles; (b) {DISTINCT_TASKS}×{DISTINCT_CYCLES}; (c) {HOT_TASKS}×{HOT_INCREMENTS}, counter checked; (d) {HANDOFFS} hand-offs", UNCONTENDED_CYCLES);
+    Ok(())
+}
+
+async fn uncontended_dlock(backend: &Arc<dyn LockBackend>, key: &str) -> Result<Summary, BoxError> {
+    let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
+    let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
+    for _ in 0..UNCONTENDED_CYCLES {
+        let start = Instant::now();
+        lock.acquire().await?.release().await?;
+        samples.push(start.elapsed());
+    }
+    Ok(Summary::of(&mut samples).expect("samples"))
+}
+
+async fn uncontended_hand(hand: &HandWritten, key: &str) -> Result<Summary, BoxError> {
+    let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
+    for _ in 0..UNCONTENDED_CYCLES {
+        let start = Instant::now();
+        let token = hand
+            .try_lock(key)
+            .await?
+            .ok_or("uncontended key was busy")?;
+        hand.unlock(key, &token).await?;
+        samples.push(start.elapsed());
+    }
+    Ok(Summary::of(&mut samples).expect("samples"))
+}
+
+async fn distinct_dlock(backend: &Arc<dyn LockBackend>, run_id: u32) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..DISTINCT_TASKS {
+        let lock = Lock::new(format!("bench:{run_id}:b:{t}"))
+            .ttl(TTL)
+            .with_backend(backend.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..DISTINCT_CYCLES {
+                lock.acquire().await?.release().await?;
+            }
+            Ok::<_, dlock::LockError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn distinct_hand(hand: &HandWritten, run_id: u32) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..DISTINCT_TASKS {
+        let (hand, key) = (hand.clone(), format!("bench:{run_id}:b-hand:{t}"));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..DISTINCT_CYCLES {
+                let token = hand.try_lock(&key).await?.ok_or("distinct key was busy")?;
+                hand.unlock(&key, &token).await?;
+            }
+            Ok::<_, BoxError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A counter updated with a non-atomic read-then-write, so lost updates show
+/// any failure of mutual exclusion.
+async fn critical_increment(counter: &AtomicU64) {
+    let read = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(read + 1, Ordering::SeqCst);
+}
+
+async fn hot_key_dlock(backend: &Arc<dyn LockBackend>, key: &str) -> Result<f64, BoxError> {
+    let counter = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..HOT_TASKS {
+        let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
+        let counter = counter.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..HOT_INCREMENTS {
+                let guard = lock.acquire().await?;
+                critical_increment(&counter).await;
+                guard.release().await?;
+            }
+            Ok::<_, dlock::LockError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = start.elapsed();
+    check_counter(&counter)?;
+    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
+}
+
+async fn hot_key_hand(hand: &HandWritten, key: &str) -> Result<f64, BoxError> {
+    let counter = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..HOT_TASKS {
+        let (hand, key, counter) = (hand.clone(), key.to_owned(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..HOT_INCREMENTS {
+                let token = hand.lock_polling(&key).await?;
+                critical_increment(&counter).await;
+                hand.unlock(&key, &token).await?;
+            }
+            Ok::<_, BoxError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = start.elapsed();
+    check_counter(&counter)?;
+    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
+}
+
+fn check_counter(counter: &AtomicU64) -> Result<(), BoxError> {
+    let expected = HOT_TASKS as u64 * HOT_INCREMENTS;
+    let got = counter.load(Ordering::SeqCst);
+    if got != expected {
+        return Err(format!("mutual exclusion failed: counter {got}, expected {expected}").into());
+    }
+    Ok(())
+}
+
+async fn handoff_dlock(
+    holder: &Arc<dyn LockBackend>,
+    waiter: &Arc<dyn LockBackend>,
+    key: &str,
+) -> Result<Summary, BoxError> {
+    let hold = Lock::new(key).ttl(TTL).with_backend(holder.clone());
+    let wait = Lock::new(key).ttl(TTL).with_backend(waiter.clone());
+    let mut samples = Vec::with_capacity(HANDOFFS);
+    for _ in 0..HANDOFFS {
+        let guard = hold.acquire().await?;
+        let wait = wait.clone();
+        let waiting = tokio::spawn(async move {
+            let guard = wait.acquire().await?;
+            let got = Instant::now();
+            guard.release().await?;
+            Ok::<_, dlock::LockError>(got)
+        });
+        // Let the waiter start waiting before the release.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let released = Instant::now();
+        guard.release().await?;
+        samples.push(waiting.await??.saturating_duration_since(released));
+    }
+    Ok(Summary::of(&mut samples).expect("samples"))
+}
+
+async fn handoff_hand(
+    holder: &HandWritten,
+    waiter: &HandWritten,
+    key: &str,
+) -> Result<Summary, BoxError> {
+    let mut samples = Vec::with_capacity(HANDOFFS);
+    for _ in 0..HANDOFFS {
+        let token = holder.lock_polling(key).await?;
+        let (waiter, key2) = (waiter.clone(), key.to_owned());
+        let waiting = tokio::spawn(async move {
+            let token = waiter.lock_polling(&key2).await?;
+            let got = Instant::now();
+            waiter.unlock(&key2, &token).await?;
+            Ok::<_, BoxError>(got)
+        });
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let released = Instant::now();
+        holder.unlock(key, &token).await?;
+        samples.push(waiting.await??.saturating_duration_since(released));
+    }
+    Ok(Summary::of(&mut samples).expect("samples"))
+}
+
+/// The minimal lock people write by hand with the `redis` crate.
+#[derive(Clone)]
+struct HandWritten {
+    conn: MultiplexedConnection,
+    unlock: Arc<redis::Script>,
+    next_token: Arc<AtomicU64>,
+}
+
+impl HandWritten {
+    async fn connect(url: &str) -> Result<Self, BoxError> {
+        let conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        let unlock = redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+        );
+        Ok(HandWritten {
+            conn,
+            unlock: Arc::new(unlock),
+            next_token: Arc::new(AtomicU64::new(std::process::id() as u64 * 1_000_000_000)),
+        })
+    }
+
+    async fn try_lock(&self, key: &str) -> Result<Option<String>, BoxError> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed).to_string();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(TTL.as_millis() as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(set.map(|_| token))
+    }
+
+    async fn lock_polling(&self, key: &str) -> Result<String, BoxError> {
+        loop {
+            if let Some(token) = self.try_lock(key).await? {
+                return Ok(token);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn unlock(&self, key: &str, token: &str) -> Result<(), BoxError> {
+        let _: i64 = self
+            .unlock
+            .key(key)
+            .arg(token)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,129 @@
+//! Runs the `lock-holder` binary as a separate OS process, for cross-process
+//! and crash tests.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// A `lock-holder` child process; killed when dropped.
+pub struct Holder {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+/// What a holder run does: `cycles` times acquire, hold for `hold`, release.
+#[derive(Debug, Clone)]
+pub struct HolderSpec {
+    /// The backend URL.
+    pub url: String,
+    /// The lock key.
+    pub key: String,
+    /// The lease ttl.
+    pub ttl: Duration,
+    /// How long each critical section lasts.
+    pub hold: Duration,
+    /// How many critical sections.
+    pub cycles: u32,
+    /// A file to append `start <pid> <token>` / `end <pid> <token>` marks to.
+    pub marks: Option<std::path::PathBuf>,
+}
+
+impl Holder {
+    /// Starts `binary` (pass `env!("CARGO_BIN_EXE_lock-holder")` from a test).
+    pub fn spawn(binary: &str, spec: &HolderSpec) -> Holder {
+        let mut command = Command::new(binary);
+        command
+            .arg(&spec.url)
+            .arg(&spec.key)
+            .arg(spec.ttl.as_millis().to_string())
+            .arg(spec.hold.as_millis().to_string())
+            .arg(spec.cycles.to_string());
+        if let Some(marks) = &spec.marks {
+            command.arg(marks);
+        }
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        Holder {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// Waits (at most `limit`) for the next `ACQUIRED <token>` line; returns the token text.
+    pub async fn acquired(&mut self, limit: Duration) -> String {
+        let read = async {
+            while let Some(line) = self.lines.next_line().await.expect("read holder stdout") {
+                if let Some(token) = line.strip_prefix("ACQUIRED ") {
+                    return token.to_owned();
+                }
+            }
+            panic!("the holder exited without acquiring");
+        };
+        tokio::time::timeout(limit, read)
+            .await
+            .unwrap_or_else(|_| panic!("the holder did not acquire within {limit:?}"))
+    }
+
+    /// Kills the process with SIGKILL, as a crash would, and reaps it.
+    pub async fn kill9(&mut self) {
+        self.child.start_kill().expect("SIGKILL the holder");
+        let _ = self.child.wait().await;
+    }
+
+    /// Waits (at most `limit`) for the process to exit; panics on failure or timeout.
+    pub async fn finish(&mut self, limit: Duration) {
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the holder did not finish within {limit:?}"))
+            .expect("wait for the holder");
+        assert!(status.success(), "the holder failed: {status}");
+    }
+}
+
+/// Checks a marks file written by holders: critical sections never
+/// interleave, and fencing tokens strictly increase from one to the next.
+/// Returns how many critical sections it saw.
+pub fn check_marks(text: &str) -> usize {
+    let mut open: Option<(&str, &str)> = None;
+    let mut last_token: Option<u64> = None;
+    let mut sections = 0;
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let [what, pid, token] = parts[..] else {
+            panic!("malformed mark line {line:?}");
+        };
+        match what {
+            "start" => {
+                assert!(
+                    open.is_none(),
+                    "overlap: {pid} started while {open:?} held the lock"
+                );
+                if let Ok(t) = token.parse::<u64>() {
+                    if let Some(prev) = last_token {
+                        assert!(t > prev, "fencing token {t} after {prev}");
+                    }
+                    last_token = Some(t);
+                }
+                open = Some((pid, token));
+            }
+            "end" => {
+                assert_eq!(
+                    open,
+                    Some((pid, token)),
+                    "end of a section that was not open"
+                );
+                open = None;
+                sections += 1;
+            }
+            other => panic!("unknown mark {other:?}"),
+        }
+    }
+    sections
+}
