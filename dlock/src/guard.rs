@@ -313,23 +313,6 @@ impl LockGuard {
                 key: self.shared.key.clone(),
             });
         };
-<<<<<<< HEAD
-        // Run the release as its own task, so dropping this future half-way
-        // still finishes the compare-and-delete.
-        let shared = self.shared.clone();
-        match self
-            .shared
-            .runtime
-            .spawn(shared.finish_release(was_held))
-            .await
-        {
-            Ok(result) => result,
-            // The runtime is shutting down: the lease expires by its ttl.
-            Err(join) => Err(LockError::backend(
-                self.shared.backend.describe(),
-                format!("release did not run: {join}"),
-            )),
-=======
         // Run inline (no task hop on the hot path); if this future is
         // dropped half-way, the guard below finishes the release in the
         // background.
@@ -347,7 +330,6 @@ impl Drop for FinishOnDrop {
     fn drop(&mut self) {
         if let Some((shared, was_held)) = self.0.take() {
             shared.finish_in_background(was_held);
->>>>>>> main
         }
     }
 }
