@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
-use dlock::{Lock, LockBackend, LockError};
+use dlock::{distributed_lock, Lock, LockBackend, LockError};
 use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
+use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -353,13 +354,10 @@ async fn curator_interprocess_mutex_and_dlock_exclude_each_other() {
 /// id and password (as Curator's `KillSession` does) expires it: the guard's
 /// `lost()` fires, its release says `NotHeld`, and the backend opens a new
 /// session for the next acquisition.
-///
-/// The `#[distributed_lock(on_lost = "cancel")]` half of this check waits for
-/// the macro crate; this test drives the same `lost()` signal the macro uses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_expiry_loses_every_guard_of_the_session() {
     let fixture = ZkFixture::start().await;
-    let b = backend(&fixture).await;
+    let (proxy, b) = proxied(&fixture).await;
     let one = lock(&b, "expiry-1")
         .ttl(Duration::from_secs(30))
         .acquire()
@@ -372,16 +370,8 @@ async fn session_expiry_loses_every_guard_of_the_session() {
         .unwrap();
     let (lost_one, lost_two) = (one.lost(), two.lost());
 
-    let session = b.client().expect("a live session").session().clone();
-    let old_id = session.id();
-    let intruder = zookeeper_client::Client::connector()
-        .with_session(session)
-        .connect(&fixture.connect_string())
-        .await
-        .expect("re-establish the session from a second client");
-    // Dropping the last handle of the re-established session closes it on
-    // the server, which expires it for the original client.
-    drop(intruder);
+    let old_id = b.client().expect("a live session").session_id();
+    expire_session(&fixture, &proxy, &b, "expiry-1").await;
 
     let limit = SESSION_TIMEOUT + Duration::from_secs(3);
     let start = Instant::now();
@@ -418,6 +408,94 @@ async fn session_expiry_loses_every_guard_of_the_session() {
         "the expired session was reused"
     );
     again.release().await.unwrap();
+}
+
+/// A backend that reaches the fixture's standalone server through a fault
+/// proxy, so a test can cut it off.
+async fn proxied(fixture: &ZkFixture) -> (FaultProxy, Arc<ZooKeeperBackend>) {
+    let ZkServers::Single(server) = &fixture.servers else {
+        unreachable!("a standalone fixture")
+    };
+    let proxy = FaultProxy::start(server.addr()).await;
+    let url = format!(
+        "zk://{}?session_timeout={}ms",
+        proxy.addr(),
+        SESSION_TIMEOUT.as_millis()
+    );
+    let backend = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    (proxy, backend)
+}
+
+/// Expires `backend`'s session the way Curator's `KillSession` does: a second
+/// client re-establishes it with the same id and password and closes it. The
+/// backend is cut off by its proxy meanwhile (else its reconnects would keep
+/// taking the session back), and reconnects after the close, to hear that the
+/// session expired. Returns once the server dropped the session's `key` node.
+async fn expire_session(
+    fixture: &ZkFixture,
+    proxy: &FaultProxy,
+    backend: &ZooKeeperBackend,
+    key: &str,
+) {
+    let session = backend.client().expect("a live session").session().clone();
+    proxy.reset();
+    let intruder = zookeeper_client::Client::connector()
+        .with_session(session)
+        .connect(&fixture.connect_string())
+        .await
+        .expect("re-establish the session from a second client");
+    intruder
+        .check_stat("/")
+        .await
+        .expect("the intruder owns the session");
+    // Dropping the last handle of the re-established session closes it.
+    drop(intruder);
+    eventually(
+        "the closed session's node is deleted",
+        Duration::from_secs(5),
+        || async { fixture.contenders(key).await.is_empty() },
+    )
+    .await;
+    proxy.pass();
+}
+
+/// A critical section far longer than the test; the session under it expires.
+#[distributed_lock(key = "expiring:{id}", ttl = "30s", backend = "zk-session-expiry")]
+async fn long_critical_section(
+    id: u64,
+    started: tokio::sync::oneshot::Sender<()>,
+) -> Result<&'static str, LockError> {
+    let _ = started.send(());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok("finished")
+}
+
+/// An annotated fn with the default `on_lost = "cancel"` whose session
+/// expires mid-body returns `Err(Lost)` at once instead of running on
+/// unprotected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expiry_cancels_an_annotated_fn() {
+    let fixture = ZkFixture::start().await;
+    let (proxy, b) = proxied(&fixture).await;
+    dlock::registry().register("zk-session-expiry", b.clone());
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let job = tokio::spawn(long_critical_section(1, started_tx));
+    tokio::time::timeout(Duration::from_secs(10), started_rx)
+        .await
+        .expect("the body did not start within 10 s")
+        .expect("the body dropped its start signal");
+    expire_session(&fixture, &proxy, &b, "expiring:1").await;
+    let limit = SESSION_TIMEOUT + Duration::from_secs(3);
+    let result = tokio::time::timeout(limit, job)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the annotated fn ran on for {limit:?} after its session closed")
+        })
+        .unwrap();
+    assert!(
+        matches!(result, Err(LockError::Lost { ref key }) if key == "expiring:1"),
+        "{result:?}"
+    );
 }
 
 /// A holder process killed with SIGKILL leaves its session to expire on the
