@@ -191,6 +191,9 @@ struct Held {
     valid_until: Instant,
     /// What deletes the node in the background if it is dropped unreleased.
     cleanup: Cleanup,
+    /// Dropped with the entry (release, reaping): ends the node's reaper
+    /// task at once instead of leaving it asleep until the deadline.
+    _reaper: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Deletes a node in the background when dropped, unless disarmed.
@@ -347,9 +350,18 @@ async fn find_by_uuid(
 /// dlock lease ends at its ttl when it is not renewed (renewal off, or a
 /// holder whose watchdog cannot run): by then the guard reports the loss, so
 /// the node must go too, or the key stays blocked by a lease nobody holds.
-async fn reap(held: Weak<Mutex<HeldMap>>, path: String, mut at: Instant) {
+async fn reap(
+    held: Weak<Mutex<HeldMap>>,
+    path: String,
+    mut at: Instant,
+    mut gone: tokio::sync::oneshot::Receiver<()>,
+) {
     loop {
-        tokio::time::sleep_until(at.into()).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => {}
+            // The entry was removed (released or reaped): nothing to watch.
+            _ = &mut gone => return,
+        }
         let Some(map) = held.upgrade() else {
             return;
         };
@@ -650,18 +662,21 @@ impl ZooKeeperBackend {
     /// Records a granted node, and starts the task that deletes it if its
     /// local deadline passes without a renewal.
     fn remember(&self, lease: &Lease, client: &Client, cleanup: Cleanup) {
+        let (reaper, gone) = tokio::sync::oneshot::channel();
         lock(&self.held).insert(
             lease.resource.clone(),
             Held {
                 client: client.clone(),
                 valid_until: lease.valid_until,
                 cleanup,
+                _reaper: reaper,
             },
         );
         tokio::spawn(reap(
             Arc::downgrade(&self.held),
             lease.resource.clone(),
             lease.valid_until,
+            gone,
         ));
     }
 
