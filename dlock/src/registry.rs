@@ -158,7 +158,13 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         "etcd" | "etcds" => Ok(Arc::new(crate::backends::etcd::EtcdBackend::connect(url).await?)),
         #[cfg(not(feature = "etcd"))]
         "etcd" | "etcds" => Err(feature_off(&shown, "etcd")),
-        "redlock" | "zk" => {
+        #[cfg(feature = "zookeeper")]
+        "zk" => Ok(Arc::new(
+            crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "zookeeper"))]
+        "zk" => Err(feature_off(&shown, "zookeeper")),
+        "redlock" => {
             Err(LockError::invalid_option(format!(
                 "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
                  use `memory://` or a build that has it"

@@ -7,3 +7,4 @@
 pub mod etcd;
 pub mod redis;
 pub mod stats;
+pub mod zookeeper;
