@@ -154,7 +154,13 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         )),
         #[cfg(not(feature = "redis"))]
         "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Err(feature_off(&shown, "redis")),
-        "redlock" | "etcd" | "etcds" | "zk" => {
+        #[cfg(feature = "redlock")]
+        "redlock" => Ok(Arc::new(
+            crate::backends::redlock::RedlockBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "redlock"))]
+        "redlock" => Err(feature_off(&shown, "redlock")),
+        "etcd" | "etcds" | "zk" => {
             Err(LockError::invalid_option(format!(
                 "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
                  use `memory://` or a build that has it"

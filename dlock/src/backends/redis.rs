@@ -25,7 +25,7 @@
 
 mod options;
 pub(crate) mod scripts;
-mod subscriber;
+pub(crate) mod subscriber;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -99,7 +99,7 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 /// What the acquire script answered.
-enum Attempt {
+pub(crate) enum Attempt {
     Acquired(Lease),
     /// Held by another owner for this much longer (`None`: unknown).
     Held(Option<Duration>),
@@ -163,6 +163,22 @@ impl RedisBackend {
         }
     }
 
+    /// The shared pub/sub subscriber (Redlock waits on every master's).
+    pub(crate) fn subscriber(&self) -> &Subscriber {
+        &self.subscriber
+    }
+
+    /// The key namespace (`?prefix=`).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.options.prefix
+    }
+
+    /// Whether this backend talks to a Redis Cluster (Redlock needs
+    /// independent masters, so it refuses one).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.options.cluster
+    }
+
     fn error(&self, e: RedisError) -> LockError {
         LockError::backend(self.options.shown.clone(), e)
     }
@@ -215,7 +231,11 @@ impl RedisBackend {
     }
 
     /// One run of the acquire script.
-    async fn attempt(&self, req: &AcquireRequest, names: &KeyNames) -> Result<Attempt, LockError> {
+    pub(crate) async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        names: &KeyNames,
+    ) -> Result<Attempt, LockError> {
         let sent = Instant::now();
         let (won, value): (i64, i64) = self
             .invoke(
@@ -340,7 +360,7 @@ fn is_noscript(e: &RedisError) -> bool {
 
 /// A small random delay, so waiters woken by the same expiry do not all try
 /// in the same millisecond.
-fn jitter(max: Duration) -> Duration {
+pub(crate) fn jitter(max: Duration) -> Duration {
     let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
     Duration::from_micros(getrandom::u64().unwrap_or(0) % max_us)
 }
