@@ -44,7 +44,9 @@
 //!   decides: the core retries and marks the lease lost when its validity
 //!   runs out.
 //! - **Release**: compare-and-delete on all N in parallel; the script also
-//!   publishes on the key's release channel, so waiters wake.
+//!   publishes on the key's release channel, so waiters wake. It waits up to
+//!   the per-node timeout, at least 500 ms, per master, except for masters
+//!   presumed down (they get their delete from a background task).
 //! - **Waiting**: the waiter subscribes to the release channel on every
 //!   master (one shared pub/sub connection per master, as in the Redis
 //!   backend); any master's notification wakes it. As a fallback it wakes
@@ -123,7 +125,7 @@
 //! are built with [`RedlockBackend::from_urls`] or
 //! [`RedlockBackend::from_backends`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -143,6 +145,16 @@ pub const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
 /// with [`LockError::Quorum`] (earlier if the wait runs out): enough to ride
 /// out a blip, few enough to report an outage promptly.
 const QUORUM_ROUNDS: u32 = 3;
+
+/// The least time a release waits for a master that is not presumed down.
+const RELEASE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long a master that failed or timed out is not waited on. Rounds
+/// still send it every request and count its vote if it comes in time, so
+/// safety is untouched (a vote not waited for is a vote not counted); only a
+/// dead master stops costing each undecided round its full timeout. After
+/// this, one round waits for it again, to notice that it is back.
+const SUSPECT_FOR: Duration = Duration::from_secs(1);
 
 /// How long a waiter waits for a master to confirm a new subscription. A
 /// missed confirmation costs only latency (the timers still wake the
@@ -171,6 +183,9 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(100);
 /// ```
 pub struct RedlockBackend {
     nodes: Vec<Arc<RedisBackend>>,
+    /// Per master: until when it counts as down (it failed or timed out on
+    /// its last request), so rounds do not wait for it.
+    suspect_until: Vec<Mutex<Option<Instant>>>,
     quorum: usize,
     node_timeout: Option<Duration>,
     shown: String,
@@ -323,6 +338,7 @@ impl RedlockBackend {
             }
         }
         Ok(RedlockBackend {
+            suspect_until: nodes.iter().map(|_| Mutex::new(None)).collect(),
             quorum: nodes.len() / 2 + 1,
             nodes,
             node_timeout: None,
@@ -368,6 +384,20 @@ impl RedlockBackend {
 
     fn names(&self, i: usize, key: &str) -> KeyNames {
         KeyNames::new(self.nodes[i].prefix(), key)
+    }
+
+    fn is_suspect(&self, i: usize, now: Instant) -> bool {
+        let until = self.suspect_until[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        until.is_some_and(|until| now < until)
+    }
+
+    fn set_suspect(&self, i: usize, suspect: bool) {
+        let mut until = self.suspect_until[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *until = suspect.then(|| Instant::now() + SUSPECT_FOR);
     }
 
     fn silent(&self, i: usize, timeout: Duration) -> LockError {
@@ -423,12 +453,19 @@ impl RedlockBackend {
                 }
             })
             .collect();
+        // Masters that failed recently are asked but not waited for.
+        let suspect: Vec<bool> = (0..n).map(|i| self.is_suspect(i, start)).collect();
+        let mut suspects_pending = suspect.iter().filter(|&&s| s).count();
         let mut won = 0;
         let mut silent = 0;
         let mut held: Vec<Option<Duration>> = Vec::new();
         // Masters that surely do not hold our token: they answered "held".
         let mut not_ours = vec![false; n];
         while let Some((i, vote)) = votes.next().await {
+            if suspect[i] {
+                suspects_pending -= 1;
+            }
+            self.set_suspect(i, matches!(vote, Vote::Silent));
             match vote {
                 Vote::Won => won += 1,
                 Vote::Held(left) => {
@@ -437,10 +474,11 @@ impl RedlockBackend {
                 }
                 Vote::Silent => silent += 1,
             }
-            if won >= self.quorum || held.len() + silent > n - self.quorum {
+            if won >= self.quorum || held.len() + silent + suspects_pending > n - self.quorum {
                 break;
             }
         }
+        silent += suspects_pending;
         // Masters still pending are not waited on; their requests may land,
         // which the release below (or the lease's own release) covers.
         drop(votes);
@@ -450,12 +488,13 @@ impl RedlockBackend {
         if won >= self.quorum && Instant::now() < valid_until {
             return Outcome::Acquired(lease);
         }
-        // Failed: undo on every master that may hold our token, and wait for
-        // it, because the next round reuses the token and must not race the
-        // undo.
+        // Failed: undo on every master that may hold our token. The next
+        // round reuses the token, so it waits for the undo to be answered
+        // (a late delete must not remove the next round's key).
         lease.valid_until = Instant::now();
-        if not_ours.iter().any(|&surely_not| !surely_not) {
-            release_on(&self.nodes, &lease, timeout, &not_ours).await;
+        let may_be_ours: Vec<bool> = not_ours.iter().map(|&surely_not| !surely_not).collect();
+        if may_be_ours.contains(&true) {
+            self.release_on(&lease, timeout, &may_be_ours).await;
         }
         let answered = won + held.len();
         if silent > n - self.quorum {
@@ -469,6 +508,38 @@ impl RedlockBackend {
         }
         held.sort_by_key(|left| left.unwrap_or(Duration::MAX));
         Outcome::Held(held[blocking - 1])
+    }
+
+    /// Sends the compare-and-delete of `lease` to every master `i` with
+    /// `send[i]`, in parallel, and returns (released, answered).
+    ///
+    /// Masters that answer are waited for, each up to `timeout`, so that a
+    /// later request of ours cannot overtake the delete. Masters presumed
+    /// down get their delete from a background task instead: it costs the
+    /// caller nothing, and if the master is back it still cleans up.
+    async fn release_on(&self, lease: &Lease, timeout: Duration, send: &[bool]) -> (usize, usize) {
+        let now = Instant::now();
+        let (down, up): (Vec<usize>, Vec<usize>) = (0..self.nodes.len())
+            .filter(|&i| send[i])
+            .partition(|&i| self.is_suspect(i, now));
+        if !down.is_empty() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let nodes: Vec<_> = down.iter().map(|&i| self.nodes[i].clone()).collect();
+                let lease = lease.clone();
+                runtime.spawn(async move { release_all(&nodes, &lease, timeout).await });
+            }
+        }
+        let nodes: Vec<_> = up.iter().map(|&i| self.nodes[i].clone()).collect();
+        let answers = release_all(&nodes, lease, timeout).await;
+        let (mut released, mut answered) = (0, 0);
+        for (&i, answer) in up.iter().zip(answers) {
+            self.set_suspect(i, answer.is_none());
+            if let Some(was_ours) = answer {
+                answered += 1;
+                released += usize::from(was_ours);
+            }
+        }
+        (released, answered)
     }
 
     /// Subscribes to the key's release channel on every master at once.
@@ -497,23 +568,21 @@ async fn any_released(subscriptions: &mut [Subscription]) {
     futures_util::future::select_all(changes).await;
 }
 
-/// Releases `lease` on every master `i` with `!skip[i]`, in parallel, each
-/// bounded by `timeout`. Returns (released, answered).
-async fn release_on(
+/// Sends the compare-and-delete of `lease` to each of `nodes`, in
+/// parallel, each bounded by `timeout`. Returns each master's answer
+/// (`None`: no answer), in the order of `nodes`.
+async fn release_all(
     nodes: &[Arc<RedisBackend>],
     lease: &Lease,
     timeout: Duration,
-    skip: &[bool],
-) -> (usize, usize) {
-    let releases = nodes
-        .iter()
-        .zip(skip)
-        .filter(|(_, &skip)| !skip)
-        .map(|(node, _)| tokio::time::timeout(timeout, node.release(lease)));
-    let answers = futures_util::future::join_all(releases).await;
-    let released = answers.iter().filter(|a| matches!(a, Ok(Ok(true)))).count();
-    let answered = answers.iter().filter(|a| matches!(a, Ok(Ok(_)))).count();
-    (released, answered)
+) -> Vec<Option<bool>> {
+    let releases = nodes.iter().map(|node| async move {
+        match tokio::time::timeout(timeout, node.release(lease)).await {
+            Ok(Ok(was_ours)) => Some(was_ours),
+            _ => None,
+        }
+    });
+    futures_util::future::join_all(releases).await
 }
 
 /// Releases a round's partial acquisition in the background if the round's
@@ -536,8 +605,7 @@ impl Drop for Unwind<'_> {
             let nodes = self.nodes.to_vec();
             let timeout = self.timeout;
             runtime.spawn(async move {
-                let skip = vec![false; nodes.len()];
-                release_on(&nodes, &lease, timeout, &skip).await;
+                release_all(&nodes, &lease, timeout).await;
             });
         }
     }
@@ -651,9 +719,31 @@ impl LockBackend for RedlockBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        // Subscribe before the first round, so a release between a lost
-        // round and the wait below is heard.
-        let mut released = self.subscribe_all(&req.key, deadline).await;
+        // The first round runs while the subscriptions are being set up: a
+        // free lock is taken without waiting for any master's confirmation
+        // (a frozen master would otherwise delay every acquisition by
+        // SUBSCRIBE_WAIT). If that round fails, the loop below runs a new
+        // one after the subscriptions are in place, so a release between a
+        // lost round and the wait is still heard.
+        let subscribing = self.subscribe_all(&req.key, deadline);
+        let first = self.round(req);
+        tokio::pin!(subscribing, first);
+        let mut subscribed = None;
+        let first = loop {
+            tokio::select! {
+                outcome = &mut first => break outcome,
+                subscriptions = &mut subscribing, if subscribed.is_none() => {
+                    subscribed = Some(subscriptions);
+                }
+            }
+        };
+        if let Outcome::Acquired(lease) = first {
+            return Ok(Some(lease));
+        }
+        let mut released = match subscribed {
+            Some(subscriptions) => subscriptions,
+            None => subscribing.await,
+        };
         let timeout = self.node_timeout_for(req.ttl);
         let mut silent_rounds = 0;
         loop {
@@ -765,9 +855,12 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let skip = vec![false; self.nodes.len()];
-        let timeout = self.node_timeout_for(lease.ttl);
-        let (released, answered) = release_on(&self.nodes, lease, timeout, &skip).await;
+        let all = vec![true; self.nodes.len()];
+        // A release may wait longer than an acquisition: nothing's validity
+        // depends on it, and giving up early would leave the key to expire
+        // instead of handing it over. Masters presumed down are not waited on.
+        let timeout = self.node_timeout_for(lease.ttl).max(RELEASE_TIMEOUT);
+        let (released, answered) = self.release_on(lease, timeout, &all).await;
         if released >= self.quorum {
             Ok(true)
         } else if answered >= self.quorum {
