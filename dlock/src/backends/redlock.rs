@@ -719,31 +719,15 @@ impl LockBackend for RedlockBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        // The first round runs while the subscriptions are being set up: a
-        // free lock is taken without waiting for any master's confirmation
-        // (a frozen master would otherwise delay every acquisition by
-        // SUBSCRIBE_WAIT). If that round fails, the loop below runs a new
-        // one after the subscriptions are in place, so a release between a
-        // lost round and the wait is still heard.
-        let subscribing = self.subscribe_all(&req.key, deadline);
-        let first = self.round(req);
-        tokio::pin!(subscribing, first);
-        let mut subscribed = None;
-        let first = loop {
-            tokio::select! {
-                outcome = &mut first => break outcome,
-                subscriptions = &mut subscribing, if subscribed.is_none() => {
-                    subscribed = Some(subscriptions);
-                }
-            }
-        };
-        if let Outcome::Acquired(lease) = first {
+        // A free lock is taken with one round and no subscription at all:
+        // subscribing costs a SUBSCRIBE and an UNSUBSCRIBE on every master.
+        // If the round fails, the loop below runs a new one after the
+        // subscriptions are in place, so a release between a lost round and
+        // the wait is still heard.
+        if let Outcome::Acquired(lease) = self.round(req).await {
             return Ok(Some(lease));
         }
-        let mut released = match subscribed {
-            Some(subscriptions) => subscriptions,
-            None => subscribing.await,
-        };
+        let mut released = self.subscribe_all(&req.key, deadline).await;
         let timeout = self.node_timeout_for(req.ttl);
         let mut silent_rounds = 0;
         loop {
