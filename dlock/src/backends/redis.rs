@@ -187,6 +187,21 @@ impl RedisBackend {
         self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Loads the acquire, renew and release scripts into the server's cache,
+    /// so the first use of each is one round trip (Redlock's per-node
+    /// timeouts are short; a `NOSCRIPT` retry costs two more).
+    pub(crate) async fn load_scripts(&self) -> Result<(), LockError> {
+        for script in [&*ACQUIRE, &*RENEW, &*RELEASE] {
+            self.count();
+            let loaded: RedisResult<String> = match self.conn.clone() {
+                Conn::Single(mut c) => script.prepare_invoke().load_async(&mut c).await,
+                Conn::Cluster(mut c) => script.prepare_invoke().load_async(&mut c).await,
+            };
+            loaded.map_err(|e| self.error(e))?;
+        }
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), LockError> {
         self.count();
         let mut cmd = redis::cmd("PING");

@@ -44,18 +44,19 @@
 //!   decides: the core retries and marks the lease lost when its validity
 //!   runs out.
 //! - **Release**: compare-and-delete on all N in parallel; the script also
-//!   publishes on the key's release channel, so waiters wake. It waits up to
-//!   the per-node timeout, at least 500 ms, per master, except for masters
-//!   presumed down (they get their delete from a background task).
+//!   publishes on the key's release channel, so waiters wake. It returns as
+//!   soon as a quorum released; the other deletes finish in the background
+//!   (each bounded by the per-node timeout, at least 500 ms).
 //! - **Waiting**: the waiter subscribes to the release channel on every
 //!   master (one shared pub/sub connection per master, as in the Redis
 //!   backend); any master's notification wakes it. As a fallback it wakes
 //!   when the holder's keys would expire on a quorum (from their `PTTL`),
 //!   and after a lost vote (several clients split the masters) it retries
 //!   after a random delay.
-//! - [`LockError::Quorum`] when fewer than a quorum of masters answer at all
-//!   (after a few retries spread over the wait, so a blip of one round does
-//!   not fail the caller).
+//! - [`LockError::Quorum`] when fewer than a quorum of masters answer at all:
+//!   at once for `try_acquire`; for `acquire` when its wait runs out with the
+//!   last round still short of answers (without a wait limit, after three
+//!   such rounds in a row), so a blip of one round does not fail the caller.
 //!
 //! # Time: why the wall clock cannot extend a lease
 //!
@@ -141,9 +142,10 @@ use crate::LockError;
 /// busy client host alone makes healthy masters look dead.
 pub const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
 
-/// Consecutive rounds without a quorum of answers before `acquire` gives up
-/// with [`LockError::Quorum`] (earlier if the wait runs out): enough to ride
-/// out a blip, few enough to report an outage promptly.
+/// Consecutive rounds without a quorum of answers before an `acquire`
+/// without a wait limit gives up with [`LockError::Quorum`] (with a limit,
+/// it tries until the wait runs out): enough to ride out a blip, few enough
+/// to report an outage promptly.
 const QUORUM_ROUNDS: u32 = 3;
 
 /// The least time a release waits for a master that is not presumed down.
@@ -494,7 +496,8 @@ impl RedlockBackend {
         lease.valid_until = Instant::now();
         let may_be_ours: Vec<bool> = not_ours.iter().map(|&surely_not| !surely_not).collect();
         if may_be_ours.contains(&true) {
-            self.release_on(&lease, timeout, &may_be_ours).await;
+            self.release_on(&lease, timeout, &may_be_ours, usize::MAX)
+                .await;
         }
         let answered = won + held.len();
         if silent > n - self.quorum {
@@ -513,30 +516,73 @@ impl RedlockBackend {
     /// Sends the compare-and-delete of `lease` to every master `i` with
     /// `send[i]`, in parallel, and returns (released, answered).
     ///
-    /// Masters that answer are waited for, each up to `timeout`, so that a
-    /// later request of ours cannot overtake the delete. Masters presumed
-    /// down get their delete from a background task instead: it costs the
-    /// caller nothing, and if the master is back it still cleans up.
-    async fn release_on(&self, lease: &Lease, timeout: Duration, send: &[bool]) -> (usize, usize) {
+    /// Masters presumed down get their delete from a background task: it
+    /// costs the caller nothing, and if the master is back it still cleans
+    /// up. The others are waited for, each up to `timeout`, so that a later
+    /// request of ours cannot overtake the delete — unless `enough` is
+    /// smaller than their number: then the deletes run in a background task
+    /// (every one is sent and answered, in the background if need be) and
+    /// the caller goes on as soon as `enough` of them released.
+    async fn release_on(
+        &self,
+        lease: &Lease,
+        timeout: Duration,
+        send: &[bool],
+        enough: usize,
+    ) -> (usize, usize) {
         let now = Instant::now();
         let (down, up): (Vec<usize>, Vec<usize>) = (0..self.nodes.len())
             .filter(|&i| send[i])
             .partition(|&i| self.is_suspect(i, now));
-        if !down.is_empty() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let nodes: Vec<_> = down.iter().map(|&i| self.nodes[i].clone()).collect();
-                let lease = lease.clone();
-                runtime.spawn(async move { release_all(&nodes, &lease, timeout).await });
-            }
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if let (false, Some(runtime)) = (down.is_empty(), &runtime) {
+            let nodes: Vec<_> = down.iter().map(|&i| self.nodes[i].clone()).collect();
+            let lease = lease.clone();
+            runtime.spawn(async move { release_all(&nodes, &lease, timeout).await });
         }
-        let nodes: Vec<_> = up.iter().map(|&i| self.nodes[i].clone()).collect();
-        let answers = release_all(&nodes, lease, timeout).await;
         let (mut released, mut answered) = (0, 0);
-        for (&i, answer) in up.iter().zip(answers) {
+        let mut tally = |i: usize, answer: Option<bool>| {
             self.set_suspect(i, answer.is_none());
             if let Some(was_ours) = answer {
                 answered += 1;
                 released += usize::from(was_ours);
+            }
+            released
+        };
+        match runtime {
+            Some(runtime) if enough < up.len() => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let nodes: Vec<_> = up.iter().map(|&i| (i, self.nodes[i].clone())).collect();
+                let lease = lease.clone();
+                runtime.spawn(async move {
+                    let mut deletes: FuturesUnordered<_> = nodes
+                        .iter()
+                        .map(|(i, node)| {
+                            let lease = &lease;
+                            async move {
+                                let answer =
+                                    tokio::time::timeout(timeout, node.release(lease)).await;
+                                (*i, answer.ok().and_then(Result::ok))
+                            }
+                        })
+                        .collect();
+                    while let Some(answer) = deletes.next().await {
+                        // The caller may have gone on; the delete was done anyway.
+                        let _ = tx.send(answer);
+                    }
+                });
+                while let Some((i, answer)) = rx.recv().await {
+                    if tally(i, answer) >= enough {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                let nodes: Vec<_> = up.iter().map(|&i| self.nodes[i].clone()).collect();
+                let answers = release_all(&nodes, lease, timeout).await;
+                for (&i, answer) in up.iter().zip(answers) {
+                    tally(i, answer);
+                }
             }
         }
         (released, answered)
@@ -621,7 +667,11 @@ fn check_count(n: usize, shown: &str) -> Result<(), LockError> {
 }
 
 async fn connect_all(urls: &[String]) -> Result<Vec<Arc<RedisBackend>>, LockError> {
-    let connecting = urls.iter().map(|u| RedisBackend::connect(u));
+    let connecting = urls.iter().map(|u| async move {
+        let node = RedisBackend::connect(u).await?;
+        node.load_scripts().await?;
+        Ok(node)
+    });
     futures_util::future::join_all(connecting)
         .await
         .into_iter()
@@ -738,8 +788,13 @@ impl LockBackend for RedlockBackend {
                 Outcome::Acquired(lease) => return Ok(Some(lease)),
                 Outcome::NoQuorum { reached } => {
                     silent_rounds += 1;
-                    let out_of_time = deadline.is_some_and(|d| d <= Instant::now());
-                    if silent_rounds >= QUORUM_ROUNDS || out_of_time {
+                    // With a wait, keep trying until it runs out (masters
+                    // may come back); without one, report the outage soon.
+                    let give_up = match deadline {
+                        Some(d) => d <= Instant::now(),
+                        None => silent_rounds >= QUORUM_ROUNDS,
+                    };
+                    if give_up {
                         return Err(LockError::Quorum {
                             reached,
                             needed: self.quorum,
@@ -844,7 +899,9 @@ impl LockBackend for RedlockBackend {
         // depends on it, and giving up early would leave the key to expire
         // instead of handing it over. Masters presumed down are not waited on.
         let timeout = self.node_timeout_for(lease.ttl).max(RELEASE_TIMEOUT);
-        let (released, answered) = self.release_on(lease, timeout, &all).await;
+        // Back to the caller once a quorum released: the slowest masters are
+        // not waited for (their deletes complete in the background).
+        let (released, answered) = self.release_on(lease, timeout, &all, self.quorum).await;
         if released >= self.quorum {
             Ok(true)
         } else if answered >= self.quorum {
