@@ -25,7 +25,11 @@
 //!   `ttl − elapsed − drift` is still positive, with drift = ttl × 1 % + 2 ms
 //!   ([`drift`]). The answer comes as soon as it is decided: a slow or
 //!   frozen master is not waited on once a quorum (or a refusal by a
-//!   blocking minority) is known.
+//!   blocking minority) is known. A master that failed or timed out is
+//!   *presumed down* for one second: it is still asked, and its vote counts
+//!   if it comes before the round is decided, but no round waits for it —
+//!   so a dead master does not cost every contended round its timeout.
+//!   Not counting a vote can only lose a lock, never grant one twice.
 //! - On failure, the partial lock is released on **every** master that did
 //!   not clearly answer "held by someone else" — including masters that
 //!   timed out, since the request may still have landed — and the attempt is
