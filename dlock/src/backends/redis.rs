@@ -25,7 +25,7 @@
 
 mod options;
 pub(crate) mod scripts;
-mod subscriber;
+pub(crate) mod subscriber;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -99,7 +99,7 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 /// What the acquire script answered.
-enum Attempt {
+pub(crate) enum Attempt {
     Acquired(Lease),
     /// Held by another owner for this much longer (`None`: unknown).
     Held(Option<Duration>),
@@ -163,12 +163,43 @@ impl RedisBackend {
         }
     }
 
+    /// The shared pub/sub subscriber (Redlock waits on every master's).
+    pub(crate) fn subscriber(&self) -> &Subscriber {
+        &self.subscriber
+    }
+
+    /// The key namespace (`?prefix=`).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.options.prefix
+    }
+
+    /// Whether this backend talks to a Redis Cluster (Redlock needs
+    /// independent masters, so it refuses one).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.options.cluster
+    }
+
     fn error(&self, e: RedisError) -> LockError {
         LockError::backend(self.options.shown.clone(), e)
     }
 
     fn count(&self) {
         self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Loads the acquire, renew and release scripts into the server's cache,
+    /// so the first use of each is one round trip (Redlock's per-node
+    /// timeouts are short; a `NOSCRIPT` retry costs two more).
+    pub(crate) async fn load_scripts(&self) -> Result<(), LockError> {
+        for script in [&*ACQUIRE, &*RENEW, &*RELEASE] {
+            self.count();
+            let loaded: RedisResult<String> = match self.conn.clone() {
+                Conn::Single(mut c) => script.prepare_invoke().load_async(&mut c).await,
+                Conn::Cluster(mut c) => script.prepare_invoke().load_async(&mut c).await,
+            };
+            loaded.map_err(|e| self.error(e))?;
+        }
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), LockError> {
@@ -215,7 +246,11 @@ impl RedisBackend {
     }
 
     /// One run of the acquire script.
-    async fn attempt(&self, req: &AcquireRequest, names: &KeyNames) -> Result<Attempt, LockError> {
+    pub(crate) async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        names: &KeyNames,
+    ) -> Result<Attempt, LockError> {
         let sent = Instant::now();
         let (won, value): (i64, i64) = self
             .invoke(
@@ -340,7 +375,7 @@ fn is_noscript(e: &RedisError) -> bool {
 
 /// A small random delay, so waiters woken by the same expiry do not all try
 /// in the same millisecond.
-fn jitter(max: Duration) -> Duration {
+pub(crate) fn jitter(max: Duration) -> Duration {
     let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
     Duration::from_micros(getrandom::u64().unwrap_or(0) % max_us)
 }

@@ -6,5 +6,6 @@
 
 pub mod etcd;
 pub mod redis;
+pub mod redlock;
 pub mod stats;
 pub mod zookeeper;
