@@ -475,8 +475,14 @@ impl LockBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let names = KeyNames::new(&self.options.prefix, &req.key);
-        // Subscribe before the first try, so a release between a failed try
-        // and the wait below is heard.
+        // A free lock is taken without touching the subscriber: most
+        // acquisitions are uncontended, and a SUBSCRIBE round trip on each
+        // would cost more than the lock itself.
+        if let Attempt::Acquired(lease) = self.within(deadline, self.attempt(req, &names)).await? {
+            return Ok(Some(lease));
+        }
+        // Held: subscribe, then try again before waiting, so a release
+        // between the failed try above and the subscription is not missed.
         let mut released = self.subscriber.subscribe(&names.channel, deadline).await;
         loop {
             released.mark_seen();
