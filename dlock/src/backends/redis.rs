@@ -4,6 +4,7 @@
 //! Capabilities: ✓ mutual exclusion across processes and machines · ✓ lease
 //! expiry · ✓ fencing tokens (a per-key counter) · ✓ waiters woken by pub/sub
 //! · ✓ batched renewal (one pipeline per tick) · ✓ TLS and ACL users ·
+//! ✓ semaphores (a sorted set of permits, see `permits.rs`) ·
 //! ✗ safety across a failover: Redis replicates asynchronously, so a lock
 //! written to a primary that dies before replicating it is gone on the new
 //! primary. Where that matters, use etcd or ZooKeeper (or Redlock, with its
@@ -24,6 +25,7 @@
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
 mod options;
+mod permits;
 pub(crate) mod scripts;
 mod subscriber;
 
@@ -33,12 +35,13 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{RedisError, RedisResult};
+use redis::{RedisError, RedisResult, Script};
 
 use self::options::RedisOptions;
+use self::permits::{PermitAttempt, PermitNames, RENEW_PERMIT};
 use self::scripts::{millis, KeyNames, ACQUIRE, RELEASE, RENEW};
 use self::subscriber::Subscriber;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
 
 /// Locks on one Redis server or one Redis Cluster.
@@ -252,19 +255,27 @@ impl RedisBackend {
         }))
     }
 
+    async fn renew_with(&self, what: Renewed, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        match &self.conn {
+            Conn::Single(c) => self.renew_single(c.clone(), what, leases).await,
+            Conn::Cluster(_) => self.renew_cluster(what, leases).await,
+        }
+    }
+
     async fn renew_single(
         &self,
         mut conn: ConnectionManager,
+        what: Renewed,
         leases: &[Lease],
     ) -> Vec<Result<Renewal, LockError>> {
+        let script = what.script();
         let sent = Instant::now();
         let mut pipe = redis::pipe();
         for lease in leases {
-            let names = KeyNames::new(&self.options.prefix, &lease.key);
             pipe.cmd("EVALSHA")
-                .arg(RENEW.get_hash())
+                .arg(script.get_hash())
                 .arg(1)
-                .arg(&names.lock)
+                .arg(what.key(&self.options.prefix, lease))
                 .arg(&lease.token)
                 .arg(millis(lease.ttl));
         }
@@ -276,7 +287,7 @@ impl RedisBackend {
         if matches!(&answer, Err(e) if is_noscript(e)) {
             // The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
             self.count();
-            if let Err(e) = RENEW.prepare_invoke().load_async(&mut conn).await {
+            if let Err(e) = script.prepare_invoke().load_async(&mut conn).await {
                 answer = Err(e);
             } else {
                 self.count();
@@ -303,17 +314,21 @@ impl RedisBackend {
     /// A cluster cannot pipeline across slots; the cluster connection
     /// multiplexes concurrent requests per node instead, so all renewals are
     /// in flight at once.
-    async fn renew_cluster(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+    async fn renew_cluster(
+        &self,
+        what: Renewed,
+        leases: &[Lease],
+    ) -> Vec<Result<Renewal, LockError>> {
+        let script = what.script();
         self.metrics
             .renew_round_trips
             .fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
         let calls = leases.iter().map(|lease| async move {
-            let names = KeyNames::new(&self.options.prefix, &lease.key);
             let extended: i64 = self
                 .invoke(
-                    RENEW
-                        .key(&names.lock)
+                    script
+                        .key(what.key(&self.options.prefix, lease))
                         .arg(&lease.token)
                         .arg(millis(lease.ttl)),
                 )
@@ -321,6 +336,32 @@ impl RedisBackend {
             Ok(renewal(extended, sent, lease.ttl))
         });
         futures_util::future::join_all(calls).await
+    }
+}
+
+/// What a renewal batch renews. Both scripts take one key, the token and
+/// the ttl; they differ in the key and the script.
+#[derive(Debug, Clone, Copy)]
+enum Renewed {
+    /// Lock leases: compare-and-`PEXPIRE` on the lock key.
+    Locks,
+    /// Permit leases: compare-and-extend the member of the semaphore's set.
+    Permits,
+}
+
+impl Renewed {
+    fn script(self) -> &'static Script {
+        match self {
+            Renewed::Locks => &RENEW,
+            Renewed::Permits => &RENEW_PERMIT,
+        }
+    }
+
+    fn key(self, prefix: &str, lease: &Lease) -> String {
+        match self {
+            Renewed::Locks => KeyNames::new(prefix, &lease.key).lock,
+            Renewed::Permits => PermitNames::new(prefix, &lease.key).set,
+        }
     }
 }
 
@@ -468,10 +509,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        match &self.conn {
-            Conn::Single(c) => self.renew_single(c.clone(), leases).await,
-            Conn::Cluster(_) => self.renew_cluster(leases).await,
-        }
+        self.renew_with(Renewed::Locks, leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
@@ -485,5 +523,29 @@ impl LockBackend for RedisBackend {
             )
             .await?;
         Ok(released == 1)
+    }
+
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let names = PermitNames::new(&self.options.prefix, &req.name);
+        match self.attempt_permit(req, &names).await? {
+            PermitAttempt::Acquired(lease) => Ok(Some(lease)),
+            PermitAttempt::Full(_) => Ok(None),
+        }
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        self.wait_for_permit(req, deadline).await
+    }
+
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_with(Renewed::Permits, leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release_permit_now(lease).await
     }
 }
