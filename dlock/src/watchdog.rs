@@ -164,13 +164,19 @@ impl Watchdog {
         let mut state = self.lock_state();
         state.sleeping_until = None;
         let now = Instant::now();
-        let mut due = Vec::new();
+        // Leases that may go in a batch now, and whether one of them is
+        // actually due: only a due lease starts a batch (which then takes
+        // the nearly due ones along). Starting one whenever a lease merely
+        // entered the coalescing window would renew a trickle of leases a
+        // few at a time.
+        let mut candidates: Vec<Arc<LeaseShared>> = Vec::new();
+        let mut trigger = false;
         let mut next_event: Option<Instant> = None;
         let mut earliest = |at: Instant| {
             next_event = Some(next_event.map_or(at, |n| n.min(at)));
         };
         state.leases.retain(|_, shared| {
-            let mut lease = shared.lock_state();
+            let lease = shared.lock_state();
             if lease.status != Status::Held {
                 return false;
             }
@@ -183,16 +189,37 @@ impl Watchdog {
             }
             earliest(lease.lease.valid_until);
             if shared.renew && !lease.renewing {
-                let slack = lease.lease.ttl / 3 / COALESCE_DIVISOR;
-                if now + slack >= lease.next_renew {
-                    lease.renewing = true;
-                    due.push(shared.clone());
+                let interval = lease.lease.ttl / 3;
+                let nearly_due = now + interval / COALESCE_DIVISOR >= lease.next_renew;
+                // While a batch is in flight, leases that come due wait for
+                // it to finish and go together in the next one, unless they
+                // are a further ttl/3 late (still a third of the ttl before
+                // their deadline): otherwise leases taken at slightly
+                // different times would each get a round trip of their own.
+                let urgent_at = lease.next_renew + interval;
+                if nearly_due && (!busy || now >= urgent_at) {
+                    trigger |= now >= lease.next_renew;
+                    candidates.push(shared.clone());
+                } else if nearly_due {
+                    earliest(urgent_at);
                 } else {
                     earliest(lease.next_renew);
                 }
             }
             true
         });
+        let due = if trigger {
+            for shared in &candidates {
+                shared.lock_state().renewing = true;
+            }
+            candidates
+        } else {
+            for shared in &candidates {
+                let at = shared.lock_state().next_renew;
+                next_event = Some(next_event.map_or(at, |n| n.min(at)));
+            }
+            Vec::new()
+        };
         let lingered = idle_for.is_some_and(|idle| idle >= IDLE_LINGER);
         if state.leases.is_empty() && !busy && lingered {
             state.running = false;
