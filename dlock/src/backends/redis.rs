@@ -28,6 +28,7 @@ mod options;
 mod permits;
 pub(crate) mod scripts;
 mod subscriber;
+mod unfinished;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -41,6 +42,7 @@ use self::options::RedisOptions;
 use self::permits::{PermitAttempt, PermitNames, RENEW_PERMIT};
 use self::scripts::{millis, KeyNames, ACQUIRE, RELEASE, RENEW};
 use self::subscriber::Subscriber;
+use self::unfinished::ReleaseIfDropped;
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
 
@@ -220,6 +222,15 @@ impl RedisBackend {
     /// One run of the acquire script.
     async fn attempt(&self, req: &AcquireRequest, names: &KeyNames) -> Result<Attempt, LockError> {
         let sent = Instant::now();
+        // If this future is dropped (or fails) with the script in flight,
+        // the lease it may have taken is released, not left to its ttl.
+        let mut unfinished = ReleaseIfDropped::arm(
+            self.conn.clone(),
+            &RELEASE,
+            &names.lock,
+            &req.token,
+            &names.channel,
+        );
         let (won, value): (i64, i64) = self
             .invoke(
                 ACQUIRE
@@ -229,6 +240,7 @@ impl RedisBackend {
                     .arg(millis(req.ttl)),
             )
             .await?;
+        unfinished.disarm();
         if won == 1 {
             let fence = u64::try_from(value).map_err(|_| {
                 self.error(RedisError::from((

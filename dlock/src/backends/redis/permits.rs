@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use redis::Script;
 
 use super::scripts::{millis, KeyNames};
+use super::unfinished::ReleaseIfDropped;
 use super::{jitter, RedisBackend};
 use crate::backend::{lease_deadline, Lease, PermitRequest};
 use crate::LockError;
@@ -127,6 +128,15 @@ impl RedisBackend {
         names: &PermitNames,
     ) -> Result<PermitAttempt, LockError> {
         let sent = Instant::now();
+        // A permit taken by a script whose caller went away is given back
+        // (see `unfinished.rs`).
+        let mut unfinished = ReleaseIfDropped::arm(
+            self.conn.clone(),
+            &RELEASE_PERMIT,
+            &names.set,
+            &req.token,
+            &names.channel,
+        );
         let (won, left): (i64, i64) = self
             .invoke(
                 ACQUIRE_PERMIT
@@ -136,6 +146,7 @@ impl RedisBackend {
                     .arg(req.permits),
             )
             .await?;
+        unfinished.disarm();
         if won == 1 {
             return Ok(PermitAttempt::Acquired(Lease {
                 key: req.name.clone(),
