@@ -228,6 +228,9 @@ pub struct LockGuard {
     done: bool,
     /// Which segment of a [`SegmentedLock`](crate::SegmentedLock) this is.
     segment: Option<usize>,
+    /// A segmented lock's local admission (one of N places per key in this
+    /// process), given back when the guard goes.
+    admission: Option<OwnedSemaphorePermit>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -249,6 +252,7 @@ impl LockGuard {
             reentrant: false,
             done: false,
             segment: None,
+            admission: None,
         }
     }
 
@@ -258,12 +262,19 @@ impl LockGuard {
             reentrant: true,
             done: false,
             segment: None,
+            admission: None,
         }
     }
 
     /// Marks this guard as holding segment `index` of a segmented lock.
     pub(crate) fn in_segment(mut self, index: usize) -> Self {
         self.segment = Some(index);
+        self
+    }
+
+    /// Keeps a segmented lock's local admission until the guard goes.
+    pub(crate) fn admitted(mut self, admission: Option<OwnedSemaphorePermit>) -> Self {
+        self.admission = admission;
         self
     }
 

@@ -108,6 +108,13 @@ impl BackendLocal {
         self.slot_with(format!("\u{1}semaphore:{name}"), permits)
     }
 
+    /// The admission slot of the segmented lock `key` with `segments`
+    /// segments: at most that many local tasks look for a segment at once.
+    /// Named apart from locks and semaphores, as `semaphore_slot`.
+    pub(crate) fn segments_slot(&self, key: &str, segments: usize) -> Arc<KeySlot> {
+        self.slot_with(format!("\u{1}segments:{key}"), segments)
+    }
+
     fn slot_with(&self, name: String, capacity: usize) -> Arc<KeySlot> {
         lock(&self.slots)
             .entry(name.clone())

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::{Lock, LockBackend, LockError, LockGuard};
+use crate::{local, Lock, LockBackend, LockError, LockGuard};
 
 /// A lock on one resource split into `segments` parts, each guarded by its
 /// own ordinary lock on the key `<key>#<i>`.
@@ -230,6 +230,44 @@ impl SegmentedLock {
                 return Ok(Some(guard.in_segment(i)));
             }
         }
+        // Local admission: at most `n` tasks of this process look for a
+        // segment at once, the rest queue here (FIFO). Without it every local
+        // waiter queues on every segment's local gate in the same order, so
+        // the front waiter gets several segments at once and all but one of
+        // those acquisitions are wasted.
+        let backend = self.base.check()?;
+        let local = local::for_backend(&backend);
+        let slot = local.segments_slot(self.key(), n);
+        let deadline = wait.map(|w| Instant::now() + w);
+        let once = wait == Some(Duration::ZERO);
+        let Some(admission) = slot.wait_turn(once, deadline).await else {
+            let name = slot.name.clone();
+            drop(slot);
+            local.prune(&name);
+            return Ok(None);
+        };
+        let guard = self.find_segment(&locks, wait, deadline).await;
+        let name = slot.name.clone();
+        drop(slot);
+        match guard {
+            Ok(Some(guard)) => Ok(Some(guard.admitted(Some(admission)))),
+            other => {
+                drop(admission);
+                local.prune(&name);
+                other
+            }
+        }
+    }
+
+    /// Tries every segment once from a rotating start, then, unless `wait`
+    /// is zero, waits on all of them at once until `deadline`.
+    async fn find_segment(
+        &self,
+        locks: &[Lock],
+        wait: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let n = locks.len();
         let first = rotation(self.key()).fetch_add(1, Ordering::Relaxed) % n;
         let order: Vec<usize> = (0..n).map(|j| (first + j) % n).collect();
         for &i in &order {
@@ -241,7 +279,6 @@ impl SegmentedLock {
             return Ok(None);
         }
         // Every segment is busy: wait on all of them at once.
-        let deadline = wait.map(|w| Instant::now() + w);
         let waits = order
             .iter()
             .map(|&i| {
