@@ -5,4 +5,5 @@
 //! shared machine mean little.
 
 pub mod redis;
+pub mod segments;
 pub mod stats;
