@@ -7,6 +7,7 @@
 #   ZooKeeper jar + java             zookeeper (pulls libzookeeper-java and a JRE)
 #   slf4j-simple.jar (ZK logging)    libslf4j-java
 #   Curator jars (ZK lock layout)    libcurator-{recipes,framework,client}-java
+#   javac (compiles the Curator interop test's Java program)  default-jdk-headless
 #   protoc + well-known protos       protobuf-compiler libprotobuf-dev (etcd-client build)
 set -euo pipefail
 
@@ -34,6 +35,7 @@ need_file /usr/share/java/slf4j-simple.jar libslf4j-java
 need_file /usr/share/java/curator-recipes.jar libcurator-recipes-java
 need_file /usr/share/java/curator-framework.jar libcurator-framework-java
 need_file /usr/share/java/curator-client.jar libcurator-client-java
+need_cmd javac default-jdk-headless
 need_cmd protoc protobuf-compiler
 need_file /usr/include/google/protobuf/timestamp.proto libprotobuf-dev
 

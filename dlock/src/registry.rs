@@ -154,7 +154,17 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         )),
         #[cfg(not(feature = "redis"))]
         "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Err(feature_off(&shown, "redis")),
-        "redlock" | "etcd" | "etcds" | "zk" => {
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Arc::new(crate::backends::etcd::EtcdBackend::connect(url).await?)),
+        #[cfg(not(feature = "etcd"))]
+        "etcd" | "etcds" => Err(feature_off(&shown, "etcd")),
+        #[cfg(feature = "zookeeper")]
+        "zk" => Ok(Arc::new(
+            crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "zookeeper"))]
+        "zk" => Err(feature_off(&shown, "zookeeper")),
+        "redlock" => {
             Err(LockError::invalid_option(format!(
                 "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
                  use `memory://` or a build that has it"

@@ -4,6 +4,8 @@
 //! server in the same run and prints ratios, because absolute numbers on a
 //! shared machine mean little.
 
+pub mod etcd;
 pub mod redis;
 pub mod segments;
 pub mod stats;
+pub mod zookeeper;

@@ -21,6 +21,8 @@ async fn main() -> ExitCode {
     let result: Result<(), Box<dyn std::error::Error>> = match scheme {
         "redis" | "rediss" if segments => dlock_examples::bench::segments::run(&url).await,
         "redis" | "rediss" => dlock_examples::bench::redis::run(&url).await,
+        "etcd" => dlock_examples::bench::etcd::run(&url).await,
+        "zk" => dlock_examples::bench::zookeeper::run(&url).await,
         other => Err(format!(
             "no benchmark suite for `{other}://` URLs; give a redis://, etcd:// or zk:// URL"
         )

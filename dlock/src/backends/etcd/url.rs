@@ -1,0 +1,296 @@
+//! Parsing of `etcd://` and `etcds://` URLs.
+//!
+//! Generic URL parsers reject the multi-host form (`etcd://h1:2379,h2:2379`),
+//! so this is a small hand-written parser. Every error names the URL with its
+//! password redacted.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::LockError;
+
+/// The port etcd clients use when the URL names none.
+const DEFAULT_PORT: u16 = 2379;
+/// The namespace of lock keys when `?prefix=` is not given.
+pub(super) const DEFAULT_PREFIX: &str = "dlock";
+/// How long one request may take before it counts as failed, unless `?timeout=` says otherwise.
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What an etcd URL says.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct Config {
+    /// `http://host:port` or `https://host:port`, one per member.
+    pub(super) endpoints: Vec<String>,
+    /// `etcds://`: TLS to every member.
+    pub(super) tls: bool,
+    /// User name and password for etcd's auth.
+    pub(super) user: Option<(String, String)>,
+    /// The namespace of lock keys, without a trailing `/`.
+    pub(super) prefix: String,
+    /// A PEM file of the CA that signed the members' certificates (`?ca=`).
+    pub(super) ca: Option<PathBuf>,
+    /// The name the members' certificates are checked against (`?domain=`),
+    /// when it is not the host in the URL.
+    pub(super) domain: Option<String>,
+    /// The bound on one request (`?timeout=`).
+    pub(super) timeout: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("endpoints", &self.endpoints)
+            .field("tls", &self.tls)
+            .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .field("prefix", &self.prefix)
+            .field("ca", &self.ca)
+            .field("domain", &self.domain)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Parses `etcd[s]://[user:password@]host[:port][,host[:port]...][/][?prefix=..&ca=..&domain=..&timeout=..]`.
+pub(super) fn parse(url: &str) -> Result<Config, LockError> {
+    let shown = crate::url::redact(url);
+    let bad = |why: String| LockError::invalid_option(format!("etcd URL `{shown}`: {why}"));
+
+    let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
+        (false, rest)
+    } else if let Some(rest) = url.strip_prefix("etcds://") {
+        (true, rest)
+    } else {
+        return Err(bad(
+            "not an etcd URL; write `etcd://host:2379[,host:2379...]` or `etcds://` for TLS".into(),
+        ));
+    };
+
+    let (before_query, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match before_query.find('/') {
+        Some(slash) => before_query.split_at(slash),
+        None => (before_query, ""),
+    };
+    if !path.is_empty() && path != "/" {
+        return Err(bad(format!(
+            "the path `{path}` means nothing to etcd; set the key namespace with `?prefix=...`"
+        )));
+    }
+
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+        None => (None, authority),
+    };
+    let user = match userinfo {
+        None => None,
+        Some(info) => {
+            let Some((name, password)) = info.split_once(':') else {
+                return Err(bad(
+                    "credentials need both parts: write `etcd://user:password@host:2379`".into(),
+                ));
+            };
+            let name = percent_decode(name).map_err(&bad)?;
+            let password = percent_decode(password).map_err(&bad)?;
+            if name.is_empty() {
+                return Err(bad("the user name is empty".into()));
+            }
+            Some((name, password))
+        }
+    };
+
+    let scheme = if tls { "https" } else { "http" };
+    let mut endpoints = Vec::new();
+    for host in hosts.split(',') {
+        endpoints.push(format!("{scheme}://{}", host_port(host).map_err(&bad)?));
+    }
+
+    let mut config = Config {
+        endpoints,
+        tls,
+        user,
+        prefix: DEFAULT_PREFIX.to_owned(),
+        ca: None,
+        domain: None,
+        timeout: DEFAULT_TIMEOUT,
+    };
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value).map_err(&bad)?;
+        match name {
+            "prefix" => {
+                let prefix = value.trim_end_matches('/');
+                if prefix.is_empty() || prefix.chars().any(char::is_control) {
+                    return Err(bad(format!(
+                        "`prefix={value}` must be a non-empty namespace without control characters, e.g. `prefix=dlock`"
+                    )));
+                }
+                config.prefix = prefix.to_owned();
+            }
+            "ca" if !tls => {
+                return Err(bad(
+                    "`ca=` only applies to TLS; write `etcds://` to connect with TLS".into(),
+                ))
+            }
+            "ca" if value.is_empty() => return Err(bad("`ca=` needs a path to a PEM file".into())),
+            "ca" => config.ca = Some(PathBuf::from(value)),
+            "domain" if !tls => {
+                return Err(bad(
+                    "`domain=` only applies to TLS; write `etcds://` to connect with TLS".into(),
+                ))
+            }
+            "domain" => config.domain = Some(value),
+            "timeout" => config.timeout = parse_timeout(&value).map_err(&bad)?,
+            other => {
+                return Err(bad(format!(
+                    "unknown option `{other}`; etcd URLs take `prefix`, `timeout`, and with etcds:// `ca` and `domain`"
+                )))
+            }
+        }
+    }
+    if tls && config.ca.is_none() {
+        return Err(bad(
+            "etcds:// needs the CA that signed the members' certificates: add `?ca=/path/to/ca.pem`".into(),
+        ));
+    }
+    Ok(config)
+}
+
+/// Checks one `host[:port]` (IPv6 in brackets) and adds the default port.
+fn host_port(host: &str) -> Result<String, String> {
+    if host.is_empty() {
+        return Err("a host is missing; write `etcd://host:2379[,host:2379...]`".into());
+    }
+    if host
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | '?' | '#' | '@'))
+    {
+        return Err(format!("`{host}` is not a host name or address"));
+    }
+    // The port follows the last ':' unless that ':' is inside an IPv6 literal.
+    let port_start = match host.rfind(':') {
+        Some(colon) if !host[colon..].contains(']') => Some(colon),
+        _ => None,
+    };
+    match port_start {
+        Some(colon) => {
+            let (name, port) = (&host[..colon], &host[colon + 1..]);
+            if name.is_empty() {
+                return Err(format!("`{host}` has a port but no host"));
+            }
+            if port.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(format!(
+                    "`{port}` in `{host}` is not a port number (1-65535)"
+                ));
+            }
+            Ok(host.to_owned())
+        }
+        None => Ok(format!("{host}:{DEFAULT_PORT}")),
+    }
+}
+
+/// `250ms`, `5s`, or a bare number of milliseconds.
+fn parse_timeout(value: &str) -> Result<Duration, String> {
+    let (digits, unit_ms) = if let Some(ms) = value.strip_suffix("ms") {
+        (ms, 1)
+    } else if let Some(s) = value.strip_suffix('s') {
+        (s, 1000)
+    } else {
+        (value, 1)
+    };
+    match digits.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(Duration::from_millis(n.saturating_mul(unit_ms))),
+        _ => Err(format!(
+            "`timeout={value}` is not a positive duration; write e.g. `timeout=5s` or `timeout=500ms`"
+        )),
+    }
+}
+
+/// Decodes `%XX` escapes (for passwords and paths holding `@`, `:`, `&`...).
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| "a `%` escape must be followed by two hex digits".to_owned())?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "a `%` escape does not decode to UTF-8".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_host_with_defaults() {
+        let c = parse("etcd://127.0.0.1:2379").unwrap();
+        assert_eq!(c.endpoints, ["http://127.0.0.1:2379"]);
+        assert_eq!(c.prefix, "dlock");
+        assert!(!c.tls && c.user.is_none());
+        assert_eq!(c.timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn many_hosts_default_port_options() {
+        let c = parse("etcd://a,b:1,[::1]:3,[::1]/?prefix=locks/&timeout=250ms").unwrap();
+        assert_eq!(
+            c.endpoints,
+            [
+                "http://a:2379",
+                "http://b:1",
+                "http://[::1]:3",
+                "http://[::1]:2379"
+            ]
+        );
+        assert_eq!(c.prefix, "locks");
+        assert_eq!(c.timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn credentials_tls_and_ca() {
+        let c = parse("etcds://app:p%40ss@h:2379?ca=/etc/ca.pem&domain=etcd.local").unwrap();
+        assert_eq!(c.user, Some(("app".into(), "p@ss".into())));
+        assert_eq!(c.endpoints, ["https://h:2379"]);
+        assert_eq!(c.ca, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(c.domain.as_deref(), Some("etcd.local"));
+        assert!(
+            !format!("{c:?}").contains("p@ss"),
+            "Debug shows no password"
+        );
+    }
+
+    #[test]
+    fn bad_urls_name_the_problem_and_hide_the_password() {
+        let cases = [
+            ("etcd://", "host is missing"),
+            ("etcd://h:0", "not a port"),
+            ("etcd://h:x", "not a port"),
+            ("etcd://h,,g", "host is missing"),
+            ("etcd://h/some/path", "path"),
+            ("etcd://h?prefx=a", "unknown option `prefx`"),
+            ("etcd://h?prefix=", "non-empty"),
+            ("etcd://h?ca=/x", "only applies to TLS"),
+            ("etcds://h", "?ca="),
+            ("etcd://u:secret@h?timeout=soon", "timeout"),
+            ("etcd://user@h", "both parts"),
+            ("redis://h", "not an etcd URL"),
+        ];
+        for (url, expected) in cases {
+            let msg = parse(url).unwrap_err().to_string();
+            assert!(msg.contains(expected), "{url}: {msg}");
+            assert!(!msg.contains("secret"), "{url}: {msg}");
+        }
+    }
+}

@@ -1,0 +1,1031 @@
+//! The ZooKeeper backend (`zk://`): ephemeral sequential nodes in Apache
+//! Curator's layout, a FIFO queue that watches only its predecessor, and the
+//! session heartbeat as the renewal.
+//!
+//! Capabilities: ✓ mutual exclusion between processes and machines · ✓ lease
+//! expiry (the session timeout) · ✓ fencing tokens (the node's `czxid`) ·
+//! ✓ FIFO wake-up, each waiter woken by its predecessor's deletion only (no
+//! herd) · ✓ interoperates with Curator's `InterProcessMutex` on the same path ·
+//! ✓ chroot · ✓ digest auth · ✗ TLS.
+//!
+//! Enable with the cargo feature `zookeeper`.
+//!
+//! # Protocol
+//!
+//! - A key lives at `/<prefix>/<escaped key>` under the URL's chroot (default
+//!   prefix `dlock`). The key is escaped into one node name: `%`, `/` and what
+//!   ZooKeeper forbids become `%XX`; `.` and `..` become `%2E`, `%2E%2E`.
+//!   Parents are created as container nodes, as Curator does, so the server
+//!   removes a key's directory once it stays empty.
+//! - A contender creates the EPHEMERAL_SEQUENTIAL child
+//!   `_c_<uuid>-lock-<seq>`: Curator's "protected" name, so a Java service
+//!   using `InterProcessMutex` on the same path and dlock exclude each other.
+//!   The node's data is the owner token.
+//! - The holder is the child with the smallest sequence. A waiter watches only
+//!   the next-lower child for deletion, then checks again.
+//! - If the connection drops while the create is in flight, the node is
+//!   found again by its uuid instead of being leaked (protected create).
+//! - A wait that runs out, or an `acquire` future that is dropped, deletes its
+//!   own node.
+//! - Fencing token: the own node's `czxid`, the id of the transaction that
+//!   created it. ZooKeeper orders every transaction, and a holder's node was
+//!   always created after its predecessor's, so it strictly increases across
+//!   successive holders, also after the key's directory was removed and
+//!   created again (sequence numbers restart then, zxids do not).
+//! - Release deletes the own node.
+//!
+//! `acquire` reuses `zookeeper-client`'s Curator-compatible recipe
+//! (`Client::lock`), with the prefix built here (`LockPrefix::new_custom` with
+//! Curator's `_c_<uuid>-lock-` name) so that dlock knows the uuid and can
+//! delete a timed-out waiter's node before it returns. `try_acquire` does not
+//! use the recipe, because the recipe always waits: it creates, lists, and
+//! deletes its node again if it is not first.
+//!
+//! # Renewal, session loss and the ttl
+//!
+//! ZooKeeper keeps the node while the session lives; the server expires a
+//! session `session timeout` after the last request or heartbeat it received
+//! from the client. So:
+//!
+//! - A lease's ttl is **clamped to the negotiated session timeout**
+//!   ([`Lease::ttl`](crate::backend::Lease) reports the clamped value). A
+//!   longer local deadline could outlive a session the server has already
+//!   expired; a shorter ttl is kept as it is (the guard is then declared lost
+//!   sooner than the server could expire it, which is safe).
+//! - The watchdog's renewal (every ttl/3) reads every held node of a session
+//!   in one multi-read. An answer proves the session was alive when the read
+//!   was *sent* and the node still exists, so the new local deadline is
+//!   `sent + ttl − drift`. A node that is gone (deleted by an operator) or a
+//!   session that is expired or closed answers `Refused`: the guard is lost at
+//!   once. While disconnected the read does not return, so the guard is lost
+//!   when its local deadline passes, never later than the server could
+//!   expire the session.
+//! - After an expiry the backend opens a new session for the next acquisition;
+//!   guards of the old session stay lost.
+//! - With renewal off the guard is lost after the ttl, but the node stays on
+//!   the server until the guard is dropped or the session ends: ZooKeeper has
+//!   no per-node expiry for ephemeral nodes.
+//! - A crashed holder blocks others for the session timeout, not the ttl.
+//!
+//! # URL
+//!
+//! `zk://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&prefix=dlock]`
+//!
+//! - `user:password@`: digest auth (`addauth digest user:password`). The
+//!   key directories and lock nodes dlock creates then get the ACL "the
+//!   creator's identity: all; anyone: read": only clients with the same
+//!   credentials can queue for (create children in) or delete from those
+//!   directories, while anyone can still list and watch the queue, as
+//!   waiters and Curator need. (ZooKeeper checks a delete against the
+//!   parent's ACL, so the directory's ACL is what protects a holder's node.)
+//!   The password never appears in `describe()`, `Debug` or errors.
+//! - `session_timeout`: asked of the server (default 30 s, the default ttl);
+//!   the server negotiates it into `[2, 20] × tickTime`.
+//! - `prefix`: the top node (default `dlock`).
+//!
+//! ```no_run
+//! use dlock::{backends::zookeeper::ZooKeeperBackend, Lock};
+//! use std::sync::Arc;
+//!
+//! # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+//! let zk = Arc::new(ZooKeeperBackend::connect("zk://127.0.0.1:2181/app?session_timeout=10s").await?);
+//! let guard = Lock::new("order:42").with_backend(zk).acquire().await?;
+//! let fence = guard.fencing_token().expect("ZooKeeper gives fencing tokens");
+//! println!("holding order:42 with fencing token {fence}");
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod config;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::runtime::Handle;
+use zookeeper_client::{
+    Acl, Acls, Client, CreateMode, Error as ZkError, LockOptions, LockPrefix, MultiReadResult,
+    OwnedLockClient, Permission, SessionState, Stat,
+};
+
+use self::config::Config;
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::LockError;
+
+/// With digest auth: the creator's identity may do everything, anyone may
+/// read (list and watch the queue).
+static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
+    Acl::new_const(Permission::ALL, "auth", ""),
+    Acl::new_const(Permission::READ, "world", "anyone"),
+];
+
+/// Curator's lock name for `InterProcessMutex`: children are `_c_<uuid>-lock-<seq>`.
+const LOCK_NAME: &str = "lock-";
+
+/// How often a create or lookup is retried after a connection loss before
+/// giving up with an error (each retry waits for the client to reconnect).
+const MAX_RETRIES: usize = 5;
+
+/// How long the clean-up of a timed-out waiter may take before `acquire`
+/// returns anyway (the node is then deleted in the background, or with the
+/// session).
+const CLEANUP_WAIT: Duration = Duration::from_secs(2);
+
+/// A lock service on a ZooKeeper ensemble.
+///
+/// One backend holds one ZooKeeper session at a time; every guard acquired
+/// through it lives on that session. Clone the `Arc`, not the backend, to
+/// share it. See the [module docs](self) for the protocol and the rules that
+/// tie the ttl to the session timeout.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+/// let zk = dlock::backends::zookeeper::ZooKeeperBackend::connect("zk://127.0.0.1:2181").await?;
+/// assert_eq!(zk.lock_path("jobs/nightly")?, "/dlock/jobs%2Fnightly");
+/// dlock::registry().register("zk", std::sync::Arc::new(zk));
+/// let guard = dlock::Lock::new("jobs/nightly").backend("zk").acquire().await?;
+/// # drop(guard); Ok(()) }
+/// ```
+pub struct ZooKeeperBackend {
+    config: Config,
+    /// The URL with its password redacted.
+    shown: String,
+    /// The session new acquisitions use; replaced when it has ended.
+    current: Mutex<Option<Client>>,
+    /// Serialises opening a new session, so concurrent callers open one.
+    reopening: tokio::sync::Mutex<()>,
+    /// The negotiated session timeout of the current session, in ms.
+    session_timeout_ms: AtomicU64,
+    /// Held nodes by path: the session each lives on, its local deadline,
+    /// and what deletes it in the background if the lease is forgotten.
+    held: Arc<Mutex<HeldMap>>,
+}
+
+type HeldMap = HashMap<String, Held>;
+
+impl fmt::Debug for ZooKeeperBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperBackend")
+            .field("url", &self.shown)
+            .field("session_timeout", &self.session_timeout())
+            .field("held", &lock(&self.held).len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update under these mutexes is one insert, remove or assignment,
+    // so a poisoned mutex still guards consistent data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One held node.
+struct Held {
+    /// The session the node lives on (it may no longer be the current one).
+    client: Client,
+    /// The lease's local deadline, moved by each renewal. When it passes
+    /// without one, the node is deleted (see [`reap`]).
+    valid_until: Instant,
+    /// What deletes the node in the background if it is dropped unreleased.
+    cleanup: Cleanup,
+    /// Dropped with the entry (release, reaping): ends the node's reaper
+    /// task at once instead of leaving it asleep until the deadline.
+    _reaper: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Deletes a node in the background when dropped, unless disarmed.
+///
+/// Both of `zookeeper-client`'s own handles and ours spawn on the runtime, so
+/// the drop enters the runtime the node was created on: a backend dropped
+/// outside any runtime must not panic.
+struct Cleanup {
+    runtime: Option<Handle>,
+    /// The recipe's handle: it deletes the node when dropped. Never cloned,
+    /// since dropping any clone deletes the node for all.
+    recipe: Option<OwnedLockClient>,
+    /// Our own node (from `try_acquire`): deleted by us when armed.
+    own: Option<OwnNode>,
+}
+
+struct OwnNode {
+    client: Client,
+    dir: String,
+    uuid: String,
+    /// Known once the create answered; before that the node is found by uuid.
+    path: Option<String>,
+    armed: bool,
+}
+
+impl Cleanup {
+    fn recipe(handle: OwnedLockClient) -> Self {
+        Cleanup {
+            runtime: Handle::try_current().ok(),
+            recipe: Some(handle),
+            own: None,
+        }
+    }
+
+    fn own(client: &Client, dir: &str, uuid: &str) -> Self {
+        Cleanup {
+            runtime: Handle::try_current().ok(),
+            recipe: None,
+            own: Some(OwnNode {
+                client: client.clone(),
+                dir: dir.to_owned(),
+                uuid: uuid.to_owned(),
+                path: None,
+                armed: true,
+            }),
+        }
+    }
+
+    fn set_path(&mut self, path: &str) {
+        if let Some(own) = &mut self.own {
+            own.path = Some(path.to_owned());
+        }
+    }
+
+    /// The node was deleted (or handed over): nothing to do on drop for our
+    /// own nodes. The recipe's handle cannot be disarmed; its background
+    /// delete then finds no node, which is harmless (the path holds a uuid
+    /// and is never created again).
+    fn disarm(&mut self) {
+        if let Some(own) = &mut self.own {
+            own.armed = false;
+        }
+    }
+
+    fn arm(&mut self) {
+        if let Some(own) = &mut self.own {
+            own.armed = true;
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Some(runtime) = self.runtime.clone().or_else(|| Handle::try_current().ok()) else {
+            // No runtime: nothing can run, and the session (whose tasks lived
+            // on a runtime that is gone) ends with its ephemeral nodes.
+            if let Some(recipe) = self.recipe.take() {
+                std::mem::forget(recipe);
+            }
+            return;
+        };
+        let _entered = runtime.enter();
+        drop(self.recipe.take());
+        if let Some(own) = self.own.take().filter(|o| o.armed) {
+            runtime.spawn(async move {
+                if let Err(e) = remove_node(&own.client, &own.dir, &own.uuid, own.path.as_deref()).await {
+                    tracing::debug!(dir = %own.dir, error = %e, "background delete of a lock node failed; it ends with the session");
+                }
+            });
+        }
+    }
+}
+
+/// Deletes the node at `path`, or, if the path is unknown (the create did not
+/// answer), the child of `dir` named after `uuid`. A missing node is success.
+async fn remove_node(
+    client: &Client,
+    dir: &str,
+    uuid: &str,
+    path: Option<&str>,
+) -> Result<(), ZkError> {
+    let path = match path {
+        Some(p) => p.to_owned(),
+        None => match find_by_uuid(client, dir, uuid).await? {
+            Some((p, _)) => p,
+            None => return Ok(()),
+        },
+    };
+    let mut tries = 0;
+    loop {
+        match client.delete(&path, None).await {
+            Ok(()) | Err(ZkError::NoNode) => return Ok(()),
+            Err(ZkError::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The child of `dir` whose name carries `uuid`, with its stat: how a create
+/// whose answer was lost is recovered (Curator's protected mode).
+async fn find_by_uuid(
+    client: &Client,
+    dir: &str,
+    uuid: &str,
+) -> Result<Option<(String, Stat)>, ZkError> {
+    let marker = format!("_c_{uuid}-");
+    let mut tries = 0;
+    loop {
+        let attempt = async {
+            let children = match client.list_children(dir).await {
+                Err(ZkError::NoNode) => return Ok(None),
+                other => other?,
+            };
+            let Some(name) = children.into_iter().find(|c| c.starts_with(&marker)) else {
+                return Ok(None);
+            };
+            let path = format!("{dir}/{name}");
+            match client.check_stat(&path).await? {
+                Some(stat) => Ok(Some((path, stat))),
+                None => Ok(None),
+            }
+        };
+        match attempt.await {
+            Err(ZkError::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
+            other => return other,
+        }
+    }
+}
+
+/// Deletes the node at `path` once its local deadline has passed without a
+/// renewal.
+///
+/// ZooKeeper keeps an ephemeral node for as long as the session lives, but a
+/// dlock lease ends at its ttl when it is not renewed (renewal off, or a
+/// holder whose watchdog cannot run): by then the guard reports the loss, so
+/// the node must go too, or the key stays blocked by a lease nobody holds.
+async fn reap(
+    held: Weak<Mutex<HeldMap>>,
+    path: String,
+    mut at: Instant,
+    mut gone: tokio::sync::oneshot::Receiver<()>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => {}
+            // The entry was removed (released or reaped): nothing to watch.
+            _ = &mut gone => return,
+        }
+        let Some(map) = held.upgrade() else {
+            return;
+        };
+        let expired = {
+            let mut map = lock(&map);
+            match map.get(&path) {
+                None => return,
+                Some(h) if h.valid_until > Instant::now() => {
+                    at = h.valid_until;
+                    None
+                }
+                Some(_) => map.remove(&path),
+            }
+        };
+        if let Some(mut node) = expired {
+            tracing::debug!(%path, "lease ran out without renewal; deleting its node");
+            // Dropping an armed cleanup deletes the node in the background.
+            node.cleanup.arm();
+            return;
+        }
+    }
+}
+
+/// A version 4 UUID from OS randomness, in Curator's textual form.
+fn new_uuid() -> Result<String, LockError> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| {
+        LockError::backend("os-rng", format!("no randomness for a lock node name: {e}"))
+    })?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    ))
+}
+
+/// The sequence number of a lock child, as Curator reads it: the digits
+/// after the last `lock-`. `None` for children that are not lock nodes.
+fn sequence_of(name: &str) -> Option<i64> {
+    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
+    seq.parse().ok()
+}
+
+/// Whether `own` has the smallest sequence among the lock children.
+fn is_first(children: &[String], own: &str) -> bool {
+    let Some(mine) = sequence_of(own) else {
+        return false;
+    };
+    children
+        .iter()
+        .filter_map(|c| sequence_of(c))
+        .all(|seq| seq >= mine)
+}
+
+fn fence_of(stat: &Stat) -> Option<u64> {
+    u64::try_from(stat.czxid).ok()
+}
+
+fn is_connected(state: SessionState) -> bool {
+    matches!(
+        state,
+        SessionState::SyncConnected | SessionState::ConnectedReadOnly
+    )
+}
+
+/// Errors that mean the session is gone, and with it every node it held.
+fn session_ended(e: &ZkError) -> bool {
+    matches!(
+        e,
+        ZkError::SessionExpired | ZkError::ClientClosed | ZkError::AuthFailed
+    )
+}
+
+impl ZooKeeperBackend {
+    /// Connects to the ensemble named by `url` and opens a session.
+    ///
+    /// URL: `zk://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&prefix=dlock]`
+    /// (see the [module docs](self)).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] naming the URL (password redacted) if it
+    /// is malformed; [`LockError::Backend`] if no server can be reached.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// use dlock::backends::zookeeper::ZooKeeperBackend;
+    /// let zk = ZooKeeperBackend::connect("zk://app:secret@10.0.0.1:2181,10.0.0.2:2181/services").await?;
+    /// assert_eq!(dlock::LockBackend::describe(&zk), "zk://app:***@10.0.0.1:2181,10.0.0.2:2181/services");
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let config = config::parse(url)?;
+        let backend = ZooKeeperBackend {
+            config,
+            shown: crate::url::redact(url),
+            current: Mutex::new(None),
+            reopening: tokio::sync::Mutex::new(()),
+            session_timeout_ms: AtomicU64::new(0),
+            held: Arc::new(Mutex::new(HashMap::new())),
+        };
+        backend.session().await?;
+        Ok(backend)
+    }
+
+    /// The node under which `key`'s contenders create their children,
+    /// relative to the URL's chroot: `/<prefix>/<escaped key>`.
+    ///
+    /// This is the path to give Curator's `InterProcessMutex` (with the same
+    /// chroot as namespace) to lock the same key from Java.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidKey`] if `key` is not a valid lock key.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let zk = dlock::backends::zookeeper::ZooKeeperBackend::connect("zk://127.0.0.1:2181?prefix=locks").await?;
+    /// // Java: new InterProcessMutex(curator, "/locks/orders%2F42")
+    /// assert_eq!(zk.lock_path("orders/42")?, "/locks/orders%2F42");
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_path(&self, key: &str) -> Result<String, LockError> {
+        crate::key::validate(key)?;
+        Ok(format!(
+            "/{}/{}",
+            self.config.prefix,
+            config::escape_key(key)
+        ))
+    }
+
+    /// The session timeout the server granted to the current session; leases
+    /// are clamped to it. Zero before a session was opened.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let zk = dlock::backends::zookeeper::ZooKeeperBackend::connect("zk://127.0.0.1:2181?session_timeout=10s").await?;
+    /// // The server may have granted less (or more), within [2, 20] × its tickTime.
+    /// println!("a crashed holder blocks others for about {:?}", zk.session_timeout());
+    /// # Ok(()) }
+    /// ```
+    pub fn session_timeout(&self) -> Duration {
+        Duration::from_millis(self.session_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// The `zookeeper-client` handle of the current session, for work dlock
+    /// does not cover (reading lock nodes, sharing the session). Operations
+    /// on it run on the session that keeps this backend's locks: closing or
+    /// expiring it loses them. `None` if the last session ended.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let zk = dlock::backends::zookeeper::ZooKeeperBackend::connect("zk://127.0.0.1:2181").await?;
+    /// if let Some(client) = zk.client() {
+    ///     // Who is queued for `order:42`, in Curator's `_c_<uuid>-lock-<seq>` names.
+    ///     let queue = client.list_children(&zk.lock_path("order:42")?).await?;
+    ///     println!("{queue:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn client(&self) -> Option<Client> {
+        lock(&self.current)
+            .clone()
+            .filter(|c| !c.state().is_terminated())
+    }
+
+    fn error(&self, what: impl fmt::Display, e: ZkError) -> LockError {
+        LockError::backend(self.shown.clone(), format!("{what}: {e}"))
+    }
+
+    /// The live session, opening a new one if the last one ended.
+    async fn session(&self) -> Result<Client, LockError> {
+        if let Some(c) = self.client() {
+            return Ok(c);
+        }
+        let _one = self.reopening.lock().await;
+        if let Some(c) = self.client() {
+            return Ok(c);
+        }
+        let mut connector = Client::connector()
+            .with_session_timeout(self.config.session_timeout)
+            // Fail when every host refused, instead of retrying until the
+            // session timeout: the caller's own deadline decides about retries.
+            .with_fail_eagerly();
+        if let Some(digest) = &self.config.digest {
+            connector = connector.with_auth("digest", digest.as_bytes());
+        }
+        let client = connector
+            .connect(&self.config.connect_string)
+            .await
+            .map_err(|e| self.error("cannot open a ZooKeeper session", e))?;
+        let timeout = u64::try_from(client.session_timeout().as_millis()).unwrap_or(u64::MAX);
+        self.session_timeout_ms.store(timeout, Ordering::Relaxed);
+        tracing::debug!(session = %client.session_id(), timeout_ms = timeout, "ZooKeeper session opened");
+        *lock(&self.current) = Some(client.clone());
+        Ok(client)
+    }
+
+    /// The ACL of every node dlock creates (see the module docs on digest auth).
+    fn node_acls(&self) -> Acls<'static> {
+        if self.config.digest.is_some() {
+            Acls::new(&CREATOR_ALL_ANYONE_READ)
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    /// Clamps the ttl to the session timeout (see the module docs).
+    fn lease_ttl(&self, client: &Client, ttl: Duration) -> Duration {
+        ttl.min(client.session_timeout())
+    }
+
+    fn lease(
+        &self,
+        req: &AcquireRequest,
+        client: &Client,
+        path: &str,
+        stat: &Stat,
+        sent: Instant,
+    ) -> Result<Lease, LockError> {
+        let ttl = self.lease_ttl(client, req.ttl);
+        let fencing_token = fence_of(stat).ok_or_else(|| {
+            LockError::backend(
+                self.shown.clone(),
+                format!("lock node {path} has the invalid czxid {}", stat.czxid),
+            )
+        })?;
+        Ok(Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl,
+            fencing_token: Some(fencing_token),
+            valid_until: lease_deadline(sent, ttl),
+            resource: path.to_owned(),
+        })
+    }
+
+    /// Creates the key's directory as container nodes.
+    async fn make_dir(&self, client: &Client, dir: &str) -> Result<(), LockError> {
+        match client
+            .mkdir(dir, &CreateMode::Container.with_acls(self.node_acls()))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(ZkError::NoNode) => Err(LockError::backend(
+                self.shown.clone(),
+                format!(
+                    "cannot create {dir}: the URL's chroot does not exist on the server; create it first"
+                ),
+            )),
+            Err(e) => Err(self.error(format_args!("cannot create {dir}"), e)),
+        }
+    }
+
+    /// Creates `_c_<uuid>-lock-<seq>` under `dir`, creating `dir` if needed,
+    /// and finds the node again by its uuid if the answer is lost.
+    async fn create_protected(
+        &self,
+        client: &Client,
+        dir: &str,
+        uuid: &str,
+        data: &[u8],
+    ) -> Result<(String, Stat), LockError> {
+        let prefix = format!("{dir}/_c_{uuid}-{LOCK_NAME}");
+        let acls = self.node_acls();
+        let options = CreateMode::EphemeralSequential.with_acls(acls);
+        for _ in 0..MAX_RETRIES {
+            match client.create(&prefix, data, &options).await {
+                Ok((stat, seq)) => return Ok((format!("{prefix}{seq}"), stat)),
+                // The directory is missing, or the server removed the empty
+                // container between our mkdir and this create.
+                Err(ZkError::NoNode) => self.make_dir(client, dir).await?,
+                Err(ZkError::ConnectionLoss) => match find_by_uuid(client, dir, uuid).await {
+                    Ok(Some(found)) => return Ok(found),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        return Err(self.error(
+                            "lost the answer to a create and could not look for the node",
+                            e,
+                        ))
+                    }
+                },
+                Err(e) => {
+                    return Err(self.error(format_args!("cannot create a lock node under {dir}"), e))
+                }
+            }
+        }
+        Err(LockError::backend(
+            self.shown.clone(),
+            format!("could not create a lock node under {dir} in {MAX_RETRIES} attempts (connection kept dropping, or the directory kept vanishing)"),
+        ))
+    }
+
+    /// Records a granted node, and starts the task that deletes it if its
+    /// local deadline passes without a renewal.
+    fn remember(&self, lease: &Lease, client: &Client, cleanup: Cleanup) {
+        let (reaper, gone) = tokio::sync::oneshot::channel();
+        lock(&self.held).insert(
+            lease.resource.clone(),
+            Held {
+                client: client.clone(),
+                valid_until: lease.valid_until,
+                cleanup,
+                _reaper: reaper,
+            },
+        );
+        tokio::spawn(reap(
+            Arc::downgrade(&self.held),
+            lease.resource.clone(),
+            lease.valid_until,
+            gone,
+        ));
+    }
+
+    /// The recipe's part of `acquire`: queue, wait for our turn, and read our
+    /// node's stat for the fencing token.
+    async fn queue_and_wait(
+        &self,
+        client: &Client,
+        req: &AcquireRequest,
+        dir: &str,
+        uuid: &str,
+    ) -> Result<Lease, LockError> {
+        let prefix = LockPrefix::new_custom(format!("{dir}/_c_{uuid}-{LOCK_NAME}"), LOCK_NAME)
+            .map_err(|e| self.error(format_args!("bad lock path under {dir}"), e))?;
+        let options = LockOptions::new(self.node_acls())
+            .with_ancestor_options(CreateMode::Container.with_acls(self.node_acls()))
+            .map_err(|e| self.error("bad lock options", e))?;
+        let handle = match client.lock(prefix, req.token.as_bytes(), options).await {
+            Ok(h) => h.into_owned(),
+            Err(ZkError::NoNode) => {
+                return Err(LockError::backend(
+                    self.shown.clone(),
+                    format!("cannot create {dir}: the URL's chroot does not exist on the server; create it first"),
+                ))
+            }
+            Err(e) => return Err(self.error(format_args!("waiting for lock {dir} failed"), e)),
+        };
+        // From here on, dropping `cleanup` (also by cancellation) deletes the node.
+        let path = handle.lock_path().to_owned();
+        let cleanup = Cleanup::recipe(handle);
+        // The recipe does not hand out the created node's stat; one read gets
+        // the czxid, and its send time starts the lease.
+        let sent = Instant::now();
+        let stat = match client.check_stat(&path).await {
+            Ok(Some(stat)) => stat,
+            Ok(None) => {
+                return Err(LockError::backend(
+                    self.shown.clone(),
+                    format!(
+                        "lock node {path} was deleted by someone else right after it was granted"
+                    ),
+                ))
+            }
+            Err(e) => return Err(self.error(format_args!("cannot read lock node {path}"), e)),
+        };
+        let lease = self.lease(req, client, &path, &stat, sent)?;
+        self.remember(&lease, client, cleanup);
+        Ok(lease)
+    }
+    /// One `try_acquire` attempt on a connected session: create, list, and
+    /// delete again unless first.
+    async fn try_once(
+        &self,
+        client: &Client,
+        req: &AcquireRequest,
+        dir: &str,
+    ) -> Result<Option<Lease>, LockError> {
+        let uuid = new_uuid()?;
+        // Armed from before the create: if this future is dropped at any
+        // await, the node is deleted in the background (found by uuid if the
+        // create has not answered yet).
+        let mut cleanup = Cleanup::own(client, dir, &uuid);
+        let sent = Instant::now();
+        let (path, stat) = self
+            .create_protected(client, dir, &uuid, req.token.as_bytes())
+            .await?;
+        cleanup.set_path(&path);
+        let children = client
+            .list_children(dir)
+            .await
+            .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
+        let name = &path[dir.len() + 1..];
+        if is_first(&children, name) {
+            let lease = self.lease(req, client, &path, &stat, sent)?;
+            self.remember(&lease, client, cleanup);
+            return Ok(Some(lease));
+        }
+        // Someone is ahead of us: leave the queue now, so our node does not
+        // block the holder's successor.
+        match client.delete(&path, None).await {
+            Ok(()) | Err(ZkError::NoNode) => {
+                cleanup.disarm();
+                Ok(None)
+            }
+            Err(e) if session_ended(&e) => {
+                cleanup.disarm();
+                Ok(None)
+            }
+            // `cleanup` stays armed and retries in the background.
+            Err(e) => Err(self.error(format_args!("cannot delete own lock node {path}"), e)),
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for ZooKeeperBackend {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        let dir = self.lock_path(&req.key)?;
+        let client = self.session().await?;
+        // One attempt must not wait for a reconnect: while disconnected,
+        // requests queue until the session comes back or expires.
+        let state = client.state();
+        if !is_connected(state) {
+            return Err(LockError::backend(
+                self.shown.clone(),
+                format!("ZooKeeper is unreachable (session {state})"),
+            ));
+        }
+        let limit = client.session_timeout();
+        match tokio::time::timeout(limit, self.try_once(&client, req, &dir)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(LockError::backend(
+                self.shown.clone(),
+                format!("ZooKeeper did not answer within the session timeout ({limit:?})"),
+            )),
+        }
+    }
+
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let dir = self.lock_path(&req.key)?;
+        let uuid = new_uuid()?;
+        let opened = async { self.session().await };
+        let client = match deadline {
+            Some(d) => match tokio::time::timeout_at(d.into(), opened).await {
+                Ok(c) => c?,
+                Err(_) => {
+                    return Err(LockError::backend(
+                        self.shown.clone(),
+                        "could not open a ZooKeeper session before the wait ran out",
+                    ))
+                }
+            },
+            None => opened.await?,
+        };
+        let queued = self.queue_and_wait(&client, req, &dir, &uuid);
+        let Some(deadline) = deadline else {
+            return queued.await.map(Some);
+        };
+        match tokio::time::timeout_at(deadline.into(), queued).await {
+            Ok(lease) => lease.map(Some),
+            Err(_) => {
+                // The recipe's future was dropped, which deletes our node in
+                // the background (after a reconnect if need be; an expired
+                // session takes it anyway).
+                let state = client.state();
+                if !is_connected(state) {
+                    // Say why the wait ran out, and wait no longer for a
+                    // server that does not answer.
+                    return Err(LockError::backend(
+                        self.shown.clone(),
+                        format!(
+                            "ZooKeeper was unreachable when the wait ran out (session {state})"
+                        ),
+                    ));
+                }
+                // Delete it here too and wait for that, so a timed-out
+                // waiter never blocks whoever comes next.
+                let removed =
+                    tokio::time::timeout(CLEANUP_WAIT, remove_node(&client, &dir, &uuid, None))
+                        .await;
+                match removed {
+                    Ok(Ok(())) => Ok(None),
+                    Ok(Err(e)) => Err(self.error("the wait ran out, and deleting own lock node failed", e)),
+                    Err(_) => Err(LockError::backend(
+                        self.shown.clone(),
+                        format!("the wait ran out, and deleting own lock node did not finish within {CLEANUP_WAIT:?}"),
+                    )),
+                }
+            }
+        }
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let sent = Instant::now();
+        let mut answers: Vec<Option<Result<Renewal, LockError>>> =
+            leases.iter().map(|_| None).collect();
+        // Group the leases by session: one multi-read per session (almost
+        // always one), sent before any answer is awaited.
+        let mut groups: Vec<(Client, Vec<usize>)> = Vec::new();
+        {
+            let held = lock(&self.held);
+            for (i, lease) in leases.iter().enumerate() {
+                let Some(h) = held.get(&lease.resource) else {
+                    answers[i] = Some(Ok(Renewal::Refused));
+                    continue;
+                };
+                if h.client.state().is_terminated() {
+                    answers[i] = Some(Ok(Renewal::Refused));
+                    continue;
+                }
+                let id = h.client.session_id();
+                match groups.iter_mut().find(|(c, _)| c.session_id() == id) {
+                    Some((_, idx)) => idx.push(i),
+                    None => groups.push((h.client.clone(), vec![i])),
+                }
+            }
+        }
+        let mut reads = Vec::new();
+        for (client, idx) in &groups {
+            let mut reader = client.new_multi_reader();
+            let mut bad = None;
+            for &i in idx {
+                if let Err(e) = reader.add_get_data(&leases[i].resource) {
+                    bad = Some(e);
+                }
+            }
+            reads.push(match bad {
+                Some(e) => Err(e),
+                None => Ok(reader.commit()),
+            });
+        }
+        for ((client, idx), read) in groups.iter().zip(reads) {
+            let result = match read {
+                Ok(commit) => commit.await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(results) => {
+                    for (&i, r) in idx.iter().zip(results) {
+                        answers[i] = Some(match r {
+                            MultiReadResult::Data { stat, .. }
+                                if stat.ephemeral_owner == client.session_id().0 =>
+                            {
+                                Ok(Renewal::Renewed {
+                                    valid_until: lease_deadline(sent, leases[i].ttl),
+                                })
+                            }
+                            // Deleted (an operator, or the session ended) or
+                            // not ours any more: the lease is lost.
+                            MultiReadResult::Data { .. }
+                            | MultiReadResult::Error {
+                                err: ZkError::NoNode,
+                            } => Ok(Renewal::Refused),
+                            MultiReadResult::Error { err } => {
+                                Err(self.error("renewal read failed", err))
+                            }
+                            other => Err(LockError::backend(
+                                self.shown.clone(),
+                                format!("renewal read got an unexpected answer: {other:?}"),
+                            )),
+                        });
+                    }
+                }
+                Err(e) if session_ended(&e) => {
+                    for &i in idx {
+                        answers[i] = Some(Ok(Renewal::Refused));
+                    }
+                }
+                Err(e) => {
+                    for &i in idx {
+                        answers[i] = Some(Err(self.error("renewal read failed", e.clone())));
+                    }
+                }
+            }
+        }
+        // A node reaped while the read was in flight stays lost; every other
+        // renewed node moves its deadline, under the same lock the reaper
+        // takes, so the two never disagree.
+        {
+            let mut held = lock(&self.held);
+            for (lease, answer) in leases.iter().zip(answers.iter_mut()) {
+                if let Some(Ok(Renewal::Renewed { valid_until })) = answer {
+                    match held.get_mut(&lease.resource) {
+                        Some(h) => h.valid_until = h.valid_until.max(*valid_until),
+                        None => *answer = Some(Ok(Renewal::Refused)),
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| {
+                    Err(LockError::backend(
+                        self.shown.clone(),
+                        "renewal got fewer answers than it asked for",
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let Some(mut held) = lock(&self.held).remove(&lease.resource) else {
+            return Ok(false);
+        };
+        if held.client.state().is_terminated() {
+            // The session ended, and its ephemeral nodes with it.
+            held.cleanup.disarm();
+            return Ok(false);
+        }
+        match held.client.delete(&lease.resource, None).await {
+            Ok(()) => {
+                held.cleanup.disarm();
+                Ok(true)
+            }
+            Err(ZkError::NoNode) => {
+                held.cleanup.disarm();
+                Ok(false)
+            }
+            Err(e) if session_ended(&e) => {
+                held.cleanup.disarm();
+                Ok(false)
+            }
+            Err(e) => {
+                // Dropping `held` retries the delete in the background.
+                held.cleanup.arm();
+                Err(self.error(
+                    format_args!("cannot delete lock node {}", lease.resource),
+                    e,
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_version_4_and_differ() {
+        let a = new_uuid().unwrap();
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert_ne!(a, new_uuid().unwrap());
+    }
+
+    #[test]
+    fn the_smallest_sequence_is_first_whatever_the_uuid() {
+        let children: Vec<String> = [
+            "_c_bbb-lock-0000000007",
+            "_c_aaa-lock-0000000005",
+            "_c_ccc-lock-0000000009",
+            "unrelated",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert!(is_first(&children, "_c_aaa-lock-0000000005"));
+        assert!(!is_first(&children, "_c_bbb-lock-0000000007"));
+        assert!(!is_first(&children, "garbage"));
+        assert_eq!(sequence_of("_c_x-lock-lock-0000000012"), Some(12));
+    }
+}

@@ -1,0 +1,344 @@
+//! Parsing of `zk://` URLs and escaping of keys into ZooKeeper node names.
+
+use std::time::Duration;
+
+use crate::LockError;
+
+/// The ZooKeeper client port used when a host names none.
+pub(super) const DEFAULT_PORT: u16 = 2181;
+
+/// The session timeout asked of the server when the URL names none: the
+/// default lease ttl, so a default lock's ttl is not clamped (see the module
+/// docs). The server may negotiate it into `[2, 20] × tickTime`.
+pub(super) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The node under which every lock directory lives when the URL names no `prefix`.
+pub(super) const DEFAULT_PREFIX: &str = "dlock";
+
+/// A parsed `zk://` URL.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct Config {
+    /// `host:port,host:port[/chroot]`, the connect string of `zookeeper-client`.
+    pub(super) connect_string: String,
+    /// `user:password` for the `digest` scheme, if the URL has userinfo.
+    pub(super) digest: Option<String>,
+    /// The requested session timeout.
+    pub(super) session_timeout: Duration,
+    /// The first path component under the chroot (already a valid node name).
+    pub(super) prefix: String,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("connect_string", &self.connect_string)
+            .field("digest", &self.digest.as_ref().map(|_| "***"))
+            .field("session_timeout", &self.session_timeout)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// Parses `zk://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=10s&prefix=dlock]`.
+pub(super) fn parse(url: &str) -> Result<Config, LockError> {
+    let shown = crate::url::redact(url);
+    let bad = |what: String| LockError::invalid_option(format!("`{shown}`: {what}"));
+    let Some(rest) = url.strip_prefix("zk://") else {
+        return Err(bad(
+            "not a ZooKeeper URL; write `zk://host:port[,host:port...][/chroot]`".into(),
+        ));
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, chroot) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+        None => (None, authority),
+    };
+
+    let digest = match userinfo {
+        None => None,
+        Some(info) => {
+            let Some((user, pass)) = info.split_once(':') else {
+                return Err(bad(
+                    "digest auth needs `user:password@`; the password is missing".into(),
+                ));
+            };
+            let user = percent_decode(user).map_err(|e| bad(format!("user name: {e}")))?;
+            let pass = percent_decode(pass).map_err(|e| bad(format!("password: {e}")))?;
+            if user.is_empty() {
+                return Err(bad("digest auth needs a user name before `:`".into()));
+            }
+            Some(format!("{user}:{pass}"))
+        }
+    };
+
+    if hosts.is_empty() {
+        return Err(bad(
+            "no host; write at least one `host:port`, e.g. `zk://127.0.0.1:2181`".into(),
+        ));
+    }
+    let mut servers = Vec::new();
+    for host in hosts.split(',') {
+        servers.push(parse_host(host).map_err(bad)?);
+    }
+
+    let chroot = match chroot {
+        "" | "/" => "",
+        path => {
+            validate_chroot(path).map_err(|e| bad(format!("chroot `{path}`: {e}")))?;
+            path
+        }
+    };
+
+    let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
+    let mut prefix = DEFAULT_PREFIX.to_owned();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "session_timeout" => {
+                session_timeout = parse_duration(value)
+                    .map_err(|e| bad(format!("session_timeout `{value}`: {e}")))?;
+            }
+            "prefix" => {
+                let value =
+                    percent_decode(value).map_err(|e| bad(format!("prefix `{value}`: {e}")))?;
+                validate_prefix(&value, chroot.is_empty())
+                    .map_err(|e| bad(format!("prefix `{value}`: {e}")))?;
+                prefix = value;
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`) and `prefix` (a node name)"
+                )))
+            }
+        }
+    }
+
+    Ok(Config {
+        connect_string: format!("{}{chroot}", servers.join(",")),
+        digest,
+        session_timeout,
+        prefix,
+    })
+}
+
+fn parse_host(host: &str) -> Result<String, String> {
+    if host.is_empty() {
+        return Err("an empty host in the host list; separate hosts with one `,`".into());
+    }
+    let (name, port) = match host.rsplit_once(':') {
+        // A bracketed IPv6 address without a port has its last ':' inside the brackets.
+        Some((name, port)) if !port.contains(']') => (name, Some(port)),
+        _ => (host, None),
+    };
+    if name.is_empty() {
+        return Err(format!("host `{host}` has no name before the port"));
+    }
+    if name.contains(['/', '?', '#', '@', ' ']) {
+        return Err(format!("host `{host}` is not a host name"));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("host `{host}` has the invalid port `{p}` (1-65535)"))?,
+    };
+    Ok(format!("{name}:{port}"))
+}
+
+fn validate_chroot(path: &str) -> Result<(), String> {
+    if path.ends_with('/') {
+        return Err("must not end with `/`".into());
+    }
+    for part in path[1..].split('/') {
+        if part.is_empty() {
+            return Err("has an empty path component (`//`)".into());
+        }
+        if part == "." || part == ".." {
+            return Err("must not contain `.` or `..` components".into());
+        }
+        if part.chars().any(forbidden_in_node_name) {
+            return Err("contains a character ZooKeeper does not allow in node names".into());
+        }
+    }
+    Ok(())
+}
+
+fn validate_prefix(prefix: &str, at_root: bool) -> Result<(), String> {
+    if prefix.is_empty() || prefix.contains('/') || prefix == "." || prefix == ".." {
+        return Err("must be one node name, without `/`, and not `.` or `..`".into());
+    }
+    if prefix.chars().any(forbidden_in_node_name) {
+        return Err("contains a character ZooKeeper does not allow in node names".into());
+    }
+    if at_root && prefix == "zookeeper" {
+        return Err("`/zookeeper` is reserved by the server; choose another prefix".into());
+    }
+    Ok(())
+}
+
+/// `10s`, `1500ms`, `2m`, or a bare number of milliseconds.
+fn parse_duration(value: &str) -> Result<Duration, String> {
+    let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &value[digits.len()..];
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "not a duration; write e.g. `10s` or `1500ms`".to_owned())?;
+    let d = match unit {
+        "" | "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        other => return Err(format!("unknown unit `{other}`; use `ms`, `s` or `m`")),
+    };
+    if d.is_zero() {
+        return Err("must not be zero".into());
+    }
+    Ok(d)
+}
+
+fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| "a `%` not followed by two hex digits".to_owned())?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "percent-escapes that are not UTF-8".to_owned())
+}
+
+/// Characters ZooKeeper rejects in a path (`PathUtils.validatePath`): C0 and
+/// C1 controls, DEL, the private-use block U+E000-U+F8FF (Rust strings hold no
+/// surrogates) and U+FFF0-U+FFFF.
+fn forbidden_in_node_name(c: char) -> bool {
+    c <= '\u{1f}'
+        || ('\u{7f}'..='\u{9f}').contains(&c)
+        || ('\u{e000}'..='\u{f8ff}').contains(&c)
+        || ('\u{fff0}'..='\u{ffff}').contains(&c)
+}
+
+/// Maps a lock key to one node name that round-trips ([`unescape_key`]):
+/// `%`, `/` and every character ZooKeeper forbids become `%XX` per UTF-8
+/// byte, and the names `.` and `..` (which ZooKeeper rejects) become `%2E`
+/// and `%2E%2E`. Everything else, `:` and non-ASCII letters included, stays
+/// as it is, so an operator recognises the key on the server.
+pub(super) fn escape_key(key: &str) -> String {
+    if key == "." || key == ".." {
+        return "%2E".repeat(key.len());
+    }
+    let mut out = String::with_capacity(key.len());
+    for c in key.chars() {
+        if c == '%' || c == '/' || forbidden_in_node_name(c) {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The inverse of [`escape_key`].
+#[cfg(test)]
+pub(super) fn unescape_key(name: &str) -> Option<String> {
+    percent_decode(name).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_hosts_chroot_and_options() {
+        let c = parse("zk://a:1,b,[::1]:3/app/locks?session_timeout=10s&prefix=mine").unwrap();
+        assert_eq!(c.connect_string, "a:1,b:2181,[::1]:3/app/locks");
+        assert_eq!(c.session_timeout, Duration::from_secs(10));
+        assert_eq!(c.prefix, "mine");
+        assert_eq!(c.digest, None);
+        let c = parse("zk://127.0.0.1:2181").unwrap();
+        assert_eq!(c.connect_string, "127.0.0.1:2181");
+        assert_eq!(c.session_timeout, DEFAULT_SESSION_TIMEOUT);
+        assert_eq!(c.prefix, "dlock");
+        let c = parse("zk://h:1/?session_timeout=1500").unwrap();
+        assert_eq!(c.connect_string, "h:1");
+        assert_eq!(c.session_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn digest_auth_is_decoded_and_never_shown() {
+        let c = parse("zk://app:p%40ss@h:1").unwrap();
+        assert_eq!(c.digest.as_deref(), Some("app:p@ss"));
+        assert!(!format!("{c:?}").contains("p@ss"));
+        let err = parse("zk://app:hunter2@h:0").unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(err.contains("app:***@h:0"), "{err}");
+    }
+
+    #[test]
+    fn rejects_bad_urls_naming_the_problem() {
+        for (url, says) in [
+            ("redis://h:1", "not a ZooKeeper URL"),
+            ("zk://", "no host"),
+            ("zk://a,,b", "empty host"),
+            ("zk://h:x", "invalid port"),
+            ("zk://h:1/a//b", "empty path component"),
+            ("zk://h:1/a/", "must not end"),
+            ("zk://h:1?session_timeout=10h", "unknown unit"),
+            ("zk://h:1?session_timeout=0s", "zero"),
+            ("zk://h:1?prefix=a/b", "one node name"),
+            ("zk://h:1?prefix=zookeeper", "reserved"),
+            ("zk://h:1?colour=red", "unknown option `colour`"),
+            ("zk://user@h:1", "password is missing"),
+        ] {
+            let err = parse(url).unwrap_err();
+            assert!(matches!(err, LockError::InvalidOption { .. }), "{url}");
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn keys_escape_into_one_node_name_and_round_trip() {
+        for key in [
+            "order:42",
+            "a/b/c",
+            "100%",
+            ".",
+            "..",
+            "...",
+            "заказ/7",
+            "priv\u{e000}ate",
+            "end\u{fff5}",
+            "%2F",
+        ] {
+            let name = escape_key(key);
+            assert!(!name.contains('/'), "{key:?} -> {name}");
+            assert!(name != "." && name != "..", "{key:?} -> {name}");
+            assert!(
+                !name.chars().any(forbidden_in_node_name),
+                "{key:?} -> {name}"
+            );
+            assert_eq!(unescape_key(&name).as_deref(), Some(key), "{name}");
+        }
+        assert_eq!(escape_key("order:42"), "order:42");
+        assert_eq!(escape_key("a/b"), "a%2Fb");
+    }
+}

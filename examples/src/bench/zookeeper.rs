@@ -1,0 +1,218 @@
+//! The ZooKeeper suite: dlock's acquire+release cycle against a raw
+//! create-ephemeral-sequential/delete loop with `zookeeper-client`, on the
+//! same server, in the same run.
+//!
+//! - **Cycle latency** (one client, one key, no contention): dlock's cycle is
+//!   create + list children + read the node's stat (for the `czxid` fencing
+//!   token) + delete; the raw loop is create + delete. The ratio is what the
+//!   queue check and the fencing token cost.
+//! - **try_acquire cycle**: dlock's own path (create + list + delete, the
+//!   fencing token from the create's stat), for comparison with the recipe.
+//! - **Contended throughput** (8 clients, each its own session, one key):
+//!   dlock hands the lock over through the predecessor watch; the raw loop
+//!   runs the same create/delete pairs with no exclusion at all, so it is
+//!   the server's ceiling for this traffic, not a lock.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::zookeeper::ZooKeeperBackend;
+use dlock::{Lock, LockBackend};
+use zookeeper_client::{Acls, Client, CreateMode};
+
+use super::stats::{print_table, Row, Summary};
+
+/// Cycles measured for the latency rows (after the warm-up).
+const CYCLES: usize = 500;
+/// Cycles run and thrown away first (JIT of the server, connection warm-up).
+const WARMUP: usize = 50;
+/// Clients contending in the throughput rows.
+const CLIENTS: usize = 8;
+/// How long each throughput measurement runs.
+const WINDOW: Duration = Duration::from_secs(5);
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// Runs the ZooKeeper suite against `url` (`zk://host:port[/chroot]`) and
+/// prints the table.
+///
+/// # Errors
+/// Any connection or server error, with the server's message.
+pub async fn run(url: &str) -> Result<(), BoxError> {
+    let run_id = std::process::id();
+    let key = format!("bench:{run_id}");
+    let raw_dir = format!("/dlock-bench-raw/{run_id}");
+
+    let backends = connect_all(url, CLIENTS).await?;
+    // The raw loop gets its own sessions, so its clients do not share a
+    // connection with dlock's.
+    let raw_backends = connect_all(url, CLIENTS).await?;
+    let raw: Vec<Client> = raw_backends
+        .iter()
+        .map(|b| b.client().ok_or("a freshly opened session already ended"))
+        .collect::<Result<_, _>>()?;
+    raw[0]
+        .mkdir(
+            &raw_dir,
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await?;
+
+    println!(
+        "ZooKeeper bench on {} (session timeout {:?}): {CYCLES} cycles after {WARMUP} warm-up; {CLIENTS} clients for {WINDOW:?}",
+        dlock::url::redact(url),
+        backends[0].session_timeout()
+    );
+
+    let ours = dlock_latency(&backends[0], &key, false).await?;
+    let ours_try = dlock_latency(&backends[0], &key, true).await?;
+    let theirs = raw_latency(&raw[0], &raw_dir).await?;
+    let ours_tp = dlock_throughput(&backends, &key).await?;
+    let theirs_tp = raw_throughput(&raw, &raw_dir).await?;
+
+    let _ = raw[0].delete(&raw_dir, None).await;
+    let _ = raw[0].delete("/dlock-bench-raw", None).await;
+
+    print_table(
+        "ZooKeeper: dlock vs raw create-ephemeral-sequential/delete",
+        "raw zookeeper-client",
+        &[
+            Row::latency("cycle p50, 1 client, no contention", ours.p50, theirs.p50),
+            Row::latency("cycle p99, 1 client, no contention", ours.p99, theirs.p99),
+            Row::latency(
+                "cycle mean, 1 client, no contention",
+                ours.mean,
+                theirs.mean,
+            ),
+            Row::latency(
+                "try_acquire cycle p50 (own create/list/delete path)",
+                ours_try.p50,
+                theirs.p50,
+            ),
+            Row::latency(
+                "try_acquire cycle p99 (own create/list/delete path)",
+                ours_try.p99,
+                theirs.p99,
+            ),
+            Row::throughput(
+                &format!("cycles/s, {CLIENTS} clients, one key (raw: no exclusion)"),
+                ours_tp,
+                theirs_tp,
+            ),
+        ],
+    );
+    Ok(())
+}
+
+async fn connect_all(url: &str, n: usize) -> Result<Vec<Arc<ZooKeeperBackend>>, BoxError> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(Arc::new(ZooKeeperBackend::connect(url).await?));
+    }
+    Ok(out)
+}
+
+fn lock_on(backend: &Arc<ZooKeeperBackend>, key: &str) -> Lock {
+    let backend: Arc<dyn LockBackend> = backend.clone();
+    Lock::new(key).with_backend(backend)
+}
+
+/// `acquire` (the recipe) or, with `once`, `try_acquire` (dlock's own
+/// create/list path), each followed by `release`.
+async fn dlock_latency(
+    backend: &Arc<ZooKeeperBackend>,
+    key: &str,
+    once: bool,
+) -> Result<Summary, BoxError> {
+    let lock = lock_on(backend, key).wait(Duration::from_secs(10));
+    let mut samples = Vec::with_capacity(CYCLES);
+    for i in 0..WARMUP + CYCLES {
+        let start = Instant::now();
+        let guard = if once {
+            lock.try_acquire()
+                .await?
+                .ok_or("nobody else holds the bench key")?
+        } else {
+            lock.acquire().await?
+        };
+        guard.release().await?;
+        if i >= WARMUP {
+            samples.push(start.elapsed());
+        }
+    }
+    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}
+
+async fn raw_cycle(client: &Client, dir: &str) -> Result<(), BoxError> {
+    let prefix = format!("{dir}/_c_bench-lock-");
+    let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let (_, seq) = client.create(&prefix, b"", &options).await?;
+    client.delete(&format!("{prefix}{seq}"), None).await?;
+    Ok(())
+}
+
+async fn raw_latency(client: &Client, dir: &str) -> Result<Summary, BoxError> {
+    let mut samples = Vec::with_capacity(CYCLES);
+    for i in 0..WARMUP + CYCLES {
+        let start = Instant::now();
+        raw_cycle(client, dir).await?;
+        if i >= WARMUP {
+            samples.push(start.elapsed());
+        }
+    }
+    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}
+
+async fn dlock_throughput(backends: &[Arc<ZooKeeperBackend>], key: &str) -> Result<f64, BoxError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for backend in backends {
+        let lock = lock_on(backend, key).wait(Duration::from_secs(30));
+        let (stop, done) = (stop.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let guard = lock.acquire().await?;
+                guard.release().await?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, dlock::LockError>(())
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    stop.store(true, Ordering::Relaxed);
+    let counted = done.load(Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(counted as f64 / elapsed.as_secs_f64())
+}
+
+async fn raw_throughput(clients: &[Client], dir: &str) -> Result<f64, BoxError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for client in clients {
+        let (client, dir) = (client.clone(), dir.to_owned());
+        let (stop, done) = (stop.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                raw_cycle(&client, &dir).await.map_err(|e| e.to_string())?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    stop.store(true, Ordering::Relaxed);
+    let counted = done.load(Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(counted as f64 / elapsed.as_secs_f64())
+}

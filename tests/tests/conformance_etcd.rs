@@ -1,0 +1,14 @@
+//! The conformance suite on etcd: one member, and a 3-member cluster whose
+//! URL names all members.
+
+mod single {
+    use dlock_tests::fixtures::etcd::EtcdFixture;
+
+    dlock_tests::conformance_suite!(EtcdFixture::single());
+}
+
+mod cluster {
+    use dlock_tests::fixtures::etcd::EtcdFixture;
+
+    dlock_tests::conformance_suite!(EtcdFixture::cluster(3));
+}

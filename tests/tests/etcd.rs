@@ -1,0 +1,580 @@
+//! etcd-specific behaviour on real etcd servers: FIFO fairness, interop with
+//! `etcdctl lock` both ways, a leader killed under a held lock, the whole
+//! cluster stopped, a holder process killed with SIGKILL, auth and TLS.
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock::backends::etcd::EtcdBackend;
+use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::fixtures::etcd::{queue_prefix, EtcdFixture};
+use dlock_tests::servers::control::ServerControl;
+use dlock_tests::servers::etcd::{EtcdServer, ETCD_PACKAGES};
+use dlock_tests::servers::process::require_binary;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+async fn connect(url: &str) -> Arc<dyn LockBackend> {
+    Arc::new(
+        EtcdBackend::connect(url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
+    )
+}
+
+fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
+    Lock::new(key).with_backend(backend.clone())
+}
+
+/// Runs blocking harness work (etcdctl, killing servers) without stalling the runtime.
+fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(work)
+}
+
+/// Polls (bounded) until the server-side queue of `key` has `len` entries.
+async fn wait_for_queue(fixture: &EtcdFixture, key: &str, len: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let queue = blocking(|| fixture.queue(key));
+        if queue.len() >= len {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queue of {key} never reached {len} entries: {queue:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Counts holders inside a critical section; any count above one is an overlap.
+#[derive(Default)]
+struct Overlap {
+    inside: AtomicUsize,
+    overlaps: AtomicUsize,
+}
+
+impl Overlap {
+    fn enter(&self) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Ten waiters, each its own client, queue one after another behind a holder
+/// and get the lock in exactly that order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_first_come_first_served() {
+    const WAITERS: usize = 10;
+    let fixture = EtcdFixture::single();
+    let key = "fair";
+    let holder = connect(fixture.url()).await;
+    let held = lock(&holder, key).acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let overlap = Arc::new(Overlap::default());
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let backend = connect(fixture.url()).await;
+        let (order, overlap) = (order.clone(), overlap.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = lock(&backend, key)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("a waiter did not get the lock");
+            overlap.enter();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            overlap.leave();
+            guard.release().await.unwrap();
+        }));
+        // Waiter i is on the server before waiter i+1 starts.
+        wait_for_queue(&fixture, key, i + 2).await;
+    }
+    held.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for task in tasks {
+            task.await.expect("a waiter panicked");
+        }
+    })
+    .await
+    .expect("the waiters did not finish within 30 s");
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    assert_eq!(overlap.overlaps.load(Ordering::SeqCst), 0);
+    assert!(
+        blocking(|| fixture.queue(key)).is_empty(),
+        "entries left behind"
+    );
+}
+
+/// `etcdctl lock <name>` as a child process; it prints the key it holds
+/// once it has the lock, and gives it back on SIGTERM.
+struct Etcdctl {
+    child: Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Etcdctl {
+    fn lock(endpoints: &str, name: &str) -> Self {
+        let ctl = require_binary("etcdctl", ETCD_PACKAGES).unwrap_or_else(|e| panic!("{e}"));
+        let mut child = Command::new(ctl)
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoints}"))
+            .args(["lock", name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn etcdctl lock");
+        let stdout = child.stdout.take().expect("piped stdout");
+        Etcdctl {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// The key etcdctl printed when it got the lock, if it did within `limit`.
+    async fn acquired_within(&mut self, limit: Duration) -> Option<String> {
+        match tokio::time::timeout(limit, self.lines.next_line()).await {
+            Ok(Ok(Some(line))) => Some(line),
+            Ok(other) => panic!("etcdctl lock ended without the lock: {other:?}"),
+            Err(_) => None,
+        }
+    }
+
+    /// SIGTERM: etcdctl unlocks and revokes its session, then exits (bounded).
+    async fn unlock(mut self) {
+        let pid = self.child.id().expect("etcdctl is running") as i32;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("signal etcdctl");
+        tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .expect("etcdctl did not exit within 5 s of SIGTERM")
+            .expect("wait for etcdctl");
+    }
+}
+
+/// While we hold `order:42`, `etcdctl lock dlock/order:42` waits; after our
+/// release it gets the lock; then we wait for it, and get the lock when it
+/// lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn excludes_and_follows_etcdctl_lock_both_ways() {
+    let fixture = EtcdFixture::single();
+    let endpoints = fixture.url().trim_start_matches("etcd://").to_owned();
+    let key = "order:42";
+    let name = queue_prefix(key).trim_end_matches('/').to_owned();
+    let ours = connect(fixture.url()).await;
+
+    let guard = lock(&ours, key).acquire().await.unwrap();
+    let mut theirs = Etcdctl::lock(&endpoints, &name);
+    assert_eq!(
+        theirs.acquired_within(Duration::from_millis(1500)).await,
+        None,
+        "etcdctl got the lock while we held it"
+    );
+    guard.release().await.unwrap();
+    let their_key = theirs
+        .acquired_within(Duration::from_secs(5))
+        .await
+        .expect("etcdctl did not get the lock after our release");
+    assert!(their_key.starts_with(&queue_prefix(key)), "{their_key}");
+
+    // Now etcdctl holds it: we neither get it at once nor within a short wait.
+    assert!(lock(&ours, key).try_acquire().await.unwrap().is_none());
+    let err = lock(&ours, key)
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    let waiting = {
+        let ours = ours.clone();
+        tokio::spawn(async move {
+            let guard = lock(&ours, key)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await;
+            (Instant::now(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let let_go = Instant::now();
+    theirs.unlock().await;
+    let (got_at, guard) = waiting.await.unwrap();
+    let guard = guard.expect("we did not get the lock after etcdctl let go");
+    assert!(
+        got_at - let_go < Duration::from_secs(2),
+        "took {:?}",
+        got_at - let_go
+    );
+    guard.release().await.unwrap();
+}
+
+/// A 3-member cluster loses its leader while a guard is held and three
+/// waiters queue: the guard stays held (keep-alive moves to another member),
+/// and the waiters get the lock in their order afterwards, never two at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_while_held_keeps_the_lock_and_the_order() {
+    let mut fixture = EtcdFixture::cluster(3);
+    let key = "leader";
+    let ttl = Duration::from_secs(5);
+    let holder = connect(fixture.url()).await;
+    let held = lock(&holder, key).ttl(ttl).acquire().await.unwrap();
+    let lost = held.lost();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let overlap = Arc::new(Overlap::default());
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let backend = connect(fixture.url()).await;
+        let (order, overlap) = (order.clone(), overlap.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = lock(&backend, key)
+                .ttl(ttl)
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+                .expect("a waiter did not get the lock");
+            overlap.enter();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            overlap.leave();
+            guard.release().await.unwrap();
+        }));
+        wait_for_queue(&fixture, key, i + 2).await;
+    }
+
+    let cluster = fixture.cluster_mut();
+    let leader = blocking(|| cluster.wait_for_leader(Duration::from_secs(10))).unwrap();
+    blocking(|| cluster.member_mut(leader).kill9());
+    let new_leader = blocking(|| cluster.wait_for_leader(Duration::from_secs(15))).unwrap();
+    assert_ne!(new_leader, leader);
+
+    // Hold on for two more ttls: only working renewals keep the lease that long.
+    let watch_until = Instant::now() + ttl * 2;
+    tokio::select! {
+        () = lost => panic!("the guard was lost when the leader died"),
+        () = tokio::time::sleep_until(watch_until.into()) => {}
+    }
+    assert!(held.is_held());
+    held.release()
+        .await
+        .expect("release after the leader change");
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for task in tasks {
+            task.await.expect("a waiter panicked");
+        }
+    })
+    .await
+    .expect("the waiters did not finish within 30 s");
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    assert_eq!(overlap.overlaps.load(Ordering::SeqCst), 0);
+}
+
+/// With every member stopped, the guard reports the loss before its ttl
+/// runs out locally, and `acquire` fails with `Backend` within its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_cluster_stopped_loses_the_lease_and_fails_acquire() {
+    let mut fixture = EtcdFixture::cluster(3);
+    let ttl = Duration::from_secs(2);
+    let backend = connect(fixture.url()).await;
+    let guard = lock(&backend, "down").ttl(ttl).acquire().await.unwrap();
+    let lost = guard.lost();
+    // Let one renewal go through so the deadline comes from a keep-alive.
+    tokio::time::sleep(ttl / 2).await;
+    let cluster = fixture.cluster_mut();
+    let stopped_at = Instant::now();
+    blocking(|| {
+        for i in 0..cluster.len() {
+            cluster.member_mut(i).stop();
+        }
+    });
+    tokio::time::timeout(ttl, lost)
+        .await
+        .expect("lost() did not fire within the ttl of the cluster stopping");
+    assert!(
+        stopped_at.elapsed() <= ttl,
+        "lost after {:?}",
+        stopped_at.elapsed()
+    );
+    assert!(!guard.is_held());
+    drop(guard);
+
+    let wait = Duration::from_secs(2);
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(
+        wait + Duration::from_secs(2),
+        lock(&backend, "down-2").ttl(ttl).wait(wait).acquire(),
+    )
+    .await
+    .expect("acquire hung on a stopped cluster");
+    let err = outcome.expect_err("acquired a lock on a stopped cluster");
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(
+        started.elapsed() <= wait + Duration::from_millis(500),
+        "acquire took {:?} with a wait of {wait:?}",
+        started.elapsed()
+    );
+    // A transport failure is never "someone else holds it".
+    let err = lock(&backend, "down-3").try_acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    // Without a wait, acquire gives up once etcd has not answered for a ttl.
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(
+        ttl + Duration::from_secs(5),
+        lock(&backend, "down-4").ttl(ttl).acquire(),
+    )
+    .await
+    .expect("an acquire without a wait hung on a stopped cluster");
+    let err = outcome.expect_err("acquired a lock on a stopped cluster");
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(
+        started.elapsed() >= ttl / 2,
+        "gave up after {:?}",
+        started.elapsed()
+    );
+}
+
+/// A holder process killed with SIGKILL keeps the lock until its lease
+/// expires on the server, and not much longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_process_frees_the_lock_when_its_lease_expires() {
+    let fixture = EtcdFixture::single();
+    let key = "crash";
+    let ttl = Duration::from_secs(2);
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_lock-holder"))
+        .args([fixture.url(), key, &ttl.as_millis().to_string(), "60000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn lock-holder");
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("lock-holder did not report within 10 s")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(first.starts_with("ACQUIRED "), "{first}");
+    // Let it renew a few times, so its lease was last extended just before the kill.
+    tokio::time::sleep(ttl).await;
+
+    let ours = connect(fixture.url()).await;
+    let waiting = {
+        let ours = ours.clone();
+        tokio::spawn(async move {
+            let guard = lock(&ours, key)
+                .wait(Duration::from_secs(15))
+                .acquire()
+                .await;
+            (Instant::now(), guard)
+        })
+    };
+    wait_for_queue(&fixture, key, 2).await;
+    let pid = holder.id().expect("lock-holder is running") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed_at = Instant::now();
+    holder.wait().await.unwrap();
+    let (got_at, guard) = waiting.await.unwrap();
+    let guard = guard.expect("the waiter never got the lock");
+    let after = got_at - killed_at;
+    // The holder renews every ttl/3, so its lease ends between 2/3 ttl and
+    // one ttl after the kill; etcd checks expiry every 500 ms.
+    assert!(
+        after >= ttl * 2 / 3 - Duration::from_millis(100),
+        "taken {after:?} after the kill: before the lease expired"
+    );
+    assert!(
+        after <= ttl + Duration::from_secs(1),
+        "taken {after:?} after the kill"
+    );
+    guard.release().await.unwrap();
+}
+
+/// User/password auth: the right password works, a wrong one is a `Backend`
+/// error that does not show the password, and `describe()` hides it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_and_password_auth() {
+    let server = EtcdServer::start();
+    blocking(|| {
+        server.etcdctl(&["user", "add", "root:R00t-pw"]);
+        server.etcdctl(&["auth", "enable"]);
+    });
+    let url = format!("etcd://root:R00t-pw@{}", server.endpoint());
+    let backend = connect(&url).await;
+    assert_eq!(
+        backend.describe(),
+        format!("etcd://root:***@{}", server.endpoint())
+    );
+    let guard = lock(&backend, "auth").acquire().await.unwrap();
+    assert!(guard.fencing_token().is_some());
+    guard.release().await.unwrap();
+
+    let wrong = format!("etcd://root:not-the-Pw@{}", server.endpoint());
+    let err = EtcdBackend::connect(&wrong).await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("not-the-Pw"), "{shown}");
+}
+
+/// A URL that cannot work is a clear `InvalidOption`, never a panic.
+#[tokio::test]
+async fn bad_urls_are_invalid_options() {
+    for url in [
+        "etcd://",
+        "etcd://h:99999",
+        "etcd://h?nope=1",
+        "etcds://h:2379",
+        "etcds://h:2379?ca=/nonexistent/ca.pem",
+    ] {
+        let err = dlock::connect(url).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidOption { .. }),
+            "{url}: {err:?}"
+        );
+    }
+    // Nothing listens there: a transport failure, reported as such.
+    let port = dlock_tests::servers::ports::free_port().unwrap();
+    let err = dlock::connect(&format!("etcd://127.0.0.1:{port}?timeout=1s"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+}
+
+/// `etcds://` with a CA file: a TLS-only member is reached and locks work;
+/// a plain `etcd://` URL to the same port is a `Backend` error, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_ca_file() {
+    use dlock_tests::servers::ports::free_port;
+    use dlock_tests::servers::process::{ProcessSpec, ServerProcess};
+    use dlock_tests::tls::TestCerts;
+
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(dir.path()).unwrap();
+    let (client_port, peer_port) = (free_port().unwrap(), free_port().unwrap());
+    let client_url = format!("https://127.0.0.1:{client_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    let etcd = require_binary("etcd", ETCD_PACKAGES).unwrap_or_else(|e| panic!("{e}"));
+    let spec = ProcessSpec::new("etcd tls", etcd, dir.path().join("etcd.log"))
+        .args(["--name", "tls", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("tls={peer_url}")])
+        .arg("--cert-file")
+        .arg(certs.server_cert_path())
+        .arg("--key-file")
+        .arg(certs.server_key_path());
+    let _server = ServerProcess::spawn(spec).unwrap();
+
+    let url = format!(
+        "etcds://127.0.0.1:{client_port}?ca={}&timeout=2s",
+        certs.ca_cert_path().display()
+    );
+    // Ready when a TLS client gets through (bounded).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let a: Arc<dyn LockBackend> = loop {
+        match EtcdBackend::connect(&url).await {
+            Ok(backend) => break Arc::new(backend),
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the TLS etcd never answered: {e}"),
+        }
+    };
+    let b = connect(&url).await;
+    let guard = lock(&a, "tls").acquire().await.unwrap();
+    assert!(lock(&b, "tls").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    assert!(lock(&b, "tls").try_acquire().await.unwrap().is_some());
+
+    let plain = format!("etcd://127.0.0.1:{client_port}?timeout=2s");
+    let err = tokio::time::timeout(Duration::from_secs(10), EtcdBackend::connect(&plain))
+        .await
+        .expect("a plain connect to a TLS port hung")
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+}
+
+/// A waiter whose `acquire` is dropped leaves no entry in the server's queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_waiter_deletes_its_queue_entry() {
+    let fixture = EtcdFixture::single();
+    let key = "dropped";
+    let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let held = lock(&a, key).acquire().await.unwrap();
+    let waiter = lock(&b, key);
+    let dropped = tokio::time::timeout(Duration::from_millis(500), waiter.acquire()).await;
+    assert!(
+        dropped.is_err(),
+        "the waiter should still have been waiting"
+    );
+    let holder_only = blocking(|| fixture.queue(key));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let queue = blocking(|| fixture.queue(key));
+        if queue.len() == 1 {
+            assert_eq!(queue, holder_only[..1], "the holder's entry must stay");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dropped waiter's entry stayed: {queue:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await.unwrap();
+    assert!(blocking(|| fixture.queue(key)).is_empty());
+}
+
+/// 100 guards of one backend share its session lease: one keep-alive and a
+/// read of 100 keys (in two transactions) per renewal keep all of them held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_guards_share_one_session_and_stay_held() {
+    let fixture = EtcdFixture::single();
+    let backend = connect(fixture.url()).await;
+    let ttl = Duration::from_secs(1);
+    let mut guards = Vec::new();
+    for i in 0..100 {
+        guards.push(
+            lock(&backend, &format!("many:{i}"))
+                .ttl(ttl)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let leases = blocking(|| fixture.etcdctl(&["lease", "list"]));
+    assert!(leases.contains("found 1 leases"), "{leases}");
+    tokio::time::sleep(ttl * 3 + ttl / 2).await;
+    assert!(guards.iter().all(|g| g.is_held()), "a guard lapsed");
+    let other = connect(fixture.url()).await;
+    assert!(lock(&other, "many:99")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert!(lock(&other, "many:99")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
+}

@@ -1,0 +1,750 @@
+//! ZooKeeper-specific behaviour on a real server: queue fairness, interop with
+//! Apache Curator's `InterProcessMutex`, session expiry, a crashed holder
+//! process, a stopped server, key escaping and the node layout.
+//!
+//! Every wait is bounded; servers run on free loopback ports in temp dirs and
+//! stop when their fixture is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use dlock::backends::zookeeper::ZooKeeperBackend;
+use dlock::{distributed_lock, Lock, LockBackend, LockError};
+use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
+use dlock_tests::proxy::FaultProxy;
+use dlock_tests::servers::control::ServerControl;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+async fn backend(fixture: &ZkFixture) -> Arc<ZooKeeperBackend> {
+    Arc::new(
+        ZooKeeperBackend::connect(fixture.url())
+            .await
+            .expect("connect to the fixture"),
+    )
+}
+
+fn lock(backend: &Arc<ZooKeeperBackend>, key: &str) -> Lock {
+    let backend: Arc<dyn LockBackend> = backend.clone();
+    Lock::new(key).with_backend(backend)
+}
+
+/// Polls `check` every 20 ms until it holds, for at most `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ten waiters, each on its own session, queue behind a holder one after
+/// another and get the lock in exactly that order: each watches only its
+/// predecessor, and the smallest sequence goes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_waiters_acquire_in_queue_order() {
+    const WAITERS: usize = 10;
+    let fixture = ZkFixture::start().await;
+    let key = "fairness";
+    let holder = backend(&fixture).await;
+    let held = lock(&holder, key).acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let b = backend(&fixture).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock(&b, key)
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
+            order.lock().unwrap().push(i);
+            guard.release().await.unwrap();
+        }));
+        // Waiter i has queued when its node is there: holder + i + 1 nodes.
+        eventually("waiter queued", Duration::from_secs(10), || async {
+            fixture.contenders(key).await.len() == i + 2
+        })
+        .await;
+    }
+    held.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for t in tasks {
+            t.await.expect("a waiter panicked");
+        }
+    })
+    .await
+    .expect("the waiters did not all finish within 60 s");
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    assert!(
+        fixture.contenders(key).await.is_empty(),
+        "nodes left behind"
+    );
+}
+
+/// Nodes have Curator's protected layout, the key is escaped into one node
+/// name, and the fencing token is the node's czxid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_use_the_curator_layout_and_escaped_keys() {
+    let fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    let key = "tenant/7:order%42";
+    assert_eq!(b.lock_path(key).unwrap(), "/dlock/tenant%2F7:order%2542");
+    let guard = lock(&b, key).acquire().await.unwrap();
+    let children = fixture.contenders(key).await;
+    assert_eq!(children.len(), 1, "{children:?}");
+    let name = &children[0];
+    // _c_<36-char uuid>-lock-<10 digits>
+    assert!(name.starts_with("_c_"), "{name}");
+    let (uuid, seq) = name[3..].split_once("-lock-").expect("Curator's lock name");
+    assert_eq!(uuid.len(), 36, "{name}");
+    assert_eq!(seq.len(), 10, "{name}");
+    let (_, stat) = fixture
+        .admin()
+        .get_data(&format!("{}/{name}", fixture.lock_path(key)))
+        .await
+        .unwrap();
+    assert_eq!(guard.fencing_token(), Some(stat.czxid as u64));
+    assert!(stat.ephemeral_owner != 0, "the lock node must be ephemeral");
+    // try_acquire goes the same way and leaves nothing when it loses.
+    let other = backend(&fixture).await;
+    assert!(lock(&other, key).try_acquire().await.unwrap().is_none());
+    assert_eq!(fixture.contenders(key).await.len(), 1);
+    guard.release().await.unwrap();
+    assert!(fixture.contenders(key).await.is_empty());
+}
+
+/// A waiter whose wait runs out has deleted its node by the time `acquire`
+/// returns, so it never stands between the holder and the next contender.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_waiter_leaves_no_node() {
+    let fixture = ZkFixture::start().await;
+    let key = "timeout-cleanup";
+    let (a, b) = (backend(&fixture).await, backend(&fixture).await);
+    let held = lock(&a, key).acquire().await.unwrap();
+    let err = lock(&b, key)
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    assert_eq!(
+        fixture.contenders(key).await.len(),
+        1,
+        "the waiter's node is still queued"
+    );
+    held.release().await.unwrap();
+}
+
+/// The ttl of a lease is clamped to the negotiated session timeout: a longer
+/// local deadline could outlive a session the server already expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_is_clamped_to_the_session_timeout() {
+    let fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    assert_eq!(b.session_timeout(), SESSION_TIMEOUT);
+    let backend: Arc<dyn LockBackend> = b.clone();
+    let req = dlock::backend::AcquireRequest {
+        key: "clamp".into(),
+        token: "00112233445566778899aabbccddeeff".into(),
+        ttl: Duration::from_secs(60),
+    };
+    let lease = backend.try_acquire(&req).await.unwrap().expect("free key");
+    assert_eq!(lease.ttl, SESSION_TIMEOUT);
+    assert!(lease.valid_until <= Instant::now() + SESSION_TIMEOUT);
+    assert!(backend.release(&lease).await.unwrap());
+}
+
+// ---------------------------------------------------------------- Curator
+
+const CURATOR_SOURCE: &str = r#"
+import java.util.concurrent.TimeUnit;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryNTimes;
+
+/** CuratorLock <connect> <path> hold|try <ms>: hold the mutex for ms, or try for ms. */
+public class CuratorLock {
+    public static void main(String[] args) throws Exception {
+        String connect = args[0], path = args[1], mode = args[2];
+        long ms = Long.parseLong(args[3]);
+        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, 10000, 5000, new RetryNTimes(3, 100));
+        client.start();
+        if (!client.blockUntilConnected(15, TimeUnit.SECONDS)) {
+            System.out.println("NOCONNECT");
+            System.exit(2);
+        }
+        InterProcessMutex mutex = new InterProcessMutex(client, path);
+        boolean got;
+        if (mode.equals("hold")) { mutex.acquire(); got = true; }
+        else { got = mutex.acquire(ms, TimeUnit.MILLISECONDS); }
+        System.out.println(got ? "ACQUIRED" : "TIMEOUT");
+        System.out.flush();
+        if (got) {
+            if (mode.equals("hold")) Thread.sleep(ms);
+            mutex.release();
+            System.out.println("RELEASED");
+            System.out.flush();
+        }
+        client.close();
+    }
+}
+"#;
+
+/// Jars of Debian's `libcurator-*-java` and `zookeeper` packages.
+const CURATOR_JARS: &[&str] = &[
+    "curator-recipes.jar",
+    "curator-framework.jar",
+    "curator-client.jar",
+    "zookeeper.jar",
+    "zookeeper-jute.jar",
+    "guava.jar",
+    "slf4j-api.jar",
+    "slf4j-nop.jar",
+];
+
+/// Compiles `CuratorLock.java` once per test binary; returns the class path.
+fn curator_classpath() -> String {
+    static COMPILED: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
+    let (_, cp) = COMPILED.get_or_init(|| {
+        let jars: Vec<PathBuf> = CURATOR_JARS
+            .iter()
+            .map(|j| Path::new("/usr/share/java").join(j))
+            .collect();
+        for jar in &jars {
+            assert!(
+                jar.exists(),
+                "{} is missing: install Debian's libcurator-recipes-java, libcurator-framework-java, \
+                 libcurator-client-java, zookeeper and libslf4j-java",
+                jar.display()
+            );
+        }
+        let dir = tempfile::tempdir().expect("temp dir for the Java program");
+        std::fs::write(dir.path().join("CuratorLock.java"), CURATOR_SOURCE).unwrap();
+        let jar_cp = jars
+            .iter()
+            .map(|j| j.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        let out = std::process::Command::new("javac")
+            .arg("-cp")
+            .arg(&jar_cp)
+            .arg("-d")
+            .arg(dir.path())
+            .arg(dir.path().join("CuratorLock.java"))
+            .output()
+            .expect("run javac (Debian package default-jdk-headless)");
+        assert!(
+            out.status.success(),
+            "javac failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cp = format!("{}:{jar_cp}", dir.path().display());
+        (dir, cp)
+    });
+    cp.clone()
+}
+
+/// A running `CuratorLock` and its stdout lines; killed when dropped.
+struct Curator {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Curator {
+    fn spawn(connect: &str, path: &str, mode: &str, ms: u64) -> Self {
+        let mut child = Command::new("java")
+            .args([
+                "-Xmx64m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-cp",
+            ])
+            .arg(curator_classpath())
+            .args(["CuratorLock", connect, path, mode, &ms.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run java");
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Curator { child, lines }
+    }
+
+    /// The next line the program prints, within `limit`.
+    async fn line(&mut self, limit: Duration) -> String {
+        tokio::time::timeout(limit, self.lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("Curator printed nothing within {limit:?}"))
+            .expect("read Curator's output")
+            .expect("Curator exited without a line")
+    }
+
+    async fn exits_cleanly(mut self) {
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .expect("Curator did not exit within 20 s")
+            .unwrap();
+        assert!(status.success(), "Curator exited with {status}");
+    }
+}
+
+/// Curator's `InterProcessMutex` and dlock exclude each other on the same
+/// path, both ways, because both queue `_c_<uuid>-lock-<seq>` children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_interprocess_mutex_and_dlock_exclude_each_other() {
+    let fixture = ZkFixture::start().await;
+    let key = "interop";
+    let path = fixture.lock_path(key);
+    let connect = fixture.connect_string();
+    let b = backend(&fixture).await;
+    let startup = Duration::from_secs(30);
+
+    // Curator holds; dlock waits until Curator releases.
+    let mut curator = Curator::spawn(&connect, &path, "hold", 1500);
+    assert_eq!(curator.line(startup).await, "ACQUIRED");
+    let curator_got_it = Instant::now();
+    assert!(
+        lock(&b, key).try_acquire().await.unwrap().is_none(),
+        "dlock took a lock Curator holds"
+    );
+    let guard = lock(&b, key)
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("dlock never got the lock after Curator released it");
+    assert!(
+        curator_got_it.elapsed() >= Duration::from_millis(1200),
+        "dlock got the lock {:?} after Curator took it for 1.5 s",
+        curator_got_it.elapsed()
+    );
+    assert_eq!(curator.line(Duration::from_secs(5)).await, "RELEASED");
+    curator.exits_cleanly().await;
+
+    // dlock holds; Curator cannot get it, then waits and gets it on release.
+    let mut short = Curator::spawn(&connect, &path, "try", 1000);
+    assert_eq!(
+        short.line(startup).await,
+        "TIMEOUT",
+        "Curator took a lock dlock holds"
+    );
+    short.exits_cleanly().await;
+    let mut waiting = Curator::spawn(&connect, &path, "try", 20_000);
+    eventually("Curator queued", startup, || async {
+        fixture.contenders(key).await.len() == 2
+    })
+    .await;
+    guard.release().await.unwrap();
+    assert_eq!(waiting.line(Duration::from_secs(10)).await, "ACQUIRED");
+    assert_eq!(waiting.line(Duration::from_secs(10)).await, "RELEASED");
+    waiting.exits_cleanly().await;
+}
+
+// ------------------------------------------------------- sessions and faults
+
+/// Closing the backend's session from a second client with the same session
+/// id and password (as Curator's `KillSession` does) expires it: the guard's
+/// `lost()` fires, its release says `NotHeld`, and the backend opens a new
+/// session for the next acquisition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expiry_loses_every_guard_of_the_session() {
+    let fixture = ZkFixture::start().await;
+    let (proxy, b) = proxied(&fixture).await;
+    let one = lock(&b, "expiry-1")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let two = lock(&b, "expiry-2")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (lost_one, lost_two) = (one.lost(), two.lost());
+
+    let old_id = b.client().expect("a live session").session_id();
+    expire_session(&fixture, &proxy, &b, "expiry-1").await;
+
+    let limit = SESSION_TIMEOUT + Duration::from_secs(3);
+    let start = Instant::now();
+    tokio::time::timeout(limit, async {
+        lost_one.await;
+        lost_two.await;
+    })
+    .await
+    .unwrap_or_else(|_| panic!("lost() did not fire within {limit:?} of the session's close"));
+    assert!(start.elapsed() < limit);
+    assert!(!one.is_held() && !two.is_held());
+    assert!(matches!(
+        one.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    assert!(matches!(
+        two.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    assert!(
+        fixture.contenders("expiry-1").await.is_empty(),
+        "the expired session's node survived"
+    );
+
+    // A new session serves the next acquisition.
+    let again = lock(&b, "expiry-1")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire after the session expired");
+    assert_ne!(
+        b.client().unwrap().session_id(),
+        old_id,
+        "the expired session was reused"
+    );
+    again.release().await.unwrap();
+}
+
+/// A backend that reaches the fixture's standalone server through a fault
+/// proxy, so a test can cut it off.
+async fn proxied(fixture: &ZkFixture) -> (FaultProxy, Arc<ZooKeeperBackend>) {
+    let ZkServers::Single(server) = &fixture.servers else {
+        unreachable!("a standalone fixture")
+    };
+    let proxy = FaultProxy::start(server.addr()).await;
+    let url = format!(
+        "zk://{}?session_timeout={}ms",
+        proxy.addr(),
+        SESSION_TIMEOUT.as_millis()
+    );
+    let backend = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    (proxy, backend)
+}
+
+/// Expires `backend`'s session the way Curator's `KillSession` does: a second
+/// client re-establishes it with the same id and password and closes it. The
+/// backend is cut off by its proxy meanwhile (else its reconnects would keep
+/// taking the session back), and reconnects after the close, to hear that the
+/// session expired. Returns once the server dropped the session's `key` node.
+async fn expire_session(
+    fixture: &ZkFixture,
+    proxy: &FaultProxy,
+    backend: &ZooKeeperBackend,
+    key: &str,
+) {
+    let session = backend.client().expect("a live session").session().clone();
+    proxy.reset();
+    let intruder = zookeeper_client::Client::connector()
+        .with_session(session)
+        .connect(&fixture.connect_string())
+        .await
+        .expect("re-establish the session from a second client");
+    intruder
+        .check_stat("/")
+        .await
+        .expect("the intruder owns the session");
+    // Dropping the last handle of the re-established session closes it.
+    drop(intruder);
+    eventually(
+        "the closed session's node is deleted",
+        Duration::from_secs(5),
+        || async { fixture.contenders(key).await.is_empty() },
+    )
+    .await;
+    proxy.pass();
+}
+
+/// A critical section far longer than the test; the session under it expires.
+#[distributed_lock(key = "expiring:{id}", ttl = "30s", backend = "zk-session-expiry")]
+async fn long_critical_section(
+    id: u64,
+    started: tokio::sync::oneshot::Sender<()>,
+) -> Result<&'static str, LockError> {
+    let _ = started.send(());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok("finished")
+}
+
+/// An annotated fn with the default `on_lost = "cancel"` whose session
+/// expires mid-body returns `Err(Lost)` at once instead of running on
+/// unprotected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expiry_cancels_an_annotated_fn() {
+    let fixture = ZkFixture::start().await;
+    let (proxy, b) = proxied(&fixture).await;
+    dlock::registry().register("zk-session-expiry", b.clone());
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let job = tokio::spawn(long_critical_section(1, started_tx));
+    tokio::time::timeout(Duration::from_secs(10), started_rx)
+        .await
+        .expect("the body did not start within 10 s")
+        .expect("the body dropped its start signal");
+    expire_session(&fixture, &proxy, &b, "expiring:1").await;
+    let limit = SESSION_TIMEOUT + Duration::from_secs(3);
+    let result = tokio::time::timeout(limit, job)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the annotated fn ran on for {limit:?} after its session closed")
+        })
+        .unwrap();
+    assert!(
+        matches!(result, Err(LockError::Lost { ref key }) if key == "expiring:1"),
+        "{result:?}"
+    );
+}
+
+/// A holder process killed with SIGKILL leaves its session to expire on the
+/// server: the next waiter gets the lock after about the session timeout, not
+/// before and not much later, with a larger fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_process_frees_the_lock_after_the_session_timeout() {
+    let fixture = ZkFixture::start().await;
+    let key = "crash";
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_lock-holder"))
+        .args([fixture.url(), key, "30000", "120000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run lock-holder");
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("lock-holder did not acquire within 30 s")
+        .unwrap()
+        .expect("lock-holder exited");
+    let fence: u64 = first
+        .strip_prefix("ACQUIRED ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected lock-holder output {first:?}"));
+
+    holder.start_kill().expect("SIGKILL the holder");
+    holder.wait().await.unwrap();
+    let killed_at = Instant::now();
+    let b = backend(&fixture).await;
+    let guard = lock(&b, key)
+        .wait(SESSION_TIMEOUT * 3)
+        .acquire()
+        .await
+        .expect("the crashed holder's lock was never freed");
+    let took = killed_at.elapsed();
+    assert!(
+        took >= SESSION_TIMEOUT / 2,
+        "got the lock {took:?} after the kill: the dead holder's session cannot have expired yet"
+    );
+    assert!(
+        took <= SESSION_TIMEOUT + Duration::from_secs(3),
+        "got the lock only {took:?} after the kill (session timeout {SESSION_TIMEOUT:?})"
+    );
+    assert!(guard.fencing_token().unwrap() > fence);
+    guard.release().await.unwrap();
+}
+
+/// With the server stopped, `acquire` fails with `Backend` within its wait
+/// (not `Timeout`: the service did not answer), and so does `try_acquire`;
+/// a held guard is lost within its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_a_backend_error_within_the_wait() {
+    let mut fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    let ttl = Duration::from_secs(2);
+    let held = lock(&b, "held").ttl(ttl).acquire().await.unwrap();
+    let lost = held.lost();
+    let ZkServers::Single(server) = &mut fixture.servers else {
+        unreachable!("a standalone fixture")
+    };
+    tokio::task::block_in_place(|| server.stop());
+    let stopped_at = Instant::now();
+
+    let wait = Duration::from_secs(2);
+    let start = Instant::now();
+    let err = lock(&b, "other").wait(wait).acquire().await.unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(
+        took <= wait + Duration::from_millis(500),
+        "returned after {took:?}"
+    );
+    assert!(err.to_string().contains("unreachable"), "{err}");
+
+    let err = lock(&b, "other").try_acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+
+    tokio::time::timeout(ttl + Duration::from_secs(1), lost)
+        .await
+        .expect("the guard was not lost within its ttl of the server stopping");
+    assert!(stopped_at.elapsed() <= ttl + Duration::from_secs(1));
+}
+
+/// Bad URLs are `InvalidOption` errors that name the URL without its password.
+#[tokio::test]
+async fn bad_urls_are_rejected_without_showing_the_password() {
+    for url in [
+        "zk://",
+        "zk://u:hunter2@h:notaport",
+        "zk://h:1?session_timeout=soon",
+        "zk://h:1?colour=red",
+    ] {
+        let err = dlock::connect(url).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidOption { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+    // Nobody listens on port 1: a Backend error, quickly.
+    let start = Instant::now();
+    let err = dlock::connect("zk://127.0.0.1:1").await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+/// On a three-node ensemble, a guard survives the crash of the leader: the
+/// session moves to a surviving node within its timeout, renewals resume,
+/// and the lock still excludes others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_survives_the_leader_crashing_in_an_ensemble() {
+    let mut fixture = ZkFixture::ensemble().await;
+    // A session (and so a lease) long enough that a slow election on a busy
+    // 2-core machine is not mistaken for a loss.
+    let session = Duration::from_secs(10);
+    let base = fixture.url().split('?').next().unwrap().to_owned();
+    let url = format!("{base}?session_timeout={}ms", session.as_millis());
+    let a = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    let b = backend(&fixture).await;
+    assert_eq!(a.session_timeout(), session);
+    let guard = lock(&a, "failover").acquire().await.unwrap();
+    let lost = guard.lost();
+    let ZkServers::Ensemble(ensemble) = &mut fixture.servers else {
+        unreachable!("an ensemble fixture")
+    };
+    tokio::task::block_in_place(|| {
+        let leader = ensemble
+            .wait_for_leader(Duration::from_secs(10))
+            .expect("a leader");
+        ensemble.node_mut(leader).kill9();
+        ensemble
+            .wait_for_leader(Duration::from_secs(20))
+            .expect("a new leader among the survivors");
+    });
+    // Past the local deadline of every renewal sent before the crash: any
+    // renewal that failed for good would have been declared lost by now.
+    let survived = tokio::time::timeout(session + Duration::from_secs(1), lost)
+        .await
+        .is_err();
+    assert!(
+        survived,
+        "the guard was lost although the ensemble kept a quorum"
+    );
+    assert!(guard.is_held());
+    assert!(lock(&b, "failover").try_acquire().await.unwrap().is_none());
+    guard.release().await.expect("release after the fail-over");
+    let next = lock(&b, "failover")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    next.release().await.unwrap();
+}
+
+/// A chroot in the URL roots every lock node under it; a chroot that does not
+/// exist is a `Backend` error that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chroot_roots_the_lock_nodes_and_must_exist() {
+    let fixture = ZkFixture::start().await;
+    let base = fixture.url().split('?').next().unwrap().to_owned();
+    let admin = fixture.admin();
+    admin
+        .create(
+            "/app",
+            b"",
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let rooted = Arc::new(
+        ZooKeeperBackend::connect(&format!("{base}/app"))
+            .await
+            .unwrap(),
+    );
+    let guard = lock(&rooted, "job").acquire().await.unwrap();
+    let children = admin.list_children("/app/dlock/job").await.unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    guard.release().await.unwrap();
+
+    let missing = Arc::new(
+        ZooKeeperBackend::connect(&format!("{base}/nowhere"))
+            .await
+            .unwrap(),
+    );
+    for err in [
+        lock(&missing, "job")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_err(),
+        lock(&missing, "job").try_acquire().await.unwrap_err(),
+    ] {
+        assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+        assert!(err.to_string().contains("chroot does not exist"), "{err}");
+    }
+}
+
+/// With digest credentials in the URL, the directories and nodes dlock
+/// creates are writable only by that identity and readable by anyone: a
+/// client without the credentials can list the queue and read the holder's
+/// node, but cannot queue, delete or change it; a client with the same
+/// credentials contends normally. The password never shows in `describe()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_auth_protects_the_lock_namespace() {
+    let fixture = ZkFixture::start().await;
+    let url = fixture.url().replacen("zk://", "zk://locker:s3cret@", 1);
+    let authed = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    assert!(
+        !authed.describe().contains("s3cret"),
+        "{}",
+        authed.describe()
+    );
+    let guard = lock(&authed, "guarded").acquire().await.unwrap();
+    let children = fixture.contenders("guarded").await;
+    assert_eq!(children.len(), 1);
+    let node = format!("{}/{}", fixture.lock_path("guarded"), children[0]);
+
+    let admin = fixture.admin();
+    admin
+        .get_data(&node)
+        .await
+        .expect("anyone may read a lock node");
+    assert_eq!(
+        admin.delete(&node, None).await,
+        Err(zookeeper_client::Error::NoAuth)
+    );
+    assert_eq!(
+        admin.set_data(&node, b"mine now", None).await.unwrap_err(),
+        zookeeper_client::Error::NoAuth
+    );
+    let stranger = backend(&fixture).await;
+    let err = lock(&stranger, "guarded").try_acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+
+    let colleague = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    assert!(lock(&colleague, "guarded")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    let next = lock(&colleague, "guarded")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    next.release().await.unwrap();
+}
