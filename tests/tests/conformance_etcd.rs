@@ -5,6 +5,8 @@ mod single {
     use dlock_tests::fixtures::etcd::EtcdFixture;
 
     dlock_tests::conformance_suite!(EtcdFixture::single());
+    // Segments are ordinary locks: etcd has them. (No semaphores on etcd yet.)
+    dlock_tests::segments_suite!(EtcdFixture::single());
 }
 
 mod cluster {

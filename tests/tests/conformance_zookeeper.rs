@@ -3,3 +3,5 @@
 use dlock_tests::fixtures::zookeeper::ZkFixture;
 
 dlock_tests::conformance_suite!(ZkFixture::start().await);
+// Segments are ordinary locks: ZooKeeper has them. (No semaphores on ZooKeeper yet.)
+dlock_tests::segments_suite!(ZkFixture::start().await);
