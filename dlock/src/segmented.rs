@@ -22,6 +22,10 @@ use crate::{local, Lock, LockBackend, LockError, LockGuard};
 ///   counter per key, so load spreads), tries every segment once without
 ///   waiting, and only if all are busy waits for the first one that frees —
 ///   on all segments at once, woken by the service, never polling.
+/// - Inside one process at most `segments` tasks look for a segment at once;
+///   the others queue locally (FIFO). Otherwise every local waiter would
+///   queue on every segment in the same order, and the front one would win
+///   several segments at once only to give all but one back.
 /// - [`acquire_segment`](Self::acquire_segment) takes one segment explicitly
 ///   (e.g. to move stock between segments, or to retry on another one).
 /// - The guard is a [`LockGuard`] whose [`segment`](LockGuard::segment) says
