@@ -66,7 +66,7 @@ impl fmt::Debug for PermitRequest {
 /// ```
 pub fn no_semaphores(backend: &str) -> LockError {
     LockError::invalid_option(format!(
-        "the {backend} backend has no semaphores yet; use a memory:// or redis:// backend for `Semaphore`"
+        "the {backend} backend has no semaphores yet; use a memory://, redis:// or etcd:// backend for `Semaphore`"
     ))
 }
 
@@ -171,8 +171,9 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 /// has a default that fails with [`LockError::InvalidOption`] ("the … backend
 /// has no semaphores yet"), so a backend without them still compiles and
 /// works for locks. A permit is an ordinary [`Lease`] (its `key` is the
-/// semaphore name, its `token` the permit's owner token, `fencing_token`
-/// `None`, `resource` the backend's name for the permit). The core remembers
+/// semaphore name, its `token` the permit's owner token, `resource` the
+/// backend's name for the permit; `fencing_token` is the backend's own
+/// business: a [`Permit`](crate::Permit) does not show it). The core remembers
 /// which leases are permits: the watchdog batches permit leases apart from
 /// lock leases and hands them to [`renew_permits`](LockBackend::renew_permits),
 /// and a permit's guard releases through
@@ -182,6 +183,8 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 /// - **memory**: a table of permit holders with deadlines, FIFO tickets.
 /// - **redis**: a sorted set of permit tokens scored by expiry on the
 ///   server's clock; one script trims expired members, counts, and adds.
+/// - **etcd**: the first N keys by create revision under the semaphore's
+///   prefix hold permits; waiters watch the prefix for deletes.
 ///
 /// # Contract
 ///
