@@ -66,7 +66,7 @@ impl fmt::Debug for PermitRequest {
 /// ```
 pub fn no_semaphores(backend: &str) -> LockError {
     LockError::invalid_option(format!(
-        "the {backend} backend has no semaphores yet; use a memory://, redis:// or etcd:// backend for `Semaphore`"
+        "the {backend} backend has no semaphores yet; use a memory://, redis://, etcd:// or zk:// backend for `Semaphore`"
     ))
 }
 
@@ -185,6 +185,8 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 ///   server's clock; one script trims expired members, counts, and adds.
 /// - **etcd**: the first N keys by create revision under the semaphore's
 ///   prefix hold permits; waiters watch the prefix for deletes.
+/// - **zookeeper**: the first N ephemeral sequential nodes under the
+///   semaphore's path hold permits; waiters watch the children.
 ///
 /// # Contract
 ///

@@ -25,7 +25,7 @@ use crate::{local, Lock, LockBackend, LockError, LockGuard};
 ///   (with one permit, the second `acquire` waits for the first).
 /// - Inside one process at most `permits` tasks talk to the service at once;
 ///   the others queue locally.
-/// - Backends: memory, Redis and etcd. Others fail with
+/// - Backends: memory, Redis, etcd and ZooKeeper. Others (Redlock) fail with
 ///   [`LockError::InvalidOption`] ("… has no semaphores yet").
 ///
 /// Options: [`ttl`](Self::ttl), [`wait`](Self::wait), [`renew`](Self::renew),
