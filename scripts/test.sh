@@ -15,5 +15,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+echo "== cargo test (macro UI cases, built without backend features: see dlock/tests/ui.rs)"
+cargo test -p dlock --no-default-features --test ui
 echo "== cargo test"
 cargo test --workspace --all-features

@@ -164,12 +164,12 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         )),
         #[cfg(not(feature = "zookeeper"))]
         "zk" => Err(feature_off(&shown, "zookeeper")),
-        "redlock" => {
-            Err(LockError::invalid_option(format!(
-                "`{shown}`: the `{scheme}` backend is not built into this version of dlock; \
-                 use `memory://` or a build that has it"
-            )))
-        }
+        #[cfg(feature = "redlock")]
+        "redlock" => Ok(Arc::new(
+            crate::backends::redlock::RedlockBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "redlock"))]
+        "redlock" => Err(feature_off(&shown, "redlock")),
         other => Err(LockError::invalid_option(format!(
             "`{shown}` has the unknown scheme `{other}`; dlock knows memory://, redis://, rediss://, \
              redis+cluster://, redlock://, etcd://, etcds:// and zk://"

@@ -578,3 +578,42 @@ async fn many_guards_share_one_session_and_stay_held() {
         .unwrap()
         .is_some());
 }
+
+/// A paused (SIGSTOP) member answers nothing and closes nothing: the guard is
+/// lost by its local deadline, and a waiting `acquire` ends with `Backend`
+/// (etcd silent), not `Timeout` (lock busy), within its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_member_loses_the_lease_and_fails_acquire() {
+    let mut fixture = EtcdFixture::single();
+    let ttl = Duration::from_secs(2);
+    let backend = connect(fixture.url()).await;
+    let guard = lock(&backend, "paused").ttl(ttl).acquire().await.unwrap();
+    let lost = guard.lost();
+    let paused_at = Instant::now();
+    blocking(|| fixture.cluster_mut().member_mut(0).pause());
+    tokio::time::timeout(ttl, lost)
+        .await
+        .expect("lost() did not fire within the ttl of the member pausing");
+    assert!(
+        paused_at.elapsed() <= ttl,
+        "lost after {:?}",
+        paused_at.elapsed()
+    );
+
+    let wait = Duration::from_secs(2);
+    let started = Instant::now();
+    let err = lock(&backend, "paused-2")
+        .ttl(ttl)
+        .wait(wait)
+        .acquire()
+        .await
+        .expect_err("acquired a lock on a paused member");
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(
+        started.elapsed() <= wait + Duration::from_millis(500),
+        "acquire took {:?} with a wait of {wait:?}",
+        started.elapsed()
+    );
+    blocking(|| fixture.cluster_mut().member_mut(0).resume());
+    drop(guard);
+}

@@ -66,6 +66,26 @@
 //! the ttl the caller asked for, counted from when the grant or keep-alive
 //! request was *sent*, so it never falls after the server's expiry.
 //!
+//! # Failures
+//!
+//! - A request that could not reach a member (refused, reset, no leader) is
+//!   sent again, to whichever member the client picks, up to 4 times; the
+//!   client spreads requests over all members of the URL.
+//! - A waiter with a deadline retries errors until its deadline, keeping its
+//!   place in the queue through a leader election; if the deadline passes
+//!   while etcd fails, `acquire` returns [`LockError::Backend`], not a
+//!   timeout. Without a deadline it gives up once etcd has not answered for
+//!   a ttl.
+//! - Renewal errors are retried by the core until the local deadline; a
+//!   lease etcd reports gone, or a held key that is no longer there, is
+//!   [`Renewal::Refused`]: the guard is lost.
+//!
+//! # Keys containing `/`
+//!
+//! The queue of `a` is everything under `dlock/a/`, which includes the queue
+//! of `a/b`: a holder of `a/b` also makes `a` wait (never the reverse, and
+//! never two holders of one key). `etcdctl lock` behaves the same.
+//!
 //! # URLs
 //!
 //! `etcd://[user:password@]host[:port][,host[:port]...][?options]`, and
@@ -109,7 +129,7 @@ use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream,
     LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
-    WatchOptions,
+    WatchOptions, WatchStream,
 };
 use tokio::sync::OwnedMutexGuard;
 
@@ -228,6 +248,39 @@ enum Alive {
     Yes,
     /// The lease is gone (expired or revoked).
     Gone,
+}
+
+/// How an acquisition's talk with etcd stands, for when its deadline passes.
+#[derive(Default)]
+struct Progress {
+    /// The latest error, cleared by the next answer.
+    failure: Option<LockError>,
+    /// A request to etcd has been unanswered since then.
+    asking_since: Option<Instant>,
+}
+
+/// A request unanswered this long when the deadline passes means etcd is not
+/// answering (a paused or partitioned member), not that the lock is busy.
+const STALLED: Duration = Duration::from_secs(1);
+
+impl Progress {
+    fn answered(&mut self) {
+        self.failure = None;
+        self.asking_since = None;
+    }
+
+    /// What `acquire` returns when its deadline passed: a timeout, unless
+    /// etcd was failing or silent, which is a backend error.
+    fn at_deadline(self, inner: &Inner) -> Result<Option<Lease>, LockError> {
+        match (self.failure, self.asking_since) {
+            (Some(e), _) => Err(e),
+            (None, Some(since)) if since.elapsed() >= STALLED => Err(inner.error(format!(
+                "etcd did not answer for {:?} (a member paused or cut off?)",
+                since.elapsed()
+            ))),
+            _ => Ok(None),
+        }
+    }
 }
 
 /// What a waiter found ahead of its entry.
@@ -440,9 +493,7 @@ impl Inner {
 
     /// The live session for `ttl`, granting a lease if there is none.
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>, LockError> {
-        // Whole seconds, rounded up, so the server never expires a key
-        // before the deadline the caller was promised.
-        let secs = ttl.as_nanos().div_ceil(1_000_000_000).max(1) as u64;
+        let secs = lease_seconds(ttl);
         let mut sessions = self.sessions.lock().await;
         if let Some(session) = sessions.get(&secs).filter(|s| !s.is_dead()) {
             return Ok(session.clone());
@@ -570,8 +621,8 @@ impl Inner {
     }
 
     /// `try_acquire` and `acquire` in one: enqueue, and unless `once`, wait
-    /// for the predecessors to go. `failure` keeps the latest error for the
-    /// caller, which reports it if the deadline passes while etcd fails.
+    /// for the predecessors to go. `progress` tells the caller, if its
+    /// deadline passes, whether etcd was failing or silent at that moment.
     ///
     /// Errors (a member down, an election) are retried: until the caller's
     /// deadline if it has one (a leader election takes a second or two and
@@ -584,9 +635,9 @@ impl Inner {
         queued: &mut Queued,
         once: bool,
         patient: bool,
-        failure: &mut Option<LockError>,
+        progress: &mut Progress,
     ) -> Result<Step, LockError> {
-        let mut give_up = Instant::now() + req.ttl;
+        let mut give_up = after(Instant::now(), req.ttl);
         let mut backoff = Duration::from_millis(20);
         let mut requeues = 0;
         let mut retry = |e: LockError, failure: &mut Option<LockError>, give_up: Instant| {
@@ -605,13 +656,15 @@ impl Inner {
                     req.key, req.ttl
                 )));
             }
+            progress.asking_since = Some(Instant::now());
             let session = match self.session(req.ttl).await {
                 Ok(s) => s,
                 Err(e) => {
-                    tokio::time::sleep(retry(e, failure, give_up)?).await;
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                     continue;
                 }
             };
+            progress.asking_since = Some(Instant::now());
             match self.fresh(&session, req.ttl).await {
                 Ok(Alive::Yes) => {}
                 Ok(Alive::Gone) => {
@@ -619,15 +672,16 @@ impl Inner {
                     continue;
                 }
                 Err(e) => {
-                    tokio::time::sleep(retry(e, failure, give_up)?).await;
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                     continue;
                 }
             }
-            give_up = Instant::now() + req.ttl;
+            give_up = after(Instant::now(), req.ttl);
             let entry = self.entry_of(&req.key, session.id);
             queued.entry = Some(entry.clone());
             queued.revision = None;
             queued.in_flight = true;
+            progress.asking_since = Some(Instant::now());
             let (mine, owner) = match self.enqueue(&req.key, &session, &entry).await {
                 Ok(answer) => answer,
                 Err(e) if lease_not_found(&e) => {
@@ -637,13 +691,13 @@ impl Inner {
                     continue;
                 }
                 Err(e) => {
-                    tokio::time::sleep(retry(e, failure, give_up)?).await;
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                     continue;
                 }
             };
             queued.in_flight = false;
             queued.revision = Some(mine);
-            *failure = None;
+            progress.answered();
             if owner == Some(mine) {
                 return Ok(Step::Acquired(
                     self.lease(req, &session, entry, mine),
@@ -656,27 +710,29 @@ impl Inner {
 
             // Wait for every older entry to go, watching only the youngest of them.
             loop {
+                progress.asking_since = Some(Instant::now());
                 match self.fresh(&session, req.ttl).await {
-                    Ok(Alive::Yes) => give_up = Instant::now() + req.ttl,
+                    Ok(Alive::Yes) => give_up = after(Instant::now(), req.ttl),
                     Ok(Alive::Gone) => {
                         session.mark_dead();
                         requeues += 1;
                         continue 'enqueue;
                     }
                     Err(e) => {
-                        tokio::time::sleep(retry(e, failure, give_up)?).await;
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                         continue;
                     }
                 }
+                progress.asking_since = Some(Instant::now());
                 let ahead = match self.predecessor(&req.key, &entry, mine).await {
                     Ok(ahead) => ahead,
                     Err(e) => {
-                        tokio::time::sleep(retry(e, failure, give_up)?).await;
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                         continue;
                     }
                 };
-                *failure = None;
-                give_up = Instant::now() + req.ttl;
+                progress.answered();
+                give_up = after(Instant::now(), req.ttl);
                 let (predecessor, revision) = match ahead {
                     Ahead::First => {
                         return Ok(Step::Acquired(
@@ -694,10 +750,19 @@ impl Inner {
                 };
                 // Refresh the session before our entry's lease could run
                 // low while we wait.
-                let refresh_at = session.refreshed() + req.ttl / 4;
-                match self.await_delete(&predecessor, revision, refresh_at).await {
-                    Ok(()) => {}
-                    Err(e) => tokio::time::sleep(retry(e, failure, give_up)?).await,
+                let refresh_at = after(session.refreshed(), req.ttl / 4);
+                progress.asking_since = Some(Instant::now());
+                let stream = match self.watch(&predecessor, revision).await {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                        continue;
+                    }
+                };
+                // Waiting for the holder is not waiting for etcd.
+                progress.asking_since = None;
+                if let Err(e) = self.await_delete(stream, refresh_at).await {
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                 }
             }
         }
@@ -732,25 +797,23 @@ impl Inner {
         })
     }
 
-    /// Waits until `predecessor` is deleted after `revision`, or until
-    /// `until` (time to refresh the session). Either way the caller reads again.
-    async fn await_delete(
-        &self,
-        predecessor: &[u8],
-        revision: i64,
-        until: Instant,
-    ) -> Result<(), LockError> {
+    /// Watches `predecessor` for its delete after `revision`.
+    async fn watch(&self, predecessor: &[u8], revision: i64) -> Result<WatchStream, LockError> {
         // From the revision after our read: a delete at any later revision
         // is delivered, and a watch that starts at the current revision is
         // served at once, not by etcd's 100 ms catch-up loop.
         let options = WatchOptions::new().with_start_revision(revision + 1);
-        let mut stream = self
-            .rpc(|| {
-                let mut watches = self.client.watch_client();
-                let (key, options) = (predecessor.to_vec(), options.clone());
-                async move { watches.watch(key, Some(options)).await }
-            })
-            .await?;
+        self.rpc(|| {
+            let mut watches = self.client.watch_client();
+            let (key, options) = (predecessor.to_vec(), options.clone());
+            async move { watches.watch(key, Some(options)).await }
+        })
+        .await
+    }
+
+    /// Waits until the watched predecessor is deleted, or until `until`
+    /// (time to refresh the session). Either way the caller reads again.
+    async fn await_delete(&self, mut stream: WatchStream, until: Instant) -> Result<(), LockError> {
         loop {
             let message = tokio::select! {
                 m = stream.message() => m,
@@ -812,9 +875,9 @@ impl Inner {
             revision: None,
             in_flight: false,
         };
-        let mut failure = None;
+        let mut progress = Progress::default();
         let taken = {
-            let work = self.take(req, &mut queued, once, deadline.is_some(), &mut failure);
+            let work = self.take(req, &mut queued, once, deadline.is_some(), &mut progress);
             match deadline.filter(|_| !once) {
                 Some(d) => tokio::time::timeout_at(d.into(), work).await.ok(),
                 None => Some(work.await),
@@ -832,10 +895,7 @@ impl Inner {
             }
             Some(Err(e)) => Err(e),
             // The deadline passed: a timeout, unless the service was failing.
-            None => match failure {
-                Some(e) => Err(e),
-                None => Ok(None),
-            },
+            None => progress.at_deadline(self),
         }
     }
 }
@@ -966,6 +1026,26 @@ impl Session {
         Ok(Alive::Yes)
     }
 }
+
+/// The etcd lease length for a ttl: whole seconds, rounded up, so the server
+/// never expires a key before the deadline the caller was promised; at most
+/// etcd's maximum (a longer ttl gets a local deadline at that maximum).
+fn lease_seconds(ttl: Duration) -> u64 {
+    let secs = ttl
+        .as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
+    secs.clamp(1, MAX_LEASE_SECONDS)
+}
+
+/// `at + span`, or a century on if that overflows the clock (absurd ttls).
+fn after(at: Instant, span: Duration) -> Instant {
+    at.checked_add(span)
+        .or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(at)
+}
+
+/// etcd's `MaxLeaseTTL`.
+const MAX_LEASE_SECONDS: u64 = 9_000_000_000;
 
 /// Whether the request failed to reach a member (connection refused or
 /// reset, no leader reachable), as opposed to an answer from etcd.
@@ -1166,5 +1246,19 @@ impl Drop for Inner {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_seconds_round_up_and_stay_in_etcds_range() {
+        assert_eq!(lease_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(lease_seconds(Duration::from_secs(1)), 1);
+        assert_eq!(lease_seconds(Duration::from_millis(1001)), 2);
+        assert_eq!(lease_seconds(Duration::from_secs(30)), 30);
+        assert_eq!(lease_seconds(Duration::MAX), MAX_LEASE_SECONDS);
     }
 }

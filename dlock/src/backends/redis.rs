@@ -27,7 +27,7 @@
 mod options;
 mod permits;
 pub(crate) mod scripts;
-mod subscriber;
+pub(crate) mod subscriber;
 mod unfinished;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,7 +104,7 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 /// What the acquire script answered.
-enum Attempt {
+pub(crate) enum Attempt {
     Acquired(Lease),
     /// Held by another owner for this much longer (`None`: unknown).
     Held(Option<Duration>),
@@ -168,12 +168,43 @@ impl RedisBackend {
         }
     }
 
+    /// The shared pub/sub subscriber (Redlock waits on every master's).
+    pub(crate) fn subscriber(&self) -> &Subscriber {
+        &self.subscriber
+    }
+
+    /// The key namespace (`?prefix=`).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.options.prefix
+    }
+
+    /// Whether this backend talks to a Redis Cluster (Redlock needs
+    /// independent masters, so it refuses one).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.options.cluster
+    }
+
     fn error(&self, e: RedisError) -> LockError {
         LockError::backend(self.options.shown.clone(), e)
     }
 
     fn count(&self) {
         self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Loads the acquire, renew and release scripts into the server's cache,
+    /// so the first use of each is one round trip (Redlock's per-node
+    /// timeouts are short; a `NOSCRIPT` retry costs two more).
+    pub(crate) async fn load_scripts(&self) -> Result<(), LockError> {
+        for script in [&*ACQUIRE, &*RENEW, &*RELEASE] {
+            self.count();
+            let loaded: RedisResult<String> = match self.conn.clone() {
+                Conn::Single(mut c) => script.prepare_invoke().load_async(&mut c).await,
+                Conn::Cluster(mut c) => script.prepare_invoke().load_async(&mut c).await,
+            };
+            loaded.map_err(|e| self.error(e))?;
+        }
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), LockError> {
@@ -220,17 +251,12 @@ impl RedisBackend {
     }
 
     /// One run of the acquire script.
-    async fn attempt(&self, req: &AcquireRequest, names: &KeyNames) -> Result<Attempt, LockError> {
+    pub(crate) async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        names: &KeyNames,
+    ) -> Result<Attempt, LockError> {
         let sent = Instant::now();
-        // If this future is dropped (or fails) with the script in flight,
-        // the lease it may have taken is released, not left to its ttl.
-        let mut unfinished = ReleaseIfDropped::arm(
-            self.conn.clone(),
-            &RELEASE,
-            &names.lock,
-            &req.token,
-            &names.channel,
-        );
         let (won, value): (i64, i64) = self
             .invoke(
                 ACQUIRE
@@ -240,7 +266,6 @@ impl RedisBackend {
                     .arg(millis(req.ttl)),
             )
             .await?;
-        unfinished.disarm();
         if won == 1 {
             let fence = u64::try_from(value).map_err(|_| {
                 self.error(RedisError::from((
@@ -265,6 +290,30 @@ impl RedisBackend {
             ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
             _ => None,
         }))
+    }
+
+    /// [`attempt`](Self::attempt) for this backend's own `acquire` and
+    /// `try_acquire`: if the future is dropped (or fails) with the script in
+    /// flight, the lease it may have taken is released, not left to its ttl.
+    ///
+    /// Not for Redlock, which retries with the same token after a dropped
+    /// attempt: a release queued for the dropped one could delete the retry's
+    /// lease. Here a dropped or failed attempt always ends the acquisition.
+    async fn attempt_or_release(
+        &self,
+        req: &AcquireRequest,
+        names: &KeyNames,
+    ) -> Result<Attempt, LockError> {
+        let mut unfinished = ReleaseIfDropped::arm(
+            self.conn.clone(),
+            &RELEASE,
+            &names.lock,
+            &req.token,
+            &names.channel,
+        );
+        let answer = self.attempt(req, names).await?;
+        unfinished.disarm();
+        Ok(answer)
     }
 
     async fn renew_with(&self, what: Renewed, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
@@ -393,7 +442,7 @@ fn is_noscript(e: &RedisError) -> bool {
 
 /// A small random delay, so waiters woken by the same expiry do not all try
 /// in the same millisecond.
-fn jitter(max: Duration) -> Duration {
+pub(crate) fn jitter(max: Duration) -> Duration {
     let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
     Duration::from_micros(getrandom::u64().unwrap_or(0) % max_us)
 }
@@ -481,7 +530,7 @@ impl LockBackend for RedisBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let names = KeyNames::new(&self.options.prefix, &req.key);
-        match self.attempt(req, &names).await? {
+        match self.attempt_or_release(req, &names).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held(_) => Ok(None),
         }
@@ -493,12 +542,24 @@ impl LockBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let names = KeyNames::new(&self.options.prefix, &req.key);
-        // Subscribe before the first try, so a release between a failed try
-        // and the wait below is heard.
+        // A free lock is taken without touching the subscriber: most
+        // acquisitions are uncontended, and a SUBSCRIBE round trip on each
+        // would cost more than the lock itself.
+        if let Attempt::Acquired(lease) = self
+            .within(deadline, self.attempt_or_release(req, &names))
+            .await?
+        {
+            return Ok(Some(lease));
+        }
+        // Held: subscribe, then try again before waiting, so a release
+        // between the failed try above and the subscription is not missed.
         let mut released = self.subscriber.subscribe(&names.channel, deadline).await;
         loop {
             released.mark_seen();
-            let left = match self.within(deadline, self.attempt(req, &names)).await? {
+            let left = match self
+                .within(deadline, self.attempt_or_release(req, &names))
+                .await?
+            {
                 Attempt::Acquired(lease) => return Ok(Some(lease)),
                 Attempt::Held(left) => left,
             };

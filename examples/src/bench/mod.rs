@@ -6,6 +6,7 @@
 
 pub mod etcd;
 pub mod redis;
+pub mod redlock;
 pub mod segments;
 pub mod stats;
 pub mod zookeeper;

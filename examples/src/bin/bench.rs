@@ -1,7 +1,7 @@
 //! `cargo run --release -p dlock-examples --bin bench -- <url> [--segments]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
-//! (`redis://…`, `etcd://…`, `zk://…`) and prints a table of ratios.
+//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
 //!
 //! `--segments` (Redis only) runs the hot-key suite instead: one key, 64
 //! tasks, a single `Lock` against `SegmentedLock` with 4 and 8 segments and
@@ -14,7 +14,7 @@ async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let segments = args.iter().any(|a| a == "--segments");
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
-        eprintln!("usage: bench <url> [--segments]   (redis://127.0.0.1:6379, etcd://127.0.0.1:2379, zk://127.0.0.1:2181)");
+        eprintln!("usage: bench <url> [--segments]   (redis://127.0.0.1:6379, redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003, etcd://127.0.0.1:2379, zk://127.0.0.1:2181)");
         return ExitCode::FAILURE;
     };
     let scheme = dlock::url::scheme(&url).unwrap_or("");
@@ -23,8 +23,9 @@ async fn main() -> ExitCode {
         "redis" | "rediss" => dlock_examples::bench::redis::run(&url).await,
         "etcd" => dlock_examples::bench::etcd::run(&url).await,
         "zk" => dlock_examples::bench::zookeeper::run(&url).await,
+        "redlock" => dlock_examples::bench::redlock::run(&url).await,
         other => Err(format!(
-            "no benchmark suite for `{other}://` URLs; give a redis://, etcd:// or zk:// URL"
+            "no benchmark suite for `{other}://` URLs; give a redis://, redlock://, etcd:// or zk:// URL"
         )
         .into()),
     };

@@ -1,0 +1,974 @@
+//! The Redlock backend: one lock over N independent Redis masters
+//! (`redlock://host:port,host:port,...`), after antirez's Redlock algorithm.
+//!
+//! Capabilities: ✓ mutual exclusion across processes and machines while a
+//! majority of masters is up and clocks run at about the same rate · ✓ no
+//! single point of failure: N/2 masters may crash or hang · ✓ lease expiry ·
+//! ✓ waiters woken by pub/sub on every master · ✓ batched renewal (one
+//! pipeline per master per tick) · ✗ fencing tokens ([`fencing_token`] is
+//! always `None`) · ✗ safety when a master restarts without its data (see
+//! *Limits*) · ✗ safety against long process pauses of the holder (no
+//! fencing; see *Limits*).
+//!
+//! [`fencing_token`]: crate::LockGuard::fencing_token
+//!
+//! # Protocol
+//!
+//! The masters share nothing: no replication, no cluster. Every step uses
+//! the Redis backend's own Lua scripts on each master.
+//!
+//! - **Acquire**: take a monotonic [`Instant`] *before* the first request,
+//!   then run the acquire script (`SET NX PX ttl`) on all N masters in
+//!   parallel, each bounded by a per-node timeout that is small against the
+//!   ttl (default ttl/100, at least 10 ms; `?node_timeout_ms=`). The lock is
+//!   ours when a quorum of N/2+1 masters said yes **and** the validity
+//!   `ttl − elapsed − drift` is still positive, with drift = ttl × 1 % + 2 ms
+//!   ([`drift`]). The answer comes as soon as it is decided: a slow or
+//!   frozen master is not waited on once a quorum (or a refusal by a
+//!   blocking minority) is known. A master that failed or timed out is
+//!   *presumed down* for one second: it is still asked, and its vote counts
+//!   if it comes before the round is decided, but no round waits for it —
+//!   so a dead master does not cost every contended round its timeout.
+//!   Not counting a vote can only lose a lock, never grant one twice.
+//! - On failure, the partial lock is released on **every** master that did
+//!   not clearly answer "held by someone else" — including masters that
+//!   timed out, since the request may still have landed — and the attempt is
+//!   retried after a random delay.
+//! - The lease's local deadline ([`Lease::valid_until`]) is the validity,
+//!   `start + ttl − drift`, where `start` is the instant before the first
+//!   request: the core treats the lease as lost from then on unless a
+//!   renewal succeeded.
+//! - **Renew**: compare-and-`PEXPIRE` on all N in parallel (all due leases
+//!   in one pipeline per master). A lease is renewed when a quorum extended
+//!   it within the new validity (computed the same way, from the renewal's
+//!   start). When more than N − quorum masters *refuse* (the key is gone or
+//!   someone else's), a quorum can never be reached again and the lease is
+//!   reported [`Renewal::Refused`]: the guard is lost at once. When fewer
+//!   than a quorum *answer*, the renewal is an error and the local deadline
+//!   decides: the core retries and marks the lease lost when its validity
+//!   runs out.
+//! - **Release**: compare-and-delete on all N in parallel; the script also
+//!   publishes on the key's release channel, so waiters wake. It returns as
+//!   soon as a quorum released; the other deletes finish in the background
+//!   (each bounded by the per-node timeout, at least 500 ms).
+//! - **Waiting**: the waiter subscribes to the release channel on every
+//!   master (one shared pub/sub connection per master, as in the Redis
+//!   backend); any master's notification wakes it. As a fallback it wakes
+//!   when the holder's keys would expire on a quorum (from their `PTTL`),
+//!   and after a lost vote (several clients split the masters) it retries
+//!   after a random delay.
+//! - [`LockError::Quorum`] when fewer than a quorum of masters answer at all:
+//!   at once for `try_acquire`; for `acquire` when its wait runs out with the
+//!   last round still short of answers (without a wait limit, after three
+//!   such rounds in a row), so a blip of one round does not fail the caller.
+//!
+//! # Time: why the wall clock cannot extend a lease
+//!
+//! Every duration above — the elapsed time of an acquisition, the validity,
+//! the renewal deadline, the per-node timeout — is measured with
+//! [`std::time::Instant`], the monotonic clock, and never with
+//! `SystemTime`. The validity is `start + ttl − drift` with both `start` and
+//! the check "is it still in the future" read from `Instant`. Setting the
+//! wall clock forward or back (NTP step, an operator's `date -s`) changes
+//! `SystemTime` only; `Instant` keeps counting real elapsed time, so no
+//! wall-clock change can make a lease look valid for longer than `ttl −
+//! drift` after its request was sent. (The servers' clocks are another
+//! matter: Redis expires keys by its own clock, see *Limits*.) The masters
+//! themselves are only ever told durations (`PX`, `PEXPIRE`), never instants.
+//!
+//! # When to use Redlock, and its limits
+//!
+//! *This section is written to be copied into the README.*
+//!
+//! Redlock is for **efficiency** locks — "do this job once, not five times"
+//! — where you already run Redis and want no single Redis server to be a
+//! point of failure: with 5 masters, any 2 may crash, hang or be cut off and
+//! locks keep working. It is **not** a correctness lock for data that must
+//! never be written by two holders. For that, use the etcd or ZooKeeper
+//! backend and pass the guard's fencing token with every write. Martin
+//! Kleppmann's critique ("How to do distributed locking", 2016) and antirez's
+//! answer are the background; dlock documents the points where they agree
+//! something can go wrong:
+//!
+//! - **No fencing token.** The masters do not agree on an order of holders,
+//!   so no counter can be strictly increasing across holders (each master's
+//!   counter moves independently). `fencing_token()` returns `None`; a
+//!   storage service cannot reject a write from a holder whose lease ran out.
+//! - **Process pauses.** A holder paused by a GC, swap or `SIGSTOP` longer
+//!   than its lease wakes up still believing it holds the lock while
+//!   another client does. `lost()` fires when the local deadline passes, but
+//!   a paused process cannot observe it. Without fencing nothing downstream
+//!   stops the stale writer. Keep critical sections short against the ttl
+//!   and check [`LockGuard::is_held`](crate::LockGuard::is_held) before
+//!   side effects.
+//! - **Clock jumps on the servers.** Redis expires keys by its own wall
+//!   clock. A master whose clock jumps forward expires a lease early and
+//!   may vote for a second client; two such masters in a set of five are
+//!   enough for two holders. Run the masters with a slewing clock (ntpd or
+//!   chrony set not to step) — the client side is immune, as said above.
+//! - **Restarts without persistence.** A master that restarts with an empty
+//!   dataset (no AOF with `appendfsync always`) forgets the locks it voted
+//!   for and can vote again at once; with one restart in a set of five,
+//!   held by a quorum of three, a second client can reach three votes.
+//!   Antirez's mitigation is a *delayed restart*: keep a crashed master down
+//!   for at least the longest ttl in use. dlock does **not** enforce this
+//!   (it does not track each master's `run_id`); operators must — e.g. a
+//!   systemd `ExecStartPre=/bin/sleep <max ttl>` — or enable AOF with
+//!   `appendfsync always`.
+//! - **Odd N.** Use an odd number of masters (3, 5, 7): an even N needs the
+//!   same quorum as N + 1 (N/2 + 1) while tolerating no more failures.
+//! - **Liveness.** All N masters must be reachable when the backend
+//!   connects; later, locks work while a quorum answers.
+//!
+//! # URL
+//!
+//! `redlock://[user:pass@]host:port,host:port,...[/db][?params]` — at least
+//! three distinct masters. The credentials and `/db` apply to every master.
+//! Parameters: `node_timeout_ms=N` (the per-node timeout; default ttl/100,
+//! at least 10 ms), and the Redis backend's `prefix=` and `timeout_ms=`,
+//! passed to every master. Masters over TLS, or with different credentials,
+//! are built with [`RedlockBackend::from_urls`] or
+//! [`RedlockBackend::from_backends`].
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::backend::{drift, lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backends::redis::scripts::KeyNames;
+use crate::backends::redis::subscriber::Subscription;
+use crate::backends::redis::{jitter, Attempt, RedisBackend};
+use crate::LockError;
+
+/// The smallest default per-node timeout: below it, scheduling noise on a
+/// busy client host alone makes healthy masters look dead.
+pub const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// Consecutive rounds without a quorum of answers before an `acquire`
+/// without a wait limit gives up with [`LockError::Quorum`] (with a limit,
+/// it tries until the wait runs out): enough to ride out a blip, few enough
+/// to report an outage promptly.
+const QUORUM_ROUNDS: u32 = 3;
+
+/// The least time a release waits for a master that is not presumed down.
+const RELEASE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long a master that failed or timed out is not waited on. Rounds
+/// still send it every request and count its vote if it comes in time, so
+/// safety is untouched (a vote not waited for is a vote not counted); only a
+/// dead master stops costing each undecided round its full timeout. After
+/// this, one round waits for it again, to notice that it is back.
+const SUSPECT_FOR: Duration = Duration::from_secs(1);
+
+/// How long a waiter waits for a master to confirm a new subscription. A
+/// missed confirmation costs only latency (the timers still wake the
+/// waiter), so a dead master must not hold the waiter up.
+const SUBSCRIBE_WAIT: Duration = Duration::from_millis(100);
+
+/// Locks on N independent Redis masters with the Redlock algorithm.
+///
+/// See the [module docs](self) for the protocol, the guarantees and the
+/// limits (no fencing tokens). Use an odd number of masters.
+///
+/// ```no_run
+/// use dlock::backends::redlock::RedlockBackend;
+/// use std::sync::Arc;
+///
+/// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+/// let redlock = RedlockBackend::connect(
+///     "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379,10.0.0.4:6379,10.0.0.5:6379",
+/// )
+/// .await?;
+/// dlock::registry().set_default(Arc::new(redlock));
+/// let guard = dlock::Lock::new("nightly-report").acquire().await?;
+/// assert_eq!(guard.fencing_token(), None); // Redlock cannot give one
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct RedlockBackend {
+    nodes: Vec<Arc<RedisBackend>>,
+    /// Per master: until when it counts as down (it failed or timed out on
+    /// its last request), so rounds do not wait for it.
+    suspect_until: Vec<Mutex<Option<Instant>>>,
+    quorum: usize,
+    node_timeout: Option<Duration>,
+    shown: String,
+}
+
+impl std::fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockBackend")
+            .field("masters", &self.shown)
+            .field("quorum", &self.quorum)
+            .field("node_timeout", &self.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One master's answer to an acquire request.
+enum Vote {
+    Won,
+    /// Someone else holds the key there, for this much longer (`None`: unknown).
+    Held(Option<Duration>),
+    Silent,
+}
+
+/// How one acquisition round ended.
+enum Outcome {
+    Acquired(Lease),
+    /// Another owner holds the key on enough masters to block us; its keys
+    /// free a quorum after about this long (`None`: unknown).
+    Held(Option<Duration>),
+    /// Nobody has a quorum that blocks us (split vote, or too slow for the
+    /// validity): worth retrying soon.
+    Split,
+    /// Fewer than a quorum of masters answered.
+    NoQuorum {
+        reached: usize,
+    },
+}
+
+impl RedlockBackend {
+    /// Connects to the masters named by a `redlock://` URL (see the
+    /// [module docs](self#url)).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] naming the URL (password redacted) if it
+    /// is malformed, names fewer than three masters or one master twice;
+    /// [`LockError::Backend`] if a master cannot be reached.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let backend = dlock::backends::redlock::RedlockBackend::connect(
+    ///     "redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003?node_timeout_ms=50",
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let parsed = parse_url(url)?;
+        let nodes = connect_all(&parsed.nodes).await?;
+        let mut backend = Self::assemble(nodes, parsed.shown)?;
+        backend.node_timeout = parsed.node_timeout;
+        Ok(backend)
+    }
+
+    /// Connects to one master per URL (`redis://…` or `rediss://…`, each
+    /// with its own credentials and parameters).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for fewer than three URLs, a repeated
+    /// one, a malformed one or a cluster URL; [`LockError::Backend`] if a
+    /// master cannot be reached.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// use dlock::backends::redlock::RedlockBackend;
+    /// let backend = RedlockBackend::from_urls([
+    ///     "redis://:pw1@10.0.0.1:6379",
+    ///     "redis://:pw2@10.0.0.2:6379",
+    ///     "redis://:pw3@10.0.0.3:6379",
+    /// ])
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_urls<I, S>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let shown = format!(
+            "redlock[{}]",
+            urls.iter()
+                .map(|u| crate::url::redact(u))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        check_count(urls.len(), &shown)?;
+        let nodes = connect_all(&urls).await?;
+        Self::assemble(nodes, shown)
+    }
+
+    /// Builds a Redlock set from already connected single-server Redis
+    /// backends, one per master.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for fewer than three backends, a
+    /// repeated address, or a Redis Cluster backend (a cluster is one
+    /// service, not independent masters).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// use dlock::backends::{redis::RedisBackend, redlock::RedlockBackend};
+    /// let mut masters = Vec::new();
+    /// for port in [7001, 7002, 7003] {
+    ///     masters.push(RedisBackend::connect(&format!("redis://127.0.0.1:{port}")).await?);
+    /// }
+    /// let backend = RedlockBackend::from_backends(masters)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_backends(
+        backends: impl IntoIterator<Item = RedisBackend>,
+    ) -> Result<Self, LockError> {
+        let nodes: Vec<Arc<RedisBackend>> = backends.into_iter().map(Arc::new).collect();
+        let shown = format!(
+            "redlock[{}]",
+            nodes
+                .iter()
+                .map(|n| n.describe())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        check_count(nodes.len(), &shown)?;
+        Self::assemble(nodes, shown)
+    }
+
+    fn assemble(nodes: Vec<Arc<RedisBackend>>, shown: String) -> Result<Self, LockError> {
+        check_count(nodes.len(), &shown)?;
+        let mut seen = std::collections::HashSet::new();
+        for node in &nodes {
+            if node.is_cluster() {
+                return Err(LockError::invalid_option(format!(
+                    "`{shown}`: `{}` is a Redis Cluster; Redlock needs independent masters",
+                    node.describe()
+                )));
+            }
+            if !seen.insert(node.describe()) {
+                return Err(LockError::invalid_option(format!(
+                    "`{shown}` names the master `{}` twice; a repeated master would vote twice",
+                    node.describe()
+                )));
+            }
+        }
+        Ok(RedlockBackend {
+            suspect_until: nodes.iter().map(|_| Mutex::new(None)).collect(),
+            quorum: nodes.len() / 2 + 1,
+            nodes,
+            node_timeout: None,
+            shown,
+        })
+    }
+
+    /// Sets the per-node timeout of every request instead of the default
+    /// (ttl/100, at least [`MIN_NODE_TIMEOUT`]). Keep it small against the
+    /// ttl: the validity of a lease is what is left of the ttl after the
+    /// slowest master needed for the quorum answered. A zero is raised to
+    /// 1 ms.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// use std::time::Duration;
+    /// let backend = dlock::backends::redlock::RedlockBackend::connect("redlock://h1:6379,h2:6379,h3:6379")
+    ///     .await?
+    ///     .node_timeout(Duration::from_millis(50));
+    /// assert_eq!(backend.node_timeout_for(Duration::from_secs(30)), Duration::from_millis(50));
+    /// # Ok(()) }
+    /// ```
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// The per-node timeout used for a lease of length `ttl`.
+    pub fn node_timeout_for(&self, ttl: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (ttl / 100).max(MIN_NODE_TIMEOUT))
+    }
+
+    /// How many masters make a quorum: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// How many masters the set has.
+    pub fn masters(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn names(&self, i: usize, key: &str) -> KeyNames {
+        KeyNames::new(self.nodes[i].prefix(), key)
+    }
+
+    fn is_suspect(&self, i: usize, now: Instant) -> bool {
+        let until = self.suspect_until[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        until.is_some_and(|until| now < until)
+    }
+
+    fn set_suspect(&self, i: usize, suspect: bool) {
+        let mut until = self.suspect_until[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *until = suspect.then(|| Instant::now() + SUSPECT_FOR);
+    }
+
+    fn silent(&self, i: usize, timeout: Duration) -> LockError {
+        LockError::backend(
+            self.nodes[i].describe(),
+            format!("no answer within the per-node timeout of {timeout:?}"),
+        )
+    }
+
+    /// One Redlock round: acquire on all masters in parallel, decide as soon
+    /// as the outcome is known, and undo a partial acquisition.
+    async fn round(&self, req: &AcquireRequest) -> Outcome {
+        let n = self.nodes.len();
+        let timeout = self.node_timeout_for(req.ttl);
+        // The validity is measured from before the first request is sent.
+        let start = Instant::now();
+        let valid_until = lease_deadline(start, req.ttl);
+        let lease = Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl: req.ttl,
+            fencing_token: None,
+            valid_until,
+            resource: self.names(0, &req.key).lock,
+        };
+        // If this future is dropped mid-round, requests may still land:
+        // release them in the background.
+        let mut unwind = Unwind {
+            nodes: &self.nodes,
+            lease: &lease,
+            timeout,
+            armed: true,
+        };
+        let mut votes: FuturesUnordered<_> = (0..n)
+            .map(|i| {
+                let names = self.names(i, &req.key);
+                async move {
+                    let answer =
+                        tokio::time::timeout(timeout, self.nodes[i].attempt(req, &names)).await;
+                    let vote = match answer {
+                        Ok(Ok(Attempt::Acquired(_))) => Vote::Won,
+                        Ok(Ok(Attempt::Held(left))) => Vote::Held(left),
+                        Ok(Err(e)) => {
+                            tracing::debug!(master = %self.nodes[i].describe(), error = %e, "acquire failed on a master");
+                            Vote::Silent
+                        }
+                        Err(_) => {
+                            tracing::debug!(error = %self.silent(i, timeout), "acquire timed out on a master");
+                            Vote::Silent
+                        }
+                    };
+                    (i, vote)
+                }
+            })
+            .collect();
+        // Masters that failed recently are asked but not waited for.
+        let suspect: Vec<bool> = (0..n).map(|i| self.is_suspect(i, start)).collect();
+        let mut suspects_pending = suspect.iter().filter(|&&s| s).count();
+        let mut won = 0;
+        let mut silent = 0;
+        let mut held: Vec<Option<Duration>> = Vec::new();
+        // Masters that surely do not hold our token: they answered "held".
+        let mut not_ours = vec![false; n];
+        while let Some((i, vote)) = votes.next().await {
+            if suspect[i] {
+                suspects_pending -= 1;
+            }
+            self.set_suspect(i, matches!(vote, Vote::Silent));
+            match vote {
+                Vote::Won => won += 1,
+                Vote::Held(left) => {
+                    not_ours[i] = true;
+                    held.push(left);
+                }
+                Vote::Silent => silent += 1,
+            }
+            if won >= self.quorum || held.len() + silent + suspects_pending > n - self.quorum {
+                break;
+            }
+        }
+        silent += suspects_pending;
+        // Masters still pending are not waited on; their requests may land,
+        // which the release below (or the lease's own release) covers.
+        drop(votes);
+        unwind.armed = false;
+        drop(unwind);
+        let mut lease = lease;
+        if won >= self.quorum && Instant::now() < valid_until {
+            return Outcome::Acquired(lease);
+        }
+        // Failed: undo on every master that may hold our token. The next
+        // round reuses the token, so it waits for the undo to be answered
+        // (a late delete must not remove the next round's key).
+        lease.valid_until = Instant::now();
+        let may_be_ours: Vec<bool> = not_ours.iter().map(|&surely_not| !surely_not).collect();
+        if may_be_ours.contains(&true) {
+            self.release_on(&lease, timeout, &may_be_ours, usize::MAX)
+                .await;
+        }
+        let answered = won + held.len();
+        if silent > n - self.quorum {
+            return Outcome::NoQuorum { reached: answered };
+        }
+        // To win, `blocking` of the held masters must free up: wake when
+        // that many of them have expired.
+        let blocking = (held.len() + self.quorum).saturating_sub(n);
+        if blocking == 0 {
+            return Outcome::Split;
+        }
+        held.sort_by_key(|left| left.unwrap_or(Duration::MAX));
+        Outcome::Held(held[blocking - 1])
+    }
+
+    /// Sends the compare-and-delete of `lease` to every master `i` with
+    /// `send[i]`, in parallel, and returns (released, answered).
+    ///
+    /// Masters presumed down get their delete from a background task: it
+    /// costs the caller nothing, and if the master is back it still cleans
+    /// up. The others are waited for, each up to `timeout`, so that a later
+    /// request of ours cannot overtake the delete — unless `enough` is
+    /// smaller than their number: then the deletes run in a background task
+    /// (every one is sent and answered, in the background if need be) and
+    /// the caller goes on as soon as `enough` of them released.
+    async fn release_on(
+        &self,
+        lease: &Lease,
+        timeout: Duration,
+        send: &[bool],
+        enough: usize,
+    ) -> (usize, usize) {
+        let now = Instant::now();
+        let (down, up): (Vec<usize>, Vec<usize>) = (0..self.nodes.len())
+            .filter(|&i| send[i])
+            .partition(|&i| self.is_suspect(i, now));
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if let (false, Some(runtime)) = (down.is_empty(), &runtime) {
+            let nodes: Vec<_> = down.iter().map(|&i| self.nodes[i].clone()).collect();
+            let lease = lease.clone();
+            runtime.spawn(async move { release_all(&nodes, &lease, timeout).await });
+        }
+        let (mut released, mut answered) = (0, 0);
+        let mut tally = |i: usize, answer: Option<bool>| {
+            self.set_suspect(i, answer.is_none());
+            if let Some(was_ours) = answer {
+                answered += 1;
+                released += usize::from(was_ours);
+            }
+            released
+        };
+        match runtime {
+            Some(runtime) if enough < up.len() => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let nodes: Vec<_> = up.iter().map(|&i| (i, self.nodes[i].clone())).collect();
+                let lease = lease.clone();
+                runtime.spawn(async move {
+                    let mut deletes: FuturesUnordered<_> = nodes
+                        .iter()
+                        .map(|(i, node)| {
+                            let lease = &lease;
+                            async move {
+                                let answer =
+                                    tokio::time::timeout(timeout, node.release(lease)).await;
+                                (*i, answer.ok().and_then(Result::ok))
+                            }
+                        })
+                        .collect();
+                    while let Some(answer) = deletes.next().await {
+                        // The caller may have gone on; the delete was done anyway.
+                        let _ = tx.send(answer);
+                    }
+                });
+                while let Some((i, answer)) = rx.recv().await {
+                    if tally(i, answer) >= enough {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                let nodes: Vec<_> = up.iter().map(|&i| self.nodes[i].clone()).collect();
+                let answers = release_all(&nodes, lease, timeout).await;
+                for (&i, answer) in up.iter().zip(answers) {
+                    tally(i, answer);
+                }
+            }
+        }
+        (released, answered)
+    }
+
+    /// Subscribes to the key's release channel on every master at once.
+    async fn subscribe_all(&self, key: &str, deadline: Option<Instant>) -> Vec<Subscription> {
+        let bound = Instant::now() + SUBSCRIBE_WAIT;
+        let bound = deadline.map_or(bound, |d| d.min(bound));
+        let subscribing = (0..self.nodes.len()).map(|i| {
+            let channel = self.names(i, key).channel;
+            async move {
+                self.nodes[i]
+                    .subscriber()
+                    .subscribe(&channel, Some(bound))
+                    .await
+            }
+        });
+        futures_util::future::join_all(subscribing).await
+    }
+}
+
+/// Resolves when any master announced a release since the last `mark_seen`.
+async fn any_released(subscriptions: &mut [Subscription]) {
+    if subscriptions.is_empty() {
+        return std::future::pending().await;
+    }
+    let changes = subscriptions.iter_mut().map(|s| Box::pin(s.changed()));
+    futures_util::future::select_all(changes).await;
+}
+
+/// Sends the compare-and-delete of `lease` to each of `nodes`, in
+/// parallel, each bounded by `timeout`. Returns each master's answer
+/// (`None`: no answer), in the order of `nodes`.
+async fn release_all(
+    nodes: &[Arc<RedisBackend>],
+    lease: &Lease,
+    timeout: Duration,
+) -> Vec<Option<bool>> {
+    let releases = nodes.iter().map(|node| async move {
+        match tokio::time::timeout(timeout, node.release(lease)).await {
+            Ok(Ok(was_ours)) => Some(was_ours),
+            _ => None,
+        }
+    });
+    futures_util::future::join_all(releases).await
+}
+
+/// Releases a round's partial acquisition in the background if the round's
+/// future is dropped before it decided.
+struct Unwind<'a> {
+    nodes: &'a [Arc<RedisBackend>],
+    lease: &'a Lease,
+    timeout: Duration,
+    armed: bool,
+}
+
+impl Drop for Unwind<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let lease = self.lease.clone();
+        // Outside a runtime nothing can be sent; the keys expire with the ttl.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let nodes = self.nodes.to_vec();
+            let timeout = self.timeout;
+            runtime.spawn(async move {
+                release_all(&nodes, &lease, timeout).await;
+            });
+        }
+    }
+}
+
+fn check_count(n: usize, shown: &str) -> Result<(), LockError> {
+    if n < 3 {
+        return Err(LockError::invalid_option(format!(
+            "`{shown}` names {n} master(s); Redlock needs at least 3 independent masters (an odd number: 3, 5 or 7)"
+        )));
+    }
+    Ok(())
+}
+
+async fn connect_all(urls: &[String]) -> Result<Vec<Arc<RedisBackend>>, LockError> {
+    let connecting = urls.iter().map(|u| async move {
+        let node = RedisBackend::connect(u).await?;
+        node.load_scripts().await?;
+        Ok(node)
+    });
+    futures_util::future::join_all(connecting)
+        .await
+        .into_iter()
+        .map(|r| r.map(Arc::new))
+        .collect()
+}
+
+/// What a `redlock://` URL says.
+#[derive(Debug, PartialEq, Eq)]
+struct ParsedUrl {
+    /// One `redis://` URL per master, with the shared credentials, db and parameters.
+    nodes: Vec<String>,
+    node_timeout: Option<Duration>,
+    shown: String,
+}
+
+fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
+    let shown = crate::url::redact(url);
+    let bad = |why: &str| LockError::invalid_option(format!("`{shown}`: {why}"));
+    let rest = url
+        .strip_prefix("redlock://")
+        .ok_or_else(|| bad("not a Redlock URL; write redlock://host:port,host:port,host:port"))?;
+    let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut node_timeout = None;
+    let mut passed_on = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("node_timeout_ms", value)) => {
+                let ms: u64 = value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
+                    bad(&format!(
+                        "`node_timeout_ms={value}` is not a positive number of milliseconds"
+                    ))
+                })?;
+                node_timeout = Some(Duration::from_millis(ms));
+            }
+            _ => passed_on.push(pair),
+        }
+    }
+    let query = if passed_on.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", passed_on.join("&"))
+    };
+    let (auth, hosts) = match before_query.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), before_query),
+    };
+    let (hosts, db) = match hosts.split_once('/') {
+        Some((hosts, "")) => (hosts, String::new()),
+        Some((hosts, db)) => (hosts, format!("/{db}")),
+        None => (hosts, String::new()),
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut nodes = Vec::new();
+    for host in hosts.split(',') {
+        if host.is_empty() {
+            return Err(bad(
+                "an empty host in the host list; write host:port,host:port,host:port",
+            ));
+        }
+        if !seen.insert(host) {
+            return Err(bad(&format!(
+                "the master `{host}` is named twice; a repeated master would vote twice"
+            )));
+        }
+        nodes.push(format!("redis://{auth}{host}{db}{query}"));
+    }
+    check_count(nodes.len(), &shown)?;
+    Ok(ParsedUrl {
+        nodes,
+        node_timeout,
+        shown,
+    })
+}
+
+#[async_trait]
+impl LockBackend for RedlockBackend {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        match self.round(req).await {
+            Outcome::Acquired(lease) => Ok(Some(lease)),
+            Outcome::Held(_) | Outcome::Split => Ok(None),
+            Outcome::NoQuorum { reached } => Err(LockError::Quorum {
+                reached,
+                needed: self.quorum,
+            }),
+        }
+    }
+
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        // A free lock is taken with one round and no subscription at all:
+        // subscribing costs a SUBSCRIBE and an UNSUBSCRIBE on every master.
+        // If the round fails, the loop below runs a new one after the
+        // subscriptions are in place, so a release between a lost round and
+        // the wait is still heard.
+        if let Outcome::Acquired(lease) = self.round(req).await {
+            return Ok(Some(lease));
+        }
+        let mut released = self.subscribe_all(&req.key, deadline).await;
+        let timeout = self.node_timeout_for(req.ttl);
+        let mut silent_rounds = 0;
+        loop {
+            for subscription in &mut released {
+                subscription.mark_seen();
+            }
+            let delay = match self.round(req).await {
+                Outcome::Acquired(lease) => return Ok(Some(lease)),
+                Outcome::NoQuorum { reached } => {
+                    silent_rounds += 1;
+                    // With a wait, keep trying until it runs out (masters
+                    // may come back); without one, report the outage soon.
+                    let give_up = match deadline {
+                        Some(d) => d <= Instant::now(),
+                        None => silent_rounds >= QUORUM_ROUNDS,
+                    };
+                    if give_up {
+                        return Err(LockError::Quorum {
+                            reached,
+                            needed: self.quorum,
+                        });
+                    }
+                    // Give the masters a moment to come back.
+                    let pause =
+                        (req.ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(200));
+                    pause + jitter(pause)
+                }
+                Outcome::Held(left) => {
+                    silent_rounds = 0;
+                    // Expiry announces nothing: wake when the holder's keys
+                    // would have expired on a quorum.
+                    let expiry = left.unwrap_or(req.ttl);
+                    expiry + jitter(expiry / 10 + Duration::from_millis(2))
+                }
+                Outcome::Split => {
+                    silent_rounds = 0;
+                    // Contenders split the votes: retry after a random
+                    // delay, so that one of them gets ahead.
+                    Duration::from_millis(1) + jitter(timeout + Duration::from_millis(5))
+                }
+            };
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+            let wake = Instant::now() + delay;
+            let wake = deadline.map_or(wake, |d| d.min(wake));
+            tokio::select! {
+                () = any_released(&mut released) => {}
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+        }
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let n = self.nodes.len();
+        let Some(shortest) = leases.iter().map(|l| l.ttl).min() else {
+            return Vec::new();
+        };
+        let timeout = self.node_timeout_for(shortest);
+        let start = Instant::now();
+        let per_node = self.nodes.iter().map(|node| async move {
+            tokio::time::timeout(timeout, node.renew(leases))
+                .await
+                .unwrap_or_default()
+        });
+        // One pipeline per master; a master that timed out answered nothing.
+        let answers: Vec<Vec<Result<Renewal, LockError>>> =
+            futures_util::future::join_all(per_node).await;
+        let now = Instant::now();
+        leases
+            .iter()
+            .enumerate()
+            .map(|(i, lease)| {
+                let mut extended = 0;
+                let mut refused = 0;
+                for node in &answers {
+                    match node.get(i) {
+                        Some(Ok(Renewal::Renewed { .. })) => extended += 1,
+                        Some(Ok(Renewal::Refused)) => refused += 1,
+                        Some(Err(_)) | None => {}
+                    }
+                }
+                // More refusals than the masters we can spare: no quorum can
+                // hold this lease any more, whatever the silent ones say.
+                if refused > n - self.quorum {
+                    return Ok(Renewal::Refused);
+                }
+                let valid_until = lease_deadline(start, lease.ttl);
+                if extended >= self.quorum && now < valid_until {
+                    return Ok(Renewal::Renewed { valid_until });
+                }
+                let answered = extended + refused;
+                if answered < self.quorum {
+                    Err(LockError::Quorum {
+                        reached: answered,
+                        needed: self.quorum,
+                    })
+                } else {
+                    // Unknown: the old deadline decides, and the core retries.
+                    Err(LockError::backend(
+                        self.shown.clone(),
+                        format!(
+                            "{extended} of {n} masters extended the lease within its validity of {:?}; {} needed",
+                            lease.ttl.saturating_sub(drift(lease.ttl)),
+                            self.quorum
+                        ),
+                    ))
+                }
+            })
+            .collect()
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let all = vec![true; self.nodes.len()];
+        // A release may wait longer than an acquisition: nothing's validity
+        // depends on it, and giving up early would leave the key to expire
+        // instead of handing it over. Masters presumed down are not waited on.
+        let timeout = self.node_timeout_for(lease.ttl).max(RELEASE_TIMEOUT);
+        // Back to the caller once a quorum released: the slowest masters are
+        // not waited for (their deletes complete in the background).
+        let (released, answered) = self.release_on(lease, timeout, &all, self.quorum).await;
+        if released >= self.quorum {
+            Ok(true)
+        } else if answered >= self.quorum {
+            Ok(false)
+        } else {
+            Err(LockError::Quorum {
+                reached: answered,
+                needed: self.quorum,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_gives_one_node_url_per_master() {
+        let p = parse_url("redlock://u:pw@h1:1,h2:2,h3:3/4?prefix=app&node_timeout_ms=25").unwrap();
+        assert_eq!(
+            p.nodes,
+            [
+                "redis://u:pw@h1:1/4?prefix=app",
+                "redis://u:pw@h2:2/4?prefix=app",
+                "redis://u:pw@h3:3/4?prefix=app"
+            ]
+        );
+        assert_eq!(p.node_timeout, Some(Duration::from_millis(25)));
+        assert_eq!(
+            p.shown,
+            "redlock://u:***@h1:1,h2:2,h3:3/4?prefix=app&node_timeout_ms=25"
+        );
+    }
+
+    #[test]
+    fn bad_urls_name_the_url_and_say_what_to_write() {
+        for (url, says) in [
+            ("redlock://:secret@h1:1,h2:2", "at least 3"),
+            ("redlock://:secret@h1:1", "at least 3"),
+            ("redlock://:secret@h1:1,,h2:2", "empty host"),
+            ("redlock://:secret@h1:1,h2:2,h1:1", "twice"),
+            (
+                "redlock://:secret@h1:1,h2:2,h3:3?node_timeout_ms=0",
+                "positive",
+            ),
+            ("redis://:secret@h1:1", "not a Redlock URL"),
+        ] {
+            let msg = parse_url(url).unwrap_err().to_string();
+            assert!(msg.contains(says), "{url}: {msg}");
+            assert!(msg.contains(":***@h1:1"), "{url}: {msg}");
+            assert!(!msg.contains("secret"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn validity_is_measured_on_the_monotonic_clock_from_before_the_request() {
+        // The lease deadline of a round is `start + ttl − drift`, an Instant:
+        // nothing in it reads the wall clock, so a wall-clock step cannot
+        // move it.
+        let start = Instant::now();
+        let ttl = Duration::from_secs(10);
+        assert_eq!(lease_deadline(start, ttl) - start, ttl - drift(ttl));
+        assert_eq!(drift(ttl), Duration::from_millis(102));
+    }
+}

@@ -1,0 +1,341 @@
+//! Redlock: dlock's Redlock backend against the `rslock` crate (the Rust
+//! Redlock peer) on the same masters in the same run, on all the masters the
+//! URL names and, when it names five, on the first three as well.
+//!
+//! The workloads are those of the Redis suite: one task's acquire+release
+//! latency, 64 tasks on distinct keys, 16 tasks on one key with a checked
+//! counter, and hand-off latency from a release to the next holder (in
+//! another client). rslock waits by retrying after a random delay up to its
+//! default 200 ms; dlock wakes waiters by pub/sub on every master.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::redlock::RedlockBackend;
+use dlock::{Lock, LockBackend};
+use rslock::LockManager;
+
+use super::stats::{print_table, Row, Summary};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const TTL: Duration = Duration::from_secs(30);
+const UNCONTENDED_CYCLES: usize = 1_000;
+const DISTINCT_TASKS: usize = 64;
+const DISTINCT_CYCLES: usize = 50;
+const HOT_TASKS: usize = 16;
+const HOT_INCREMENTS: u64 = 100;
+const HANDOFFS: usize = 100;
+/// Upper bound for one workload, so a broken run ends instead of hanging.
+const WORKLOAD_LIMIT: Duration = Duration::from_secs(300);
+
+/// Runs the workloads against the masters of `url` (`redlock://h:p,h:p,h:p`)
+/// and, if it names five, against its first three too; prints a table each.
+pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    run_inner(url)
+        .await
+        .map_err(|e| e as Box<dyn std::error::Error>)
+}
+
+async fn run_inner(url: &str) -> Result<(), BoxError> {
+    let hosts = hosts(url)?;
+    println!(
+        "Redlock benchmark against {} masters: {}",
+        hosts.len(),
+        dlock::url::redact(url)
+    );
+    let mut sets = vec![hosts.clone()];
+    if hosts.len() == 5 {
+        sets.push(hosts[..3].to_vec());
+    }
+    for set in sets {
+        run_set(&set).await?;
+    }
+    Ok(())
+}
+
+/// The `host:port` list of a `redlock://` URL (parameters dropped).
+fn hosts(url: &str) -> Result<Vec<String>, BoxError> {
+    let rest = url
+        .strip_prefix("redlock://")
+        .ok_or("give a redlock://host:port,host:port,host:port URL")?;
+    let before_query = rest.split('?').next().unwrap_or(rest);
+    let hosts: Vec<String> = before_query
+        .trim_end_matches('/')
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    if hosts.len() < 3 || hosts.iter().any(String::is_empty) {
+        return Err(format!("`{url}` must name at least three masters").into());
+    }
+    Ok(hosts)
+}
+
+/// `LockManager::new` panics on a bad URL; open the clients ourselves.
+fn rslock_manager(node_urls: &[String]) -> Result<LockManager, BoxError> {
+    let clients = node_urls
+        .iter()
+        .map(|u| redis::Client::open(u.as_str()))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(LockManager::from_clients(clients))
+}
+
+async fn with_limit<T>(
+    what: &str,
+    work: impl std::future::Future<Output = Result<T, BoxError>>,
+) -> Result<T, BoxError> {
+    tokio::time::timeout(WORKLOAD_LIMIT, work)
+        .await
+        .map_err(|_| format!("{what} did not finish within {WORKLOAD_LIMIT:?}"))?
+}
+
+async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
+    let n = hosts.len();
+    let url = format!("redlock://{}", hosts.join(","));
+    let node_urls: Vec<String> = hosts.iter().map(|h| format!("redis://{h}")).collect();
+    let backend: Arc<dyn LockBackend> = Arc::new(RedlockBackend::connect(&url).await?);
+    let rs = rslock_manager(&node_urls)?;
+    let run_id = format!("{}:{n}", std::process::id());
+
+    let ours_a = with_limit(
+        "(a) dlock",
+        uncontended_dlock(&backend, &format!("bench:{run_id}:a")),
+    )
+    .await?;
+    let base_a = with_limit(
+        "(a) rslock",
+        uncontended_rslock(&rs, &format!("bench:{run_id}:a-rs")),
+    )
+    .await?;
+
+    let ours_b = with_limit("(b) dlock", distinct_dlock(&backend, &run_id)).await?;
+    let base_b = with_limit("(b) rslock", distinct_rslock(&rs, &run_id)).await?;
+
+    let ours_c = with_limit(
+        "(c) dlock",
+        hot_key_dlock(&backend, &format!("bench:{run_id}:c")),
+    )
+    .await?;
+    let base_c = with_limit(
+        "(c) rslock",
+        hot_key_rslock(&rs, &format!("bench:{run_id}:c-rs")),
+    )
+    .await?;
+
+    // Hand-off crosses clients, as between two processes: the waiter has its own connections.
+    let waiter: Arc<dyn LockBackend> = Arc::new(RedlockBackend::connect(&url).await?);
+    let ours_d = with_limit(
+        "(d) dlock",
+        handoff_dlock(&backend, &waiter, &format!("bench:{run_id}:d")),
+    )
+    .await?;
+    let base_d = with_limit(
+        "(d) rslock",
+        handoff_rslock(
+            &rs,
+            &rslock_manager(&node_urls)?,
+            &format!("bench:{run_id}:d-rs"),
+        ),
+    )
+    .await?;
+
+    let rows = [
+        Row::latency("(a) 1 task, acquire+release, p50", ours_a.p50, base_a.p50),
+        Row::latency("(a) 1 task, acquire+release, p99", ours_a.p99, base_a.p99),
+        Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b, base_b),
+        Row::throughput("(c) 16 tasks, one key, critical sections", ours_c, base_c),
+        Row::latency(
+            "(d) hand-off release→next holder, p50",
+            ours_d.p50,
+            base_d.p50,
+        ),
+        Row::latency(
+            "(d) hand-off release→next holder, p99",
+            ours_d.p99,
+            base_d.p99,
+        ),
+    ];
+    print_table(
+        &format!("Redlock on {n} masters: dlock vs rslock 0.10"),
+        "rslock",
+        &rows,
+    );
+    println!("\n(a) {UNCONTENDED_CYCLES} cycles; (b) {DISTINCT_TASKS}×{DISTINCT_CYCLES}; (c) {HOT_TASKS}×{HOT_INCREMENTS}, counter checked; (d) {HANDOFFS} hand-offs");
+    Ok(())
+}
+
+async fn uncontended_dlock(backend: &Arc<dyn LockBackend>, key: &str) -> Result<Summary, BoxError> {
+    let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
+    let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
+    for _ in 0..UNCONTENDED_CYCLES {
+        let start = Instant::now();
+        lock.acquire().await?.release().await?;
+        samples.push(start.elapsed());
+    }
+    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}
+
+async fn uncontended_rslock(rs: &LockManager, key: &str) -> Result<Summary, BoxError> {
+    let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
+    for _ in 0..UNCONTENDED_CYCLES {
+        let start = Instant::now();
+        let lock = rs.lock(key.as_bytes(), TTL).await?;
+        rs.unlock(&lock).await;
+        samples.push(start.elapsed());
+    }
+    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}
+
+async fn distinct_dlock(backend: &Arc<dyn LockBackend>, run_id: &str) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..DISTINCT_TASKS {
+        let lock = Lock::new(format!("bench:{run_id}:b:{t}"))
+            .ttl(TTL)
+            .with_backend(backend.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..DISTINCT_CYCLES {
+                lock.acquire().await?.release().await?;
+            }
+            Ok::<_, dlock::LockError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn distinct_rslock(rs: &LockManager, run_id: &str) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..DISTINCT_TASKS {
+        let (rs, key) = (rs.clone(), format!("bench:{run_id}:b-rs:{t}"));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..DISTINCT_CYCLES {
+                let lock = rs.lock(key.as_bytes(), TTL).await?;
+                rs.unlock(&lock).await;
+            }
+            Ok::<_, BoxError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A counter updated with a non-atomic read-then-write, so lost updates show
+/// any failure of mutual exclusion.
+async fn critical_increment(counter: &AtomicU64) {
+    let read = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(read + 1, Ordering::SeqCst);
+}
+
+fn check_counter(counter: &AtomicU64) -> Result<(), BoxError> {
+    let expected = HOT_TASKS as u64 * HOT_INCREMENTS;
+    let got = counter.load(Ordering::SeqCst);
+    if got != expected {
+        return Err(format!("mutual exclusion failed: counter {got}, expected {expected}").into());
+    }
+    Ok(())
+}
+
+async fn hot_key_dlock(backend: &Arc<dyn LockBackend>, key: &str) -> Result<f64, BoxError> {
+    let counter = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..HOT_TASKS {
+        let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
+        let counter = counter.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..HOT_INCREMENTS {
+                let guard = lock.acquire().await?;
+                critical_increment(&counter).await;
+                guard.release().await?;
+            }
+            Ok::<_, dlock::LockError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = start.elapsed();
+    check_counter(&counter)?;
+    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
+}
+
+async fn hot_key_rslock(rs: &LockManager, key: &str) -> Result<f64, BoxError> {
+    let counter = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..HOT_TASKS {
+        let (rs, key, counter) = (rs.clone(), key.to_owned(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..HOT_INCREMENTS {
+                // `acquire` retries until it gets the lock.
+                let guard = rs.acquire(key.as_bytes(), TTL).await?;
+                critical_increment(&counter).await;
+                guard.release().await;
+            }
+            Ok::<_, BoxError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = start.elapsed();
+    check_counter(&counter)?;
+    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
+}
+
+async fn handoff_dlock(
+    holder: &Arc<dyn LockBackend>,
+    waiter: &Arc<dyn LockBackend>,
+    key: &str,
+) -> Result<Summary, BoxError> {
+    let hold = Lock::new(key).ttl(TTL).with_backend(holder.clone());
+    let wait = Lock::new(key).ttl(TTL).with_backend(waiter.clone());
+    let mut samples = Vec::with_capacity(HANDOFFS);
+    for _ in 0..HANDOFFS {
+        let guard = hold.acquire().await?;
+        let wait = wait.clone();
+        let waiting = tokio::spawn(async move {
+            let guard = wait.acquire().await?;
+            let got = Instant::now();
+            guard.release().await?;
+            Ok::<_, dlock::LockError>(got)
+        });
+        // Let the waiter start waiting before the release.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let released = Instant::now();
+        guard.release().await?;
+        samples.push(waiting.await??.saturating_duration_since(released));
+    }
+    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}
+
+async fn handoff_rslock(
+    holder: &LockManager,
+    waiter: &LockManager,
+    key: &str,
+) -> Result<Summary, BoxError> {
+    let mut samples = Vec::with_capacity(HANDOFFS);
+    for _ in 0..HANDOFFS {
+        let lock = holder.acquire_no_guard(key.as_bytes(), TTL).await?;
+        let (waiter, key2) = (waiter.clone(), key.to_owned());
+        let waiting = tokio::spawn(async move {
+            let lock = waiter.acquire_no_guard(key2.as_bytes(), TTL).await?;
+            let got = Instant::now();
+            waiter.unlock(&lock).await;
+            Ok::<_, BoxError>(got)
+        });
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let released = Instant::now();
+        holder.unlock(&lock).await;
+        samples.push(waiting.await??.saturating_duration_since(released));
+    }
+    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}

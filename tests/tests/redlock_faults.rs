@@ -1,0 +1,281 @@
+//! Fault tests of the Redlock backend on five independent masters: a
+//! minority killed, a majority killed, a frozen master.
+//!
+//! A master restarted with an empty dataset is not tested here: dlock does
+//! not implement the delayed-restart mitigation, and the module docs of
+//! `dlock::backends::redlock` document the limit instead.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::redlock::RedlockBackend;
+use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::servers::control::ServerControl;
+use dlock_tests::servers::redis::RedisSet;
+
+const MASTERS: usize = 5;
+
+async fn connect(set: &RedisSet) -> Arc<RedlockBackend> {
+    Arc::new(
+        RedlockBackend::connect(&set.url())
+            .await
+            .expect("connect to the test masters"),
+    )
+}
+
+/// Counts holders inside a critical section; any count above one is an overlap.
+#[derive(Default)]
+struct OverlapDetector {
+    inside: AtomicUsize,
+    overlaps: AtomicUsize,
+}
+
+impl OverlapDetector {
+    fn enter(&self) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_killed_locks_keep_working_without_overlap() {
+    const TASKS_PER_CLIENT: usize = 4;
+    const CYCLES: u64 = 40;
+    let mut set = RedisSet::start(MASTERS);
+    // Two clients, as two processes would have, connected while all masters are up.
+    let clients = [connect(&set).await, connect(&set).await];
+    set.server_mut(0).kill9();
+    set.server_mut(3).kill9();
+
+    // Acquire, renew past three ttls, release. (ttl 2 s: a per-node timeout
+    // of 20 ms, which a busy test host still meets.)
+    let ttl = Duration::from_secs(2);
+    let guard = Lock::new("minority-down:renew")
+        .ttl(ttl)
+        .with_backend(clients[0].clone())
+        .acquire()
+        .await
+        .expect("acquire with 3 of 5 masters");
+    assert_eq!(guard.fencing_token(), None);
+    tokio::time::sleep(ttl * 3 + ttl / 2).await;
+    assert!(guard.is_held(), "renewal with 3 of 5 masters failed");
+    let other = Lock::new("minority-down:renew").with_backend(clients[1].clone());
+    assert!(
+        other.try_acquire().await.unwrap().is_none(),
+        "a second client got a renewed lock"
+    );
+    guard.release().await.expect("release with 3 of 5 masters");
+    let next = other
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after release");
+    next.release().await.unwrap();
+
+    // 8 contending tasks on two clients: no overlap, no lost increment.
+    let counter = Arc::new(AtomicU64::new(0));
+    let detector = Arc::new(OverlapDetector::default());
+    let mut tasks = Vec::new();
+    for client in &clients {
+        for _ in 0..TASKS_PER_CLIENT {
+            let lock = Lock::new("minority-down:contended")
+                .wait(Duration::from_secs(60))
+                .with_backend(client.clone());
+            let (counter, detector) = (counter.clone(), detector.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..CYCLES {
+                    let guard = lock.acquire().await.expect("acquire under contention");
+                    detector.enter();
+                    let read = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(read + 1, Ordering::SeqCst);
+                    detector.leave();
+                    guard.release().await.expect("release under contention");
+                }
+            }));
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(120), async {
+        for task in tasks {
+            task.await.expect("a contending task panicked");
+        }
+    })
+    .await
+    .expect("contention with 2 masters down did not finish within 120 s");
+    assert_eq!(
+        detector.overlaps.load(Ordering::SeqCst),
+        0,
+        "holders overlapped"
+    );
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        2 * TASKS_PER_CLIENT as u64 * CYCLES,
+        "increments were lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_of_five_killed_acquire_fails_with_quorum_and_a_held_guard_is_lost() {
+    let mut set = RedisSet::start(MASTERS);
+    let backend = connect(&set).await;
+    let ttl = Duration::from_secs(1);
+    let guard = Lock::new("majority-down:held")
+        .ttl(ttl)
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .unwrap();
+    let lost = guard.lost();
+    for i in [0, 2, 4] {
+        set.server_mut(i).kill9();
+    }
+    let killed = Instant::now();
+
+    // The held guard: its validity is at most ttl − drift from its last
+    // successful renewal, which was before the kill.
+    tokio::time::timeout(ttl + Duration::from_millis(500), lost)
+        .await
+        .expect("lost() did not fire within the lease's validity");
+    let took = killed.elapsed();
+    // The validity is at most ttl − drift from the last renewal, sent
+    // before the kill; 100 ms covers the watchdog timer on a busy host.
+    assert!(
+        took <= ttl + Duration::from_millis(100),
+        "lost {took:?} after the kill, later than the validity"
+    );
+    assert!(!guard.is_held());
+
+    // A new acquisition: Quorum, within its wait.
+    let wait = Duration::from_secs(2);
+    let start = Instant::now();
+    let err = Lock::new("majority-down:new")
+        .ttl(ttl)
+        .wait(wait)
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(err, LockError::Quorum { reached, needed: 3 } if reached <= 2),
+        "{err:?}"
+    );
+    assert!(took <= wait + Duration::from_millis(500), "took {took:?}");
+    assert!(err.to_string().contains("3 masters"), "{err}");
+
+    // One attempt says the same at once.
+    let err = Lock::new("majority-down:try")
+        .with_backend(backend)
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::Quorum { needed: 3, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_is_not_waited_on() {
+    let mut set = RedisSet::start(MASTERS);
+    let node_timeout = Duration::from_millis(500);
+    let ttl = Duration::from_secs(2);
+    let backend: Arc<dyn LockBackend> = Arc::new(
+        RedlockBackend::connect(&set.url())
+            .await
+            .unwrap()
+            .node_timeout(node_timeout),
+    );
+    // Warm the connections and script caches of every master.
+    let warm = Lock::new("frozen:warm")
+        .ttl(ttl)
+        .with_backend(backend.clone());
+    warm.acquire().await.unwrap().release().await.unwrap();
+
+    set.server_mut(1).pause();
+    let paused = Instant::now();
+    let start = Instant::now();
+    let guard = Lock::new("frozen:key")
+        .ttl(ttl)
+        .wait(Duration::from_secs(5))
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .expect("acquire with one frozen master");
+    let took = start.elapsed();
+    assert!(
+        took < ttl / 10 + node_timeout,
+        "acquisition took {took:?}, more than ttl/10 + the per-node timeout"
+    );
+    assert!(
+        took < node_timeout,
+        "acquisition took {took:?}: it waited for the frozen master"
+    );
+    // Renewal keeps working with the frozen master (each waits at most the
+    // per-node timeout for it).
+    tokio::time::sleep(ttl).await;
+    assert!(guard.is_held(), "renewal failed with one frozen master");
+    guard
+        .release()
+        .await
+        .expect("release with one frozen master");
+    assert!(
+        paused.elapsed() > node_timeout,
+        "the pause was not longer than the timeout"
+    );
+    set.server_mut(1).resume();
+
+    // After the master comes back, everything works on all five.
+    let after = Lock::new("frozen:after")
+        .ttl(ttl)
+        .with_backend(backend)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free key after resume");
+    after.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_rejects_fewer_than_three_masters_and_names_the_url() {
+    let set = RedisSet::start(2);
+    let url = set.url();
+    let err = RedlockBackend::connect(&url).await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    assert!(err.to_string().contains(&url), "{err}");
+    let err = dlock::connect(&url).await.unwrap_err();
+    assert!(err.to_string().contains("at least 3"), "{err}");
+    let err = RedlockBackend::from_urls(set.node_urls())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_on_a_quorum_and_release_clears_every_master() {
+    let set = RedisSet::start(MASTERS);
+    let backend: Arc<dyn LockBackend> = dlock::connect(&set.url()).await.unwrap();
+    let guard = Lock::new("everywhere")
+        .with_backend(backend)
+        .acquire()
+        .await
+        .unwrap();
+    let key = dlock_tests::fixtures::redis::lock_key("everywhere");
+    // The round returns as soon as a quorum said yes; the requests to the
+    // other masters may or may not have gone out by then.
+    let holding = set
+        .servers()
+        .iter()
+        .filter(|s| s.redis_cli(&["GET", &key]) == guard.token())
+        .count();
+    assert!(holding >= 3, "the token is on only {holding} masters");
+    guard.release().await.unwrap();
+    for server in set.servers() {
+        assert_eq!(server.redis_cli(&["EXISTS", &key]), "0");
+    }
+}
