@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key`, `ttl`, `wait`, `backend`, `renew`,
-//! `on_lost`.
+//! `on_lost`, `segments`.
 //!
 //! Parsing never stops at the first mistake: every argument is checked and
 //! all errors are returned together, each spanned on the token to fix.
@@ -10,12 +10,14 @@ use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprLit, Lit, LitBool, LitStr, Meta, Token};
+use syn::{Expr, ExprLit, Lit, LitBool, LitInt, LitStr, Meta, Token};
 
 use crate::error::Errors;
 
 /// Every argument the attribute accepts, in the order the docs list them.
-pub(crate) const VALID: &[&str] = &["key", "ttl", "wait", "backend", "renew", "on_lost"];
+pub(crate) const VALID: &[&str] = &[
+    "key", "ttl", "wait", "backend", "renew", "on_lost", "segments",
+];
 
 /// The shortest ttl `dlock` accepts (`dlock::MIN_TTL`). The macro only knows
 /// `dlock`'s public API, so the value is repeated here to fail at compile
@@ -32,6 +34,8 @@ pub(crate) struct Args {
     pub(crate) backend: Option<LitStr>,
     pub(crate) renew: Option<LitBool>,
     pub(crate) on_lost: OnLost,
+    /// `segments = N`: a `SegmentedLock` of N segments instead of a `Lock`.
+    pub(crate) segments: Option<Located<usize>>,
 }
 
 /// A value and the span of the literal it came from, so generated code
@@ -68,6 +72,7 @@ struct Builder {
     backend: Option<LitStr>,
     renew: Option<LitBool>,
     on_lost: Option<OnLost>,
+    segments: Option<Located<usize>>,
 }
 
 impl Args {
@@ -97,6 +102,7 @@ impl Args {
             backend: seen.backend,
             renew: seen.renew,
             on_lost: seen.on_lost.unwrap_or(OnLost::Cancel),
+            segments: seen.segments,
         }
     }
 }
@@ -194,6 +200,10 @@ impl Builder {
                 };
                 set(&mut self.on_lost, on_lost, &name, &whole)
             }
+            "segments" => {
+                let segments = segments(value)?;
+                set(&mut self.segments, segments, &name, &whole)
+            }
             // VALID was checked above; this arm only keeps the match total.
             _ => Err(syn::Error::new_spanned(
                 whole,
@@ -223,6 +233,7 @@ fn example(name: &str) -> &'static str {
         "wait" => "wait = \"5s\"",
         "backend" => "backend = \"etcd\"",
         "renew" => "renew = false",
+        "segments" => "segments = 5",
         _ => "on_lost = \"continue\"",
     }
 }
@@ -252,6 +263,35 @@ fn duration(name: &str, lit: &LitStr) -> syn::Result<Located<Duration>> {
             format!("invalid duration `{text}` for `{name}`: {e}; write e.g. \"30s\" or \"500ms\""),
         )),
     }
+}
+
+/// `segments = N`: a positive integer literal without quotes.
+fn segments(value: Expr) -> syn::Result<Located<usize>> {
+    let lit: LitInt = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(i), ..
+        }) => i,
+        other => return Err(syn::Error::new_spanned(
+            other,
+            "`segments` takes a positive integer literal (without quotes): write `segments = 5`",
+        )),
+    };
+    let value: usize = lit.base10_parse().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            "`segments` must be a positive integer that fits in `usize`: write e.g. `segments = 5`",
+        )
+    })?;
+    if value == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`segments` must be at least 1: a lock split into 0 segments cannot be held; write e.g. `segments = 5`, or leave `segments` out for one plain lock",
+        ));
+    }
+    Ok(Located {
+        value,
+        span: lit.span(),
+    })
 }
 
 fn check_ttl(ttl: Duration, lit: &LitStr) -> syn::Result<()> {
@@ -353,8 +393,10 @@ mod tests {
             backend = "etcd",
             renew = false,
             on_lost = "continue",
+            segments = 5,
         ))
         .unwrap();
+        assert_eq!(args.segments.unwrap().value, 5);
         assert_eq!(args.key.unwrap().value(), "order:{id}");
         assert_eq!(args.ttl.unwrap().value, Duration::from_secs(90));
         assert_eq!(args.wait.unwrap().value, Duration::from_millis(250));
@@ -367,7 +409,7 @@ mod tests {
     fn defaults() {
         let args = parse(quote!(key = "k")).unwrap();
         assert!(args.ttl.is_none() && args.wait.is_none() && args.backend.is_none());
-        assert!(args.renew.is_none());
+        assert!(args.renew.is_none() && args.segments.is_none());
         assert_eq!(args.on_lost, OnLost::Cancel);
     }
 
@@ -401,7 +443,7 @@ mod tests {
         let e = err(quote!(key = "k", tll = "30s"));
         assert_eq!(
             e,
-            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, ttl, wait, backend, renew, on_lost"
+            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, ttl, wait, backend, renew, on_lost, segments"
         );
         assert!(err(quote!(key = "k", onlost = "cancel")).contains("did you mean `on_lost`?"));
         let e = err(quote!(key = "k", colour = "red"));
@@ -420,6 +462,16 @@ mod tests {
         assert!(e.contains("duplicate argument `ttl`"), "{e}");
         assert!(e.contains("unknown `on_lost` value `panic`"), "{e}");
         assert!(e.contains("`renew` takes `true` or `false`"), "{e}");
+    }
+
+    #[test]
+    fn segments_must_be_a_positive_integer_literal() {
+        assert!(err(quote!(key = "k", segments = 0)).contains("`segments` must be at least 1"));
+        assert!(err(quote!(key = "k", segments = "5")).contains("positive integer literal"));
+        let e = err(quote!(key = "k", segments = -1));
+        assert!(e.contains("positive integer"), "{e}");
+        assert!(err(quote!(key = "k", segments = 2, segments = 3))
+            .contains("duplicate argument `segments`"));
     }
 
     #[test]

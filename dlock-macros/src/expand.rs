@@ -436,6 +436,13 @@ impl Lock<'_> {
             ::dlock::__private::fail_with::<#output>()
         );
         let key = &self.key;
+        let constructor = match &self.args.segments {
+            Some(segments) => {
+                let n = segments.value;
+                quote_spanned!(segments.span=> ::dlock::__private::SegmentedLock::new(#key, #n))
+            }
+            None => quote!(::dlock::__private::Lock::new(#key)),
+        };
         let options = self.options();
         let on_lost = match self.args.on_lost {
             OnLost::Cancel => quote!(::dlock::__private::OnLost::Cancel),
@@ -460,7 +467,7 @@ impl Lock<'_> {
         let guard_binding = &self.guard_binding;
         quote! {
             let #fail_fn = #fail;
-            let #lock = ::dlock::__private::Lock::new(#key) #options;
+            let #lock = #constructor #options;
             let #guard = match #lock.acquire().await {
                 ::core::result::Result::Ok(#held) => #held,
                 ::core::result::Result::Err(#error) => return #fail_fn(#error),
@@ -556,6 +563,24 @@ mod tests {
         ] {
             assert!(out.contains(&compact(expected)), "missing {expected}\nin {out}");
         }
+    }
+
+    #[test]
+    fn segments_expand_to_a_segmented_lock() {
+        let out = expand(
+            quote!(key = "stock:{sku}", segments = 5, wait = "1s"),
+            quote!(
+                async fn buy(sku: u64, guard: &LockGuard) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            out.contains(&compact(
+                "::dlock::__private::SegmentedLock::new(::std::format!(\"stock:{sku}\"),5usize).wait("
+            )),
+            "{out}"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! | `backend` | name registered in `dlock::registry()` | the default backend |
 //! | `renew` | `true` / `false`: watchdog renewal every ttl/3 | `true` |
 //! | `on_lost` | `"cancel"` / `"continue"`: what a lost lease does to the running body | `"cancel"` |
+//! | `segments` | positive integer: take any free one of N segments `<key>#0`..`<key>#N-1` (`dlock::SegmentedLock`) | one plain lock |
 //!
 //! - **`key`**: `{name}` and `{name.field.sub}` name the function's
 //!   parameters (those bound to a plain name), `{self.field}` works in
@@ -29,6 +30,9 @@
 //!   pass a parameter that is already formatted.
 //! - **`ttl`**, **`wait`**: parsed at compile time with humantime and turned
 //!   into `Duration` constants.
+//! - **`segments = 5`**: the key names a resource split into 5 segments;
+//!   each call holds one free segment (a `dlock::SegmentedLock`), and
+//!   `guard.segment()` in the body says which (`Some(0..5)`).
 //! - **`on_lost = "cancel"`**: if the lease is lost while the body runs, the
 //!   body's future is dropped at its current `.await` and the function
 //!   returns `Err(LockError::Lost { .. }.into())`. With `"continue"` the body

@@ -28,6 +28,48 @@ impl fmt::Debug for AcquireRequest {
     }
 }
 
+/// What the core asks a backend to take: one permit of a counting semaphore.
+///
+/// A permit is held under its own token and leased on its own, so a crashed
+/// holder's permit comes back after its ttl.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PermitRequest {
+    /// The validated semaphore name, before the backend maps it into its namespace.
+    pub name: String,
+    /// How many holders the semaphore admits at once (at least 1). Every
+    /// user of one semaphore must give the same number.
+    pub permits: usize,
+    /// The permit's owner token (≥ 128 random bits, hex). Only this token may
+    /// renew or release the permit.
+    pub token: String,
+    /// The lease length the server should enforce.
+    pub ttl: Duration,
+}
+
+impl fmt::Debug for PermitRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitRequest")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The error of a backend that has no semaphores (the default of the
+/// permit methods of [`LockBackend`]).
+/// `backend` is the backend's [`describe`](LockBackend::describe) text.
+///
+/// ```
+/// let e = dlock::backend::no_semaphores("zk://127.0.0.1:2181");
+/// assert!(matches!(e, dlock::LockError::InvalidOption { .. }));
+/// ```
+pub fn no_semaphores(backend: &str) -> LockError {
+    LockError::invalid_option(format!(
+        "the {backend} backend has no semaphores yet; use a memory://, redis://, etcd:// or zk:// backend for `Semaphore`"
+    ))
+}
+
 /// A lease granted by a backend.
 ///
 /// `valid_until` is the *local* deadline: the instant the request that took or
@@ -123,6 +165,29 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 /// - **zookeeper**: like etcd with an ephemeral sequential node; `renew`
 ///   reports the session's state (the session heartbeat is the renewal).
 ///
+/// # Semaphores
+///
+/// The four `*_permit*` methods serve [`Semaphore`](crate::Semaphore); each
+/// has a default that fails with [`LockError::InvalidOption`] ("the … backend
+/// has no semaphores yet"), so a backend without them still compiles and
+/// works for locks. A permit is an ordinary [`Lease`] (its `key` is the
+/// semaphore name, its `token` the permit's owner token, `resource` the
+/// backend's name for the permit; `fencing_token` is the backend's own
+/// business: a [`Permit`](crate::Permit) does not show it). The core remembers
+/// which leases are permits: the watchdog batches permit leases apart from
+/// lock leases and hands them to [`renew_permits`](LockBackend::renew_permits),
+/// and a permit's guard releases through
+/// [`release_permit`](LockBackend::release_permit). So `renew` and `release`
+/// never see a permit lease, and a backend's lock protocol needs no change.
+///
+/// - **memory**: a table of permit holders with deadlines, FIFO tickets.
+/// - **redis**: a sorted set of permit tokens scored by expiry on the
+///   server's clock; one script trims expired members, counts, and adds.
+/// - **etcd**: the first N keys by create revision under the semaphore's
+///   prefix hold permits; waiters watch the prefix for deletes.
+/// - **zookeeper**: the first N ephemeral sequential nodes under the
+///   semaphore's path hold permits; waiters watch the children.
+///
 /// # Contract
 ///
 /// - `acquire` must be cancel safe: if its future is dropped, nothing it
@@ -203,4 +268,48 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Gives the lease back if it is still ours (compare-and-delete) and wakes
     /// waiters. `Ok(false)` means it was no longer ours (expired or taken).
     async fn release(&self, lease: &Lease) -> Result<bool, LockError>;
+
+    /// One attempt to take a permit of the semaphore `req.name`; never
+    /// waits. `Ok(None)` means all `req.permits` permits are held.
+    ///
+    /// The default fails with [`LockError::InvalidOption`]: no semaphores.
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let _ = req;
+        Err(no_semaphores(&self.describe()))
+    }
+
+    /// Takes a permit, waiting until one is free or until `deadline`
+    /// (`None`: no limit). `Ok(None)` means the deadline passed. Waiting is
+    /// woken by the service, with a timer at the earliest permit expiry; it
+    /// must be cancel safe, as [`acquire`](LockBackend::acquire).
+    ///
+    /// The default fails with [`LockError::InvalidOption`]: no semaphores.
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let _ = (req, deadline);
+        Err(no_semaphores(&self.describe()))
+    }
+
+    /// Extends every permit lease in `leases`, as [`renew`](LockBackend::renew)
+    /// does for locks: one answer per lease, in order.
+    ///
+    /// The default answers every lease with [`LockError::InvalidOption`].
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        leases
+            .iter()
+            .map(|_| Err(no_semaphores(&self.describe())))
+            .collect()
+    }
+
+    /// Gives a permit back if it is still ours, and wakes waiters.
+    /// `Ok(false)` means it was no longer ours (expired).
+    ///
+    /// The default fails with [`LockError::InvalidOption`]: no semaphores.
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        let _ = lease;
+        Err(no_semaphores(&self.describe()))
+    }
 }

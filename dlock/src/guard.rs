@@ -21,6 +21,16 @@ pub(crate) enum Status {
     Lost,
 }
 
+/// What a lease is a lease on: it decides which backend calls renew and
+/// release it (see [`LockBackend`]'s "Semaphores" section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseKind {
+    /// A lock key: `renew` / `release`.
+    Lock,
+    /// One permit of a semaphore: `renew_permits` / `release_permit`.
+    Permit,
+}
+
 /// The mutable part of a lease, updated by the watchdog.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
@@ -41,6 +51,7 @@ pub(crate) struct LeaseShared {
     pub(crate) token: String,
     pub(crate) fencing_token: Option<u64>,
     pub(crate) renew: bool,
+    pub(crate) kind: LeaseKind,
     pub(crate) state: Mutex<LeaseState>,
     pub(crate) lost: CancellationToken,
     /// The runtime the lease was acquired on: `Drop` queues the release here.
@@ -71,6 +82,7 @@ pub(crate) struct NewLease {
     pub(crate) slot: Arc<KeySlot>,
     pub(crate) lease: Lease,
     pub(crate) renew: bool,
+    pub(crate) kind: LeaseKind,
     pub(crate) permit: OwnedSemaphorePermit,
 }
 
@@ -86,6 +98,7 @@ impl LeaseShared {
             token: lease.token.clone(),
             fencing_token: lease.fencing_token,
             renew: parts.renew,
+            kind: parts.kind,
             state: Mutex::new(LeaseState {
                 lease,
                 status: Status::Held,
@@ -155,9 +168,9 @@ impl LeaseShared {
     /// contend with our own pending release).
     async fn finish_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
         let lease = self.lock_state().lease.clone();
-        let answer = self.backend.release(&lease).await;
+        let answer = release_on(&*self.backend, self.kind, &lease).await;
         lock(&self.permit).take();
-        self.local.prune(&self.key);
+        self.local.prune(&self.slot.name);
         match answer {
             Ok(true) if was_held => Ok(()),
             Ok(_) => Err(LockError::NotHeld {
@@ -165,6 +178,18 @@ impl LeaseShared {
             }),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Gives `lease` back through the backend call for its kind.
+pub(crate) async fn release_on(
+    backend: &dyn LockBackend,
+    kind: LeaseKind,
+    lease: &Lease,
+) -> Result<bool, LockError> {
+    match kind {
+        LeaseKind::Lock => backend.release(lease).await,
+        LeaseKind::Permit => backend.release_permit(lease).await,
     }
 }
 
@@ -201,6 +226,11 @@ pub struct LockGuard {
     reentrant: bool,
     /// `release()` already ran; `Drop` has nothing to do.
     done: bool,
+    /// Which segment of a [`SegmentedLock`](crate::SegmentedLock) this is.
+    segment: Option<usize>,
+    /// A segmented lock's local admission (one of N places per key in this
+    /// process), given back when the guard goes.
+    admission: Option<OwnedSemaphorePermit>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -209,6 +239,7 @@ impl fmt::Debug for LockGuard {
             .field("key", &self.shared.key)
             .field("fencing_token", &self.shared.fencing_token)
             .field("reentrant", &self.reentrant)
+            .field("segment", &self.segment)
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }
@@ -220,6 +251,8 @@ impl LockGuard {
             shared,
             reentrant: false,
             done: false,
+            segment: None,
+            admission: None,
         }
     }
 
@@ -228,7 +261,21 @@ impl LockGuard {
             shared,
             reentrant: true,
             done: false,
+            segment: None,
+            admission: None,
         }
+    }
+
+    /// Marks this guard as holding segment `index` of a segmented lock.
+    pub(crate) fn in_segment(mut self, index: usize) -> Self {
+        self.segment = Some(index);
+        self
+    }
+
+    /// Keeps a segmented lock's local admission until the guard goes.
+    pub(crate) fn admitted(mut self, admission: Option<OwnedSemaphorePermit>) -> Self {
+        self.admission = admission;
+        self
     }
 
     /// The lock key.
@@ -256,6 +303,25 @@ impl LockGuard {
     /// deadline not passed.
     pub fn is_held(&self) -> bool {
         !self.done && self.shared.is_held()
+    }
+
+    /// Which segment this guard holds, for a guard of a
+    /// [`SegmentedLock`](crate::SegmentedLock) (`0..segments`); `None` for a
+    /// plain [`Lock`](crate::Lock).
+    ///
+    /// The guard's [`key`](Self::key) is the segment's own key,
+    /// `<key>#<segment>`, and its fencing token counts per segment.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let backend = dlock::connect("memory://").await?;
+    /// let guard = dlock::SegmentedLock::new("stock:10001", 5).with_backend(backend).acquire_segment(3).await?;
+    /// assert_eq!(guard.segment(), Some(3));
+    /// assert_eq!(guard.key(), "stock:10001#3");
+    /// # Ok(()) }
+    /// ```
+    pub fn segment(&self) -> Option<usize> {
+        self.segment
     }
 
     /// Whether this guard came from a reentrant acquisition inside the task

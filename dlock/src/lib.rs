@@ -41,6 +41,8 @@ mod key;
 mod local;
 mod lock;
 mod registry;
+mod segmented;
+mod semaphore;
 pub mod url;
 mod watchdog;
 
@@ -56,3 +58,5 @@ pub use guard::LockGuard;
 pub use key::MAX_KEY_BYTES;
 pub use lock::{Lock, DEFAULT_TTL, MIN_TTL};
 pub use registry::{connect, registry, Registry};
+pub use segmented::SegmentedLock;
+pub use semaphore::{Permit, Semaphore};

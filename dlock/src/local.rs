@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::LockBackend;
 use crate::guard::LeaseShared;
@@ -26,6 +27,10 @@ pub(crate) struct KeySlot {
     /// is released, so the other local waiters queue here (FIFO, tokio's
     /// semaphore is fair) instead of all asking the service.
     pub(crate) gate: Arc<Semaphore>,
+    /// The gate's number of permits: 1 for a lock, N for a semaphore of N.
+    capacity: usize,
+    /// The slot's name in the map, for pruning it after a release.
+    pub(crate) name: String,
     /// Who holds the key and its lease, for reentrancy.
     holder: Mutex<Option<(Owner, Weak<LeaseShared>)>>,
 }
@@ -91,15 +96,42 @@ impl BackendLocal {
     /// The slot of `key`, created on first use. Callers keep the `Arc` while
     /// they use it, which keeps it from being pruned.
     pub(crate) fn slot(&self, key: &str) -> Arc<KeySlot> {
+        self.slot_with(key.to_owned(), 1)
+    }
+
+    /// The slot of the semaphore `name`, whose gate lets `permits` local
+    /// tasks talk to the service at once (the rest queue locally). Its map
+    /// name starts with a control character, which no lock key may contain,
+    /// so a semaphore and a lock of the same name never share a slot. The
+    /// gate keeps the permit count of the slot's first user while it lives.
+    pub(crate) fn semaphore_slot(&self, name: &str, permits: usize) -> Arc<KeySlot> {
+        self.slot_with(format!("\u{1}semaphore:{name}"), permits)
+    }
+
+    /// The admission slot of the segmented lock `key` with `segments`
+    /// segments: at most that many local tasks look for a segment at once.
+    /// Named apart from locks and semaphores, as `semaphore_slot`.
+    pub(crate) fn segments_slot(&self, key: &str, segments: usize) -> Arc<KeySlot> {
+        self.slot_with(format!("\u{1}segments:{key}"), segments)
+    }
+
+    fn slot_with(&self, name: String, capacity: usize) -> Arc<KeySlot> {
         lock(&self.slots)
-            .entry(key.to_owned())
+            .entry(name.clone())
             .or_insert_with(|| {
                 Arc::new(KeySlot {
-                    gate: Arc::new(Semaphore::new(1)),
+                    gate: Arc::new(Semaphore::new(capacity)),
+                    capacity,
+                    name,
                     holder: Mutex::new(None),
                 })
             })
             .clone()
+    }
+
+    /// The slot of `key` if it exists; never creates one.
+    pub(crate) fn existing_slot(&self, key: &str) -> Option<Arc<KeySlot>> {
+        lock(&self.slots).get(key).cloned()
     }
 
     /// Drops the slot of `key` if nobody uses it any more, so a process that
@@ -107,7 +139,8 @@ impl BackendLocal {
     pub(crate) fn prune(&self, key: &str) {
         let mut slots = lock(&self.slots);
         if let Some(slot) = slots.get(key) {
-            let unused = Arc::strong_count(slot) == 1 && slot.gate.available_permits() == 1;
+            let unused =
+                Arc::strong_count(slot) == 1 && slot.gate.available_permits() == slot.capacity;
             if unused {
                 slots.remove(key);
             }
@@ -116,6 +149,27 @@ impl BackendLocal {
 }
 
 impl KeySlot {
+    /// Waits for this process's turn on the slot: one attempt if `once`,
+    /// else until `deadline` (`None`: no limit). `None`: no turn in time.
+    ///
+    /// Cancel safe: tokio's semaphore gives up a queued place when dropped.
+    pub(crate) async fn wait_turn(
+        &self,
+        once: bool,
+        deadline: Option<Instant>,
+    ) -> Option<OwnedSemaphorePermit> {
+        if once {
+            return self.gate.clone().try_acquire_owned().ok();
+        }
+        let turn = self.gate.clone().acquire_owned();
+        let permit = match deadline {
+            Some(d) => tokio::time::timeout_at(d.into(), turn).await.ok()?,
+            None => turn.await,
+        };
+        // dlock never closes a gate, so `acquire_owned` cannot fail.
+        permit.ok()
+    }
+
     /// The live lease that `owner` already holds on this key, if any.
     pub(crate) fn held_by(&self, owner: Owner) -> Option<Arc<LeaseShared>> {
         let holder = lock(&self.holder);

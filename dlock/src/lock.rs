@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{AcquireRequest, LockBackend};
-use crate::guard::{LeaseShared, LockGuard, NewLease};
+use crate::guard::{LeaseKind, LeaseShared, LockGuard, NewLease};
 use crate::{local, registry, LockError};
 
 /// The lease length when none is given: Redisson's watchdog default.
@@ -43,9 +43,9 @@ pub const MIN_TTL: Duration = Duration::from_millis(30);
 #[derive(Clone)]
 pub struct Lock {
     key: Arc<str>,
-    ttl: Duration,
-    wait: Option<Duration>,
-    renew: bool,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) renew: bool,
     backend: BackendChoice,
 }
 
@@ -163,7 +163,27 @@ impl Lock {
         self.acquire_within(Some(Duration::ZERO)).await
     }
 
-    fn check(&self) -> Result<Arc<dyn LockBackend>, LockError> {
+    /// The same options on another key (a segment's key).
+    pub(crate) fn with_key(&self, key: String) -> Lock {
+        Lock {
+            key: Arc::from(key),
+            ..self.clone()
+        }
+    }
+
+    /// The guard of a lease that the current task already holds on this
+    /// key, if any: a reentrant guard, no round trip.
+    pub(crate) fn held_here(&self) -> Result<Option<LockGuard>, LockError> {
+        let backend = self.check()?;
+        let local = local::for_backend(&backend);
+        let held = local
+            .existing_slot(&self.key)
+            .and_then(|slot| slot.held_by(local::Owner::current()));
+        Ok(held.map(LockGuard::reentrant))
+    }
+
+    /// Validates the key and ttl and finds the backend.
+    pub(crate) fn check(&self) -> Result<Arc<dyn LockBackend>, LockError> {
         crate::key::validate(&self.key)?;
         if self.ttl < MIN_TTL {
             return Err(LockError::invalid_option(format!(
@@ -178,7 +198,12 @@ impl Lock {
         }
     }
 
-    async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>, LockError> {
+    /// Takes the lock, waiting up to `wait` (`None`: no limit; zero: one
+    /// attempt). `Ok(None)`: not acquired in time.
+    pub(crate) async fn acquire_within(
+        &self,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>, LockError> {
         let backend = self.check()?;
         let local = local::for_backend(&backend);
         let slot = local.slot(&self.key);
@@ -190,25 +215,10 @@ impl Lock {
         let once = wait == Some(Duration::ZERO);
         let deadline = wait.map(|w| Instant::now() + w);
         // Wait our turn among this process's tasks first.
-        let permit = if once {
-            match slot.gate.clone().try_acquire_owned() {
-                Ok(p) => p,
-                Err(_) => return Ok(None),
-            }
-        } else {
-            let turn = slot.gate.clone().acquire_owned();
-            let permit = match deadline {
-                Some(d) => match tokio::time::timeout_at(d.into(), turn).await {
-                    Ok(p) => p,
-                    Err(_) => {
-                        drop(slot);
-                        local.prune(&self.key);
-                        return Ok(None);
-                    }
-                },
-                None => turn.await,
-            };
-            permit.expect("dlock never closes a key's gate")
+        let Some(permit) = slot.wait_turn(once, deadline).await else {
+            drop(slot);
+            local.prune(&self.key);
+            return Ok(None);
         };
 
         let request = AcquireRequest {
@@ -236,6 +246,7 @@ impl Lock {
             slot: slot.clone(),
             lease,
             renew: self.renew,
+            kind: LeaseKind::Lock,
             permit,
         });
         slot.set_holder(owner, &shared);
@@ -245,7 +256,7 @@ impl Lock {
 }
 
 /// 128 random bits from the OS, hex encoded: the owner token.
-fn new_token() -> Result<String, LockError> {
+pub(crate) fn new_token() -> Result<String, LockError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| {
         LockError::backend("os-rng", format!("no randomness for the owner token: {e}"))

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-pub use crate::{Lock, LockError, LockGuard};
+pub use crate::{Lock, LockError, LockGuard, SegmentedLock};
 
 /// Whether a lost lease cancels the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

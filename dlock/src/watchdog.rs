@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::backend::{Lease, LockBackend, Renewal};
-use crate::guard::{LeaseShared, Status};
+use crate::guard::{release_on, LeaseKind, LeaseShared, Status};
 use crate::LockError;
 
 /// The renewals of one backend.
@@ -118,7 +118,15 @@ impl Watchdog {
                 return;
             };
             if !due.is_empty() {
-                Self::start_renewal(&mut in_flight, due);
+                // Lock leases and permit leases renew through different
+                // backend calls: one batch per kind.
+                let (locks, permits): (Vec<_>, Vec<_>) =
+                    due.into_iter().partition(|s| s.kind == LeaseKind::Lock);
+                for batch in [locks, permits] {
+                    if !batch.is_empty() {
+                        Self::start_renewal(&mut in_flight, batch);
+                    }
+                }
                 continue;
             }
             // Nothing to watch: linger a while for the next lease, then end.
@@ -176,7 +184,7 @@ impl Watchdog {
                 let expired = lease.lease.clone();
                 drop(lease);
                 shared.mark_lost();
-                give_back(shared.backend.clone(), expired);
+                give_back(shared.backend.clone(), shared.kind, expired);
                 return false;
             }
             earliest(lease.lease.valid_until);
@@ -222,13 +230,19 @@ impl Watchdog {
 
     fn start_renewal(in_flight: &mut JoinSet<RenewResult>, due: Vec<Arc<LeaseShared>>) {
         let backend: Arc<dyn LockBackend> = due[0].backend.clone();
+        let kind = due[0].kind;
         let leases: Vec<Lease> = due.iter().map(|s| s.lock_state().lease.clone()).collect();
         // A renewal that outlives the earliest deadline in its batch is
         // useless: by then those leases are lost. Bound it there.
         let give_up = leases.iter().map(|l| l.valid_until).min();
         let sent = Instant::now();
         in_flight.spawn(async move {
-            let call = backend.renew(&leases);
+            let call = async {
+                match kind {
+                    LeaseKind::Lock => backend.renew(&leases).await,
+                    LeaseKind::Permit => backend.renew_permits(&leases).await,
+                }
+            };
             let answers = match give_up {
                 Some(at) => tokio::time::timeout_at(at.into(), call)
                     .await
@@ -276,9 +290,9 @@ impl Watchdog {
 /// more; and where the server's lease is longer than ours (an etcd lease
 /// rounded up to whole seconds, a ZooKeeper session, a leaked guard with
 /// renewal off) this frees the key for the next holder at once.
-fn give_back(backend: Arc<dyn LockBackend>, lease: Lease) {
+fn give_back(backend: Arc<dyn LockBackend>, kind: LeaseKind, lease: Lease) {
     tokio::spawn(async move {
-        if let Err(e) = backend.release(&lease).await {
+        if let Err(e) = release_on(&*backend, kind, &lease).await {
             tracing::debug!(key = %lease.key, error = %e, "could not delete an expired lease; the server expires it");
         }
     });

@@ -70,12 +70,12 @@ macro_rules! conformance_suite {
     };
 }
 
-fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
+pub(crate) fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
     Lock::new(key).with_backend(backend.clone())
 }
 
 /// A key no other case or run uses, so cases can share a server.
-fn unique_key(case: &str) -> String {
+pub(crate) fn unique_key(case: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!(
         "conformance:{case}:{}:{}",
@@ -86,18 +86,18 @@ fn unique_key(case: &str) -> String {
 
 /// Counts holders inside a critical section; any count above one is an overlap.
 #[derive(Default)]
-struct OverlapDetector {
+pub(crate) struct OverlapDetector {
     inside: AtomicUsize,
-    overlaps: AtomicUsize,
+    pub(crate) overlaps: AtomicUsize,
 }
 
 impl OverlapDetector {
-    fn enter(&self) {
+    pub(crate) fn enter(&self) {
         if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
             self.overlaps.fetch_add(1, Ordering::SeqCst);
         }
     }
-    fn leave(&self) {
+    pub(crate) fn leave(&self) {
         self.inside.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -33,16 +33,43 @@ pub struct HolderSpec {
 impl Holder {
     /// Starts `binary` (pass `env!("CARGO_BIN_EXE_lock-holder")` from a test).
     pub fn spawn(binary: &str, spec: &HolderSpec) -> Holder {
-        let mut command = Command::new(binary);
-        command
-            .arg(&spec.url)
-            .arg(&spec.key)
-            .arg(spec.ttl.as_millis().to_string())
-            .arg(spec.hold.as_millis().to_string())
-            .arg(spec.cycles.to_string());
+        let mut args = vec![
+            spec.url.clone(),
+            spec.key.clone(),
+            spec.ttl.as_millis().to_string(),
+            spec.hold.as_millis().to_string(),
+            spec.cycles.to_string(),
+        ];
         if let Some(marks) = &spec.marks {
-            command.arg(marks);
+            args.push(marks.display().to_string());
         }
+        Holder::spawn_args(binary, &args)
+    }
+
+    /// Starts the `permit-holder` binary (pass
+    /// `env!("CARGO_BIN_EXE_permit-holder")`): it takes one permit of the
+    /// semaphore `name` with `permits` permits and holds it for `hold`.
+    pub fn spawn_permit(
+        binary: &str,
+        url: &str,
+        name: &str,
+        permits: usize,
+        ttl: Duration,
+        hold: Duration,
+    ) -> Holder {
+        let args = [
+            url.to_owned(),
+            name.to_owned(),
+            permits.to_string(),
+            ttl.as_millis().to_string(),
+            hold.as_millis().to_string(),
+        ];
+        Holder::spawn_args(binary, &args)
+    }
+
+    fn spawn_args(binary: &str, args: &[String]) -> Holder {
+        let mut command = Command::new(binary);
+        command.args(args);
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -56,7 +83,8 @@ impl Holder {
         }
     }
 
-    /// Waits (at most `limit`) for the next `ACQUIRED <token>` line; returns the token text.
+    /// Waits (at most `limit`) for the next `ACQUIRED <token>` line; returns
+    /// the token text (a fencing token, or a permit's owner token).
     pub async fn acquired(&mut self, limit: Duration) -> String {
         let read = async {
             while let Some(line) = self.lines.next_line().await.expect("read holder stdout") {

@@ -7,5 +7,7 @@ pub mod error;
 pub mod fixtures;
 pub mod holder;
 pub mod proxy;
+pub mod segments;
+pub mod semaphore;
 pub mod servers;
 pub mod tls;

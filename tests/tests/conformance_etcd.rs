@@ -5,6 +5,9 @@ mod single {
     use dlock_tests::fixtures::etcd::EtcdFixture;
 
     dlock_tests::conformance_suite!(EtcdFixture::single());
+    // Segments are ordinary locks: etcd has them.
+    dlock_tests::segments_suite!(EtcdFixture::single());
+    dlock_tests::semaphore_suite!(EtcdFixture::single());
 }
 
 mod cluster {

@@ -3,3 +3,5 @@
 use dlock_tests::fixtures::memory::MemoryFixture;
 
 dlock_tests::conformance_suite!(MemoryFixture::default());
+dlock_tests::segments_suite!(MemoryFixture::default());
+dlock_tests::semaphore_suite!(MemoryFixture::default());

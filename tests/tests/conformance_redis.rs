@@ -3,3 +3,5 @@
 use dlock_tests::fixtures::redis::RedisFixture;
 
 dlock_tests::conformance_suite!(RedisFixture::single());
+dlock_tests::segments_suite!(RedisFixture::single());
+dlock_tests::semaphore_suite!(RedisFixture::single());

@@ -3,3 +3,4 @@
 use dlock_tests::fixtures::redis::RedisFixture;
 
 dlock_tests::conformance_suite!(RedisFixture::cluster());
+dlock_tests::semaphore_suite!(RedisFixture::cluster());

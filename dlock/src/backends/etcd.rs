@@ -5,7 +5,8 @@
 //! expiry enforced by the server · ✓ fencing tokens (the key's create
 //! revision) · ✓ FIFO, first come first served · ✓ waiters woken by a watch
 //! on their predecessor only (no thundering herd) · ✓ interoperates with
-//! `etcdctl lock` and Go's `concurrency.Mutex` · ✓ TLS and user/password
+//! `etcdctl lock` and Go's `concurrency.Mutex` · ✓ semaphores (see
+//! `permits.rs`) · ✓ TLS and user/password
 //! auth · ✗ lease lengths finer than etcd's whole seconds on the server (the
 //! client side keeps the exact ttl; see below).
 //!
@@ -115,6 +116,7 @@
 //! # Ok(()) }
 //! ```
 
+mod permits;
 mod url;
 
 use std::collections::HashMap;
@@ -131,7 +133,7 @@ use etcd_client::{
 };
 use tokio::sync::OwnedMutexGuard;
 
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
 
 /// How many times an acquire starts over because its session lease vanished
@@ -1157,6 +1159,34 @@ impl LockBackend for EtcdBackend {
                 }
             })
             .collect()
+    }
+
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        self.inner.permit(req, true).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let waiting = self.inner.permit(req, false);
+        match deadline {
+            // Dropping the wait at the deadline deletes our key (`Queued`).
+            Some(d) => tokio::time::timeout_at(d.into(), waiting)
+                .await
+                .unwrap_or(Ok(None)),
+            None => waiting.await,
+        }
+    }
+
+    /// Permit keys are session keys like lock keys: the same keep-alive and read.
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew(leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release(lease).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {

@@ -1,7 +1,8 @@
 //! The in-process backend (`memory://`): real leases with real expiry, for one process.
 //!
 //! Capabilities: ✓ mutual exclusion between tasks of one process · ✓ lease
-//! expiry · ✓ fencing tokens · ✓ FIFO wake-up of waiters · ✗ other processes.
+//! expiry · ✓ fencing tokens · ✓ FIFO wake-up of waiters · ✓ semaphores
+//! (see `permits.rs`) · ✗ other processes.
 //!
 //! It is the embedded default of the quickstart and the docs, and what the
 //! core's own tests run on. It is not a stand-in for a distributed backend:
@@ -15,7 +16,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+mod permits;
+
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
 
 /// An in-process lock service: a map of keys to leases with deadlines.
@@ -41,6 +44,9 @@ pub struct MemoryBackend {
     /// idle keys be forgotten without resetting their fencing tokens.
     fence: AtomicU64,
     next_ticket: AtomicU64,
+    /// The semaphores, apart from the locks: a semaphore and a lock may
+    /// share a name.
+    permits: permits::PermitTable,
 }
 
 #[derive(Debug)]
@@ -125,6 +131,26 @@ impl MemoryBackend {
             state.remove(key);
         }
         removed
+    }
+
+    /// How many live permits the semaphore `name` has out.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let backend = std::sync::Arc::new(dlock::backends::memory::MemoryBackend::new());
+    /// let permit = dlock::Semaphore::new("exports", 3).with_backend(backend.clone()).acquire().await?;
+    /// assert_eq!(backend.permits_held("exports"), 1);
+    /// # drop(permit); Ok(()) }
+    /// ```
+    pub fn permits_held(&self, name: &str) -> usize {
+        self.permits.held(name)
+    }
+
+    /// Removes every permit of the semaphore `name` behind its holders'
+    /// backs, as an operator's `DEL` would. Their renewals are refused and
+    /// their permits report the loss. Returns how many were removed.
+    pub fn force_expire_permits(&self, name: &str) -> usize {
+        self.permits.force_expire(name)
     }
 
     fn lock_state(&self) -> MutexGuard<'_, HashMap<String, KeyState>> {
@@ -319,6 +345,26 @@ impl LockBackend for MemoryBackend {
             state.remove(&lease.key);
         }
         Ok(ours)
+    }
+
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        Ok(self.permits.try_acquire(req))
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        Ok(self.permits.acquire(req, deadline).await)
+    }
+
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.permits.renew(leases)
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        Ok(self.permits.release(lease))
     }
 }
 

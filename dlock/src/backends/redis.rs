@@ -4,6 +4,7 @@
 //! Capabilities: ✓ mutual exclusion across processes and machines · ✓ lease
 //! expiry · ✓ fencing tokens (a per-key counter) · ✓ waiters woken by pub/sub
 //! · ✓ batched renewal (one pipeline per tick) · ✓ TLS and ACL users ·
+//! ✓ semaphores (a sorted set of permits, see `permits.rs`) ·
 //! ✗ safety across a failover: Redis replicates asynchronously, so a lock
 //! written to a primary that dies before replicating it is gone on the new
 //! primary. Where that matters, use etcd or ZooKeeper (or Redlock, with its
@@ -24,8 +25,10 @@
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
 mod options;
+mod permits;
 pub(crate) mod scripts;
 pub(crate) mod subscriber;
+mod unfinished;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -33,12 +36,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{RedisError, RedisResult};
+use redis::{RedisError, RedisResult, Script};
 
 use self::options::RedisOptions;
+use self::permits::{PermitAttempt, PermitNames, RENEW_PERMIT};
 use self::scripts::{millis, KeyNames, ACQUIRE, RELEASE, RENEW};
 use self::subscriber::Subscriber;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use self::unfinished::ReleaseIfDropped;
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
 
 /// Locks on one Redis server or one Redis Cluster.
@@ -287,19 +292,51 @@ impl RedisBackend {
         }))
     }
 
+    /// [`attempt`](Self::attempt) for this backend's own `acquire` and
+    /// `try_acquire`: if the future is dropped (or fails) with the script in
+    /// flight, the lease it may have taken is released, not left to its ttl.
+    ///
+    /// Not for Redlock, which retries with the same token after a dropped
+    /// attempt: a release queued for the dropped one could delete the retry's
+    /// lease. Here a dropped or failed attempt always ends the acquisition.
+    async fn attempt_or_release(
+        &self,
+        req: &AcquireRequest,
+        names: &KeyNames,
+    ) -> Result<Attempt, LockError> {
+        let mut unfinished = ReleaseIfDropped::arm(
+            self.conn.clone(),
+            &RELEASE,
+            &names.lock,
+            &req.token,
+            &names.channel,
+        );
+        let answer = self.attempt(req, names).await?;
+        unfinished.disarm();
+        Ok(answer)
+    }
+
+    async fn renew_with(&self, what: Renewed, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        match &self.conn {
+            Conn::Single(c) => self.renew_single(c.clone(), what, leases).await,
+            Conn::Cluster(_) => self.renew_cluster(what, leases).await,
+        }
+    }
+
     async fn renew_single(
         &self,
         mut conn: ConnectionManager,
+        what: Renewed,
         leases: &[Lease],
     ) -> Vec<Result<Renewal, LockError>> {
+        let script = what.script();
         let sent = Instant::now();
         let mut pipe = redis::pipe();
         for lease in leases {
-            let names = KeyNames::new(&self.options.prefix, &lease.key);
             pipe.cmd("EVALSHA")
-                .arg(RENEW.get_hash())
+                .arg(script.get_hash())
                 .arg(1)
-                .arg(&names.lock)
+                .arg(what.key(&self.options.prefix, lease))
                 .arg(&lease.token)
                 .arg(millis(lease.ttl));
         }
@@ -311,7 +348,7 @@ impl RedisBackend {
         if matches!(&answer, Err(e) if is_noscript(e)) {
             // The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
             self.count();
-            if let Err(e) = RENEW.prepare_invoke().load_async(&mut conn).await {
+            if let Err(e) = script.prepare_invoke().load_async(&mut conn).await {
                 answer = Err(e);
             } else {
                 self.count();
@@ -338,17 +375,21 @@ impl RedisBackend {
     /// A cluster cannot pipeline across slots; the cluster connection
     /// multiplexes concurrent requests per node instead, so all renewals are
     /// in flight at once.
-    async fn renew_cluster(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+    async fn renew_cluster(
+        &self,
+        what: Renewed,
+        leases: &[Lease],
+    ) -> Vec<Result<Renewal, LockError>> {
+        let script = what.script();
         self.metrics
             .renew_round_trips
             .fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
         let calls = leases.iter().map(|lease| async move {
-            let names = KeyNames::new(&self.options.prefix, &lease.key);
             let extended: i64 = self
                 .invoke(
-                    RENEW
-                        .key(&names.lock)
+                    script
+                        .key(what.key(&self.options.prefix, lease))
                         .arg(&lease.token)
                         .arg(millis(lease.ttl)),
                 )
@@ -356,6 +397,32 @@ impl RedisBackend {
             Ok(renewal(extended, sent, lease.ttl))
         });
         futures_util::future::join_all(calls).await
+    }
+}
+
+/// What a renewal batch renews. Both scripts take one key, the token and
+/// the ttl; they differ in the key and the script.
+#[derive(Debug, Clone, Copy)]
+enum Renewed {
+    /// Lock leases: compare-and-`PEXPIRE` on the lock key.
+    Locks,
+    /// Permit leases: compare-and-extend the member of the semaphore's set.
+    Permits,
+}
+
+impl Renewed {
+    fn script(self) -> &'static Script {
+        match self {
+            Renewed::Locks => &RENEW,
+            Renewed::Permits => &RENEW_PERMIT,
+        }
+    }
+
+    fn key(self, prefix: &str, lease: &Lease) -> String {
+        match self {
+            Renewed::Locks => KeyNames::new(prefix, &lease.key).lock,
+            Renewed::Permits => PermitNames::new(prefix, &lease.key).set,
+        }
     }
 }
 
@@ -463,7 +530,7 @@ impl LockBackend for RedisBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let names = KeyNames::new(&self.options.prefix, &req.key);
-        match self.attempt(req, &names).await? {
+        match self.attempt_or_release(req, &names).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held(_) => Ok(None),
         }
@@ -478,7 +545,10 @@ impl LockBackend for RedisBackend {
         // A free lock is taken without touching the subscriber: most
         // acquisitions are uncontended, and a SUBSCRIBE round trip on each
         // would cost more than the lock itself.
-        if let Attempt::Acquired(lease) = self.within(deadline, self.attempt(req, &names)).await? {
+        if let Attempt::Acquired(lease) = self
+            .within(deadline, self.attempt_or_release(req, &names))
+            .await?
+        {
             return Ok(Some(lease));
         }
         // Held: subscribe, then try again before waiting, so a release
@@ -486,7 +556,10 @@ impl LockBackend for RedisBackend {
         let mut released = self.subscriber.subscribe(&names.channel, deadline).await;
         loop {
             released.mark_seen();
-            let left = match self.within(deadline, self.attempt(req, &names)).await? {
+            let left = match self
+                .within(deadline, self.attempt_or_release(req, &names))
+                .await?
+            {
                 Attempt::Acquired(lease) => return Ok(Some(lease)),
                 Attempt::Held(left) => left,
             };
@@ -509,10 +582,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        match &self.conn {
-            Conn::Single(c) => self.renew_single(c.clone(), leases).await,
-            Conn::Cluster(_) => self.renew_cluster(leases).await,
-        }
+        self.renew_with(Renewed::Locks, leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
@@ -526,5 +596,29 @@ impl LockBackend for RedisBackend {
             )
             .await?;
         Ok(released == 1)
+    }
+
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let names = PermitNames::new(&self.options.prefix, &req.name);
+        match self.attempt_permit(req, &names).await? {
+            PermitAttempt::Acquired(lease) => Ok(Some(lease)),
+            PermitAttempt::Full(_) => Ok(None),
+        }
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        self.wait_for_permit(req, deadline).await
+    }
+
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_with(Renewed::Permits, leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release_permit_now(lease).await
     }
 }

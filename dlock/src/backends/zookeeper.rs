@@ -6,7 +6,7 @@
 //! expiry (the session timeout) · ✓ fencing tokens (the node's `czxid`) ·
 //! ✓ FIFO wake-up, each waiter woken by its predecessor's deletion only (no
 //! herd) · ✓ interoperates with Curator's `InterProcessMutex` on the same path ·
-//! ✓ chroot · ✓ digest auth · ✗ TLS.
+//! ✓ chroot · ✓ digest auth · ✓ semaphores (see `permits.rs`) · ✗ TLS.
 //!
 //! Enable with the cargo feature `zookeeper`.
 //!
@@ -97,6 +97,7 @@
 //! ```
 
 mod config;
+mod permits;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -112,7 +113,7 @@ use zookeeper_client::{
 };
 
 use self::config::Config;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
 
 /// With digest auth: the creator's identity may do everything, anyone may
@@ -965,6 +966,44 @@ impl LockBackend for ZooKeeperBackend {
                 })
             })
             .collect()
+    }
+
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let once = self.permit(req, true);
+        let limit = self
+            .session_timeout()
+            .max(std::time::Duration::from_secs(1));
+        match tokio::time::timeout(limit, once).await {
+            Ok(answer) => answer,
+            Err(_) => Err(LockError::backend(
+                self.shown.clone(),
+                format!("ZooKeeper did not answer within {limit:?}"),
+            )),
+        }
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let waiting = self.permit(req, false);
+        match deadline {
+            // Dropping the wait at the deadline deletes our node (`Cleanup`).
+            Some(d) => tokio::time::timeout_at(d.into(), waiting)
+                .await
+                .unwrap_or(Ok(None)),
+            None => waiting.await,
+        }
+    }
+
+    /// Permit nodes are session nodes like lock nodes: the same read.
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew(leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release(lease).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {

@@ -7,5 +7,6 @@
 pub mod etcd;
 pub mod redis;
 pub mod redlock;
+pub mod segments;
 pub mod stats;
 pub mod zookeeper;

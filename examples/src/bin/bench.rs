@@ -1,18 +1,25 @@
-//! `cargo run --release -p dlock-examples --bin bench -- <url>`
+//! `cargo run --release -p dlock-examples --bin bench -- <url> [--segments]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
+//!
+//! `--segments` (Redis only) runs the hot-key suite instead: one key, 64
+//! tasks, a single `Lock` against `SegmentedLock` with 4 and 8 segments and
+//! a `Semaphore` with 4 permits, in critical sections per second.
 
 use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Some(url) = std::env::args().nth(1) else {
-        eprintln!("usage: bench <url>   (redis://127.0.0.1:6379, redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003, etcd://127.0.0.1:2379, zk://127.0.0.1:2181)");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let segments = args.iter().any(|a| a == "--segments");
+    let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
+        eprintln!("usage: bench <url> [--segments]   (redis://127.0.0.1:6379, redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003, etcd://127.0.0.1:2379, zk://127.0.0.1:2181)");
         return ExitCode::FAILURE;
     };
     let scheme = dlock::url::scheme(&url).unwrap_or("");
     let result: Result<(), Box<dyn std::error::Error>> = match scheme {
+        "redis" | "rediss" if segments => dlock_examples::bench::segments::run(&url).await,
         "redis" | "rediss" => dlock_examples::bench::redis::run(&url).await,
         "etcd" => dlock_examples::bench::etcd::run(&url).await,
         "zk" => dlock_examples::bench::zookeeper::run(&url).await,

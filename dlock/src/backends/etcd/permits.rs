@@ -1,0 +1,199 @@
+//! Semaphores on etcd: the first N keys by create revision under the
+//! semaphore's prefix hold its permits.
+//!
+//! - A permit (held or awaited) is the key
+//!   `<prefix>-semaphores/<name>/<lease-hex>-<token>` on the backend's
+//!   session lease for the ttl. The `-semaphores` root keeps semaphore keys
+//!   out of every lock's queue directory (`<prefix>/<key>/`). The token in
+//!   the name lets one backend hold several permits of one semaphore.
+//! - One transaction creates the key and reads the first N keys of the
+//!   directory by create revision: if ours is among them, we hold a permit.
+//!   Entries are ordered by arrival, so waiters are served first come, first
+//!   served (a waiter's key holds its place).
+//! - A waiter watches the directory for deletes from the revision after its
+//!   read, then reads again; it refreshes its session lease while it waits.
+//!   Every release wakes every waiter of the semaphore once (N holders can
+//!   free any of N places, so there is no single predecessor to watch).
+//! - A timed-out, failed or dropped acquisition deletes its key (in the
+//!   background if dropped), as lock acquisitions do.
+//! - Renewal and release are those of lock keys: a keep-alive of the session
+//!   plus a read of the key (by its create revision, kept in
+//!   `Lease::fencing_token`), and a compare-and-delete.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, WatchOptions,
+};
+
+use super::{revision_of, Alive, Inner, Queued, MAX_REQUEUES};
+use crate::backend::{Lease, PermitRequest};
+use crate::LockError;
+
+/// The create revisions of the keys a get in a transaction returned.
+fn create_revisions(op: Option<&TxnOpResponse>) -> Vec<i64> {
+    match op {
+        Some(TxnOpResponse::Get(get)) => get.kvs().iter().map(|kv| kv.create_revision()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl Inner {
+    /// `<prefix>-semaphores/<name>/`: the directory of a semaphore's keys.
+    fn semaphore_dir(&self, name: &str) -> String {
+        format!("{}-semaphores/{name}/", self.prefix)
+    }
+
+    /// The first `permits` keys of `dir` by create revision.
+    fn first(dir: &str, permits: usize) -> TxnOp {
+        TxnOp::get(
+            dir,
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend)
+                    .with_limit(i64::try_from(permits).unwrap_or(i64::MAX))
+                    .with_keys_only(),
+            ),
+        )
+    }
+
+    /// Takes a permit: enqueue, and unless `once`, wait until our key is
+    /// among the first `req.permits`. The caller bounds this by its deadline;
+    /// dropping it deletes our key in the background.
+    pub(super) async fn permit(
+        self: &Arc<Self>,
+        req: &PermitRequest,
+        once: bool,
+    ) -> Result<Option<Lease>, LockError> {
+        let dir = self.semaphore_dir(&req.name);
+        for _ in 0..=MAX_REQUEUES {
+            let session = self.session(req.ttl).await?;
+            if let Alive::Gone = self.fresh(&session, req.ttl).await? {
+                session.mark_dead();
+                continue;
+            }
+            let entry = format!("{dir}{:x}-{}", session.id, req.token);
+            let mut queued = Queued {
+                inner: self.clone(),
+                turn: None,
+                entry: Some(entry.clone()),
+                revision: None,
+                in_flight: true,
+            };
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    entry.as_str(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then([
+                    TxnOp::put(
+                        entry.as_str(),
+                        "",
+                        Some(PutOptions::new().with_lease(session.id)),
+                    ),
+                    Self::first(&dir, req.permits),
+                ]);
+            let answer = self.txn(txn).await?;
+            queued.in_flight = false;
+            let mine = match revision_of(&answer) {
+                Some(rev) if answer.succeeded() => rev,
+                _ => {
+                    return Err(self.error(format!(
+                        "etcd did not create the permit key `{entry}` (it exists already)"
+                    )))
+                }
+            };
+            queued.revision = Some(mine);
+            let mut holders = create_revisions(answer.op_responses().get(1));
+            let mut read_at = mine;
+            loop {
+                if holders.contains(&mine) {
+                    queued.disarm();
+                    let lease = Lease {
+                        key: req.name.clone(),
+                        token: req.token.clone(),
+                        ttl: req.ttl,
+                        // Not shown to users (a `Permit` has no fencing
+                        // token): renew and release check the key by it.
+                        fencing_token: Some(mine as u64),
+                        valid_until: session.deadline(req.ttl),
+                        resource: entry,
+                    };
+                    self.hold(&lease, session, None);
+                    return Ok(Some(lease));
+                }
+                if once {
+                    queued.finish().await;
+                    return Ok(None);
+                }
+                // Refresh the session before our key's lease could run low.
+                let refresh_at = session.refreshed() + req.ttl / 4;
+                self.await_delete_under(&dir, read_at, refresh_at).await?;
+                if let Alive::Gone = self.fresh(&session, req.ttl).await? {
+                    session.mark_dead();
+                    break;
+                }
+                let txn = Txn::new().and_then([
+                    Self::first(&dir, req.permits),
+                    TxnOp::get(entry.as_str(), None),
+                ]);
+                let answer = self.txn(txn).await?;
+                let ops = answer.op_responses();
+                if create_revisions(ops.get(1)).first() != Some(&mine) {
+                    // Our key is gone (session expired, or deleted by
+                    // someone): queue again at the end.
+                    break;
+                }
+                holders = create_revisions(ops.first());
+                read_at = revision_of(&answer).unwrap_or(read_at);
+            }
+        }
+        Err(self.error(format!(
+            "the session lease expired {MAX_REQUEUES} times while waiting for a permit of `{}`",
+            req.name
+        )))
+    }
+
+    /// Waits until a key under `dir` is deleted after `revision`, or until
+    /// `until`. Either way the caller reads again.
+    async fn await_delete_under(
+        &self,
+        dir: &str,
+        revision: i64,
+        until: Instant,
+    ) -> Result<(), LockError> {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        let mut stream = self
+            .rpc(|| {
+                let mut watches = self.client.watch_client();
+                let (dir, options) = (dir.to_owned(), options.clone());
+                async move { watches.watch(dir, Some(options)).await }
+            })
+            .await?;
+        loop {
+            let message = tokio::select! {
+                m = stream.message() => m,
+                _ = tokio::time::sleep_until(until.into()) => return Ok(()),
+            };
+            match message {
+                Ok(Some(answer)) => {
+                    let deleted = answer
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete);
+                    if deleted || answer.canceled() {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => return Err(self.error("the watch stream was closed by the server")),
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+    }
+}

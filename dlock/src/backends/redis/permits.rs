@@ -1,0 +1,231 @@
+//! Semaphores on Redis: a sorted set of permit tokens scored by expiry.
+//!
+//! Keys: `<prefix>:{<name>}:permits` is the sorted set (member = permit
+//! token, score = expiry in ms on the server's clock), and releases are
+//! announced on `<prefix>:{<name>}:permits:released`. They share the hash tag
+//! of the name, so one script reaches them in a cluster; the names differ
+//! from a lock's (`<prefix>:{<name>}`, `…:fence`, `…:released`), so a lock and
+//! a semaphore may share a name.
+//!
+//! Clock: every score is computed inside the scripts from `TIME`, the
+//! server's clock, so clients with skewed clocks agree on which permits have
+//! expired, exactly as they agree on a lock key's `PX` expiry (also the
+//! server's clock). The client keeps its own, earlier, local deadline from
+//! when it sent the request ([`lease_deadline`]). A step of the server's
+//! clock moves permit expiry as it moves key expiry.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use super::scripts::{millis, KeyNames};
+use super::unfinished::ReleaseIfDropped;
+use super::{jitter, RedisBackend};
+use crate::backend::{lease_deadline, Lease, PermitRequest};
+use crate::LockError;
+
+/// Trim expired members, count, and add the token if fewer than `permits`
+/// are held: returns `{1, 0}`, or `{0, ms until the earliest expiry}`. The
+/// set itself expires with its last permit, so an abandoned semaphore
+/// leaves nothing behind.
+///
+/// KEYS[1] the set; ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] permits.
+pub(super) static ACQUIRE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+  local expires = now + tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[1], expires, ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+  return {1, 0}
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {0, tonumber(first[2]) - now}
+",
+    )
+});
+
+/// Compare-and-extend: a live member gets a new expiry; an expired or
+/// missing one is refused (it may have been counted free already).
+///
+/// KEYS[1] the set; ARGV[1] token, ARGV[2] ttl in ms.
+pub(super) static RENEW_PERMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) > now then
+  local expires = now + tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[1], 'XX', expires, ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIREAT', KEYS[1], expires)
+  end
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// Remove the token; if it was there, announce the free permit. Returns 1
+/// only if the permit was still live (ours).
+///
+/// KEYS[1] the set; ARGV[1] token, ARGV[2] the release channel.
+pub(super) static RELEASE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[2], '1')
+if tonumber(score) > now then
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// The Redis names of one semaphore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PermitNames {
+    pub(super) set: String,
+    pub(super) channel: String,
+}
+
+impl PermitNames {
+    pub(super) fn new(prefix: &str, name: &str) -> Self {
+        let base = KeyNames::new(prefix, name).lock;
+        PermitNames {
+            set: format!("{base}:permits"),
+            channel: format!("{base}:permits:released"),
+        }
+    }
+}
+
+/// What the acquire script answered.
+pub(super) enum PermitAttempt {
+    Acquired(Lease),
+    /// All permits are held; the earliest expires in this long.
+    Full(Duration),
+}
+
+impl RedisBackend {
+    /// One run of the acquire script.
+    pub(super) async fn attempt_permit(
+        &self,
+        req: &PermitRequest,
+        names: &PermitNames,
+    ) -> Result<PermitAttempt, LockError> {
+        let sent = Instant::now();
+        // A permit taken by a script whose caller went away is given back
+        // (see `unfinished.rs`).
+        let mut unfinished = ReleaseIfDropped::arm(
+            self.conn.clone(),
+            &RELEASE_PERMIT,
+            &names.set,
+            &req.token,
+            &names.channel,
+        );
+        let (won, left): (i64, i64) = self
+            .invoke(
+                ACQUIRE_PERMIT
+                    .key(&names.set)
+                    .arg(&req.token)
+                    .arg(millis(req.ttl))
+                    .arg(req.permits),
+            )
+            .await?;
+        unfinished.disarm();
+        if won == 1 {
+            return Ok(PermitAttempt::Acquired(Lease {
+                key: req.name.clone(),
+                token: req.token.clone(),
+                ttl: req.ttl,
+                fencing_token: None,
+                valid_until: lease_deadline(sent, req.ttl),
+                resource: names.set.clone(),
+            }));
+        }
+        Ok(PermitAttempt::Full(Duration::from_millis(
+            u64::try_from(left).unwrap_or(0),
+        )))
+    }
+
+    /// Waits for a permit: subscribe to the release channel first (so a
+    /// release between a full attempt and the wait is heard), then try; when
+    /// full, wait for a release message or the earliest permit's expiry
+    /// (expiry announces nothing), with jitter, or the deadline.
+    ///
+    /// Every waiter of the semaphore hears every release and one of them
+    /// wins it; the local gate keeps this to at most `permits` waiters per
+    /// process.
+    pub(super) async fn wait_for_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let names = PermitNames::new(&self.options.prefix, &req.name);
+        let mut released = self.subscriber.subscribe(&names.channel, deadline).await;
+        loop {
+            released.mark_seen();
+            let left = match self
+                .within(deadline, self.attempt_permit(req, &names))
+                .await?
+            {
+                PermitAttempt::Acquired(lease) => return Ok(Some(lease)),
+                PermitAttempt::Full(left) => left,
+            };
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+            let wake = Instant::now() + left + jitter(left / 10 + Duration::from_millis(2));
+            let wake = deadline.map_or(wake, |d| d.min(wake));
+            tokio::select! {
+                () = released.changed() => {}
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Gives a permit back (the release script).
+    pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<bool, LockError> {
+        let names = PermitNames::new(&self.options.prefix, &lease.key);
+        let released: i64 = self
+            .invoke(
+                RELEASE_PERMIT
+                    .key(&names.set)
+                    .arg(&lease.token)
+                    .arg(&names.channel),
+            )
+            .await?;
+        Ok(released == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_share_the_lock_names_hash_tag_but_not_its_keys() {
+        let n = PermitNames::new("dlock", "exports");
+        assert_eq!(n.set, "dlock:{exports}:permits");
+        assert_eq!(n.channel, "dlock:{exports}:permits:released");
+        let lock = KeyNames::new("dlock", "exports");
+        assert!(![&lock.lock, &lock.fence, &lock.channel].contains(&&n.set));
+    }
+}

@@ -1,0 +1,81 @@
+//! Release of a lease whose acquire script was in flight when its caller
+//! gave up.
+//!
+//! A caller may drop an `acquire` future at any `.await`: a timeout, a
+//! `select!`, or a `SegmentedLock` that keeps the first of several waits and
+//! drops the rest. If the acquire script was already sent, Redis runs it
+//! anyway, and without this the lease would sit unused until its ttl ran out
+//! (with `SegmentedLock` that is frequent, not a corner case: a waiter often
+//! has several segment attempts in flight when one wins).
+//!
+//! The guard is armed before the script is sent and disarmed once its answer
+//! was read. Dropped while armed, it queues the compare-and-delete script
+//! with the same token on the same connection, behind the acquire script, so
+//! Redis runs it after the acquire; if the acquire never ran, it is a no-op.
+
+use redis::Script;
+
+use super::Conn;
+
+/// Releases `token` on `key` if dropped before [`disarm`](Self::disarm).
+pub(super) struct ReleaseIfDropped {
+    armed: Option<Armed>,
+}
+
+struct Armed {
+    conn: Conn,
+    /// `RELEASE` or `RELEASE_PERMIT`: both take one key, the token and the
+    /// release channel.
+    script: &'static Script,
+    key: String,
+    token: String,
+    channel: String,
+}
+
+impl ReleaseIfDropped {
+    pub(super) fn arm(
+        conn: Conn,
+        script: &'static Script,
+        key: &str,
+        token: &str,
+        channel: &str,
+    ) -> Self {
+        ReleaseIfDropped {
+            armed: Some(Armed {
+                conn,
+                script,
+                key: key.to_owned(),
+                token: token.to_owned(),
+                channel: channel.to_owned(),
+            }),
+        }
+    }
+
+    /// The answer was read: the caller owns the outcome now.
+    pub(super) fn disarm(&mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for ReleaseIfDropped {
+    fn drop(&mut self) {
+        let Some(armed) = self.armed.take() else {
+            return;
+        };
+        // Outside a runtime there is nothing to run on: the ttl is the backstop.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut invocation = armed.script.key(&armed.key);
+            invocation.arg(&armed.token).arg(&armed.channel);
+            let answer: redis::RedisResult<i64> = match armed.conn {
+                Conn::Single(mut c) => invocation.invoke_async(&mut c).await,
+                Conn::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+            };
+            if let Err(e) = answer {
+                tracing::debug!(key = %armed.key, error = %e, "could not release an abandoned acquisition; it expires by its ttl");
+            }
+        });
+    }
+}

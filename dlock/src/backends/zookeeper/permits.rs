@@ -1,0 +1,139 @@
+//! Semaphores on ZooKeeper: the first N sequential nodes under the
+//! semaphore's path hold its permits (Curator's `InterProcessSemaphoreV2`
+//! idea).
+//!
+//! - A contender creates the EPHEMERAL_SEQUENTIAL node
+//!   `/<prefix>-semaphores/<escaped name>/_c_<uuid>-lock-<seq>` with the
+//!   protected create of locks (found again by uuid if the answer is lost).
+//!   The `-semaphores` root keeps semaphores apart from lock paths.
+//! - It holds a permit while fewer than N children have a smaller sequence;
+//!   otherwise it waits on a children watch (any release may free a place,
+//!   so there is no single predecessor to watch) and looks again.
+//! - A dropped or timed-out acquisition deletes its node in the background,
+//!   as a lock's `try_acquire` does; the session's end removes it anyway.
+//! - Renewal and release are those of lock nodes: a read of the node on its
+//!   session, and a delete.
+
+use std::time::Instant;
+
+use zookeeper_client::Error as ZkError;
+
+use super::{
+    config, is_connected, new_uuid, sequence_of, session_ended, Cleanup, ZooKeeperBackend,
+};
+use crate::backend::{AcquireRequest, Lease, PermitRequest};
+use crate::LockError;
+
+/// Whether fewer than `permits` of `children` have a smaller sequence than `own`.
+fn among_first(children: &[String], own: &str, permits: usize) -> bool {
+    let Some(mine) = sequence_of(own) else {
+        return false;
+    };
+    children
+        .iter()
+        .filter_map(|c| sequence_of(c))
+        .filter(|seq| *seq < mine)
+        .count()
+        < permits
+}
+
+impl ZooKeeperBackend {
+    /// `/<prefix>-semaphores/<escaped name>`: the node of a semaphore.
+    fn semaphore_path(&self, name: &str) -> Result<String, LockError> {
+        crate::key::validate(name)?;
+        Ok(format!(
+            "/{}-semaphores/{}",
+            self.config.prefix,
+            config::escape_key(name)
+        ))
+    }
+
+    /// Takes a permit: create our node, and unless `once`, wait until fewer
+    /// than `req.permits` nodes are ahead of it. The caller bounds this by its
+    /// deadline; dropping it deletes our node in the background.
+    pub(super) async fn permit(
+        &self,
+        req: &PermitRequest,
+        once: bool,
+    ) -> Result<Option<Lease>, LockError> {
+        let dir = self.semaphore_path(&req.name)?;
+        let client = self.session().await?;
+        let state = client.state();
+        if once && !is_connected(state) {
+            // One attempt must not wait for a reconnect.
+            return Err(LockError::backend(
+                self.shown.clone(),
+                format!("ZooKeeper is unreachable (session {state})"),
+            ));
+        }
+        let uuid = new_uuid()?;
+        // Armed before the create: dropped at any await, the node goes.
+        let mut cleanup = Cleanup::own(&client, &dir, &uuid);
+        let (path, stat) = self
+            .create_protected(&client, &dir, &uuid, req.token.as_bytes())
+            .await?;
+        cleanup.set_path(&path);
+        let name = path[dir.len() + 1..].to_owned();
+        let as_lock = AcquireRequest {
+            key: req.name.clone(),
+            token: req.token.clone(),
+            ttl: req.ttl,
+        };
+        loop {
+            // The listing proves the session alive when it was sent: the
+            // lease starts then.
+            let sent = Instant::now();
+            let (children, watcher) = client
+                .list_and_watch_children(&dir)
+                .await
+                .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
+            if !children.contains(&name) {
+                cleanup.disarm();
+                return Err(LockError::backend(
+                    self.shown.clone(),
+                    format!("permit node {path} vanished while waiting (session expired, or deleted by someone)"),
+                ));
+            }
+            if among_first(&children, &name, req.permits) {
+                let lease = self.lease(&as_lock, &client, &path, &stat, sent)?;
+                self.remember(&lease, &client, cleanup);
+                return Ok(Some(lease));
+            }
+            if once {
+                // Leave now, so our node does not hold a place in the queue.
+                return match client.delete(&path, None).await {
+                    Ok(()) | Err(ZkError::NoNode) => {
+                        cleanup.disarm();
+                        Ok(None)
+                    }
+                    Err(e) if session_ended(&e) => {
+                        cleanup.disarm();
+                        Ok(None)
+                    }
+                    // `cleanup` stays armed and retries in the background.
+                    Err(e) => {
+                        Err(self.error(format_args!("cannot delete own permit node {path}"), e))
+                    }
+                };
+            }
+            watcher.changed().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_n_sequences_hold_permits() {
+        let children: Vec<String> = [3, 1, 2, 5]
+            .iter()
+            .map(|s| format!("_c_x-lock-{s:010}"))
+            .collect();
+        assert!(among_first(&children, &children[1], 2)); // seq 1
+        assert!(among_first(&children, &children[2], 2)); // seq 2
+        assert!(!among_first(&children, &children[0], 2)); // seq 3: two ahead
+        assert!(among_first(&children, &children[0], 3));
+    }
+}

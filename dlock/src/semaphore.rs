@@ -1,0 +1,394 @@
+//! `Semaphore`: a distributed counting semaphore whose permits are leases,
+//! and `Permit`, its guard.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::PermitRequest;
+use crate::guard::{LeaseKind, LeaseShared, NewLease};
+use crate::lock::new_token;
+use crate::{local, Lock, LockBackend, LockError, LockGuard};
+
+/// A counting semaphore: at most `permits` holders at once, across every
+/// process that uses the same name on the same service.
+///
+/// Each permit is a lease of its own (Redisson's `RPermitExpirableSemaphore`
+/// and Curator's `InterProcessSemaphoreV2` are the models): the watchdog
+/// renews it while its [`Permit`] lives, dropping the permit gives it back,
+/// and a crashed holder's permit comes back after its ttl.
+///
+/// - Every user of one semaphore name must give the same number of permits;
+///   the service enforces the count each request carries.
+/// - Permits are not reentrant: a task that takes two permits holds two
+///   (with one permit, the second `acquire` waits for the first).
+/// - Inside one process at most `permits` tasks talk to the service at once;
+///   the others queue locally.
+/// - Backends: memory, Redis, etcd and ZooKeeper. Others (Redlock) fail with
+///   [`LockError::InvalidOption`] ("… has no semaphores yet").
+///
+/// Options: [`ttl`](Self::ttl), [`wait`](Self::wait), [`renew`](Self::renew),
+/// [`backend`](Self::backend), [`with_backend`](Self::with_backend), with
+/// the defaults of [`Lock`].
+///
+/// ```
+/// use dlock::Semaphore;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+/// dlock::registry().set_default(dlock::connect("memory://").await?);
+/// let exports = Semaphore::new("exports", 2);
+/// let first = exports.acquire().await?;
+/// let second = exports.acquire().await?;
+/// assert!(exports.try_acquire().await?.is_none()); // both permits are out
+/// first.release().await?;
+/// assert!(exports.try_acquire().await?.is_some());
+/// # drop(second); Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    /// The name (as a key) and the lease options.
+    base: Lock,
+    permits: usize,
+}
+
+impl Semaphore {
+    /// A semaphore named `name` with `permits` permits and the default
+    /// options. Nothing is checked until it is acquired: zero permits is
+    /// [`LockError::InvalidOption`] then, a bad name [`LockError::InvalidKey`]
+    /// (names follow the rules of lock keys).
+    pub fn new(name: impl Into<String>, permits: usize) -> Self {
+        Semaphore {
+            base: Lock::new(name),
+            permits,
+        }
+    }
+
+    /// The lease length of each permit (see [`Lock::ttl`]).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.base = self.base.ttl(ttl);
+        self
+    }
+
+    /// How long [`acquire`](Self::acquire) may wait for a permit.
+    /// `Duration::ZERO`: one attempt, then [`LockError::Busy`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.base = self.base.wait(wait);
+        self
+    }
+
+    /// Renewal of each permit by the watchdog (on by default; see [`Lock::renew`]).
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.base = self.base.renew(renew);
+        self
+    }
+
+    /// Uses the backend registered under `name` in [`registry()`](crate::registry()).
+    pub fn backend(mut self, name: impl Into<String>) -> Self {
+        self.base = self.base.backend(name);
+        self
+    }
+
+    /// Uses this backend, bypassing the registry.
+    pub fn with_backend(mut self, backend: Arc<dyn LockBackend>) -> Self {
+        self.base = self.base.with_backend(backend);
+        self
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.base.key()
+    }
+
+    /// How many holders the semaphore admits at once.
+    pub fn permits(&self) -> usize {
+        self.permits
+    }
+
+    /// Takes a permit, waiting up to the configured `wait`.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for zero permits, a bad ttl or a backend
+    /// without semaphores; [`LockError::Timeout`] when no permit freed within
+    /// the wait; [`LockError::Busy`] when the wait is zero and all permits
+    /// are held; [`LockError::InvalidKey`], [`LockError::NoBackend`],
+    /// [`LockError::Backend`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves no permit and no queue entry behind (a
+    /// permit granted at the very moment of cancellation is released in the
+    /// background).
+    pub async fn acquire(&self) -> Result<Permit, LockError> {
+        let start = Instant::now();
+        match self.acquire_within(self.base.wait).await? {
+            Some(permit) => Ok(permit),
+            None if self.base.wait == Some(Duration::ZERO) => Err(LockError::Busy {
+                key: self.name().to_owned(),
+            }),
+            None => Err(LockError::Timeout {
+                key: self.name().to_owned(),
+                waited: start.elapsed(),
+            }),
+        }
+    }
+
+    /// One attempt that never waits: `Ok(None)` if all permits are held.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), but never `Busy` or `Timeout`.
+    pub async fn try_acquire(&self) -> Result<Option<Permit>, LockError> {
+        self.acquire_within(Some(Duration::ZERO)).await
+    }
+
+    async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>, LockError> {
+        if self.permits == 0 {
+            return Err(LockError::invalid_option(format!(
+                "semaphore `{}` has 0 permits; it needs at least 1",
+                self.name()
+            )));
+        }
+        let backend = self.base.check()?;
+        let local = local::for_backend(&backend);
+        let slot = local.semaphore_slot(self.name(), self.permits);
+        let once = wait == Some(Duration::ZERO);
+        let deadline = wait.map(|w| Instant::now() + w);
+        // At most `permits` tasks of this process ask the service at once.
+        let Some(turn) = slot.wait_turn(once, deadline).await else {
+            let name = slot.name.clone();
+            drop(slot);
+            local.prune(&name);
+            return Ok(None);
+        };
+        let request = PermitRequest {
+            name: self.name().to_owned(),
+            permits: self.permits,
+            token: new_token()?,
+            ttl: self.base.ttl,
+        };
+        let granted = if once {
+            backend.try_acquire_permit(&request).await
+        } else {
+            backend.acquire_permit(&request, deadline).await
+        };
+        let lease = match granted {
+            Ok(Some(lease)) => lease,
+            other => {
+                let name = slot.name.clone();
+                drop((turn, slot));
+                local.prune(&name);
+                return other.map(|_| None);
+            }
+        };
+        let shared = LeaseShared::new(NewLease {
+            backend,
+            local: local.clone(),
+            slot,
+            lease,
+            renew: self.base.renew,
+            kind: LeaseKind::Permit,
+            permit: turn,
+        });
+        local.watchdog.register(&shared);
+        Ok(Some(Permit {
+            guard: LockGuard::outer(shared),
+        }))
+    }
+}
+
+/// A held permit of a [`Semaphore`]: the lease lives while the permit lives.
+///
+/// It behaves as a [`LockGuard`]: the watchdog renews it every ttl/3 (unless
+/// renewal is off), [`lost`](Self::lost) resolves if the lease is lost,
+/// [`release`](Self::release) gives it back now, and dropping it gives it
+/// back in the background on the runtime it was acquired on.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+/// let backend = dlock::connect("memory://").await?;
+/// let permit = dlock::Semaphore::new("exports", 4).with_backend(backend).acquire().await?;
+/// assert_eq!(permit.name(), "exports");
+/// assert!(permit.is_held());
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the permit is given back as soon as it is dropped"]
+pub struct Permit {
+    /// The lease machinery of locks, on a permit lease.
+    guard: LockGuard,
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("name", &self.name())
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Permit {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.guard.key()
+    }
+
+    /// The permit's owner token: at least 128 random bits, hex encoded.
+    pub fn token(&self) -> &str {
+        self.guard.token()
+    }
+
+    /// True while the permit is held: not released, not lost, and its local
+    /// deadline not passed.
+    pub fn is_held(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// Resolves when the permit's lease is lost; never if it is released
+    /// first. The future is `'static`, as [`LockGuard::lost`].
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// Gives the permit back now.
+    ///
+    /// # Errors
+    /// [`LockError::NotHeld`] if the permit was lost or had expired;
+    /// [`LockError::Backend`] if the service failed (the permit then expires
+    /// after its ttl).
+    ///
+    /// # Cancel safety
+    /// If this future is dropped, the permit is still released in the background.
+    pub async fn release(self) -> Result<(), LockError> {
+        self.guard.release().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::memory::MemoryBackend;
+
+    fn semaphore(name: &str, permits: usize) -> Semaphore {
+        Semaphore::new(name, permits).with_backend(Arc::new(MemoryBackend::new()))
+    }
+
+    #[test]
+    fn permit_is_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Permit>();
+    }
+
+    #[tokio::test]
+    async fn zero_permits_is_an_invalid_option() {
+        let s = semaphore("none", 0);
+        let err = s.acquire().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+        let err = s.try_acquire().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn try_acquire_is_none_at_n_and_busy_with_zero_wait() {
+        let s = semaphore("three", 3);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(s.try_acquire().await.unwrap().expect("a free permit"));
+        }
+        assert!(s.try_acquire().await.unwrap().is_none());
+        let err = s.clone().wait(Duration::ZERO).acquire().await.unwrap_err();
+        assert!(matches!(err, LockError::Busy { ref key } if key == "three"));
+        held.pop().unwrap().release().await.unwrap();
+        assert!(s.try_acquire().await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_wakes_when_a_permit_is_released() {
+        let s = semaphore("wake", 1);
+        let held = s.acquire().await.unwrap();
+        let waiter = {
+            let s = s.clone().wait(Duration::from_secs(5));
+            tokio::spawn(async move { (s.acquire().await, Instant::now()) })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let (permit, got) = waiter.await.unwrap();
+        assert!(permit.unwrap().is_held());
+        assert!(got - released < Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn renewal_keeps_a_permit_past_its_ttl() {
+        let ttl = Duration::from_millis(150);
+        let s = semaphore("renewed", 1).ttl(ttl);
+        let held = s.acquire().await.unwrap();
+        tokio::time::sleep(ttl * 3).await;
+        assert!(held.is_held(), "the watchdog let the permit lapse");
+        assert!(s.try_acquire().await.unwrap().is_none());
+        held.release().await.unwrap();
+    }
+
+    /// A backend that implements only the lock methods, as one without
+    /// semaphores yet does.
+    #[derive(Debug)]
+    struct LocksOnly(MemoryBackend);
+
+    #[async_trait::async_trait]
+    impl LockBackend for LocksOnly {
+        fn describe(&self) -> String {
+            "locks-only://".to_owned()
+        }
+        async fn try_acquire(
+            &self,
+            req: &crate::backend::AcquireRequest,
+        ) -> Result<Option<crate::backend::Lease>, LockError> {
+            self.0.try_acquire(req).await
+        }
+        async fn acquire(
+            &self,
+            req: &crate::backend::AcquireRequest,
+            deadline: Option<Instant>,
+        ) -> Result<Option<crate::backend::Lease>, LockError> {
+            self.0.acquire(req, deadline).await
+        }
+        async fn renew(
+            &self,
+            leases: &[crate::backend::Lease],
+        ) -> Vec<Result<crate::backend::Renewal, LockError>> {
+            self.0.renew(leases).await
+        }
+        async fn release(&self, lease: &crate::backend::Lease) -> Result<bool, LockError> {
+            self.0.release(lease).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_backend_without_semaphores_says_so() {
+        let backend = Arc::new(LocksOnly(MemoryBackend::new()));
+        let s = Semaphore::new("exports", 2).with_backend(backend);
+        for err in [
+            s.acquire().await.unwrap_err(),
+            s.try_acquire().await.unwrap_err(),
+        ] {
+            assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+            assert!(
+                err.to_string()
+                    .contains("locks-only:// backend has no semaphores yet"),
+                "{err}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn wait_times_out() {
+        let s = semaphore("timeout", 1);
+        let _held = s.acquire().await.unwrap();
+        let err = s
+            .clone()
+            .wait(Duration::from_millis(80))
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    }
+}

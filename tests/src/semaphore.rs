@@ -1,0 +1,240 @@
+//! The semaphore suite, for backends that have semaphores.
+//!
+//! Backends opt in with [`semaphore_suite!`](crate::semaphore_suite) beside
+//! their `conformance_suite!`; it is a separate macro so that backends
+//! without semaphores yet keep a passing conformance suite.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{LockBackend, LockError, Semaphore};
+
+use crate::conformance::{unique_key, Fixture};
+
+/// Expands to one `#[tokio::test]` per semaphore case. The argument is an
+/// expression that builds a fresh fixture, as for `conformance_suite!`.
+#[macro_export]
+macro_rules! semaphore_suite {
+    ($fixture:expr) => {
+        $crate::semaphore_suite!(@cases $fixture;
+            never_more_than_n_holders,
+            try_acquire_is_none_at_n,
+            zero_wait_is_busy_at_n,
+            release_wakes_a_waiter_promptly,
+            wait_times_out_on_time,
+            leaked_permit_expires_after_ttl,
+            renewal_keeps_a_permit_past_three_ttls,
+            zero_permits_is_rejected,
+        );
+    };
+    (@cases $fixture:expr; $($case:ident),* $(,)?) => {
+        mod semaphore {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fixture = $fixture;
+                    $crate::semaphore::$case(&fixture).await;
+                }
+            )*
+        }
+    };
+}
+
+fn semaphore(backend: &Arc<dyn LockBackend>, name: &str, permits: usize) -> Semaphore {
+    Semaphore::new(name, permits).with_backend(backend.clone())
+}
+
+/// The most holders seen inside at once.
+#[derive(Default)]
+struct Occupancy {
+    inside: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Occupancy {
+    fn enter(&self) {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+    }
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// 32 tasks on 4 clients × 100 cycles contend for 4 permits: never more
+/// than 4 inside at once, and (with that much contention) all 4 are used.
+pub async fn never_more_than_n_holders<F: Fixture>(fixture: &F) {
+    const PERMITS: usize = 4;
+    const CLIENTS: usize = 4;
+    const TASKS_PER_CLIENT: usize = 8;
+    const CYCLES: usize = 100;
+    let name = unique_key("semaphore-n");
+    let occupancy = Arc::new(Occupancy::default());
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let backend = fixture.backend().await;
+        for _ in 0..TASKS_PER_CLIENT {
+            let semaphore = semaphore(&backend, &name, PERMITS).wait(Duration::from_secs(60));
+            let occupancy = occupancy.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..CYCLES {
+                    let permit = semaphore.acquire().await.expect("acquire a permit");
+                    occupancy.enter();
+                    tokio::time::sleep(Duration::from_micros(300)).await;
+                    occupancy.leave();
+                    permit.release().await.expect("release a permit");
+                }
+            }));
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(240), async {
+        for task in tasks {
+            task.await.expect("a contending task panicked");
+        }
+    })
+    .await
+    .expect("never_more_than_n_holders did not finish within 240 s");
+    let most = occupancy.most.load(Ordering::SeqCst);
+    assert!(
+        most <= PERMITS,
+        "{most} holders at once with {PERMITS} permits"
+    );
+    assert_eq!(
+        most, PERMITS,
+        "32 contending tasks never filled all permits"
+    );
+}
+
+pub async fn try_acquire_is_none_at_n<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-try");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let permit = semaphore(&a, &name, 3).try_acquire().await.unwrap();
+        held.push(permit.expect("a free permit"));
+    }
+    assert!(semaphore(&b, &name, 3)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    held.pop().unwrap().release().await.unwrap();
+    let again = semaphore(&b, &name, 3).try_acquire().await.unwrap();
+    assert!(again.is_some(), "a permit is free after a release");
+}
+
+pub async fn zero_wait_is_busy_at_n<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-busy");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let _held = semaphore(&a, &name, 1).acquire().await.unwrap();
+    let err = semaphore(&b, &name, 1)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::Busy { key: ref k } if *k == name),
+        "{err:?}"
+    );
+}
+
+/// A waiter in another process is woken by the release (not by the holder's
+/// 30 s ttl).
+pub async fn release_wakes_a_waiter_promptly<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-wake");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let held = semaphore(&a, &name, 2).acquire().await.unwrap();
+    let _other = semaphore(&a, &name, 2).acquire().await.unwrap();
+    let waiter = semaphore(&b, &name, 2).wait(Duration::from_secs(10));
+    let waiting = tokio::spawn(async move {
+        let permit = waiter.acquire().await?;
+        Ok::<_, LockError>((Instant::now(), permit))
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (got, permit) = waiting.await.unwrap().expect("the waiter got no permit");
+    let handover = got - released;
+    assert!(
+        handover < Duration::from_secs(1),
+        "hand-over took {handover:?}; a release must wake waiters"
+    );
+    permit.release().await.unwrap();
+}
+
+pub async fn wait_times_out_on_time<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-timeout");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let _held = semaphore(&a, &name, 1).acquire().await.unwrap();
+    let wait = Duration::from_millis(400);
+    let start = Instant::now();
+    let err = semaphore(&b, &name, 1)
+        .wait(wait)
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    assert!(took >= wait, "gave up early, after {took:?}");
+    assert!(
+        took < wait + Duration::from_secs(1),
+        "gave up late, after {took:?}"
+    );
+}
+
+/// A permit that is never given back (its process "crashed") comes back
+/// after its ttl.
+pub async fn leaked_permit_expires_after_ttl<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-leak");
+    let ttl = fixture.short_ttl();
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let leaked = semaphore(&a, &name, 1)
+        .ttl(ttl)
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let start = Instant::now();
+    std::mem::forget(leaked);
+    let next = semaphore(&b, &name, 1)
+        .wait(ttl * 3 + Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("the leaked permit never expired");
+    let took = start.elapsed();
+    assert!(
+        took + ttl / 10 >= ttl,
+        "taken after {took:?}, before the ttl {ttl:?} ran out"
+    );
+    assert!(
+        took <= ttl * 2 + Duration::from_secs(1),
+        "leaked permit lasted {took:?}"
+    );
+    next.release().await.unwrap();
+}
+
+pub async fn renewal_keeps_a_permit_past_three_ttls<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-renew");
+    let ttl = fixture.short_ttl();
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let permit = semaphore(&a, &name, 1).ttl(ttl).acquire().await.unwrap();
+    tokio::time::sleep(ttl * 3 + ttl / 2).await;
+    assert!(permit.is_held(), "the watchdog let the permit lapse");
+    assert!(semaphore(&b, &name, 1)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    permit.release().await.expect("still ours after 3.5 ttls");
+}
+
+pub async fn zero_permits_is_rejected<F: Fixture>(fixture: &F) {
+    let a = fixture.backend().await;
+    let err = semaphore(&a, "fine", 0).acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    assert!(err.to_string().contains("0 permits"), "{err}");
+    let err = semaphore(&a, "", 2).acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+}
