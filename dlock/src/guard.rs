@@ -170,7 +170,7 @@ impl LeaseShared {
         let lease = self.lock_state().lease.clone();
         let answer = release_on(&*self.backend, self.kind, &lease).await;
         lock(&self.permit).take();
-        self.local.prune(&self.slot.name);
+        self.local.prune_released(&self.slot);
         match answer {
             Ok(true) if was_held => Ok(()),
             Ok(_) => Err(LockError::NotHeld {

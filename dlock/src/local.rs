@@ -137,14 +137,38 @@ impl BackendLocal {
     /// Drops the slot of `key` if nobody uses it any more, so a process that
     /// locks many distinct keys does not keep one slot per key forever.
     pub(crate) fn prune(&self, key: &str) {
+        self.prune_unless_shared(key, 1);
+    }
+
+    /// Like [`prune`](Self::prune), for a caller that still holds one
+    /// reference to `slot` (a lease being released): that reference does not
+    /// count as a use.
+    pub(crate) fn prune_released(&self, slot: &Arc<KeySlot>) {
+        let is_same = lock(&self.slots)
+            .get(&slot.name)
+            .is_some_and(|s| Arc::ptr_eq(s, slot));
+        if is_same {
+            self.prune_unless_shared(&slot.name, 2);
+        }
+    }
+
+    /// Removes `key`'s slot if only `owners` references exist (the map's and
+    /// the caller's) and no permit of its gate is taken.
+    fn prune_unless_shared(&self, key: &str, owners: usize) {
         let mut slots = lock(&self.slots);
         if let Some(slot) = slots.get(key) {
             let unused =
-                Arc::strong_count(slot) == 1 && slot.gate.available_permits() == slot.capacity;
+                Arc::strong_count(slot) == owners && slot.gate.available_permits() == slot.capacity;
             if unused {
                 slots.remove(key);
             }
         }
+    }
+
+    /// How many key slots this process keeps for the backend.
+    #[cfg(test)]
+    pub(crate) fn slot_count(&self) -> usize {
+        lock(&self.slots).len()
     }
 }
 

@@ -340,4 +340,30 @@ mod tests {
         guard.release().await.unwrap();
         assert_eq!(watchdog.len(), 0);
     }
+
+    #[tokio::test]
+    async fn released_keys_leave_no_local_state_behind() {
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let local = local::for_backend(&backend);
+        for i in 0..100 {
+            let guard = Lock::new(format!("key:{i}"))
+                .with_backend(backend.clone())
+                .acquire()
+                .await
+                .unwrap();
+            if i % 2 == 0 {
+                guard.release().await.unwrap();
+            } else {
+                drop(guard);
+            }
+        }
+        // Background releases of dropped guards run on this runtime.
+        for _ in 0..100 {
+            if local.slot_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(local.slot_count(), 0, "one slot per released key was kept");
+    }
 }
