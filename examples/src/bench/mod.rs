@@ -9,4 +9,5 @@ pub mod redis;
 pub mod redlock;
 pub mod segments;
 pub mod stats;
+pub mod workloads;
 pub mod zookeeper;

@@ -7,19 +7,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
-use dlock::{Lock, LockBackend};
+use dlock::LockBackend;
 use redis::aio::MultiplexedConnection;
 
 use super::stats::{print_table, Row, Summary};
+use super::workloads::{
+    check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
+    uncontended_dlock, BoxError, Sizes, TTL,
+};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-const TTL: Duration = Duration::from_secs(30);
 const UNCONTENDED_CYCLES: usize = 2_000;
 const DISTINCT_TASKS: usize = 64;
 const DISTINCT_CYCLES: usize = 100;
 const HOT_TASKS: usize = 16;
 const HOT_INCREMENTS: u64 = 500;
+/// The workload sizes of this suite.
+const SIZES: Sizes = Sizes {
+    uncontended_cycles: UNCONTENDED_CYCLES,
+    distinct_tasks: DISTINCT_TASKS,
+    distinct_cycles: DISTINCT_CYCLES,
+    hot_tasks: HOT_TASKS,
+    hot_increments: HOT_INCREMENTS,
+    handoffs: HANDOFFS,
+};
 const HANDOFFS: usize = 200;
 const POLL: Duration = Duration::from_millis(10);
 
@@ -36,18 +46,18 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
     let run_id = std::process::id();
     println!("Redis benchmark against {}", dlock::url::redact(url));
 
-    let ours_a = uncontended_dlock(&backend, &format!("bench:{run_id}:a")).await?;
+    let ours_a = uncontended_dlock(&SIZES, &backend, &format!("bench:{run_id}:a")).await?;
     let base_a = uncontended_hand(&hand, &format!("bench:{run_id}:a-hand")).await?;
 
-    let ours_b = distinct_dlock(&backend, run_id).await?;
+    let ours_b = distinct_dlock(&SIZES, &backend, &run_id.to_string()).await?;
     let base_b = distinct_hand(&hand, run_id).await?;
 
-    let ours_c = hot_key_dlock(&backend, &format!("bench:{run_id}:c")).await?;
+    let ours_c = hot_key_dlock(&SIZES, &backend, &format!("bench:{run_id}:c")).await?;
     let base_c = hot_key_hand(&hand, &format!("bench:{run_id}:c-hand")).await?;
 
     // Hand-off crosses clients, as between two processes: the waiter has its own connection.
     let waiter: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
-    let ours_d = handoff_dlock(&backend, &waiter, &format!("bench:{run_id}:d")).await?;
+    let ours_d = handoff_dlock(&SIZES, &backend, &waiter, &format!("bench:{run_id}:d")).await?;
     let base_d = handoff_hand(
         &hand,
         &HandWritten::connect(url).await?,
@@ -80,17 +90,6 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn uncontended_dlock(backend: &Arc<dyn LockBackend>, key: &str) -> Result<Summary, BoxError> {
-    let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
-    let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
-    for _ in 0..UNCONTENDED_CYCLES {
-        let start = Instant::now();
-        lock.acquire().await?.release().await?;
-        samples.push(start.elapsed());
-    }
-    Ok(Summary::of(&mut samples).expect("samples"))
-}
-
 async fn uncontended_hand(hand: &HandWritten, key: &str) -> Result<Summary, BoxError> {
     let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
     for _ in 0..UNCONTENDED_CYCLES {
@@ -103,26 +102,6 @@ async fn uncontended_hand(hand: &HandWritten, key: &str) -> Result<Summary, BoxE
         samples.push(start.elapsed());
     }
     Ok(Summary::of(&mut samples).expect("samples"))
-}
-
-async fn distinct_dlock(backend: &Arc<dyn LockBackend>, run_id: u32) -> Result<f64, BoxError> {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..DISTINCT_TASKS {
-        let lock = Lock::new(format!("bench:{run_id}:b:{t}"))
-            .ttl(TTL)
-            .with_backend(backend.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..DISTINCT_CYCLES {
-                lock.acquire().await?.release().await?;
-            }
-            Ok::<_, dlock::LockError>(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
 }
 
 async fn distinct_hand(hand: &HandWritten, run_id: u32) -> Result<f64, BoxError> {
@@ -144,38 +123,6 @@ async fn distinct_hand(hand: &HandWritten, run_id: u32) -> Result<f64, BoxError>
     Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// A counter updated with a non-atomic read-then-write, so lost updates show
-/// any failure of mutual exclusion.
-async fn critical_increment(counter: &AtomicU64) {
-    let read = counter.load(Ordering::SeqCst);
-    tokio::task::yield_now().await;
-    counter.store(read + 1, Ordering::SeqCst);
-}
-
-async fn hot_key_dlock(backend: &Arc<dyn LockBackend>, key: &str) -> Result<f64, BoxError> {
-    let counter = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..HOT_TASKS {
-        let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
-        let counter = counter.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..HOT_INCREMENTS {
-                let guard = lock.acquire().await?;
-                critical_increment(&counter).await;
-                guard.release().await?;
-            }
-            Ok::<_, dlock::LockError>(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    let elapsed = start.elapsed();
-    check_counter(&counter)?;
-    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
-}
-
 async fn hot_key_hand(hand: &HandWritten, key: &str) -> Result<f64, BoxError> {
     let counter = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -195,43 +142,8 @@ async fn hot_key_hand(hand: &HandWritten, key: &str) -> Result<f64, BoxError> {
         task.await??;
     }
     let elapsed = start.elapsed();
-    check_counter(&counter)?;
+    check_counter(&counter, HOT_TASKS as u64 * HOT_INCREMENTS)?;
     Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
-}
-
-fn check_counter(counter: &AtomicU64) -> Result<(), BoxError> {
-    let expected = HOT_TASKS as u64 * HOT_INCREMENTS;
-    let got = counter.load(Ordering::SeqCst);
-    if got != expected {
-        return Err(format!("mutual exclusion failed: counter {got}, expected {expected}").into());
-    }
-    Ok(())
-}
-
-async fn handoff_dlock(
-    holder: &Arc<dyn LockBackend>,
-    waiter: &Arc<dyn LockBackend>,
-    key: &str,
-) -> Result<Summary, BoxError> {
-    let hold = Lock::new(key).ttl(TTL).with_backend(holder.clone());
-    let wait = Lock::new(key).ttl(TTL).with_backend(waiter.clone());
-    let mut samples = Vec::with_capacity(HANDOFFS);
-    for _ in 0..HANDOFFS {
-        let guard = hold.acquire().await?;
-        let wait = wait.clone();
-        let waiting = tokio::spawn(async move {
-            let guard = wait.acquire().await?;
-            let got = Instant::now();
-            guard.release().await?;
-            Ok::<_, dlock::LockError>(got)
-        });
-        // Let the waiter start waiting before the release.
-        tokio::time::sleep(Duration::from_millis(3)).await;
-        let released = Instant::now();
-        guard.release().await?;
-        samples.push(waiting.await??.saturating_duration_since(released));
-    }
-    Ok(Summary::of(&mut samples).expect("samples"))
 }
 
 async fn handoff_hand(

@@ -13,19 +13,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::redlock::RedlockBackend;
-use dlock::{Lock, LockBackend};
+use dlock::LockBackend;
 use rslock::LockManager;
 
 use super::stats::{print_table, Row, Summary};
+use super::workloads::{
+    check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
+    uncontended_dlock, BoxError, Sizes, TTL,
+};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-const TTL: Duration = Duration::from_secs(30);
 const UNCONTENDED_CYCLES: usize = 1_000;
 const DISTINCT_TASKS: usize = 64;
 const DISTINCT_CYCLES: usize = 50;
 const HOT_TASKS: usize = 16;
 const HOT_INCREMENTS: u64 = 100;
+/// The workload sizes of this suite.
+const SIZES: Sizes = Sizes {
+    uncontended_cycles: UNCONTENDED_CYCLES,
+    distinct_tasks: DISTINCT_TASKS,
+    distinct_cycles: DISTINCT_CYCLES,
+    hot_tasks: HOT_TASKS,
+    hot_increments: HOT_INCREMENTS,
+    handoffs: HANDOFFS,
+};
 const HANDOFFS: usize = 100;
 /// Upper bound for one workload, so a broken run ends instead of hanging.
 const WORKLOAD_LIMIT: Duration = Duration::from_secs(300);
@@ -100,7 +110,7 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
 
     let ours_a = with_limit(
         "(a) dlock",
-        uncontended_dlock(&backend, &format!("bench:{run_id}:a")),
+        uncontended_dlock(&SIZES, &backend, &format!("bench:{run_id}:a")),
     )
     .await?;
     let base_a = with_limit(
@@ -109,12 +119,12 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     )
     .await?;
 
-    let ours_b = with_limit("(b) dlock", distinct_dlock(&backend, &run_id)).await?;
+    let ours_b = with_limit("(b) dlock", distinct_dlock(&SIZES, &backend, &run_id)).await?;
     let base_b = with_limit("(b) rslock", distinct_rslock(&rs, &run_id)).await?;
 
     let ours_c = with_limit(
         "(c) dlock",
-        hot_key_dlock(&backend, &format!("bench:{run_id}:c")),
+        hot_key_dlock(&SIZES, &backend, &format!("bench:{run_id}:c")),
     )
     .await?;
     let base_c = with_limit(
@@ -127,7 +137,7 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     let waiter: Arc<dyn LockBackend> = Arc::new(RedlockBackend::connect(&url).await?);
     let ours_d = with_limit(
         "(d) dlock",
-        handoff_dlock(&backend, &waiter, &format!("bench:{run_id}:d")),
+        handoff_dlock(&SIZES, &backend, &waiter, &format!("bench:{run_id}:d")),
     )
     .await?;
     let base_d = with_limit(
@@ -165,17 +175,6 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn uncontended_dlock(backend: &Arc<dyn LockBackend>, key: &str) -> Result<Summary, BoxError> {
-    let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
-    let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
-    for _ in 0..UNCONTENDED_CYCLES {
-        let start = Instant::now();
-        lock.acquire().await?.release().await?;
-        samples.push(start.elapsed());
-    }
-    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
-}
-
 async fn uncontended_rslock(rs: &LockManager, key: &str) -> Result<Summary, BoxError> {
     let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
     for _ in 0..UNCONTENDED_CYCLES {
@@ -185,26 +184,6 @@ async fn uncontended_rslock(rs: &LockManager, key: &str) -> Result<Summary, BoxE
         samples.push(start.elapsed());
     }
     Summary::of(&mut samples).ok_or_else(|| "no samples".into())
-}
-
-async fn distinct_dlock(backend: &Arc<dyn LockBackend>, run_id: &str) -> Result<f64, BoxError> {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..DISTINCT_TASKS {
-        let lock = Lock::new(format!("bench:{run_id}:b:{t}"))
-            .ttl(TTL)
-            .with_backend(backend.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..DISTINCT_CYCLES {
-                lock.acquire().await?.release().await?;
-            }
-            Ok::<_, dlock::LockError>(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
 }
 
 async fn distinct_rslock(rs: &LockManager, run_id: &str) -> Result<f64, BoxError> {
@@ -224,47 +203,6 @@ async fn distinct_rslock(rs: &LockManager, run_id: &str) -> Result<f64, BoxError
         task.await??;
     }
     Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
-}
-
-/// A counter updated with a non-atomic read-then-write, so lost updates show
-/// any failure of mutual exclusion.
-async fn critical_increment(counter: &AtomicU64) {
-    let read = counter.load(Ordering::SeqCst);
-    tokio::task::yield_now().await;
-    counter.store(read + 1, Ordering::SeqCst);
-}
-
-fn check_counter(counter: &AtomicU64) -> Result<(), BoxError> {
-    let expected = HOT_TASKS as u64 * HOT_INCREMENTS;
-    let got = counter.load(Ordering::SeqCst);
-    if got != expected {
-        return Err(format!("mutual exclusion failed: counter {got}, expected {expected}").into());
-    }
-    Ok(())
-}
-
-async fn hot_key_dlock(backend: &Arc<dyn LockBackend>, key: &str) -> Result<f64, BoxError> {
-    let counter = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..HOT_TASKS {
-        let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
-        let counter = counter.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..HOT_INCREMENTS {
-                let guard = lock.acquire().await?;
-                critical_increment(&counter).await;
-                guard.release().await?;
-            }
-            Ok::<_, dlock::LockError>(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    let elapsed = start.elapsed();
-    check_counter(&counter)?;
-    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
 }
 
 async fn hot_key_rslock(rs: &LockManager, key: &str) -> Result<f64, BoxError> {
@@ -287,34 +225,8 @@ async fn hot_key_rslock(rs: &LockManager, key: &str) -> Result<f64, BoxError> {
         task.await??;
     }
     let elapsed = start.elapsed();
-    check_counter(&counter)?;
+    check_counter(&counter, HOT_TASKS as u64 * HOT_INCREMENTS)?;
     Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
-}
-
-async fn handoff_dlock(
-    holder: &Arc<dyn LockBackend>,
-    waiter: &Arc<dyn LockBackend>,
-    key: &str,
-) -> Result<Summary, BoxError> {
-    let hold = Lock::new(key).ttl(TTL).with_backend(holder.clone());
-    let wait = Lock::new(key).ttl(TTL).with_backend(waiter.clone());
-    let mut samples = Vec::with_capacity(HANDOFFS);
-    for _ in 0..HANDOFFS {
-        let guard = hold.acquire().await?;
-        let wait = wait.clone();
-        let waiting = tokio::spawn(async move {
-            let guard = wait.acquire().await?;
-            let got = Instant::now();
-            guard.release().await?;
-            Ok::<_, dlock::LockError>(got)
-        });
-        // Let the waiter start waiting before the release.
-        tokio::time::sleep(Duration::from_millis(3)).await;
-        let released = Instant::now();
-        guard.release().await?;
-        samples.push(waiting.await??.saturating_duration_since(released));
-    }
-    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
 }
 
 async fn handoff_rslock(

@@ -1,0 +1,146 @@
+//! The dlock side of the lock workloads, shared by the suites that compare
+//! dlock with a baseline (`redis`, `redlock`): the same code measures every
+//! backend, so differences between suites are the backends'.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{Lock, LockBackend};
+
+use super::stats::Summary;
+
+/// A boxed error that crosses task boundaries.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The lease of every benchmark lock: long, so no run ever waits for expiry.
+pub const TTL: Duration = Duration::from_secs(30);
+
+/// How much work each workload does.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// (a) acquire+release cycles of one task.
+    pub uncontended_cycles: usize,
+    /// (b) tasks, each on its own key.
+    pub distinct_tasks: usize,
+    /// (b) cycles per task.
+    pub distinct_cycles: usize,
+    /// (c) tasks on one key.
+    pub hot_tasks: usize,
+    /// (c) increments per task.
+    pub hot_increments: u64,
+    /// (d) hand-offs measured.
+    pub handoffs: usize,
+}
+
+pub async fn uncontended_dlock(
+    sizes: &Sizes,
+    backend: &Arc<dyn LockBackend>,
+    key: &str,
+) -> Result<Summary, BoxError> {
+    let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
+    let mut samples = Vec::with_capacity(sizes.uncontended_cycles);
+    for _ in 0..sizes.uncontended_cycles {
+        let start = Instant::now();
+        lock.acquire().await?.release().await?;
+        samples.push(start.elapsed());
+    }
+    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}
+
+pub async fn distinct_dlock(
+    sizes: &Sizes,
+    backend: &Arc<dyn LockBackend>,
+    run_id: &str,
+) -> Result<f64, BoxError> {
+    let sizes = *sizes;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..sizes.distinct_tasks {
+        let lock = Lock::new(format!("bench:{run_id}:b:{t}"))
+            .ttl(TTL)
+            .with_backend(backend.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..sizes.distinct_cycles {
+                lock.acquire().await?.release().await?;
+            }
+            Ok::<_, dlock::LockError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((sizes.distinct_tasks * sizes.distinct_cycles) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A counter updated with a non-atomic read-then-write, so lost updates show
+/// any failure of mutual exclusion.
+pub async fn critical_increment(counter: &AtomicU64) {
+    let read = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(read + 1, Ordering::SeqCst);
+}
+
+pub async fn hot_key_dlock(
+    sizes: &Sizes,
+    backend: &Arc<dyn LockBackend>,
+    key: &str,
+) -> Result<f64, BoxError> {
+    let sizes = *sizes;
+    let counter = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..sizes.hot_tasks {
+        let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
+        let counter = counter.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..sizes.hot_increments {
+                let guard = lock.acquire().await?;
+                critical_increment(&counter).await;
+                guard.release().await?;
+            }
+            Ok::<_, dlock::LockError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = start.elapsed();
+    check_counter(&counter, sizes.hot_tasks as u64 * sizes.hot_increments)?;
+    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
+}
+
+pub fn check_counter(counter: &AtomicU64, expected: u64) -> Result<(), BoxError> {
+    let got = counter.load(Ordering::SeqCst);
+    if got != expected {
+        return Err(format!("mutual exclusion failed: counter {got}, expected {expected}").into());
+    }
+    Ok(())
+}
+
+pub async fn handoff_dlock(
+    sizes: &Sizes,
+    holder: &Arc<dyn LockBackend>,
+    waiter: &Arc<dyn LockBackend>,
+    key: &str,
+) -> Result<Summary, BoxError> {
+    let hold = Lock::new(key).ttl(TTL).with_backend(holder.clone());
+    let wait = Lock::new(key).ttl(TTL).with_backend(waiter.clone());
+    let mut samples = Vec::with_capacity(sizes.handoffs);
+    for _ in 0..sizes.handoffs {
+        let guard = hold.acquire().await?;
+        let wait = wait.clone();
+        let waiting = tokio::spawn(async move {
+            let guard = wait.acquire().await?;
+            let got = Instant::now();
+            guard.release().await?;
+            Ok::<_, dlock::LockError>(got)
+        });
+        // Let the waiter start waiting before the release.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let released = Instant::now();
+        guard.release().await?;
+        samples.push(waiting.await??.saturating_duration_since(released));
+    }
+    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}
