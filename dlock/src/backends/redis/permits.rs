@@ -176,6 +176,15 @@ impl RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let names = PermitNames::new(&self.options.prefix, &req.name);
+        // As for locks: a free permit is taken without a subscription round
+        // trip; only when the semaphore is full do we subscribe, then try
+        // again before waiting so a release in between is not missed.
+        if let PermitAttempt::Acquired(lease) = self
+            .within(deadline, self.attempt_permit(req, &names))
+            .await?
+        {
+            return Ok(Some(lease));
+        }
         let mut released = self.subscriber.subscribe(&names.channel, deadline).await;
         loop {
             released.mark_seen();
