@@ -96,6 +96,10 @@ impl BackendLocal {
     /// The slot of `key`, created on first use. Callers keep the `Arc` while
     /// they use it, which keeps it from being pruned.
     pub(crate) fn slot(&self, key: &str) -> Arc<KeySlot> {
+        // Looked up by `&str` first: the common case allocates nothing.
+        if let Some(slot) = lock(&self.slots).get(key) {
+            return slot.clone();
+        }
         self.slot_with(key.to_owned(), 1)
     }
 
@@ -116,17 +120,18 @@ impl BackendLocal {
     }
 
     fn slot_with(&self, name: String, capacity: usize) -> Arc<KeySlot> {
-        lock(&self.slots)
-            .entry(name.clone())
-            .or_insert_with(|| {
-                Arc::new(KeySlot {
-                    gate: Arc::new(Semaphore::new(capacity)),
-                    capacity,
-                    name,
-                    holder: Mutex::new(None),
-                })
-            })
-            .clone()
+        let mut slots = lock(&self.slots);
+        if let Some(slot) = slots.get(&name) {
+            return slot.clone();
+        }
+        let slot = Arc::new(KeySlot {
+            gate: Arc::new(Semaphore::new(capacity)),
+            capacity,
+            name: name.clone(),
+            holder: Mutex::new(None),
+        });
+        slots.insert(name, slot.clone());
+        slot
     }
 
     /// The slot of `key` if it exists; never creates one.
