@@ -131,7 +131,7 @@ impl RedisBackend {
         // A permit taken by a script whose caller went away is given back
         // (see `unfinished.rs`).
         let mut unfinished = ReleaseIfDropped::arm(
-            self.conn.clone(),
+            &self.conn,
             &RELEASE_PERMIT,
             &names.set,
             &req.token,

@@ -18,35 +18,38 @@ use redis::Script;
 use super::Conn;
 
 /// Releases `token` on `key` if dropped before [`disarm`](Self::disarm).
-pub(super) struct ReleaseIfDropped {
-    armed: Option<Armed>,
+///
+/// It borrows what it needs and copies it only when it fires, so arming it
+/// on every attempt costs no allocation.
+pub(super) struct ReleaseIfDropped<'a> {
+    armed: Option<Armed<'a>>,
 }
 
-struct Armed {
-    conn: Conn,
+struct Armed<'a> {
+    conn: &'a Conn,
     /// `RELEASE` or `RELEASE_PERMIT`: both take one key, the token and the
     /// release channel.
     script: &'static Script,
-    key: String,
-    token: String,
-    channel: String,
+    key: &'a str,
+    token: &'a str,
+    channel: &'a str,
 }
 
-impl ReleaseIfDropped {
+impl<'a> ReleaseIfDropped<'a> {
     pub(super) fn arm(
-        conn: Conn,
+        conn: &'a Conn,
         script: &'static Script,
-        key: &str,
-        token: &str,
-        channel: &str,
+        key: &'a str,
+        token: &'a str,
+        channel: &'a str,
     ) -> Self {
         ReleaseIfDropped {
             armed: Some(Armed {
                 conn,
                 script,
-                key: key.to_owned(),
-                token: token.to_owned(),
-                channel: channel.to_owned(),
+                key,
+                token,
+                channel,
             }),
         }
     }
@@ -57,7 +60,7 @@ impl ReleaseIfDropped {
     }
 }
 
-impl Drop for ReleaseIfDropped {
+impl Drop for ReleaseIfDropped<'_> {
     fn drop(&mut self) {
         let Some(armed) = self.armed.take() else {
             return;
@@ -66,15 +69,21 @@ impl Drop for ReleaseIfDropped {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let (conn, script) = (armed.conn.clone(), armed.script);
+        let (key, token, channel) = (
+            armed.key.to_owned(),
+            armed.token.to_owned(),
+            armed.channel.to_owned(),
+        );
         runtime.spawn(async move {
-            let mut invocation = armed.script.key(&armed.key);
-            invocation.arg(&armed.token).arg(&armed.channel);
-            let answer: redis::RedisResult<i64> = match armed.conn {
+            let mut invocation = script.key(&key);
+            invocation.arg(&token).arg(&channel);
+            let answer: redis::RedisResult<i64> = match conn {
                 Conn::Single(mut c) => invocation.invoke_async(&mut c).await,
                 Conn::Cluster(mut c) => invocation.invoke_async(&mut c).await,
             };
             if let Err(e) = answer {
-                tracing::debug!(key = %armed.key, error = %e, "could not release an abandoned acquisition; it expires by its ttl");
+                tracing::debug!(%key, error = %e, "could not release an abandoned acquisition; it expires by its ttl");
             }
         });
     }
