@@ -24,6 +24,8 @@
 //! `?timeout_ms=N` (one request's time limit, default 5000), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
+mod batch;
+mod batched;
 mod options;
 mod permits;
 pub(crate) mod scripts;
@@ -38,6 +40,8 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, RedisResult, Script};
 
+use self::batch::{Batcher, Turn};
+use self::batched::{AcquireOp, Acquires, ReleaseOp, Releases};
 use self::options::RedisOptions;
 use self::permits::{PermitAttempt, PermitNames, RENEW_PERMIT};
 use self::scripts::{millis, KeyNames, ACQUIRE, RELEASE, RENEW};
@@ -66,6 +70,8 @@ use crate::LockError;
 /// ```
 pub struct RedisBackend {
     conn: Conn,
+    /// Request batching under load (see `batch.rs`); single servers only.
+    batchers: Option<Batchers>,
     subscriber: Subscriber,
     options: RedisOptions,
     metrics: Counters,
@@ -75,6 +81,11 @@ pub struct RedisBackend {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+}
+
+struct Batchers {
+    acquire: Batcher<Acquires>,
+    release: Batcher<Releases>,
 }
 
 #[derive(Debug, Default)]
@@ -87,8 +98,11 @@ struct Counters {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisMetrics {
-    /// Requests sent (a pipeline counts once).
+    /// Requests sent (a pipeline or a batch counts once).
     pub round_trips: u64,
+    /// Batched script calls among them: acquire attempts or releases of
+    /// many keys sent together because the connection was busy.
+    pub batches: u64,
     /// Renewal round trips: with batching, about one per renewal tick
     /// however many leases are live.
     pub renew_round_trips: u64,
@@ -147,8 +161,16 @@ impl RedisBackend {
                     .map_err(fail)?,
             )
         };
+        let batchers = match &conn {
+            Conn::Single(c) => Some(Batchers {
+                acquire: Batcher::new(c.clone()),
+                release: Batcher::new(c.clone()),
+            }),
+            Conn::Cluster(_) => None,
+        };
         let backend = RedisBackend {
             conn,
+            batchers,
             // In a cluster a PUBLISH reaches every node, so one subscriber
             // connection to any node hears every release.
             subscriber: Subscriber::new(first),
@@ -162,8 +184,13 @@ impl RedisBackend {
 
     /// Request counts so far.
     pub fn metrics(&self) -> RedisMetrics {
+        let batches = self
+            .batchers
+            .as_ref()
+            .map_or(0, |b| b.acquire.batches() + b.release.batches());
         RedisMetrics {
-            round_trips: self.metrics.round_trips.load(Ordering::Relaxed),
+            round_trips: self.metrics.round_trips.load(Ordering::Relaxed) + batches,
+            batches,
             renew_round_trips: self.metrics.renew_round_trips.load(Ordering::Relaxed),
         }
     }
@@ -186,6 +213,21 @@ impl RedisBackend {
 
     fn error(&self, e: RedisError) -> LockError {
         LockError::backend(self.options.shown.clone(), e)
+    }
+
+    /// The answer of a request that went out in a batch.
+    async fn batched<T>(
+        &self,
+        answer: tokio::sync::oneshot::Receiver<Result<T, String>>,
+    ) -> Result<T, LockError> {
+        match answer.await {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(message)) => Err(LockError::backend(self.options.shown.clone(), message)),
+            Err(_) => Err(LockError::backend(
+                self.options.shown.clone(),
+                "the batch was dropped unsent (is the runtime shutting down?)",
+            )),
+        }
     }
 
     fn count(&self) {
@@ -250,22 +292,39 @@ impl RedisBackend {
         }
     }
 
-    /// One run of the acquire script.
+    /// One run of the acquire script, alone or in a batch. With
+    /// `release_unclaimed`, a lease taken in a batch whose caller went away
+    /// meanwhile is released at once (see `batched.rs` for why Redlock
+    /// declines).
     pub(crate) async fn attempt(
         &self,
         req: &AcquireRequest,
         names: &KeyNames,
+        release_unclaimed: bool,
     ) -> Result<Attempt, LockError> {
         let sent = Instant::now();
-        let (won, value): (i64, i64) = self
-            .invoke(
-                ACQUIRE
-                    .key(&names.lock)
-                    .key(&names.fence)
-                    .arg(&req.token)
-                    .arg(millis(req.ttl)),
-            )
-            .await?;
+        let turn = self.batchers.as_ref().map(|b| {
+            b.acquire.enter(|| AcquireOp {
+                lock: names.lock.clone(),
+                fence: names.fence.clone(),
+                token: req.token.clone(),
+                ttl_ms: millis(req.ttl),
+                release_unclaimed: release_unclaimed.then(|| names.channel.clone()),
+            })
+        });
+        let (won, value): (i64, i64) = match turn {
+            Some(Turn::Queued(answer)) => self.batched(answer).await?,
+            _alone => {
+                self.invoke(
+                    ACQUIRE
+                        .key(&names.lock)
+                        .key(&names.fence)
+                        .arg(&req.token)
+                        .arg(millis(req.ttl)),
+                )
+                .await?
+            }
+        };
         if won == 1 {
             let fence = u64::try_from(value).map_err(|_| {
                 self.error(RedisError::from((
@@ -305,13 +364,13 @@ impl RedisBackend {
         names: &KeyNames,
     ) -> Result<Attempt, LockError> {
         let mut unfinished = ReleaseIfDropped::arm(
-            self.conn.clone(),
+            &self.conn,
             &RELEASE,
             &names.lock,
             &req.token,
             &names.channel,
         );
-        let answer = self.attempt(req, names).await?;
+        let answer = self.attempt(req, names, true).await?;
         unfinished.disarm();
         Ok(answer)
     }
@@ -587,14 +646,25 @@ impl LockBackend for RedisBackend {
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
         let names = KeyNames::new(&self.options.prefix, &lease.key);
-        let released: i64 = self
-            .invoke(
-                RELEASE
-                    .key(&names.lock)
-                    .arg(&lease.token)
-                    .arg(&names.channel),
-            )
-            .await?;
+        let turn = self.batchers.as_ref().map(|b| {
+            b.release.enter(|| ReleaseOp {
+                lock: names.lock.clone(),
+                token: lease.token.clone(),
+                channel: names.channel.clone(),
+            })
+        });
+        let released: i64 = match turn {
+            Some(Turn::Queued(answer)) => self.batched(answer).await?,
+            _alone => {
+                self.invoke(
+                    RELEASE
+                        .key(&names.lock)
+                        .arg(&lease.token)
+                        .arg(&names.channel),
+                )
+                .await?
+            }
+        };
         Ok(released == 1)
     }
 

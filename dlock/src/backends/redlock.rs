@@ -442,7 +442,7 @@ impl RedlockBackend {
                 let names = self.names(i, &req.key);
                 async move {
                     let answer =
-                        tokio::time::timeout(timeout, self.nodes[i].attempt(req, &names)).await;
+                        tokio::time::timeout(timeout, self.nodes[i].attempt(req, &names, false)).await;
                     let vote = match answer {
                         Ok(Ok(Attempt::Acquired(_))) => Vote::Won,
                         Ok(Ok(Attempt::Held(left))) => Vote::Held(left),

@@ -49,6 +49,47 @@ return 0
     )
 });
 
+/// [`ACQUIRE`] for many keys in one call (see `batch.rs`): KEYS are lock and
+/// fence pairs, ARGV token and ttl pairs; returns the flat list of each
+/// key's two answers.
+pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local out = {}
+for i = 1, #KEYS, 2 do
+  if redis.call('SET', KEYS[i], ARGV[i], 'NX', 'PX', ARGV[i + 1]) then
+    out[i] = 1
+    out[i + 1] = redis.call('INCR', KEYS[i + 1])
+  else
+    out[i] = 0
+    out[i + 1] = redis.call('PTTL', KEYS[i])
+  end
+end
+return out
+",
+    )
+});
+
+/// [`RELEASE`] for many keys in one call: KEYS are lock keys, ARGV token and
+/// channel pairs; returns one answer per key.
+pub(crate) static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
+    redis.call('DEL', KEYS[i])
+    redis.call('PUBLISH', ARGV[2 * i], '1')
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+",
+    )
+});
+
 /// The Redis names of one lock key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeyNames {

@@ -1,0 +1,205 @@
+//! Batching of acquire and release scripts under load.
+//!
+//! Why: a Lua script has a fixed cost on the server (a few µs of Redis's one
+//! thread, several times a plain `SET`) that dominates the small acquire and
+//! release scripts. When many tasks lock distinct keys at once, that fixed
+//! cost is what limits throughput, and one script call that acquires 16 keys
+//! costs the server little more than one that acquires 1.
+//!
+//! How: a request goes out at once, alone, while fewer than
+//! [`MAX_IN_FLIGHT`] requests of its kind are on the connection, so an idle
+//! or lightly loaded backend adds no latency and sends the same scripts as
+//! without batching. Past that, requests queue; whenever a request in flight
+//! finishes, everything queued goes out together in one script call that
+//! runs the same steps for each key, in order, atomically. The busier the
+//! server, the larger the batches: the batching regulates itself.
+//!
+//! Cancellation: a queued request whose caller went away is dropped before
+//! the batch is sent. One whose caller went away while its batch was in
+//! flight has its answer handed to [`BatchKind::unclaimed`] (an acquisition
+//! nobody will use is released there, not left to its ttl).
+//!
+//! Single servers only: a batch touches many keys, which a Redis Cluster
+//! allows only within one hash slot.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::aio::ConnectionManager;
+use redis::RedisResult;
+use tokio::sync::oneshot;
+
+/// How many requests of one kind go out unbatched before further ones queue.
+/// Small enough that batches form as soon as requests pile up, large enough
+/// that a few concurrent callers never wait for each other.
+pub(crate) const MAX_IN_FLIGHT: usize = 4;
+
+/// One kind of batchable request: its many-keys script, how to read its
+/// answer, and what to do with an answer nobody claims.
+pub(crate) trait BatchKind: Send + Sync + 'static {
+    /// One request.
+    type Op: Send + 'static;
+    /// One request's answer.
+    type Out: Send + 'static;
+
+    /// One script call that runs every op, in order.
+    fn invocation(ops: &[Self::Op]) -> redis::ScriptInvocation<'static>;
+
+    /// Splits the script's answer (a flat list of integers) into one answer
+    /// per op, or `None` if it has the wrong shape.
+    fn split(ops: usize, answer: Vec<i64>) -> Option<Vec<Self::Out>>;
+
+    /// Called with the answer of an op whose caller went away while its
+    /// batch was in flight.
+    fn unclaimed(
+        conn: ConnectionManager,
+        op: Self::Op,
+        out: Self::Out,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+/// The queue of one kind of request on one connection.
+pub(crate) struct Batcher<K: BatchKind> {
+    shared: Arc<Shared<K>>,
+}
+
+struct Shared<K: BatchKind> {
+    conn: ConnectionManager,
+    state: Mutex<State<K>>,
+    batches: AtomicU64,
+}
+
+struct State<K: BatchKind> {
+    queue: Vec<Waiting<K>>,
+    in_flight: usize,
+}
+
+struct Waiting<K: BatchKind> {
+    op: K::Op,
+    reply: oneshot::Sender<Result<K::Out, String>>,
+}
+
+/// What a caller does with its request.
+pub(crate) enum Turn<K: BatchKind> {
+    /// Send it now, alone; the slot is taken until this is dropped.
+    Alone { _slot: InFlight<K> },
+    /// It is queued for the next batch; the answer (or the batch's error)
+    /// arrives here.
+    Queued(oneshot::Receiver<Result<K::Out, String>>),
+}
+
+/// One request slot on the connection, given back on drop (which may send
+/// the queued requests as a batch).
+pub(crate) struct InFlight<K: BatchKind> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K: BatchKind> Batcher<K> {
+    pub(crate) fn new(conn: ConnectionManager) -> Self {
+        Batcher {
+            shared: Arc::new(Shared {
+                conn,
+                state: Mutex::new(State {
+                    queue: Vec::new(),
+                    in_flight: 0,
+                }),
+                batches: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Takes a slot if one is free, else queues the op that `op` builds
+    /// (built only then, so the unbatched path allocates nothing extra).
+    pub(crate) fn enter(&self, op: impl FnOnce() -> K::Op) -> Turn<K> {
+        let mut state = self.shared.lock();
+        if state.in_flight < MAX_IN_FLIGHT {
+            state.in_flight += 1;
+            return Turn::Alone {
+                _slot: InFlight {
+                    shared: self.shared.clone(),
+                },
+            };
+        }
+        let (reply, answer) = oneshot::channel();
+        state.queue.push(Waiting { op: op(), reply });
+        Turn::Queued(answer)
+    }
+
+    /// How many batched script calls were sent.
+    pub(crate) fn batches(&self) -> u64 {
+        self.shared.batches.load(Ordering::Relaxed)
+    }
+}
+
+impl<K: BatchKind> Shared<K> {
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        // Every update is a push, a take or a counter step: a poisoned
+        // mutex still guards consistent data.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends what is queued as one batch, if a slot is free.
+    fn flush(self: &Arc<Self>, state: &mut State<K>) {
+        if state.in_flight >= MAX_IN_FLIGHT || state.queue.is_empty() {
+            return;
+        }
+        // Callers that went away need no answer: their ops are not sent.
+        let batch: Vec<Waiting<K>> = std::mem::take(&mut state.queue)
+            .into_iter()
+            .filter(|w| !w.reply.is_closed())
+            .collect();
+        if batch.is_empty() {
+            return;
+        }
+        // No runtime (it is shutting down): dropping the batch wakes every
+        // caller with an error instead of leaving them waiting.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        state.in_flight += 1;
+        let slot = InFlight {
+            shared: self.clone(),
+        };
+        runtime.spawn(async move {
+            let shared = slot.shared.clone();
+            shared.send(batch).await;
+            drop(slot);
+        });
+    }
+
+    async fn send(&self, batch: Vec<Waiting<K>>) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        let (ops, replies): (Vec<K::Op>, Vec<_>) =
+            batch.into_iter().map(|w| (w.op, w.reply)).unzip();
+        let answer: RedisResult<Vec<i64>> = K::invocation(&ops)
+            .invoke_async(&mut self.conn.clone())
+            .await;
+        let outs = answer.map_err(|e| e.to_string()).and_then(|flat| {
+            K::split(ops.len(), flat).ok_or_else(|| "malformed batch answer".to_owned())
+        });
+        match outs {
+            Ok(outs) => {
+                for ((op, reply), out) in ops.into_iter().zip(replies).zip(outs) {
+                    if let Err(Ok(out)) = reply.send(Ok(out)) {
+                        K::unclaimed(self.conn.clone(), op, out).await;
+                    }
+                }
+            }
+            Err(message) => {
+                for reply in replies {
+                    let _ = reply.send(Err(message.clone()));
+                }
+            }
+        }
+    }
+}
+
+impl<K: BatchKind> Drop for InFlight<K> {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.in_flight -= 1;
+        self.shared.flush(&mut state);
+    }
+}

@@ -1,0 +1,102 @@
+//! The two batched requests of the Redis protocol: acquire attempts and
+//! releases (the queue itself is in `batch.rs`).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use redis::aio::ConnectionManager;
+use redis::ScriptInvocation;
+
+use super::batch::BatchKind;
+use super::scripts::{ACQUIRE_MANY, RELEASE, RELEASE_MANY};
+
+/// Acquire attempts: `{won, fence or pttl}` per key.
+pub(crate) struct Acquires;
+
+pub(crate) struct AcquireOp {
+    pub(crate) lock: String,
+    pub(crate) fence: String,
+    pub(crate) token: String,
+    pub(crate) ttl_ms: u64,
+    /// The release channel, if a lease taken for a caller that went away is
+    /// to be released at once. Redlock says no: it retries with the same
+    /// token, and a late release could delete the retry's lease; its own
+    /// release on every node after a failed round cleans up instead.
+    pub(crate) release_unclaimed: Option<String>,
+}
+
+impl BatchKind for Acquires {
+    type Op = AcquireOp;
+    type Out = (i64, i64);
+
+    fn invocation(ops: &[AcquireOp]) -> ScriptInvocation<'static> {
+        let mut call = ACQUIRE_MANY.prepare_invoke();
+        for op in ops {
+            call.key(&op.lock)
+                .key(&op.fence)
+                .arg(&op.token)
+                .arg(op.ttl_ms);
+        }
+        call
+    }
+
+    fn split(ops: usize, answer: Vec<i64>) -> Option<Vec<(i64, i64)>> {
+        (answer.len() == 2 * ops).then(|| answer.chunks(2).map(|p| (p[0], p[1])).collect())
+    }
+
+    fn unclaimed(
+        mut conn: ConnectionManager,
+        op: AcquireOp,
+        (won, _): (i64, i64),
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let Some(channel) = op.release_unclaimed.filter(|_| won == 1) else {
+                return;
+            };
+            let released: redis::RedisResult<i64> = RELEASE
+                .key(&op.lock)
+                .arg(&op.token)
+                .arg(&channel)
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(e) = released {
+                tracing::debug!(key = %op.lock, error = %e, "could not release an abandoned acquisition; it expires by its ttl");
+            }
+        })
+    }
+}
+
+/// Compare-and-delete releases: 1 (released) or 0 (not ours) per key.
+pub(crate) struct Releases;
+
+pub(crate) struct ReleaseOp {
+    pub(crate) lock: String,
+    pub(crate) token: String,
+    pub(crate) channel: String,
+}
+
+impl BatchKind for Releases {
+    type Op = ReleaseOp;
+    type Out = i64;
+
+    fn invocation(ops: &[ReleaseOp]) -> ScriptInvocation<'static> {
+        let mut call = RELEASE_MANY.prepare_invoke();
+        for op in ops {
+            call.key(&op.lock).arg(&op.token).arg(&op.channel);
+        }
+        call
+    }
+
+    fn split(ops: usize, answer: Vec<i64>) -> Option<Vec<i64>> {
+        (answer.len() == ops).then_some(answer)
+    }
+
+    fn unclaimed(
+        _conn: ConnectionManager,
+        _op: ReleaseOp,
+        _released: i64,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        // The release happened; nobody needs to hear it.
+        Box::pin(async {})
+    }
+}

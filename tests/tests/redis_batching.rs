@@ -1,0 +1,180 @@
+//! Under load the Redis backend sends queued acquire attempts and releases
+//! as one script call each (`batch.rs`). These tests drive it into batching
+//! and check that nothing of the lock's contract gives: exclusion across
+//! connections, fencing order, and no lease left behind by a caller that
+//! gave up while its request waited in a batch.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dlock::backends::redis::RedisBackend;
+use dlock::{Lock, LockBackend};
+use dlock_tests::servers::redis::RedisServer;
+use tokio::sync::Barrier;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// Runs `tasks` tasks that all start at once, each with its own index.
+async fn all_at_once<F, Fut>(tasks: usize, body: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let start = Arc::new(Barrier::new(tasks));
+    let mut running = Vec::new();
+    for t in 0..tasks {
+        let (start, work) = (start.clone(), body(t));
+        running.push(tokio::spawn(async move {
+            start.wait().await;
+            work.await;
+        }));
+    }
+    for task in running {
+        task.await.expect("task panicked");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_distinct_keys_go_out_in_batches() {
+    const TASKS: usize = 64;
+    const CYCLES: u64 = 50;
+    let server = RedisServer::start();
+    let redis = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    let backend: Arc<dyn LockBackend> = redis.clone();
+    let before = redis.metrics();
+
+    all_at_once(TASKS, |t| {
+        let lock = Lock::new(format!("batch:{t}"))
+            .ttl(TTL)
+            .with_backend(backend.clone());
+        async move {
+            let mut last_fence = 0;
+            for _ in 0..CYCLES {
+                let guard = lock.acquire().await.expect("distinct key acquired");
+                let fence = guard.fencing_token().expect("Redis gives fencing tokens");
+                assert!(
+                    fence > last_fence,
+                    "fence went from {last_fence} to {fence}"
+                );
+                last_fence = fence;
+                guard.release().await.expect("released");
+            }
+        }
+    })
+    .await;
+
+    let after = redis.metrics();
+    let requests = 2 * TASKS as u64 * CYCLES;
+    let round_trips = after.round_trips - before.round_trips;
+    assert!(
+        after.batches > before.batches,
+        "64 tasks at once never formed a batch: {after:?}"
+    );
+    assert!(
+        round_trips < requests,
+        "{requests} acquire and release requests took {round_trips} round trips: batching saved none"
+    );
+    let left = server.redis_cli(&["--scan", "--pattern", "dlock:{batch:*}"]);
+    assert!(left.trim().is_empty(), "locks left held: {left}");
+}
+
+/// Two connections (as two processes would have) contend on a few keys
+/// with many tasks each, so both send batches that hit the same keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_from_two_connections_never_overlap_on_a_key() {
+    const KEYS: usize = 8;
+    const TASKS_PER_KEY: usize = 4;
+    const CYCLES: usize = 25;
+    let server = RedisServer::start();
+    let first: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    let second: Arc<dyn LockBackend> =
+        Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    // Per key: holders right now, and the fences in the order they held.
+    let holders: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let fences: Arc<Mutex<HashMap<usize, Vec<u64>>>> = Arc::default();
+
+    all_at_once(2 * KEYS * TASKS_PER_KEY, |t| {
+        let key = t % KEYS;
+        let backend = if t % 2 == 0 { &first } else { &second };
+        let lock = Lock::new(format!("shared:{key}"))
+            .ttl(TTL)
+            .with_backend(backend.clone());
+        let (holders, fences) = (holders.clone(), fences.clone());
+        async move {
+            for _ in 0..CYCLES {
+                let guard = lock.acquire().await.expect("acquired");
+                let inside = holders[key].fetch_add(1, Ordering::SeqCst);
+                assert_eq!(inside, 0, "two holders of shared:{key} at once");
+                fences
+                    .lock()
+                    .unwrap()
+                    .entry(key)
+                    .or_default()
+                    .push(guard.fencing_token().expect("fence"));
+                tokio::task::yield_now().await;
+                holders[key].fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("released");
+            }
+        }
+    })
+    .await;
+
+    for (key, order) in fences.lock().unwrap().iter() {
+        assert_eq!(order.len(), 2 * TASKS_PER_KEY * CYCLES);
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "fences of shared:{key} not strictly increasing in holding order: {order:?}"
+        );
+    }
+}
+
+/// Callers that give up while their request waits in a batch, or while
+/// the batch is on the wire, leave no lease behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_give_up_in_a_batch_leave_no_lease() {
+    const TASKS: usize = 64;
+    const ROUNDS: usize = 10;
+    let server = RedisServer::start();
+    let redis = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    let backend: Arc<dyn LockBackend> = redis.clone();
+
+    for round in 0..ROUNDS {
+        all_at_once(TASKS, |t| {
+            let lock = Lock::new(format!("gave-up:{round}:{t}"))
+                .ttl(TTL)
+                .with_backend(backend.clone());
+            // From "still queued" to "answer already read".
+            let patience = Duration::from_micros(50 + (t as u64 * 37) % 2_000);
+            async move {
+                let _ = tokio::time::timeout(patience, lock.acquire()).await;
+            }
+        })
+        .await;
+    }
+    assert!(
+        redis.metrics().batches > 0,
+        "no batch formed, so nothing here was tested: {:?}",
+        redis.metrics()
+    );
+
+    // Background releases run on this runtime; give them a moment.
+    let mut left = String::new();
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = server
+            .redis_cli(&["--scan", "--pattern", "dlock:{gave-up:*"])
+            .lines()
+            .filter(|k| !k.ends_with(":fence"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if left.is_empty() {
+            break;
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "leases left behind until their ttl: {left}"
+    );
+}
