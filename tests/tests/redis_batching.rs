@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend};
+use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::redis::RedisServer;
 use tokio::sync::Barrier;
 
@@ -176,5 +177,99 @@ async fn callers_that_give_up_in_a_batch_leave_no_lease() {
     assert!(
         left.is_empty(),
         "leases left behind until their ttl: {left}"
+    );
+}
+
+/// A server that dies under load: batched callers get errors within their
+/// wait, none hangs, and the backend works again once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_fails_batched_callers_within_their_wait() {
+    const TASKS: usize = 64;
+    let mut server = RedisServer::start();
+    let backend: Arc<dyn LockBackend> =
+        Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    server.stop();
+
+    let outcomes = Arc::new(Mutex::new(Vec::new()));
+    let finished = tokio::time::timeout(
+        Duration::from_secs(30),
+        all_at_once(TASKS, |t| {
+            let lock = Lock::new(format!("dead:{t}"))
+                .ttl(TTL)
+                .wait(Duration::from_millis(500))
+                .with_backend(backend.clone());
+            let outcomes = outcomes.clone();
+            async move {
+                let outcome = lock.acquire().await.map(drop);
+                outcomes.lock().unwrap().push(outcome);
+            }
+        }),
+    )
+    .await;
+    assert!(finished.is_ok(), "callers hung on a dead server");
+    let outcomes = std::mem::take(&mut *outcomes.lock().unwrap());
+    assert_eq!(outcomes.len(), TASKS);
+    assert!(
+        outcomes.iter().all(Result::is_err),
+        "a lock was granted by a dead server: {outcomes:?}"
+    );
+
+    server.start_again();
+    let mut back = None;
+    for _ in 0..100 {
+        let lock = Lock::new("dead:after")
+            .ttl(TTL)
+            .with_backend(backend.clone());
+        if let Ok(Some(guard)) = lock.try_acquire().await {
+            back = Some(guard);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    back.expect("the backend did not recover after the restart")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A runtime shut down while batches are queued and in flight: shutdown
+/// finishes (a batch dropped with its task must not take the queue's lock
+/// twice) and the queued callers' futures are simply gone.
+#[test]
+fn a_runtime_shut_down_with_batches_in_flight_does_not_hang() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let backend: Arc<dyn LockBackend> =
+                Arc::new(RedisBackend::connect(&url).await.unwrap());
+            for t in 0..64 {
+                let lock = Lock::new(format!("shutdown:{t}"))
+                    .ttl(TTL)
+                    .with_backend(backend.clone());
+                tokio::spawn(async move {
+                    loop {
+                        if let Ok(guard) = lock.acquire().await {
+                            let _ = guard.release().await;
+                        }
+                    }
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        });
+        // Longer than the wait below: a deadlocked worker shows as a hang,
+        // not as a shutdown that gave up on it.
+        runtime.shutdown_timeout(Duration::from_secs(120));
+        let _ = done_tx.send(());
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "runtime shutdown hung with batches in flight"
     );
 }

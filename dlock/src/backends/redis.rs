@@ -18,7 +18,11 @@
 //! - release: compare-and-`DEL`, then `PUBLISH <prefix>:{key}:released`;
 //! - waiting: subscribe to the release channel on the backend's one shared
 //!   pub/sub connection, try, then wait for a release message or the
-//!   holder's remaining `PTTL` (expiry announces nothing), with jitter.
+//!   holder's remaining `PTTL` (expiry announces nothing), with jitter;
+//! - under load (more than a few acquires or releases in flight at once on
+//!   a single server), queued requests go out together as one script call
+//!   that runs the same steps for each key, to spare the server the fixed
+//!   cost of a script per key (see `batch.rs` in the source).
 //!
 //! URL parameters: `?prefix=name` (key namespace, default `dlock`),
 //! `?timeout_ms=N` (one request's time limit, default 5000), and for

@@ -122,6 +122,12 @@ impl<K: BatchKind> Batcher<K> {
                 },
             };
         }
+        // While the connection hangs (a dead server), callers give up and
+        // their entries stay until the next batch: forget them now and then,
+        // so the queue stays as long as the callers still waiting.
+        if state.queue.len() >= 256 && state.queue.len().is_power_of_two() {
+            state.queue.retain(|w| !w.reply.is_closed());
+        }
         let (reply, answer) = oneshot::channel();
         state.queue.push(Waiting { op: op(), reply });
         Turn::Queued(answer)
@@ -140,16 +146,25 @@ impl<K: BatchKind> Shared<K> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sends what is queued as one batch, if a slot is free.
-    fn flush(self: &Arc<Self>, state: &mut State<K>) {
+    /// Takes what is queued, as one batch, if a slot is free, and counts
+    /// the batch in flight. The caller sends it with [`spawn`](Self::spawn)
+    /// after letting go of the state: dropping a batch or a slot under the
+    /// lock would take the lock again.
+    fn take_batch(&self, state: &mut State<K>) -> Option<Vec<Waiting<K>>> {
         if state.in_flight >= MAX_IN_FLIGHT || state.queue.is_empty() {
-            return;
+            return None;
         }
+        state.in_flight += 1;
+        Some(std::mem::take(&mut state.queue))
+    }
+
+    /// Sends `batch` from a task of its own, in the slot `take_batch` took.
+    fn spawn(self: &Arc<Self>, batch: Vec<Waiting<K>>) {
+        let slot = InFlight {
+            shared: self.clone(),
+        };
         // Callers that went away need no answer: their ops are not sent.
-        let batch: Vec<Waiting<K>> = std::mem::take(&mut state.queue)
-            .into_iter()
-            .filter(|w| !w.reply.is_closed())
-            .collect();
+        let batch: Vec<Waiting<K>> = batch.into_iter().filter(|w| !w.reply.is_closed()).collect();
         if batch.is_empty() {
             return;
         }
@@ -158,13 +173,8 @@ impl<K: BatchKind> Shared<K> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        state.in_flight += 1;
-        let slot = InFlight {
-            shared: self.clone(),
-        };
         runtime.spawn(async move {
-            let shared = slot.shared.clone();
-            shared.send(batch).await;
+            slot.shared.send(batch).await;
             drop(slot);
         });
     }
@@ -198,8 +208,13 @@ impl<K: BatchKind> Shared<K> {
 
 impl<K: BatchKind> Drop for InFlight<K> {
     fn drop(&mut self) {
-        let mut state = self.shared.lock();
-        state.in_flight -= 1;
-        self.shared.flush(&mut state);
+        let batch = {
+            let mut state = self.shared.lock();
+            state.in_flight -= 1;
+            self.shared.take_batch(&mut state)
+        };
+        if let Some(batch) = batch {
+            self.shared.spawn(batch);
+        }
     }
 }
