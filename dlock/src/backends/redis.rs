@@ -275,6 +275,20 @@ impl RedisBackend {
         answer.map_err(|e| self.error(e))
     }
 
+    /// Runs a script call built by [`scripts::evalsha`].
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        call: &redis::Cmd,
+    ) -> Result<T, LockError> {
+        self.count();
+        let answer = match self.conn.clone() {
+            Conn::Single(mut c) => scripts::run(&mut c, script, call).await,
+            Conn::Cluster(mut c) => scripts::run(&mut c, script, call).await,
+        };
+        answer.map_err(|e| self.error(e))
+    }
+
     /// Bounds one request by the caller's deadline. Running out of time
     /// inside a request is the service's silence, not a busy lock: we never
     /// learned whether the key was free.
@@ -319,14 +333,12 @@ impl RedisBackend {
         let (won, value): (i64, i64) = match turn {
             Some(Turn::Queued(answer)) => self.batched(answer).await?,
             _alone => {
-                self.invoke(
-                    ACQUIRE
-                        .key(&names.lock)
-                        .key(&names.fence)
-                        .arg(&req.token)
-                        .arg(millis(req.ttl)),
-                )
-                .await?
+                let mut call = scripts::evalsha(&ACQUIRE, 2);
+                call.arg(&names.lock)
+                    .arg(&names.fence)
+                    .arg(&req.token)
+                    .arg(millis(req.ttl));
+                self.eval(&ACQUIRE, &call).await?
             }
         };
         if won == 1 {
@@ -660,13 +672,9 @@ impl LockBackend for RedisBackend {
         let released: i64 = match turn {
             Some(Turn::Queued(answer)) => self.batched(answer).await?,
             _alone => {
-                self.invoke(
-                    RELEASE
-                        .key(&names.lock)
-                        .arg(&lease.token)
-                        .arg(&names.channel),
-                )
-                .await?
+                let mut call = scripts::evalsha(&RELEASE, 1);
+                call.arg(&names.lock).arg(&lease.token).arg(&names.channel);
+                self.eval(&RELEASE, &call).await?
             }
         };
         Ok(released == 1)

@@ -28,8 +28,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::aio::ConnectionManager;
-use redis::RedisResult;
+use redis::{RedisResult, Script};
 use tokio::sync::oneshot;
+
+use super::scripts;
 
 /// How many requests of one kind go out unbatched before further ones queue.
 /// Small enough that batches form as soon as requests pile up, large enough
@@ -44,8 +46,11 @@ pub(crate) trait BatchKind: Send + Sync + 'static {
     /// One request's answer.
     type Out: Send + 'static;
 
-    /// One script call that runs every op, in order.
-    fn invocation(ops: &[Self::Op]) -> redis::ScriptInvocation<'static>;
+    /// The many-keys script.
+    fn script() -> &'static Script;
+
+    /// One call of [`script`](Self::script) that runs every op, in order.
+    fn call(ops: &[Self::Op]) -> redis::Cmd;
 
     /// Splits the script's answer (a flat list of integers) into one answer
     /// per op, or `None` if it has the wrong shape.
@@ -183,9 +188,8 @@ impl<K: BatchKind> Shared<K> {
         self.batches.fetch_add(1, Ordering::Relaxed);
         let (ops, replies): (Vec<K::Op>, Vec<_>) =
             batch.into_iter().map(|w| (w.op, w.reply)).unzip();
-        let answer: RedisResult<Vec<i64>> = K::invocation(&ops)
-            .invoke_async(&mut self.conn.clone())
-            .await;
+        let answer: RedisResult<Vec<i64>> =
+            scripts::run(&mut self.conn.clone(), K::script(), &K::call(&ops)).await;
         let outs = answer.map_err(|e| e.to_string()).and_then(|flat| {
             K::split(ops.len(), flat).ok_or_else(|| "malformed batch answer".to_owned())
         });

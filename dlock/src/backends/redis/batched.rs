@@ -5,10 +5,10 @@ use std::future::Future;
 use std::pin::Pin;
 
 use redis::aio::ConnectionManager;
-use redis::ScriptInvocation;
+use redis::{Cmd, Script};
 
 use super::batch::BatchKind;
-use super::scripts::{ACQUIRE_MANY, RELEASE, RELEASE_MANY};
+use super::scripts::{evalsha, run, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
 
 /// Acquire attempts: `{won, fence or pttl}` per key.
 pub(crate) struct Acquires;
@@ -29,13 +29,17 @@ impl BatchKind for Acquires {
     type Op = AcquireOp;
     type Out = (i64, i64);
 
-    fn invocation(ops: &[AcquireOp]) -> ScriptInvocation<'static> {
-        let mut call = ACQUIRE_MANY.prepare_invoke();
+    fn script() -> &'static Script {
+        &ACQUIRE_MANY
+    }
+
+    fn call(ops: &[AcquireOp]) -> Cmd {
+        let mut call = evalsha(&ACQUIRE_MANY, 2 * ops.len());
         for op in ops {
-            call.key(&op.lock)
-                .key(&op.fence)
-                .arg(&op.token)
-                .arg(op.ttl_ms);
+            call.arg(&op.lock).arg(&op.fence);
+        }
+        for op in ops {
+            call.arg(&op.token).arg(op.ttl_ms);
         }
         call
     }
@@ -53,12 +57,9 @@ impl BatchKind for Acquires {
             let Some(channel) = op.release_unclaimed.filter(|_| won == 1) else {
                 return;
             };
-            let released: redis::RedisResult<i64> = RELEASE
-                .key(&op.lock)
-                .arg(&op.token)
-                .arg(&channel)
-                .invoke_async(&mut conn)
-                .await;
+            let mut call = evalsha(&RELEASE, 1);
+            call.arg(&op.lock).arg(&op.token).arg(&channel);
+            let released: redis::RedisResult<i64> = run(&mut conn, &RELEASE, &call).await;
             if let Err(e) = released {
                 tracing::debug!(key = %op.lock, error = %e, "could not release an abandoned acquisition; it expires by its ttl");
             }
@@ -79,10 +80,17 @@ impl BatchKind for Releases {
     type Op = ReleaseOp;
     type Out = i64;
 
-    fn invocation(ops: &[ReleaseOp]) -> ScriptInvocation<'static> {
-        let mut call = RELEASE_MANY.prepare_invoke();
+    fn script() -> &'static Script {
+        &RELEASE_MANY
+    }
+
+    fn call(ops: &[ReleaseOp]) -> Cmd {
+        let mut call = evalsha(&RELEASE_MANY, ops.len());
         for op in ops {
-            call.key(&op.lock).arg(&op.token).arg(&op.channel);
+            call.arg(&op.lock);
+        }
+        for op in ops {
+            call.arg(&op.token).arg(&op.channel);
         }
         call
     }

@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{RedisResult, Script};
 
 /// `SET NX PX` and, on success, `INCR` of the fence counter: returns
 /// `{1, fence}`, or `{0, pttl}` with the holder's remaining time.
@@ -90,6 +90,34 @@ return out
     )
 });
 
+/// `EVALSHA <sha1> <numkeys>`: the start of a call of `script`; the caller
+/// adds the keys, then the arguments, and runs it with [`run`].
+///
+/// Built by hand rather than with `Script::key`/`arg`, which copy every key
+/// and argument into vectors of their own and then into the same command:
+/// on the hot path of every acquire and release that is a dozen allocations.
+pub(crate) fn evalsha(script: &Script, keys: usize) -> redis::Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(script.get_hash()).arg(keys);
+    call
+}
+
+/// Runs a call built by [`evalsha`]. If the server lost its script cache
+/// (a restart, `SCRIPT FLUSH`), loads `script` and tries once more.
+pub(crate) async fn run<T, C>(conn: &mut C, script: &Script, call: &redis::Cmd) -> RedisResult<T>
+where
+    T: redis::FromRedisValue,
+    C: redis::aio::ConnectionLike + Send,
+{
+    match call.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            call.query_async(conn).await
+        }
+        answer => answer,
+    }
+}
+
 /// The Redis names of one lock key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeyNames {
@@ -103,19 +131,29 @@ impl KeyNames {
     /// percent-encoded so a key cannot end the hash tag early (an empty tag
     /// would put the lock and fence keys in different cluster slots).
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
-        let mut tag = String::with_capacity(key.len());
+        // Built with push_str, not format!: this runs on every acquire and
+        // release.
+        let mut lock = String::with_capacity(prefix.len() + key.len() + 3);
+        lock.push_str(prefix);
+        lock.push_str(":{");
         for c in key.chars() {
             match c {
-                '%' => tag.push_str("%25"),
-                '{' => tag.push_str("%7B"),
-                '}' => tag.push_str("%7D"),
-                c => tag.push(c),
+                '%' => lock.push_str("%25"),
+                '{' => lock.push_str("%7B"),
+                '}' => lock.push_str("%7D"),
+                c => lock.push(c),
             }
         }
-        let lock = format!("{prefix}:{{{tag}}}");
+        lock.push('}');
+        let with_suffix = |suffix: &str| {
+            let mut name = String::with_capacity(lock.len() + suffix.len());
+            name.push_str(&lock);
+            name.push_str(suffix);
+            name
+        };
         KeyNames {
-            fence: format!("{lock}:fence"),
-            channel: format!("{lock}:released"),
+            fence: with_suffix(":fence"),
+            channel: with_suffix(":released"),
             lock,
         }
     }
