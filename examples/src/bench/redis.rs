@@ -13,17 +13,16 @@ use redis::aio::MultiplexedConnection;
 use super::stats::{print_table, Row, Summary};
 use super::workloads::{
     check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
-    uncontended_dlock, BoxError, Sizes, TTL,
+    uncontended_dlock, BoxError, Sizes, TTL, UNCONTENDED_ROUNDS,
 };
 
 const UNCONTENDED_CYCLES: usize = 2_000;
 const DISTINCT_TASKS: usize = 64;
-const DISTINCT_CYCLES: usize = 100;
+const DISTINCT_CYCLES: usize = 500;
 const HOT_TASKS: usize = 16;
 const HOT_INCREMENTS: u64 = 500;
 /// The workload sizes of this suite.
 const SIZES: Sizes = Sizes {
-    uncontended_cycles: UNCONTENDED_CYCLES,
     distinct_tasks: DISTINCT_TASKS,
     distinct_cycles: DISTINCT_CYCLES,
     hot_tasks: HOT_TASKS,
@@ -46,11 +45,23 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
     let run_id = std::process::id();
     println!("Redis benchmark against {}", dlock::url::redact(url));
 
-    let ours_a = uncontended_dlock(&SIZES, &backend, &format!("bench:{run_id}:a")).await?;
-    let base_a = uncontended_hand(&hand, &format!("bench:{run_id}:a-hand")).await?;
+    let (mut ours_a, mut base_a) = (Vec::new(), Vec::new());
+    let round = UNCONTENDED_CYCLES / UNCONTENDED_ROUNDS;
+    for _ in 0..UNCONTENDED_ROUNDS {
+        ours_a.extend(uncontended_dlock(round, &backend, &format!("bench:{run_id}:a")).await?);
+        base_a.extend(uncontended_hand(&hand, round, &format!("bench:{run_id}:a-hand")).await?);
+    }
+    let ours_a = Summary::of(&mut ours_a).ok_or("no samples")?;
+    let base_a = Summary::of(&mut base_a).ok_or("no samples")?;
 
+    let before = hand.server_micros().await?;
     let ours_b = distinct_dlock(&SIZES, &backend, &run_id.to_string()).await?;
+    let between = hand.server_micros().await?;
     let base_b = distinct_hand(&hand, run_id).await?;
+    let after = hand.server_micros().await?;
+    let cycles = (DISTINCT_TASKS * DISTINCT_CYCLES) as f64;
+    let server_us =
+        |from: u64, to: u64| Duration::from_nanos(((to - from) as f64 * 1000.0 / cycles) as u64);
 
     let ours_c = hot_key_dlock(&SIZES, &backend, &format!("bench:{run_id}:c")).await?;
     let base_c = hot_key_hand(&hand, &format!("bench:{run_id}:c-hand")).await?;
@@ -69,6 +80,11 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
         Row::latency("(a) 1 task, acquire+release, p50", ours_a.p50, base_a.p50),
         Row::latency("(a) 1 task, acquire+release, p99", ours_a.p99, base_a.p99),
         Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b, base_b),
+        Row::latency(
+            "(b) Redis CPU per cycle (INFO cpu)",
+            server_us(before, between),
+            server_us(between, after),
+        ),
         Row::throughput("(c) 16 tasks, one key, critical sections", ours_c, base_c),
         Row::latency(
             "(d) hand-off release→next holder, p50",
@@ -90,9 +106,13 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn uncontended_hand(hand: &HandWritten, key: &str) -> Result<Summary, BoxError> {
-    let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
-    for _ in 0..UNCONTENDED_CYCLES {
+async fn uncontended_hand(
+    hand: &HandWritten,
+    cycles: usize,
+    key: &str,
+) -> Result<Vec<Duration>, BoxError> {
+    let mut samples = Vec::with_capacity(cycles);
+    for _ in 0..cycles {
         let start = Instant::now();
         let token = hand
             .try_lock(key)
@@ -101,7 +121,7 @@ async fn uncontended_hand(hand: &HandWritten, key: &str) -> Result<Summary, BoxE
         hand.unlock(key, &token).await?;
         samples.push(start.elapsed());
     }
-    Ok(Summary::of(&mut samples).expect("samples"))
+    Ok(samples)
 }
 
 async fn distinct_hand(hand: &HandWritten, run_id: u32) -> Result<f64, BoxError> {
@@ -190,6 +210,22 @@ impl HandWritten {
             unlock: Arc::new(unlock),
             next_token: Arc::new(AtomicU64::new(std::process::id() as u64 * 1_000_000_000)),
         })
+    }
+
+    /// The server process's CPU time so far (user + system, from `INFO
+    /// cpu`), in µs: what a workload costs the one Redis that every client
+    /// of a deployment shares.
+    async fn server_micros(&self) -> Result<u64, BoxError> {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let seconds: f64 = info
+            .lines()
+            .filter(|line| line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:"))
+            .filter_map(|line| line.split(':').nth(1)?.trim().parse::<f64>().ok())
+            .sum();
+        Ok((seconds * 1e6) as u64)
     }
 
     async fn try_lock(&self, key: &str) -> Result<Option<String>, BoxError> {

@@ -19,17 +19,16 @@ use rslock::LockManager;
 use super::stats::{print_table, Row, Summary};
 use super::workloads::{
     check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
-    uncontended_dlock, BoxError, Sizes, TTL,
+    uncontended_dlock, BoxError, Sizes, TTL, UNCONTENDED_ROUNDS,
 };
 
 const UNCONTENDED_CYCLES: usize = 1_000;
 const DISTINCT_TASKS: usize = 64;
-const DISTINCT_CYCLES: usize = 50;
+const DISTINCT_CYCLES: usize = 200;
 const HOT_TASKS: usize = 16;
 const HOT_INCREMENTS: u64 = 100;
 /// The workload sizes of this suite.
 const SIZES: Sizes = Sizes {
-    uncontended_cycles: UNCONTENDED_CYCLES,
     distinct_tasks: DISTINCT_TASKS,
     distinct_cycles: DISTINCT_CYCLES,
     hot_tasks: HOT_TASKS,
@@ -108,16 +107,16 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     let rs = rslock_manager(&node_urls)?;
     let run_id = format!("{}:{n}", std::process::id());
 
-    let ours_a = with_limit(
-        "(a) dlock",
-        uncontended_dlock(&SIZES, &backend, &format!("bench:{run_id}:a")),
-    )
-    .await?;
-    let base_a = with_limit(
-        "(a) rslock",
-        uncontended_rslock(&rs, &format!("bench:{run_id}:a-rs")),
-    )
-    .await?;
+    let (mut ours_a, mut base_a) = (Vec::new(), Vec::new());
+    let round = UNCONTENDED_CYCLES / UNCONTENDED_ROUNDS;
+    for _ in 0..UNCONTENDED_ROUNDS {
+        let key = format!("bench:{run_id}:a");
+        ours_a.extend(with_limit("(a) dlock", uncontended_dlock(round, &backend, &key)).await?);
+        let key = format!("bench:{run_id}:a-rs");
+        base_a.extend(with_limit("(a) rslock", uncontended_rslock(&rs, round, &key)).await?);
+    }
+    let ours_a = Summary::of(&mut ours_a).ok_or("no samples")?;
+    let base_a = Summary::of(&mut base_a).ok_or("no samples")?;
 
     let ours_b = with_limit("(b) dlock", distinct_dlock(&SIZES, &backend, &run_id)).await?;
     let base_b = with_limit("(b) rslock", distinct_rslock(&rs, &run_id)).await?;
@@ -175,15 +174,19 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn uncontended_rslock(rs: &LockManager, key: &str) -> Result<Summary, BoxError> {
-    let mut samples = Vec::with_capacity(UNCONTENDED_CYCLES);
-    for _ in 0..UNCONTENDED_CYCLES {
+async fn uncontended_rslock(
+    rs: &LockManager,
+    cycles: usize,
+    key: &str,
+) -> Result<Vec<Duration>, BoxError> {
+    let mut samples = Vec::with_capacity(cycles);
+    for _ in 0..cycles {
         let start = Instant::now();
         let lock = rs.lock(key.as_bytes(), TTL).await?;
         rs.unlock(&lock).await;
         samples.push(start.elapsed());
     }
-    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+    Ok(samples)
 }
 
 async fn distinct_rslock(rs: &LockManager, run_id: &str) -> Result<f64, BoxError> {

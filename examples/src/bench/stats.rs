@@ -35,7 +35,9 @@ impl Summary {
 
 /// Formats a duration in microseconds or milliseconds, whichever reads better.
 pub fn fmt_duration(d: Duration) -> String {
-    if d < Duration::from_millis(10) {
+    if d < Duration::from_micros(100) {
+        format!("{:.1} µs", d.as_secs_f64() * 1e6)
+    } else if d < Duration::from_millis(10) {
         format!("{:.0} µs", d.as_secs_f64() * 1e6)
     } else {
         format!("{:.1} ms", d.as_secs_f64() * 1e3)

@@ -19,8 +19,6 @@ pub const TTL: Duration = Duration::from_secs(30);
 /// How much work each workload does.
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
-    /// (a) acquire+release cycles of one task.
-    pub uncontended_cycles: usize,
     /// (b) tasks, each on its own key.
     pub distinct_tasks: usize,
     /// (b) cycles per task.
@@ -33,19 +31,26 @@ pub struct Sizes {
     pub handoffs: usize,
 }
 
+/// How many alternating rounds (a) runs: dlock, baseline, dlock, … so that
+/// neither side always runs first (warm-up, CPU frequency, a neighbour's
+/// build): both see the same machine.
+pub const UNCONTENDED_ROUNDS: usize = 4;
+
+/// One round of (a): `cycles` acquire+release cycles of one task, each
+/// cycle's duration.
 pub async fn uncontended_dlock(
-    sizes: &Sizes,
+    cycles: usize,
     backend: &Arc<dyn LockBackend>,
     key: &str,
-) -> Result<Summary, BoxError> {
+) -> Result<Vec<Duration>, BoxError> {
     let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
-    let mut samples = Vec::with_capacity(sizes.uncontended_cycles);
-    for _ in 0..sizes.uncontended_cycles {
+    let mut samples = Vec::with_capacity(cycles);
+    for _ in 0..cycles {
         let start = Instant::now();
         lock.acquire().await?.release().await?;
         samples.push(start.elapsed());
     }
-    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+    Ok(samples)
 }
 
 pub async fn distinct_dlock(
