@@ -784,11 +784,21 @@ impl LockBackend for RedlockBackend {
         let mut released = self.subscribe_all(&req.key, deadline).await;
         let timeout = self.node_timeout_for(req.ttl);
         let mut silent_rounds = 0;
+        // `outage` below: how many masters answered the last round, if too
+        // few did. A wait that runs out after such a round is an outage
+        // (`Quorum`), not a busy lock (`Timeout`).
+        let out_of_time = |outage: Option<usize>| match outage {
+            Some(reached) => Err(LockError::Quorum {
+                reached,
+                needed: self.quorum,
+            }),
+            None => Ok(None),
+        };
         loop {
             for subscription in &mut released {
                 subscription.mark_seen();
             }
-            let delay = match self.round(req).await {
+            let (delay, outage) = match self.round(req).await {
                 Outcome::Acquired(lease) => return Ok(Some(lease)),
                 Outcome::NoQuorum { reached } => {
                     silent_rounds += 1;
@@ -807,24 +817,29 @@ impl LockBackend for RedlockBackend {
                     // Give the masters a moment to come back.
                     let pause =
                         (req.ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(200));
-                    pause + jitter(pause)
+                    (pause + jitter(pause), Some(reached))
                 }
                 Outcome::Held(left) => {
                     silent_rounds = 0;
                     // Expiry announces nothing: wake when the holder's keys
                     // would have expired on a quorum.
                     let expiry = left.unwrap_or(req.ttl);
-                    expiry + jitter(expiry / 10 + Duration::from_millis(2))
+                    (
+                        expiry + jitter(expiry / 10 + Duration::from_millis(2)),
+                        None,
+                    )
                 }
                 Outcome::Split => {
                     silent_rounds = 0;
                     // Contenders split the votes: retry after a random
                     // delay, so that one of them gets ahead.
-                    Duration::from_millis(1) + jitter(timeout + Duration::from_millis(5))
+                    let delay =
+                        Duration::from_millis(1) + jitter(timeout + Duration::from_millis(5));
+                    (delay, None)
                 }
             };
             if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(None);
+                return out_of_time(outage);
             }
             let wake = Instant::now() + delay;
             let wake = deadline.map_or(wake, |d| d.min(wake));
@@ -833,7 +848,7 @@ impl LockBackend for RedlockBackend {
                 () = tokio::time::sleep_until(wake.into()) => {}
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(None);
+                return out_of_time(outage);
             }
         }
     }
