@@ -5,11 +5,13 @@
 //! expands to one `#[tokio::test]` per case below. Each case builds its own
 //! fixture, so cases run in parallel without sharing a server.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::{Lock, LockBackend, LockError, LockGuard};
+
+use crate::overlap::OverlapDetector;
 
 /// A lock service under test.
 #[async_trait::async_trait]
@@ -84,24 +86,6 @@ pub(crate) fn unique_key(case: &str) -> String {
     )
 }
 
-/// Counts holders inside a critical section; any count above one is an overlap.
-#[derive(Default)]
-pub(crate) struct OverlapDetector {
-    inside: AtomicUsize,
-    pub(crate) overlaps: AtomicUsize,
-}
-
-impl OverlapDetector {
-    pub(crate) fn enter(&self) {
-        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
-            self.overlaps.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    pub(crate) fn leave(&self) {
-        self.inside.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// 16 tasks on 4 clients × 200 cycles each increment a counter with a
 /// non-atomic read-yield-write; the lock alone keeps increments from being
 /// lost. An overlap detector checks the same thing directly.
@@ -139,11 +123,7 @@ pub async fn mutual_exclusion<F: Fixture>(fixture: &F) {
     .await
     .expect("mutual_exclusion did not finish within 240 s");
     let expected = (CLIENTS * TASKS_PER_CLIENT) as u64 * CYCLES;
-    assert_eq!(
-        detector.overlaps.load(Ordering::SeqCst),
-        0,
-        "two holders overlapped"
-    );
+    assert_eq!(detector.overlaps(), 0, "two holders overlapped");
     assert_eq!(
         counter.load(Ordering::SeqCst),
         expected,

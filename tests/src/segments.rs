@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use dlock::{LockBackend, LockError, SegmentedLock};
 
-use crate::conformance::{unique_key, Fixture, OverlapDetector};
+use crate::conformance::{unique_key, Fixture};
+use crate::overlap::OverlapDetector;
 
 /// Expands to one `#[tokio::test]` per segmented-lock case.
 #[macro_export]
@@ -80,7 +81,7 @@ pub async fn no_two_holders_on_one_segment_and_all_are_used<F: Fixture>(fixture:
     .expect("the segment load did not finish within 240 s");
     for (i, detector) in detectors.iter().enumerate() {
         assert_eq!(
-            detector.overlaps.load(Ordering::SeqCst),
+            detector.overlaps(),
             0,
             "two holders overlapped on segment {i}"
         );

@@ -3,13 +3,13 @@
 //! cluster stopped, a holder process killed with SIGKILL, auth and TLS.
 
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::backends::etcd::EtcdBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::fixtures::etcd::{queue_prefix, EtcdFixture};
+use dlock_tests::overlap::OverlapDetector;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::etcd::{EtcdServer, ETCD_PACKAGES};
 use dlock_tests::servers::process::require_binary;
@@ -49,24 +49,6 @@ async fn wait_for_queue(fixture: &EtcdFixture, key: &str, len: usize) {
     }
 }
 
-/// Counts holders inside a critical section; any count above one is an overlap.
-#[derive(Default)]
-struct Overlap {
-    inside: AtomicUsize,
-    overlaps: AtomicUsize,
-}
-
-impl Overlap {
-    fn enter(&self) {
-        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
-            self.overlaps.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    fn leave(&self) {
-        self.inside.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// Ten waiters, each its own client, queue one after another behind a holder
 /// and get the lock in exactly that order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +59,7 @@ async fn waiters_are_served_first_come_first_served() {
     let holder = connect(fixture.url()).await;
     let held = lock(&holder, key).acquire().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
-    let overlap = Arc::new(Overlap::default());
+    let overlap = Arc::new(OverlapDetector::default());
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
         let backend = connect(fixture.url()).await;
@@ -106,7 +88,7 @@ async fn waiters_are_served_first_come_first_served() {
     .await
     .expect("the waiters did not finish within 30 s");
     assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
-    assert_eq!(overlap.overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(overlap.overlaps(), 0);
     assert!(
         blocking(|| fixture.queue(key)).is_empty(),
         "entries left behind"
@@ -232,7 +214,7 @@ async fn leader_killed_while_held_keeps_the_lock_and_the_order() {
     let held = lock(&holder, key).ttl(ttl).acquire().await.unwrap();
     let lost = held.lost();
     let order = Arc::new(Mutex::new(Vec::new()));
-    let overlap = Arc::new(Overlap::default());
+    let overlap = Arc::new(OverlapDetector::default());
     let mut tasks = Vec::new();
     for i in 0..3 {
         let backend = connect(fixture.url()).await;
@@ -277,7 +259,7 @@ async fn leader_killed_while_held_keeps_the_lock_and_the_order() {
     .await
     .expect("the waiters did not finish within 30 s");
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
-    assert_eq!(overlap.overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(overlap.overlaps(), 0);
 }
 
 /// With every member stopped, the guard reports the loss before its ttl

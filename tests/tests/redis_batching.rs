@@ -5,12 +5,12 @@
 //! gave up while its request waited in a batch.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend};
+use dlock_tests::overlap::OverlapDetector;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::redis::RedisServer;
 use tokio::sync::Barrier;
@@ -92,8 +92,9 @@ async fn batches_from_two_connections_never_overlap_on_a_key() {
     let first: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
     let second: Arc<dyn LockBackend> =
         Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
-    // Per key: holders right now, and the fences in the order they held.
-    let holders: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    // Per key: an overlap detector, and the fences in the order they held.
+    let detectors: Arc<Vec<OverlapDetector>> =
+        Arc::new((0..KEYS).map(|_| OverlapDetector::default()).collect());
     let fences: Arc<Mutex<HashMap<usize, Vec<u64>>>> = Arc::default();
 
     all_at_once(2 * KEYS * TASKS_PER_KEY, |t| {
@@ -102,12 +103,11 @@ async fn batches_from_two_connections_never_overlap_on_a_key() {
         let lock = Lock::new(format!("shared:{key}"))
             .ttl(TTL)
             .with_backend(backend.clone());
-        let (holders, fences) = (holders.clone(), fences.clone());
+        let (detectors, fences) = (detectors.clone(), fences.clone());
         async move {
             for _ in 0..CYCLES {
                 let guard = lock.acquire().await.expect("acquired");
-                let inside = holders[key].fetch_add(1, Ordering::SeqCst);
-                assert_eq!(inside, 0, "two holders of shared:{key} at once");
+                detectors[key].enter();
                 fences
                     .lock()
                     .unwrap()
@@ -115,13 +115,20 @@ async fn batches_from_two_connections_never_overlap_on_a_key() {
                     .or_default()
                     .push(guard.fencing_token().expect("fence"));
                 tokio::task::yield_now().await;
-                holders[key].fetch_sub(1, Ordering::SeqCst);
+                detectors[key].leave();
                 guard.release().await.expect("released");
             }
         }
     })
     .await;
 
+    for (key, detector) in detectors.iter().enumerate() {
+        assert_eq!(
+            detector.overlaps(),
+            0,
+            "two holders of shared:{key} at once"
+        );
+    }
     for (key, order) in fences.lock().unwrap().iter() {
         assert_eq!(order.len(), 2 * TASKS_PER_KEY * CYCLES);
         assert!(

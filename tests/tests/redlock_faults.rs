@@ -5,12 +5,13 @@
 //! not implement the delayed-restart mitigation, and the module docs of
 //! `dlock::backends::redlock` document the limit instead.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::redlock::RedlockBackend;
 use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::overlap::OverlapDetector;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::redis::RedisSet;
 
@@ -22,24 +23,6 @@ async fn connect(set: &RedisSet) -> Arc<RedlockBackend> {
             .await
             .expect("connect to the test masters"),
     )
-}
-
-/// Counts holders inside a critical section; any count above one is an overlap.
-#[derive(Default)]
-struct OverlapDetector {
-    inside: AtomicUsize,
-    overlaps: AtomicUsize,
-}
-
-impl OverlapDetector {
-    fn enter(&self) {
-        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
-            self.overlaps.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    fn leave(&self) {
-        self.inside.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,11 +90,7 @@ async fn two_of_five_killed_locks_keep_working_without_overlap() {
     })
     .await
     .expect("contention with 2 masters down did not finish within 120 s");
-    assert_eq!(
-        detector.overlaps.load(Ordering::SeqCst),
-        0,
-        "holders overlapped"
-    );
+    assert_eq!(detector.overlaps(), 0, "holders overlapped");
     assert_eq!(
         counter.load(Ordering::SeqCst),
         2 * TASKS_PER_CLIENT as u64 * CYCLES,
