@@ -108,3 +108,67 @@ impl BatchKind for Releases {
         Box::pin(async {})
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_answers_pair_up_per_key() {
+        assert_eq!(
+            Acquires::split(2, vec![1, 7, 0, 1500]),
+            Some(vec![(1, 7), (0, 1500)])
+        );
+        assert_eq!(Acquires::split(2, vec![1, 7, 0]), None, "a short answer");
+        assert_eq!(Acquires::split(1, vec![1, 7, 0, 1]), None, "a long answer");
+    }
+
+    #[test]
+    fn release_answers_are_one_per_key() {
+        assert_eq!(Releases::split(3, vec![1, 0, 1]), Some(vec![1, 0, 1]));
+        assert_eq!(Releases::split(3, vec![1, 0]), None);
+    }
+
+    #[test]
+    fn calls_list_every_key_before_every_argument() {
+        let ops = [
+            AcquireOp {
+                lock: "p:{a}".into(),
+                fence: "p:{a}:fence".into(),
+                token: "t1".into(),
+                ttl_ms: 100,
+                release_unclaimed: None,
+            },
+            AcquireOp {
+                lock: "p:{b}".into(),
+                fence: "p:{b}:fence".into(),
+                token: "t2".into(),
+                ttl_ms: 200,
+                release_unclaimed: None,
+            },
+        ];
+        let call = Acquires::call(&ops);
+        let words: Vec<String> = call
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not a plain argument>".to_owned(),
+            })
+            .collect();
+        assert_eq!(
+            words[2..],
+            [
+                "4",
+                "p:{a}",
+                "p:{a}:fence",
+                "p:{b}",
+                "p:{b}:fence",
+                "t1",
+                "100",
+                "t2",
+                "200"
+            ]
+        );
+        assert_eq!(words[0], "EVALSHA");
+    }
+}
