@@ -1,9 +1,7 @@
 //! Fault tests of the Redlock backend on five independent masters: a
-//! minority killed, a majority killed, a frozen master.
-//!
-//! A master restarted with an empty dataset is not tested here: dlock does
-//! not implement the delayed-restart mitigation, and the module docs of
-//! `dlock::backends::redlock` document the limit instead.
+//! minority killed, a majority killed, a frozen master, and masters
+//! restarted without their data while a lock is held (the known unsafety,
+//! and the restart quarantine that prevents it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -257,4 +255,105 @@ async fn the_lease_is_on_a_quorum_and_release_clears_every_master() {
     for server in set.servers() {
         assert_eq!(server.redis_cli(&["EXISTS", &key]), "0");
     }
+}
+
+/// The lease of the restart tests: long enough that the restarts and the
+/// second client's attempt fit well inside it on a busy host.
+const RESTART_TTL: Duration = Duration::from_secs(6);
+
+/// Takes `key` on all five masters with `first`, restarts masters 0, 1
+/// and 2 without their data (a quorum of the set, which now forgets the
+/// lock), then has `second` acquire it. Returns the first guard and whether
+/// it still counted as held at the moment the second client got the lock.
+async fn restart_three_under_a_held_lock(
+    set: &mut RedisSet,
+    first: Arc<dyn LockBackend>,
+    second: Arc<dyn LockBackend>,
+    key: &str,
+) -> bool {
+    // No renewal: the first holder's lease runs its full ttl, whatever the
+    // restarted masters say, so the outcome does not hang on timing.
+    let guard = Lock::new(key)
+        .ttl(RESTART_TTL)
+        .renew(false)
+        .with_backend(first)
+        .acquire()
+        .await
+        .expect("the first client acquires on all five masters");
+    for i in 0..3 {
+        set.server_mut(i).kill9();
+        set.server_mut(i).start_again();
+    }
+    let taken = Lock::new(key)
+        .ttl(RESTART_TTL)
+        .wait(RESTART_TTL * 4)
+        .with_backend(second)
+        .acquire()
+        .await
+        .expect("the second client gets the lock in the end");
+    let overlapped = guard.is_held();
+    drop(taken);
+    overlapped
+}
+
+/// The unsafety the Redlock module docs describe: three restarted masters of
+/// five forget a lock, and a second client reaches a quorum while the first
+/// holder's lease is still valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_quarantine_masters_restarted_empty_let_a_second_holder_in() {
+    let mut set = RedisSet::start(MASTERS);
+    let (first, second) = (connect(&set).await, connect(&set).await);
+    let overlapped =
+        restart_three_under_a_held_lock(&mut set, first, second, "restart:unguarded").await;
+    assert!(
+        overlapped,
+        "expected the documented overlap without the quarantine; the test no longer shows the risk"
+    );
+}
+
+/// With the restart quarantine, the restarted masters refuse to vote until
+/// every lease granted before their restart has run out: the second client
+/// gets the lock only after the first holder's lease ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_quarantine_masters_restarted_empty_refuse_to_vote() {
+    let mut set = RedisSet::start(MASTERS);
+    let guarded = |set: &RedisSet| {
+        let url = format!(
+            "{}?restart_quarantine_ms={}",
+            set.url(),
+            RESTART_TTL.as_millis()
+        );
+        async move {
+            let backend = RedlockBackend::connect(&url)
+                .await
+                .expect("connect to the test masters");
+            Arc::new(backend) as Arc<dyn LockBackend>
+        }
+    };
+    let (first, second) = (guarded(&set).await, guarded(&set).await);
+
+    // First use: each master has no boot marker yet, writes one and refuses
+    // to vote for the quarantine, once.
+    let started = Instant::now();
+    Lock::new("restart:warm-up")
+        .ttl(RESTART_TTL)
+        .wait(RESTART_TTL * 3)
+        .with_backend(first.clone())
+        .acquire()
+        .await
+        .expect("acquired once the first quarantine is over")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= RESTART_TTL - Duration::from_millis(100),
+        "the masters voted before their first quarantine was over"
+    );
+
+    let overlapped =
+        restart_three_under_a_held_lock(&mut set, first, second, "restart:guarded").await;
+    assert!(
+        !overlapped,
+        "the second client got the lock while the first holder's lease was valid"
+    );
 }

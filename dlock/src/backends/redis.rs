@@ -48,6 +48,8 @@ use self::batch::{Batcher, Turn};
 use self::batched::{AcquireOp, Acquires, ReleaseOp, Releases};
 use self::options::RedisOptions;
 use self::permits::{PermitAttempt, PermitNames, RENEW_PERMIT};
+#[cfg(feature = "redlock")]
+use self::scripts::ACQUIRE_GUARDED;
 use self::scripts::{millis, KeyNames, ACQUIRE, RELEASE, RENEW};
 use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
@@ -200,17 +202,20 @@ impl RedisBackend {
     }
 
     /// The shared pub/sub subscriber (Redlock waits on every master's).
+    #[cfg(feature = "redlock")]
     pub(crate) fn subscriber(&self) -> &Subscriber {
         &self.subscriber
     }
 
     /// The key namespace (`?prefix=`).
+    #[cfg(feature = "redlock")]
     pub(crate) fn prefix(&self) -> &str {
         &self.options.prefix
     }
 
     /// Whether this backend talks to a Redis Cluster (Redlock needs
     /// independent masters, so it refuses one).
+    #[cfg(feature = "redlock")]
     pub(crate) fn is_cluster(&self) -> bool {
         self.options.cluster
     }
@@ -241,6 +246,7 @@ impl RedisBackend {
     /// Loads the acquire, renew and release scripts into the server's cache,
     /// so the first use of each is one round trip (Redlock's per-node
     /// timeouts are short; a `NOSCRIPT` retry costs two more).
+    #[cfg(feature = "redlock")]
     pub(crate) async fn load_scripts(&self) -> Result<(), LockError> {
         for script in [&*ACQUIRE, &*RENEW, &*RELEASE] {
             self.count();
@@ -341,6 +347,40 @@ impl RedisBackend {
                 self.eval(&ACQUIRE, &call).await?
             }
         };
+        self.attempt_answer(req, names, sent, won, value)
+    }
+
+    /// [`attempt`](Self::attempt) on a Redlock master that refuses to vote
+    /// for `quarantine` after it lost its data (see `ACQUIRE_GUARDED`).
+    /// Never batched: the batch script has no boot marker.
+    #[cfg(feature = "redlock")]
+    pub(crate) async fn attempt_guarded(
+        &self,
+        req: &AcquireRequest,
+        names: &KeyNames,
+        quarantine: Duration,
+    ) -> Result<Attempt, LockError> {
+        let sent = Instant::now();
+        let mut call = scripts::evalsha(&ACQUIRE_GUARDED, 3);
+        call.arg(&names.lock)
+            .arg(&names.fence)
+            .arg(format!("{}:boot", self.options.prefix))
+            .arg(&req.token)
+            .arg(millis(req.ttl))
+            .arg(millis(quarantine));
+        let (won, value): (i64, i64) = self.eval(&ACQUIRE_GUARDED, &call).await?;
+        self.attempt_answer(req, names, sent, won, value)
+    }
+
+    /// Reads the acquire scripts' answer: `{1, fence}` or `{0, pttl}`.
+    fn attempt_answer(
+        &self,
+        req: &AcquireRequest,
+        names: &KeyNames,
+        sent: Instant,
+        won: i64,
+        value: i64,
+    ) -> Result<Attempt, LockError> {
         if won == 1 {
             let fence = u64::try_from(value).map_err(|_| {
                 self.error(RedisError::from((

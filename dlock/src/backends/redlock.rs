@@ -6,8 +6,9 @@
 //! single point of failure: N/2 masters may crash or hang · ✓ lease expiry ·
 //! ✓ waiters woken by pub/sub on every master · ✓ batched renewal (one
 //! pipeline per master per tick) · ✗ fencing tokens ([`fencing_token`] is
-//! always `None`) · ✗ safety when a master restarts without its data (see
-//! *Limits*) · ✗ safety against long process pauses of the holder (no
+//! always `None`) · ✓ safety when a master restarts without its data, with
+//! [`RedlockBackend::restart_quarantine`] (off by default; see *Limits*) ·
+//! ✗ safety against long process pauses of the holder (no
 //! fencing; see *Limits*).
 //!
 //! [`fencing_token`]: crate::LockGuard::fencing_token
@@ -110,11 +111,15 @@
 //!   dataset (no AOF with `appendfsync always`) forgets the locks it voted
 //!   for and can vote again at once; with one restart in a set of five,
 //!   held by a quorum of three, a second client can reach three votes.
-//!   Antirez's mitigation is a *delayed restart*: keep a crashed master down
-//!   for at least the longest ttl in use. dlock does **not** enforce this
-//!   (it does not track each master's `run_id`); operators must — e.g. a
-//!   systemd `ExecStartPre=/bin/sleep <max ttl>` — or enable AOF with
-//!   `appendfsync always`.
+//!   Antirez's mitigation is a *delayed restart*: a crashed master must not
+//!   vote for at least the longest ttl in use.
+//!   [`RedlockBackend::restart_quarantine`] (`?restart_quarantine_ms=`)
+//!   makes the masters enforce it themselves: a master that lost its data
+//!   refuses to vote for the quarantine. It is off by default because a
+//!   master without the boot marker cannot tell a restart from its first
+//!   use, so the first acquisitions wait out the quarantine. Without it,
+//!   operators must delay restarts (e.g. a systemd `ExecStartPre=/bin/sleep
+//!   <max ttl>`) or enable AOF with `appendfsync always`.
 //! - **Odd N.** Use an odd number of masters (3, 5, 7): an even N needs the
 //!   same quorum as N + 1 (N/2 + 1) while tolerating no more failures.
 //! - **Liveness.** All N masters must be reachable when the backend
@@ -125,7 +130,9 @@
 //! `redlock://[user:pass@]host:port,host:port,...[/db][?params]` — at least
 //! three distinct masters. The credentials and `/db` apply to every master.
 //! Parameters: `node_timeout_ms=N` (the per-node timeout; default ttl/100,
-//! at least 10 ms), and the Redis backend's `prefix=` and `timeout_ms=`,
+//! at least 10 ms), `restart_quarantine_ms=N` (see
+//! [`RedlockBackend::restart_quarantine`]; off by default), and the Redis
+//! backend's `prefix=` and `timeout_ms=`,
 //! passed to every master. Masters over TLS, or with different credentials,
 //! are built with [`RedlockBackend::from_urls`] or
 //! [`RedlockBackend::from_backends`].
@@ -194,6 +201,7 @@ pub struct RedlockBackend {
     suspect_until: Vec<Mutex<Option<Instant>>>,
     quorum: usize,
     node_timeout: Option<Duration>,
+    restart_quarantine: Option<Duration>,
     shown: String,
 }
 
@@ -203,6 +211,7 @@ impl std::fmt::Debug for RedlockBackend {
             .field("masters", &self.shown)
             .field("quorum", &self.quorum)
             .field("node_timeout", &self.node_timeout)
+            .field("restart_quarantine", &self.restart_quarantine)
             .finish_non_exhaustive()
     }
 }
@@ -252,6 +261,7 @@ impl RedlockBackend {
         let nodes = connect_all(&parsed.nodes).await?;
         let mut backend = Self::assemble(nodes, parsed.shown)?;
         backend.node_timeout = parsed.node_timeout;
+        backend.restart_quarantine = parsed.restart_quarantine;
         Ok(backend)
     }
 
@@ -348,6 +358,7 @@ impl RedlockBackend {
             quorum: nodes.len() / 2 + 1,
             nodes,
             node_timeout: None,
+            restart_quarantine: None,
             shown,
         })
     }
@@ -369,6 +380,37 @@ impl RedlockBackend {
     /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Makes every master refuse to vote for `quarantine` after it lost its
+    /// data: the "delayed restart" that antirez's Redlock analysis asks
+    /// operators for, enforced by the masters themselves. Set it to at
+    /// least the longest ttl any client uses on these masters, and in every
+    /// client that locks on them (one that does not set it ignores the
+    /// quarantine).
+    ///
+    /// Without it, a master that restarts without persistence while a lock
+    /// is held on a bare quorum forgets the lock, and a second client can
+    /// reach a quorum with it: two holders. With it, each master keeps a
+    /// boot marker (`<prefix>:boot`, no expiry); a master without one (a
+    /// restart, a flush, or a master never used with a quarantine before)
+    /// writes it and answers "held" until the quarantine is over, by which
+    /// time every lease granted before the loss has expired. The cost: the
+    /// first acquisitions after the option is turned on, and after each
+    /// data loss, wait out the quarantine on that master. Acquisition is
+    /// never batched with this option.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// use std::time::Duration;
+    /// let backend = dlock::backends::redlock::RedlockBackend::connect("redlock://h1:6379,h2:6379,h3:6379")
+    ///     .await?
+    ///     .restart_quarantine(Duration::from_secs(30));
+    /// # Ok(()) }
+    /// ```
+    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
+        self.restart_quarantine = Some(quarantine.max(Duration::from_millis(1)));
         self
     }
 
@@ -441,8 +483,14 @@ impl RedlockBackend {
             .map(|i| {
                 let names = self.names(i, &req.key);
                 async move {
-                    let answer =
-                        tokio::time::timeout(timeout, self.nodes[i].attempt(req, &names, false)).await;
+                    let node = &self.nodes[i];
+                    let attempt = async {
+                        match self.restart_quarantine {
+                            Some(q) => node.attempt_guarded(req, &names, q).await,
+                            None => node.attempt(req, &names, false).await,
+                        }
+                    };
+                    let answer = tokio::time::timeout(timeout, attempt).await;
                     let vote = match answer {
                         Ok(Ok(Attempt::Acquired(_))) => Vote::Won,
                         Ok(Ok(Attempt::Held(left))) => Vote::Held(left),
@@ -689,6 +737,7 @@ struct ParsedUrl {
     /// One `redis://` URL per master, with the shared credentials, db and parameters.
     nodes: Vec<String>,
     node_timeout: Option<Duration>,
+    restart_quarantine: Option<Duration>,
     shown: String,
 }
 
@@ -700,6 +749,7 @@ fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
         .ok_or_else(|| bad("not a Redlock URL; write redlock://host:port,host:port,host:port"))?;
     let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
     let mut node_timeout = None;
+    let mut restart_quarantine = None;
     let mut passed_on = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
@@ -710,6 +760,14 @@ fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
                     ))
                 })?;
                 node_timeout = Some(Duration::from_millis(ms));
+            }
+            Some(("restart_quarantine_ms", value)) => {
+                let ms: u64 = value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
+                    bad(&format!(
+                        "`restart_quarantine_ms={value}` is not a positive number of milliseconds"
+                    ))
+                })?;
+                restart_quarantine = Some(Duration::from_millis(ms));
             }
             _ => passed_on.push(pair),
         }
@@ -747,6 +805,7 @@ fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
     Ok(ParsedUrl {
         nodes,
         node_timeout,
+        restart_quarantine,
         shown,
     })
 }
@@ -950,10 +1009,18 @@ mod tests {
             ]
         );
         assert_eq!(p.node_timeout, Some(Duration::from_millis(25)));
+        assert_eq!(p.restart_quarantine, None);
         assert_eq!(
             p.shown,
             "redlock://u:***@h1:1,h2:2,h3:3/4?prefix=app&node_timeout_ms=25"
         );
+    }
+
+    #[test]
+    fn url_turns_on_the_restart_quarantine() {
+        let p = parse_url("redlock://h1:1,h2:2,h3:3?restart_quarantine_ms=30000").unwrap();
+        assert_eq!(p.restart_quarantine, Some(Duration::from_secs(30)));
+        assert_eq!(p.nodes[0], "redis://h1:1", "not passed on to the masters");
     }
 
     #[test]
@@ -966,6 +1033,10 @@ mod tests {
             (
                 "redlock://:secret@h1:1,h2:2,h3:3?node_timeout_ms=0",
                 "positive",
+            ),
+            (
+                "redlock://:secret@h1:1,h2:2,h3:3?restart_quarantine_ms=soon",
+                "restart_quarantine_ms=soon",
             ),
             ("redis://:secret@h1:1", "not a Redlock URL"),
         ] {

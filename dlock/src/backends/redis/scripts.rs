@@ -49,6 +49,37 @@ return 0
     )
 });
 
+/// [`ACQUIRE`] on a Redlock master that guards against its own restart
+/// (`RedlockBackend::restart_quarantine`). KEYS[3] is the master's boot
+/// marker, a key without expiry holding the server time (ms) until which
+/// it refuses to vote. A master that lost its data (a restart without
+/// persistence, a flush) has no marker: it writes one for now + ARGV[3] ms
+/// and refuses, answering like a held key with that much time left. Every
+/// lease granted before the data loss has expired by then, so no second
+/// client can count this master toward a quorum that the first still has.
+#[cfg(feature = "redlock")]
+pub(crate) static ACQUIRE_GUARDED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local marker = redis.call('GET', KEYS[3])
+if not marker then
+  redis.call('SET', KEYS[3], now + tonumber(ARGV[3]))
+  return {0, tonumber(ARGV[3])}
+end
+local quarantine = tonumber(marker) - now
+if quarantine > 0 then
+  return {0, quarantine}
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+",
+    )
+});
+
 /// [`ACQUIRE`] for many keys in one call (see `batch.rs`): KEYS are lock and
 /// fence pairs, ARGV token and ttl pairs; returns the flat list of each
 /// key's two answers.
