@@ -12,16 +12,15 @@ use redis::{RedisResult, Script};
 
 /// `SET NX PX` and, on success, `INCR` of the fence counter: returns
 /// `{1, fence}`, or `{0, pttl}` with the holder's remaining time.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_BODY));
+
+/// The Lua of [`ACQUIRE`], which [`ACQUIRE_GUARDED`] ends with.
+const ACQUIRE_BODY: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, redis.call('INCR', KEYS[2])}
 end
 return {0, redis.call('PTTL', KEYS[1])}
-",
-    )
-});
+";
 
 /// Compare-and-`PEXPIRE`: extends the lease only if the token still owns it.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
@@ -59,8 +58,7 @@ return 0
 /// client can count this master toward a quorum that the first still has.
 #[cfg(feature = "redlock")]
 pub(crate) static ACQUIRE_GUARDED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    let quarantine = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local marker = redis.call('GET', KEYS[3])
@@ -71,13 +69,8 @@ end
 local quarantine = tonumber(marker) - now
 if quarantine > 0 then
   return {0, quarantine}
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-",
-    )
+end";
+    Script::new(&format!("{quarantine}{ACQUIRE_BODY}"))
 });
 
 /// [`ACQUIRE`] for many keys in one call (see `batch.rs`): KEYS are lock and
