@@ -12,24 +12,19 @@ use redis::aio::MultiplexedConnection;
 
 use super::stats::{print_table, Row, Summary};
 use super::workloads::{
-    check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
-    uncontended_dlock, BoxError, Sizes, TTL, UNCONTENDED_ROUNDS,
+    alternating, check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
+    uncontended_dlock, BoxError, Sizes, TTL,
 };
 
-const UNCONTENDED_CYCLES: usize = 2_000;
-const DISTINCT_TASKS: usize = 64;
-const DISTINCT_CYCLES: usize = 500;
-const HOT_TASKS: usize = 16;
-const HOT_INCREMENTS: u64 = 500;
 /// The workload sizes of this suite.
 const SIZES: Sizes = Sizes {
-    distinct_tasks: DISTINCT_TASKS,
-    distinct_cycles: DISTINCT_CYCLES,
-    hot_tasks: HOT_TASKS,
-    hot_increments: HOT_INCREMENTS,
-    handoffs: HANDOFFS,
+    uncontended_cycles: 2_000,
+    distinct_tasks: 64,
+    distinct_cycles: 500,
+    hot_tasks: 16,
+    hot_increments: 500,
+    handoffs: 200,
 };
-const HANDOFFS: usize = 200;
 const POLL: Duration = Duration::from_millis(10);
 
 /// Runs the four workloads against `url` and prints the table.
@@ -45,21 +40,24 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
     let run_id = std::process::id();
     println!("Redis benchmark against {}", dlock::url::redact(url));
 
-    let (mut ours_a, mut base_a) = (Vec::new(), Vec::new());
-    let round = UNCONTENDED_CYCLES / UNCONTENDED_ROUNDS;
-    for _ in 0..UNCONTENDED_ROUNDS {
-        ours_a.extend(uncontended_dlock(round, &backend, &format!("bench:{run_id}:a")).await?);
-        base_a.extend(uncontended_hand(&hand, round, &format!("bench:{run_id}:a-hand")).await?);
-    }
-    let ours_a = Summary::of(&mut ours_a).ok_or("no samples")?;
-    let base_a = Summary::of(&mut base_a).ok_or("no samples")?;
+    let (key, hand_key) = (
+        format!("bench:{run_id}:a"),
+        format!("bench:{run_id}:a-hand"),
+    );
+    let (backend_ref, hand_ref) = (&backend, &hand);
+    let (ours_a, base_a) = alternating(
+        &SIZES,
+        |n| Box::pin(uncontended_dlock(n, backend_ref, &key)),
+        |n| Box::pin(uncontended_hand(hand_ref, n, &hand_key)),
+    )
+    .await?;
 
     let before = hand.server_micros().await?;
     let ours_b = distinct_dlock(&SIZES, &backend, &run_id.to_string()).await?;
     let between = hand.server_micros().await?;
     let base_b = distinct_hand(&hand, run_id).await?;
     let after = hand.server_micros().await?;
-    let cycles = (DISTINCT_TASKS * DISTINCT_CYCLES) as f64;
+    let cycles = (SIZES.distinct_tasks * SIZES.distinct_cycles) as f64;
     let server_us =
         |from: u64, to: u64| Duration::from_nanos(((to - from) as f64 * 1000.0 / cycles) as u64);
 
@@ -102,7 +100,11 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
         "hand-written",
         &rows,
     );
-    println!("\n(a) {} cycles; (b) {DISTINCT_TASKS}×{DISTINCT_CYCLES}; (c) {HOT_TASKS}×{HOT_INCREMENTS}, counter checked; (d) {HANDOFFS} hand-offs", UNCONTENDED_CYCLES);
+    println!(
+        "
+{}",
+        SIZES.describe()
+    );
     Ok(())
 }
 
@@ -127,10 +129,10 @@ async fn uncontended_hand(
 async fn distinct_hand(hand: &HandWritten, run_id: u32) -> Result<f64, BoxError> {
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for t in 0..DISTINCT_TASKS {
+    for t in 0..SIZES.distinct_tasks {
         let (hand, key) = (hand.clone(), format!("bench:{run_id}:b-hand:{t}"));
         tasks.push(tokio::spawn(async move {
-            for _ in 0..DISTINCT_CYCLES {
+            for _ in 0..SIZES.distinct_cycles {
                 let token = hand.try_lock(&key).await?.ok_or("distinct key was busy")?;
                 hand.unlock(&key, &token).await?;
             }
@@ -140,17 +142,17 @@ async fn distinct_hand(hand: &HandWritten, run_id: u32) -> Result<f64, BoxError>
     for task in tasks {
         task.await??;
     }
-    Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
+    Ok((SIZES.distinct_tasks * SIZES.distinct_cycles) as f64 / start.elapsed().as_secs_f64())
 }
 
 async fn hot_key_hand(hand: &HandWritten, key: &str) -> Result<f64, BoxError> {
     let counter = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..HOT_TASKS {
+    for _ in 0..SIZES.hot_tasks {
         let (hand, key, counter) = (hand.clone(), key.to_owned(), counter.clone());
         tasks.push(tokio::spawn(async move {
-            for _ in 0..HOT_INCREMENTS {
+            for _ in 0..SIZES.hot_increments {
                 let token = hand.lock_polling(&key).await?;
                 critical_increment(&counter).await;
                 hand.unlock(&key, &token).await?;
@@ -162,7 +164,7 @@ async fn hot_key_hand(hand: &HandWritten, key: &str) -> Result<f64, BoxError> {
         task.await??;
     }
     let elapsed = start.elapsed();
-    check_counter(&counter, HOT_TASKS as u64 * HOT_INCREMENTS)?;
+    check_counter(&counter, SIZES.hot_tasks as u64 * SIZES.hot_increments)?;
     Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
 }
 
@@ -171,8 +173,8 @@ async fn handoff_hand(
     waiter: &HandWritten,
     key: &str,
 ) -> Result<Summary, BoxError> {
-    let mut samples = Vec::with_capacity(HANDOFFS);
-    for _ in 0..HANDOFFS {
+    let mut samples = Vec::with_capacity(SIZES.handoffs);
+    for _ in 0..SIZES.handoffs {
         let token = holder.lock_polling(key).await?;
         let (waiter, key2) = (waiter.clone(), key.to_owned());
         let waiting = tokio::spawn(async move {

@@ -18,24 +18,19 @@ use rslock::LockManager;
 
 use super::stats::{print_table, Row, Summary};
 use super::workloads::{
-    check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
-    uncontended_dlock, BoxError, Sizes, TTL, UNCONTENDED_ROUNDS,
+    alternating, check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
+    uncontended_dlock, BoxError, Sizes, TTL,
 };
 
-const UNCONTENDED_CYCLES: usize = 1_000;
-const DISTINCT_TASKS: usize = 64;
-const DISTINCT_CYCLES: usize = 200;
-const HOT_TASKS: usize = 16;
-const HOT_INCREMENTS: u64 = 100;
 /// The workload sizes of this suite.
 const SIZES: Sizes = Sizes {
-    distinct_tasks: DISTINCT_TASKS,
-    distinct_cycles: DISTINCT_CYCLES,
-    hot_tasks: HOT_TASKS,
-    hot_increments: HOT_INCREMENTS,
-    handoffs: HANDOFFS,
+    uncontended_cycles: 1_000,
+    distinct_tasks: 64,
+    distinct_cycles: 200,
+    hot_tasks: 16,
+    hot_increments: 100,
+    handoffs: 100,
 };
-const HANDOFFS: usize = 100;
 /// Upper bound for one workload, so a broken run ends instead of hanging.
 const WORKLOAD_LIMIT: Duration = Duration::from_secs(300);
 
@@ -107,16 +102,24 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     let rs = rslock_manager(&node_urls)?;
     let run_id = format!("{}:{n}", std::process::id());
 
-    let (mut ours_a, mut base_a) = (Vec::new(), Vec::new());
-    let round = UNCONTENDED_CYCLES / UNCONTENDED_ROUNDS;
-    for _ in 0..UNCONTENDED_ROUNDS {
-        let key = format!("bench:{run_id}:a");
-        ours_a.extend(with_limit("(a) dlock", uncontended_dlock(round, &backend, &key)).await?);
-        let key = format!("bench:{run_id}:a-rs");
-        base_a.extend(with_limit("(a) rslock", uncontended_rslock(&rs, round, &key)).await?);
-    }
-    let ours_a = Summary::of(&mut ours_a).ok_or("no samples")?;
-    let base_a = Summary::of(&mut base_a).ok_or("no samples")?;
+    let (key, rs_key) = (format!("bench:{run_id}:a"), format!("bench:{run_id}:a-rs"));
+    let (backend_ref, rs_ref) = (&backend, &rs);
+    let (ours_a, base_a) = alternating(
+        &SIZES,
+        |n| {
+            Box::pin(with_limit(
+                "(a) dlock",
+                uncontended_dlock(n, backend_ref, &key),
+            ))
+        },
+        |n| {
+            Box::pin(with_limit(
+                "(a) rslock",
+                uncontended_rslock(rs_ref, n, &rs_key),
+            ))
+        },
+    )
+    .await?;
 
     let ours_b = with_limit("(b) dlock", distinct_dlock(&SIZES, &backend, &run_id)).await?;
     let base_b = with_limit("(b) rslock", distinct_rslock(&rs, &run_id)).await?;
@@ -170,7 +173,11 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
         "rslock",
         &rows,
     );
-    println!("\n(a) {UNCONTENDED_CYCLES} cycles; (b) {DISTINCT_TASKS}×{DISTINCT_CYCLES}; (c) {HOT_TASKS}×{HOT_INCREMENTS}, counter checked; (d) {HANDOFFS} hand-offs");
+    println!(
+        "
+{}",
+        SIZES.describe()
+    );
     Ok(())
 }
 
@@ -192,10 +199,10 @@ async fn uncontended_rslock(
 async fn distinct_rslock(rs: &LockManager, run_id: &str) -> Result<f64, BoxError> {
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for t in 0..DISTINCT_TASKS {
+    for t in 0..SIZES.distinct_tasks {
         let (rs, key) = (rs.clone(), format!("bench:{run_id}:b-rs:{t}"));
         tasks.push(tokio::spawn(async move {
-            for _ in 0..DISTINCT_CYCLES {
+            for _ in 0..SIZES.distinct_cycles {
                 let lock = rs.lock(key.as_bytes(), TTL).await?;
                 rs.unlock(&lock).await;
             }
@@ -205,17 +212,17 @@ async fn distinct_rslock(rs: &LockManager, run_id: &str) -> Result<f64, BoxError
     for task in tasks {
         task.await??;
     }
-    Ok((DISTINCT_TASKS * DISTINCT_CYCLES) as f64 / start.elapsed().as_secs_f64())
+    Ok((SIZES.distinct_tasks * SIZES.distinct_cycles) as f64 / start.elapsed().as_secs_f64())
 }
 
 async fn hot_key_rslock(rs: &LockManager, key: &str) -> Result<f64, BoxError> {
     let counter = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..HOT_TASKS {
+    for _ in 0..SIZES.hot_tasks {
         let (rs, key, counter) = (rs.clone(), key.to_owned(), counter.clone());
         tasks.push(tokio::spawn(async move {
-            for _ in 0..HOT_INCREMENTS {
+            for _ in 0..SIZES.hot_increments {
                 // `acquire` retries until it gets the lock.
                 let guard = rs.acquire(key.as_bytes(), TTL).await?;
                 critical_increment(&counter).await;
@@ -228,7 +235,7 @@ async fn hot_key_rslock(rs: &LockManager, key: &str) -> Result<f64, BoxError> {
         task.await??;
     }
     let elapsed = start.elapsed();
-    check_counter(&counter, HOT_TASKS as u64 * HOT_INCREMENTS)?;
+    check_counter(&counter, SIZES.hot_tasks as u64 * SIZES.hot_increments)?;
     Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
 }
 
@@ -237,8 +244,8 @@ async fn handoff_rslock(
     waiter: &LockManager,
     key: &str,
 ) -> Result<Summary, BoxError> {
-    let mut samples = Vec::with_capacity(HANDOFFS);
-    for _ in 0..HANDOFFS {
+    let mut samples = Vec::with_capacity(SIZES.handoffs);
+    for _ in 0..SIZES.handoffs {
         let lock = holder.acquire_no_guard(key.as_bytes(), TTL).await?;
         let (waiter, key2) = (waiter.clone(), key.to_owned());
         let waiting = tokio::spawn(async move {

@@ -2,6 +2,8 @@
 //! dlock with a baseline (`redis`, `redlock`): the same code measures every
 //! backend, so differences between suites are the backends'.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +21,8 @@ pub const TTL: Duration = Duration::from_secs(30);
 /// How much work each workload does.
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
+    /// (a) acquire+release cycles of one task, per side.
+    pub uncontended_cycles: usize,
     /// (b) tasks, each on its own key.
     pub distinct_tasks: usize,
     /// (b) cycles per task.
@@ -31,10 +35,47 @@ pub struct Sizes {
     pub handoffs: usize,
 }
 
+impl Sizes {
+    /// The footer line under a suite's table.
+    pub fn describe(&self) -> String {
+        format!(
+            "(a) {} cycles; (b) {}×{}; (c) {}×{}, counter checked; (d) {} hand-offs",
+            self.uncontended_cycles,
+            self.distinct_tasks,
+            self.distinct_cycles,
+            self.hot_tasks,
+            self.hot_increments,
+            self.handoffs
+        )
+    }
+}
+
 /// How many alternating rounds (a) runs: dlock, baseline, dlock, … so that
 /// neither side always runs first (warm-up, CPU frequency, a neighbour's
 /// build): both see the same machine.
-pub const UNCONTENDED_ROUNDS: usize = 4;
+const UNCONTENDED_ROUNDS: usize = 4;
+
+/// One round of (a) on one side: each cycle's duration.
+pub type Round<'a> = Pin<Box<dyn Future<Output = Result<Vec<Duration>, BoxError>> + Send + 'a>>;
+
+/// (a) for dlock and a baseline: [`UNCONTENDED_ROUNDS`] alternating rounds
+/// of each, `round(cycles)` giving one round's samples. Returns the
+/// summaries of dlock's and the baseline's samples.
+pub async fn alternating<'a>(
+    sizes: &Sizes,
+    mut ours: impl FnMut(usize) -> Round<'a>,
+    mut baseline: impl FnMut(usize) -> Round<'a>,
+) -> Result<(Summary, Summary), BoxError> {
+    let cycles = sizes.uncontended_cycles / UNCONTENDED_ROUNDS;
+    let (mut ours_samples, mut base_samples) = (Vec::new(), Vec::new());
+    for _ in 0..UNCONTENDED_ROUNDS {
+        ours_samples.extend(ours(cycles).await?);
+        base_samples.extend(baseline(cycles).await?);
+    }
+    let ours = Summary::of(&mut ours_samples).ok_or("no samples")?;
+    let baseline = Summary::of(&mut base_samples).ok_or("no samples")?;
+    Ok((ours, baseline))
+}
 
 /// One round of (a): `cycles` acquire+release cycles of one task, each
 /// cycle's duration.
