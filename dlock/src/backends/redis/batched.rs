@@ -8,7 +8,8 @@ use redis::aio::ConnectionManager;
 use redis::{Cmd, Script};
 
 use super::batch::BatchKind;
-use super::scripts::{evalsha, run, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
+use super::scripts::{evalsha, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
+use super::unfinished::release_abandoned;
 
 /// Acquire attempts: `{won, fence or pttl}` per key.
 pub(crate) struct Acquires;
@@ -57,12 +58,7 @@ impl BatchKind for Acquires {
             let Some(channel) = op.release_unclaimed.filter(|_| won == 1) else {
                 return;
             };
-            let mut call = evalsha(&RELEASE, 1);
-            call.arg(&op.lock).arg(&op.token).arg(&channel);
-            let released: redis::RedisResult<i64> = run(&mut conn, &RELEASE, &call).await;
-            if let Err(e) = released {
-                tracing::debug!(key = %op.lock, error = %e, "could not release an abandoned acquisition; it expires by its ttl");
-            }
+            release_abandoned(&mut conn, &RELEASE, &op.lock, &op.token, &channel).await;
         })
     }
 }

@@ -15,6 +15,7 @@
 
 use redis::Script;
 
+use super::scripts::{evalsha, run};
 use super::Conn;
 
 /// Releases `token` on `key` if dropped before [`disarm`](Self::disarm).
@@ -76,15 +77,34 @@ impl Drop for ReleaseIfDropped<'_> {
             armed.channel.to_owned(),
         );
         runtime.spawn(async move {
-            let mut invocation = script.key(&key);
-            invocation.arg(&token).arg(&channel);
-            let answer: redis::RedisResult<i64> = match conn {
-                Conn::Single(mut c) => invocation.invoke_async(&mut c).await,
-                Conn::Cluster(mut c) => invocation.invoke_async(&mut c).await,
-            };
-            if let Err(e) = answer {
-                tracing::debug!(%key, error = %e, "could not release an abandoned acquisition; it expires by its ttl");
+            match conn {
+                Conn::Single(mut c) => {
+                    release_abandoned(&mut c, script, &key, &token, &channel).await
+                }
+                Conn::Cluster(mut c) => {
+                    release_abandoned(&mut c, script, &key, &token, &channel).await
+                }
             }
         });
+    }
+}
+
+/// Runs `script` (`RELEASE` or `RELEASE_PERMIT`: one key, the token, the
+/// release channel) for an acquisition whose caller went away. A failure is
+/// only logged: the lease then expires by its ttl.
+pub(super) async fn release_abandoned<C>(
+    conn: &mut C,
+    script: &Script,
+    key: &str,
+    token: &str,
+    channel: &str,
+) where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let mut call = evalsha(script, 1);
+    call.arg(key).arg(token).arg(channel);
+    let answer: redis::RedisResult<i64> = run(conn, script, &call).await;
+    if let Err(e) = answer {
+        tracing::debug!(%key, error = %e, "could not release an abandoned acquisition; it expires by its ttl");
     }
 }
