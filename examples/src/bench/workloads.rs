@@ -58,9 +58,9 @@ const UNCONTENDED_ROUNDS: usize = 4;
 /// One round of (a) on one side: each cycle's duration.
 pub type Round<'a> = Pin<Box<dyn Future<Output = Result<Vec<Duration>, BoxError>> + Send + 'a>>;
 
-/// (a) for dlock and a baseline: [`UNCONTENDED_ROUNDS`] alternating rounds
-/// of each, `round(cycles)` giving one round's samples. Returns the
-/// summaries of dlock's and the baseline's samples.
+/// (a) for dlock and a baseline: four alternating rounds of each (see
+/// `UNCONTENDED_ROUNDS`), `ours(cycles)` and `baseline(cycles)` giving one
+/// round's samples. Returns the summaries of dlock's and the baseline's.
 pub async fn alternating<'a>(
     sizes: &Sizes,
     mut ours: impl FnMut(usize) -> Round<'a>,
