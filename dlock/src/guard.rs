@@ -163,13 +163,28 @@ impl LeaseShared {
         }));
     }
 
-    /// Compare-and-delete on the server, then give this process's turn to the
-    /// next local waiter (only after the server released, so it does not
-    /// contend with our own pending release).
+    /// Compare-and-delete on the server; this process's turn on the key goes
+    /// to the next local waiter as soon as the release request is on its
+    /// way, not when its answer is back.
+    ///
+    /// Why then: a backend sends a process's requests in order (one Redis
+    /// connection per backend, one ZooKeeper session), so the waiter's
+    /// acquire reaches the server right behind the release and the hand-off
+    /// costs one round trip instead of two. Where the order is not kept (an
+    /// etcd channel, a batched Redis release), the waiter finds the key
+    /// still held and waits for the release the server announces: slower,
+    /// never unsafe, as the server decides who holds the key.
     async fn finish_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
         let lease = self.lock_state().lease.clone();
-        let answer = release_on(&*self.backend, self.kind, &lease).await;
-        lock(&self.permit).take();
+        let mut release = std::pin::pin!(release_on(&*self.backend, self.kind, &lease));
+        let mut turn = lock(&self.permit).take();
+        let answer = std::future::poll_fn(|cx| {
+            let answer = release.as_mut().poll(cx);
+            // After the first poll the request is sent (or queued to be).
+            drop(turn.take());
+            answer
+        })
+        .await;
         self.local.prune_released(&self.slot);
         match answer {
             Ok(true) if was_held => Ok(()),
@@ -420,5 +435,70 @@ mod tests {
     #[test]
     fn guard_is_send_sync() {
         assert_send_sync::<LockGuard>();
+    }
+
+    /// A memory backend whose release answers only when the test says so,
+    /// as a server whose reply is still on the wire.
+    #[derive(Debug)]
+    struct SlowReply {
+        inner: crate::backends::memory::MemoryBackend,
+        replies: tokio::sync::Semaphore,
+    }
+
+    #[async_trait::async_trait]
+    impl LockBackend for SlowReply {
+        fn describe(&self) -> String {
+            "slow-reply".into()
+        }
+        async fn try_acquire(
+            &self,
+            req: &crate::backend::AcquireRequest,
+        ) -> Result<Option<Lease>, LockError> {
+            self.inner.try_acquire(req).await
+        }
+        async fn acquire(
+            &self,
+            req: &crate::backend::AcquireRequest,
+            deadline: Option<Instant>,
+        ) -> Result<Option<Lease>, LockError> {
+            self.inner.acquire(req, deadline).await
+        }
+        async fn renew(&self, leases: &[Lease]) -> Vec<Result<crate::backend::Renewal, LockError>> {
+            self.inner.renew(leases).await
+        }
+        async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+            let released = self.inner.release(lease).await;
+            // The server has released; its answer waits for the test.
+            let _reply = self.replies.acquire().await;
+            released
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn next_local_waiter_goes_while_the_release_answer_is_on_its_way() {
+        let backend = Arc::new(SlowReply {
+            inner: Default::default(),
+            replies: tokio::sync::Semaphore::new(0),
+        });
+        let lock = crate::Lock::new("handoff").with_backend(backend.clone());
+        let first = lock.acquire().await.unwrap();
+        let first_fence = first.fencing_token().unwrap();
+        let waiter = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.acquire().await.map(|g| g.fencing_token()) }
+        });
+        // Let the waiter queue on the local gate.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let releasing = tokio::spawn(first.release());
+
+        let second = tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter still waits for the first release's answer")
+            .unwrap()
+            .unwrap();
+        assert!(second > Some(first_fence));
+        assert!(!releasing.is_finished(), "the release answered too early");
+        backend.replies.add_permits(1);
+        releasing.await.unwrap().unwrap();
     }
 }

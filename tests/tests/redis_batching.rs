@@ -2,7 +2,9 @@
 //! as one script call each (`batch.rs`). These tests drive it into batching
 //! and check that nothing of the lock's contract gives: exclusion across
 //! connections, fencing order, and no lease left behind by a caller that
-//! gave up while its request waited in a batch.
+//! gave up while its request waited in a batch. One more checks the other
+//! use of the connection's order: a local hand-off sends the next waiter's
+//! acquire right behind the release.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -136,6 +138,60 @@ async fn batches_from_two_connections_never_overlap_on_a_key() {
             "fences of shared:{key} not strictly increasing in holding order: {order:?}"
         );
     }
+}
+
+/// Tasks of one process take turns on one key: each release hands the turn
+/// to the next local waiter as soon as it is sent, and that waiter's acquire
+/// goes out on the same connection right behind it. Redis runs the two in
+/// order, so no attempt ever finds the key still held: exactly one acquire
+/// and one release round trip per turn, and fences in holding order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_hand_off_acquires_right_behind_the_release() {
+    const TASKS: usize = 8;
+    const TURNS: usize = 40;
+    let server = RedisServer::start();
+    let redis = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    let backend: Arc<dyn LockBackend> = redis.clone();
+    let detector = Arc::new(OverlapDetector::default());
+    let fences: Arc<Mutex<Vec<u64>>> = Arc::default();
+    // The first call of each script loads it into the server's cache
+    // (`NOSCRIPT`, load, retry), a second round trip that the next acquire
+    // does not wait for: warm the cache first.
+    let warm_up = Lock::new("warm-up").ttl(TTL).with_backend(backend.clone());
+    warm_up.acquire().await.unwrap().release().await.unwrap();
+    let before = redis.metrics();
+
+    all_at_once(TASKS, |_| {
+        let lock = Lock::new("handoff").ttl(TTL).with_backend(backend.clone());
+        let (detector, fences) = (detector.clone(), fences.clone());
+        async move {
+            for _ in 0..TURNS {
+                let guard = lock.acquire().await.expect("acquired");
+                detector.enter();
+                fences
+                    .lock()
+                    .unwrap()
+                    .push(guard.fencing_token().expect("fence"));
+                tokio::task::yield_now().await;
+                detector.leave();
+                guard.release().await.expect("released");
+            }
+        }
+    })
+    .await;
+
+    assert_eq!(detector.overlaps(), 0, "two local holders at once");
+    let fences = fences.lock().unwrap();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences not strictly increasing in holding order: {fences:?}"
+    );
+    let round_trips = redis.metrics().round_trips - before.round_trips;
+    assert_eq!(
+        round_trips,
+        2 * (TASKS * TURNS) as u64,
+        "some acquire found the key still held by the release sent before it"
+    );
 }
 
 /// Callers that give up while their request waits in a batch, or while
