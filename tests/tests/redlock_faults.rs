@@ -1,7 +1,8 @@
 //! Fault tests of the Redlock backend on five independent masters: a
 //! minority killed, a majority killed, a frozen master, and masters
 //! restarted without their data while a lock is held (the known unsafety,
-//! and the restart quarantine that prevents it).
+//! and the restart quarantine that prevents it). Also what the masters see
+//! of a healthy set: where a lease lives, and a local hand-off.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -254,6 +255,45 @@ async fn the_lease_is_on_a_quorum_and_release_clears_every_master() {
     guard.release().await.unwrap();
     for server in set.servers() {
         assert_eq!(server.redis_cli(&["EXISTS", &key]), "0");
+    }
+}
+
+/// Tasks of one process take turns on one key. A release puts its delete
+/// on every master's connection before the turn passes to the next local
+/// waiter, so that waiter's acquire reaches each master behind the delete
+/// and never finds the key held: the acquire script then never reaches its
+/// `PTTL` branch, on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_hand_off_reaches_every_master_behind_the_release() {
+    const TASKS: usize = 8;
+    const TURNS: usize = 20;
+    let set = RedisSet::start(MASTERS);
+    let backend: Arc<dyn LockBackend> = connect(&set).await;
+    let detector = Arc::new(OverlapDetector::default());
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let lock = Lock::new("turns").with_backend(backend.clone());
+        let detector = detector.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..TURNS {
+                let guard = lock.acquire().await.expect("acquired");
+                detector.enter();
+                tokio::task::yield_now().await;
+                detector.leave();
+                guard.release().await.expect("released");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task panicked");
+    }
+    assert_eq!(detector.overlaps(), 0, "two local holders at once");
+    for (i, server) in set.servers().iter().enumerate() {
+        let stats = server.redis_cli(&["INFO", "commandstats"]);
+        assert!(
+            !stats.contains("cmdstat_pttl:"),
+            "master {i} saw an acquire find the key held:\n{stats}"
+        );
     }
 }
 

@@ -138,6 +138,7 @@
 //! [`RedlockBackend::from_backends`].
 
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -604,20 +605,29 @@ impl RedlockBackend {
         match runtime {
             Some(runtime) if enough < up.len() => {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let nodes: Vec<_> = up.iter().map(|&i| (i, self.nodes[i].clone())).collect();
-                let lease = lease.clone();
+                let lease = Arc::new(lease.clone());
+                let mut deletes: FuturesUnordered<_> = up
+                    .iter()
+                    .map(|&i| {
+                        let (node, lease) = (self.nodes[i].clone(), lease.clone());
+                        async move {
+                            let answer = tokio::time::timeout(timeout, node.release(&lease)).await;
+                            (i, answer.ok().and_then(Result::ok))
+                        }
+                    })
+                    .collect();
+                // Put every delete on its connection before the first
+                // `Pending`, not when the task below first runs: the core
+                // hands the key to the next local waiter then, and that
+                // waiter's acquire must reach each master behind our delete.
+                std::future::poll_fn(|cx| {
+                    while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
+                        let _ = tx.send(answer);
+                    }
+                    Poll::Ready(())
+                })
+                .await;
                 runtime.spawn(async move {
-                    let mut deletes: FuturesUnordered<_> = nodes
-                        .iter()
-                        .map(|(i, node)| {
-                            let lease = &lease;
-                            async move {
-                                let answer =
-                                    tokio::time::timeout(timeout, node.release(lease)).await;
-                                (*i, answer.ok().and_then(Result::ok))
-                            }
-                        })
-                        .collect();
                     while let Some(answer) = deletes.next().await {
                         // The caller may have gone on; the delete was done anyway.
                         let _ = tx.send(answer);
