@@ -55,8 +55,9 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
     let before = hand.server_micros().await?;
     let ours_b = distinct_dlock(&SIZES, &backend, &run_id.to_string()).await?;
     let between = hand.server_micros().await?;
-    let base_b = distinct_hand(&hand, run_id).await?;
+    let base_b = distinct_hand(&hand, run_id, Protocol::Minimal).await?;
     let after = hand.server_micros().await?;
+    let same_protocol_b = distinct_hand(&hand, run_id, Protocol::Dlock).await?;
     let cycles = (SIZES.distinct_tasks * SIZES.distinct_cycles) as f64;
     let server_us =
         |from: u64, to: u64| Duration::from_nanos(((to - from) as f64 * 1000.0 / cycles) as u64);
@@ -82,6 +83,11 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
             "(b) Redis CPU per cycle (INFO cpu)",
             server_us(before, between),
             server_us(between, after),
+        ),
+        Row::throughput(
+            "(b) same, baseline running dlock's two scripts",
+            ours_b,
+            same_protocol_b,
         ),
         Row::throughput("(c) 16 tasks, one key, critical sections", ours_c, base_c),
         Row::latency(
@@ -126,15 +132,40 @@ async fn uncontended_hand(
     Ok(samples)
 }
 
-async fn distinct_hand(hand: &HandWritten, run_id: u32) -> Result<f64, BoxError> {
+/// What the hand-written loop sends for one cycle.
+#[derive(Debug, Clone, Copy)]
+enum Protocol {
+    /// `SET NX PX`, then compare-and-delete: what people write by hand.
+    Minimal,
+    /// dlock's own two scripts (fencing `INCR`, release `PUBLISH`), sent
+    /// the same way: what the protocol itself costs, without dlock.
+    Dlock,
+}
+
+async fn distinct_hand(
+    hand: &HandWritten,
+    run_id: u32,
+    protocol: Protocol,
+) -> Result<f64, BoxError> {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..SIZES.distinct_tasks {
-        let (hand, key) = (hand.clone(), format!("bench:{run_id}:b-hand:{t}"));
+        let (hand, key) = (
+            hand.clone(),
+            format!("bench:{{{run_id}:b-hand:{t}:{protocol:?}}}"),
+        );
         tasks.push(tokio::spawn(async move {
             for _ in 0..SIZES.distinct_cycles {
-                let token = hand.try_lock(&key).await?.ok_or("distinct key was busy")?;
-                hand.unlock(&key, &token).await?;
+                match protocol {
+                    Protocol::Minimal => {
+                        let token = hand.try_lock(&key).await?.ok_or("distinct key was busy")?;
+                        hand.unlock(&key, &token).await?;
+                    }
+                    Protocol::Dlock => {
+                        let token = hand.try_lock_fenced(&key).await?;
+                        hand.unlock_announced(&key, &token).await?;
+                    }
+                }
             }
             Ok::<_, BoxError>(())
         }));
@@ -196,6 +227,9 @@ async fn handoff_hand(
 struct HandWritten {
     conn: MultiplexedConnection,
     unlock: Arc<redis::Script>,
+    /// dlock's acquire and release scripts, for [`Protocol::Dlock`].
+    lock_fenced: Arc<redis::Script>,
+    unlock_announced: Arc<redis::Script>,
     next_token: Arc<AtomicU64>,
 }
 
@@ -207,9 +241,17 @@ impl HandWritten {
         let unlock = redis::Script::new(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
         );
+        let lock_fenced = redis::Script::new(
+            "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, redis.call('INCR', KEYS[2])} end return {0, redis.call('PTTL', KEYS[1])}",
+        );
+        let unlock_announced = redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '1') return 1 end return 0",
+        );
         Ok(HandWritten {
             conn,
             unlock: Arc::new(unlock),
+            lock_fenced: Arc::new(lock_fenced),
+            unlock_announced: Arc::new(unlock_announced),
             next_token: Arc::new(AtomicU64::new(std::process::id() as u64 * 1_000_000_000)),
         })
     }
@@ -241,6 +283,36 @@ impl HandWritten {
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(set.map(|_| token))
+    }
+
+    /// One try with dlock's acquire script (the fence is dropped: the
+    /// cost is the point). The key is free in (b), so it must succeed.
+    async fn try_lock_fenced(&self, key: &str) -> Result<String, BoxError> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed).to_string();
+        let answer: (i64, i64) = self
+            .lock_fenced
+            .key(key)
+            .key(format!("{key}:fence"))
+            .arg(&token)
+            .arg(TTL.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match answer {
+            (1, _) => Ok(token),
+            _ => Err("distinct key was busy".into()),
+        }
+    }
+
+    /// Release with dlock's script: compare-and-delete, then `PUBLISH`.
+    async fn unlock_announced(&self, key: &str, token: &str) -> Result<(), BoxError> {
+        let _: i64 = self
+            .unlock_announced
+            .key(key)
+            .arg(token)
+            .arg(format!("{key}:released"))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     async fn lock_polling(&self, key: &str) -> Result<String, BoxError> {
