@@ -48,7 +48,14 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
     let (ours_a, base_a) = alternating(
         &SIZES,
         |n| Box::pin(uncontended_dlock(n, backend_ref, &key)),
-        |n| Box::pin(uncontended_hand(hand_ref, n, &hand_key)),
+        |n| Box::pin(uncontended_hand(hand_ref, n, &hand_key, Protocol::Minimal)),
+    )
+    .await?;
+    let same_key = format!("bench:{{{run_id}:a-same}}");
+    let (ours_a2, same_protocol_a) = alternating(
+        &SIZES,
+        |n| Box::pin(uncontended_dlock(n, backend_ref, &key)),
+        |n| Box::pin(uncontended_hand(hand_ref, n, &same_key, Protocol::Dlock)),
     )
     .await?;
 
@@ -78,6 +85,11 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
     let rows = [
         Row::latency("(a) 1 task, acquire+release, p50", ours_a.p50, base_a.p50),
         Row::latency("(a) 1 task, acquire+release, p99", ours_a.p99, base_a.p99),
+        Row::latency(
+            "(a) p50, baseline running dlock's two scripts",
+            ours_a2.p50,
+            same_protocol_a.p50,
+        ),
         Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b, base_b),
         Row::latency(
             "(b) Redis CPU per cycle (INFO cpu)",
@@ -118,15 +130,12 @@ async fn uncontended_hand(
     hand: &HandWritten,
     cycles: usize,
     key: &str,
+    protocol: Protocol,
 ) -> Result<Vec<Duration>, BoxError> {
     let mut samples = Vec::with_capacity(cycles);
     for _ in 0..cycles {
         let start = Instant::now();
-        let token = hand
-            .try_lock(key)
-            .await?
-            .ok_or("uncontended key was busy")?;
-        hand.unlock(key, &token).await?;
+        hand.cycle(key, protocol).await?;
         samples.push(start.elapsed());
     }
     Ok(samples)
@@ -156,16 +165,7 @@ async fn distinct_hand(
         );
         tasks.push(tokio::spawn(async move {
             for _ in 0..SIZES.distinct_cycles {
-                match protocol {
-                    Protocol::Minimal => {
-                        let token = hand.try_lock(&key).await?.ok_or("distinct key was busy")?;
-                        hand.unlock(&key, &token).await?;
-                    }
-                    Protocol::Dlock => {
-                        let token = hand.try_lock_fenced(&key).await?;
-                        hand.unlock_announced(&key, &token).await?;
-                    }
-                }
+                hand.cycle(&key, protocol).await?;
             }
             Ok::<_, BoxError>(())
         }));
@@ -285,8 +285,22 @@ impl HandWritten {
         Ok(set.map(|_| token))
     }
 
+    /// Takes the free `key` and gives it back, in `protocol`.
+    async fn cycle(&self, key: &str, protocol: Protocol) -> Result<(), BoxError> {
+        match protocol {
+            Protocol::Minimal => {
+                let token = self.try_lock(key).await?.ok_or("free key was busy")?;
+                self.unlock(key, &token).await
+            }
+            Protocol::Dlock => {
+                let token = self.try_lock_fenced(key).await?;
+                self.unlock_announced(key, &token).await
+            }
+        }
+    }
+
     /// One try with dlock's acquire script (the fence is dropped: the
-    /// cost is the point). The key is free in (b), so it must succeed.
+    /// cost is the point). The key is free, so it must succeed.
     async fn try_lock_fenced(&self, key: &str) -> Result<String, BoxError> {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed).to_string();
         let answer: (i64, i64) = self
@@ -299,7 +313,7 @@ impl HandWritten {
             .await?;
         match answer {
             (1, _) => Ok(token),
-            _ => Err("distinct key was busy".into()),
+            _ => Err("free key was busy".into()),
         }
     }
 
