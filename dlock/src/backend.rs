@@ -196,6 +196,13 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 /// - Transport failures are [`LockError::Backend`], never "not acquired".
 /// - Every returned [`Lease::valid_until`] comes from [`lease_deadline`] (or a
 ///   stricter rule, as Redlock's validity) on the instant the request was sent.
+/// - The core lets the next local waiter for the key start its `acquire` as
+///   soon as the `release` future has been polled once, not when it is done.
+///   A backend that sends a process's requests in order should therefore
+///   put the release on the wire (or in its send queue) in that first poll:
+///   then the waiter's acquire reaches the server behind it, and a local
+///   hand-off costs one round trip. One that does not stays correct (the
+///   waiter finds the key held and waits for the release), only slower.
 ///
 /// # Example: a backend that wraps another (here, one that counts acquisitions)
 ///
