@@ -35,6 +35,7 @@ mod permits;
 pub(crate) mod scripts;
 pub(crate) mod subscriber;
 mod unfinished;
+mod waiting;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -47,7 +48,7 @@ use redis::{RedisError, RedisResult, Script};
 use self::batch::{Batcher, Turn};
 use self::batched::{AcquireOp, Acquires, ReleaseOp, Releases};
 use self::options::RedisOptions;
-use self::permits::{PermitAttempt, PermitNames, RENEW_PERMIT};
+use self::permits::{PermitNames, RENEW_PERMIT};
 #[cfg(feature = "redlock")]
 use self::scripts::ACQUIRE_GUARDED;
 use self::scripts::{millis, KeyNames, ACQUIRE, RELEASE, RENEW};
@@ -123,10 +124,11 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
-/// What the acquire script answered.
+/// What an acquire script answered (a lock's, or a semaphore's).
 pub(crate) enum Attempt {
     Acquired(Lease),
-    /// Held by another owner for this much longer (`None`: unknown).
+    /// Held by another owner (all permits held) for this much longer
+    /// (`None`: unknown).
     Held(Option<Duration>),
 }
 
@@ -657,43 +659,11 @@ impl LockBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let names = KeyNames::new(&self.options.prefix, &req.key);
-        // A free lock is taken without touching the subscriber: most
-        // acquisitions are uncontended, and a SUBSCRIBE round trip on each
-        // would cost more than the lock itself.
-        if let Attempt::Acquired(lease) = self
-            .within(deadline, self.attempt_or_release(req, &names))
-            .await?
-        {
-            return Ok(Some(lease));
-        }
-        // Held: subscribe, then try again before waiting, so a release
-        // between the failed try above and the subscription is not missed.
-        let mut released = self.subscriber.subscribe(&names.channel, deadline).await;
-        loop {
-            released.mark_seen();
-            let left = match self
-                .within(deadline, self.attempt_or_release(req, &names))
-                .await?
-            {
-                Attempt::Acquired(lease) => return Ok(Some(lease)),
-                Attempt::Held(left) => left,
-            };
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(None);
-            }
-            // Expiry publishes nothing: wake at the holder's remaining time
-            // too. Unknown (a key without expiry): the ttl we ask for.
-            let expiry = left.unwrap_or(req.ttl);
-            let wake = Instant::now() + expiry + jitter(expiry / 10 + Duration::from_millis(2));
-            let wake = deadline.map_or(wake, |d| d.min(wake));
-            tokio::select! {
-                () = released.changed() => {}
-                () = tokio::time::sleep_until(wake.into()) => {}
-            }
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(None);
-            }
-        }
+        // A key without expiry: retry after the ttl we ask for.
+        self.wait_for_release(&names.channel, deadline, req.ttl, || {
+            self.within(deadline, self.attempt_or_release(req, &names))
+        })
+        .await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
@@ -723,8 +693,8 @@ impl LockBackend for RedisBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
         let names = PermitNames::new(&self.options.prefix, &req.name);
         match self.attempt_permit(req, &names).await? {
-            PermitAttempt::Acquired(lease) => Ok(Some(lease)),
-            PermitAttempt::Full(_) => Ok(None),
+            Attempt::Acquired(lease) => Ok(Some(lease)),
+            Attempt::Held(_) => Ok(None),
         }
     }
 

@@ -21,7 +21,7 @@ use redis::Script;
 
 use super::scripts::{millis, KeyNames};
 use super::unfinished::ReleaseIfDropped;
-use super::{jitter, RedisBackend};
+use super::{Attempt, RedisBackend};
 use crate::backend::{lease_deadline, Lease, PermitRequest};
 use crate::LockError;
 
@@ -113,20 +113,13 @@ impl PermitNames {
     }
 }
 
-/// What the acquire script answered.
-pub(super) enum PermitAttempt {
-    Acquired(Lease),
-    /// All permits are held; the earliest expires in this long.
-    Full(Duration),
-}
-
 impl RedisBackend {
     /// One run of the acquire script.
     pub(super) async fn attempt_permit(
         &self,
         req: &PermitRequest,
         names: &PermitNames,
-    ) -> Result<PermitAttempt, LockError> {
+    ) -> Result<Attempt, LockError> {
         let sent = Instant::now();
         // A permit taken by a script whose caller went away is given back
         // (see `unfinished.rs`).
@@ -148,7 +141,7 @@ impl RedisBackend {
             .await?;
         unfinished.disarm();
         if won == 1 {
-            return Ok(PermitAttempt::Acquired(Lease {
+            return Ok(Attempt::Acquired(Lease {
                 key: req.name.clone(),
                 token: req.token.clone(),
                 ttl: req.ttl,
@@ -157,15 +150,13 @@ impl RedisBackend {
                 resource: names.set.clone(),
             }));
         }
-        Ok(PermitAttempt::Full(Duration::from_millis(
+        Ok(Attempt::Held(Some(Duration::from_millis(
             u64::try_from(left).unwrap_or(0),
-        )))
+        ))))
     }
 
-    /// Waits for a permit: subscribe to the release channel first (so a
-    /// release between a full attempt and the wait is heard), then try; when
-    /// full, wait for a release message or the earliest permit's expiry
-    /// (expiry announces nothing), with jitter, or the deadline.
+    /// Waits for a permit (see `wait_for_release`); while the semaphore is
+    /// full, the earliest permit's expiry is when to try again unannounced.
     ///
     /// Every waiter of the semaphore hears every release and one of them
     /// wins it; the local gate keeps this to at most `permits` waiters per
@@ -176,38 +167,10 @@ impl RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let names = PermitNames::new(&self.options.prefix, &req.name);
-        // As for locks: a free permit is taken without a subscription round
-        // trip; only when the semaphore is full do we subscribe, then try
-        // again before waiting so a release in between is not missed.
-        if let PermitAttempt::Acquired(lease) = self
-            .within(deadline, self.attempt_permit(req, &names))
-            .await?
-        {
-            return Ok(Some(lease));
-        }
-        let mut released = self.subscriber.subscribe(&names.channel, deadline).await;
-        loop {
-            released.mark_seen();
-            let left = match self
-                .within(deadline, self.attempt_permit(req, &names))
-                .await?
-            {
-                PermitAttempt::Acquired(lease) => return Ok(Some(lease)),
-                PermitAttempt::Full(left) => left,
-            };
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(None);
-            }
-            let wake = Instant::now() + left + jitter(left / 10 + Duration::from_millis(2));
-            let wake = deadline.map_or(wake, |d| d.min(wake));
-            tokio::select! {
-                () = released.changed() => {}
-                () = tokio::time::sleep_until(wake.into()) => {}
-            }
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(None);
-            }
-        }
+        self.wait_for_release(&names.channel, deadline, req.ttl, || {
+            self.within(deadline, self.attempt_permit(req, &names))
+        })
+        .await
     }
 
     /// Gives a permit back (the release script).
