@@ -811,8 +811,9 @@ impl Inner {
         .await
     }
 
-    /// Waits until the watched predecessor is deleted, or until `until`
-    /// (time to refresh the session). Either way the caller reads again.
+    /// Waits until the watch sees a delete (the predecessor, or a permit
+    /// under the semaphore's prefix), or until `until` (time to refresh the
+    /// session). Either way the caller reads again.
     async fn await_delete(&self, mut stream: WatchStream, until: Instant) -> Result<(), LockError> {
         loop {
             let message = tokio::select! {

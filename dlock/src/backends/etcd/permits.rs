@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, WatchOptions,
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
 };
 
 use super::{revision_of, Alive, Inner, Queued, MAX_REQUEUES};
@@ -169,31 +169,13 @@ impl Inner {
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision + 1);
-        let mut stream = self
+        let stream = self
             .rpc(|| {
                 let mut watches = self.client.watch_client();
                 let (dir, options) = (dir.to_owned(), options.clone());
                 async move { watches.watch(dir, Some(options)).await }
             })
             .await?;
-        loop {
-            let message = tokio::select! {
-                m = stream.message() => m,
-                _ = tokio::time::sleep_until(until.into()) => return Ok(()),
-            };
-            match message {
-                Ok(Some(answer)) => {
-                    let deleted = answer
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete);
-                    if deleted || answer.canceled() {
-                        return Ok(());
-                    }
-                }
-                Ok(None) => return Err(self.error("the watch stream was closed by the server")),
-                Err(e) => return Err(self.error(e)),
-            }
-        }
+        self.await_delete(stream, until).await
     }
 }
