@@ -35,6 +35,7 @@
 
 pub mod backend;
 pub mod backends;
+mod deadline;
 mod error;
 mod guard;
 mod key;

@@ -190,11 +190,7 @@ impl KeySlot {
         if once {
             return self.gate.clone().try_acquire_owned().ok();
         }
-        let turn = self.gate.clone().acquire_owned();
-        let permit = match deadline {
-            Some(d) => tokio::time::timeout_at(d.into(), turn).await.ok()?,
-            None => turn.await,
-        };
+        let permit = crate::deadline::until(deadline, self.gate.clone().acquire_owned()).await?;
         // dlock never closes a gate, so `acquire_owned` cannot fail.
         permit.ok()
     }

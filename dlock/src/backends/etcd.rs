@@ -134,7 +134,7 @@ use etcd_client::{
 use tokio::sync::OwnedMutexGuard;
 
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
-use crate::LockError;
+use crate::{deadline, LockError};
 
 /// How many times an acquire starts over because its session lease vanished
 /// under it before it reports an error: more means etcd keeps expiring
@@ -861,12 +861,9 @@ impl Inner {
                 None => return Ok(None),
             }
         } else {
-            match deadline {
-                Some(d) => match tokio::time::timeout_at(d.into(), self.turn(&req.key)).await {
-                    Ok(turn) => turn,
-                    Err(_) => return Ok(None),
-                },
-                None => self.turn(&req.key).await,
+            match deadline::until(deadline, self.turn(&req.key)).await {
+                Some(turn) => turn,
+                None => return Ok(None),
             }
         };
         let mut queued = Queued {
@@ -879,10 +876,7 @@ impl Inner {
         let mut progress = Progress::default();
         let taken = {
             let work = self.take(req, &mut queued, once, deadline.is_some(), &mut progress);
-            match deadline.filter(|_| !once) {
-                Some(d) => tokio::time::timeout_at(d.into(), work).await.ok(),
-                None => Some(work.await),
-            }
+            deadline::until(deadline.filter(|_| !once), work).await
         };
         match taken {
             Some(Ok(Step::Acquired(lease, session))) => {
@@ -1171,14 +1165,10 @@ impl LockBackend for EtcdBackend {
         req: &PermitRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let waiting = self.inner.permit(req, false);
-        match deadline {
-            // Dropping the wait at the deadline deletes our key (`Queued`).
-            Some(d) => tokio::time::timeout_at(d.into(), waiting)
-                .await
-                .unwrap_or(Ok(None)),
-            None => waiting.await,
-        }
+        // Dropping the wait at the deadline deletes our key (`Queued`).
+        deadline::until(deadline, self.inner.permit(req, false))
+            .await
+            .unwrap_or(Ok(None))
     }
 
     /// Permit keys are session keys like lock keys: the same keep-alive and read.

@@ -114,7 +114,7 @@ use zookeeper_client::{
 
 use self::config::Config;
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
-use crate::LockError;
+use crate::{deadline, LockError};
 
 /// With digest auth: the creator's identity may do everything, anyone may
 /// read (list and watch the queue).
@@ -987,14 +987,10 @@ impl LockBackend for ZooKeeperBackend {
         req: &PermitRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let waiting = self.permit(req, false);
-        match deadline {
-            // Dropping the wait at the deadline deletes our node (`Cleanup`).
-            Some(d) => tokio::time::timeout_at(d.into(), waiting)
-                .await
-                .unwrap_or(Ok(None)),
-            None => waiting.await,
-        }
+        // Dropping the wait at the deadline deletes our node (`Cleanup`).
+        deadline::until(deadline, self.permit(req, false))
+            .await
+            .unwrap_or(Ok(None))
     }
 
     /// Permit nodes are session nodes like lock nodes: the same read.
