@@ -186,7 +186,7 @@ impl RedisBackend {
             metrics: Counters::default(),
         };
         // Prove the connection and credentials now, not at the first lock.
-        backend.ping().await?;
+        backend.load_scripts().await?;
         Ok(backend)
     }
 
@@ -245,20 +245,29 @@ impl RedisBackend {
         self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Loads the acquire, renew and release scripts into the server's cache,
-    /// so the first use of each is one round trip (Redlock's per-node
-    /// timeouts are short; a `NOSCRIPT` retry costs two more).
-    #[cfg(feature = "redlock")]
-    pub(crate) async fn load_scripts(&self) -> Result<(), LockError> {
-        for script in [&*ACQUIRE, &*RENEW, &*RELEASE] {
-            self.count();
-            let loaded: RedisResult<String> = match self.conn.clone() {
-                Conn::Single(mut c) => script.prepare_invoke().load_async(&mut c).await,
-                Conn::Cluster(mut c) => script.prepare_invoke().load_async(&mut c).await,
-            };
-            loaded.map_err(|e| self.error(e))?;
-        }
-        Ok(())
+    /// Loads the acquire, renew and release scripts into a single server's
+    /// cache, all in one round trip, which also proves the connection and
+    /// the credentials; a cluster is pinged instead (its scripts load on
+    /// each node at first use).
+    ///
+    /// Why at connect: the first use of a script not in the cache costs three
+    /// round trips (`EVALSHA`, `NOSCRIPT`, load, again). Redlock's per-node
+    /// timeouts are short against that, and a local waiter's acquire sent
+    /// right behind a first release would overtake the release's retry.
+    async fn load_scripts(&self) -> Result<(), LockError> {
+        let Conn::Single(conn) = &self.conn else {
+            return self.ping().await;
+        };
+        self.count();
+        // Polled together, the three loads go out in one write.
+        let loads = [&*ACQUIRE, &*RENEW, &*RELEASE].map(|script| {
+            let mut conn = conn.clone();
+            async move { script.load_async(&mut conn).await }
+        });
+        futures_util::future::try_join_all(loads)
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e))
     }
 
     async fn ping(&self) -> Result<(), LockError> {

@@ -729,11 +729,9 @@ fn check_count(n: usize, shown: &str) -> Result<(), LockError> {
 }
 
 async fn connect_all(urls: &[String]) -> Result<Vec<Arc<RedisBackend>>, LockError> {
-    let connecting = urls.iter().map(|u| async move {
-        let node = RedisBackend::connect(u).await?;
-        node.load_scripts().await?;
-        Ok(node)
-    });
+    // `connect` loads the scripts too: a NOSCRIPT retry would not fit in
+    // a short per-node timeout.
+    let connecting = urls.iter().map(|u| RedisBackend::connect(u));
     futures_util::future::join_all(connecting)
         .await
         .into_iter()
