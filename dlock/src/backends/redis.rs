@@ -51,7 +51,7 @@ use self::options::RedisOptions;
 use self::permits::{PermitNames, RENEW_PERMIT};
 #[cfg(feature = "redlock")]
 use self::scripts::ACQUIRE_GUARDED;
-use self::scripts::{millis, KeyNames, ACQUIRE, RELEASE, RENEW};
+use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
 use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
@@ -245,8 +245,8 @@ impl RedisBackend {
         self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Loads the acquire, renew and release scripts into a single server's
-    /// cache, all in one round trip, which also proves the connection and
+    /// Loads the acquire, renew and release scripts (and their batched
+    /// forms) into a single server's cache, all in one round trip, which also proves the connection and
     /// the credentials; a cluster is pinged instead (its scripts load on
     /// each node at first use).
     ///
@@ -259,8 +259,15 @@ impl RedisBackend {
             return self.ping().await;
         };
         self.count();
-        // Polled together, the three loads go out in one write.
-        let loads = [&*ACQUIRE, &*RENEW, &*RELEASE].map(|script| {
+        // Polled together, the loads go out in one write.
+        let loads = [
+            &*ACQUIRE,
+            &*RENEW,
+            &*RELEASE,
+            &*ACQUIRE_MANY,
+            &*RELEASE_MANY,
+        ]
+        .map(|script| {
             let mut conn = conn.clone();
             async move { script.load_async(&mut conn).await }
         });
