@@ -246,9 +246,9 @@ impl RedisBackend {
     }
 
     /// Loads the acquire, renew and release scripts (and their batched
-    /// forms) into a single server's cache, all in one round trip, which also proves the connection and
-    /// the credentials; a cluster is pinged instead (its scripts load on
-    /// each node at first use).
+    /// forms) into a single server's cache, all in one round trip, which
+    /// also proves the connection and the credentials; a cluster is pinged
+    /// instead (its scripts load on each node at first use).
     ///
     /// Why at connect: the first use of a script not in the cache costs three
     /// round trips (`EVALSHA`, `NOSCRIPT`, load, again). Redlock's per-node
@@ -285,18 +285,6 @@ impl RedisBackend {
             Conn::Cluster(mut c) => cmd.arg("dlock").query_async(&mut c).await,
         };
         answer.map(drop).map_err(|e| self.error(e))
-    }
-
-    async fn invoke<T: redis::FromRedisValue>(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, LockError> {
-        self.count();
-        let answer = match self.conn.clone() {
-            Conn::Single(mut c) => invocation.invoke_async(&mut c).await,
-            Conn::Cluster(mut c) => invocation.invoke_async(&mut c).await,
-        };
-        answer.map_err(|e| self.error(e))
     }
 
     /// Runs a script call built by [`scripts::evalsha`].
@@ -519,14 +507,11 @@ impl RedisBackend {
             .fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
         let calls = leases.iter().map(|lease| async move {
-            let extended: i64 = self
-                .invoke(
-                    script
-                        .key(what.key(&self.options.prefix, lease))
-                        .arg(&lease.token)
-                        .arg(millis(lease.ttl)),
-                )
-                .await?;
+            let mut call = scripts::evalsha(script, 1);
+            call.arg(what.key(&self.options.prefix, lease))
+                .arg(&lease.token)
+                .arg(millis(lease.ttl));
+            let extended: i64 = self.eval(script, &call).await?;
             Ok(renewal(extended, sent, lease.ttl))
         });
         futures_util::future::join_all(calls).await

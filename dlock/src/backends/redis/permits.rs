@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use super::scripts::{millis, KeyNames};
+use super::scripts::{evalsha, millis, KeyNames};
 use super::unfinished::ReleaseIfDropped;
 use super::{Attempt, RedisBackend};
 use crate::backend::{lease_deadline, Lease, PermitRequest};
@@ -130,15 +130,12 @@ impl RedisBackend {
             &req.token,
             &names.channel,
         );
-        let (won, left): (i64, i64) = self
-            .invoke(
-                ACQUIRE_PERMIT
-                    .key(&names.set)
-                    .arg(&req.token)
-                    .arg(millis(req.ttl))
-                    .arg(req.permits),
-            )
-            .await?;
+        let mut call = evalsha(&ACQUIRE_PERMIT, 1);
+        call.arg(&names.set)
+            .arg(&req.token)
+            .arg(millis(req.ttl))
+            .arg(req.permits);
+        let (won, left): (i64, i64) = self.eval(&ACQUIRE_PERMIT, &call).await?;
         unfinished.disarm();
         if won == 1 {
             return Ok(Attempt::Acquired(Lease {
@@ -176,14 +173,9 @@ impl RedisBackend {
     /// Gives a permit back (the release script).
     pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<bool, LockError> {
         let names = PermitNames::new(&self.options.prefix, &lease.key);
-        let released: i64 = self
-            .invoke(
-                RELEASE_PERMIT
-                    .key(&names.set)
-                    .arg(&lease.token)
-                    .arg(&names.channel),
-            )
-            .await?;
+        let mut call = evalsha(&RELEASE_PERMIT, 1);
+        call.arg(&names.set).arg(&lease.token).arg(&names.channel);
+        let released: i64 = self.eval(&RELEASE_PERMIT, &call).await?;
         Ok(released == 1)
     }
 }
