@@ -6,7 +6,6 @@
 //! use of the connection's order: a local hand-off sends the next waiter's
 //! acquire right behind the release.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +35,44 @@ where
     }
     for task in running {
         task.await.expect("task panicked");
+    }
+}
+
+/// One key's record of its holders: any overlap, and the fences in the
+/// order they held.
+#[derive(Default)]
+struct Holdings {
+    detector: OverlapDetector,
+    fences: Mutex<Vec<u64>>,
+}
+
+impl Holdings {
+    /// `turns` times: acquire, record the fence, hold across a yield (so
+    /// an overlapping holder would show), release.
+    async fn take_turns(&self, lock: &Lock, turns: usize) {
+        for _ in 0..turns {
+            let guard = lock.acquire().await.expect("acquired");
+            self.detector.enter();
+            self.fences
+                .lock()
+                .unwrap()
+                .push(guard.fencing_token().expect("Redis gives fencing tokens"));
+            tokio::task::yield_now().await;
+            self.detector.leave();
+            guard.release().await.expect("released");
+        }
+    }
+
+    /// Asserts no two holders of `key` at once and fences strictly
+    /// increasing in holding order; returns how many turns were held.
+    fn check(&self, key: &str) -> usize {
+        assert_eq!(self.detector.overlaps(), 0, "two holders of {key} at once");
+        let fences = self.fences.lock().unwrap();
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "fences of {key} not strictly increasing in holding order: {fences:?}"
+        );
+        fences.len()
     }
 }
 
@@ -94,10 +131,7 @@ async fn batches_from_two_connections_never_overlap_on_a_key() {
     let first: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
     let second: Arc<dyn LockBackend> =
         Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
-    // Per key: an overlap detector, and the fences in the order they held.
-    let detectors: Arc<Vec<OverlapDetector>> =
-        Arc::new((0..KEYS).map(|_| OverlapDetector::default()).collect());
-    let fences: Arc<Mutex<HashMap<usize, Vec<u64>>>> = Arc::default();
+    let holdings: Arc<Vec<Holdings>> = Arc::new((0..KEYS).map(|_| Holdings::default()).collect());
 
     all_at_once(2 * KEYS * TASKS_PER_KEY, |t| {
         let key = t % KEYS;
@@ -105,37 +139,15 @@ async fn batches_from_two_connections_never_overlap_on_a_key() {
         let lock = Lock::new(format!("shared:{key}"))
             .ttl(TTL)
             .with_backend(backend.clone());
-        let (detectors, fences) = (detectors.clone(), fences.clone());
-        async move {
-            for _ in 0..CYCLES {
-                let guard = lock.acquire().await.expect("acquired");
-                detectors[key].enter();
-                fences
-                    .lock()
-                    .unwrap()
-                    .entry(key)
-                    .or_default()
-                    .push(guard.fencing_token().expect("fence"));
-                tokio::task::yield_now().await;
-                detectors[key].leave();
-                guard.release().await.expect("released");
-            }
-        }
+        let holdings = holdings.clone();
+        async move { holdings[key].take_turns(&lock, CYCLES).await }
     })
     .await;
 
-    for (key, detector) in detectors.iter().enumerate() {
+    for (key, held) in holdings.iter().enumerate() {
         assert_eq!(
-            detector.overlaps(),
-            0,
-            "two holders of shared:{key} at once"
-        );
-    }
-    for (key, order) in fences.lock().unwrap().iter() {
-        assert_eq!(order.len(), 2 * TASKS_PER_KEY * CYCLES);
-        assert!(
-            order.windows(2).all(|w| w[0] < w[1]),
-            "fences of shared:{key} not strictly increasing in holding order: {order:?}"
+            held.check(&format!("shared:{key}")),
+            2 * TASKS_PER_KEY * CYCLES
         );
     }
 }
@@ -152,37 +164,19 @@ async fn a_local_hand_off_acquires_right_behind_the_release() {
     let server = RedisServer::start();
     let redis = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
     let backend: Arc<dyn LockBackend> = redis.clone();
-    let detector = Arc::new(OverlapDetector::default());
-    let fences: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let holdings = Arc::new(Holdings::default());
     // No warm-up: `connect` loaded the scripts, so even the first release
     // is one round trip that the next acquire queues behind.
     let before = redis.metrics();
 
     all_at_once(TASKS, |_| {
         let lock = Lock::new("handoff").ttl(TTL).with_backend(backend.clone());
-        let (detector, fences) = (detector.clone(), fences.clone());
-        async move {
-            for _ in 0..TURNS {
-                let guard = lock.acquire().await.expect("acquired");
-                detector.enter();
-                fences
-                    .lock()
-                    .unwrap()
-                    .push(guard.fencing_token().expect("fence"));
-                tokio::task::yield_now().await;
-                detector.leave();
-                guard.release().await.expect("released");
-            }
-        }
+        let holdings = holdings.clone();
+        async move { holdings.take_turns(&lock, TURNS).await }
     })
     .await;
 
-    assert_eq!(detector.overlaps(), 0, "two local holders at once");
-    let fences = fences.lock().unwrap();
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "fences not strictly increasing in holding order: {fences:?}"
-    );
+    holdings.check("handoff");
     let round_trips = redis.metrics().round_trips - before.round_trips;
     assert_eq!(
         round_trips,
