@@ -118,11 +118,7 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
         "hand-written",
         &rows,
     );
-    println!(
-        "
-{}",
-        SIZES.describe()
-    );
+    println!("\n{}", SIZES.describe());
     Ok(())
 }
 

@@ -173,11 +173,7 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
         "rslock",
         &rows,
     );
-    println!(
-        "
-{}",
-        SIZES.describe()
-    );
+    println!("\n{}", SIZES.describe());
     Ok(())
 }
 
