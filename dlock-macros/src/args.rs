@@ -24,6 +24,12 @@ pub(crate) const VALID: &[&str] = &[
 /// time rather than at the first acquisition.
 const MIN_TTL: Duration = Duration::from_millis(30);
 
+/// The longest ttl `dlock` accepts (`dlock::MAX_TTL`), repeated for the same reason.
+const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
+
+/// The most segments (`dlock::SegmentedLock::MAX_SEGMENTS`), repeated for the same reason.
+const MAX_SEGMENTS: usize = 1024;
+
 /// The parsed and validated arguments.
 pub(crate) struct Args {
     /// The key template literal, parsed and checked in `key.rs`; `None`
@@ -288,6 +294,12 @@ fn segments(value: Expr) -> syn::Result<Located<usize>> {
             "`segments` must be at least 1: a lock split into 0 segments cannot be held; write e.g. `segments = 5`, or leave `segments` out for one plain lock",
         ));
     }
+    if value > MAX_SEGMENTS {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!("`segments` must be at most {MAX_SEGMENTS} (`dlock::SegmentedLock::MAX_SEGMENTS`): every acquire may try each segment once; write e.g. `segments = 5`"),
+        ));
+    }
     Ok(Located {
         value,
         span: lit.span(),
@@ -299,6 +311,15 @@ fn check_ttl(ttl: Duration, lit: &LitStr) -> syn::Result<()> {
         return Err(syn::Error::new(
             lit.span(),
             "`ttl` must be positive: a zero-length lease expires as soon as it is granted; write e.g. `ttl = \"30s\"`",
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`ttl` of {} is longer than dlock's maximum of 365 days (`dlock::MAX_TTL`); with renewal on, a ttl of `\"30s\"` keeps the lock for as long as the body runs",
+                humantime::format_duration(ttl)
+            ),
         ));
     }
     if ttl < MIN_TTL {

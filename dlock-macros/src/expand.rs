@@ -58,6 +58,9 @@ fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
         };
         errors.keep(template.check(&scope));
     }
+    if let (Some(template), Some(segments)) = (&template, &args.segments) {
+        errors.keep(template.check_segments(segments.value));
+    }
     errors.finish()?;
     let (Some(shape), Some(guard), Some(template)) = (shape, guard, template) else {
         // Every `None` above pushed an error, so this is not reached; it

@@ -70,6 +70,25 @@ impl Template {
         Ok(Template { span, parts })
     }
 
+    /// Checks that the keys of a lock split into `segments` segments can be
+    /// valid: each segment's key is the key plus `#<segment>`, so the fixed
+    /// text must leave room for the longest suffix.
+    pub(crate) fn check_segments(&self, segments: usize) -> syn::Result<()> {
+        let suffix = format!("#{}", segments.saturating_sub(1)).len();
+        let fixed = fixed_len(&self.parts);
+        if fixed + suffix > MAX_KEY_BYTES {
+            return Err(syn::Error::new(
+                self.span,
+                format!(
+                    "the key's fixed text is {fixed} bytes; with `segments = {segments}` its segment keys (`<key>#{}`) are at least {} bytes, longer than dlock's {MAX_KEY_BYTES}-byte key limit (`dlock::MAX_KEY_BYTES`); shorten the key",
+                    segments.saturating_sub(1),
+                    fixed + suffix
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks every placeholder against the function's parameters; all
     /// mistakes are reported together.
     pub(crate) fn check(&self, scope: &Scope) -> syn::Result<()> {
@@ -192,20 +211,24 @@ fn parse_parts(template: &str) -> Result<Vec<Part>, String> {
     if !text.is_empty() {
         parts.push(Part::Text(text));
     }
-    // The literal text alone is a lower bound on every rendered key.
-    let fixed: usize = parts
-        .iter()
-        .map(|part| match part {
-            Part::Text(text) => text.len(),
-            Part::Placeholder(_) => 0,
-        })
-        .sum();
+    let fixed = fixed_len(&parts);
     if fixed > MAX_KEY_BYTES {
         return Err(format!(
             "the key's fixed text is {fixed} bytes, longer than dlock's {MAX_KEY_BYTES}-byte key limit (`dlock::MAX_KEY_BYTES`); shorten it"
         ));
     }
     Ok(parts)
+}
+
+/// The literal text's length: a lower bound on every rendered key.
+fn fixed_len(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .map(|part| match part {
+            Part::Text(text) => text.len(),
+            Part::Placeholder(_) => 0,
+        })
+        .sum()
 }
 
 fn parse_placeholder(inner: &str) -> Result<Placeholder, String> {
