@@ -135,8 +135,11 @@ pub fn drift(ttl: Duration) -> Duration {
 /// let deadline = dlock::backend::lease_deadline(sent, Duration::from_secs(10));
 /// assert_eq!(deadline - sent, Duration::from_millis(9_898));
 /// ```
+///
+/// A ttl too long to be an instant gives a deadline a century away: it
+/// never panics.
 pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
-    sent + ttl.saturating_sub(drift(ttl))
+    crate::deadline::saturating_add(sent, ttl.saturating_sub(drift(ttl)))
 }
 
 /// A coordination service that can hold leases on keys.

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 mod permits;
 
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
+use crate::deadline::saturating_add;
 use crate::LockError;
 
 /// An in-process lock service: a map of keys to leases with deadlines.
@@ -182,7 +183,7 @@ impl MemoryBackend {
         }
         entry.holder = Some(Holder {
             token: req.token.clone(),
-            expires: now + req.ttl,
+            expires: saturating_add(now, req.ttl),
         });
         let fence = self.fence.fetch_add(1, Ordering::Relaxed) + 1;
         Some(Lease {
@@ -315,7 +316,7 @@ impl LockBackend for MemoryBackend {
                     .filter(|h| h.token == lease.token && h.expires > now);
                 Ok(match holder {
                     Some(h) => {
-                        h.expires = now + lease.ttl;
+                        h.expires = saturating_add(now, lease.ttl);
                         Renewal::Renewed {
                             valid_until: lease_deadline(sent, lease.ttl),
                         }

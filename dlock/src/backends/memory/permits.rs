@@ -9,6 +9,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use crate::backend::{lease_deadline, Lease, PermitRequest, Renewal};
+use crate::deadline::saturating_add;
 use crate::LockError;
 
 /// Every semaphore of one `MemoryBackend`.
@@ -87,7 +88,9 @@ impl PermitTable {
         if ticket.is_some() {
             entry.queue.pop_front();
         }
-        entry.holders.insert(req.token.clone(), now + req.ttl);
+        entry
+            .holders
+            .insert(req.token.clone(), saturating_add(now, req.ttl));
         Some(Lease {
             key: req.name.clone(),
             token: req.token.clone(),
@@ -185,7 +188,7 @@ impl PermitTable {
                     .filter(|expires| **expires > now);
                 Ok(match expiry {
                     Some(expires) => {
-                        *expires = now + lease.ttl;
+                        *expires = saturating_add(now, lease.ttl);
                         Renewal::Renewed {
                             valid_until: lease_deadline(sent, lease.ttl),
                         }
