@@ -6,11 +6,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use tokio::runtime::Handle;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Lease, LockBackend};
-use crate::local::{BackendLocal, KeySlot};
+use crate::local::{BackendLocal, Turn};
 use crate::LockError;
 
 /// Where a lease stands.
@@ -42,11 +41,11 @@ pub(crate) struct LeaseState {
     pub(crate) renewing: bool,
 }
 
-/// One lease, shared by its guard, any reentrant guards and the watchdog.
+/// One lease, shared by its guard, any reentrant guards, the scopes run
+/// inside it and the watchdog.
 pub(crate) struct LeaseShared {
     pub(crate) backend: Arc<dyn LockBackend>,
     pub(crate) local: Arc<BackendLocal>,
-    pub(crate) slot: Arc<KeySlot>,
     pub(crate) key: String,
     pub(crate) token: String,
     pub(crate) fencing_token: Option<u64>,
@@ -56,8 +55,10 @@ pub(crate) struct LeaseShared {
     pub(crate) lost: CancellationToken,
     /// The runtime the lease was acquired on: `Drop` queues the release here.
     runtime: Handle,
-    /// This process's turn on the key; given back after the release.
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// This process's turns: on the key (or the semaphore), and a segmented
+    /// lock's admission. Given back once the release is sent, or at once
+    /// when the lease is lost, so the next local waiter asks the service.
+    turns: Mutex<Vec<Turn>>,
 }
 
 impl fmt::Debug for LeaseShared {
@@ -79,21 +80,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct NewLease {
     pub(crate) backend: Arc<dyn LockBackend>,
     pub(crate) local: Arc<BackendLocal>,
-    pub(crate) slot: Arc<KeySlot>,
     pub(crate) lease: Lease,
     pub(crate) renew: bool,
     pub(crate) kind: LeaseKind,
-    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) turn: Turn,
 }
 
 impl LeaseShared {
     pub(crate) fn new(parts: NewLease) -> Arc<Self> {
         let lease = parts.lease;
-        let next_renew = Instant::now() + lease.ttl / 3;
+        let next_renew = crate::deadline::saturating_add(Instant::now(), lease.ttl / 3);
         Arc::new(LeaseShared {
             backend: parts.backend,
             local: parts.local,
-            slot: parts.slot,
             key: lease.key.clone(),
             token: lease.token.clone(),
             fencing_token: lease.fencing_token,
@@ -107,8 +106,24 @@ impl LeaseShared {
             }),
             lost: CancellationToken::new(),
             runtime: Handle::current(),
-            permit: Mutex::new(Some(parts.permit)),
+            turns: Mutex::new(vec![parts.turn]),
         })
+    }
+
+    /// Keeps `turn` with the lease's own, to be given back with them; gives
+    /// it back at once if the lease is no longer held.
+    pub(crate) fn keep_turn(&self, turn: Turn) {
+        let mut turns = lock(&self.turns);
+        if self.lock_state().status == Status::Held {
+            turns.push(turn);
+        }
+    }
+
+    /// Gives back this process's turns on the key: the next local waiter
+    /// goes to the service.
+    fn give_up_turns(&self) {
+        let turns = std::mem::take(&mut *lock(&self.turns));
+        drop(turns);
     }
 
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, LeaseState> {
@@ -128,6 +143,9 @@ impl LeaseShared {
             drop(state);
             tracing::warn!(key = %self.key, "lease lost");
             self.lost.cancel();
+            // A lost lease keeps nobody of this process out: other processes
+            // are not kept out either, and the guard may live on for long.
+            self.give_up_turns();
         }
     }
 
@@ -145,21 +163,24 @@ impl LeaseShared {
             was == Status::Held && !expired
         };
         self.local.watchdog.deregister(self);
-        self.slot.clear_holder(self);
         Ok(was)
     }
 
     /// Queues [`finish_release`](Self::finish_release) to the runtime the
-    /// lease was acquired on. Never blocks and never panics: if that runtime
-    /// is gone, the task is dropped unrun and the lease expires by its ttl.
+    /// lease was acquired on. Never blocks and never panics. If that runtime
+    /// is gone or shuts down before the release is done, the task is dropped
+    /// there, and the release runs on dlock's background runtime instead:
+    /// the backend's connection may well live on a runtime that still runs
+    /// (and on etcd and ZooKeeper, a key on a shared session would otherwise
+    /// outlive its ttl).
     fn finish_in_background(self: Arc<Self>, was_held: bool) {
         let runtime = self.runtime.clone();
+        let mut elsewhere = ReleaseElsewhere(Some((self, was_held)));
         drop(runtime.spawn(async move {
-            if let Err(e) = self.finish_release(was_held).await {
-                if !matches!(e, LockError::NotHeld { .. }) {
-                    tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
-                }
+            if let Some((shared, was_held)) = elsewhere.0.clone() {
+                report_background(shared.finish_release(was_held).await);
             }
+            elsewhere.disarm();
         }));
     }
 
@@ -177,21 +198,53 @@ impl LeaseShared {
     async fn finish_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
         let lease = self.lock_state().lease.clone();
         let mut release = std::pin::pin!(release_on(&*self.backend, self.kind, &lease));
-        let mut turn = lock(&self.permit).take();
+        let mut first_poll = true;
         let answer = std::future::poll_fn(|cx| {
             let answer = release.as_mut().poll(cx);
             // After the first poll the request is sent (or queued to be).
-            drop(turn.take());
+            if std::mem::take(&mut first_poll) {
+                self.give_up_turns();
+            }
             answer
         })
         .await;
-        self.local.prune_released(&self.slot);
         match answer {
             Ok(true) if was_held => Ok(()),
             Ok(_) => Err(LockError::NotHeld {
                 key: self.key.clone(),
             }),
             Err(e) => Err(e),
+        }
+    }
+}
+
+/// Logs a background release that failed for another reason than a lease
+/// already gone.
+fn report_background(result: Result<(), LockError>) {
+    if let Err(e) = result {
+        if !matches!(e, LockError::NotHeld { .. }) {
+            tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
+        }
+    }
+}
+
+/// A release task that was dropped before it finished (its runtime is gone
+/// or shutting down) finishes on dlock's background runtime.
+struct ReleaseElsewhere(Option<(Arc<LeaseShared>, bool)>);
+
+impl ReleaseElsewhere {
+    /// The release finished where it was queued.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ReleaseElsewhere {
+    fn drop(&mut self) {
+        if let Some((shared, was_held)) = self.0.take() {
+            crate::background::spawn(async move {
+                report_background(shared.finish_release(was_held).await);
+            });
         }
     }
 }
@@ -214,11 +267,13 @@ pub(crate) async fn release_on(
 /// - [`LockGuard::lost`] resolves if the lease is lost: renewal refused, or
 ///   the service unreachable until the lease could have expired.
 /// - [`LockGuard::release`] gives the lease back now; dropping the guard
-///   gives it back in the background on the runtime it was acquired on. If
-///   that runtime is gone, the lease simply expires after its ttl.
+///   gives it back in the background on the runtime it was acquired on, or,
+///   if that runtime is gone, on a small runtime of dlock's own. If the
+///   service cannot be reached, the lease expires after its ttl.
 ///
-/// A guard from a reentrant acquisition (same task, same key) shares the outer
-/// guard's lease: dropping or releasing it does not release the lease.
+/// An acquisition of the same key made inside [`LockGuard::scope`] (and
+/// inside a `#[distributed_lock]` body) is reentrant: its guard shares this
+/// guard's lease, and dropping or releasing it does not release the lease.
 ///
 /// # Example
 ///
@@ -243,9 +298,6 @@ pub struct LockGuard {
     done: bool,
     /// Which segment of a [`SegmentedLock`](crate::SegmentedLock) this is.
     segment: Option<usize>,
-    /// A segmented lock's local admission (one of N places per key in this
-    /// process), given back when the guard goes.
-    admission: Option<OwnedSemaphorePermit>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -267,7 +319,6 @@ impl LockGuard {
             reentrant: false,
             done: false,
             segment: None,
-            admission: None,
         }
     }
 
@@ -277,7 +328,6 @@ impl LockGuard {
             reentrant: true,
             done: false,
             segment: None,
-            admission: None,
         }
     }
 
@@ -287,9 +337,10 @@ impl LockGuard {
         self
     }
 
-    /// Keeps a segmented lock's local admission until the guard goes.
-    pub(crate) fn admitted(mut self, admission: Option<OwnedSemaphorePermit>) -> Self {
-        self.admission = admission;
+    /// Keeps a segmented lock's local admission (one of N places per key in
+    /// this process) with the lease, to be given back with it.
+    pub(crate) fn admitted(self, admission: Turn) -> Self {
+        self.shared.keep_turn(admission);
         self
     }
 
@@ -339,10 +390,49 @@ impl LockGuard {
         self.segment
     }
 
-    /// Whether this guard came from a reentrant acquisition inside the task
-    /// that holds the key (it shares the outer guard's lease).
+    /// Whether this guard came from a reentrant acquisition inside the
+    /// critical section of a guard that holds the key (it shares that
+    /// guard's lease).
     pub fn is_reentrant(&self) -> bool {
         self.reentrant
+    }
+
+    /// Runs `work` inside this guard's critical section: an acquisition of
+    /// the same key on the same backend made anywhere inside `work` (also in
+    /// functions it calls, and in `join!` branches within it) re-enters at
+    /// once, without a round trip, and gets a guard that shares this lease.
+    ///
+    /// This is what a `#[distributed_lock]` body does; use it with the plain
+    /// API. Outside `work`, nothing re-enters: another task, a sibling
+    /// branch of a `join!` or `select!` that is not inside `work`, or a
+    /// second `acquire` after this one in the same code all wait for the
+    /// lease like any other caller, as a non-reentrant mutex (tokio's
+    /// `Mutex`) makes them. A `tokio::spawn`ed task is not inside `work`
+    /// even when spawned from it.
+    ///
+    /// Once the lease is lost or released, acquisitions inside `work` no
+    /// longer re-enter: they contend as any other caller.
+    ///
+    /// ```
+    /// use dlock::Lock;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let backend = dlock::connect("memory://").await?;
+    /// let lock = Lock::new("order:42").with_backend(backend);
+    /// let guard = lock.acquire().await?;
+    /// // Outside the scope: a second acquire is not reentrant, the key is held.
+    /// assert!(lock.try_acquire().await?.is_none());
+    /// guard
+    ///     .scope(async {
+    ///         let inner = lock.try_acquire().await?.expect("re-enters inside the scope");
+    ///         assert!(inner.is_reentrant());
+    ///         Ok::<_, dlock::LockError>(())
+    ///     })
+    ///     .await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
+        crate::scope::inside(self.shared.clone(), work)
     }
 
     /// Resolves when the lease is lost; never resolves if it is released first.

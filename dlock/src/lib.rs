@@ -35,6 +35,7 @@
 
 pub mod backend;
 pub mod backends;
+mod background;
 mod deadline;
 mod error;
 mod guard;
@@ -42,6 +43,7 @@ mod key;
 mod local;
 mod lock;
 mod registry;
+mod scope;
 mod segmented;
 mod semaphore;
 pub mod url;
@@ -57,7 +59,7 @@ pub use dlock_macros::distributed_lock;
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::MAX_KEY_BYTES;
-pub use lock::{Lock, DEFAULT_TTL, MIN_TTL};
+pub use lock::{Lock, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use registry::{connect, registry, Registry};
 pub use segmented::SegmentedLock;
 pub use semaphore::{Permit, Semaphore};

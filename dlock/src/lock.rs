@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{AcquireRequest, LockBackend};
 use crate::guard::{LeaseKind, LeaseShared, LockGuard, NewLease};
-use crate::{local, registry, LockError};
+use crate::{deadline, local, registry, scope, LockError};
 
 /// The lease length when none is given: Redisson's watchdog default.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -14,6 +14,13 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// The shortest ttl dlock accepts: below it the drift margin and a renewal
 /// round trip eat the whole lease.
 pub const MIN_TTL: Duration = Duration::from_millis(30);
+
+/// The longest ttl dlock accepts: 365 days. The ttl bounds how long a
+/// crashed holder keeps everyone out; with renewal on, a lock is held for as
+/// long as its guard lives whatever the ttl, so "forever" needs no huge ttl.
+/// A longer one (`Duration::MAX`) is [`LockError::InvalidOption`] on every
+/// backend, rather than a value each service would clamp its own way.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
 
 /// A distributed lock: a key and the options to take it with.
 ///
@@ -23,8 +30,8 @@ pub const MIN_TTL: Duration = Duration::from_millis(30);
 ///
 /// | option | default |
 /// |---|---|
-/// | [`ttl`](Lock::ttl) | 30 s, renewed every ttl/3 while the guard lives |
-/// | [`wait`](Lock::wait) | no limit (`Duration::ZERO`: one attempt) |
+/// | [`ttl`](Lock::ttl) | 30 s, renewed every ttl/3 while the guard lives ([`MIN_TTL`]..=[`MAX_TTL`]) |
+/// | [`wait`](Lock::wait) | no limit (`Duration::ZERO`: one attempt; `Duration::MAX`: no limit) |
 /// | [`renew`](Lock::renew) | on |
 /// | [`backend`](Lock::backend) | the registry's default |
 ///
@@ -35,8 +42,10 @@ pub const MIN_TTL: Duration = Duration::from_millis(30);
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
 /// dlock::registry().set_default(dlock::connect("memory://").await?);
 /// let lock = Lock::new("order:42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(5));
-/// let guard = lock.acquire().await?;          // waits up to 5 s
-/// assert!(lock.try_acquire().await?.is_some()); // same task: reentrant
+/// let guard = lock.acquire().await?;            // waits up to 5 s
+/// assert!(lock.try_acquire().await?.is_none());   // held: a second acquire waits
+/// let inner = guard.scope(lock.try_acquire()).await?; // inside the guard's scope: reentrant
+/// assert!(inner.is_some_and(|g| g.is_reentrant()));
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
@@ -95,7 +104,8 @@ impl Lock {
     }
 
     /// How long [`acquire`](Lock::acquire) may wait. `Duration::ZERO` makes
-    /// one attempt and fails with [`LockError::Busy`] if the lock is held.
+    /// one attempt and fails with [`LockError::Busy`] if the lock is held;
+    /// a wait too long to end (`Duration::MAX`) means no limit.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -127,9 +137,12 @@ impl Lock {
 
     /// Takes the lock, waiting up to the configured `wait`.
     ///
-    /// Within one task, a key that an enclosing guard of the same task holds
-    /// is granted at once, without a round trip (reentrancy). Other tasks of
-    /// this process queue locally, so only one of them talks to the service.
+    /// Inside the critical section of a guard that holds this key on this
+    /// backend ([`LockGuard::scope`], a `#[distributed_lock]` body), the key
+    /// is granted at once, without a round trip (reentrancy). Everywhere
+    /// else a held key is waited for, by other tasks and by the holder's own
+    /// code alike. Waiters of this process queue locally, so only one of
+    /// them talks to the service.
     ///
     /// # Errors
     /// [`LockError::Timeout`] when the wait runs out, [`LockError::Busy`] when
@@ -171,15 +184,12 @@ impl Lock {
         }
     }
 
-    /// The guard of a lease that the current task already holds on this
-    /// key, if any: a reentrant guard, no round trip.
+    /// The guard of a lease on this key whose critical section the running
+    /// code is inside of, if any: a reentrant guard, no round trip.
     pub(crate) fn held_here(&self) -> Result<Option<LockGuard>, LockError> {
         let backend = self.check()?;
         let local = local::for_backend(&backend);
-        let held = local
-            .existing_slot(&self.key)
-            .and_then(|slot| slot.held_by(local::Owner::current()));
-        Ok(held.map(LockGuard::reentrant))
+        Ok(scope::enclosing(&local, &self.key).map(LockGuard::reentrant))
     }
 
     /// Validates the key and ttl and finds the backend.
@@ -188,6 +198,12 @@ impl Lock {
         if self.ttl < MIN_TTL {
             return Err(LockError::invalid_option(format!(
                 "ttl {:?} for lock `{}` is shorter than the {MIN_TTL:?} minimum that renewal can keep; use a longer ttl",
+                self.ttl, self.key
+            )));
+        }
+        if self.ttl > MAX_TTL {
+            return Err(LockError::invalid_option(format!(
+                "ttl {:?} for lock `{}` is longer than the 365-day maximum (dlock::MAX_TTL); with renewal on, a 30 s ttl already keeps the lock for as long as the guard lives",
                 self.ttl, self.key
             )));
         }
@@ -206,18 +222,14 @@ impl Lock {
     ) -> Result<Option<LockGuard>, LockError> {
         let backend = self.check()?;
         let local = local::for_backend(&backend);
-        let slot = local.slot(&self.key);
-        let owner = local::Owner::current();
-        if let Some(held) = slot.held_by(owner) {
+        if let Some(held) = scope::enclosing(&local, &self.key) {
             return Ok(Some(LockGuard::reentrant(held)));
         }
 
         let once = wait == Some(Duration::ZERO);
-        let deadline = wait.map(|w| Instant::now() + w);
+        let deadline = wait.and_then(deadline::after);
         // Wait our turn among this process's tasks first.
-        let Some(permit) = slot.wait_turn(once, deadline).await else {
-            drop(slot);
-            local.prune(&self.key);
+        let Some(turn) = local.turn(local.slot(&self.key), once, deadline).await else {
             return Ok(None);
         };
 
@@ -233,23 +245,17 @@ impl Lock {
         };
         let lease = match granted {
             Ok(Some(lease)) => lease,
-            other => {
-                drop((permit, slot));
-                local.prune(&self.key);
-                return other.map(|_| None);
-            }
+            other => return other.map(|_| None),
         };
 
         let shared = LeaseShared::new(NewLease {
             backend,
             local: local.clone(),
-            slot: slot.clone(),
             lease,
             renew: self.renew,
             kind: LeaseKind::Lock,
-            permit,
+            turn,
         });
-        slot.set_holder(owner, &shared);
         local.watchdog.register(&shared);
         Ok(Some(LockGuard::outer(shared)))
     }

@@ -40,8 +40,9 @@ pub fn fail_with<R: LockResult>() -> fn(LockError) -> R {
     R::from_lock_error
 }
 
-/// Runs `body` while the lease is held. With [`OnLost::Cancel`], a lost
-/// lease drops the body where it is awaiting and yields `fail(Lost)`.
+/// Runs `body` while the lease is held, inside the guard's critical section
+/// (so nested acquisitions of the key re-enter). With [`OnLost::Cancel`], a
+/// lost lease drops the body where it is awaiting and yields `fail(Lost)`.
 pub async fn run_body<R, F>(
     guard: &LockGuard,
     on_lost: OnLost,
@@ -51,6 +52,7 @@ pub async fn run_body<R, F>(
 where
     F: Future<Output = R>,
 {
+    let body = guard.scope(body);
     match on_lost {
         OnLost::Continue => body.await,
         OnLost::Cancel => {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::{local, Lock, LockBackend, LockError, LockGuard};
+use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
 
 /// A lock on one resource split into `segments` parts, each guarded by its
 /// own ordinary lock on the key `<key>#<i>`.
@@ -79,6 +79,11 @@ type SegmentWait<'a> =
     Pin<Box<dyn Future<Output = (usize, Result<Option<LockGuard>, LockError>)> + Send + 'a>>;
 
 impl SegmentedLock {
+    /// The most segments a segmented lock may have: 1024. More (or zero) is
+    /// [`LockError::InvalidOption`] at acquire; every acquire may try each
+    /// segment once.
+    pub const MAX_SEGMENTS: usize = 1024;
+
     /// A lock on `key` split into `segments` segments, with the default
     /// options. Nothing is checked until it is acquired: zero segments is
     /// [`LockError::InvalidOption`] then, a bad key [`LockError::InvalidKey`].
@@ -138,9 +143,11 @@ impl SegmentedLock {
 
     /// Takes a free segment, waiting up to the configured `wait` for one.
     ///
-    /// A segment that the current task already holds is granted again at
-    /// once (reentrancy, as with [`Lock`]), so a locked function that calls
-    /// another with the same key does not take a second segment.
+    /// Inside the critical section of a guard that holds one of the segments
+    /// ([`LockGuard::scope`], a `#[distributed_lock]` body), that segment is
+    /// granted again at once (reentrancy, as with [`Lock`]), so a locked
+    /// function that calls another with the same key does not take a second
+    /// segment. Elsewhere, a second acquire takes another segment.
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] for zero segments or a bad ttl,
@@ -212,15 +219,29 @@ impl SegmentedLock {
     }
 
     fn check(&self) -> Result<(), LockError> {
-        if self.segments == 0 {
+        if self.segments == 0 || self.segments > Self::MAX_SEGMENTS {
             return Err(LockError::invalid_option(format!(
-                "`{}` has 0 segments; a segmented lock needs at least 1",
-                self.key()
+                "`{}` has {} segments; a segmented lock needs 1..={} (dlock::SegmentedLock::MAX_SEGMENTS)",
+                self.key(),
+                self.segments,
+                Self::MAX_SEGMENTS
             )));
         }
         // The base key itself must be valid, not only `<key>#<i>` (an empty
-        // key would otherwise become the valid key `#0`).
-        crate::key::validate(self.key())
+        // key would otherwise become the valid key `#0`); and so must the
+        // longest segment key, which the suffix makes longer than the base.
+        crate::key::validate(self.key())?;
+        let longest = self.segment_key(self.segments - 1);
+        crate::key::validate(&longest).map_err(|e| match e {
+            LockError::InvalidKey { reason, .. } => LockError::InvalidKey {
+                key: self.key().to_owned(),
+                reason: format!(
+                    "its segment key `…#{}` is invalid: {reason}; the base key must leave room for the `#<segment>` suffix",
+                    self.segments - 1
+                ),
+            },
+            other => other,
+        })
     }
 
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>, LockError> {
@@ -241,26 +262,16 @@ impl SegmentedLock {
         // those acquisitions are wasted.
         let backend = self.base.check()?;
         let local = local::for_backend(&backend);
-        let slot = local.segments_slot(self.key(), n);
-        let deadline = wait.map(|w| Instant::now() + w);
+        let deadline = wait.and_then(deadline::after);
         let once = wait == Some(Duration::ZERO);
-        let Some(admission) = slot.wait_turn(once, deadline).await else {
-            let name = slot.name.clone();
-            drop(slot);
-            local.prune(&name);
+        let slot = local.segments_slot(self.key(), n);
+        let Some(admission) = local.turn(slot, once, deadline).await else {
             return Ok(None);
         };
-        let guard = self.find_segment(&locks, wait, deadline).await;
-        let name = slot.name.clone();
-        drop(slot);
-        match guard {
-            Ok(Some(guard)) => Ok(Some(guard.admitted(Some(admission)))),
-            other => {
-                drop(admission);
-                local.prune(&name);
-                other
-            }
-        }
+        // The admission goes back with the segment's lease (released or
+        // lost), or here when no segment was found.
+        let guard = self.find_segment(&locks, wait, deadline).await?;
+        Ok(guard.map(|guard| guard.admitted(admission)))
     }
 
     /// Tries every segment once from a rotating start, then, unless `wait`
@@ -372,7 +383,6 @@ mod tests {
         let mut held = Vec::new();
         for _ in 0..3 {
             let lock = lock.clone();
-            // Separate tasks: within one task a held segment is reentrant.
             held.push(
                 tokio::spawn(async move { lock.acquire().await })
                     .await
@@ -397,12 +407,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_same_task_gets_its_own_segment_back() {
+    async fn the_holders_scope_gets_its_own_segment_back() {
         let lock = SegmentedLock::new("seg:reentrant", 4).with_backend(backend());
         let outer = lock.acquire().await.unwrap();
-        let inner = lock.acquire().await.unwrap();
+        let inner = outer.scope(lock.acquire()).await.unwrap();
         assert!(inner.is_reentrant());
         assert_eq!(inner.segment(), outer.segment());
+        // Outside the scope, a second acquire takes another segment.
+        let other = lock.acquire().await.unwrap();
+        assert!(!other.is_reentrant());
+        assert_ne!(other.segment(), outer.segment());
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::backend::PermitRequest;
 use crate::guard::{LeaseKind, LeaseShared, NewLease};
 use crate::lock::new_token;
-use crate::{local, Lock, LockBackend, LockError, LockGuard};
+use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
 
 /// A counting semaphore: at most `permits` holders at once, across every
 /// process that uses the same name on the same service.
@@ -53,6 +53,10 @@ pub struct Semaphore {
 }
 
 impl Semaphore {
+    /// The most permits a semaphore may have: a million. More (or zero) is
+    /// [`LockError::InvalidOption`] at acquire.
+    pub const MAX_PERMITS: usize = 1_000_000;
+
     /// A semaphore named `name` with `permits` permits and the default
     /// options. Nothing is checked until it is acquired: zero permits is
     /// [`LockError::InvalidOption`] then, a bad name [`LockError::InvalidKey`]
@@ -141,22 +145,21 @@ impl Semaphore {
     }
 
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>, LockError> {
-        if self.permits == 0 {
+        if self.permits == 0 || self.permits > Self::MAX_PERMITS {
             return Err(LockError::invalid_option(format!(
-                "semaphore `{}` has 0 permits; it needs at least 1",
-                self.name()
+                "semaphore `{}` has {} permits; give it 1..={} (dlock::Semaphore::MAX_PERMITS)",
+                self.name(),
+                self.permits,
+                Self::MAX_PERMITS
             )));
         }
         let backend = self.base.check()?;
         let local = local::for_backend(&backend);
-        let slot = local.semaphore_slot(self.name(), self.permits);
         let once = wait == Some(Duration::ZERO);
-        let deadline = wait.map(|w| Instant::now() + w);
+        let deadline = wait.and_then(deadline::after);
         // At most `permits` tasks of this process ask the service at once.
-        let Some(turn) = slot.wait_turn(once, deadline).await else {
-            let name = slot.name.clone();
-            drop(slot);
-            local.prune(&name);
+        let slot = local.semaphore_slot(self.name(), self.permits);
+        let Some(turn) = local.turn(slot, once, deadline).await else {
             return Ok(None);
         };
         let request = PermitRequest {
@@ -172,21 +175,15 @@ impl Semaphore {
         };
         let lease = match granted {
             Ok(Some(lease)) => lease,
-            other => {
-                let name = slot.name.clone();
-                drop((turn, slot));
-                local.prune(&name);
-                return other.map(|_| None);
-            }
+            other => return other.map(|_| None),
         };
         let shared = LeaseShared::new(NewLease {
             backend,
             local: local.clone(),
-            slot,
             lease,
             renew: self.base.renew,
             kind: LeaseKind::Permit,
-            permit: turn,
+            turn,
         });
         local.watchdog.register(&shared);
         Ok(Some(Permit {

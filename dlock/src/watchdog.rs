@@ -5,6 +5,12 @@
 //! `LockBackend::renew` call. The same task marks a lease lost when its local
 //! deadline passes without a successful renewal, so `lost()` fires on time
 //! even while a renewal hangs on a dead connection.
+//!
+//! The task runs on dlock's background runtime, not on the runtime that took
+//! a lease: a lease of any runtime is renewed, or reported lost by its
+//! deadline, even while that runtime is idle or gone. Its arithmetic
+//! saturates, so no lease's values (a ttl of `Duration::MAX` given to a
+//! backend directly) can make it panic and stop renewing the others.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,6 +20,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::backend::{Lease, LockBackend, Renewal};
+use crate::deadline::saturating_add;
 use crate::guard::{release_on, LeaseKind, LeaseShared, Status};
 use crate::LockError;
 
@@ -63,8 +70,8 @@ impl Watchdog {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts watching `lease`; spawns the watchdog task on the current
-    /// runtime if none runs.
+    /// Starts watching `lease`; spawns the watchdog task on dlock's
+    /// background runtime if none runs.
     pub(crate) fn register(self: &Arc<Self>, lease: &Arc<LeaseShared>) {
         let first_event = {
             let l = lease.lock_state();
@@ -80,7 +87,7 @@ impl Watchdog {
             state.running = true;
             state.sleeping_until = None;
             let me = self.clone();
-            tokio::spawn(async move { me.run().await });
+            crate::background::spawn(async move { me.run().await });
             return;
         }
         let wake = state.sleeping_until.is_none_or(|at| first_event < at);
@@ -137,7 +144,7 @@ impl Watchdog {
                 }
                 None if in_flight.is_empty() => {
                     let since = *idle_since.get_or_insert_with(Instant::now);
-                    Some(since + IDLE_LINGER)
+                    Some(saturating_add(since, IDLE_LINGER))
                 }
                 None => None,
             };
@@ -190,13 +197,14 @@ impl Watchdog {
             earliest(lease.lease.valid_until);
             if shared.renew && !lease.renewing {
                 let interval = lease.lease.ttl / 3;
-                let nearly_due = now + interval / COALESCE_DIVISOR >= lease.next_renew;
+                let nearly_due =
+                    saturating_add(now, interval / COALESCE_DIVISOR) >= lease.next_renew;
                 // While a batch is in flight, leases that come due wait for
                 // it to finish and go together in the next one, unless they
                 // are a further ttl/3 late (still a third of the ttl before
                 // their deadline): otherwise leases taken at slightly
                 // different times would each get a round trip of their own.
-                let urgent_at = lease.next_renew + interval;
+                let urgent_at = saturating_add(lease.next_renew, interval);
                 if nearly_due && (!busy || now >= urgent_at) {
                     trigger |= now >= lease.next_renew;
                     candidates.push(shared.clone());
@@ -265,7 +273,7 @@ impl Watchdog {
             match answer {
                 Some(Ok(Renewal::Renewed { valid_until })) => {
                     state.lease.valid_until = *valid_until;
-                    state.next_renew = sent + state.lease.ttl / 3;
+                    state.next_renew = saturating_add(sent, state.lease.ttl / 3);
                 }
                 Some(Ok(Renewal::Refused)) => {
                     drop(state);
@@ -273,11 +281,11 @@ impl Watchdog {
                 }
                 Some(Err(e)) => {
                     tracing::debug!(key = %shared.key, error = %e, "renewal failed; retrying");
-                    state.next_renew = now + retry_delay(state.lease.ttl);
+                    state.next_renew = saturating_add(now, retry_delay(state.lease.ttl));
                 }
                 None => {
                     tracing::debug!(key = %shared.key, "renewal got no answer in time; retrying");
-                    state.next_renew = now + retry_delay(state.lease.ttl);
+                    state.next_renew = saturating_add(now, retry_delay(state.lease.ttl));
                 }
             }
         }

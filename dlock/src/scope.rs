@@ -1,0 +1,60 @@
+//! Reentrancy: which held leases the running code is inside of.
+//!
+//! Reentrancy follows the holder's critical section, not the tokio task: a
+//! future run by [`LockGuard::scope`](crate::LockGuard::scope) (and the body
+//! of a `#[distributed_lock]` function, which runs that way) carries its
+//! lease in a task-local frame, and an acquire of the same key on the same
+//! backend made *inside* that future re-enters. Code that is not nested in
+//! the holder's future sees no frame and contends as any other caller:
+//! other tasks, and the sibling branches of a `join!`, `select!` or
+//! `FuturesUnordered` in the holder's own task, because a task-local scope
+//! is in force only while its own future is being polled.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::guard::{LeaseKind, LeaseShared};
+use crate::local::BackendLocal;
+
+/// One held lease whose critical section the code runs in, and the frames
+/// it is nested in.
+struct Frame {
+    lease: Arc<LeaseShared>,
+    outer: Option<Arc<Frame>>,
+}
+
+tokio::task_local! {
+    static INSIDE: Option<Arc<Frame>>;
+}
+
+/// The held lease on `key` of the backend `local` whose critical section
+/// the running code is inside of, if any.
+pub(crate) fn enclosing(local: &Arc<BackendLocal>, key: &str) -> Option<Arc<LeaseShared>> {
+    INSIDE
+        .try_with(|top| {
+            let mut frame = top.as_ref();
+            while let Some(f) = frame {
+                let lease = &f.lease;
+                if lease.kind == LeaseKind::Lock
+                    && lease.key == key
+                    && Arc::ptr_eq(&lease.local, local)
+                    && lease.is_held()
+                {
+                    return Some(lease.clone());
+                }
+                frame = f.outer.as_ref();
+            }
+            None
+        })
+        .ok()
+        .flatten()
+}
+
+/// Runs `work` inside the critical section of `lease`, nested in whatever
+/// frames are in force where it is first polled.
+pub(crate) async fn inside<F: Future>(lease: Arc<LeaseShared>, work: F) -> F::Output {
+    let outer = INSIDE.try_with(Clone::clone).ok().flatten();
+    INSIDE
+        .scope(Some(Arc::new(Frame { lease, outer })), work)
+        .await
+}
