@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Lock, LockBackend, LockError, LockGuard};
 
+pub use crate::ordinary_code::*;
 use crate::overlap::OverlapDetector;
 
 /// A lock service under test.
@@ -54,11 +55,16 @@ macro_rules! conformance_suite {
             renewal_keeps_the_lock_past_three_ttls,
             lost_fires_when_the_lease_is_removed,
             fencing_tokens_strictly_increase,
-            reentrancy_within_one_task,
+            reentrancy_follows_the_holders_scope,
+            concurrent_branches_of_one_task_contend,
             other_tasks_contend_normally,
             drop_hands_over_promptly,
             cancelled_acquire_leaves_nothing_behind,
             invalid_input_is_rejected,
+            reacquire_after_loss_while_the_lost_guard_lives,
+            a_lease_of_a_second_runtime_is_renewed,
+            a_guard_dropped_with_its_runtime_frees_the_key,
+            cancelled_release_never_gives_two_holders,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -258,28 +264,6 @@ pub async fn fencing_tokens_strictly_increase<F: Fixture>(fixture: &F) {
         }
         guard.release().await.unwrap();
     }
-}
-
-pub async fn reentrancy_within_one_task<F: Fixture>(fixture: &F) {
-    let key = unique_key("reentrant");
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let outer = lock(&a, &key).acquire().await.unwrap();
-    let inner = lock(&a, &key)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .expect("reentrant acquire");
-    assert!(inner.is_reentrant());
-    assert_eq!(inner.fencing_token(), outer.fencing_token());
-    assert_eq!(inner.token(), outer.token());
-    drop(inner);
-    assert!(
-        outer.is_held(),
-        "dropping the inner guard released the lease"
-    );
-    assert!(lock(&b, &key).try_acquire().await.unwrap().is_none());
-    outer.release().await.unwrap();
-    assert!(lock(&b, &key).try_acquire().await.unwrap().is_some());
 }
 
 pub async fn other_tasks_contend_normally<F: Fixture>(fixture: &F) {

@@ -24,6 +24,7 @@ macro_rules! semaphore_suite {
             release_wakes_a_waiter_promptly,
             wait_times_out_on_time,
             leaked_permit_expires_after_ttl,
+            an_expired_permit_lets_local_waiters_in,
             renewal_keeps_a_permit_past_three_ttls,
             zero_permits_is_rejected,
         );
@@ -213,6 +214,35 @@ pub async fn leaked_permit_expires_after_ttl<F: Fixture>(fixture: &F) {
         "leaked permit lasted {took:?}"
     );
     next.release().await.unwrap();
+}
+
+/// An expired permit that is kept alive (renewal off, the `Permit` not
+/// dropped) lets a waiter of its own process in as soon as it expires, as it
+/// lets in one of another process.
+pub async fn an_expired_permit_lets_local_waiters_in<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-expired");
+    let ttl = fixture.short_ttl();
+    let a = fixture.backend().await;
+    let expiring = semaphore(&a, &name, 1)
+        .ttl(ttl)
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let next = semaphore(&a, &name, 1)
+        .wait(ttl * 3 + Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("a local waiter stayed behind an expired permit");
+    let took = start.elapsed();
+    assert!(
+        took <= ttl + Duration::from_secs(2),
+        "the local waiter got the permit after {took:?} (ttl {ttl:?})"
+    );
+    assert!(!expiring.is_held());
+    next.release().await.unwrap();
+    drop(expiring);
 }
 
 pub async fn renewal_keeps_a_permit_past_three_ttls<F: Fixture>(fixture: &F) {
