@@ -473,4 +473,45 @@ mod tests {
     fn rotation_counters_are_stable_per_key() {
         assert!(std::ptr::eq(rotation("stock:1"), rotation("stock:1")));
     }
+
+    #[tokio::test]
+    async fn distinct_keys_leave_no_admission_slots_behind() {
+        let b: Arc<dyn LockBackend> = backend();
+        let local = local::for_backend(&b);
+        for i in 0..2_000 {
+            let lock = SegmentedLock::new(format!("seg:many:{i}"), 2).with_backend(b.clone());
+            let guard = lock.acquire().await.unwrap();
+            if i % 2 == 0 {
+                guard.release().await.unwrap();
+            } else {
+                drop(guard);
+            }
+            // A try that finds nothing, and a wait that times out, too.
+            let _ = lock.clone().wait(Duration::ZERO).try_acquire().await;
+        }
+        for _ in 0..100 {
+            if local.slot_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(local.slot_count(), 0, "admission slots were kept");
+    }
+
+    #[tokio::test]
+    async fn a_later_segment_count_is_not_stuck_at_the_first() {
+        let b: Arc<dyn LockBackend> = backend();
+        let one = SegmentedLock::new("seg:count", 1).with_backend(b.clone());
+        one.acquire().await.unwrap().release().await.unwrap();
+        let two = SegmentedLock::new("seg:count", 2).with_backend(b.clone());
+        let first = two.acquire().await.unwrap();
+        let second = tokio::spawn({
+            let two = two.clone().wait(Duration::from_secs(1));
+            async move { two.acquire().await }
+        })
+        .await
+        .unwrap()
+        .expect("a second local holder of a 2-segment lock");
+        assert_ne!(first.segment(), second.segment());
+    }
 }

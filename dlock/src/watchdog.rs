@@ -374,4 +374,99 @@ mod tests {
         }
         assert_eq!(local.slot_count(), 0, "one slot per released key was kept");
     }
+
+    /// A memory backend that reports one key's lease as a huge one, as a
+    /// backend whose server clamps long leases may.
+    #[derive(Debug, Default)]
+    struct HugeLease(MemoryBackend);
+
+    #[async_trait::async_trait]
+    impl LockBackend for HugeLease {
+        fn describe(&self) -> String {
+            "huge-lease".into()
+        }
+        async fn try_acquire(
+            &self,
+            req: &crate::backend::AcquireRequest,
+        ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
+            self.0.try_acquire(req).await
+        }
+        async fn acquire(
+            &self,
+            req: &crate::backend::AcquireRequest,
+            deadline: Option<std::time::Instant>,
+        ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
+            let lease = self.0.acquire(req, deadline).await?;
+            Ok(lease.map(|mut lease| {
+                if lease.key == "forever" {
+                    lease.ttl = std::time::Duration::MAX;
+                    lease.valid_until =
+                        crate::backend::lease_deadline(std::time::Instant::now(), lease.ttl);
+                }
+                lease
+            }))
+        }
+        async fn renew(
+            &self,
+            leases: &[crate::backend::Lease],
+        ) -> Vec<Result<crate::backend::Renewal, crate::LockError>> {
+            self.0.renew(leases).await
+        }
+        async fn release(&self, lease: &crate::backend::Lease) -> Result<bool, crate::LockError> {
+            self.0.release(lease).await
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_huge_lease_does_not_stop_the_renewal_of_the_others() {
+        let backend: Arc<dyn LockBackend> = Arc::new(HugeLease::default());
+        let ttl = std::time::Duration::from_millis(300);
+        let forever = Lock::new("forever")
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .unwrap();
+        let normal = Lock::new("normal")
+            .ttl(ttl)
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .unwrap();
+        tokio::time::sleep(ttl * 4).await;
+        assert!(forever.is_held());
+        assert!(normal.is_held(), "the watchdog stopped renewing");
+        normal.release().await.unwrap();
+        forever.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn leases_of_an_idle_second_runtime_are_renewed() {
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let ttl = std::time::Duration::from_millis(300);
+        // The backend's first lease comes from a runtime that then idles.
+        let idle = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let first = {
+            let backend = backend.clone();
+            let handle = idle.handle().clone();
+            std::thread::spawn(move || {
+                handle.block_on(Lock::new("first").ttl(ttl).with_backend(backend).acquire())
+            })
+            .join()
+            .unwrap()
+            .unwrap()
+        };
+        let main = Lock::new("main")
+            .ttl(ttl)
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .unwrap();
+        tokio::time::sleep(ttl * 4).await;
+        assert!(main.is_held() && first.is_held(), "renewal stopped");
+        drop((main, first));
+        std::thread::spawn(move || drop(idle)).join().unwrap();
+    }
 }

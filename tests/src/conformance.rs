@@ -351,11 +351,22 @@ pub async fn invalid_input_is_rejected<F: Fixture>(fixture: &F) {
             "{key:?}: {err:?}"
         );
     }
-    let err = lock(&a, "fine")
-        .ttl(Duration::ZERO)
+    for ttl in [
+        Duration::ZERO,
+        dlock::MAX_TTL + Duration::from_nanos(1),
+        Duration::MAX,
+    ] {
+        let err = lock(&a, "fine").ttl(ttl).acquire().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+        assert!(err.to_string().contains("ttl"), "{err}");
+    }
+    // A wait too long to end is no limit, and the longest ttl is accepted.
+    let key = unique_key("extremes");
+    let guard = lock(&a, &key)
+        .ttl(dlock::MAX_TTL)
+        .wait(Duration::MAX)
         .acquire()
         .await
-        .unwrap_err();
-    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
-    assert!(err.to_string().contains("ttl"), "{err}");
+        .expect("a free key with the longest ttl and an endless wait");
+    guard.release().await.unwrap();
 }
