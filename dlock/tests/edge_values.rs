@@ -1,0 +1,234 @@
+//! Values at the edges: `Lock`, `Semaphore` and `SegmentedLock` options and
+//! keys driven through their whole ranges (durations 0..=MAX, keys of 0..600
+//! bytes of arbitrary UTF-8, counts 0..=usize::MAX) on the memory backend,
+//! and URLs with arbitrary passwords on every scheme. Each case must end in
+//! a typed answer (a guard or a `LockError`), never a panic or a hang, and
+//! no error may show a password.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock::backends::memory::MemoryBackend;
+use dlock::{
+    Lock, LockBackend, LockError, SegmentedLock, Semaphore, MAX_KEY_BYTES, MAX_TTL, MIN_TTL,
+};
+use proptest::prelude::*;
+
+/// Durations with their edges weighted in: zero, the limits and one past
+/// them, `Duration::MAX`, and anything in between.
+fn duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        Just(MIN_TTL),
+        Just(MIN_TTL - Duration::from_nanos(1)),
+        Just(MAX_TTL),
+        Just(MAX_TTL + Duration::from_nanos(1)),
+        (0u64..3_000).prop_map(Duration::from_millis),
+        any::<u64>().prop_map(Duration::from_nanos),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+/// Keys of 0..600 bytes: printable ASCII, arbitrary UTF-8 (control
+/// characters included), and lengths around the 512-byte limit.
+fn key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[ -~]{0,600}",
+        proptest::collection::vec(any::<char>(), 0..150).prop_map(|c| c.into_iter().collect()),
+        (500usize..=520).prop_map(|n| "k".repeat(n)),
+        (250usize..=260).prop_map(|n| "é".repeat(n)),
+    ]
+}
+
+/// Counts with their edges weighted in.
+fn count(limit: usize) -> impl Strategy<Value = usize> {
+    prop_oneof![
+        Just(0),
+        Just(1),
+        Just(limit),
+        Just(limit + 1),
+        Just(usize::MAX),
+        2usize..8,
+        any::<usize>(),
+    ]
+}
+
+fn key_is_valid(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_BYTES && !key.chars().any(char::is_control)
+}
+
+fn ttl_is_valid(ttl: Duration) -> bool {
+    (MIN_TTL..=MAX_TTL).contains(&ttl)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Runs `work` with a bound: a hang is a failure, not a stuck test.
+fn bounded<T>(runtime: &tokio::runtime::Runtime, work: impl std::future::Future<Output = T>) -> T {
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), work).await })
+        .expect("hung for 10 s")
+}
+
+/// The answer for invalid input names what was wrong.
+fn assert_typed(err: &LockError, key_ok: bool) {
+    let expected = if key_ok {
+        matches!(err, LockError::InvalidOption { .. })
+    } else {
+        matches!(err, LockError::InvalidKey { .. })
+    };
+    assert!(expected, "unexpected error: {err:?}");
+    assert!(!err.to_string().is_empty());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+
+    #[test]
+    fn lock_options_give_a_guard_or_a_typed_error(
+        key in key(), ttl in duration(), wait in proptest::option::of(duration()), renew in any::<bool>(),
+    ) {
+        let runtime = runtime();
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let mut lock = Lock::new(key.clone()).ttl(ttl).renew(renew).with_backend(backend);
+        if let Some(wait) = wait {
+            lock = lock.wait(wait);
+        }
+        let valid = key_is_valid(&key) && ttl_is_valid(ttl);
+        for once in [false, true] {
+            let attempt = if once {
+                bounded(&runtime, lock.try_acquire())
+            } else {
+                bounded(&runtime, lock.acquire()).map(Some)
+            };
+            match attempt {
+                Ok(Some(guard)) => {
+                    prop_assert!(valid, "accepted key {key:?} with ttl {ttl:?}");
+                    prop_assert!(guard.is_held());
+                    prop_assert!(guard.fencing_token().is_some());
+                    bounded(&runtime, guard.release()).unwrap();
+                }
+                Ok(None) => prop_assert!(false, "a free key was reported held"),
+                Err(e) => {
+                    prop_assert!(!valid, "refused valid input: {e:?}");
+                    assert_typed(&e, key_is_valid(&key));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn semaphore_options_give_a_permit_or_a_typed_error(
+        name in key(), permits in count(Semaphore::MAX_PERMITS), ttl in duration(), wait in duration(),
+    ) {
+        let runtime = runtime();
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let semaphore = Semaphore::new(name.clone(), permits).ttl(ttl).wait(wait).with_backend(backend);
+        let valid = key_is_valid(&name)
+            && ttl_is_valid(ttl)
+            && (1..=Semaphore::MAX_PERMITS).contains(&permits);
+        match bounded(&runtime, semaphore.acquire()) {
+            Ok(permit) => {
+                prop_assert!(valid, "accepted {name:?}, {permits} permits, ttl {ttl:?}");
+                bounded(&runtime, permit.release()).unwrap();
+            }
+            Err(e) => {
+                prop_assert!(!valid, "refused valid input: {e:?}");
+                let name_ok = key_is_valid(&name);
+                // Counts are checked first: a bad count with a bad name is
+                // an option error.
+                let count_ok = (1..=Semaphore::MAX_PERMITS).contains(&permits);
+                assert_typed(&e, name_ok || !count_ok);
+            }
+        }
+    }
+
+    #[test]
+    fn segmented_options_give_a_segment_or_a_typed_error(
+        key in key(), segments in count(SegmentedLock::MAX_SEGMENTS), ttl in duration(), wait in duration(),
+    ) {
+        let runtime = runtime();
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let lock = SegmentedLock::new(key.clone(), segments).ttl(ttl).wait(wait).with_backend(backend);
+        let count_ok = (1..=SegmentedLock::MAX_SEGMENTS).contains(&segments);
+        let keys_ok = count_ok
+            && key_is_valid(&key)
+            && key_is_valid(&lock.segment_key(segments - 1));
+        let valid = count_ok && keys_ok && ttl_is_valid(ttl);
+        match bounded(&runtime, lock.acquire()) {
+            Ok(guard) => {
+                prop_assert!(valid, "accepted {key:?} with {segments} segments, ttl {ttl:?}");
+                prop_assert!(guard.segment().is_some_and(|s| s < segments));
+                bounded(&runtime, guard.release()).unwrap();
+            }
+            Err(e) => {
+                prop_assert!(!valid, "refused valid input: {e:?}");
+                assert_typed(&e, keys_ok || !count_ok);
+            }
+        }
+    }
+}
+
+/// The schemes this build can connect to.
+fn schemes() -> Vec<&'static str> {
+    let mut schemes = vec!["memory", "nosuchscheme"];
+    if cfg!(feature = "redis") {
+        schemes.extend(["redis", "redis+cluster"]);
+    }
+    if cfg!(all(feature = "redis", feature = "tls")) {
+        schemes.push("rediss");
+    }
+    if cfg!(feature = "redlock") {
+        schemes.push("redlock");
+    }
+    if cfg!(feature = "etcd") {
+        schemes.push("etcd");
+    }
+    if cfg!(all(feature = "etcd", feature = "tls")) {
+        schemes.push("etcds");
+    }
+    if cfg!(feature = "zookeeper") {
+        schemes.push("zk");
+    }
+    schemes
+}
+
+proptest! {
+    // Every case connects once per scheme and URL shape (to a closed
+    // loopback port, or fails to parse): fewer cases keep it quick.
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    #[test]
+    fn no_error_shows_a_password(
+        secret in "[A-Za-z0-9#?/@:!$&'()*+,;=~.\\[\\]_-]{1,16}",
+    ) {
+        // A marker around it, so that it cannot occur by chance in a host or port.
+        let password = format!("Pw{secret}Zq");
+        let runtime = runtime();
+        for scheme in schemes() {
+            for url in [
+                format!("{scheme}://user:{password}@127.0.0.1:1"),
+                format!("{scheme}://{password}@127.0.0.1:1"),
+                format!("{scheme}://user:{password}@127.0.0.1:1,127.0.0.1:2/0?timeout=300ms"),
+                format!("{scheme}://user:{password}@"),
+                format!("{scheme}:/user:{password}@127.0.0.1:1"),
+            ] {
+                let answer = runtime.block_on(async {
+                    tokio::time::timeout(Duration::from_secs(20), dlock::connect(&url)).await
+                });
+                let shown = match answer {
+                    Ok(Ok(backend)) => format!("{backend:?} {}", backend.describe()),
+                    Ok(Err(e)) => format!("{e} {e:?}"),
+                    Err(_) => panic!("connect({url:?}) hung for 20 s"),
+                };
+                prop_assert!(!shown.contains(&password), "{url:?} showed its password: {shown}");
+            }
+        }
+    }
+}
