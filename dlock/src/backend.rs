@@ -115,6 +115,21 @@ pub enum Renewal {
     },
     /// The server says the lease is no longer ours: it is lost.
     Refused,
+    /// The lease's key is gone from the server (deleted behind the holder's
+    /// back, as an operator's `DEL` does): it is lost. A backend that can
+    /// tell this apart from [`Refused`](Renewal::Refused) says so, for the
+    /// `reason` of the loss that operators see.
+    Deleted,
+    /// The session that carried the lease (an etcd lease, a ZooKeeper
+    /// session) has ended: it is lost.
+    SessionExpired,
+}
+
+impl Renewal {
+    /// Whether the lease is lost (any answer but `Renewed`).
+    pub fn is_lost(&self) -> bool {
+        !matches!(self, Renewal::Renewed { .. })
+    }
 }
 
 /// The drift margin taken off every lease: 1 % of the ttl plus 2 ms (Redlock's

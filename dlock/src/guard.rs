@@ -8,8 +8,11 @@ use std::time::Instant;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
+use tracing::Instrument;
+
 use crate::backend::{Lease, LockBackend};
 use crate::local::{BackendLocal, Turn};
+use crate::observe::{self, Holding, LossReason};
 use crate::LockError;
 
 /// Where a lease stands.
@@ -59,6 +62,8 @@ pub(crate) struct LeaseShared {
     /// lock's admission. Given back once the release is sent, or at once
     /// when the lease is lost, so the next local waiter asks the service.
     turns: Mutex<Vec<Turn>>,
+    /// What operators see of the hold: its backend label, kind and start.
+    holding: Holding,
 }
 
 impl fmt::Debug for LeaseShared {
@@ -84,6 +89,10 @@ pub(crate) struct NewLease {
     pub(crate) renew: bool,
     pub(crate) kind: LeaseKind,
     pub(crate) turn: Turn,
+    /// The `backend` label operators see (a registered name or a scheme).
+    pub(crate) label: Arc<str>,
+    /// The `kind` label: a lock, a segment or a permit.
+    pub(crate) observed: observe::Kind,
 }
 
 impl LeaseShared {
@@ -107,6 +116,7 @@ impl LeaseShared {
             lost: CancellationToken::new(),
             runtime: Handle::current(),
             turns: Mutex::new(vec![parts.turn]),
+            holding: Holding::begin(parts.label, parts.observed),
         })
     }
 
@@ -126,6 +136,11 @@ impl LeaseShared {
         drop(turns);
     }
 
+    /// The `backend` label of this lease's spans and metrics.
+    pub(crate) fn label(&self) -> &Arc<str> {
+        &self.holding.backend
+    }
+
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, LeaseState> {
         lock(&self.state)
     }
@@ -136,12 +151,13 @@ impl LeaseShared {
     }
 
     /// Marks the lease lost (if it was held) and wakes every `lost()` future.
-    pub(crate) fn mark_lost(&self) {
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
         let mut state = self.lock_state();
         if state.status == Status::Held {
             state.status = Status::Lost;
             drop(state);
-            tracing::warn!(key = %self.key, "lease lost");
+            self.holding.end();
+            self.holding.lost(&self.key, self.fencing_token, reason);
             self.lost.cancel();
             // A lost lease keeps nobody of this process out: other processes
             // are not kept out either, and the guard may live on for long.
@@ -160,6 +176,9 @@ impl LeaseShared {
             }
             let expired = Instant::now() >= state.lease.valid_until;
             state.status = Status::Released;
+            if was == Status::Held {
+                self.holding.end();
+            }
             was == Status::Held && !expired
         };
         self.local.watchdog.deregister(self);
@@ -196,6 +215,14 @@ impl LeaseShared {
     /// still held and waits for the release the server announces: slower,
     /// never unsafe, as the server decides who holds the key.
     async fn finish_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
+        let span = observe::release_span(&self.key, &self.holding.backend, self.holding.kind);
+        let result = self.send_release(was_held).instrument(span.clone()).await;
+        observe::released(&span, &result);
+        result
+    }
+
+    /// The release itself, handing the turn on after its first poll.
+    async fn send_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
         let lease = self.lock_state().lease.clone();
         let mut release = std::pin::pin!(release_on(&*self.backend, self.kind, &lease));
         let mut first_poll = true;

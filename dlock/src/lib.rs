@@ -42,6 +42,7 @@ mod guard;
 mod key;
 mod local;
 mod lock;
+mod observe;
 mod registry;
 mod scope;
 mod segmented;

@@ -6,7 +6,20 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{AcquireRequest, LockBackend};
 use crate::guard::{LeaseKind, LeaseShared, LockGuard, NewLease};
+use crate::observe::{self, Acquisition, Kind};
 use crate::{deadline, local, registry, scope, LockError};
+
+/// What a granted acquisition shows operators: whether it re-entered, and
+/// its fence.
+pub(crate) trait Observed {
+    fn observed(&self) -> (bool, Option<u64>);
+}
+
+impl Observed for LockGuard {
+    fn observed(&self) -> (bool, Option<u64>) {
+        (self.is_reentrant(), self.fencing_token())
+    }
+}
 
 /// The lease length when none is given: Redisson's watchdog default.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -62,7 +75,8 @@ pub struct Lock {
 enum BackendChoice {
     Default,
     Named(Arc<str>),
-    Given(Arc<dyn LockBackend>),
+    /// The backend, and its scheme: the `backend` label operators see.
+    Given(Arc<dyn LockBackend>, Arc<str>),
 }
 
 impl fmt::Debug for Lock {
@@ -70,7 +84,7 @@ impl fmt::Debug for Lock {
         let backend = match &self.backend {
             BackendChoice::Default => "default".to_owned(),
             BackendChoice::Named(name) => format!("named {name:?}"),
-            BackendChoice::Given(b) => b.describe(),
+            BackendChoice::Given(b, _) => b.describe(),
         };
         f.debug_struct("Lock")
             .field("key", &self.key)
@@ -126,8 +140,21 @@ impl Lock {
 
     /// Uses this backend, bypassing the registry.
     pub fn with_backend(mut self, backend: Arc<dyn LockBackend>) -> Self {
-        self.backend = BackendChoice::Given(backend);
+        let described = backend.describe();
+        let scheme = crate::url::scheme(&described).unwrap_or("custom");
+        self.backend = BackendChoice::Given(backend, Arc::from(scheme));
         self
+    }
+
+    /// The `backend` label of this lock's spans and metrics: the registered
+    /// name, or the scheme of a backend given directly (never an address or
+    /// a credential).
+    pub(crate) fn label(&self) -> Arc<str> {
+        match &self.backend {
+            BackendChoice::Default => observe::DEFAULT_BACKEND.clone(),
+            BackendChoice::Named(name) => name.clone(),
+            BackendChoice::Given(_, scheme) => scheme.clone(),
+        }
     }
 
     /// The lock key.
@@ -156,16 +183,10 @@ impl Lock {
     /// cancellation is released in the background).
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
         let start = Instant::now();
-        match self.acquire_within(self.wait).await? {
-            Some(guard) => Ok(guard),
-            None if self.wait == Some(Duration::ZERO) => Err(LockError::Busy {
-                key: self.key.to_string(),
-            }),
-            None => Err(LockError::Timeout {
-                key: self.key.to_string(),
-                waited: start.elapsed(),
-            }),
-        }
+        let once = self.wait == Some(Duration::ZERO);
+        let attempt = self.acquire_within(self.wait, Kind::Lock);
+        let held = self.watched(Kind::Lock, self.wait, once, attempt).await?;
+        held_or_error(held, &self.key, once, start)
     }
 
     /// One attempt that never waits: `Ok(None)` if someone else holds the lock.
@@ -173,7 +194,24 @@ impl Lock {
     /// # Errors
     /// As [`acquire`](Lock::acquire), but never `Busy` or `Timeout`.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
-        self.acquire_within(Some(Duration::ZERO)).await
+        let wait = Some(Duration::ZERO);
+        let attempt = self.acquire_within(wait, Kind::Lock);
+        self.watched(Kind::Lock, wait, true, attempt).await
+    }
+
+    /// Runs `attempt` in a `dlock.acquire` span and records its outcome.
+    pub(crate) async fn watched<T>(
+        &self,
+        kind: Kind,
+        wait: Option<Duration>,
+        once: bool,
+        attempt: impl std::future::Future<Output = Result<Option<T>, LockError>>,
+    ) -> Result<Option<T>, LockError>
+    where
+        T: Observed,
+    {
+        let watch = Acquisition::start(kind, &self.key, self.label(), self.ttl, wait);
+        observe::watched(watch, once, attempt, |held: &T| held.observed()).await
     }
 
     /// The same options on another key (a segment's key).
@@ -210,7 +248,7 @@ impl Lock {
         match &self.backend {
             BackendChoice::Default => registry().default_backend(),
             BackendChoice::Named(name) => registry().get(name),
-            BackendChoice::Given(b) => Ok(b.clone()),
+            BackendChoice::Given(b, _) => Ok(b.clone()),
         }
     }
 
@@ -219,6 +257,7 @@ impl Lock {
     pub(crate) async fn acquire_within(
         &self,
         wait: Option<Duration>,
+        observed: Kind,
     ) -> Result<Option<LockGuard>, LockError> {
         let backend = self.check()?;
         let local = local::for_backend(&backend);
@@ -255,9 +294,32 @@ impl Lock {
             renew: self.renew,
             kind: LeaseKind::Lock,
             turn,
+            label: self.label(),
+            observed,
         });
         local.watchdog.register(&shared);
         Ok(Some(LockGuard::outer(shared)))
+    }
+}
+
+/// What `acquire` answers for an attempt's `held`: `None` is
+/// [`LockError::Busy`] after a single attempt (`once`), else
+/// [`LockError::Timeout`] after waiting since `start`.
+pub(crate) fn held_or_error<T>(
+    held: Option<T>,
+    key: &str,
+    once: bool,
+    start: Instant,
+) -> Result<T, LockError> {
+    match held {
+        Some(held) => Ok(held),
+        None if once => Err(LockError::Busy {
+            key: key.to_owned(),
+        }),
+        None => Err(LockError::Timeout {
+            key: key.to_owned(),
+            waited: start.elapsed(),
+        }),
     }
 }
 

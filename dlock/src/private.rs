@@ -52,7 +52,8 @@ pub async fn run_body<R, F>(
 where
     F: Future<Output = R>,
 {
-    let body = guard.scope(body);
+    let span = crate::observe::held_span(guard.key(), guard.fencing_token());
+    let body = tracing::Instrument::instrument(guard.scope(body), span);
     match on_lost {
         OnLost::Continue => body.await,
         OnLost::Cancel => {

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use crate::lock::held_or_error;
+use crate::observe::Kind;
 use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
 
 /// A lock on one resource split into `segments` parts, each guarded by its
@@ -161,16 +163,14 @@ impl SegmentedLock {
     /// no queue entry behind.
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
         let start = Instant::now();
-        match self.acquire_within(self.base.wait).await? {
-            Some(guard) => Ok(guard),
-            None if self.base.wait == Some(Duration::ZERO) => Err(LockError::Busy {
-                key: self.key().to_owned(),
-            }),
-            None => Err(LockError::Timeout {
-                key: self.key().to_owned(),
-                waited: start.elapsed(),
-            }),
-        }
+        let wait = self.base.wait;
+        let once = wait == Some(Duration::ZERO);
+        let attempt = self.acquire_within(wait);
+        let held = self
+            .base
+            .watched(Kind::Segment, wait, once, attempt)
+            .await?;
+        held_or_error(held, self.key(), once, start)
     }
 
     /// Tries every segment once, never waiting: `Ok(None)` if all are held.
@@ -178,7 +178,9 @@ impl SegmentedLock {
     /// # Errors
     /// As [`acquire`](Self::acquire), but never `Busy` or `Timeout`.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
-        self.acquire_within(Some(Duration::ZERO)).await
+        let wait = Some(Duration::ZERO);
+        let attempt = self.acquire_within(wait);
+        self.base.watched(Kind::Segment, wait, true, attempt).await
     }
 
     /// Takes segment `index` (`0..segments`), waiting up to the configured
@@ -210,12 +212,13 @@ impl SegmentedLock {
                 self.segments
             )));
         }
-        let guard = self
-            .base
-            .with_key(self.segment_key(index))
-            .acquire()
-            .await?;
-        Ok(guard.in_segment(index))
+        let start = Instant::now();
+        let segment = self.base.with_key(self.segment_key(index));
+        let wait = segment.wait;
+        let once = wait == Some(Duration::ZERO);
+        let attempt = segment.acquire_within(wait, Kind::Segment);
+        let held = segment.watched(Kind::Segment, wait, once, attempt).await?;
+        Ok(held_or_error(held, segment.key(), once, start)?.in_segment(index))
     }
 
     fn check(&self) -> Result<(), LockError> {
@@ -286,7 +289,10 @@ impl SegmentedLock {
         let first = rotation(self.key()).fetch_add(1, Ordering::Relaxed) % n;
         let order: Vec<usize> = (0..n).map(|j| (first + j) % n).collect();
         for &i in &order {
-            if let Some(guard) = locks[i].acquire_within(Some(Duration::ZERO)).await? {
+            if let Some(guard) = locks[i]
+                .acquire_within(Some(Duration::ZERO), Kind::Segment)
+                .await?
+            {
                 return Ok(Some(guard.in_segment(i)));
             }
         }
@@ -299,7 +305,8 @@ impl SegmentedLock {
             .map(|&i| {
                 let lock = &locks[i];
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                Box::pin(async move { (i, lock.acquire_within(left).await) }) as SegmentWait<'_>
+                Box::pin(async move { (i, lock.acquire_within(left, Kind::Segment).await) })
+                    as SegmentWait<'_>
             })
             .collect();
         first_winner(waits).await

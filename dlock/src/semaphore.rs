@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::PermitRequest;
 use crate::guard::{LeaseKind, LeaseShared, NewLease};
-use crate::lock::new_token;
+use crate::lock::{held_or_error, new_token, Observed};
+use crate::observe::Kind;
 use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
 
 /// A counting semaphore: at most `permits` holders at once, across every
@@ -124,16 +125,11 @@ impl Semaphore {
     /// background).
     pub async fn acquire(&self) -> Result<Permit, LockError> {
         let start = Instant::now();
-        match self.acquire_within(self.base.wait).await? {
-            Some(permit) => Ok(permit),
-            None if self.base.wait == Some(Duration::ZERO) => Err(LockError::Busy {
-                key: self.name().to_owned(),
-            }),
-            None => Err(LockError::Timeout {
-                key: self.name().to_owned(),
-                waited: start.elapsed(),
-            }),
-        }
+        let wait = self.base.wait;
+        let once = wait == Some(Duration::ZERO);
+        let attempt = self.acquire_within(wait);
+        let held = self.base.watched(Kind::Permit, wait, once, attempt).await?;
+        held_or_error(held, self.name(), once, start)
     }
 
     /// One attempt that never waits: `Ok(None)` if all permits are held.
@@ -141,7 +137,9 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire), but never `Busy` or `Timeout`.
     pub async fn try_acquire(&self) -> Result<Option<Permit>, LockError> {
-        self.acquire_within(Some(Duration::ZERO)).await
+        let wait = Some(Duration::ZERO);
+        let attempt = self.acquire_within(wait);
+        self.base.watched(Kind::Permit, wait, true, attempt).await
     }
 
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>, LockError> {
@@ -184,6 +182,8 @@ impl Semaphore {
             renew: self.base.renew,
             kind: LeaseKind::Permit,
             turn,
+            label: self.base.label(),
+            observed: Kind::Permit,
         });
         local.watchdog.register(&shared);
         Ok(Some(Permit {
@@ -220,6 +220,13 @@ impl fmt::Debug for Permit {
             .field("name", &self.name())
             .field("held", &self.is_held())
             .finish_non_exhaustive()
+    }
+}
+
+impl Observed for Permit {
+    fn observed(&self) -> (bool, Option<u64>) {
+        // A permit's fence is the backend's own business: not shown.
+        (false, None)
     }
 }
 

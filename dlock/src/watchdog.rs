@@ -19,9 +19,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use tracing::Instrument;
+
 use crate::backend::{Lease, LockBackend, Renewal};
 use crate::deadline::saturating_add;
 use crate::guard::{release_on, LeaseKind, LeaseShared, Status};
+use crate::observe::{self, LossReason, RenewCounts};
 use crate::LockError;
 
 /// The renewals of one backend.
@@ -59,11 +62,15 @@ fn retry_delay(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
-type RenewResult = (
-    Vec<Arc<LeaseShared>>,
-    Instant,
-    Result<Vec<Result<Renewal, LockError>>, ()>,
-);
+/// One renewal batch that came back: its leases, when it was sent, the
+/// backend's answers (`Err`: none before the batch's earliest deadline), and
+/// its `dlock.renew` span.
+struct RenewResult {
+    batch: Vec<Arc<LeaseShared>>,
+    sent: Instant,
+    answers: Result<Vec<Result<Renewal, LockError>>, ()>,
+    span: tracing::Span,
+}
 
 impl Watchdog {
     fn lock_state(&self) -> MutexGuard<'_, WatchdogState> {
@@ -190,7 +197,11 @@ impl Watchdog {
             if now >= lease.lease.valid_until {
                 let expired = lease.lease.clone();
                 drop(lease);
-                shared.mark_lost();
+                shared.mark_lost(if shared.renew {
+                    LossReason::Unreachable
+                } else {
+                    LossReason::Expired
+                });
                 give_back(shared.backend.clone(), shared.kind, expired);
                 return false;
             }
@@ -243,51 +254,82 @@ impl Watchdog {
         // A renewal that outlives the earliest deadline in its batch is
         // useless: by then those leases are lost. Bound it there.
         let give_up = leases.iter().map(|l| l.valid_until).min();
+        let span = observe::renew_span(due[0].label(), leases.len());
         let sent = Instant::now();
-        in_flight.spawn(async move {
-            let call = async {
-                match kind {
-                    LeaseKind::Lock => backend.renew(&leases).await,
-                    LeaseKind::Permit => backend.renew_permits(&leases).await,
+        in_flight.spawn(
+            async move {
+                let call = async {
+                    match kind {
+                        LeaseKind::Lock => backend.renew(&leases).await,
+                        LeaseKind::Permit => backend.renew_permits(&leases).await,
+                    }
+                };
+                let answers = match give_up {
+                    Some(at) => tokio::time::timeout_at(at.into(), call)
+                        .await
+                        .map_err(|_| ()),
+                    None => Ok(call.await),
+                };
+                RenewResult {
+                    batch: due,
+                    sent,
+                    answers,
+                    span: tracing::Span::current(),
                 }
-            };
-            let answers = match give_up {
-                Some(at) => tokio::time::timeout_at(at.into(), call)
-                    .await
-                    .map_err(|_| ()),
-                None => Ok(call.await),
-            };
-            (due, sent, answers)
-        });
+            }
+            .instrument(span),
+        );
     }
 
-    fn apply((batch, sent, answers): RenewResult) {
+    fn apply(result: RenewResult) {
+        let RenewResult {
+            batch,
+            sent,
+            answers,
+            span,
+        } = result;
         let now = Instant::now();
+        let mut counts = RenewCounts::default();
         for (i, shared) in batch.iter().enumerate() {
             let answer = answers.as_ref().ok().and_then(|a| a.get(i));
+            match answer {
+                Some(Ok(Renewal::Renewed { .. })) => counts.renewed += 1,
+                Some(Ok(_)) => counts.refused += 1,
+                Some(Err(_)) => counts.failed += 1,
+                None => counts.timeout += 1,
+            }
             let mut state = shared.lock_state();
             state.renewing = false;
             if state.status != Status::Held {
                 continue;
             }
-            match answer {
+            let lost = match answer {
                 Some(Ok(Renewal::Renewed { valid_until })) => {
                     state.lease.valid_until = *valid_until;
                     state.next_renew = saturating_add(sent, state.lease.ttl / 3);
+                    None
                 }
-                Some(Ok(Renewal::Refused)) => {
-                    drop(state);
-                    shared.mark_lost();
-                }
+                Some(Ok(Renewal::Refused)) => Some(LossReason::Refused),
+                Some(Ok(Renewal::Deleted)) => Some(LossReason::Deleted),
+                Some(Ok(Renewal::SessionExpired)) => Some(LossReason::SessionExpired),
                 Some(Err(e)) => {
                     tracing::debug!(key = %shared.key, error = %e, "renewal failed; retrying");
                     state.next_renew = saturating_add(now, retry_delay(state.lease.ttl));
+                    None
                 }
                 None => {
                     tracing::debug!(key = %shared.key, "renewal got no answer in time; retrying");
                     state.next_renew = saturating_add(now, retry_delay(state.lease.ttl));
+                    None
                 }
+            };
+            drop(state);
+            if let Some(reason) = lost {
+                shared.mark_lost(reason);
             }
+        }
+        if let Some(first) = batch.first() {
+            observe::renewed(&span, first.label(), now - sent, counts);
         }
     }
 }

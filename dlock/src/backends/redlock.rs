@@ -945,7 +945,7 @@ impl LockBackend for RedlockBackend {
                 for node in &answers {
                     match node.get(i) {
                         Some(Ok(Renewal::Renewed { .. })) => extended += 1,
-                        Some(Ok(Renewal::Refused)) => refused += 1,
+                        Some(Ok(_)) => refused += 1,
                         Some(Err(_)) | None => {}
                     }
                 }
