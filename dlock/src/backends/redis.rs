@@ -2,7 +2,8 @@
 //! `redis+cluster://`).
 //!
 //! Capabilities: ✓ mutual exclusion across processes and machines · ✓ lease
-//! expiry · ✓ fencing tokens (a per-key counter) · ✓ waiters woken by pub/sub
+//! expiry · ✓ fencing tokens (a per-key counter that never goes below the
+//! server's clock, so it survives losing the counter; see below) · ✓ waiters woken by pub/sub
 //! · ✓ batched renewal (one pipeline per tick) · ✓ TLS and ACL users ·
 //! ✓ semaphores (a sorted set of permits, see `permits.rs`) ·
 //! ✗ safety across a failover: Redis replicates asynchronously, so a lock
@@ -14,6 +15,14 @@
 //! - acquire: one Lua script does `SET <prefix>:{key} <token> NX PX <ttl>`
 //!   and `INCR <prefix>:{key}:fence`, returning the fence; when the key is
 //!   held it returns the holder's `PTTL` instead;
+//! - fencing: a fence is never below the server's clock in microseconds
+//!   since the epoch (`TIME` in the script; the counter is set to it when it
+//!   is behind). So fences keep increasing when the counter is lost — a
+//!   restart without persistence, a failover to a replica that missed it, an
+//!   `allkeys-*` eviction, a flush — provided the clock of the server that
+//!   issues the next fence is not behind the one that issued the last fence
+//!   by more than the time between them (slewing clocks never are). Fences
+//!   stay below 2^53, exact in JSON, until the year 2255;
 //! - renew: compare-and-`PEXPIRE`, all due leases in one pipeline;
 //! - release: compare-and-`DEL`, then `PUBLISH <prefix>:{key}:released`;
 //! - waiting: subscribe to the release channel on the backend's one shared
