@@ -14,7 +14,9 @@
 //! Protocol (see [`scripts`](self) in the source):
 //! - acquire: one Lua script does `SET <prefix>:{key} <token> NX PX <ttl>`
 //!   and `INCR <prefix>:{key}:fence`, returning the fence; when the key is
-//!   held it returns the holder's `PTTL` instead;
+//!   held it returns the holder's `PTTL` instead; held with the caller's own
+//!   token (a resent acquire whose answer was lost), it is acquired again
+//!   with the fence issued the first time;
 //! - fencing: a fence is never below the server's clock in microseconds
 //!   since the epoch (`TIME` in the script; the counter is set to it when it
 //!   is behind). So fences keep increasing when the counter is lost — a

@@ -17,7 +17,8 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 
 /// The Lua shared by every script that takes a lock key: `fence(counter)`
 /// issues a fencing token, `acquire(lock, counter, token, ttl_ms)` takes the
-/// key and answers `1, fence` or `0, pttl`.
+/// key (or finds it already taken with `token`) and answers `1, fence` or
+/// `0, pttl`.
 ///
 /// Fences never go backwards, even when the counter is lost (a restart
 /// without persistence, a failover to a replica that missed it, an
@@ -32,6 +33,17 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// time between the two. Microseconds stay below 2^53 (JSON-safe integers)
 /// until the year 2255. Redis 5 and later replicate scripts by their
 /// effects, which is what lets a write follow `TIME`.
+///
+/// Retries: an acquire that finds the key holding its own token already
+/// ran (the client resent it after losing the answer: the cluster client
+/// resends a script when its connection breaks before the answer, and
+/// Redlock's next round reuses the token on a master whose undo was lost).
+/// It answers as the first run did, with the fence issued then (nobody
+/// else could take the key since, so the counter has not moved; if the
+/// counter itself was lost, a new fence, which is larger), and counts the
+/// ttl from now, as the caller's local deadline does. Without this the
+/// retry answered "held" by the caller's own token, and the key blocked
+/// everyone, its owner included, until its ttl.
 const ACQUIRE_FUNCTIONS: &str = r"
 local function fence(counter)
   local t = redis.call('TIME')
@@ -45,6 +57,14 @@ local function fence(counter)
 end
 local function acquire(lock, counter, token, ttl)
   if redis.call('SET', lock, token, 'NX', 'PX', ttl) then
+    return 1, fence(counter)
+  end
+  if redis.call('GET', lock) == token then
+    redis.call('PEXPIRE', lock, ttl)
+    local issued = tonumber(redis.call('GET', counter))
+    if issued then
+      return 1, issued
+    end
     return 1, fence(counter)
   end
   return 0, redis.call('PTTL', lock)
