@@ -34,7 +34,10 @@
 //! - On failure, the partial lock is released on **every** master that did
 //!   not clearly answer "held by someone else" — including masters that
 //!   timed out, since the request may still have landed — and the attempt is
-//!   retried after a random delay.
+//!   retried after a random delay. The deletes are put on every master's
+//!   connection at once and finish in the background if the acquisition is
+//!   cancelled meanwhile (a caller's timeout, a `SegmentedLock` dropping the
+//!   waits that lost), so a cancelled round leaves no token behind.
 //! - The lease's local deadline ([`Lease::valid_until`]) is the validity,
 //!   `start + ttl − drift`, where `start` is the instant before the first
 //!   request: the core treats the lease as lost from then on unless a
@@ -543,9 +546,11 @@ impl RedlockBackend {
         if won >= self.quorum && Instant::now() < valid_until {
             return Outcome::Acquired(lease);
         }
-        // Failed: undo on every master that may hold our token. The next
-        // round reuses the token, so it waits for the undo to be answered
-        // (a late delete must not remove the next round's key).
+        // Failed: undo on every master that may hold our token. The deletes
+        // go out before anything else happens here and finish even if this
+        // round is dropped while it waits (see `release_on`). The next round
+        // reuses the token, so it waits for the undo to be answered (a late
+        // delete must not remove the next round's key).
         lease.valid_until = Instant::now();
         let may_be_ours: Vec<bool> = not_ours.iter().map(|&surely_not| !surely_not).collect();
         if may_be_ours.contains(&true) {
@@ -567,15 +572,21 @@ impl RedlockBackend {
     }
 
     /// Sends the compare-and-delete of `lease` to every master `i` with
-    /// `send[i]`, in parallel, and returns (released, answered).
+    /// `send[i]`, in parallel, and returns (released, answered) of those
+    /// heard before returning.
     ///
-    /// Masters presumed down get their delete from a background task: it
-    /// costs the caller nothing, and if the master is back it still cleans
-    /// up. The others are waited for, each up to `timeout`, so that a later
-    /// request of ours cannot overtake the delete — unless `enough` is
-    /// smaller than their number: then the deletes run in a background task
-    /// (every one is sent and answered, in the background if need be) and
-    /// the caller goes on as soon as `enough` of them released.
+    /// Every delete is put on its master's connection before the first
+    /// `Pending` and then driven by a task of its own, so each one is sent
+    /// and answered even if the caller goes on or is dropped meanwhile (a
+    /// user's timeout, a `SegmentedLock` dropping the waits that lost: an
+    /// undo cut short would leave our token on a minority of masters until
+    /// its ttl). Sent first also means a later request of ours to the same
+    /// master (the next round's acquire, the next local waiter's) goes out
+    /// behind the delete.
+    ///
+    /// The caller waits for the masters not presumed down, each up to
+    /// `timeout`, and goes on as soon as `enough` of them released; masters
+    /// presumed down are counted if they answer meanwhile, never waited for.
     async fn release_on(
         &self,
         lease: &Lease,
@@ -584,70 +595,68 @@ impl RedlockBackend {
         enough: usize,
     ) -> (usize, usize) {
         let now = Instant::now();
-        let (down, up): (Vec<usize>, Vec<usize>) = (0..self.nodes.len())
-            .filter(|&i| send[i])
-            .partition(|&i| self.is_suspect(i, now));
-        let runtime = tokio::runtime::Handle::try_current().ok();
-        if let (false, Some(runtime)) = (down.is_empty(), &runtime) {
-            let nodes: Vec<_> = down.iter().map(|&i| self.nodes[i].clone()).collect();
-            let lease = lease.clone();
-            runtime.spawn(async move { release_all(&nodes, &lease, timeout).await });
-        }
-        let (mut released, mut answered) = (0, 0);
-        let mut tally = |i: usize, answer: Option<bool>| {
-            self.set_suspect(i, answer.is_none());
-            if let Some(was_ours) = answer {
-                answered += 1;
-                released += usize::from(was_ours);
+        let targets: Vec<usize> = (0..self.nodes.len()).filter(|&i| send[i]).collect();
+        let waited_for: Vec<bool> = (0..self.nodes.len())
+            .map(|i| send[i] && !self.is_suspect(i, now))
+            .collect();
+        let mut awaited = waited_for.iter().filter(|&&w| w).count();
+        let mut tally = Tally::default();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Not on a tokio runtime: nothing could finish the deletes after
+            // we return, so wait for every one of them here.
+            let nodes: Vec<_> = targets.iter().map(|&i| self.nodes[i].clone()).collect();
+            let answers = release_all(&nodes, lease, timeout).await;
+            for (&i, answer) in targets.iter().zip(answers) {
+                self.count(&mut tally, i, answer);
             }
-            released
+            return (tally.released, tally.answered);
         };
-        match runtime {
-            Some(runtime) if enough < up.len() => {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let lease = Arc::new(lease.clone());
-                let mut deletes: FuturesUnordered<_> = up
-                    .iter()
-                    .map(|&i| {
-                        let (node, lease) = (self.nodes[i].clone(), lease.clone());
-                        async move {
-                            let answer = tokio::time::timeout(timeout, node.release(&lease)).await;
-                            (i, answer.ok().and_then(Result::ok))
-                        }
-                    })
-                    .collect();
-                // Put every delete on its connection before the first
-                // `Pending`, not when the task below first runs: the core
-                // hands the key to the next local waiter then, and that
-                // waiter's acquire must reach each master behind our delete.
-                std::future::poll_fn(|cx| {
-                    while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
-                        let _ = tx.send(answer);
-                    }
-                    Poll::Ready(())
-                })
-                .await;
-                runtime.spawn(async move {
-                    while let Some(answer) = deletes.next().await {
-                        // The caller may have gone on; the delete was done anyway.
-                        let _ = tx.send(answer);
-                    }
-                });
-                while let Some((i, answer)) = rx.recv().await {
-                    if tally(i, answer) >= enough {
-                        break;
-                    }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let lease = Arc::new(lease.clone());
+        let mut deletes: FuturesUnordered<_> = targets
+            .iter()
+            .map(|&i| {
+                let (node, lease) = (self.nodes[i].clone(), lease.clone());
+                async move {
+                    let answer = tokio::time::timeout(timeout, node.release(&lease)).await;
+                    (i, answer.ok().and_then(Result::ok))
                 }
+            })
+            .collect();
+        // One poll puts every delete on its connection.
+        std::future::poll_fn(|cx| {
+            while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
+                let _ = tx.send(answer);
             }
-            _ => {
-                let nodes: Vec<_> = up.iter().map(|&i| self.nodes[i].clone()).collect();
-                let answers = release_all(&nodes, lease, timeout).await;
-                for (&i, answer) in up.iter().zip(answers) {
-                    tally(i, answer);
-                }
+            Poll::Ready(())
+        })
+        .await;
+        runtime.spawn(async move {
+            while let Some(answer) = deletes.next().await {
+                // The caller may have gone on; the delete was done anyway.
+                let _ = tx.send(answer);
             }
+        });
+        while awaited > 0 && tally.released < enough {
+            let Some((i, answer)) = rx.recv().await else {
+                break;
+            };
+            if waited_for[i] {
+                awaited -= 1;
+            }
+            self.count(&mut tally, i, answer);
         }
-        (released, answered)
+        (tally.released, tally.answered)
+    }
+
+    /// Counts master `i`'s answer to a delete (`None`: none in time, so it
+    /// is presumed down for a while).
+    fn count(&self, tally: &mut Tally, i: usize, answer: Option<bool>) {
+        self.set_suspect(i, answer.is_none());
+        if let Some(was_ours) = answer {
+            tally.answered += 1;
+            tally.released += usize::from(was_ours);
+        }
     }
 
     /// Subscribes to the key's release channel on every master at once.
@@ -665,6 +674,14 @@ impl RedlockBackend {
         });
         futures_util::future::join_all(subscribing).await
     }
+}
+
+/// Answers to deletes so far: how many masters answered, and how many of
+/// them released our key.
+#[derive(Default)]
+struct Tally {
+    answered: usize,
+    released: usize,
 }
 
 /// Resolves when any master announced a release since the last `mark_seen`.
