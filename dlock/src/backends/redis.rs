@@ -35,6 +35,9 @@
 //!   that runs the same steps for each key, to spare the server the fixed
 //!   cost of a script per key (see `batch.rs` in the source).
 //!
+//! A ttl above [`MAX_TTL`] (about 285 years; `Duration::MAX` for "forever")
+//! is refused with [`LockError::InvalidOption`] naming the maximum.
+//!
 //! URL parameters: `?prefix=name` (key namespace, default `dlock`),
 //! `?timeout_ms=N` (one request's time limit, default 5000), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
@@ -65,8 +68,38 @@ use self::scripts::ACQUIRE_GUARDED;
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
 use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
+pub(crate) use self::waiting::nap_until;
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
+
+/// The longest lease ttl the Redis and Redlock backends accept: 9 000 000 000
+/// seconds (about 285 years), the same as etcd's longest lease.
+///
+/// A longer ttl (`Duration::MAX` for "forever") is refused with
+/// [`LockError::InvalidOption`] naming this maximum, never clamped: a guard
+/// renews its lease for as long as it lives, so a ttl only bounds how long
+/// a crashed holder blocks the key. Below it, everything the scripts
+/// compute from a ttl stays exact: `PX` (Redis takes up to 2^63 ms minus
+/// the current time) and the permit scripts' expiry scores (Lua numbers,
+/// exact below 2^53 ms).
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(dlock::backends::redis::MAX_TTL, Duration::from_secs(9_000_000_000));
+/// ```
+pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
+
+/// Refuses a ttl above [`MAX_TTL`] for `what` (a lock key or a semaphore
+/// name) on `backend`.
+pub(crate) fn check_ttl(ttl: Duration, what: &str, backend: &str) -> Result<(), LockError> {
+    if ttl <= MAX_TTL {
+        return Ok(());
+    }
+    Err(LockError::invalid_option(format!(
+        "ttl {ttl:?} for `{what}` on `{backend}` is longer than the maximum of {MAX_TTL:?} (about 285 years); \
+         give a shorter ttl: the lease is renewed for as long as the guard lives"
+    )))
+}
 
 /// Locks on one Redis server or one Redis Cluster.
 ///
@@ -658,6 +691,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key);
         match self.attempt_or_release(req, &names).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
@@ -670,6 +704,7 @@ impl LockBackend for RedisBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key);
         // A key without expiry: retry after the ttl we ask for.
         self.wait_for_release(&names.channel, deadline, req.ttl, || {
@@ -703,6 +738,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.name, &self.options.shown)?;
         let names = PermitNames::new(&self.options.prefix, &req.name);
         match self.attempt_permit(req, &names).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
@@ -715,6 +751,7 @@ impl LockBackend for RedisBackend {
         req: &PermitRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.name, &self.options.shown)?;
         self.wait_for_permit(req, deadline).await
     }
 

@@ -26,7 +26,8 @@
 //!   `ttl − elapsed − drift` is still positive, with drift = ttl × 1 % + 2 ms
 //!   ([`drift`]). The answer comes as soon as it is decided: a slow or
 //!   frozen master is not waited on once a quorum (or a refusal by a
-//!   blocking minority) is known. A master that failed or timed out is
+//!   blocking minority) is known. A ttl above [`MAX_TTL`] is refused with
+//!   [`LockError::InvalidOption`], as on the Redis backend. A master that failed or timed out is
 //!   *presumed down* for one second: it is still asked, and its vote counts
 //!   if it comes before the round is decided, but no round waits for it —
 //!   so a dead master does not cost every contended round its timeout.
@@ -134,7 +135,8 @@
 //! three distinct masters. The credentials and `/db` apply to every master.
 //! Parameters: `node_timeout_ms=N` (the per-node timeout; default ttl/100,
 //! at least 10 ms), `restart_quarantine_ms=N` (see
-//! [`RedlockBackend::restart_quarantine`]; off by default), and the Redis
+//! [`RedlockBackend::restart_quarantine`]; off by default; at most
+//! [`MAX_TTL`]), and the Redis
 //! backend's `prefix=` and `timeout_ms=`,
 //! passed to every master. Masters over TLS, or with different credentials,
 //! are built with [`RedlockBackend::from_urls`] or
@@ -150,7 +152,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use crate::backend::{drift, lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
 use crate::backends::redis::scripts::KeyNames;
 use crate::backends::redis::subscriber::Subscription;
-use crate::backends::redis::{jitter, Attempt, RedisBackend};
+use crate::backends::redis::{check_ttl, jitter, nap_until, Attempt, RedisBackend, MAX_TTL};
 use crate::LockError;
 
 /// The smallest default per-node timeout: below it, scheduling noise on a
@@ -403,7 +405,8 @@ impl RedlockBackend {
     /// time every lease granted before the loss has expired. The cost: the
     /// first acquisitions after the option is turned on, and after each
     /// data loss, wait out the quarantine on that master. Acquisition is
-    /// never batched with this option.
+    /// never batched with this option. A quarantine above [`MAX_TTL`] makes
+    /// every acquisition fail with [`LockError::InvalidOption`].
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
@@ -416,6 +419,19 @@ impl RedlockBackend {
     pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
         self.restart_quarantine = Some(quarantine.max(Duration::from_millis(1)));
         self
+    }
+
+    /// Refuses a ttl, or a restart quarantine, above [`MAX_TTL`].
+    fn check(&self, req: &AcquireRequest) -> Result<(), LockError> {
+        check_ttl(req.ttl, &req.key, &self.shown)?;
+        match self.restart_quarantine {
+            Some(q) if q > MAX_TTL => Err(LockError::invalid_option(format!(
+                "restart_quarantine {q:?} on `{}` is longer than the maximum of {MAX_TTL:?}; \
+                 give the longest ttl in use",
+                self.shown
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The per-node timeout used for a lease of length `ttl`.
@@ -792,7 +808,13 @@ fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
                         "`restart_quarantine_ms={value}` is not a positive number of milliseconds"
                     ))
                 })?;
-                restart_quarantine = Some(Duration::from_millis(ms));
+                let quarantine = Duration::from_millis(ms);
+                if quarantine > MAX_TTL {
+                    return Err(bad(&format!(
+                        "`restart_quarantine_ms={value}` is longer than the maximum of {MAX_TTL:?}; give the longest ttl in use"
+                    )));
+                }
+                restart_quarantine = Some(quarantine);
             }
             _ => passed_on.push(pair),
         }
@@ -842,6 +864,7 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        self.check(req)?;
         match self.round(req).await {
             Outcome::Acquired(lease) => Ok(Some(lease)),
             Outcome::Held(_) | Outcome::Split => Ok(None),
@@ -857,6 +880,7 @@ impl LockBackend for RedlockBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        self.check(req)?;
         // A free lock is taken with one round and no subscription at all:
         // subscribing costs a SUBSCRIBE and an UNSUBSCRIBE on every master.
         // If the round fails, the loop below runs a new one after the
@@ -909,27 +933,27 @@ impl LockBackend for RedlockBackend {
                     // would have expired on a quorum.
                     let expiry = left.unwrap_or(req.ttl);
                     (
-                        expiry + jitter(expiry / 10 + Duration::from_millis(2)),
+                        expiry.saturating_add(jitter(expiry / 10 + Duration::from_millis(2))),
                         None,
                     )
                 }
                 Outcome::Split => {
                     silent_rounds = 0;
                     // Contenders split the votes: retry after a random
-                    // delay, so that one of them gets ahead.
-                    let delay =
-                        Duration::from_millis(1) + jitter(timeout + Duration::from_millis(5));
+                    // delay of about a round, so that one of them gets
+                    // ahead. (A round longer than the ttl could never win:
+                    // with a huge per-node timeout, the ttl bounds it.)
+                    let round = timeout.min(req.ttl);
+                    let delay = Duration::from_millis(1) + jitter(round + Duration::from_millis(5));
                     (delay, None)
                 }
             };
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return out_of_time(outage);
             }
-            let wake = Instant::now() + delay;
-            let wake = deadline.map_or(wake, |d| d.min(wake));
             tokio::select! {
                 () = any_released(&mut released) => {}
-                () = tokio::time::sleep_until(wake.into()) => {}
+                () = nap_until(delay, deadline) => {}
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return out_of_time(outage);
