@@ -241,7 +241,7 @@ impl Lock {
         }
         if self.ttl > MAX_TTL {
             return Err(LockError::invalid_option(format!(
-                "ttl {:?} for lock `{}` is longer than the 365-day maximum (dlock::MAX_TTL); with renewal on, a 30 s ttl already keeps the lock for as long as the guard lives",
+                "ttl {:?} for lock `{}` is longer than the maximum of {MAX_TTL:?} (365 days, dlock::MAX_TTL); with renewal on, a 30 s ttl already keeps the lock for as long as the guard lives",
                 self.ttl, self.key
             )));
         }

@@ -9,6 +9,9 @@
 //!   New connections are accepted and connected upstream, then blackholed too. Bytes dropped
 //!   are lost for good, so after `pass()` an old connection's protocol stream is usually
 //!   broken; clients are expected to time out and reconnect, as after a real partition.
+//! - [`FaultProxy::drop_replies`]: bytes from the client reach the server, bytes from the
+//!   server are read and dropped: the server runs every request and the client hears nothing,
+//!   as when an answer is lost after the request was written. Connections stay open.
 //! - [`FaultProxy::reset`]: every current connection is closed abruptly (`SO_LINGER` 0, so the
 //!   peer sees a TCP RST on both the client and the upstream side), and while the mode lasts
 //!   each new connection is accepted and immediately reset too (the peer sees a connection
@@ -34,6 +37,8 @@ pub enum ProxyMode {
     Pass,
     /// Keep connections open, drop all bytes.
     Blackhole,
+    /// Forward the client's bytes, drop the server's.
+    DropReplies,
     /// Reset current connections and every new one.
     Reset,
 }
@@ -115,6 +120,11 @@ impl FaultProxy {
         self.set_mode(ProxyMode::Blackhole);
     }
 
+    /// Let requests through but drop every answer, keeping connections open.
+    pub fn drop_replies(&self) {
+        self.set_mode(ProxyMode::DropReplies);
+    }
+
     /// Reset all current connections and each new one until [`FaultProxy::pass`].
     pub fn reset(&self) {
         self.set_mode(ProxyMode::Reset);
@@ -193,8 +203,9 @@ async fn connection(
                         break false;
                     }
                     Ok(n) => {
-                        if *mode.borrow() == ProxyMode::Pass
-                            && server_write.write_all(&from_client[..n]).await.is_err()
+                        let forward =
+                            matches!(*mode.borrow(), ProxyMode::Pass | ProxyMode::DropReplies);
+                        if forward && server_write.write_all(&from_client[..n]).await.is_err()
                         {
                             break true;
                         }

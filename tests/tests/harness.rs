@@ -220,6 +220,23 @@ mod proxy {
     }
 
     #[tokio::test]
+    async fn drop_replies_lets_requests_through_and_answers_nothing() {
+        let redis = RedisServer::start();
+        let proxy = FaultProxy::start(redis.addr()).await;
+        let mut conn = connect(proxy.addr()).await;
+        proxy.drop_replies();
+        conn.write_all(b"SET written-behind-the-proxy 1\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let silent = timeout(Duration::from_millis(300), conn.read(&mut buf)).await;
+        assert!(silent.is_err(), "expected no answer, got {silent:?}");
+        assert_eq!(redis.redis_cli(&["GET", "written-behind-the-proxy"]), "1");
+        proxy.pass();
+        assert_eq!(ping(&mut conn).await.unwrap(), "+PONG\r\n");
+    }
+
+    #[tokio::test]
     async fn only_loopback_upstreams() {
         let err = FaultProxy::try_start("192.0.2.1:6379".parse().unwrap())
             .await

@@ -413,3 +413,80 @@ async fn with_quarantine_masters_restarted_empty_refuse_to_vote() {
         "the second client got the lock while the first holder's lease was valid"
     );
 }
+
+/// Rounds that fail (another owner holds the key on three masters of five)
+/// and are cancelled at many points, from several tasks at once as a
+/// `SegmentedLock` or a caller's timeout would: the undo of every round
+/// still reaches the two free masters, so no cancelled attempt's token is
+/// left there to block the key until its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_failed_rounds_leave_no_token_on_any_master() {
+    const TASKS: usize = 8;
+    const ATTEMPTS: u64 = 60;
+    let set = RedisSet::start(MASTERS);
+    let backend = connect(&set).await;
+    let keys: Vec<String> = (0..TASKS).map(|t| format!("undo:{t}")).collect();
+    // Another owner holds every key on masters 0, 1 and 2: each round
+    // reaches at most masters 3 and 4, fails, and undoes there.
+    for key in &keys {
+        let lock_key = dlock_tests::fixtures::redis::lock_key(key);
+        for i in 0..3 {
+            set.server(i)
+                .redis_cli(&["SET", &lock_key, "other-owner", "PX", "120000"]);
+        }
+    }
+    let ttl = Duration::from_secs(60);
+    let tasks: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(t, key)| {
+            let (backend, key) = (backend.clone(), key.clone());
+            tokio::spawn(async move {
+                for i in 0..ATTEMPTS {
+                    let req = dlock::backend::AcquireRequest {
+                        key: key.clone(),
+                        token: format!("cancelled-{t}-{i}"),
+                        ttl,
+                    };
+                    // From before the first vote to well after the undo.
+                    let cut = Duration::from_micros(20 + (i * 37 + t as u64 * 11) % 2_000);
+                    let attempt = async {
+                        if i % 2 == 0 {
+                            backend.try_acquire(&req).await
+                        } else {
+                            // Bounded rounds: a wait that ends after a few.
+                            let deadline = Instant::now() + Duration::from_millis(20);
+                            backend.acquire(&req, Some(deadline)).await
+                        }
+                    };
+                    let answer = tokio::time::timeout(cut, attempt).await;
+                    assert!(
+                        !matches!(answer, Ok(Ok(Some(_)))),
+                        "acquired a key held on three masters of five"
+                    );
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("an attempting task panicked");
+    }
+    // Background deletes finish within their per-node timeouts.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut left = Vec::new();
+    for key in &keys {
+        let lock_key = dlock_tests::fixtures::redis::lock_key(key);
+        for (i, server) in set.servers().iter().enumerate() {
+            let value = server.redis_cli(&["GET", &lock_key]);
+            let expected = if i < 3 { "other-owner" } else { "" };
+            if value != expected {
+                left.push(format!("master {i}: {lock_key} = {value:?}"));
+            }
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "cancelled attempts left their tokens behind until the ttl:\n{}",
+        left.join("\n")
+    );
+}

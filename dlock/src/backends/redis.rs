@@ -2,7 +2,8 @@
 //! `redis+cluster://`).
 //!
 //! Capabilities: ✓ mutual exclusion across processes and machines · ✓ lease
-//! expiry · ✓ fencing tokens (a per-key counter) · ✓ waiters woken by pub/sub
+//! expiry · ✓ fencing tokens (a per-key counter that never goes below the
+//! server's clock, so it survives losing the counter; see below) · ✓ waiters woken by pub/sub
 //! · ✓ batched renewal (one pipeline per tick) · ✓ TLS and ACL users ·
 //! ✓ semaphores (a sorted set of permits, see `permits.rs`) ·
 //! ✗ safety across a failover: Redis replicates asynchronously, so a lock
@@ -13,7 +14,17 @@
 //! Protocol (see [`scripts`](self) in the source):
 //! - acquire: one Lua script does `SET <prefix>:{key} <token> NX PX <ttl>`
 //!   and `INCR <prefix>:{key}:fence`, returning the fence; when the key is
-//!   held it returns the holder's `PTTL` instead;
+//!   held it returns the holder's `PTTL` instead; held with the caller's own
+//!   token (a resent acquire whose answer was lost), it is acquired again
+//!   with the fence issued the first time;
+//! - fencing: a fence is never below the server's clock in microseconds
+//!   since the epoch (`TIME` in the script; the counter is set to it when it
+//!   is behind). So fences keep increasing when the counter is lost — a
+//!   restart without persistence, a failover to a replica that missed it, an
+//!   `allkeys-*` eviction, a flush — provided the clock of the server that
+//!   issues the next fence is not behind the one that issued the last fence
+//!   by more than the time between them (slewing clocks never are). Fences
+//!   stay below 2^53, exact in JSON, until the year 2255;
 //! - renew: compare-and-`PEXPIRE`, all due leases in one pipeline;
 //! - release: compare-and-`DEL`, then `PUBLISH <prefix>:{key}:released`;
 //! - waiting: subscribe to the release channel on the backend's one shared
@@ -23,6 +34,9 @@
 //!   a single server), queued requests go out together as one script call
 //!   that runs the same steps for each key, to spare the server the fixed
 //!   cost of a script per key (see `batch.rs` in the source).
+//!
+//! A ttl above [`MAX_TTL`](crate::MAX_TTL) (365 days; `Duration::MAX` for
+//! "forever") is refused with [`LockError::InvalidOption`] naming the maximum.
 //!
 //! URL parameters: `?prefix=name` (key namespace, default `dlock`),
 //! `?timeout_ms=N` (one request's time limit, default 5000), and for
@@ -54,8 +68,28 @@ use self::scripts::ACQUIRE_GUARDED;
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
 use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
+pub(crate) use self::waiting::nap_until;
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
+
+/// The longest ttl: dlock's own [`MAX_TTL`](crate::MAX_TTL), checked here
+/// too for callers of the backend trait itself. Below it everything the
+/// scripts compute from a ttl stays exact: `PX` (Redis takes up to 2^63 ms
+/// minus the current time) and the permit scripts' expiry scores (Lua
+/// numbers, exact below 2^53 ms).
+pub(crate) use crate::MAX_TTL;
+
+/// Refuses a ttl above [`MAX_TTL`] for `what` (a lock key or a semaphore
+/// name) on `backend`.
+pub(crate) fn check_ttl(ttl: Duration, what: &str, backend: &str) -> Result<(), LockError> {
+    if ttl <= MAX_TTL {
+        return Ok(());
+    }
+    Err(LockError::invalid_option(format!(
+        "ttl {ttl:?} for `{what}` on `{backend}` is longer than the maximum of {MAX_TTL:?} (365 days, dlock::MAX_TTL); \
+         give a shorter ttl: the lease is renewed for as long as the guard lives"
+    )))
+}
 
 /// Locks on one Redis server or one Redis Cluster.
 ///
@@ -647,6 +681,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key);
         match self.attempt_or_release(req, &names).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
@@ -659,6 +694,7 @@ impl LockBackend for RedisBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key);
         // A key without expiry: retry after the ttl we ask for.
         self.wait_for_release(&names.channel, deadline, req.ttl, || {
@@ -692,6 +728,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.name, &self.options.shown)?;
         let names = PermitNames::new(&self.options.prefix, &req.name);
         match self.attempt_permit(req, &names).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
@@ -704,6 +741,7 @@ impl LockBackend for RedisBackend {
         req: &PermitRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.name, &self.options.shown)?;
         self.wait_for_permit(req, deadline).await
     }
 

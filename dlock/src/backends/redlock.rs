@@ -26,7 +26,8 @@
 //!   `ttl − elapsed − drift` is still positive, with drift = ttl × 1 % + 2 ms
 //!   ([`drift`]). The answer comes as soon as it is decided: a slow or
 //!   frozen master is not waited on once a quorum (or a refusal by a
-//!   blocking minority) is known. A master that failed or timed out is
+//!   blocking minority) is known. A ttl above [`MAX_TTL`](crate::MAX_TTL) is refused with
+//!   [`LockError::InvalidOption`], as on the Redis backend. A master that failed or timed out is
 //!   *presumed down* for one second: it is still asked, and its vote counts
 //!   if it comes before the round is decided, but no round waits for it —
 //!   so a dead master does not cost every contended round its timeout.
@@ -34,7 +35,10 @@
 //! - On failure, the partial lock is released on **every** master that did
 //!   not clearly answer "held by someone else" — including masters that
 //!   timed out, since the request may still have landed — and the attempt is
-//!   retried after a random delay.
+//!   retried after a random delay. The deletes are put on every master's
+//!   connection at once and finish in the background if the acquisition is
+//!   cancelled meanwhile (a caller's timeout, a `SegmentedLock` dropping the
+//!   waits that lost), so a cancelled round leaves no token behind.
 //! - The lease's local deadline ([`Lease::valid_until`]) is the validity,
 //!   `start + ttl − drift`, where `start` is the instant before the first
 //!   request: the core treats the lease as lost from then on unless a
@@ -131,7 +135,8 @@
 //! three distinct masters. The credentials and `/db` apply to every master.
 //! Parameters: `node_timeout_ms=N` (the per-node timeout; default ttl/100,
 //! at least 10 ms), `restart_quarantine_ms=N` (see
-//! [`RedlockBackend::restart_quarantine`]; off by default), and the Redis
+//! [`RedlockBackend::restart_quarantine`]; off by default; at most
+//! [`MAX_TTL`](crate::MAX_TTL)), and the Redis
 //! backend's `prefix=` and `timeout_ms=`,
 //! passed to every master. Masters over TLS, or with different credentials,
 //! are built with [`RedlockBackend::from_urls`] or
@@ -147,7 +152,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use crate::backend::{drift, lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
 use crate::backends::redis::scripts::KeyNames;
 use crate::backends::redis::subscriber::Subscription;
-use crate::backends::redis::{jitter, Attempt, RedisBackend};
+use crate::backends::redis::{check_ttl, jitter, nap_until, Attempt, RedisBackend, MAX_TTL};
 use crate::LockError;
 
 /// The smallest default per-node timeout: below it, scheduling noise on a
@@ -400,7 +405,8 @@ impl RedlockBackend {
     /// time every lease granted before the loss has expired. The cost: the
     /// first acquisitions after the option is turned on, and after each
     /// data loss, wait out the quarantine on that master. Acquisition is
-    /// never batched with this option.
+    /// never batched with this option. A quarantine above [`MAX_TTL`](crate::MAX_TTL) makes
+    /// every acquisition fail with [`LockError::InvalidOption`].
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
@@ -413,6 +419,19 @@ impl RedlockBackend {
     pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
         self.restart_quarantine = Some(quarantine.max(Duration::from_millis(1)));
         self
+    }
+
+    /// Refuses a ttl, or a restart quarantine, above [`MAX_TTL`](crate::MAX_TTL).
+    fn check(&self, req: &AcquireRequest) -> Result<(), LockError> {
+        check_ttl(req.ttl, &req.key, &self.shown)?;
+        match self.restart_quarantine {
+            Some(q) if q > MAX_TTL => Err(LockError::invalid_option(format!(
+                "restart_quarantine {q:?} on `{}` is longer than the maximum of {MAX_TTL:?}; \
+                 give the longest ttl in use",
+                self.shown
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The per-node timeout used for a lease of length `ttl`.
@@ -543,9 +562,11 @@ impl RedlockBackend {
         if won >= self.quorum && Instant::now() < valid_until {
             return Outcome::Acquired(lease);
         }
-        // Failed: undo on every master that may hold our token. The next
-        // round reuses the token, so it waits for the undo to be answered
-        // (a late delete must not remove the next round's key).
+        // Failed: undo on every master that may hold our token. The deletes
+        // go out before anything else happens here and finish even if this
+        // round is dropped while it waits (see `release_on`). The next round
+        // reuses the token, so it waits for the undo to be answered (a late
+        // delete must not remove the next round's key).
         lease.valid_until = Instant::now();
         let may_be_ours: Vec<bool> = not_ours.iter().map(|&surely_not| !surely_not).collect();
         if may_be_ours.contains(&true) {
@@ -567,15 +588,21 @@ impl RedlockBackend {
     }
 
     /// Sends the compare-and-delete of `lease` to every master `i` with
-    /// `send[i]`, in parallel, and returns (released, answered).
+    /// `send[i]`, in parallel, and returns (released, answered) of those
+    /// heard before returning.
     ///
-    /// Masters presumed down get their delete from a background task: it
-    /// costs the caller nothing, and if the master is back it still cleans
-    /// up. The others are waited for, each up to `timeout`, so that a later
-    /// request of ours cannot overtake the delete — unless `enough` is
-    /// smaller than their number: then the deletes run in a background task
-    /// (every one is sent and answered, in the background if need be) and
-    /// the caller goes on as soon as `enough` of them released.
+    /// Every delete is put on its master's connection before the first
+    /// `Pending` and then driven by a task of its own, so each one is sent
+    /// and answered even if the caller goes on or is dropped meanwhile (a
+    /// user's timeout, a `SegmentedLock` dropping the waits that lost: an
+    /// undo cut short would leave our token on a minority of masters until
+    /// its ttl). Sent first also means a later request of ours to the same
+    /// master (the next round's acquire, the next local waiter's) goes out
+    /// behind the delete.
+    ///
+    /// The caller waits for the masters not presumed down, each up to
+    /// `timeout`, and goes on as soon as `enough` of them released; masters
+    /// presumed down are counted if they answer meanwhile, never waited for.
     async fn release_on(
         &self,
         lease: &Lease,
@@ -584,70 +611,68 @@ impl RedlockBackend {
         enough: usize,
     ) -> (usize, usize) {
         let now = Instant::now();
-        let (down, up): (Vec<usize>, Vec<usize>) = (0..self.nodes.len())
-            .filter(|&i| send[i])
-            .partition(|&i| self.is_suspect(i, now));
-        let runtime = tokio::runtime::Handle::try_current().ok();
-        if let (false, Some(runtime)) = (down.is_empty(), &runtime) {
-            let nodes: Vec<_> = down.iter().map(|&i| self.nodes[i].clone()).collect();
-            let lease = lease.clone();
-            runtime.spawn(async move { release_all(&nodes, &lease, timeout).await });
-        }
-        let (mut released, mut answered) = (0, 0);
-        let mut tally = |i: usize, answer: Option<bool>| {
-            self.set_suspect(i, answer.is_none());
-            if let Some(was_ours) = answer {
-                answered += 1;
-                released += usize::from(was_ours);
+        let targets: Vec<usize> = (0..self.nodes.len()).filter(|&i| send[i]).collect();
+        let waited_for: Vec<bool> = (0..self.nodes.len())
+            .map(|i| send[i] && !self.is_suspect(i, now))
+            .collect();
+        let mut awaited = waited_for.iter().filter(|&&w| w).count();
+        let mut tally = Tally::default();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Not on a tokio runtime: nothing could finish the deletes after
+            // we return, so wait for every one of them here.
+            let nodes: Vec<_> = targets.iter().map(|&i| self.nodes[i].clone()).collect();
+            let answers = release_all(&nodes, lease, timeout).await;
+            for (&i, answer) in targets.iter().zip(answers) {
+                self.count(&mut tally, i, answer);
             }
-            released
+            return (tally.released, tally.answered);
         };
-        match runtime {
-            Some(runtime) if enough < up.len() => {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let lease = Arc::new(lease.clone());
-                let mut deletes: FuturesUnordered<_> = up
-                    .iter()
-                    .map(|&i| {
-                        let (node, lease) = (self.nodes[i].clone(), lease.clone());
-                        async move {
-                            let answer = tokio::time::timeout(timeout, node.release(&lease)).await;
-                            (i, answer.ok().and_then(Result::ok))
-                        }
-                    })
-                    .collect();
-                // Put every delete on its connection before the first
-                // `Pending`, not when the task below first runs: the core
-                // hands the key to the next local waiter then, and that
-                // waiter's acquire must reach each master behind our delete.
-                std::future::poll_fn(|cx| {
-                    while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
-                        let _ = tx.send(answer);
-                    }
-                    Poll::Ready(())
-                })
-                .await;
-                runtime.spawn(async move {
-                    while let Some(answer) = deletes.next().await {
-                        // The caller may have gone on; the delete was done anyway.
-                        let _ = tx.send(answer);
-                    }
-                });
-                while let Some((i, answer)) = rx.recv().await {
-                    if tally(i, answer) >= enough {
-                        break;
-                    }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let lease = Arc::new(lease.clone());
+        let mut deletes: FuturesUnordered<_> = targets
+            .iter()
+            .map(|&i| {
+                let (node, lease) = (self.nodes[i].clone(), lease.clone());
+                async move {
+                    let answer = tokio::time::timeout(timeout, node.release(&lease)).await;
+                    (i, answer.ok().and_then(Result::ok))
                 }
+            })
+            .collect();
+        // One poll puts every delete on its connection.
+        std::future::poll_fn(|cx| {
+            while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
+                let _ = tx.send(answer);
             }
-            _ => {
-                let nodes: Vec<_> = up.iter().map(|&i| self.nodes[i].clone()).collect();
-                let answers = release_all(&nodes, lease, timeout).await;
-                for (&i, answer) in up.iter().zip(answers) {
-                    tally(i, answer);
-                }
+            Poll::Ready(())
+        })
+        .await;
+        runtime.spawn(async move {
+            while let Some(answer) = deletes.next().await {
+                // The caller may have gone on; the delete was done anyway.
+                let _ = tx.send(answer);
             }
+        });
+        while awaited > 0 && tally.released < enough {
+            let Some((i, answer)) = rx.recv().await else {
+                break;
+            };
+            if waited_for[i] {
+                awaited -= 1;
+            }
+            self.count(&mut tally, i, answer);
         }
-        (released, answered)
+        (tally.released, tally.answered)
+    }
+
+    /// Counts master `i`'s answer to a delete (`None`: none in time, so it
+    /// is presumed down for a while).
+    fn count(&self, tally: &mut Tally, i: usize, answer: Option<bool>) {
+        self.set_suspect(i, answer.is_none());
+        if let Some(was_ours) = answer {
+            tally.answered += 1;
+            tally.released += usize::from(was_ours);
+        }
     }
 
     /// Subscribes to the key's release channel on every master at once.
@@ -665,6 +690,14 @@ impl RedlockBackend {
         });
         futures_util::future::join_all(subscribing).await
     }
+}
+
+/// Answers to deletes so far: how many masters answered, and how many of
+/// them released our key.
+#[derive(Default)]
+struct Tally {
+    answered: usize,
+    released: usize,
 }
 
 /// Resolves when any master announced a release since the last `mark_seen`.
@@ -775,7 +808,13 @@ fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
                         "`restart_quarantine_ms={value}` is not a positive number of milliseconds"
                     ))
                 })?;
-                restart_quarantine = Some(Duration::from_millis(ms));
+                let quarantine = Duration::from_millis(ms);
+                if quarantine > MAX_TTL {
+                    return Err(bad(&format!(
+                        "`restart_quarantine_ms={value}` is longer than the maximum of {MAX_TTL:?}; give the longest ttl in use"
+                    )));
+                }
+                restart_quarantine = Some(quarantine);
             }
             _ => passed_on.push(pair),
         }
@@ -825,6 +864,7 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        self.check(req)?;
         match self.round(req).await {
             Outcome::Acquired(lease) => Ok(Some(lease)),
             Outcome::Held(_) | Outcome::Split => Ok(None),
@@ -840,6 +880,7 @@ impl LockBackend for RedlockBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        self.check(req)?;
         // A free lock is taken with one round and no subscription at all:
         // subscribing costs a SUBSCRIBE and an UNSUBSCRIBE on every master.
         // If the round fails, the loop below runs a new one after the
@@ -892,27 +933,27 @@ impl LockBackend for RedlockBackend {
                     // would have expired on a quorum.
                     let expiry = left.unwrap_or(req.ttl);
                     (
-                        expiry + jitter(expiry / 10 + Duration::from_millis(2)),
+                        expiry.saturating_add(jitter(expiry / 10 + Duration::from_millis(2))),
                         None,
                     )
                 }
                 Outcome::Split => {
                     silent_rounds = 0;
                     // Contenders split the votes: retry after a random
-                    // delay, so that one of them gets ahead.
-                    let delay =
-                        Duration::from_millis(1) + jitter(timeout + Duration::from_millis(5));
+                    // delay of about a round, so that one of them gets
+                    // ahead. (A round longer than the ttl could never win:
+                    // with a huge per-node timeout, the ttl bounds it.)
+                    let round = timeout.min(req.ttl);
+                    let delay = Duration::from_millis(1) + jitter(round + Duration::from_millis(5));
                     (delay, None)
                 }
             };
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return out_of_time(outage);
             }
-            let wake = Instant::now() + delay;
-            let wake = deadline.map_or(wake, |d| d.min(wake));
             tokio::select! {
                 () = any_released(&mut released) => {}
-                () = tokio::time::sleep_until(wake.into()) => {}
+                () = nap_until(delay, deadline) => {}
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return out_of_time(outage);

@@ -237,8 +237,15 @@ impl HandWritten {
         let unlock = redis::Script::new(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
         );
+        // dlock's acquire script, fence floor included (see `scripts.rs`).
         let lock_fenced = redis::Script::new(
-            "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, redis.call('INCR', KEYS[2])} end return {0, redis.call('PTTL', KEYS[1])}",
+            "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+             local t = redis.call('TIME') \
+             local floor = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+             local fence = redis.call('INCR', KEYS[2]) \
+             if fence < floor then redis.call('SET', KEYS[2], floor) fence = floor end \
+             return {1, fence} end \
+             return {0, redis.call('PTTL', KEYS[1])}",
         );
         let unlock_announced = redis::Script::new(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '1') return 1 end return 0",

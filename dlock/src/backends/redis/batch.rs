@@ -185,6 +185,16 @@ impl<K: BatchKind> Shared<K> {
     }
 
     async fn send(&self, batch: Vec<Waiting<K>>) {
+        // Filtered again here, in the same poll that puts the script on the
+        // connection: a caller that went away since `spawn` must not be
+        // sent either. Redlock relies on it: a round that gave up deletes its
+        // token on each master with a request sent after this point, so an
+        // acquisition still to be sent must not be (it would land after the
+        // delete), and one already sent is ahead of the delete.
+        let batch: Vec<Waiting<K>> = batch.into_iter().filter(|w| !w.reply.is_closed()).collect();
+        if batch.is_empty() {
+            return;
+        }
         self.batches.fetch_add(1, Ordering::Relaxed);
         let (ops, replies): (Vec<K::Op>, Vec<_>) =
             batch.into_iter().map(|w| (w.op, w.reply)).unzip();

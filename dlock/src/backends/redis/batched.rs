@@ -22,7 +22,9 @@ pub(crate) struct AcquireOp {
     /// The release channel, if a lease taken for a caller that went away is
     /// to be released at once. Redlock says no: it retries with the same
     /// token, and a late release could delete the retry's lease; its own
-    /// release on every node after a failed round cleans up instead.
+    /// release on every node after a failed or dropped round cleans up
+    /// instead (an acquisition whose round gave up before its batch was
+    /// sent is never sent, see `batch.rs`).
     pub(crate) release_unclaimed: Option<String>,
 }
 

@@ -10,16 +10,71 @@ use std::sync::LazyLock;
 
 use redis::{RedisResult, Script};
 
-/// `SET NX PX` and, on success, `INCR` of the fence counter: returns
-/// `{1, fence}`, or `{0, pttl}` with the holder's remaining time.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_BODY));
+/// `SET NX PX` and, on success, the next fence (see [`ACQUIRE_FUNCTIONS`]):
+/// returns `{1, fence}`, or `{0, pttl}` with the holder's remaining time.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{ACQUIRE_FUNCTIONS}{ACQUIRE_ONE}")));
 
-/// The Lua of [`ACQUIRE`], which [`ACQUIRE_GUARDED`] ends with.
-const ACQUIRE_BODY: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
+/// The Lua shared by every script that takes a lock key: `fence(counter)`
+/// issues a fencing token, `acquire(lock, counter, token, ttl_ms)` takes the
+/// key (or finds it already taken with `token`) and answers `1, fence` or
+/// `0, pttl`.
+///
+/// Fences never go backwards, even when the counter is lost (a restart
+/// without persistence, a failover to a replica that missed it, an
+/// `allkeys-*` eviction, a flush): a fence is never below the server's
+/// clock in microseconds since the epoch (`TIME`), and is stored back in
+/// the counter when the clock is ahead of it. Successive holders of one key
+/// are more than a microsecond apart (each takes a script run of its own,
+/// with a release or an expiry between), so the fences track the clock, and
+/// a counter that starts again from nothing starts above every fence
+/// issued before, as long as the clock of the server that issues the next
+/// fence is not behind the clock that issued the last one by more than the
+/// time between the two. Microseconds stay below 2^53 (JSON-safe integers)
+/// until the year 2255. Redis 5 and later replicate scripts by their
+/// effects, which is what lets a write follow `TIME`.
+///
+/// Retries: an acquire that finds the key holding its own token already
+/// ran (the client resent it after losing the answer: the cluster client
+/// resends a script when its connection breaks before the answer, and
+/// Redlock's next round reuses the token on a master whose undo was lost).
+/// It answers as the first run did, with the fence issued then (nobody
+/// else could take the key since, so the counter has not moved; if the
+/// counter itself was lost, a new fence, which is larger), and counts the
+/// ttl from now, as the caller's local deadline does. Without this the
+/// retry answered "held" by the caller's own token, and the key blocked
+/// everyone, its owner included, until its ttl.
+const ACQUIRE_FUNCTIONS: &str = r"
+local function fence(counter)
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local next = redis.call('INCR', counter)
+  if next < floor then
+    redis.call('SET', counter, floor)
+    return floor
+  end
+  return next
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local function acquire(lock, counter, token, ttl)
+  if redis.call('SET', lock, token, 'NX', 'PX', ttl) then
+    return 1, fence(counter)
+  end
+  if redis.call('GET', lock) == token then
+    redis.call('PEXPIRE', lock, ttl)
+    local issued = tonumber(redis.call('GET', counter))
+    if issued then
+      return 1, issued
+    end
+    return 1, fence(counter)
+  end
+  return 0, redis.call('PTTL', lock)
+end
+";
+
+/// The call of [`ACQUIRE`] and [`ACQUIRE_GUARDED`]: one key.
+const ACQUIRE_ONE: &str = r"
+local won, value = acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+return {won, value}
 ";
 
 /// Compare-and-`PEXPIRE`: extends the lease only if the token still owns it.
@@ -70,28 +125,21 @@ local quarantine = tonumber(marker) - now
 if quarantine > 0 then
   return {0, quarantine}
 end";
-    Script::new(&format!("{quarantine}{ACQUIRE_BODY}"))
+    Script::new(&format!("{quarantine}{ACQUIRE_FUNCTIONS}{ACQUIRE_ONE}"))
 });
 
 /// [`ACQUIRE`] for many keys in one call (see `batch.rs`): KEYS are lock and
 /// fence pairs, ARGV token and ttl pairs; returns the flat list of each
 /// key's two answers.
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    let many = r"
 local out = {}
 for i = 1, #KEYS, 2 do
-  if redis.call('SET', KEYS[i], ARGV[i], 'NX', 'PX', ARGV[i + 1]) then
-    out[i] = 1
-    out[i + 1] = redis.call('INCR', KEYS[i + 1])
-  else
-    out[i] = 0
-    out[i + 1] = redis.call('PTTL', KEYS[i])
-  end
+  out[i], out[i + 1] = acquire(KEYS[i], KEYS[i + 1], ARGV[i], ARGV[i + 1])
 end
 return out
-",
-    )
+";
+    Script::new(&format!("{ACQUIRE_FUNCTIONS}{many}"))
 });
 
 /// [`RELEASE`] for many keys in one call: KEYS are lock keys, ARGV token and

@@ -42,15 +42,25 @@ impl RedisBackend {
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(None);
             }
-            let wake = Instant::now() + left + jitter(left / 10 + Duration::from_millis(2));
-            let wake = deadline.map_or(wake, |d| d.min(wake));
+            let nap = left.saturating_add(jitter(left / 10 + Duration::from_millis(2)));
             tokio::select! {
                 () = released.changed() => {}
-                () = tokio::time::sleep_until(wake.into()) => {}
+                () = nap_until(nap, deadline) => {}
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(None);
             }
         }
     }
+}
+
+/// Sleeps for `nap`, or until `deadline` if that comes first. Computed as
+/// durations, never as `Instant + Duration`: a nap of a lifetime (a holder
+/// with a huge ttl) or the farthest deadline must not overflow the clock.
+pub(crate) async fn nap_until(nap: Duration, deadline: Option<Instant>) {
+    let nap = deadline.map_or(nap, |d| {
+        nap.min(d.saturating_duration_since(Instant::now()))
+    });
+    // tokio's `sleep` takes any duration (an overflowing one sleeps "forever").
+    tokio::time::sleep(nap).await;
 }
