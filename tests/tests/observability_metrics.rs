@@ -1,0 +1,202 @@
+//! The metrics an operator scrapes, counted exactly: a known sequence of
+//! acquisitions (2 acquired, 1 reentered, 1 busy, 1 timeout, 1 lost by
+//! deleting the lease behind the guard's back) on the memory backend and on
+//! a real Redis, read back through `metrics-util`'s debugging recorder.
+//!
+//! The recorder is global (the watchdog records from dlock's own thread) and
+//! its snapshot resets every series, so one test runs the sequence on each
+//! backend (registered under a name of its own), takes one snapshot, and
+//! checks the series labelled with each name.
+
+use std::time::Duration;
+
+use dlock::{Lock, LockError};
+use dlock_tests::conformance::Fixture;
+use dlock_tests::fixtures::memory::MemoryFixture;
+use dlock_tests::fixtures::redis::RedisFixture;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::MetricKind;
+
+/// One series read back: its name, labels and value.
+struct Series {
+    kind: MetricKind,
+    name: String,
+    labels: Vec<(String, String)>,
+    value: DebugValue,
+}
+
+impl Series {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Every series of one snapshot.
+fn read(snapshotter: &Snapshotter) -> Vec<Series> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let (kind, key) = key.into_parts();
+            Series {
+                kind,
+                name: key.name().to_owned(),
+                labels: key
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect(),
+                value,
+            }
+        })
+        .collect()
+}
+
+fn counter(series: &[&Series], name: &str, label: (&str, &str)) -> u64 {
+    series
+        .iter()
+        .filter(|s| s.kind == MetricKind::Counter && s.name == name)
+        .filter(|s| s.label(label.0) == Some(label.1))
+        .map(|s| match s.value {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
+
+fn gauges(series: &[&Series], name: &str) -> Vec<f64> {
+    series
+        .iter()
+        .filter(|s| s.kind == MetricKind::Gauge && s.name == name)
+        .map(|s| match &s.value {
+            DebugValue::Gauge(v) => v.into_inner(),
+            _ => f64::NAN,
+        })
+        .collect()
+}
+
+fn histogram_count(series: &[&Series], name: &str) -> usize {
+    series
+        .iter()
+        .filter(|s| s.kind == MetricKind::Histogram && s.name == name)
+        .map(|s| match &s.value {
+            DebugValue::Histogram(values) => values.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Runs the known sequence against `fixture`'s backend registered as `name`.
+async fn known_sequence<F: Fixture>(fixture: &F, name: &str) {
+    dlock::registry().register(name, fixture.backend().await);
+    let key = format!("observed:{name}");
+    let lock = Lock::new(key.clone()).backend(name);
+
+    let held = lock.acquire().await.unwrap(); // acquired
+    let inner = held.scope(lock.acquire()).await.unwrap(); // reentered
+    assert!(inner.is_reentrant());
+    drop(inner);
+    let busy = tokio::spawn({
+        let lock = lock.clone().wait(Duration::ZERO);
+        async move { lock.acquire().await }
+    });
+    assert!(matches!(busy.await.unwrap(), Err(LockError::Busy { .. })));
+    let timeout = tokio::spawn({
+        let lock = lock.clone().wait(Duration::from_millis(200));
+        async move { lock.acquire().await }
+    });
+    assert!(matches!(
+        timeout.await.unwrap(),
+        Err(LockError::Timeout { .. })
+    ));
+    held.release().await.unwrap();
+
+    let lost_key = format!("observed-lost:{name}");
+    let ttl = fixture.short_ttl();
+    let doomed = Lock::new(lost_key.clone())
+        .backend(name)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap(); // acquired
+    fixture.steal(&lost_key).await;
+    tokio::time::timeout(ttl * 2 + Duration::from_secs(2), doomed.lost())
+        .await
+        .expect("lost() fired");
+    drop(doomed);
+    dlock::registry().unregister(name);
+}
+
+/// Checks the series of the backend registered as `name` after the sequence.
+fn check(all: &[Series], name: &str) {
+    let series: Vec<&Series> = all
+        .iter()
+        .filter(|s| s.label("backend") == Some(name))
+        .collect();
+    let outcome = |o| counter(&series, "dlock_acquire_total", ("outcome", o));
+    assert_eq!(outcome("acquired"), 2, "{name}");
+    assert_eq!(outcome("reentered"), 1, "{name}");
+    assert_eq!(outcome("busy"), 1, "{name}");
+    assert_eq!(outcome("timeout"), 1, "{name}");
+    assert_eq!(outcome("error") + outcome("cancelled"), 0, "{name}");
+    assert_eq!(
+        counter(&series, "dlock_acquire_total", ("kind", "lock")),
+        5,
+        "{name}"
+    );
+    let lost: u64 = [
+        "refused",
+        "deleted",
+        "session_expired",
+        "unreachable",
+        "expired",
+    ]
+    .iter()
+    .map(|r| counter(&series, "dlock_lost_total", ("reason", r)))
+    .sum();
+    assert_eq!(lost, 1, "{name}: one lease was lost");
+    let renewals: u64 = ["renewed", "refused", "failed", "timeout"]
+        .iter()
+        .map(|o| counter(&series, "dlock_renew_total", ("outcome", o)))
+        .sum();
+    assert!(renewals >= 1, "{name}: no renewal counted");
+    assert_eq!(
+        histogram_count(&series, "dlock_acquire_wait_seconds"),
+        3,
+        "{name}"
+    );
+    assert_eq!(histogram_count(&series, "dlock_hold_seconds"), 2, "{name}");
+    assert!(
+        histogram_count(&series, "dlock_renew_seconds") >= 1,
+        "{name}"
+    );
+    for gauge in ["dlock_held_leases", "dlock_waiting"] {
+        let values = gauges(&series, gauge);
+        assert!(!values.is_empty(), "{name}: {gauge} was never set");
+        assert!(
+            values.iter().all(|v| *v == 0.0),
+            "{name}: {gauge} did not return to 0: {values:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_counts_a_known_sequence_on_memory_and_redis() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this test binary");
+    known_sequence(&MemoryFixture::default(), "metrics-memory").await;
+    known_sequence(&RedisFixture::single(), "metrics-redis").await;
+    let all = read(&snapshotter);
+    check(&all, "metrics-memory");
+    check(&all, "metrics-redis");
+    // Keys are unbounded: never a label.
+    assert!(all
+        .iter()
+        .all(|s| s.labels.iter().all(|(_, v)| !v.contains("observed"))));
+}
