@@ -202,6 +202,35 @@ async fn excludes_and_follows_etcdctl_lock_both_ways() {
     guard.release().await.unwrap();
 }
 
+/// A key with `/` is the `etcdctl lock` of its escaped name
+/// (`dlock/tenant%2F7`), which `queue_prefix` gives: etcdctl waits while we
+/// hold it and gets it after our release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_a_slash_is_the_etcdctl_lock_of_its_escaped_name() {
+    let fixture = EtcdFixture::single();
+    let endpoints = fixture.url().trim_start_matches("etcd://").to_owned();
+    let key = "tenant/7";
+    let etcd = EtcdBackend::connect(fixture.url()).await.unwrap();
+    assert_eq!(etcd.queue_prefix(key), "dlock/tenant%2F7/");
+    let ours: Arc<dyn LockBackend> = Arc::new(etcd);
+
+    let guard = lock(&ours, key).acquire().await.unwrap();
+    let mut theirs = Etcdctl::lock(&endpoints, "dlock/tenant%2F7");
+    assert_eq!(
+        theirs.acquired_within(Duration::from_millis(1500)).await,
+        None,
+        "etcdctl got the lock while we held it"
+    );
+    guard.release().await.unwrap();
+    let their_key = theirs
+        .acquired_within(Duration::from_secs(5))
+        .await
+        .expect("etcdctl did not get the lock after our release");
+    assert!(their_key.starts_with("dlock/tenant%2F7/"), "{their_key}");
+    assert!(lock(&ours, key).try_acquire().await.unwrap().is_none());
+    theirs.unlock().await;
+}
+
 /// A 3-member cluster loses its leader while a guard is held and three
 /// waiters queue: the guard stays held (keep-alive moves to another member),
 /// and the waiters get the lock in their order afterwards, never two at once.

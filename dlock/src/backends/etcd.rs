@@ -20,7 +20,8 @@
 //!   attached to a lease, created by a transaction that only creates
 //!   (`create_revision == 0`). This is the layout of `etcdctl lock
 //!   dlock/order:42` and Go's `concurrency.Mutex`, so their locks and ours
-//!   exclude each other.
+//!   exclude each other. A key is escaped into one path segment (see
+//!   *Keys containing `/` or `%`* below).
 //! - The holder is the key with the smallest create revision under
 //!   `dlock/order:42/`. The same transaction that enqueues reads it, so an
 //!   uncontended acquire is one round trip.
@@ -80,11 +81,20 @@
 //!   lease etcd reports gone, or a held key that is no longer there, is
 //!   [`Renewal::Refused`]: the guard is lost.
 //!
-//! # Keys containing `/`
+//! # Keys containing `/` or `%`
 //!
-//! The queue of `a` is everything under `dlock/a/`, which includes the queue
-//! of `a/b`: a holder of `a/b` also makes `a` wait (never the reverse, and
-//! never two holders of one key). `etcdctl lock` behaves the same.
+//! A key is one path segment of the etcd key: `%` becomes `%25` and `/`
+//! becomes `%2F` (every other byte stays), so `tenant/7` lives under
+//! `dlock/tenant%2F7/` and `tenant/7/order` under `dlock/tenant%2F7%2Forder/`,
+//! and the two are independent locks, as on every other backend. Semaphore
+//! names are escaped the same way.
+//!
+//! Keys without `/` and `%` keep exactly the `etcdctl lock <prefix>/<key>`
+//! layout. A key with them is the lock `etcdctl lock <prefix>/<escaped key>`
+//! (`etcdctl lock dlock/tenant%2F7` for `tenant/7`), not `etcdctl lock
+//! dlock/tenant/7`; [`EtcdBackend::queue_prefix`] gives the name. Versions
+//! of dlock before this escaping used the raw key: for keys with `/` or `%`,
+//! do not mix them with this one.
 //!
 //! # URLs
 //!
@@ -116,6 +126,7 @@
 //! # Ok(()) }
 //! ```
 
+mod names;
 mod permits;
 mod url;
 
@@ -372,13 +383,16 @@ impl EtcdBackend {
     }
 
     /// The etcd key prefix under which the queue of `key` lives
-    /// (`<prefix>/<key>/`): `etcdctl get --prefix` on it lists the holder
-    /// and the waiters, oldest first by create revision.
+    /// (`<prefix>/<escaped key>/`): `etcdctl get --prefix` on it lists the
+    /// holder and the waiters, oldest first by create revision, and `etcdctl
+    /// lock` on it without the trailing `/` takes the same lock.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
     /// let etcd = dlock::backends::etcd::EtcdBackend::connect("etcd://127.0.0.1:2379").await?;
     /// assert_eq!(etcd.queue_prefix("order:42"), "dlock/order:42/");
+    /// // `/` and `%` are escaped: `tenant/7/order` is not inside this queue.
+    /// assert_eq!(etcd.queue_prefix("tenant/7"), "dlock/tenant%2F7/");
     /// # Ok(()) }
     /// ```
     pub fn queue_prefix(&self, key: &str) -> String {
@@ -424,14 +438,16 @@ impl Inner {
         LockError::backend(self.shown.clone(), source)
     }
 
-    /// `<prefix>/<key>/`: the directory of a key's queue.
+    /// `<prefix>/<escaped key>/`: the directory of a key's queue (see
+    /// `names.rs` for the escaping).
     fn dir_of(&self, key: &str) -> String {
-        format!("{}/{key}/", self.prefix)
+        format!("{}/{}/", self.prefix, names::escape(key))
     }
 
-    /// `<prefix>/<key>/<lease-hex>`: our entry in the queue, as `etcdctl` names it.
+    /// `<prefix>/<escaped key>/<lease-hex>`: our entry in the queue, as
+    /// `etcdctl` names it.
     fn entry_of(&self, key: &str, lease: i64) -> String {
-        format!("{}/{key}/{lease:x}", self.prefix)
+        format!("{}{lease:x}", self.dir_of(key))
     }
 
     /// One request, bounded by the request timeout, and tried again on
