@@ -628,3 +628,86 @@ async fn paused_member_loses_the_lease_and_fails_acquire() {
     blocking(|| fixture.cluster_mut().member_mut(0).resume());
     drop(guard);
 }
+
+/// A holder's `release()` polled once and then dropped (a caller's `timeout`
+/// or `select!` around it) hands the key to the next local waiter only once
+/// the old key is settled: the waiter holds a key of its own on the server,
+/// with a larger fencing token, and another client never holds the key at
+/// the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_never_gives_two_holders() {
+    // The old failure depended on etcd applying the waiter's enqueue before
+    // the cancelled delete (one round in three to five): enough rounds that
+    // the old code cannot pass.
+    const ROUNDS: usize = 30;
+    let fixture = EtcdFixture::single();
+    let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let overlap = Arc::new(OverlapDetector::default());
+    let mut problems = Vec::new();
+    let mut failed_rounds = 0;
+    for round in 0..ROUNDS {
+        let key = format!("cancelled-release-{round}");
+        let first = lock(&a, &key).acquire().await.unwrap();
+        let first_fence = first.fencing_token().unwrap();
+        let waiter = tokio::spawn({
+            let lock = lock(&a, &key).wait(Duration::from_secs(10));
+            async move { lock.acquire().await }
+        });
+        // Let the waiter queue on the local gate.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let cut = tokio::time::timeout(Duration::ZERO, first.release()).await;
+        assert!(cut.is_err(), "round {round}: the release ended in one poll");
+        let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the local waiter did not get the key within 10 s")
+            .unwrap()
+            .expect("the local waiter's acquire failed");
+        overlap.enter();
+        let before = overlap.overlaps();
+        // Another process contends while A's waiter holds the key.
+        let contender = tokio::spawn({
+            let (lock, overlap) = (
+                lock(&b, &key).wait(Duration::from_secs(20)),
+                overlap.clone(),
+            );
+            async move {
+                let guard = lock.acquire().await.expect("the other client's acquire");
+                overlap.enter();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                overlap.leave();
+                guard.release().await.expect("the other client's release");
+            }
+        });
+        // Long enough for the cancelled release's delete to land.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let fence = second.fencing_token().unwrap();
+        let queue = blocking(|| fixture.queue_revisions(&key));
+        let held = second.is_held();
+        overlap.leave();
+        let problems_before = problems.len();
+        if overlap.overlaps() > before {
+            problems.push(format!("round {round}: the other client held the key too"));
+        }
+        if fence <= first_fence {
+            problems.push(format!(
+                "round {round}: the waiter's fence {fence} is not above the released {first_fence}"
+            ));
+        }
+        if queue.first().map(|(_, revision)| *revision) != Some(fence as i64) {
+            problems.push(format!(
+                "round {round}: the waiter (fence {fence}, held: {held}) is not the holder on the server: {queue:?}"
+            ));
+        }
+        failed_rounds += usize::from(problems.len() > problems_before);
+        let _ = second.release().await;
+        tokio::time::timeout(Duration::from_secs(30), contender)
+            .await
+            .expect("the other client did not finish within 30 s")
+            .expect("the other client panicked");
+    }
+    assert!(
+        problems.is_empty(),
+        "{failed_rounds} of {ROUNDS} rounds failed:\n{}",
+        problems.join("\n")
+    );
+}

@@ -30,9 +30,17 @@
 //!   it, then reads again: one wake-up per release, not one per waiter.
 //! - The fencing token is the own key's create revision: etcd's revision is
 //!   global and only grows, so successive holders of a key get larger ones.
-//! - Release deletes the own key if its create revision is still ours.
-//!   A timed-out or dropped `acquire` deletes its key too (in the background
-//!   if it was dropped), so no ghost waiter blocks the queue.
+//! - Release deletes the own key if its create revision is still ours, and
+//!   the next acquisition of the key by this backend starts only once etcd
+//!   answered that delete (if the `release` future is dropped half-way, the
+//!   delete finishes in the background first). A timed-out or dropped
+//!   `acquire` deletes its key too (in the background if it was dropped), so
+//!   no ghost waiter blocks the queue.
+//! - An enqueue that finds a key of its own name (same session lease) left
+//!   by an earlier guard, whose delete has not landed, never takes it over:
+//!   that key's revision was the earlier guard's fencing token and a delete
+//!   of it may still arrive. It deletes the old key by its revision and
+//!   creates its own (`concurrency.Mutex` adopts it instead).
 //! - Renewal is a lease keep-alive, plus one read of the held keys in the same
 //!   round of requests, so that a key deleted behind our back (`etcdctl del`)
 //!   is noticed and reported as lost even while its lease lives on.
@@ -126,6 +134,7 @@
 //! # Ok(()) }
 //! ```
 
+mod held;
 mod names;
 mod permits;
 mod url;
@@ -144,6 +153,7 @@ use etcd_client::{
 };
 use tokio::sync::OwnedMutexGuard;
 
+use self::held::{revision_of_lease, Held};
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
 
@@ -154,6 +164,11 @@ const MAX_REQUEUES: u32 = 5;
 
 /// etcd's default `--max-txn-ops` is 128; stay well below it.
 const TXN_CHUNK: usize = 64;
+
+/// How many times an enqueue deletes an older key that holds its entry name
+/// before it gives up (one is the rule; more means an enqueue cut off in
+/// flight landed late).
+const STALE_TRIES: u32 = 4;
 
 /// How many members a request tries when it cannot reach one (a 3- or
 /// 5-member cluster with one or two members down).
@@ -193,20 +208,15 @@ struct Inner {
     timeout: Duration,
     /// One session lease per ttl in whole seconds.
     sessions: tokio::sync::Mutex<HashMap<u64, Arc<Session>>>,
-    /// The keys this backend holds, by etcd key.
+    /// The keys this backend holds, by etcd key (see `held.rs`).
     held: Mutex<HashMap<String, Held>>,
     /// One turn per lock key: an acquisition holds it from its first request
-    /// until its key is gone from the server (released, or cleaned up after a
-    /// timeout or cancellation), so a new acquisition of the same key never
-    /// races the cleanup of the previous one for the same etcd key name.
+    /// until it holds the key or its entry is gone from the server (cleaned
+    /// up after a timeout or cancellation), and a release from its first
+    /// request until its delete is answered. So no two requests of this
+    /// backend race for one etcd key name: two acquisitions, or an
+    /// acquisition and the cleanup or release of the previous one.
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-/// A key we hold.
-struct Held {
-    session: Arc<Session>,
-    /// Keeps the key's turn until the key is deleted.
-    _turn: Option<Turn>,
 }
 
 /// One lease shared by the keys of one ttl.
@@ -303,6 +313,17 @@ enum Ahead {
     Behind { key: Vec<u8>, revision: i64 },
     /// Our own entry is gone.
     Gone,
+}
+
+/// What an enqueue found.
+enum Enqueued {
+    /// Our key, created at `mine`, and the holder's create revision.
+    Created { mine: i64, owner: Option<i64> },
+    /// A guard of this backend still counts on the key of our name, until
+    /// `until`. The core lets one local holder of a key in at a time, so
+    /// this is at most the last moment of a lease being lost: the caller
+    /// lets it end rather than take its key away.
+    HeldHere { until: Instant },
 }
 
 /// Where an acquisition stands when it does not hold the lock (yet).
@@ -558,15 +579,21 @@ impl Inner {
         }
     }
 
-    /// Enqueues under `session`: creates our key unless it exists, and reads
-    /// the holder in the same transaction. Returns our create revision and
-    /// the holder's.
+    /// Enqueues under `session`: creates our key, and reads the holder in the
+    /// same transaction.
+    ///
+    /// If a key of that name exists already, it is an older key of our
+    /// session: a release or cleanup whose delete has not landed (or never
+    /// will), or an enqueue cut off in flight. It is never adopted: its
+    /// revision was another guard's fencing token, and a delete of that
+    /// revision may still arrive and would take the key from under us. It
+    /// is deleted by its revision, and ours created anew.
     async fn enqueue(
         &self,
         key: &str,
         session: &Session,
         entry: &str,
-    ) -> Result<(i64, Option<i64>), LockError> {
+    ) -> Result<Enqueued, LockError> {
         let owner = TxnOp::get(
             self.dir_of(key),
             Some(
@@ -580,37 +607,59 @@ impl Inner {
             .when([Compare::create_revision(entry, CompareOp::Equal, 0)])
             .and_then([
                 TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
-                owner.clone(),
+                owner,
             ])
-            // Our key exists: a cleanup that could not reach the server left
-            // it. It is ours (our lease, our turn), so we take its place, as
-            // Go's Mutex does.
-            .or_else([TxnOp::get(entry, None), owner]);
-        let answer = self.txn(txn).await?;
-        let ops = answer.op_responses();
-        let mine = if answer.succeeded() {
-            revision_of(&answer)
-        } else {
-            first_create_revision(ops.first())
-        };
-        let Some(mine) = mine else {
-            return Err(self.error(format!(
-                "etcd answered the enqueue of `{entry}` without its revision"
-            )));
-        };
-        Ok((mine, first_create_revision(ops.get(1))))
+            .or_else([TxnOp::get(entry, None)]);
+        for _ in 0..STALE_TRIES {
+            let answer = self.txn(txn.clone()).await?;
+            let ops = answer.op_responses();
+            if answer.succeeded() {
+                let Some(mine) = revision_of(&answer) else {
+                    return Err(self.error(format!(
+                        "etcd answered the enqueue of `{entry}` without its revision"
+                    )));
+                };
+                let owner = first_create_revision(ops.get(1));
+                return Ok(Enqueued::Created { mine, owner });
+            }
+            // Gone since: try again.
+            let Some(stale) = first_create_revision(ops.first()) else {
+                continue;
+            };
+            if let Some(until) = self.live_until(entry, stale) {
+                return Ok(Enqueued::HeldHere { until });
+            }
+            self.delete_entry(entry, Some(stale)).await?;
+        }
+        Err(self.error(format!(
+            "the queue entry `{entry}` stayed taken by an older key of this backend"
+        )))
     }
 
-    /// Deletes `entry` if it is still the key created at `revision` (or
-    /// whatever it is, if the revision is not known: the name is ours alone).
+    /// Deletes `entry` if it is still the key created at `revision`.
+    ///
+    /// Without a revision (an enqueue cut off before its answer), the key
+    /// that has the name now is that enqueue's, or an older one nobody
+    /// counts on, as the caller holds the key's turn (or the name is its
+    /// alone, for a permit); it is read and deleted by its revision, so that
+    /// a delete arriving late can never remove a key created after it.
     async fn delete_entry(&self, entry: &str, revision: Option<i64>) -> Result<bool, LockError> {
-        let delete = TxnOp::delete(entry, None);
-        let txn = match revision {
-            Some(rev) => Txn::new()
-                .when([Compare::create_revision(entry, CompareOp::Equal, rev)])
-                .and_then([delete]),
-            None => Txn::new().and_then([delete]),
+        let revision = match revision {
+            Some(revision) => revision,
+            None => {
+                let answer = self
+                    .txn(Txn::new().and_then([TxnOp::get(entry, None)]))
+                    .await?;
+                match first_create_revision(answer.op_responses().first()) {
+                    // A live guard's key is never an abandoned entry.
+                    Some(revision) if self.live_until(entry, revision).is_none() => revision,
+                    _ => return Ok(false),
+                }
+            }
         };
+        let txn = Txn::new()
+            .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(entry, None)]);
         let answer = self.txn(txn).await?;
         Ok(answer.succeeded())
     }
@@ -699,7 +748,18 @@ impl Inner {
             queued.in_flight = true;
             progress.asking_since = Some(Instant::now());
             let (mine, owner) = match self.enqueue(&req.key, &session, &entry).await {
-                Ok(answer) => answer,
+                Ok(Enqueued::Created { mine, owner }) => (mine, owner),
+                Ok(Enqueued::HeldHere { until }) => {
+                    // The name is a live guard's key: never ours to clean up.
+                    queued.entry = None;
+                    queued.in_flight = false;
+                    progress.answered();
+                    if once {
+                        return Ok(Step::NotFirst);
+                    }
+                    tokio::time::sleep_until(until.into()).await;
+                    continue;
+                }
                 Err(e) if lease_not_found(&e) => {
                     session.mark_dead();
                     queued.in_flight = false;
@@ -853,17 +913,6 @@ impl Inner {
         }
     }
 
-    /// Records a won lease and moves the key's turn to it.
-    fn hold(&self, lease: &Lease, session: Arc<Session>, turn: Option<Turn>) {
-        lock(&self.held).insert(
-            lease.resource.clone(),
-            Held {
-                session,
-                _turn: turn,
-            },
-        );
-    }
-
     async fn acquire(
         self: &Arc<Self>,
         req: &AcquireRequest,
@@ -896,8 +945,13 @@ impl Inner {
         };
         match taken {
             Some(Ok(Step::Acquired(lease, session))) => {
-                let turn = queued.disarm();
-                self.hold(&lease, session, turn);
+                // The key's turn goes with `queued`: the next acquisition of
+                // the key waits in the core until this guard lets go, and a
+                // release takes the turn again while its delete is on its way.
+                queued.disarm();
+                if let Some(revision) = revision_of_lease(&lease) {
+                    self.hold(&lease, session, revision);
+                }
                 Ok(Some(lease))
             }
             Some(Ok(Step::NotFirst)) => {
@@ -923,10 +977,9 @@ struct Queued {
 }
 
 impl Queued {
-    /// The acquisition won: nothing to clean up; hand the turn to the holder.
-    fn disarm(&mut self) -> Option<Turn> {
+    /// The acquisition won: nothing to clean up.
+    fn disarm(&mut self) {
         self.entry = None;
-        self.turn.take()
     }
 
     /// Deletes the entry now (the server just answered, so this is quick).
@@ -949,7 +1002,8 @@ impl Drop for Queued {
         // by this backend starts only after the entry is gone.
         let turn = self.turn.take();
         // Never panic in Drop: without a runtime the entry stays until the
-        // session lease expires.
+        // session lease expires, or until the next enqueue of the key deletes
+        // it (by its revision, as it does any older key of its name).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 inner.clean_up(&entry, revision, racing).await;
@@ -1123,13 +1177,8 @@ impl LockBackend for EtcdBackend {
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
         let inner = &self.inner;
         let sent = Instant::now();
-        let sessions: Vec<Option<Arc<Session>>> = {
-            let held = lock(&inner.held);
-            leases
-                .iter()
-                .map(|l| held.get(&l.resource).map(|h| h.session.clone()))
-                .collect()
-        };
+        let sessions: Vec<Option<Arc<Session>>> =
+            leases.iter().map(|l| inner.held_session(l)).collect();
         let mut distinct: Vec<Arc<Session>> = Vec::new();
         for session in sessions.iter().flatten() {
             if !distinct.iter().any(|s| Arc::ptr_eq(s, session)) {
@@ -1158,15 +1207,16 @@ impl LockBackend for EtcdBackend {
                     .iter()
                     .position(|s| Arc::ptr_eq(s, session))
                     .unwrap_or(0);
+                let revision = revision_of_lease(lease);
                 match (&alive[at], &present) {
-                    (Ok(Alive::Gone), _) => Ok(Renewal::Refused),
-                    (_, Ok(revisions)) if revisions[i] != lease.fencing_token.map(|t| t as i64) => {
-                        Ok(Renewal::Refused)
-                    }
+                    (Ok(Alive::Gone), _) => Ok(inner.refused(lease)),
+                    (_, Ok(revisions)) if revisions[i] != revision => Ok(inner.refused(lease)),
                     (Err(e), _) | (_, Err(e)) => Err(inner.error(e.to_string())),
-                    (Ok(Alive::Yes), Ok(_)) => Ok(Renewal::Renewed {
-                        valid_until: session.deadline(lease.ttl),
-                    }),
+                    (Ok(Alive::Yes), Ok(_)) => {
+                        let valid_until = session.deadline(lease.ttl);
+                        inner.renewed(lease, valid_until);
+                        Ok(Renewal::Renewed { valid_until })
+                    }
                 }
             })
             .collect()
@@ -1193,32 +1243,27 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release(lease).await
+        self.inner.release_entry(lease, None).await
     }
 
+    /// Deletes the key if its create revision is still ours, keeping the
+    /// key's turn until etcd answered; if etcd fails, or this future is
+    /// dropped first, the delete goes on in the background (see `held.rs`).
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let inner = &self.inner;
-        let held = lock(&inner.held).remove(&lease.resource);
-        let revision = lease.fencing_token.map(|t| t as i64);
-        match inner.delete_entry(&lease.resource, revision).await {
-            Ok(deleted) => Ok(deleted && held.is_some()),
-            Err(e) => {
-                // Keep trying in the background, holding the key's turn, so
-                // the key does not stay blocked while our session lives.
-                let (inner, entry) = (inner.clone(), lease.resource.clone());
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move {
-                        inner.clean_up(&entry, revision, false).await;
-                        drop(held);
-                    });
-                }
-                Err(e)
-            }
-        }
+        self.inner.release_entry(lease, Some(&lease.key)).await
     }
 }
 
 impl Inner {
+    /// A renewal found `lease`'s key or session gone: nothing of it is left
+    /// to delete, so its record goes now.
+    fn refused(&self, lease: &Lease) -> Renewal {
+        if let Some(revision) = revision_of_lease(lease) {
+            self.forget(&lease.resource, revision);
+        }
+        Renewal::Refused
+    }
+
     /// The create revision of each lease's key (`None`: the key is gone).
     async fn read_revisions(&self, leases: &[Lease]) -> Result<Vec<Option<i64>>, LockError> {
         let mut revisions = Vec::with_capacity(leases.len());

@@ -126,7 +126,7 @@ impl Inner {
                         valid_until: session.deadline(req.ttl),
                         resource: entry,
                     };
-                    self.hold(&lease, session, None);
+                    self.hold(&lease, session, mine);
                     return Ok(Some(lease));
                 }
                 if once {
