@@ -711,3 +711,59 @@ async fn a_cancelled_release_never_gives_two_holders() {
         problems.join("\n")
     );
 }
+
+/// A guard taken in a short-lived current-thread runtime (as a
+/// `#[tokio::test]` or a `block_on` helper has) and dropped after that
+/// runtime is gone: its release can never run there, yet while another guard
+/// keeps the backend's session lease alive, the key must leave the server
+/// by its ttl, and the backend must take the key again afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_after_its_runtime_ended_frees_the_key_by_its_ttl() {
+    let fixture = EtcdFixture::single();
+    let ttl = Duration::from_secs(3);
+    let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    // Renewed on this runtime all along: it keeps A's session lease alive.
+    let keeper = lock(&a, "runtime-keeper").ttl(ttl).acquire().await.unwrap();
+    let leaked = {
+        let lock = lock(&a, "runtime-ended").ttl(ttl);
+        tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let guard = runtime.block_on(lock.acquire()).unwrap();
+            drop(runtime);
+            let taken_at = Instant::now();
+            drop(guard);
+            taken_at
+        })
+        .await
+        .unwrap()
+    };
+    let limit = ttl + Duration::from_secs(3);
+    let taken = loop {
+        if let Some(guard) = lock(&b, "runtime-ended").try_acquire().await.unwrap() {
+            break guard;
+        }
+        assert!(
+            leaked.elapsed() < limit,
+            "another client still could not take the key {:?} after the guard was dropped (ttl {ttl:?})",
+            leaked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    taken.release().await.unwrap();
+    // Nothing of the dropped guard is left in A either.
+    let again = tokio::time::timeout(
+        Duration::from_secs(5),
+        lock(&a, "runtime-ended")
+            .wait(Duration::from_secs(2))
+            .acquire(),
+    )
+    .await
+    .expect("A's acquire hung after the dropped guard's key was gone")
+    .expect("A could not take the key again");
+    assert!(keeper.is_held());
+    again.release().await.unwrap();
+    keeper.release().await.unwrap();
+}

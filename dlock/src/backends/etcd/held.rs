@@ -1,4 +1,6 @@
-//! The keys this backend holds: their records and their release.
+//! The keys this backend holds: their records, their release, and the
+//! clean-up that makes a key whose release never comes leave the server by
+//! its own ttl even while other keys keep the session lease alive.
 //!
 //! Two rules keep a key name (`<prefix>/<key>/<lease-hex>`, the same for
 //! every guard of one session) from ever serving two guards:
@@ -118,6 +120,25 @@ impl Inner {
         // Answered or failed, an `Err` keeps trying in the background.
         releasing.settled = answer.is_ok();
         answer
+    }
+
+    /// Deletes the keys of `session` that outlived their local deadline:
+    /// their guards are gone without a release (dropped where no runtime
+    /// could run it) or past it without one, and the keep-alive that other
+    /// keys need must not keep them on the server.
+    pub(super) async fn clear_expired(&self, session: i64) {
+        let now = Instant::now();
+        let expired: Vec<(String, i64)> = lock(&self.held)
+            .iter()
+            .filter(|(_, h)| h.session.id == session && h.valid_until <= now)
+            .map(|(entry, h)| (entry.clone(), h.revision))
+            .collect();
+        for (entry, revision) in expired {
+            if self.delete_entry(&entry, Some(revision)).await.is_ok() {
+                tracing::debug!(entry, "deleted a key that outlived its local deadline");
+                self.forget(&entry, revision);
+            }
+        }
     }
 }
 
