@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dlock::backend::{AcquireRequest, PermitRequest, Renewal};
 use dlock::backends::etcd::EtcdBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::fixtures::etcd::{queue_prefix, EtcdFixture};
@@ -766,4 +767,72 @@ async fn a_guard_dropped_after_its_runtime_ended_frees_the_key_by_its_ttl() {
     assert!(keeper.is_held());
     again.release().await.unwrap();
     keeper.release().await.unwrap();
+}
+
+/// `Duration::MAX` as a ttl never overflows in the etcd backend: a lock and
+/// a permit are taken, waited for (the waiting path schedules session
+/// refreshes from the ttl), renewed and released. Called on the backend
+/// directly, so only the backend's own arithmetic is exercised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_of_duration_max_never_overflows() {
+    let fixture = EtcdFixture::single();
+    let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let wait = || Some(Instant::now() + Duration::from_secs(5));
+
+    let lock_request = |token: &str| AcquireRequest {
+        key: "forever".into(),
+        token: token.into(),
+        ttl: Duration::MAX,
+    };
+    let held = a
+        .try_acquire(&lock_request("first"))
+        .await
+        .unwrap()
+        .unwrap();
+    let waiting = {
+        let (b, request) = (b.clone(), lock_request("second"));
+        tokio::spawn(async move { b.acquire(&request, wait()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let renewed = a.renew(std::slice::from_ref(&held)).await;
+    assert!(
+        matches!(renewed[..], [Ok(Renewal::Renewed { .. })]),
+        "{renewed:?}"
+    );
+    assert!(a.release(&held).await.unwrap());
+    let second = waiting
+        .await
+        .expect("the waiting acquire panicked")
+        .unwrap()
+        .expect("the waiter did not get the lock");
+    assert!(b.release(&second).await.unwrap());
+
+    let permit_request = |token: &str| PermitRequest {
+        name: "forever-permits".into(),
+        permits: 1,
+        token: token.into(),
+        ttl: Duration::MAX,
+    };
+    let permit = a
+        .try_acquire_permit(&permit_request("first"))
+        .await
+        .unwrap()
+        .unwrap();
+    let waiting = {
+        let (b, request) = (b.clone(), permit_request("second"));
+        tokio::spawn(async move { b.acquire_permit(&request, wait()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let renewed = a.renew_permits(std::slice::from_ref(&permit)).await;
+    assert!(
+        matches!(renewed[..], [Ok(Renewal::Renewed { .. })]),
+        "{renewed:?}"
+    );
+    assert!(a.release_permit(&permit).await.unwrap());
+    let second = waiting
+        .await
+        .expect("the waiting permit acquire panicked")
+        .unwrap()
+        .expect("the waiter did not get the permit");
+    assert!(b.release_permit(&second).await.unwrap());
 }

@@ -1325,4 +1325,21 @@ mod tests {
         assert_eq!(lease_seconds(Duration::from_secs(30)), 30);
         assert_eq!(lease_seconds(Duration::MAX), MAX_LEASE_SECONDS);
     }
+
+    #[test]
+    fn a_ttl_of_duration_max_never_overflows_an_instant() {
+        let now = Instant::now();
+        for span in [Duration::MAX, Duration::MAX / 4, Duration::MAX / 3] {
+            assert!(after(now, span) > now, "{span:?}");
+        }
+        // A session's deadline takes the granted (clamped) lease, not the ttl.
+        let session = Session {
+            id: 1,
+            granted: Duration::from_secs(MAX_LEASE_SECONDS),
+            refreshed: Mutex::new(now),
+            dead: AtomicBool::new(false),
+            keeper: tokio::sync::Mutex::new(None),
+        };
+        assert!(session.deadline(Duration::MAX) > now);
+    }
 }

@@ -31,7 +31,7 @@ use etcd_client::{
     WatchOptions,
 };
 
-use super::{names, revision_of, Alive, Inner, Queued, MAX_REQUEUES};
+use super::{after, names, revision_of, Alive, Inner, Queued, MAX_REQUEUES};
 use crate::backend::{Lease, PermitRequest};
 use crate::LockError;
 
@@ -134,7 +134,7 @@ impl Inner {
                     return Ok(None);
                 }
                 // Refresh the session before our key's lease could run low.
-                let refresh_at = session.refreshed() + req.ttl / 4;
+                let refresh_at = after(session.refreshed(), req.ttl / 4);
                 self.await_delete_under(&dir, read_at, refresh_at).await?;
                 if let Alive::Gone = self.fresh(&session, req.ttl).await? {
                     session.mark_dead();
