@@ -59,17 +59,19 @@
 //!   whatever the number of guards.
 //! - The key name is `<lease-hex>`, as `etcdctl` writes it; two guards of one
 //!   session on one key would collide, and dlock's local queue already makes
-//!   the guards of one backend take a key one after another.
+//!   the guards of one backend take a key one after another (the backend
+//!   itself keeps a guard's release and the next guard's enqueue apart, see
+//!   above).
 //!
 //! What a shared lease gives up, and how it is covered: a key must not be
 //! kept alive by its neighbours' keep-alives once its own guard stopped
 //! renewing it (renewal off, or a guard dropped where its release could not
 //! run, such as a runtime that ended). The core deletes every lease whose
 //! local deadline passes, and the backend itself deletes, with every
-//! keep-alive of a session, the session's keys whose local deadline has
-//! passed, so such a key leaves the server within about a ttl (plus the
-//! renewal interval of the guards that keep the session alive) while this
-//! process lives; if the process dies, the whole session expires with it.
+//! keep-alive it sends, the keys whose local deadline has passed, so such a
+//! key leaves the server within about a ttl (plus the renewal interval of
+//! the guards that keep the session alive) while this process lives; if the
+//! process dies, the whole session expires with it.
 //!
 //! # Lease lengths
 //!
@@ -1037,10 +1039,10 @@ impl Session {
 
     /// Sends a keep-alive, unless one sent at or after `since` already
     /// succeeded (concurrent renewals share one round trip). In the same
-    /// moment, deletes the session's keys that outlived their local deadline:
+    /// moment, deletes the held keys that outlived their local deadline:
     /// the keep-alive must not keep those on the server.
     async fn keep_alive(&self, inner: &Inner, since: Instant) -> Result<Alive, LockError> {
-        let (_, alive) = tokio::join!(inner.clear_expired(self.id), self.exchange(inner, since));
+        let (_, alive) = tokio::join!(inner.clear_expired(), self.exchange(inner, since));
         alive
     }
 

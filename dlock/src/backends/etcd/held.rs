@@ -122,15 +122,16 @@ impl Inner {
         answer
     }
 
-    /// Deletes the keys of `session` that outlived their local deadline:
-    /// their guards are gone without a release (dropped where no runtime
-    /// could run it) or past it without one, and the keep-alive that other
-    /// keys need must not keep them on the server.
-    pub(super) async fn clear_expired(&self, session: i64) {
+    /// Deletes the held keys that outlived their local deadline: their
+    /// guards are gone without a release (dropped where no runtime could run
+    /// it) or are past it without one, and the keep-alive that other keys
+    /// need must not keep them on the server. (A key of a session that
+    /// expired is gone already; its record goes all the same.)
+    pub(super) async fn clear_expired(&self) {
         let now = Instant::now();
         let expired: Vec<(String, i64)> = lock(&self.held)
             .iter()
-            .filter(|(_, h)| h.session.id == session && h.valid_until <= now)
+            .filter(|(_, h)| h.valid_until <= now)
             .map(|(entry, h)| (entry.clone(), h.revision))
             .collect();
         for (entry, revision) in expired {
