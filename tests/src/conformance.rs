@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Lock, LockBackend, LockError, LockGuard};
 
+pub use crate::nesting::*;
 pub use crate::ordinary_code::*;
 use crate::overlap::OverlapDetector;
 
@@ -65,6 +66,7 @@ macro_rules! conformance_suite {
             a_lease_of_a_second_runtime_is_renewed,
             a_guard_dropped_with_its_runtime_frees_the_key,
             cancelled_release_never_gives_two_holders,
+            nested_keys_are_independent,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

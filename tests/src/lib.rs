@@ -6,6 +6,7 @@ pub mod conformance;
 pub mod error;
 pub mod fixtures;
 pub mod holder;
+pub mod nesting;
 pub mod ordinary_code;
 pub mod overlap;
 pub mod proxy;

@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dlock::backend::{AcquireRequest, PermitRequest, Renewal};
 use dlock::backends::etcd::EtcdBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::fixtures::etcd::{queue_prefix, EtcdFixture};
@@ -200,6 +201,35 @@ async fn excludes_and_follows_etcdctl_lock_both_ways() {
         got_at - let_go
     );
     guard.release().await.unwrap();
+}
+
+/// A key with `/` is the `etcdctl lock` of its escaped name
+/// (`dlock/tenant%2F7`), which `queue_prefix` gives: etcdctl waits while we
+/// hold it and gets it after our release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_a_slash_is_the_etcdctl_lock_of_its_escaped_name() {
+    let fixture = EtcdFixture::single();
+    let endpoints = fixture.url().trim_start_matches("etcd://").to_owned();
+    let key = "tenant/7";
+    let etcd = EtcdBackend::connect(fixture.url()).await.unwrap();
+    assert_eq!(etcd.queue_prefix(key), "dlock/tenant%2F7/");
+    let ours: Arc<dyn LockBackend> = Arc::new(etcd);
+
+    let guard = lock(&ours, key).acquire().await.unwrap();
+    let mut theirs = Etcdctl::lock(&endpoints, "dlock/tenant%2F7");
+    assert_eq!(
+        theirs.acquired_within(Duration::from_millis(1500)).await,
+        None,
+        "etcdctl got the lock while we held it"
+    );
+    guard.release().await.unwrap();
+    let their_key = theirs
+        .acquired_within(Duration::from_secs(5))
+        .await
+        .expect("etcdctl did not get the lock after our release");
+    assert!(their_key.starts_with("dlock/tenant%2F7/"), "{their_key}");
+    assert!(lock(&ours, key).try_acquire().await.unwrap().is_none());
+    theirs.unlock().await;
 }
 
 /// A 3-member cluster loses its leader while a guard is held and three
@@ -598,4 +628,211 @@ async fn paused_member_loses_the_lease_and_fails_acquire() {
     );
     blocking(|| fixture.cluster_mut().member_mut(0).resume());
     drop(guard);
+}
+
+/// A holder's `release()` polled once and then dropped (a caller's `timeout`
+/// or `select!` around it) hands the key to the next local waiter only once
+/// the old key is settled: the waiter holds a key of its own on the server,
+/// with a larger fencing token, and another client never holds the key at
+/// the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_never_gives_two_holders() {
+    // The old failure depended on etcd applying the waiter's enqueue before
+    // the cancelled delete (one round in three to five): enough rounds that
+    // the old code cannot pass.
+    const ROUNDS: usize = 30;
+    let fixture = EtcdFixture::single();
+    let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let overlap = Arc::new(OverlapDetector::default());
+    let mut problems = Vec::new();
+    let mut failed_rounds = 0;
+    for round in 0..ROUNDS {
+        let key = format!("cancelled-release-{round}");
+        let first = lock(&a, &key).acquire().await.unwrap();
+        let first_fence = first.fencing_token().unwrap();
+        let waiter = tokio::spawn({
+            let lock = lock(&a, &key).wait(Duration::from_secs(10));
+            async move { lock.acquire().await }
+        });
+        // Let the waiter queue on the local gate.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let cut = tokio::time::timeout(Duration::ZERO, first.release()).await;
+        assert!(cut.is_err(), "round {round}: the release ended in one poll");
+        let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the local waiter did not get the key within 10 s")
+            .unwrap()
+            .expect("the local waiter's acquire failed");
+        overlap.enter();
+        let before = overlap.overlaps();
+        // Another process contends while A's waiter holds the key.
+        let contender = tokio::spawn({
+            let (lock, overlap) = (
+                lock(&b, &key).wait(Duration::from_secs(20)),
+                overlap.clone(),
+            );
+            async move {
+                let guard = lock.acquire().await.expect("the other client's acquire");
+                overlap.enter();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                overlap.leave();
+                guard.release().await.expect("the other client's release");
+            }
+        });
+        // Long enough for the cancelled release's delete to land.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let fence = second.fencing_token().unwrap();
+        let queue = blocking(|| fixture.queue_revisions(&key));
+        let held = second.is_held();
+        overlap.leave();
+        let problems_before = problems.len();
+        if overlap.overlaps() > before {
+            problems.push(format!("round {round}: the other client held the key too"));
+        }
+        if fence <= first_fence {
+            problems.push(format!(
+                "round {round}: the waiter's fence {fence} is not above the released {first_fence}"
+            ));
+        }
+        if queue.first().map(|(_, revision)| *revision) != Some(fence as i64) {
+            problems.push(format!(
+                "round {round}: the waiter (fence {fence}, held: {held}) is not the holder on the server: {queue:?}"
+            ));
+        }
+        failed_rounds += usize::from(problems.len() > problems_before);
+        let _ = second.release().await;
+        tokio::time::timeout(Duration::from_secs(30), contender)
+            .await
+            .expect("the other client did not finish within 30 s")
+            .expect("the other client panicked");
+    }
+    assert!(
+        problems.is_empty(),
+        "{failed_rounds} of {ROUNDS} rounds failed:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// A guard taken in a short-lived current-thread runtime (as a
+/// `#[tokio::test]` or a `block_on` helper has) and dropped after that
+/// runtime is gone: its release can never run there, yet while another guard
+/// keeps the backend's session lease alive, the key must leave the server
+/// by its ttl, and the backend must take the key again afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_after_its_runtime_ended_frees_the_key_by_its_ttl() {
+    let fixture = EtcdFixture::single();
+    let ttl = Duration::from_secs(3);
+    let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    // Renewed on this runtime all along: it keeps A's session lease alive.
+    let keeper = lock(&a, "runtime-keeper").ttl(ttl).acquire().await.unwrap();
+    let leaked = {
+        let lock = lock(&a, "runtime-ended").ttl(ttl);
+        tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let guard = runtime.block_on(lock.acquire()).unwrap();
+            drop(runtime);
+            let taken_at = Instant::now();
+            drop(guard);
+            taken_at
+        })
+        .await
+        .unwrap()
+    };
+    let limit = ttl + Duration::from_secs(3);
+    let taken = loop {
+        if let Some(guard) = lock(&b, "runtime-ended").try_acquire().await.unwrap() {
+            break guard;
+        }
+        assert!(
+            leaked.elapsed() < limit,
+            "another client still could not take the key {:?} after the guard was dropped (ttl {ttl:?})",
+            leaked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    taken.release().await.unwrap();
+    // Nothing of the dropped guard is left in A either.
+    let again = tokio::time::timeout(
+        Duration::from_secs(5),
+        lock(&a, "runtime-ended")
+            .wait(Duration::from_secs(2))
+            .acquire(),
+    )
+    .await
+    .expect("A's acquire hung after the dropped guard's key was gone")
+    .expect("A could not take the key again");
+    assert!(keeper.is_held());
+    again.release().await.unwrap();
+    keeper.release().await.unwrap();
+}
+
+/// `Duration::MAX` as a ttl never overflows in the etcd backend: a lock and
+/// a permit are taken, waited for (the waiting path schedules session
+/// refreshes from the ttl), renewed and released. Called on the backend
+/// directly, so only the backend's own arithmetic is exercised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_of_duration_max_never_overflows() {
+    let fixture = EtcdFixture::single();
+    let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let wait = || Some(Instant::now() + Duration::from_secs(5));
+
+    let lock_request = |token: &str| AcquireRequest {
+        key: "forever".into(),
+        token: token.into(),
+        ttl: Duration::MAX,
+    };
+    let held = a
+        .try_acquire(&lock_request("first"))
+        .await
+        .unwrap()
+        .unwrap();
+    let waiting = {
+        let (b, request) = (b.clone(), lock_request("second"));
+        tokio::spawn(async move { b.acquire(&request, wait()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let renewed = a.renew(std::slice::from_ref(&held)).await;
+    assert!(
+        matches!(renewed[..], [Ok(Renewal::Renewed { .. })]),
+        "{renewed:?}"
+    );
+    assert!(a.release(&held).await.unwrap());
+    let second = waiting
+        .await
+        .expect("the waiting acquire panicked")
+        .unwrap()
+        .expect("the waiter did not get the lock");
+    assert!(b.release(&second).await.unwrap());
+
+    let permit_request = |token: &str| PermitRequest {
+        name: "forever-permits".into(),
+        permits: 1,
+        token: token.into(),
+        ttl: Duration::MAX,
+    };
+    let permit = a
+        .try_acquire_permit(&permit_request("first"))
+        .await
+        .unwrap()
+        .unwrap();
+    let waiting = {
+        let (b, request) = (b.clone(), permit_request("second"));
+        tokio::spawn(async move { b.acquire_permit(&request, wait()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let renewed = a.renew_permits(std::slice::from_ref(&permit)).await;
+    assert!(
+        matches!(renewed[..], [Ok(Renewal::Renewed { .. })]),
+        "{renewed:?}"
+    );
+    assert!(a.release_permit(&permit).await.unwrap());
+    let second = waiting
+        .await
+        .expect("the waiting permit acquire panicked")
+        .unwrap()
+        .expect("the waiter did not get the permit");
+    assert!(b.release_permit(&second).await.unwrap());
 }

@@ -20,7 +20,8 @@
 //!   attached to a lease, created by a transaction that only creates
 //!   (`create_revision == 0`). This is the layout of `etcdctl lock
 //!   dlock/order:42` and Go's `concurrency.Mutex`, so their locks and ours
-//!   exclude each other.
+//!   exclude each other. A key is escaped into one path segment (see
+//!   *Keys containing `/` or `%`* below).
 //! - The holder is the key with the smallest create revision under
 //!   `dlock/order:42/`. The same transaction that enqueues reads it, so an
 //!   uncontended acquire is one round trip.
@@ -29,9 +30,17 @@
 //!   it, then reads again: one wake-up per release, not one per waiter.
 //! - The fencing token is the own key's create revision: etcd's revision is
 //!   global and only grows, so successive holders of a key get larger ones.
-//! - Release deletes the own key if its create revision is still ours.
-//!   A timed-out or dropped `acquire` deletes its key too (in the background
-//!   if it was dropped), so no ghost waiter blocks the queue.
+//! - Release deletes the own key if its create revision is still ours, and
+//!   the next acquisition of the key by this backend starts only once etcd
+//!   answered that delete (if the `release` future is dropped half-way, the
+//!   delete finishes in the background first). A timed-out or dropped
+//!   `acquire` deletes its key too (in the background if it was dropped), so
+//!   no ghost waiter blocks the queue.
+//! - An enqueue that finds a key of its own name (same session lease) left
+//!   by an earlier guard, whose delete has not landed, never takes it over:
+//!   that key's revision was the earlier guard's fencing token and a delete
+//!   of it may still arrive. It deletes the old key by its revision and
+//!   creates its own (`concurrency.Mutex` adopts it instead).
 //! - Renewal is a lease keep-alive, plus one read of the held keys in the same
 //!   round of requests, so that a key deleted behind our back (`etcdctl del`)
 //!   is noticed and reported as lost even while its lease lives on.
@@ -50,12 +59,18 @@
 //!   whatever the number of guards.
 //! - The key name is `<lease-hex>`, as `etcdctl` writes it; two guards of one
 //!   session on one key would collide, and dlock's local queue already makes
-//!   the guards of one backend take a key one after another.
+//!   the guards of one backend take a key one after another (the backend
+//!   itself keeps a guard's release and the next guard's enqueue apart, see
+//!   above).
 //!
-//! What a shared lease gives up, and how it is covered: a guard with renewal
-//! off must not be kept alive by its neighbours' keep-alives. The core
-//! deletes every lease whose local deadline passes (renewed or not), so such
-//! a key leaves the server at its own ttl while this process lives; if the
+//! What a shared lease gives up, and how it is covered: a key must not be
+//! kept alive by its neighbours' keep-alives once its own guard stopped
+//! renewing it (renewal off, or a guard dropped where its release could not
+//! run, such as a runtime that ended). The core deletes every lease whose
+//! local deadline passes, and the backend itself deletes, with every
+//! keep-alive it sends, the keys whose local deadline has passed, so such a
+//! key leaves the server within about a ttl (plus the renewal interval of
+//! the guards that keep the session alive) while this process lives; if the
 //! process dies, the whole session expires with it.
 //!
 //! # Lease lengths
@@ -80,11 +95,20 @@
 //!   lease etcd reports gone, or a held key that is no longer there, is
 //!   [`Renewal::Refused`]: the guard is lost.
 //!
-//! # Keys containing `/`
+//! # Keys containing `/` or `%`
 //!
-//! The queue of `a` is everything under `dlock/a/`, which includes the queue
-//! of `a/b`: a holder of `a/b` also makes `a` wait (never the reverse, and
-//! never two holders of one key). `etcdctl lock` behaves the same.
+//! A key is one path segment of the etcd key: `%` becomes `%25` and `/`
+//! becomes `%2F` (every other byte stays), so `tenant/7` lives under
+//! `dlock/tenant%2F7/` and `tenant/7/order` under `dlock/tenant%2F7%2Forder/`,
+//! and the two are independent locks, as on every other backend. Semaphore
+//! names are escaped the same way.
+//!
+//! Keys without `/` and `%` keep exactly the `etcdctl lock <prefix>/<key>`
+//! layout. A key with them is the lock `etcdctl lock <prefix>/<escaped key>`
+//! (`etcdctl lock dlock/tenant%2F7` for `tenant/7`), not `etcdctl lock
+//! dlock/tenant/7`; [`EtcdBackend::queue_prefix`] gives the name. Versions
+//! of dlock before this escaping used the raw key: for keys with `/` or `%`,
+//! do not mix them with this one.
 //!
 //! # URLs
 //!
@@ -116,6 +140,8 @@
 //! # Ok(()) }
 //! ```
 
+mod held;
+mod names;
 mod permits;
 mod url;
 
@@ -133,6 +159,7 @@ use etcd_client::{
 };
 use tokio::sync::OwnedMutexGuard;
 
+use self::held::{revision_of_lease, Held};
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
 
@@ -143,6 +170,11 @@ const MAX_REQUEUES: u32 = 5;
 
 /// etcd's default `--max-txn-ops` is 128; stay well below it.
 const TXN_CHUNK: usize = 64;
+
+/// How many times an enqueue deletes an older key that holds its entry name
+/// before it gives up (one is the rule; more means an enqueue cut off in
+/// flight landed late).
+const STALE_TRIES: u32 = 4;
 
 /// How many members a request tries when it cannot reach one (a 3- or
 /// 5-member cluster with one or two members down).
@@ -182,20 +214,15 @@ struct Inner {
     timeout: Duration,
     /// One session lease per ttl in whole seconds.
     sessions: tokio::sync::Mutex<HashMap<u64, Arc<Session>>>,
-    /// The keys this backend holds, by etcd key.
+    /// The keys this backend holds, by etcd key (see `held.rs`).
     held: Mutex<HashMap<String, Held>>,
     /// One turn per lock key: an acquisition holds it from its first request
-    /// until its key is gone from the server (released, or cleaned up after a
-    /// timeout or cancellation), so a new acquisition of the same key never
-    /// races the cleanup of the previous one for the same etcd key name.
+    /// until it holds the key or its entry is gone from the server (cleaned
+    /// up after a timeout or cancellation), and a release from its first
+    /// request until its delete is answered. So no two requests of this
+    /// backend race for one etcd key name: two acquisitions, or an
+    /// acquisition and the cleanup or release of the previous one.
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-/// A key we hold.
-struct Held {
-    session: Arc<Session>,
-    /// Keeps the key's turn until the key is deleted.
-    _turn: Option<Turn>,
 }
 
 /// One lease shared by the keys of one ttl.
@@ -294,6 +321,17 @@ enum Ahead {
     Gone,
 }
 
+/// What an enqueue found.
+enum Enqueued {
+    /// Our key, created at `mine`, and the holder's create revision.
+    Created { mine: i64, owner: Option<i64> },
+    /// A guard of this backend still counts on the key of our name, until
+    /// `until`. The core lets one local holder of a key in at a time, so
+    /// this is at most the last moment of a lease being lost: the caller
+    /// lets it end rather than take its key away.
+    HeldHere { until: Instant },
+}
+
 /// Where an acquisition stands when it does not hold the lock (yet).
 enum Step {
     Acquired(Lease, Arc<Session>),
@@ -372,13 +410,16 @@ impl EtcdBackend {
     }
 
     /// The etcd key prefix under which the queue of `key` lives
-    /// (`<prefix>/<key>/`): `etcdctl get --prefix` on it lists the holder
-    /// and the waiters, oldest first by create revision.
+    /// (`<prefix>/<escaped key>/`): `etcdctl get --prefix` on it lists the
+    /// holder and the waiters, oldest first by create revision, and `etcdctl
+    /// lock` on it without the trailing `/` takes the same lock.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
     /// let etcd = dlock::backends::etcd::EtcdBackend::connect("etcd://127.0.0.1:2379").await?;
     /// assert_eq!(etcd.queue_prefix("order:42"), "dlock/order:42/");
+    /// // `/` and `%` are escaped: `tenant/7/order` is not inside this queue.
+    /// assert_eq!(etcd.queue_prefix("tenant/7"), "dlock/tenant%2F7/");
     /// # Ok(()) }
     /// ```
     pub fn queue_prefix(&self, key: &str) -> String {
@@ -424,14 +465,16 @@ impl Inner {
         LockError::backend(self.shown.clone(), source)
     }
 
-    /// `<prefix>/<key>/`: the directory of a key's queue.
+    /// `<prefix>/<escaped key>/`: the directory of a key's queue (see
+    /// `names.rs` for the escaping).
     fn dir_of(&self, key: &str) -> String {
-        format!("{}/{key}/", self.prefix)
+        format!("{}/{}/", self.prefix, names::escape(key))
     }
 
-    /// `<prefix>/<key>/<lease-hex>`: our entry in the queue, as `etcdctl` names it.
+    /// `<prefix>/<escaped key>/<lease-hex>`: our entry in the queue, as
+    /// `etcdctl` names it.
     fn entry_of(&self, key: &str, lease: i64) -> String {
-        format!("{}/{key}/{lease:x}", self.prefix)
+        format!("{}{lease:x}", self.dir_of(key))
     }
 
     /// One request, bounded by the request timeout, and tried again on
@@ -542,15 +585,21 @@ impl Inner {
         }
     }
 
-    /// Enqueues under `session`: creates our key unless it exists, and reads
-    /// the holder in the same transaction. Returns our create revision and
-    /// the holder's.
+    /// Enqueues under `session`: creates our key, and reads the holder in the
+    /// same transaction.
+    ///
+    /// If a key of that name exists already, it is an older key of our
+    /// session: a release or cleanup whose delete has not landed (or never
+    /// will), or an enqueue cut off in flight. It is never adopted: its
+    /// revision was another guard's fencing token, and a delete of that
+    /// revision may still arrive and would take the key from under us. It
+    /// is deleted by its revision, and ours created anew.
     async fn enqueue(
         &self,
         key: &str,
         session: &Session,
         entry: &str,
-    ) -> Result<(i64, Option<i64>), LockError> {
+    ) -> Result<Enqueued, LockError> {
         let owner = TxnOp::get(
             self.dir_of(key),
             Some(
@@ -564,37 +613,59 @@ impl Inner {
             .when([Compare::create_revision(entry, CompareOp::Equal, 0)])
             .and_then([
                 TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
-                owner.clone(),
+                owner,
             ])
-            // Our key exists: a cleanup that could not reach the server left
-            // it. It is ours (our lease, our turn), so we take its place, as
-            // Go's Mutex does.
-            .or_else([TxnOp::get(entry, None), owner]);
-        let answer = self.txn(txn).await?;
-        let ops = answer.op_responses();
-        let mine = if answer.succeeded() {
-            revision_of(&answer)
-        } else {
-            first_create_revision(ops.first())
-        };
-        let Some(mine) = mine else {
-            return Err(self.error(format!(
-                "etcd answered the enqueue of `{entry}` without its revision"
-            )));
-        };
-        Ok((mine, first_create_revision(ops.get(1))))
+            .or_else([TxnOp::get(entry, None)]);
+        for _ in 0..STALE_TRIES {
+            let answer = self.txn(txn.clone()).await?;
+            let ops = answer.op_responses();
+            if answer.succeeded() {
+                let Some(mine) = revision_of(&answer) else {
+                    return Err(self.error(format!(
+                        "etcd answered the enqueue of `{entry}` without its revision"
+                    )));
+                };
+                let owner = first_create_revision(ops.get(1));
+                return Ok(Enqueued::Created { mine, owner });
+            }
+            // Gone since: try again.
+            let Some(stale) = first_create_revision(ops.first()) else {
+                continue;
+            };
+            if let Some(until) = self.live_until(entry, stale) {
+                return Ok(Enqueued::HeldHere { until });
+            }
+            self.delete_entry(entry, Some(stale)).await?;
+        }
+        Err(self.error(format!(
+            "the queue entry `{entry}` stayed taken by an older key of this backend"
+        )))
     }
 
-    /// Deletes `entry` if it is still the key created at `revision` (or
-    /// whatever it is, if the revision is not known: the name is ours alone).
+    /// Deletes `entry` if it is still the key created at `revision`.
+    ///
+    /// Without a revision (an enqueue cut off before its answer), the key
+    /// that has the name now is that enqueue's, or an older one nobody
+    /// counts on, as the caller holds the key's turn (or the name is its
+    /// alone, for a permit); it is read and deleted by its revision, so that
+    /// a delete arriving late can never remove a key created after it.
     async fn delete_entry(&self, entry: &str, revision: Option<i64>) -> Result<bool, LockError> {
-        let delete = TxnOp::delete(entry, None);
-        let txn = match revision {
-            Some(rev) => Txn::new()
-                .when([Compare::create_revision(entry, CompareOp::Equal, rev)])
-                .and_then([delete]),
-            None => Txn::new().and_then([delete]),
+        let revision = match revision {
+            Some(revision) => revision,
+            None => {
+                let answer = self
+                    .txn(Txn::new().and_then([TxnOp::get(entry, None)]))
+                    .await?;
+                match first_create_revision(answer.op_responses().first()) {
+                    // A live guard's key is never an abandoned entry.
+                    Some(revision) if self.live_until(entry, revision).is_none() => revision,
+                    _ => return Ok(false),
+                }
+            }
         };
+        let txn = Txn::new()
+            .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(entry, None)]);
         let answer = self.txn(txn).await?;
         Ok(answer.succeeded())
     }
@@ -683,7 +754,18 @@ impl Inner {
             queued.in_flight = true;
             progress.asking_since = Some(Instant::now());
             let (mine, owner) = match self.enqueue(&req.key, &session, &entry).await {
-                Ok(answer) => answer,
+                Ok(Enqueued::Created { mine, owner }) => (mine, owner),
+                Ok(Enqueued::HeldHere { until }) => {
+                    // The name is a live guard's key: never ours to clean up.
+                    queued.entry = None;
+                    queued.in_flight = false;
+                    progress.answered();
+                    if once {
+                        return Ok(Step::NotFirst);
+                    }
+                    tokio::time::sleep_until(until.into()).await;
+                    continue;
+                }
                 Err(e) if lease_not_found(&e) => {
                     session.mark_dead();
                     queued.in_flight = false;
@@ -837,17 +919,6 @@ impl Inner {
         }
     }
 
-    /// Records a won lease and moves the key's turn to it.
-    fn hold(&self, lease: &Lease, session: Arc<Session>, turn: Option<Turn>) {
-        lock(&self.held).insert(
-            lease.resource.clone(),
-            Held {
-                session,
-                _turn: turn,
-            },
-        );
-    }
-
     async fn acquire(
         self: &Arc<Self>,
         req: &AcquireRequest,
@@ -880,8 +951,13 @@ impl Inner {
         };
         match taken {
             Some(Ok(Step::Acquired(lease, session))) => {
-                let turn = queued.disarm();
-                self.hold(&lease, session, turn);
+                // The key's turn goes with `queued`: the next acquisition of
+                // the key waits in the core until this guard lets go, and a
+                // release takes the turn again while its delete is on its way.
+                queued.disarm();
+                if let Some(revision) = revision_of_lease(&lease) {
+                    self.hold(&lease, session, revision);
+                }
                 Ok(Some(lease))
             }
             Some(Ok(Step::NotFirst)) => {
@@ -907,10 +983,9 @@ struct Queued {
 }
 
 impl Queued {
-    /// The acquisition won: nothing to clean up; hand the turn to the holder.
-    fn disarm(&mut self) -> Option<Turn> {
+    /// The acquisition won: nothing to clean up.
+    fn disarm(&mut self) {
         self.entry = None;
-        self.turn.take()
     }
 
     /// Deletes the entry now (the server just answered, so this is quick).
@@ -933,7 +1008,8 @@ impl Drop for Queued {
         // by this backend starts only after the entry is gone.
         let turn = self.turn.take();
         // Never panic in Drop: without a runtime the entry stays until the
-        // session lease expires.
+        // session lease expires, or until the next enqueue of the key deletes
+        // it (by its revision, as it does any older key of its name).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 inner.clean_up(&entry, revision, racing).await;
@@ -962,8 +1038,16 @@ impl Session {
     }
 
     /// Sends a keep-alive, unless one sent at or after `since` already
-    /// succeeded (concurrent renewals share one round trip).
+    /// succeeded (concurrent renewals share one round trip). In the same
+    /// moment, deletes the held keys that outlived their local deadline:
+    /// the keep-alive must not keep those on the server.
     async fn keep_alive(&self, inner: &Inner, since: Instant) -> Result<Alive, LockError> {
+        let (_, alive) = tokio::join!(inner.clear_expired(), self.exchange(inner, since));
+        alive
+    }
+
+    /// The keep-alive itself (see [`Session::keep_alive`]).
+    async fn exchange(&self, inner: &Inner, since: Instant) -> Result<Alive, LockError> {
         let mut slot = self.keeper.lock().await;
         if self.is_dead() {
             return Ok(Alive::Gone);
@@ -1107,13 +1191,8 @@ impl LockBackend for EtcdBackend {
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
         let inner = &self.inner;
         let sent = Instant::now();
-        let sessions: Vec<Option<Arc<Session>>> = {
-            let held = lock(&inner.held);
-            leases
-                .iter()
-                .map(|l| held.get(&l.resource).map(|h| h.session.clone()))
-                .collect()
-        };
+        let sessions: Vec<Option<Arc<Session>>> =
+            leases.iter().map(|l| inner.held_session(l)).collect();
         let mut distinct: Vec<Arc<Session>> = Vec::new();
         for session in sessions.iter().flatten() {
             if !distinct.iter().any(|s| Arc::ptr_eq(s, session)) {
@@ -1142,15 +1221,16 @@ impl LockBackend for EtcdBackend {
                     .iter()
                     .position(|s| Arc::ptr_eq(s, session))
                     .unwrap_or(0);
+                let revision = revision_of_lease(lease);
                 match (&alive[at], &present) {
-                    (Ok(Alive::Gone), _) => Ok(Renewal::Refused),
-                    (_, Ok(revisions)) if revisions[i] != lease.fencing_token.map(|t| t as i64) => {
-                        Ok(Renewal::Refused)
-                    }
+                    (Ok(Alive::Gone), _) => Ok(inner.refused(lease)),
+                    (_, Ok(revisions)) if revisions[i] != revision => Ok(inner.refused(lease)),
                     (Err(e), _) | (_, Err(e)) => Err(inner.error(e.to_string())),
-                    (Ok(Alive::Yes), Ok(_)) => Ok(Renewal::Renewed {
-                        valid_until: session.deadline(lease.ttl),
-                    }),
+                    (Ok(Alive::Yes), Ok(_)) => {
+                        let valid_until = session.deadline(lease.ttl);
+                        inner.renewed(lease, valid_until);
+                        Ok(Renewal::Renewed { valid_until })
+                    }
                 }
             })
             .collect()
@@ -1177,32 +1257,27 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release(lease).await
+        self.inner.release_entry(lease, None).await
     }
 
+    /// Deletes the key if its create revision is still ours, keeping the
+    /// key's turn until etcd answered; if etcd fails, or this future is
+    /// dropped first, the delete goes on in the background (see `held.rs`).
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let inner = &self.inner;
-        let held = lock(&inner.held).remove(&lease.resource);
-        let revision = lease.fencing_token.map(|t| t as i64);
-        match inner.delete_entry(&lease.resource, revision).await {
-            Ok(deleted) => Ok(deleted && held.is_some()),
-            Err(e) => {
-                // Keep trying in the background, holding the key's turn, so
-                // the key does not stay blocked while our session lives.
-                let (inner, entry) = (inner.clone(), lease.resource.clone());
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move {
-                        inner.clean_up(&entry, revision, false).await;
-                        drop(held);
-                    });
-                }
-                Err(e)
-            }
-        }
+        self.inner.release_entry(lease, Some(&lease.key)).await
     }
 }
 
 impl Inner {
+    /// A renewal found `lease`'s key or session gone: nothing of it is left
+    /// to delete, so its record goes now.
+    fn refused(&self, lease: &Lease) -> Renewal {
+        if let Some(revision) = revision_of_lease(lease) {
+            self.forget(&lease.resource, revision);
+        }
+        Renewal::Refused
+    }
+
     /// The create revision of each lease's key (`None`: the key is gone).
     async fn read_revisions(&self, leases: &[Lease]) -> Result<Vec<Option<i64>>, LockError> {
         let mut revisions = Vec::with_capacity(leases.len());
@@ -1251,5 +1326,22 @@ mod tests {
         assert_eq!(lease_seconds(Duration::from_millis(1001)), 2);
         assert_eq!(lease_seconds(Duration::from_secs(30)), 30);
         assert_eq!(lease_seconds(Duration::MAX), MAX_LEASE_SECONDS);
+    }
+
+    #[test]
+    fn a_ttl_of_duration_max_never_overflows_an_instant() {
+        let now = Instant::now();
+        for span in [Duration::MAX, Duration::MAX / 4, Duration::MAX / 3] {
+            assert!(after(now, span) > now, "{span:?}");
+        }
+        // A session's deadline takes the granted (clamped) lease, not the ttl.
+        let session = Session {
+            id: 1,
+            granted: Duration::from_secs(MAX_LEASE_SECONDS),
+            refreshed: Mutex::new(now),
+            dead: AtomicBool::new(false),
+            keeper: tokio::sync::Mutex::new(None),
+        };
+        assert!(session.deadline(Duration::MAX) > now);
     }
 }

@@ -2,10 +2,13 @@
 //! semaphore's prefix hold its permits.
 //!
 //! - A permit (held or awaited) is the key
-//!   `<prefix>-semaphores/<name>/<lease-hex>-<token>` on the backend's
-//!   session lease for the ttl. The `-semaphores` root keeps semaphore keys
-//!   out of every lock's queue directory (`<prefix>/<key>/`). The token in
-//!   the name lets one backend hold several permits of one semaphore.
+//!   `<prefix>-semaphores/<escaped name>/<lease-hex>-<token>` on the
+//!   backend's session lease for the ttl. The `-semaphores` root keeps
+//!   semaphore keys out of every lock's queue directory (`<prefix>/<key>/`).
+//!   The name is escaped as lock keys are (`%` → `%25`, `/` → `%2F`, see
+//!   `names.rs`), so `exports` and `exports/big` are separate semaphores.
+//!   The token in the name lets one backend hold several permits of one
+//!   semaphore.
 //! - One transaction creates the key and reads the first N keys of the
 //!   directory by create revision: if ours is among them, we hold a permit.
 //!   Entries are ordered by arrival, so waiters are served first come, first
@@ -28,7 +31,7 @@ use etcd_client::{
     WatchOptions,
 };
 
-use super::{revision_of, Alive, Inner, Queued, MAX_REQUEUES};
+use super::{after, names, revision_of, Alive, Inner, Queued, MAX_REQUEUES};
 use crate::backend::{Lease, PermitRequest};
 use crate::LockError;
 
@@ -41,9 +44,9 @@ fn create_revisions(op: Option<&TxnOpResponse>) -> Vec<i64> {
 }
 
 impl Inner {
-    /// `<prefix>-semaphores/<name>/`: the directory of a semaphore's keys.
+    /// `<prefix>-semaphores/<escaped name>/`: the directory of a semaphore's keys.
     fn semaphore_dir(&self, name: &str) -> String {
-        format!("{}-semaphores/{name}/", self.prefix)
+        format!("{}-semaphores/{}/", self.prefix, names::escape(name))
     }
 
     /// The first `permits` keys of `dir` by create revision.
@@ -123,7 +126,7 @@ impl Inner {
                         valid_until: session.deadline(req.ttl),
                         resource: entry,
                     };
-                    self.hold(&lease, session, None);
+                    self.hold(&lease, session, mine);
                     return Ok(Some(lease));
                 }
                 if once {
@@ -131,7 +134,7 @@ impl Inner {
                     return Ok(None);
                 }
                 // Refresh the session before our key's lease could run low.
-                let refresh_at = session.refreshed() + req.ttl / 4;
+                let refresh_at = after(session.refreshed(), req.ttl / 4);
                 self.await_delete_under(&dir, read_at, refresh_at).await?;
                 if let Alive::Gone = self.fresh(&session, req.ttl).await? {
                     session.mark_dead();
