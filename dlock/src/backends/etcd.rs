@@ -93,7 +93,7 @@
 //!   a ttl.
 //! - Renewal errors are retried by the core until the local deadline; a
 //!   lease etcd reports gone, or a held key that is no longer there, is
-//!   [`Renewal::Refused`]: the guard is lost.
+//!   [`Renewal::SessionExpired`] or [`Renewal::Deleted`]: the guard is lost.
 //!
 //! # Keys containing `/` or `%`
 //!
@@ -1223,8 +1223,10 @@ impl LockBackend for EtcdBackend {
                     .unwrap_or(0);
                 let revision = revision_of_lease(lease);
                 match (&alive[at], &present) {
-                    (Ok(Alive::Gone), _) => Ok(inner.refused(lease)),
-                    (_, Ok(revisions)) if revisions[i] != revision => Ok(inner.refused(lease)),
+                    (Ok(Alive::Gone), _) => Ok(inner.refused(lease, Renewal::SessionExpired)),
+                    (_, Ok(revisions)) if revisions[i] != revision => {
+                        Ok(inner.refused(lease, Renewal::Deleted))
+                    }
                     (Err(e), _) | (_, Err(e)) => Err(inner.error(e.to_string())),
                     (Ok(Alive::Yes), Ok(_)) => {
                         let valid_until = session.deadline(lease.ttl);
@@ -1269,13 +1271,13 @@ impl LockBackend for EtcdBackend {
 }
 
 impl Inner {
-    /// A renewal found `lease`'s key or session gone: nothing of it is left
-    /// to delete, so its record goes now.
-    fn refused(&self, lease: &Lease) -> Renewal {
+    /// A renewal found `lease`'s key or session gone (`why`): nothing of it
+    /// is left to delete, so its record goes now.
+    fn refused(&self, lease: &Lease, why: Renewal) -> Renewal {
         if let Some(revision) = revision_of_lease(lease) {
             self.forget(&lease.resource, revision);
         }
-        Renewal::Refused
+        why
     }
 
     /// The create revision of each lease's key (`None`: the key is gone).
