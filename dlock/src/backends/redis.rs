@@ -35,7 +35,7 @@
 //!   that runs the same steps for each key, to spare the server the fixed
 //!   cost of a script per key (see `batch.rs` in the source).
 //!
-//! A ttl above [`MAX_TTL`](crate::MAX_TTL) (365 days; `Duration::MAX` for
+//! A ttl above [`MAX_TTL`] (365 days; `Duration::MAX` for
 //! "forever") is refused with [`LockError::InvalidOption`] naming the maximum.
 //!
 //! URL parameters: `?prefix=name` (key namespace, default `dlock`),
@@ -72,7 +72,7 @@ pub(crate) use self::waiting::nap_until;
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
 
-/// The longest ttl: dlock's own [`MAX_TTL`](crate::MAX_TTL), checked here
+/// The longest ttl: dlock's own [`MAX_TTL`], checked here
 /// too for callers of the backend trait itself. Below it everything the
 /// scripts compute from a ttl stays exact: `PX` (Redis takes up to 2^63 ms
 /// minus the current time) and the permit scripts' expiry scores (Lua

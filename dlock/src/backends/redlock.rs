@@ -26,7 +26,7 @@
 //!   `ttl − elapsed − drift` is still positive, with drift = ttl × 1 % + 2 ms
 //!   ([`drift`]). The answer comes as soon as it is decided: a slow or
 //!   frozen master is not waited on once a quorum (or a refusal by a
-//!   blocking minority) is known. A ttl above [`MAX_TTL`](crate::MAX_TTL) is refused with
+//!   blocking minority) is known. A ttl above [`MAX_TTL`] is refused with
 //!   [`LockError::InvalidOption`], as on the Redis backend. A master that failed or timed out is
 //!   *presumed down* for one second: it is still asked, and its vote counts
 //!   if it comes before the round is decided, but no round waits for it —
@@ -136,7 +136,7 @@
 //! Parameters: `node_timeout_ms=N` (the per-node timeout; default ttl/100,
 //! at least 10 ms), `restart_quarantine_ms=N` (see
 //! [`RedlockBackend::restart_quarantine`]; off by default; at most
-//! [`MAX_TTL`](crate::MAX_TTL)), and the Redis
+//! [`MAX_TTL`]), and the Redis
 //! backend's `prefix=` and `timeout_ms=`,
 //! passed to every master. Masters over TLS, or with different credentials,
 //! are built with [`RedlockBackend::from_urls`] or
@@ -405,7 +405,7 @@ impl RedlockBackend {
     /// time every lease granted before the loss has expired. The cost: the
     /// first acquisitions after the option is turned on, and after each
     /// data loss, wait out the quarantine on that master. Acquisition is
-    /// never batched with this option. A quarantine above [`MAX_TTL`](crate::MAX_TTL) makes
+    /// never batched with this option. A quarantine above [`MAX_TTL`] makes
     /// every acquisition fail with [`LockError::InvalidOption`].
     ///
     /// ```no_run
@@ -421,7 +421,7 @@ impl RedlockBackend {
         self
     }
 
-    /// Refuses a ttl, or a restart quarantine, above [`MAX_TTL`](crate::MAX_TTL).
+    /// Refuses a ttl, or a restart quarantine, above [`MAX_TTL`].
     fn check(&self, req: &AcquireRequest) -> Result<(), LockError> {
         check_ttl(req.ttl, &req.key, &self.shown)?;
         match self.restart_quarantine {
