@@ -2,7 +2,9 @@
 //!
 //! `cargo run -p dlock-examples --example quickstart` runs on the in-process
 //! backend; set `DLOCK_URL=redis://127.0.0.1:6379` (or any dlock URL) to run
-//! the same code against a real lock service.
+//! the same code against a real lock service. It builds with dlock's default
+//! features (memory and Redis) so that it needs nothing but cargo; for
+//! `etcd://`, `zk://` or `redlock://` add `--features dlock/full`.
 //!
 //! The stock is read, checked and written back with a pause between (a
 //! database round trip). Without a lock, buyers interleave there and the shop

@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-examples --bin bench -- <url> [--segments]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
@@ -19,11 +19,11 @@ async fn main() -> ExitCode {
     };
     let scheme = dlock::url::scheme(&url).unwrap_or("");
     let result: Result<(), Box<dyn std::error::Error>> = match scheme {
-        "redis" | "rediss" if segments => dlock_examples::bench::segments::run(&url).await,
-        "redis" | "rediss" => dlock_examples::bench::redis::run(&url).await,
-        "etcd" => dlock_examples::bench::etcd::run(&url).await,
-        "zk" => dlock_examples::bench::zookeeper::run(&url).await,
-        "redlock" => dlock_examples::bench::redlock::run(&url).await,
+        "redis" | "rediss" if segments => dlock_bench::segments::run(&url).await,
+        "redis" | "rediss" => dlock_bench::redis::run(&url).await,
+        "etcd" => dlock_bench::etcd::run(&url).await,
+        "zk" => dlock_bench::zookeeper::run(&url).await,
+        "redlock" => dlock_bench::redlock::run(&url).await,
         other => Err(format!(
             "no benchmark suite for `{other}://` URLs; give a redis://, redlock://, etcd:// or zk:// URL"
         )

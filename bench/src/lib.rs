@@ -1,4 +1,4 @@
-//! The benchmark suites of `cargo run --release -p dlock-examples --bin bench -- <url>`.
+//! The benchmark suites of `cargo run --release -p dlock-bench --bin bench -- <url>`.
 //!
 //! Each suite measures dlock against a hand-written baseline on the same
 //! server in the same run and prints ratios, because absolute numbers on a

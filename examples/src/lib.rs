@@ -1,3 +1,0 @@
-//! Code shared by dlock's example programs: the benchmark suites.
-
-pub mod bench;
