@@ -68,6 +68,7 @@ use self::scripts::ACQUIRE_GUARDED;
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
 use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
+#[cfg(feature = "redlock")]
 pub(crate) use self::waiting::nap_until;
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::LockError;
