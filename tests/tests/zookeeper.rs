@@ -410,6 +410,123 @@ async fn session_expiry_loses_every_guard_of_the_session() {
     again.release().await.unwrap();
 }
 
+/// A guard taken on a short-lived current-thread runtime (as a
+/// `#[tokio::test]` helper or a `block_on` in a thread makes one) and dropped
+/// as that runtime ends frees its key within the ttl, though the backend and
+/// its session live on (on the test's runtime): one guard dies with a task of
+/// that runtime at its shutdown, the other is dropped after the runtime is
+/// gone. Neither can run its release on that runtime; the node must still go
+/// when the lease runs out, as the README promises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_dropped_with_their_runtime_free_the_key_within_the_ttl() {
+    let fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    let other = backend(&fixture).await;
+    let ttl = Duration::from_secs(3);
+    let (in_task, after) = ("dead-runtime:task", "dead-runtime:after");
+    let (lock_in_task, lock_after) = (lock(&b, in_task).ttl(ttl), lock(&b, after).ttl(ttl));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a helper runtime");
+        let (one, two) = rt.block_on(async {
+            let one = lock_in_task
+                .acquire()
+                .await
+                .expect("acquire on the helper runtime");
+            let two = lock_after
+                .acquire()
+                .await
+                .expect("acquire on the helper runtime");
+            (one, two)
+        });
+        // Dropped by the runtime's shutdown, with the task that holds it.
+        rt.spawn(async move {
+            let _held = one;
+            std::future::pending::<()>().await
+        });
+        drop(rt);
+        // Dropped with no runtime left at all.
+        drop(two);
+        let _ = done_tx.send(Instant::now());
+    });
+    let dropped_at = tokio::time::timeout(Duration::from_secs(30), done_rx)
+        .await
+        .expect("the helper runtime did not finish within 30 s")
+        .expect("the helper thread panicked");
+
+    let limit = Duration::from_secs(6);
+    for key in [in_task, after] {
+        let got = lock(&other, key)
+            .wait(limit.saturating_sub(dropped_at.elapsed()))
+            .acquire()
+            .await;
+        let took = dropped_at.elapsed();
+        let guard = match got {
+            Ok(g) => g,
+            Err(e) => {
+                let queue = fixture.contenders(key).await;
+                panic!("{key}: another client could not get the key {took:?} after its guard was dropped with its runtime (ttl {ttl:?}): {e}; queue {queue:?}; holder backend {b:?}")
+            }
+        };
+        guard.release().await.unwrap();
+    }
+}
+
+/// A backend connected on a runtime that then ends (a backend made in one
+/// `#[tokio::test]` and kept in a static for the next) lost its session with
+/// that runtime: the next acquisition opens a new session instead of failing
+/// on the dead one, and the dead session's node goes when the server expires
+/// the session, one session timeout later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_whose_runtime_ended_opens_a_new_session() {
+    let fixture = ZkFixture::start().await;
+    let url = fixture.url().to_owned();
+    let key = "orphaned-session";
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a helper runtime");
+        let backend = rt.block_on(async {
+            let backend = Arc::new(ZooKeeperBackend::connect(&url).await.expect("connect"));
+            let guard = lock(&backend, key).acquire().await.expect("acquire");
+            std::mem::forget(guard);
+            backend
+        });
+        drop(rt);
+        let _ = done_tx.send((backend, Instant::now()));
+    });
+    let (orphaned, runtime_ended) = tokio::time::timeout(Duration::from_secs(30), done_rx)
+        .await
+        .expect("the helper runtime did not finish within 30 s")
+        .expect("the helper thread panicked");
+
+    let guard = lock(&orphaned, "fresh")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the backend did not open a new session on this runtime");
+    guard.release().await.unwrap();
+
+    let other = backend(&fixture).await;
+    let limit = SESSION_TIMEOUT + Duration::from_secs(3);
+    let freed = lock(&other, key)
+        .wait(limit)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the dead session's node was still there {:?} after its runtime ended: {e}",
+                runtime_ended.elapsed()
+            )
+        });
+    freed.release().await.unwrap();
+}
+
 /// A backend that reaches the fixture's standalone server through a fault
 /// proxy, so a test can cut it off.
 async fn proxied(fixture: &ZkFixture) -> (FaultProxy, Arc<ZooKeeperBackend>) {

@@ -57,7 +57,8 @@ impl ZooKeeperBackend {
         once: bool,
     ) -> Result<Option<Lease>, LockError> {
         let dir = self.semaphore_path(&req.name)?;
-        let client = self.session().await?;
+        let session = self.session().await?;
+        let client = &session.client;
         let state = client.state();
         if once && !is_connected(state) {
             // One attempt must not wait for a reconnect.
@@ -68,9 +69,9 @@ impl ZooKeeperBackend {
         }
         let uuid = new_uuid()?;
         // Armed before the create: dropped at any await, the node goes.
-        let mut cleanup = Cleanup::own(&client, &dir, &uuid);
+        let mut cleanup = Cleanup::own(&session, &dir, &uuid);
         let (path, stat) = self
-            .create_protected(&client, &dir, &uuid, req.token.as_bytes())
+            .create_protected(client, &dir, &uuid, req.token.as_bytes())
             .await?;
         cleanup.set_path(&path);
         let name = path[dir.len() + 1..].to_owned();
@@ -95,8 +96,8 @@ impl ZooKeeperBackend {
                 ));
             }
             if among_first(&children, &name, req.permits) {
-                let lease = self.lease(&as_lock, &client, &path, &stat, sent)?;
-                self.remember(&lease, &client, cleanup);
+                let lease = self.lease(&as_lock, client, &path, &stat, sent)?;
+                self.remember(&lease, &session, cleanup);
                 return Ok(Some(lease));
             }
             if once {
