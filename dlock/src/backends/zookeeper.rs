@@ -53,13 +53,20 @@
 //!   expired; a shorter ttl is kept as it is (the guard is then declared lost
 //!   sooner than the server could expire it, which is safe).
 //! - The watchdog's renewal (every ttl/3) reads every held node of a session
-//!   in one multi-read. An answer proves the session was alive when the read
-//!   was *sent* and the node still exists, so the new local deadline is
-//!   `sent + ttl − drift`. A node that is gone (deleted by an operator) or a
-//!   session that is expired or closed answers `Refused`: the guard is lost at
-//!   once. While disconnected the read does not return, so the guard is lost
-//!   when its local deadline passes, never later than the server could
-//!   expire the session.
+//!   in one multi-read, sent right behind a `sync` (one round trip for both).
+//!   Only the leader expires sessions, and a follower that lost its leader
+//!   goes on answering plain reads for up to `syncLimit × tickTime`; but it
+//!   answers a read queued behind a sync only once the leader answered the
+//!   sync. So an answer proves the session was alive on the leader after the
+//!   read was *sent* and the node still exists, and the new local deadline
+//!   is `sent + ttl − drift`. A node that is gone (deleted by an operator) or
+//!   a session that is expired or closed answers `Refused`: the guard is lost
+//!   at once. While disconnected, or connected to a follower without a
+//!   leader, the read does not return, so the guard is lost when its local
+//!   deadline passes, never later than the server could expire the session.
+//!   The read that starts an `acquire`'s or a permit's lease goes behind a
+//!   sync too; `try_acquire`'s lease starts with its create, a write, which
+//!   the leader itself commits.
 //! - After an expiry the backend opens a new session for the next acquisition;
 //!   guards of the old session stay lost.
 //! - ZooKeeper has no per-node expiry for ephemeral nodes, so a lease whose
@@ -490,6 +497,26 @@ fn session_ended(e: &ZkError) -> bool {
     )
 }
 
+/// Sends a `sync`, then the read `read` makes, at once (one round trip), and
+/// returns the read's answer once both answered.
+///
+/// A follower that lost its leader goes on answering plain reads for up to
+/// `syncLimit × tickTime`, while the leader, the only server that expires
+/// sessions, may already be expiring ours. A follower answers a read queued
+/// behind a `sync` of the same session only after the leader answered the
+/// sync, so this answer proves the leader reachable, and the session alive
+/// on it, after the request was sent: what a lease may be counted from.
+async fn after_sync<T, F>(client: &Client, read: impl FnOnce() -> F) -> Result<T, ZkError>
+where
+    F: std::future::Future<Output = Result<T, ZkError>>,
+{
+    let synced = client.sync("/");
+    let answer = read();
+    // Both are on their way; an unconfirmed answer proves nothing.
+    synced.await?;
+    answer.await
+}
+
 impl ZooKeeperBackend {
     /// Connects to the ensemble named by `url` and opens a session.
     ///
@@ -799,9 +826,11 @@ impl ZooKeeperBackend {
         let path = handle.lock_path().to_owned();
         let cleanup = Cleanup::recipe(handle, session);
         // The recipe does not hand out the created node's stat; one read gets
-        // the czxid, and its send time starts the lease.
+        // the czxid, and its send time starts the lease (the recipe may
+        // have waited long, on a follower that since lost its leader: the
+        // read goes behind a sync).
         let sent = Instant::now();
-        let stat = match client.check_stat(&path).await {
+        let stat = match after_sync(client, || client.check_stat(&path)).await {
             Ok(Some(stat)) => stat,
             Ok(None) => {
                 return Err(LockError::backend(
@@ -984,8 +1013,10 @@ impl LockBackend for ZooKeeperBackend {
             }
         }
         drop(dead);
+        // Each read goes behind a sync (see `after_sync`), both sent now.
         let mut reads = Vec::new();
         for (session, idx) in &groups {
+            let synced = session.client.sync("/");
             let mut reader = session.client.new_multi_reader();
             let mut bad = None;
             for &i in idx {
@@ -995,13 +1026,16 @@ impl LockBackend for ZooKeeperBackend {
             }
             reads.push(match bad {
                 Some(e) => Err(e),
-                None => Ok(reader.commit()),
+                None => Ok((synced, reader.commit())),
             });
         }
         for ((session, idx), read) in groups.iter().zip(reads) {
             let client = &session.client;
             let result = match read {
-                Ok(commit) => commit.await,
+                Ok((synced, commit)) => match synced.await {
+                    Ok(()) => commit.await,
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
             match result {

@@ -19,7 +19,8 @@ use std::time::Instant;
 use zookeeper_client::Error as ZkError;
 
 use super::{
-    config, is_connected, new_uuid, sequence_of, session_ended, Cleanup, ZooKeeperBackend,
+    after_sync, config, is_connected, new_uuid, sequence_of, session_ended, Cleanup,
+    ZooKeeperBackend,
 };
 use crate::backend::{AcquireRequest, Lease, PermitRequest};
 use crate::LockError;
@@ -81,11 +82,10 @@ impl ZooKeeperBackend {
             ttl: req.ttl,
         };
         loop {
-            // The listing proves the session alive when it was sent: the
-            // lease starts then.
+            // The listing, behind a sync, proves the session alive on the
+            // leader when it was sent: the lease starts then.
             let sent = Instant::now();
-            let (children, watcher) = client
-                .list_and_watch_children(&dir)
+            let (children, watcher) = after_sync(client, || client.list_and_watch_children(&dir))
                 .await
                 .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
             if !children.contains(&name) {
