@@ -143,23 +143,43 @@ async fn a_timed_out_waiter_leaves_no_node() {
     held.release().await.unwrap();
 }
 
-/// The ttl of a lease is clamped to the negotiated session timeout: a longer
-/// local deadline could outlive a session the server already expired.
+/// The ttl of a lease is clamped to 11/20 of the negotiated session timeout:
+/// the ensemble's leader may have heard of the session's last request up to
+/// 9/20 of the timeout later than the request (see the module docs), and a
+/// longer local deadline could outlive a session it already expired. A ttl
+/// within the bound is kept, and a renewal keeps the clamp.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ttl_is_clamped_to_the_session_timeout() {
+async fn ttl_is_clamped_to_eleven_twentieths_of_the_session_timeout() {
     let fixture = ZkFixture::start().await;
     let b = backend(&fixture).await;
     assert_eq!(b.session_timeout(), SESSION_TIMEOUT);
+    let most = SESSION_TIMEOUT / 20 * 11;
     let backend: Arc<dyn LockBackend> = b.clone();
-    let req = dlock::backend::AcquireRequest {
-        key: "clamp".into(),
-        token: "00112233445566778899aabbccddeeff".into(),
-        ttl: Duration::from_secs(60),
-    };
-    let lease = backend.try_acquire(&req).await.unwrap().expect("free key");
-    assert_eq!(lease.ttl, SESSION_TIMEOUT);
-    assert!(lease.valid_until <= Instant::now() + SESSION_TIMEOUT);
-    assert!(backend.release(&lease).await.unwrap());
+    for (key, ttl, expected) in [
+        ("clamp-long", Duration::from_secs(60), most),
+        (
+            "clamp-short",
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        ),
+    ] {
+        let req = dlock::backend::AcquireRequest {
+            key: key.into(),
+            token: "00112233445566778899aabbccddeeff".into(),
+            ttl,
+        };
+        let sent = Instant::now();
+        let lease = backend.try_acquire(&req).await.unwrap().expect("free key");
+        assert_eq!(lease.ttl, expected, "{key}");
+        assert!(lease.valid_until <= sent + expected, "{key}");
+        let sent = Instant::now();
+        let renewed = backend.renew(std::slice::from_ref(&lease)).await;
+        let Ok(dlock::backend::Renewal::Renewed { valid_until }) = renewed[0] else {
+            panic!("{key}: renewal failed: {renewed:?}");
+        };
+        assert!(valid_until <= sent + expected, "{key}");
+        assert!(backend.release(&lease).await.unwrap(), "{key}");
+    }
 }
 
 // ---------------------------------------------------------------- Curator
@@ -727,9 +747,10 @@ async fn bad_urls_are_rejected_without_showing_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_survives_the_leader_crashing_in_an_ensemble() {
     let mut fixture = ZkFixture::ensemble().await;
-    // A session (and so a lease) long enough that a slow election on a busy
-    // 2-core machine is not mistaken for a loss.
-    let session = Duration::from_secs(10);
+    // A session (and so a lease, 11/20 of it) long enough that a slow
+    // election on a busy 2-core machine is not mistaken for a loss.
+    let session = Duration::from_secs(20);
+    let lease = session / 20 * 11;
     let base = fixture.url().split('?').next().unwrap().to_owned();
     let url = format!("{base}?session_timeout={}ms", session.as_millis());
     let a = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
@@ -751,7 +772,7 @@ async fn a_guard_survives_the_leader_crashing_in_an_ensemble() {
     });
     // Past the local deadline of every renewal sent before the crash: any
     // renewal that failed for good would have been declared lost by now.
-    let survived = tokio::time::timeout(session + Duration::from_secs(1), lost)
+    let survived = tokio::time::timeout(lease + Duration::from_secs(1), lost)
         .await
         .is_err();
     assert!(

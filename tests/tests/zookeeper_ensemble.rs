@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock::backend::AcquireRequest;
 use dlock::backends::zookeeper::ZooKeeperBackend;
 use dlock::{Lock, LockBackend};
 use dlock_tests::servers::control::ServerControl;
@@ -100,4 +101,66 @@ async fn a_follower_cut_off_from_its_leader_renews_nothing() {
          renewals answered by a follower without a leader kept it"
     );
     assert!(!guard.is_held());
+}
+
+/// The leader learns that a session lives from its followers' ping replies
+/// (half a tick apart) and expires it one session timeout after the last one
+/// that mentioned it; a request that started a lease may not have been
+/// mentioned yet. Here a client sits idle on a follower after opening its
+/// session (below `zookeeper-client`'s first heartbeat, at 3/20 of the
+/// session timeout), so the leader's last news of the session is its
+/// creation; it takes a lock, and at once its follower is frozen, so the
+/// leader never hears of that request. The leader expires the session one
+/// session timeout after its creation and another client gets the lock:
+/// by then the first lease's local deadline must have passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_ends_before_the_leader_can_expire_its_session() {
+    let mut ensemble = ensemble(ZkOptions::default()).await;
+    let (follower, others) = roles(&ensemble);
+    let session = Duration::from_secs(40);
+    let b = connect(&[ensemble.node(follower)], session).await;
+    let opened = Instant::now();
+    assert_eq!(b.session_timeout(), session);
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+
+    let holder: Arc<dyn LockBackend> = b.clone();
+    let request = AcquireRequest {
+        key: "stale-touch".into(),
+        token: "00112233445566778899aabbccddeeff".into(),
+        ttl: session,
+    };
+    let lease = holder
+        .try_acquire(&request)
+        .await
+        .expect("try_acquire")
+        .expect("a free key");
+    tokio::task::block_in_place(|| ensemble.node_mut(follower).pause());
+
+    let other = connect(
+        &[ensemble.node(others[0]), ensemble.node(others[1])],
+        Duration::from_secs(10),
+    )
+    .await;
+    let limit = session + Duration::from_secs(20);
+    let got = lock(&other, "stale-touch")
+        .wait(limit.saturating_sub(opened.elapsed()))
+        .acquire()
+        .await;
+    let got_at = Instant::now();
+    tokio::task::block_in_place(|| ensemble.node_mut(follower).resume());
+    let guard = got.unwrap_or_else(|e| {
+        panic!(
+            "the frozen follower's session was not expired {:?} after it opened: {e}",
+            opened.elapsed()
+        )
+    });
+    assert!(
+        got_at >= lease.valid_until,
+        "another client got the lock {:?} after the session opened, {:?} before the first \
+         lease's local deadline (lease ttl {:?}): the deadline outlived the session on the leader",
+        got_at - opened,
+        lease.valid_until - got_at,
+        lease.ttl
+    );
+    guard.release().await.unwrap();
 }

@@ -47,11 +47,15 @@
 //! session `session timeout` after the last request or heartbeat it received
 //! from the client. So:
 //!
-//! - A lease's ttl is **clamped to the negotiated session timeout**
-//!   ([`Lease::ttl`](crate::backend::Lease) reports the clamped value). A
-//!   longer local deadline could outlive a session the server has already
-//!   expired; a shorter ttl is kept as it is (the guard is then declared lost
-//!   sooner than the server could expire it, which is safe).
+//! - A lease's ttl is **clamped to 11/20 of the negotiated session timeout**
+//!   ([`Lease::ttl`](crate::backend::Lease) reports the clamped value), and
+//!   its local deadline is cut by the round trip of the request it is counted
+//!   from. The leader, which alone expires sessions, hears of a session on a
+//!   follower only at that follower's next ping reply; a longer lease could
+//!   outlive a session the leader expires for want of that news (the bound
+//!   is derived in `lease.rs`). A shorter ttl is kept as it is (the guard is
+//!   then declared lost sooner than the server could expire it, which is
+//!   safe). For a longer ttl, ask for a longer session timeout.
 //! - The watchdog's renewal (every ttl/3) reads every held node of a session
 //!   in one multi-read, sent right behind a `sync` (one round trip for both).
 //!   Only the leader expires sessions, and a follower that lost its leader
@@ -59,7 +63,8 @@
 //!   answers a read queued behind a sync only once the leader answered the
 //!   sync. So an answer proves the session was alive on the leader after the
 //!   read was *sent* and the node still exists, and the new local deadline
-//!   is `sent + ttl − drift`. A node that is gone (deleted by an operator) or
+//!   is `sent + ttl − drift` (less the round trip, where that would pass
+//!   11/20 of the session timeout). A node that is gone (deleted by an operator) or
 //!   a session that is expired or closed answers `Refused`: the guard is lost
 //!   at once. While disconnected, or connected to a follower without a
 //!   leader, the read does not return, so the guard is lost when its local
@@ -110,8 +115,9 @@
 //!   waiters and Curator need. (ZooKeeper checks a delete against the
 //!   parent's ACL, so the directory's ACL is what protects a holder's node.)
 //!   The password never appears in `describe()`, `Debug` or errors.
-//! - `session_timeout`: asked of the server (default 30 s, the default ttl);
-//!   the server negotiates it into `[2, 20] × tickTime`.
+//! - `session_timeout`: asked of the server (default 30 s); the server
+//!   negotiates it into `[2, 20] × tickTime` (its default bounds). Leases
+//!   last at most 11/20 of it.
 //! - `prefix`: the top node (default `dlock`).
 //!
 //! ```no_run
@@ -128,6 +134,7 @@
 //! ```
 
 mod config;
+mod lease;
 mod permits;
 mod session;
 
@@ -146,7 +153,7 @@ use zookeeper_client::{
 
 use self::config::Config;
 use self::session::Session;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
 
 /// With digest auth: the creator's identity may do everything, anyone may
@@ -573,8 +580,9 @@ impl ZooKeeperBackend {
         ))
     }
 
-    /// The session timeout the server granted to the current session; leases
-    /// are clamped to it. Zero before a session was opened.
+    /// The session timeout the server granted to the current session; lease
+    /// ttls are clamped to 11/20 of it (see the module docs). Zero before a
+    /// session was opened.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
@@ -686,20 +694,18 @@ impl ZooKeeperBackend {
         }
     }
 
-    /// Clamps the ttl to the session timeout (see the module docs).
-    fn lease_ttl(&self, client: &Client, ttl: Duration) -> Duration {
-        ttl.min(client.session_timeout())
-    }
-
+    /// The lease on a granted node. `sent` and `answered` frame the request
+    /// the lease is counted from, one the leader answered (see `lease.rs`).
     fn lease(
         &self,
         req: &AcquireRequest,
         client: &Client,
         path: &str,
         stat: &Stat,
-        sent: Instant,
+        (sent, answered): (Instant, Instant),
     ) -> Result<Lease, LockError> {
-        let ttl = self.lease_ttl(client, req.ttl);
+        let session_timeout = client.session_timeout();
+        let ttl = req.ttl.min(lease::max_ttl(session_timeout));
         let fencing_token = fence_of(stat).ok_or_else(|| {
             LockError::backend(
                 self.shown.clone(),
@@ -711,7 +717,7 @@ impl ZooKeeperBackend {
             token: req.token.clone(),
             ttl,
             fencing_token: Some(fencing_token),
-            valid_until: lease_deadline(sent, ttl),
+            valid_until: lease::deadline(sent, answered, ttl, session_timeout),
             resource: path.to_owned(),
         })
     }
@@ -842,7 +848,7 @@ impl ZooKeeperBackend {
             }
             Err(e) => return Err(self.error(format_args!("cannot read lock node {path}"), e)),
         };
-        let lease = self.lease(req, client, &path, &stat, sent)?;
+        let lease = self.lease(req, client, &path, &stat, (sent, Instant::now()))?;
         self.remember(&lease, session, cleanup);
         Ok(lease)
     }
@@ -860,10 +866,12 @@ impl ZooKeeperBackend {
         // await, the node is deleted in the background (found by uuid if the
         // create has not answered yet).
         let mut cleanup = Cleanup::own(session, dir, &uuid);
+        // The create is a write: the leader committed it after `sent`.
         let sent = Instant::now();
         let (path, stat) = self
             .create_protected(client, dir, &uuid, req.token.as_bytes())
             .await?;
+        let created = (sent, Instant::now());
         cleanup.set_path(&path);
         let children = client
             .list_children(dir)
@@ -871,7 +879,7 @@ impl ZooKeeperBackend {
             .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
         let name = &path[dir.len() + 1..];
         if is_first(&children, name) {
-            let lease = self.lease(req, client, &path, &stat, sent)?;
+            let lease = self.lease(req, client, &path, &stat, created)?;
             self.remember(&lease, session, cleanup);
             return Ok(Some(lease));
         }
@@ -1031,6 +1039,7 @@ impl LockBackend for ZooKeeperBackend {
         }
         for ((session, idx), read) in groups.iter().zip(reads) {
             let client = &session.client;
+            let session_timeout = client.session_timeout();
             let result = match read {
                 Ok((synced, commit)) => match synced.await {
                     Ok(()) => commit.await,
@@ -1038,6 +1047,7 @@ impl LockBackend for ZooKeeperBackend {
                 },
                 Err(e) => Err(e),
             };
+            let answered = Instant::now();
             match result {
                 Ok(results) => {
                     for (&i, r) in idx.iter().zip(results) {
@@ -1046,7 +1056,12 @@ impl LockBackend for ZooKeeperBackend {
                                 if stat.ephemeral_owner == client.session_id().0 =>
                             {
                                 Ok(Renewal::Renewed {
-                                    valid_until: lease_deadline(sent, leases[i].ttl),
+                                    valid_until: lease::deadline(
+                                        sent,
+                                        answered,
+                                        leases[i].ttl,
+                                        session_timeout,
+                                    ),
                                 })
                             }
                             // Deleted (an operator, or the session ended) or

@@ -7,9 +7,10 @@ use crate::LockError;
 /// The ZooKeeper client port used when a host names none.
 pub(super) const DEFAULT_PORT: u16 = 2181;
 
-/// The session timeout asked of the server when the URL names none: the
-/// default lease ttl, so a default lock's ttl is not clamped (see the module
-/// docs). The server may negotiate it into `[2, 20] × tickTime`.
+/// The session timeout asked of the server when the URL names none. A
+/// crashed holder blocks others this long; leases last at most 11/20 of it
+/// (16.5 s for the default lock's 30 s ttl; see the module docs). The
+/// server may negotiate it into `[2, 20] × tickTime`.
 pub(super) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The node under which every lock directory lives when the URL names no `prefix`.

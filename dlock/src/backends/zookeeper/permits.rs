@@ -88,6 +88,7 @@ impl ZooKeeperBackend {
             let (children, watcher) = after_sync(client, || client.list_and_watch_children(&dir))
                 .await
                 .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
+            let listed = (sent, Instant::now());
             if !children.contains(&name) {
                 cleanup.disarm();
                 return Err(LockError::backend(
@@ -96,7 +97,7 @@ impl ZooKeeperBackend {
                 ));
             }
             if among_first(&children, &name, req.permits) {
-                let lease = self.lease(&as_lock, client, &path, &stat, sent)?;
+                let lease = self.lease(&as_lock, client, &path, &stat, listed)?;
                 self.remember(&lease, &session, cleanup);
                 return Ok(Some(lease));
             }
