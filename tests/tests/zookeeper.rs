@@ -182,6 +182,151 @@ async fn ttl_is_clamped_to_eleven_twentieths_of_the_session_timeout() {
     }
 }
 
+/// The latest `Instant` this platform can represent: a deadline that far
+/// away is "no limit" in all but name.
+fn latest_instant() -> Instant {
+    let now = Instant::now();
+    let (mut lo, mut hi) = (0u64, u64::MAX);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if now.checked_add(Duration::from_secs(mid)).is_some() {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let secs = now + Duration::from_secs(lo);
+    let (mut lo, mut hi) = (0u32, 999_999_999u32);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if secs.checked_add(Duration::from_nanos(mid.into())).is_some() {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    secs + Duration::from_nanos(lo.into())
+}
+
+/// Values at the edge of `Duration` and `Instant` neither panic nor wrap:
+/// a session timeout too long for the protocol's 32-bit milliseconds is an
+/// `InvalidOption` that names it; a `Duration::MAX` ttl on a lock, a
+/// semaphore or a renewed lease is clamped like any long ttl; a wait
+/// deadline at the end of time is no limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
+    let fixture = ZkFixture::start().await;
+    let base = fixture.url().split('?').next().unwrap().to_owned();
+    for timeout in [
+        "2147483648",
+        "18446744073709551615",
+        "18446744073709551615s",
+        "99999999999m",
+    ] {
+        let url = format!("{base}?session_timeout={timeout}");
+        let err = ZooKeeperBackend::connect(&url).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidOption { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(err.to_string().contains("session_timeout"), "{url}: {err}");
+    }
+    let longest = ZooKeeperBackend::connect(&format!("{base}?session_timeout=2147483647"))
+        .await
+        .expect("the longest session timeout the protocol carries");
+    drop(longest);
+
+    let b = backend(&fixture).await;
+    let most = SESSION_TIMEOUT / 20 * 11;
+    let guard = lock(&b, "forever")
+        .ttl(Duration::MAX)
+        .acquire()
+        .await
+        .expect("a ttl of Duration::MAX");
+    // Renewed like any long lease (every third of the clamped ttl).
+    tokio::time::sleep(most).await;
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    let permit = dlock::Semaphore::new("forever-permits", 2)
+        .with_backend(b.clone())
+        .ttl(Duration::MAX)
+        .acquire()
+        .await
+        .expect("a permit with a ttl of Duration::MAX");
+    permit.release().await.unwrap();
+
+    let backend: Arc<dyn LockBackend> = b.clone();
+    let end_of_time = Some(latest_instant());
+    let req = dlock::backend::AcquireRequest {
+        key: "end-of-time".into(),
+        token: "00112233445566778899aabbccddeeff".into(),
+        ttl: Duration::MAX,
+    };
+    let lease = backend
+        .acquire(&req, end_of_time)
+        .await
+        .expect("acquire with a deadline at the end of time")
+        .expect("a free key");
+    assert_eq!(lease.ttl, most);
+    let forged = dlock::backend::Lease {
+        ttl: Duration::MAX,
+        ..lease.clone()
+    };
+    let sent = Instant::now();
+    let renewed = backend.renew(std::slice::from_ref(&forged)).await;
+    let Ok(dlock::backend::Renewal::Renewed { valid_until }) = renewed[0] else {
+        panic!("renewal of a Duration::MAX lease failed: {renewed:?}");
+    };
+    assert!(valid_until <= sent + most);
+    assert!(backend.release(&lease).await.unwrap());
+    let permit_req = dlock::backend::PermitRequest {
+        name: "end-of-time".into(),
+        permits: 1,
+        token: "00112233445566778899aabbccddeeff".into(),
+        ttl: Duration::MAX,
+    };
+    let lease = backend
+        .acquire_permit(&permit_req, end_of_time)
+        .await
+        .expect("acquire_permit with a deadline at the end of time")
+        .expect("a free permit");
+    assert_eq!(lease.ttl, most);
+    assert!(backend.release_permit(&lease).await.unwrap());
+}
+
+/// `Duration::MAX` as both ttl and wait, the natural way to write "hold it
+/// and wait for it as long as it takes", on a lock, a semaphore and a
+/// segmented lock: success, no panic. (The wait's deadline is the core's:
+/// an overflowing one means no limit.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_max_ttl_and_wait_work_on_zookeeper() {
+    let fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    let guard = lock(&b, "max-wait")
+        .ttl(Duration::MAX)
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .expect("ttl and wait of Duration::MAX");
+    guard.release().await.unwrap();
+    let permit = dlock::Semaphore::new("max-wait-permits", 1)
+        .with_backend(b.clone())
+        .ttl(Duration::MAX)
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .expect("ttl and wait of Duration::MAX");
+    permit.release().await.unwrap();
+    let segment = dlock::SegmentedLock::new("max-wait-segments", 2)
+        .with_backend(b.clone())
+        .ttl(Duration::MAX)
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .expect("ttl and wait of Duration::MAX");
+    segment.release().await.unwrap();
+}
+
 // ---------------------------------------------------------------- Curator
 
 const CURATOR_SOURCE: &str = r#"

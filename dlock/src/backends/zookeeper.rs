@@ -115,9 +115,12 @@
 //!   waiters and Curator need. (ZooKeeper checks a delete against the
 //!   parent's ACL, so the directory's ACL is what protects a holder's node.)
 //!   The password never appears in `describe()`, `Debug` or errors.
-//! - `session_timeout`: asked of the server (default 30 s); the server
+//! - `session_timeout`: asked of the server (default 30 s, at most
+//!   2^31 − 1 ms, which is all the protocol carries: a longer one is an
+//!   `InvalidOption` rather than a request that wraps around); the server
 //!   negotiates it into `[2, 20] × tickTime` (its default bounds). Leases
-//!   last at most 11/20 of it.
+//!   last at most 11/20 of it, whatever ttl was asked, `Duration::MAX`
+//!   included.
 //! - `prefix`: the top node (default `dlock`).
 //!
 //! ```no_run
@@ -494,6 +497,14 @@ fn is_connected(state: SessionState) -> bool {
         state,
         SessionState::SyncConnected | SessionState::ConnectedReadOnly
     )
+}
+
+/// A wait deadline tokio's timer can take, or none: tokio rounds a deadline
+/// up to the next millisecond, which overflows (and panics) within a
+/// millisecond of the latest `Instant` there is. A deadline that far away is
+/// no limit anyway.
+fn representable(deadline: Option<Instant>) -> Option<Instant> {
+    deadline.filter(|d| d.checked_add(Duration::from_secs(1)).is_some())
 }
 
 /// Errors that mean the session is gone, and with it every node it held.
@@ -934,6 +945,7 @@ impl LockBackend for ZooKeeperBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        let deadline = representable(deadline);
         let dir = self.lock_path(&req.key)?;
         let uuid = new_uuid()?;
         let opened = async { self.session().await };
@@ -1139,7 +1151,7 @@ impl LockBackend for ZooKeeperBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         // Dropping the wait at the deadline deletes our node (`Cleanup`).
-        deadline::until(deadline, self.permit(req, false))
+        deadline::until(representable(deadline), self.permit(req, false))
             .await
             .unwrap_or(Ok(None))
     }
