@@ -43,9 +43,9 @@
 //!
 //! # Renewal, session loss and the ttl
 //!
-//! ZooKeeper keeps the node while the session lives; the server expires a
-//! session `session timeout` after the last request or heartbeat it received
-//! from the client. So:
+//! ZooKeeper keeps the node while the session lives; the ensemble's leader
+//! expires a session `session timeout` after it last heard of a request or
+//! heartbeat of the client (from its followers, in an ensemble). So:
 //!
 //! - A lease's ttl is **clamped to 11/20 of the negotiated session timeout**
 //!   ([`Lease::ttl`](crate::backend::Lease) reports the clamped value), and
@@ -64,11 +64,12 @@
 //!   sync. So an answer proves the session was alive on the leader after the
 //!   read was *sent* and the node still exists, and the new local deadline
 //!   is `sent + ttl − drift` (less the round trip, where that would pass
-//!   11/20 of the session timeout). A node that is gone (deleted by an operator) or
-//!   a session that is expired or closed answers `Refused`: the guard is lost
-//!   at once. While disconnected, or connected to a follower without a
-//!   leader, the read does not return, so the guard is lost when its local
-//!   deadline passes, never later than the server could expire the session.
+//!   11/20 of the session timeout). A node that is gone (deleted by an
+//!   operator) or a session that is expired or closed answers `Refused`: the
+//!   guard is lost at once. While disconnected, or connected to a follower
+//!   without a leader, the read does not return, so the guard is lost when
+//!   its local deadline passes, never later than the server could expire the
+//!   session.
 //!   The read that starts an `acquire`'s or a permit's lease goes behind a
 //!   sync too; `try_acquire`'s lease starts with its create, a write, which
 //!   the leader itself commits.
