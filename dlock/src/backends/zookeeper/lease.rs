@@ -24,6 +24,12 @@
 //! before the request was sent, and a lease may last at most the rest:
 //! **11/20 of the session timeout** ([`max_ttl`]), less the round trip.
 //!
+//! The bound rests on two things outside this crate: the server's default
+//! `minSessionTimeout` of two ticks (a server configured to grant less lets
+//! half a tick exceed a quarter of the session timeout), and
+//! `zookeeper-client`'s heartbeat rhythm (revisit [`max_ttl`] when upgrading
+//! it).
+//!
 //! All of this holds only for an answer that went through the leader, which
 //! a follower cut off from it can give for up to `syncLimit × tickTime`
 //! without: reads are answered by the follower alone. So the request a lease
