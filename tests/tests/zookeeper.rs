@@ -143,23 +143,188 @@ async fn a_timed_out_waiter_leaves_no_node() {
     held.release().await.unwrap();
 }
 
-/// The ttl of a lease is clamped to the negotiated session timeout: a longer
-/// local deadline could outlive a session the server already expired.
+/// The ttl of a lease is clamped to 11/20 of the negotiated session timeout:
+/// the ensemble's leader may have heard of the session's last request up to
+/// 9/20 of the timeout later than the request (see the module docs), and a
+/// longer local deadline could outlive a session it already expired. A ttl
+/// within the bound is kept, and a renewal keeps the clamp.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ttl_is_clamped_to_the_session_timeout() {
+async fn ttl_is_clamped_to_eleven_twentieths_of_the_session_timeout() {
     let fixture = ZkFixture::start().await;
     let b = backend(&fixture).await;
     assert_eq!(b.session_timeout(), SESSION_TIMEOUT);
+    let most = SESSION_TIMEOUT / 20 * 11;
     let backend: Arc<dyn LockBackend> = b.clone();
+    for (key, ttl, expected) in [
+        ("clamp-long", Duration::from_secs(60), most),
+        (
+            "clamp-short",
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        ),
+    ] {
+        let req = dlock::backend::AcquireRequest {
+            key: key.into(),
+            token: "00112233445566778899aabbccddeeff".into(),
+            ttl,
+        };
+        let sent = Instant::now();
+        let lease = backend.try_acquire(&req).await.unwrap().expect("free key");
+        assert_eq!(lease.ttl, expected, "{key}");
+        assert!(lease.valid_until <= sent + expected, "{key}");
+        let sent = Instant::now();
+        let renewed = backend.renew(std::slice::from_ref(&lease)).await;
+        let Ok(dlock::backend::Renewal::Renewed { valid_until }) = renewed[0] else {
+            panic!("{key}: renewal failed: {renewed:?}");
+        };
+        assert!(valid_until <= sent + expected, "{key}");
+        assert!(backend.release(&lease).await.unwrap(), "{key}");
+    }
+}
+
+/// The latest `Instant` this platform can represent: a deadline that far
+/// away is "no limit" in all but name.
+fn latest_instant() -> Instant {
+    let now = Instant::now();
+    let (mut lo, mut hi) = (0u64, u64::MAX);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if now.checked_add(Duration::from_secs(mid)).is_some() {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let secs = now + Duration::from_secs(lo);
+    let (mut lo, mut hi) = (0u32, 999_999_999u32);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if secs.checked_add(Duration::from_nanos(mid.into())).is_some() {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    secs + Duration::from_nanos(lo.into())
+}
+
+/// Values at the edge of `Duration` and `Instant` neither panic nor wrap:
+/// a session timeout too long for the protocol's 32-bit milliseconds is an
+/// `InvalidOption` that names it; a `Duration::MAX` ttl on a lock, a
+/// semaphore or a renewed lease is clamped like any long ttl; a wait
+/// deadline at the end of time is no limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
+    let fixture = ZkFixture::start().await;
+    let base = fixture.url().split('?').next().unwrap().to_owned();
+    for timeout in [
+        "2147483648",
+        "18446744073709551615",
+        "18446744073709551615s",
+        "99999999999m",
+    ] {
+        let url = format!("{base}?session_timeout={timeout}");
+        let err = ZooKeeperBackend::connect(&url).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidOption { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(err.to_string().contains("session_timeout"), "{url}: {err}");
+    }
+    let longest = ZooKeeperBackend::connect(&format!("{base}?session_timeout=2147483647"))
+        .await
+        .expect("the longest session timeout the protocol carries");
+    drop(longest);
+
+    let b = backend(&fixture).await;
+    let most = SESSION_TIMEOUT / 20 * 11;
+    let guard = lock(&b, "forever")
+        .ttl(Duration::MAX)
+        .acquire()
+        .await
+        .expect("a ttl of Duration::MAX");
+    // Renewed like any long lease (every third of the clamped ttl).
+    tokio::time::sleep(most).await;
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    let permit = dlock::Semaphore::new("forever-permits", 2)
+        .with_backend(b.clone())
+        .ttl(Duration::MAX)
+        .acquire()
+        .await
+        .expect("a permit with a ttl of Duration::MAX");
+    permit.release().await.unwrap();
+
+    let backend: Arc<dyn LockBackend> = b.clone();
+    let end_of_time = Some(latest_instant());
     let req = dlock::backend::AcquireRequest {
-        key: "clamp".into(),
+        key: "end-of-time".into(),
         token: "00112233445566778899aabbccddeeff".into(),
-        ttl: Duration::from_secs(60),
+        ttl: Duration::MAX,
     };
-    let lease = backend.try_acquire(&req).await.unwrap().expect("free key");
-    assert_eq!(lease.ttl, SESSION_TIMEOUT);
-    assert!(lease.valid_until <= Instant::now() + SESSION_TIMEOUT);
+    let lease = backend
+        .acquire(&req, end_of_time)
+        .await
+        .expect("acquire with a deadline at the end of time")
+        .expect("a free key");
+    assert_eq!(lease.ttl, most);
+    let forged = dlock::backend::Lease {
+        ttl: Duration::MAX,
+        ..lease.clone()
+    };
+    let sent = Instant::now();
+    let renewed = backend.renew(std::slice::from_ref(&forged)).await;
+    let Ok(dlock::backend::Renewal::Renewed { valid_until }) = renewed[0] else {
+        panic!("renewal of a Duration::MAX lease failed: {renewed:?}");
+    };
+    assert!(valid_until <= sent + most);
     assert!(backend.release(&lease).await.unwrap());
+    let permit_req = dlock::backend::PermitRequest {
+        name: "end-of-time".into(),
+        permits: 1,
+        token: "00112233445566778899aabbccddeeff".into(),
+        ttl: Duration::MAX,
+    };
+    let lease = backend
+        .acquire_permit(&permit_req, end_of_time)
+        .await
+        .expect("acquire_permit with a deadline at the end of time")
+        .expect("a free permit");
+    assert_eq!(lease.ttl, most);
+    assert!(backend.release_permit(&lease).await.unwrap());
+}
+
+/// `Duration::MAX` as both ttl and wait, the natural way to write "hold it
+/// and wait for it as long as it takes", on a lock, a semaphore and a
+/// segmented lock: success, no panic. (The wait's deadline is the core's:
+/// an overflowing one means no limit.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_max_ttl_and_wait_work_on_zookeeper() {
+    let fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    let guard = lock(&b, "max-wait")
+        .ttl(Duration::MAX)
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .expect("ttl and wait of Duration::MAX");
+    guard.release().await.unwrap();
+    let permit = dlock::Semaphore::new("max-wait-permits", 1)
+        .with_backend(b.clone())
+        .ttl(Duration::MAX)
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .expect("ttl and wait of Duration::MAX");
+    permit.release().await.unwrap();
+    let segment = dlock::SegmentedLock::new("max-wait-segments", 2)
+        .with_backend(b.clone())
+        .ttl(Duration::MAX)
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .expect("ttl and wait of Duration::MAX");
+    segment.release().await.unwrap();
 }
 
 // ---------------------------------------------------------------- Curator
@@ -410,6 +575,123 @@ async fn session_expiry_loses_every_guard_of_the_session() {
     again.release().await.unwrap();
 }
 
+/// A guard taken on a short-lived current-thread runtime (as a
+/// `#[tokio::test]` helper or a `block_on` in a thread makes one) and dropped
+/// as that runtime ends frees its key within the ttl, though the backend and
+/// its session live on (on the test's runtime): one guard dies with a task of
+/// that runtime at its shutdown, the other is dropped after the runtime is
+/// gone. Neither can run its release on that runtime; the node must still go
+/// when the lease runs out, as the README promises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_dropped_with_their_runtime_free_the_key_within_the_ttl() {
+    let fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    let other = backend(&fixture).await;
+    let ttl = Duration::from_secs(3);
+    let (in_task, after) = ("dead-runtime:task", "dead-runtime:after");
+    let (lock_in_task, lock_after) = (lock(&b, in_task).ttl(ttl), lock(&b, after).ttl(ttl));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a helper runtime");
+        let (one, two) = rt.block_on(async {
+            let one = lock_in_task
+                .acquire()
+                .await
+                .expect("acquire on the helper runtime");
+            let two = lock_after
+                .acquire()
+                .await
+                .expect("acquire on the helper runtime");
+            (one, two)
+        });
+        // Dropped by the runtime's shutdown, with the task that holds it.
+        rt.spawn(async move {
+            let _held = one;
+            std::future::pending::<()>().await
+        });
+        drop(rt);
+        // Dropped with no runtime left at all.
+        drop(two);
+        let _ = done_tx.send(Instant::now());
+    });
+    let dropped_at = tokio::time::timeout(Duration::from_secs(30), done_rx)
+        .await
+        .expect("the helper runtime did not finish within 30 s")
+        .expect("the helper thread panicked");
+
+    let limit = Duration::from_secs(6);
+    for key in [in_task, after] {
+        let got = lock(&other, key)
+            .wait(limit.saturating_sub(dropped_at.elapsed()))
+            .acquire()
+            .await;
+        let took = dropped_at.elapsed();
+        let guard = match got {
+            Ok(g) => g,
+            Err(e) => {
+                let queue = fixture.contenders(key).await;
+                panic!("{key}: another client could not get the key {took:?} after its guard was dropped with its runtime (ttl {ttl:?}): {e}; queue {queue:?}; holder backend {b:?}")
+            }
+        };
+        guard.release().await.unwrap();
+    }
+}
+
+/// A backend connected on a runtime that then ends (a backend made in one
+/// `#[tokio::test]` and kept in a static for the next) lost its session with
+/// that runtime: the next acquisition opens a new session instead of failing
+/// on the dead one, and the dead session's node goes when the server expires
+/// the session, one session timeout later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_whose_runtime_ended_opens_a_new_session() {
+    let fixture = ZkFixture::start().await;
+    let url = fixture.url().to_owned();
+    let key = "orphaned-session";
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a helper runtime");
+        let backend = rt.block_on(async {
+            let backend = Arc::new(ZooKeeperBackend::connect(&url).await.expect("connect"));
+            let guard = lock(&backend, key).acquire().await.expect("acquire");
+            std::mem::forget(guard);
+            backend
+        });
+        drop(rt);
+        let _ = done_tx.send((backend, Instant::now()));
+    });
+    let (orphaned, runtime_ended) = tokio::time::timeout(Duration::from_secs(30), done_rx)
+        .await
+        .expect("the helper runtime did not finish within 30 s")
+        .expect("the helper thread panicked");
+
+    let guard = lock(&orphaned, "fresh")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the backend did not open a new session on this runtime");
+    guard.release().await.unwrap();
+
+    let other = backend(&fixture).await;
+    let limit = SESSION_TIMEOUT + Duration::from_secs(3);
+    let freed = lock(&other, key)
+        .wait(limit)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the dead session's node was still there {:?} after its runtime ended: {e}",
+                runtime_ended.elapsed()
+            )
+        });
+    freed.release().await.unwrap();
+}
+
 /// A backend that reaches the fixture's standalone server through a fault
 /// proxy, so a test can cut it off.
 async fn proxied(fixture: &ZkFixture) -> (FaultProxy, Arc<ZooKeeperBackend>) {
@@ -610,9 +892,10 @@ async fn bad_urls_are_rejected_without_showing_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_survives_the_leader_crashing_in_an_ensemble() {
     let mut fixture = ZkFixture::ensemble().await;
-    // A session (and so a lease) long enough that a slow election on a busy
-    // 2-core machine is not mistaken for a loss.
-    let session = Duration::from_secs(10);
+    // A session (and so a lease, 11/20 of it) long enough that a slow
+    // election on a busy 2-core machine is not mistaken for a loss.
+    let session = Duration::from_secs(20);
+    let lease = session / 20 * 11;
     let base = fixture.url().split('?').next().unwrap().to_owned();
     let url = format!("{base}?session_timeout={}ms", session.as_millis());
     let a = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
@@ -634,7 +917,7 @@ async fn a_guard_survives_the_leader_crashing_in_an_ensemble() {
     });
     // Past the local deadline of every renewal sent before the crash: any
     // renewal that failed for good would have been declared lost by now.
-    let survived = tokio::time::timeout(session + Duration::from_secs(1), lost)
+    let survived = tokio::time::timeout(lease + Duration::from_secs(1), lost)
         .await
         .is_err();
     assert!(

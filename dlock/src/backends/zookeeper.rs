@@ -43,29 +43,66 @@
 //!
 //! # Renewal, session loss and the ttl
 //!
-//! ZooKeeper keeps the node while the session lives; the server expires a
-//! session `session timeout` after the last request or heartbeat it received
-//! from the client. So:
+//! ZooKeeper keeps the node while the session lives; the ensemble's leader
+//! expires a session `session timeout` after it last heard of a request or
+//! heartbeat of the client (from its followers, in an ensemble). So:
 //!
-//! - A lease's ttl is **clamped to the negotiated session timeout**
-//!   ([`Lease::ttl`](crate::backend::Lease) reports the clamped value). A
-//!   longer local deadline could outlive a session the server has already
-//!   expired; a shorter ttl is kept as it is (the guard is then declared lost
-//!   sooner than the server could expire it, which is safe).
+//! - A lease's ttl is **clamped to 11/20 of the negotiated session timeout**
+//!   ([`Lease::ttl`](crate::backend::Lease) reports the clamped value), and
+//!   its local deadline is cut by the round trip of the request it is counted
+//!   from. The leader, which alone expires sessions, hears of a session on a
+//!   follower only at that follower's next ping reply; a longer lease could
+//!   outlive a session the leader expires for want of that news (the bound
+//!   is derived in `lease.rs`). A shorter ttl is kept as it is (the guard is
+//!   then declared lost sooner than the server could expire it, which is
+//!   safe). For a longer ttl, ask for a longer session timeout.
 //! - The watchdog's renewal (every ttl/3) reads every held node of a session
-//!   in one multi-read. An answer proves the session was alive when the read
-//!   was *sent* and the node still exists, so the new local deadline is
-//!   `sent + ttl − drift`. A node that is gone (deleted by an operator) or a
-//!   session that is expired or closed answers `Refused`: the guard is lost at
-//!   once. While disconnected the read does not return, so the guard is lost
-//!   when its local deadline passes, never later than the server could
-//!   expire the session.
+//!   in one multi-read, sent right behind a `sync` (one round trip for both).
+//!   Only the leader expires sessions, and a follower that lost its leader
+//!   goes on answering plain reads for up to `syncLimit × tickTime`; but it
+//!   answers a read queued behind a sync only once the leader answered the
+//!   sync. So an answer proves the session was alive on the leader after the
+//!   read was *sent* and the node still exists, and the new local deadline
+//!   is `sent + ttl − drift` (less the round trip, where that would pass
+//!   11/20 of the session timeout). A node that is gone (deleted by an
+//!   operator) or a session that is expired or closed answers `Refused`: the
+//!   guard is lost at once. While disconnected, or connected to a follower
+//!   without a leader, the read does not return, so the guard is lost when
+//!   its local deadline passes, never later than the server could expire the
+//!   session.
+//!   The read that starts an `acquire`'s or a permit's lease goes behind a
+//!   sync too; `try_acquire`'s lease starts with its create, a write, which
+//!   the leader itself commits.
 //! - After an expiry the backend opens a new session for the next acquisition;
 //!   guards of the old session stay lost.
-//! - With renewal off the guard is lost after the ttl, but the node stays on
-//!   the server until the guard is dropped or the session ends: ZooKeeper has
-//!   no per-node expiry for ephemeral nodes.
+//! - ZooKeeper has no per-node expiry for ephemeral nodes, so a lease whose
+//!   local deadline passes without a renewal (renewal off, a leaked guard, a
+//!   guard whose release could not run) has its node deleted by the backend
+//!   then: the key is free again within the ttl, not at the session's end.
 //! - A crashed holder blocks others for the session timeout, not the ttl.
+//!
+//! # Runtimes
+//!
+//! `zookeeper-client` runs a session (requests, heartbeats) as a task on the
+//! tokio runtime that opened it: the one [`connect`](ZooKeeperBackend::connect)
+//! ran on, or, after the session ended, that of the acquisition that opened
+//! the next one. Guards taken on any other runtime use it through a channel.
+//!
+//! - What must outlive a caller's runtime runs on the session's runtime: the
+//!   deletion of a node whose local deadline passed, and the background
+//!   delete of a dropped acquisition's node. So a guard dropped after its own
+//!   runtime ended (a `#[tokio::test]`, a `block_on` in a helper thread),
+//!   whose release cannot run there, still frees its key by its local
+//!   deadline, within the ttl of its last renewal.
+//! - If the session's runtime ends, the session's task ends with it: nothing
+//!   is sent any more, and the server expires the session, with its nodes, one
+//!   session timeout after the last heartbeat. The backend notices, forgets
+//!   those nodes, reports their guards lost at the next renewal, and opens a
+//!   new session on the runtime of the next acquisition.
+//! - Either way, a node whose guard is gone outlives the guard by at most
+//!   ttl + session timeout (the ttl until its deadline, if the session's
+//!   runtime ends just before that, the session timeout for the server to
+//!   expire the session), and by at most the ttl while that runtime runs.
 //!
 //! # URL
 //!
@@ -79,8 +116,12 @@
 //!   waiters and Curator need. (ZooKeeper checks a delete against the
 //!   parent's ACL, so the directory's ACL is what protects a holder's node.)
 //!   The password never appears in `describe()`, `Debug` or errors.
-//! - `session_timeout`: asked of the server (default 30 s, the default ttl);
-//!   the server negotiates it into `[2, 20] × tickTime`.
+//! - `session_timeout`: asked of the server (default 30 s, at most
+//!   2^31 − 1 ms, which is all the protocol carries: a longer one is an
+//!   `InvalidOption` rather than a request that wraps around); the server
+//!   negotiates it into `[2, 20] × tickTime` (its default bounds). Leases
+//!   last at most 11/20 of it, whatever ttl was asked, `Duration::MAX`
+//!   included.
 //! - `prefix`: the top node (default `dlock`).
 //!
 //! ```no_run
@@ -97,7 +138,9 @@
 //! ```
 
 mod config;
+mod lease;
 mod permits;
+mod session;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -113,7 +156,8 @@ use zookeeper_client::{
 };
 
 use self::config::Config;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
+use self::session::Session;
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
 
 /// With digest auth: the creator's identity may do everything, anyone may
@@ -154,8 +198,9 @@ pub struct ZooKeeperBackend {
     config: Config,
     /// The URL with its password redacted.
     shown: String,
-    /// The session new acquisitions use; replaced when it has ended.
-    current: Mutex<Option<Client>>,
+    /// The session new acquisitions use; replaced when it has ended or the
+    /// runtime it ran on is gone.
+    current: Mutex<Option<Arc<Session>>>,
     /// Serialises opening a new session, so concurrent callers open one.
     reopening: tokio::sync::Mutex<()>,
     /// The negotiated session timeout of the current session, in ms.
@@ -186,7 +231,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// One held node.
 struct Held {
     /// The session the node lives on (it may no longer be the current one).
-    client: Client,
+    session: Arc<Session>,
     /// The lease's local deadline, moved by each renewal. When it passes
     /// without one, the node is deleted (see [`reap`]).
     valid_until: Instant,
@@ -199,11 +244,13 @@ struct Held {
 
 /// Deletes a node in the background when dropped, unless disarmed.
 ///
-/// Both of `zookeeper-client`'s own handles and ours spawn on the runtime, so
-/// the drop enters the runtime the node was created on: a backend dropped
-/// outside any runtime must not panic.
+/// The delete runs on the runtime of the node's session, not the caller's:
+/// a guard or an `acquire` future may be dropped after its own runtime is
+/// gone (or outside any runtime), and the session's runtime is the one that
+/// can still reach the server. `zookeeper-client`'s recipe handle spawns its
+/// delete on the current runtime, so the drop enters the session's first.
 struct Cleanup {
-    runtime: Option<Handle>,
+    runtime: Handle,
     /// The recipe's handle: it deletes the node when dropped. Never cloned,
     /// since dropping any clone deletes the node for all.
     recipe: Option<OwnedLockClient>,
@@ -221,20 +268,20 @@ struct OwnNode {
 }
 
 impl Cleanup {
-    fn recipe(handle: OwnedLockClient) -> Self {
+    fn recipe(handle: OwnedLockClient, session: &Session) -> Self {
         Cleanup {
-            runtime: Handle::try_current().ok(),
+            runtime: session.runtime().clone(),
             recipe: Some(handle),
             own: None,
         }
     }
 
-    fn own(client: &Client, dir: &str, uuid: &str) -> Self {
+    fn own(session: &Session, dir: &str, uuid: &str) -> Self {
         Cleanup {
-            runtime: Handle::try_current().ok(),
+            runtime: session.runtime().clone(),
             recipe: None,
             own: Some(OwnNode {
-                client: client.clone(),
+                client: session.client.clone(),
                 dir: dir.to_owned(),
                 uuid: uuid.to_owned(),
                 path: None,
@@ -268,22 +315,41 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let Some(runtime) = self.runtime.clone().or_else(|| Handle::try_current().ok()) else {
-            // No runtime: nothing can run, and the session (whose tasks lived
-            // on a runtime that is gone) ends with its ephemeral nodes.
-            if let Some(recipe) = self.recipe.take() {
-                std::mem::forget(recipe);
-            }
-            return;
-        };
-        let _entered = runtime.enter();
+        // If the session's runtime has shut down, whatever is spawned here is
+        // dropped unrun (no panic): the session died with that runtime, and
+        // the server deletes its nodes when it expires the session.
+        let _entered = self.runtime.enter();
         drop(self.recipe.take());
         if let Some(own) = self.own.take().filter(|o| o.armed) {
-            runtime.spawn(async move {
-                if let Err(e) = remove_node(&own.client, &own.dir, &own.uuid, own.path.as_deref()).await {
+            drop(self.runtime.spawn(async move {
+                if let Err(e) = remove_node_eventually(&own.client, &own.dir, &own.uuid, own.path.as_deref()).await {
                     tracing::debug!(dir = %own.dir, error = %e, "background delete of a lock node failed; it ends with the session");
                 }
-            });
+            }));
+        }
+    }
+}
+
+/// [`remove_node`] for background deletes, which nobody waits for: retries
+/// after connection losses for as long as the session lives, so a node whose
+/// lease ran out never stays for the rest of a session that reconnected.
+/// Each retry waits for the client to reconnect (requests queue meanwhile),
+/// plus a pause that grows to one second.
+async fn remove_node_eventually(
+    client: &Client,
+    dir: &str,
+    uuid: &str,
+    path: Option<&str>,
+) -> Result<(), ZkError> {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match remove_node(client, dir, uuid, path).await {
+            Err(ZkError::ConnectionLoss) if !client.state().is_terminated() => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) if session_ended(&e) => return Ok(()),
+            other => return other,
         }
     }
 }
@@ -434,12 +500,40 @@ fn is_connected(state: SessionState) -> bool {
     )
 }
 
+/// A wait deadline tokio's timer can take, or none: tokio rounds a deadline
+/// up to the next millisecond, which overflows (and panics) within a
+/// millisecond of the latest `Instant` there is. A deadline that far away is
+/// no limit anyway.
+fn representable(deadline: Option<Instant>) -> Option<Instant> {
+    deadline.filter(|d| d.checked_add(Duration::from_secs(1)).is_some())
+}
+
 /// Errors that mean the session is gone, and with it every node it held.
 fn session_ended(e: &ZkError) -> bool {
     matches!(
         e,
         ZkError::SessionExpired | ZkError::ClientClosed | ZkError::AuthFailed
     )
+}
+
+/// Sends a `sync`, then the read `read` makes, at once (one round trip), and
+/// returns the read's answer once both answered.
+///
+/// A follower that lost its leader goes on answering plain reads for up to
+/// `syncLimit × tickTime`, while the leader, the only server that expires
+/// sessions, may already be expiring ours. A follower answers a read queued
+/// behind a `sync` of the same session only after the leader answered the
+/// sync, so this answer proves the leader reachable, and the session alive
+/// on it, after the request was sent: what a lease may be counted from.
+async fn after_sync<T, F>(client: &Client, read: impl FnOnce() -> F) -> Result<T, ZkError>
+where
+    F: std::future::Future<Output = Result<T, ZkError>>,
+{
+    let synced = client.sync("/");
+    let answer = read();
+    // Both are on their way; an unconfirmed answer proves nothing.
+    synced.await?;
+    answer.await
 }
 
 impl ZooKeeperBackend {
@@ -498,8 +592,9 @@ impl ZooKeeperBackend {
         ))
     }
 
-    /// The session timeout the server granted to the current session; leases
-    /// are clamped to it. Zero before a session was opened.
+    /// The session timeout the server granted to the current session; lease
+    /// ttls are clamped to 11/20 of it (see the module docs). Zero before a
+    /// session was opened.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
@@ -529,23 +624,39 @@ impl ZooKeeperBackend {
     /// ```
     pub fn client(&self) -> Option<Client> {
         lock(&self.current)
-            .clone()
-            .filter(|c| !c.state().is_terminated())
+            .as_ref()
+            .filter(|s| s.is_usable())
+            .map(|s| s.client.clone())
     }
 
     fn error(&self, what: impl fmt::Display, e: ZkError) -> LockError {
         LockError::backend(self.shown.clone(), format!("{what}: {e}"))
     }
 
-    /// The live session, opening a new one if the last one ended.
-    async fn session(&self) -> Result<Client, LockError> {
-        if let Some(c) = self.client() {
-            return Ok(c);
+    /// The current session if new work can use it.
+    fn usable_session(&self) -> Option<Arc<Session>> {
+        lock(&self.current)
+            .as_ref()
+            .filter(|s| s.is_usable())
+            .cloned()
+    }
+
+    /// The live session, opening a new one if the last one ended or the
+    /// runtime it ran on is gone. A new session runs on the caller's runtime.
+    async fn session(&self) -> Result<Arc<Session>, LockError> {
+        if let Some(s) = self.usable_session() {
+            return Ok(s);
         }
         let _one = self.reopening.lock().await;
-        if let Some(c) = self.client() {
-            return Ok(c);
+        if let Some(s) = self.usable_session() {
+            return Ok(s);
         }
+        let runtime = Handle::try_current().map_err(|_| {
+            LockError::backend(
+                self.shown.clone(),
+                "a ZooKeeper session needs a tokio runtime to run on",
+            )
+        })?;
         let mut connector = Client::connector()
             .with_session_timeout(self.config.session_timeout)
             // Fail when every host refused, instead of retrying until the
@@ -554,15 +665,36 @@ impl ZooKeeperBackend {
         if let Some(digest) = &self.config.digest {
             connector = connector.with_auth("digest", digest.as_bytes());
         }
-        let client = connector
-            .connect(&self.config.connect_string)
+        let session = Session::open(runtime, connector, &self.config.connect_string)
             .await
             .map_err(|e| self.error("cannot open a ZooKeeper session", e))?;
+        let client = &session.client;
         let timeout = u64::try_from(client.session_timeout().as_millis()).unwrap_or(u64::MAX);
         self.session_timeout_ms.store(timeout, Ordering::Relaxed);
         tracing::debug!(session = %client.session_id(), timeout_ms = timeout, "ZooKeeper session opened");
-        *lock(&self.current) = Some(client.clone());
-        Ok(client)
+        let session = Arc::new(session);
+        *lock(&self.current) = Some(session.clone());
+        self.forget_dead_sessions();
+        Ok(session)
+    }
+
+    /// Drops the entries of nodes whose session's runtime is gone. Their
+    /// reapers died with that runtime, and nothing can reach the server
+    /// through the session any more; the server deletes the nodes when it
+    /// expires the session. Called when a new session opens, which is when
+    /// a session found dead is replaced.
+    fn forget_dead_sessions(&self) {
+        let dead: Vec<Held> = {
+            let mut held = lock(&self.held);
+            let paths: Vec<String> = held
+                .iter()
+                .filter(|(_, h)| !h.session.is_alive())
+                .map(|(p, _)| p.clone())
+                .collect();
+            paths.iter().filter_map(|p| held.remove(p)).collect()
+        };
+        // Dropped outside the lock: a `Cleanup` may enter a runtime.
+        drop(dead);
     }
 
     /// The ACL of every node dlock creates (see the module docs on digest auth).
@@ -574,20 +706,18 @@ impl ZooKeeperBackend {
         }
     }
 
-    /// Clamps the ttl to the session timeout (see the module docs).
-    fn lease_ttl(&self, client: &Client, ttl: Duration) -> Duration {
-        ttl.min(client.session_timeout())
-    }
-
+    /// The lease on a granted node. `sent` and `answered` frame the request
+    /// the lease is counted from, one the leader answered (see `lease.rs`).
     fn lease(
         &self,
         req: &AcquireRequest,
         client: &Client,
         path: &str,
         stat: &Stat,
-        sent: Instant,
+        (sent, answered): (Instant, Instant),
     ) -> Result<Lease, LockError> {
-        let ttl = self.lease_ttl(client, req.ttl);
+        let session_timeout = client.session_timeout();
+        let ttl = req.ttl.min(lease::max_ttl(session_timeout));
         let fencing_token = fence_of(stat).ok_or_else(|| {
             LockError::backend(
                 self.shown.clone(),
@@ -599,7 +729,7 @@ impl ZooKeeperBackend {
             token: req.token.clone(),
             ttl,
             fencing_token: Some(fencing_token),
-            valid_until: lease_deadline(sent, ttl),
+            valid_until: lease::deadline(sent, answered, ttl, session_timeout),
             resource: path.to_owned(),
         })
     }
@@ -662,18 +792,22 @@ impl ZooKeeperBackend {
 
     /// Records a granted node, and starts the task that deletes it if its
     /// local deadline passes without a renewal.
-    fn remember(&self, lease: &Lease, client: &Client, cleanup: Cleanup) {
+    ///
+    /// The reaper runs on the session's runtime, not the caller's, so it
+    /// outlives a guard whose runtime ended before the guard could be
+    /// released there.
+    fn remember(&self, lease: &Lease, session: &Arc<Session>, cleanup: Cleanup) {
         let (reaper, gone) = tokio::sync::oneshot::channel();
         lock(&self.held).insert(
             lease.resource.clone(),
             Held {
-                client: client.clone(),
+                session: session.clone(),
                 valid_until: lease.valid_until,
                 cleanup,
                 _reaper: reaper,
             },
         );
-        tokio::spawn(reap(
+        session.spawn(reap(
             Arc::downgrade(&self.held),
             lease.resource.clone(),
             lease.valid_until,
@@ -685,11 +819,12 @@ impl ZooKeeperBackend {
     /// node's stat for the fencing token.
     async fn queue_and_wait(
         &self,
-        client: &Client,
+        session: &Arc<Session>,
         req: &AcquireRequest,
         dir: &str,
         uuid: &str,
     ) -> Result<Lease, LockError> {
+        let client = &session.client;
         let prefix = LockPrefix::new_custom(format!("{dir}/_c_{uuid}-{LOCK_NAME}"), LOCK_NAME)
             .map_err(|e| self.error(format_args!("bad lock path under {dir}"), e))?;
         let options = LockOptions::new(self.node_acls())
@@ -707,11 +842,13 @@ impl ZooKeeperBackend {
         };
         // From here on, dropping `cleanup` (also by cancellation) deletes the node.
         let path = handle.lock_path().to_owned();
-        let cleanup = Cleanup::recipe(handle);
+        let cleanup = Cleanup::recipe(handle, session);
         // The recipe does not hand out the created node's stat; one read gets
-        // the czxid, and its send time starts the lease.
+        // the czxid, and its send time starts the lease (the recipe may
+        // have waited long, on a follower that since lost its leader: the
+        // read goes behind a sync).
         let sent = Instant::now();
-        let stat = match client.check_stat(&path).await {
+        let stat = match after_sync(client, || client.check_stat(&path)).await {
             Ok(Some(stat)) => stat,
             Ok(None) => {
                 return Err(LockError::backend(
@@ -723,27 +860,30 @@ impl ZooKeeperBackend {
             }
             Err(e) => return Err(self.error(format_args!("cannot read lock node {path}"), e)),
         };
-        let lease = self.lease(req, client, &path, &stat, sent)?;
-        self.remember(&lease, client, cleanup);
+        let lease = self.lease(req, client, &path, &stat, (sent, Instant::now()))?;
+        self.remember(&lease, session, cleanup);
         Ok(lease)
     }
     /// One `try_acquire` attempt on a connected session: create, list, and
     /// delete again unless first.
     async fn try_once(
         &self,
-        client: &Client,
+        session: &Arc<Session>,
         req: &AcquireRequest,
         dir: &str,
     ) -> Result<Option<Lease>, LockError> {
+        let client = &session.client;
         let uuid = new_uuid()?;
         // Armed from before the create: if this future is dropped at any
         // await, the node is deleted in the background (found by uuid if the
         // create has not answered yet).
-        let mut cleanup = Cleanup::own(client, dir, &uuid);
+        let mut cleanup = Cleanup::own(session, dir, &uuid);
+        // The create is a write: the leader committed it after `sent`.
         let sent = Instant::now();
         let (path, stat) = self
             .create_protected(client, dir, &uuid, req.token.as_bytes())
             .await?;
+        let created = (sent, Instant::now());
         cleanup.set_path(&path);
         let children = client
             .list_children(dir)
@@ -751,8 +891,8 @@ impl ZooKeeperBackend {
             .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
         let name = &path[dir.len() + 1..];
         if is_first(&children, name) {
-            let lease = self.lease(req, client, &path, &stat, sent)?;
-            self.remember(&lease, client, cleanup);
+            let lease = self.lease(req, client, &path, &stat, created)?;
+            self.remember(&lease, session, cleanup);
             return Ok(Some(lease));
         }
         // Someone is ahead of us: leave the queue now, so our node does not
@@ -780,7 +920,8 @@ impl LockBackend for ZooKeeperBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let dir = self.lock_path(&req.key)?;
-        let client = self.session().await?;
+        let session = self.session().await?;
+        let client = &session.client;
         // One attempt must not wait for a reconnect: while disconnected,
         // requests queue until the session comes back or expires.
         let state = client.state();
@@ -791,7 +932,7 @@ impl LockBackend for ZooKeeperBackend {
             ));
         }
         let limit = client.session_timeout();
-        match tokio::time::timeout(limit, self.try_once(&client, req, &dir)).await {
+        match tokio::time::timeout(limit, self.try_once(&session, req, &dir)).await {
             Ok(answer) => answer,
             Err(_) => Err(LockError::backend(
                 self.shown.clone(),
@@ -805,10 +946,11 @@ impl LockBackend for ZooKeeperBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        let deadline = representable(deadline);
         let dir = self.lock_path(&req.key)?;
         let uuid = new_uuid()?;
         let opened = async { self.session().await };
-        let client = match deadline {
+        let session = match deadline {
             Some(d) => match tokio::time::timeout_at(d.into(), opened).await {
                 Ok(c) => c?,
                 Err(_) => {
@@ -820,7 +962,8 @@ impl LockBackend for ZooKeeperBackend {
             },
             None => opened.await?,
         };
-        let queued = self.queue_and_wait(&client, req, &dir, &uuid);
+        let client = &session.client;
+        let queued = self.queue_and_wait(&session, req, &dir, &uuid);
         let Some(deadline) = deadline else {
             return queued.await.map(Some);
         };
@@ -844,7 +987,7 @@ impl LockBackend for ZooKeeperBackend {
                 // Delete it here too and wait for that, so a timed-out
                 // waiter never blocks whoever comes next.
                 let removed =
-                    tokio::time::timeout(CLEANUP_WAIT, remove_node(&client, &dir, &uuid, None))
+                    tokio::time::timeout(CLEANUP_WAIT, remove_node(client, &dir, &uuid, None))
                         .await;
                 match removed {
                     Ok(Ok(())) => Ok(None),
@@ -864,28 +1007,38 @@ impl LockBackend for ZooKeeperBackend {
             leases.iter().map(|_| None).collect();
         // Group the leases by session: one multi-read per session (almost
         // always one), sent before any answer is awaited.
-        let mut groups: Vec<(Client, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(Arc<Session>, Vec<usize>)> = Vec::new();
+        // Entries of sessions whose runtime is gone: their reapers died with
+        // it, so they are forgotten here (dropped outside the lock).
+        let mut dead = Vec::new();
         {
-            let held = lock(&self.held);
+            let mut held = lock(&self.held);
             for (i, lease) in leases.iter().enumerate() {
                 let Some(h) = held.get(&lease.resource) else {
                     answers[i] = Some(Ok(Renewal::Refused));
                     continue;
                 };
-                if h.client.state().is_terminated() {
+                if !h.session.is_alive() {
+                    answers[i] = Some(Ok(Renewal::Refused));
+                    dead.extend(held.remove(&lease.resource));
+                    continue;
+                }
+                if h.session.client.state().is_terminated() {
                     answers[i] = Some(Ok(Renewal::Refused));
                     continue;
                 }
-                let id = h.client.session_id();
-                match groups.iter_mut().find(|(c, _)| c.session_id() == id) {
+                match groups.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &h.session)) {
                     Some((_, idx)) => idx.push(i),
-                    None => groups.push((h.client.clone(), vec![i])),
+                    None => groups.push((h.session.clone(), vec![i])),
                 }
             }
         }
+        drop(dead);
+        // Each read goes behind a sync (see `after_sync`), both sent now.
         let mut reads = Vec::new();
-        for (client, idx) in &groups {
-            let mut reader = client.new_multi_reader();
+        for (session, idx) in &groups {
+            let synced = session.client.sync("/");
+            let mut reader = session.client.new_multi_reader();
             let mut bad = None;
             for &i in idx {
                 if let Err(e) = reader.add_get_data(&leases[i].resource) {
@@ -894,14 +1047,20 @@ impl LockBackend for ZooKeeperBackend {
             }
             reads.push(match bad {
                 Some(e) => Err(e),
-                None => Ok(reader.commit()),
+                None => Ok((synced, reader.commit())),
             });
         }
-        for ((client, idx), read) in groups.iter().zip(reads) {
+        for ((session, idx), read) in groups.iter().zip(reads) {
+            let client = &session.client;
+            let session_timeout = client.session_timeout();
             let result = match read {
-                Ok(commit) => commit.await,
+                Ok((synced, commit)) => match synced.await {
+                    Ok(()) => commit.await,
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
+            let answered = Instant::now();
             match result {
                 Ok(results) => {
                     for (&i, r) in idx.iter().zip(results) {
@@ -910,7 +1069,12 @@ impl LockBackend for ZooKeeperBackend {
                                 if stat.ephemeral_owner == client.session_id().0 =>
                             {
                                 Ok(Renewal::Renewed {
-                                    valid_until: lease_deadline(sent, leases[i].ttl),
+                                    valid_until: lease::deadline(
+                                        sent,
+                                        answered,
+                                        leases[i].ttl,
+                                        session_timeout,
+                                    ),
                                 })
                             }
                             // Deleted (an operator, or the session ended) or
@@ -988,7 +1152,7 @@ impl LockBackend for ZooKeeperBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         // Dropping the wait at the deadline deletes our node (`Cleanup`).
-        deadline::until(deadline, self.permit(req, false))
+        deadline::until(representable(deadline), self.permit(req, false))
             .await
             .unwrap_or(Ok(None))
     }
@@ -1006,12 +1170,13 @@ impl LockBackend for ZooKeeperBackend {
         let Some(mut held) = lock(&self.held).remove(&lease.resource) else {
             return Ok(false);
         };
-        if held.client.state().is_terminated() {
-            // The session ended, and its ephemeral nodes with it.
+        if !held.session.is_usable() {
+            // The session ended, and its ephemeral nodes with it (or ends
+            // soon: its runtime is gone, so the server expires it).
             held.cleanup.disarm();
             return Ok(false);
         }
-        match held.client.delete(&lease.resource, None).await {
+        match held.session.client.delete(&lease.resource, None).await {
             Ok(()) => {
                 held.cleanup.disarm();
                 Ok(true)

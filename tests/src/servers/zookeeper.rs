@@ -44,6 +44,10 @@ pub struct ZkOptions {
     pub min_session_timeout_ms: u32,
     /// `maxSessionTimeout` in ms (default 60 000): a client asking for more gets this.
     pub max_session_timeout_ms: u32,
+    /// `syncLimit` in ticks (default 5), ensembles only: how long a follower that hears
+    /// nothing from its leader goes on serving its clients' reads before it gives up on the
+    /// leader and drops them.
+    pub sync_limit: u32,
 }
 
 impl Default for ZkOptions {
@@ -52,6 +56,7 @@ impl Default for ZkOptions {
             tick_time_ms: 500,
             min_session_timeout_ms: 1000,
             max_session_timeout_ms: 60_000,
+            sync_limit: 5,
         }
     }
 }
@@ -332,7 +337,7 @@ fn zoo_cfg(plan: &NodePlan, ensemble: &[NodePlan], data: &Path, options: ZkOptio
     let _ = writeln!(cfg, "minSessionTimeout={}", options.min_session_timeout_ms);
     let _ = writeln!(cfg, "maxSessionTimeout={}", options.max_session_timeout_ms);
     let _ = writeln!(cfg, "initLimit=10");
-    let _ = writeln!(cfg, "syncLimit=5");
+    let _ = writeln!(cfg, "syncLimit={}", options.sync_limit);
     let _ = writeln!(cfg, "dataDir={}", data.display());
     let _ = writeln!(cfg, "clientPort={}", plan.client_port);
     let _ = writeln!(cfg, "clientPortAddress=127.0.0.1");

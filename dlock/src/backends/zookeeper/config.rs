@@ -7,10 +7,16 @@ use crate::LockError;
 /// The ZooKeeper client port used when a host names none.
 pub(super) const DEFAULT_PORT: u16 = 2181;
 
-/// The session timeout asked of the server when the URL names none: the
-/// default lease ttl, so a default lock's ttl is not clamped (see the module
-/// docs). The server may negotiate it into `[2, 20] × tickTime`.
+/// The session timeout asked of the server when the URL names none. A
+/// crashed holder blocks others this long; leases last at most 11/20 of it
+/// (16.5 s for the default lock's 30 s ttl; see the module docs). The
+/// server may negotiate it into `[2, 20] × tickTime`.
 pub(super) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest session timeout a client can ask for: the protocol carries it
+/// as a signed 32-bit count of milliseconds (about 24.8 days); a longer one
+/// would wrap around into a negative or tiny request.
+pub(super) const MAX_SESSION_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 
 /// The node under which every lock directory lives when the URL names no `prefix`.
 pub(super) const DEFAULT_PREFIX: &str = "dlock";
@@ -103,6 +109,16 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         match name {
             "session_timeout" => {
                 session_timeout = parse_duration(value)
+                    .and_then(|d| {
+                        if d > MAX_SESSION_TIMEOUT {
+                            Err(format!(
+                                "longer than ZooKeeper can carry ({} ms, about 24.8 days)",
+                                MAX_SESSION_TIMEOUT.as_millis()
+                            ))
+                        } else {
+                            Ok(d)
+                        }
+                    })
                     .map_err(|e| bad(format!("session_timeout `{value}`: {e}")))?;
             }
             "prefix" => {
@@ -304,6 +320,18 @@ mod tests {
             ("zk://h:1/a/", "must not end"),
             ("zk://h:1?session_timeout=10h", "unknown unit"),
             ("zk://h:1?session_timeout=0s", "zero"),
+            (
+                "zk://h:1?session_timeout=2147483648",
+                "longer than ZooKeeper can carry",
+            ),
+            (
+                "zk://h:1?session_timeout=18446744073709551615s",
+                "longer than",
+            ),
+            (
+                "zk://h:1?session_timeout=99999999999999999999m",
+                "not a duration",
+            ),
             ("zk://h:1?prefix=a/b", "one node name"),
             ("zk://h:1?prefix=zookeeper", "reserved"),
             ("zk://h:1?colour=red", "unknown option `colour`"),

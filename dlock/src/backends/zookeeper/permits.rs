@@ -19,7 +19,8 @@ use std::time::Instant;
 use zookeeper_client::Error as ZkError;
 
 use super::{
-    config, is_connected, new_uuid, sequence_of, session_ended, Cleanup, ZooKeeperBackend,
+    after_sync, config, is_connected, new_uuid, sequence_of, session_ended, Cleanup,
+    ZooKeeperBackend,
 };
 use crate::backend::{AcquireRequest, Lease, PermitRequest};
 use crate::LockError;
@@ -57,7 +58,8 @@ impl ZooKeeperBackend {
         once: bool,
     ) -> Result<Option<Lease>, LockError> {
         let dir = self.semaphore_path(&req.name)?;
-        let client = self.session().await?;
+        let session = self.session().await?;
+        let client = &session.client;
         let state = client.state();
         if once && !is_connected(state) {
             // One attempt must not wait for a reconnect.
@@ -68,9 +70,9 @@ impl ZooKeeperBackend {
         }
         let uuid = new_uuid()?;
         // Armed before the create: dropped at any await, the node goes.
-        let mut cleanup = Cleanup::own(&client, &dir, &uuid);
+        let mut cleanup = Cleanup::own(&session, &dir, &uuid);
         let (path, stat) = self
-            .create_protected(&client, &dir, &uuid, req.token.as_bytes())
+            .create_protected(client, &dir, &uuid, req.token.as_bytes())
             .await?;
         cleanup.set_path(&path);
         let name = path[dir.len() + 1..].to_owned();
@@ -80,13 +82,13 @@ impl ZooKeeperBackend {
             ttl: req.ttl,
         };
         loop {
-            // The listing proves the session alive when it was sent: the
-            // lease starts then.
+            // The listing, behind a sync, proves the session alive on the
+            // leader when it was sent: the lease starts then.
             let sent = Instant::now();
-            let (children, watcher) = client
-                .list_and_watch_children(&dir)
+            let (children, watcher) = after_sync(client, || client.list_and_watch_children(&dir))
                 .await
                 .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
+            let listed = (sent, Instant::now());
             if !children.contains(&name) {
                 cleanup.disarm();
                 return Err(LockError::backend(
@@ -95,8 +97,8 @@ impl ZooKeeperBackend {
                 ));
             }
             if among_first(&children, &name, req.permits) {
-                let lease = self.lease(&as_lock, &client, &path, &stat, sent)?;
-                self.remember(&lease, &client, cleanup);
+                let lease = self.lease(&as_lock, client, &path, &stat, listed)?;
+                self.remember(&lease, &session, cleanup);
                 return Ok(Some(lease));
             }
             if once {

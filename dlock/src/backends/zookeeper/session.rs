@@ -1,0 +1,91 @@
+//! One ZooKeeper session, and the tokio runtime that carries it.
+//!
+//! `zookeeper-client` runs a session's connection (requests, heartbeats) as a
+//! task spawned on the runtime that opened it. Requests from any other
+//! runtime reach that task through a channel, so guards taken on a
+//! short-lived runtime share the backend's session; but work that must
+//! outlive its caller's runtime (deleting a node whose lease ran out, a
+//! background delete) has to run where the session runs. This module keeps
+//! that runtime with the session, and notices when it is gone: the session's
+//! task died with it, the server will expire the session (and its nodes)
+//! after the session timeout, and the backend must open another one.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use zookeeper_client::{Client, Connector, Error as ZkError};
+
+/// A session and the runtime its connection task runs on.
+pub(super) struct Session {
+    pub(super) client: Client,
+    /// The runtime `zookeeper-client` spawned the session's task on.
+    runtime: Handle,
+    /// Cleared when that runtime drops its tasks (it shut down).
+    alive: Arc<AtomicBool>,
+    /// Dropped with the session: ends the task that watches the runtime.
+    _watching: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Clears the flag when dropped: by the runtime's shutdown, which drops
+/// every task it holds, or when the session goes.
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Session {
+    /// Opens a session; `runtime` must be the current runtime, the one
+    /// `zookeeper-client` spawns the session's task on.
+    pub(super) async fn open(
+        runtime: Handle,
+        connector: Connector,
+        connect_string: &str,
+    ) -> Result<Self, ZkError> {
+        let client = connector.connect(connect_string).await?;
+        let alive = Arc::new(AtomicBool::new(true));
+        let (watching, session_gone) = tokio::sync::oneshot::channel::<()>();
+        let flag = ClearOnDrop(alive.clone());
+        runtime.spawn(async move {
+            let _flag = flag;
+            // Returns when the session is dropped; the runtime's shutdown
+            // drops this task (and the flag) first.
+            let _ = session_gone.await;
+        });
+        Ok(Session {
+            client,
+            runtime,
+            alive,
+            _watching: watching,
+        })
+    }
+
+    /// Whether the runtime that carries the session still runs. If not, the
+    /// session's task is gone: nothing is sent any more, and the server
+    /// expires the session one session timeout after its last heartbeat.
+    pub(super) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Whether new work can use the session: its runtime runs, and it has
+    /// not expired, been closed or failed authentication.
+    pub(super) fn is_usable(&self) -> bool {
+        self.is_alive() && !self.client.state().is_terminated()
+    }
+
+    /// The runtime the session runs on.
+    pub(super) fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+
+    /// Runs `work` on the session's runtime, whatever runtime (if any) the
+    /// caller is on. If that runtime is gone, `work` is dropped unrun; the
+    /// session's nodes then end with the session.
+    pub(super) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        drop(self.runtime.spawn(work));
+    }
+}
