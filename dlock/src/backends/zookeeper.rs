@@ -1019,12 +1019,12 @@ impl LockBackend for ZooKeeperBackend {
                     continue;
                 };
                 if !h.session.is_alive() {
-                    answers[i] = Some(Ok(Renewal::Refused));
+                    answers[i] = Some(Ok(Renewal::SessionExpired));
                     dead.extend(held.remove(&lease.resource));
                     continue;
                 }
                 if h.session.client.state().is_terminated() {
-                    answers[i] = Some(Ok(Renewal::Refused));
+                    answers[i] = Some(Ok(Renewal::SessionExpired));
                     continue;
                 }
                 match groups.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &h.session)) {
@@ -1077,12 +1077,12 @@ impl LockBackend for ZooKeeperBackend {
                                     ),
                                 })
                             }
-                            // Deleted (an operator, or the session ended) or
-                            // not ours any more: the lease is lost.
-                            MultiReadResult::Data { .. }
-                            | MultiReadResult::Error {
+                            // Not ours any more: the lease is lost.
+                            MultiReadResult::Data { .. } => Ok(Renewal::Refused),
+                            // Deleted, by an operator or with the session.
+                            MultiReadResult::Error {
                                 err: ZkError::NoNode,
-                            } => Ok(Renewal::Refused),
+                            } => Ok(Renewal::Deleted),
                             MultiReadResult::Error { err } => {
                                 Err(self.error("renewal read failed", err))
                             }
@@ -1095,7 +1095,7 @@ impl LockBackend for ZooKeeperBackend {
                 }
                 Err(e) if session_ended(&e) => {
                     for &i in idx {
-                        answers[i] = Some(Ok(Renewal::Refused));
+                        answers[i] = Some(Ok(Renewal::SessionExpired));
                     }
                 }
                 Err(e) => {
