@@ -159,30 +159,6 @@ async fn on_lost_continue_lets_the_body_finish() {
     assert!(!still_held);
 }
 
-// --- reentrancy ----------------------------------------------------------------
-
-#[distributed_lock(key = "account:{id}", wait = "0s", backend = "reentrant")]
-async fn outer(id: u32) -> Result<u32, AppError> {
-    // Same task, same key: granted at once, not `Busy`.
-    inner(id).await
-}
-
-#[distributed_lock(key = "account:{id}", wait = "0s", backend = "reentrant")]
-async fn inner(id: u32, guard: &LockGuard) -> Result<u32, AppError> {
-    assert!(guard.is_reentrant());
-    Ok(id * 2)
-}
-
-#[tokio::test]
-async fn nested_calls_with_the_same_key_are_reentrant() {
-    let backend = register("reentrant");
-    // Reentrancy is per task: run inside a spawned one.
-    let doubled = tokio::spawn(outer(21)).await.unwrap().unwrap();
-    assert_eq!(doubled, 42);
-    // The inner call did not release the outer lease early, and the outer one released it.
-    assert!(backend.holder("account:21").is_none());
-}
-
 // --- `?`, `return`, and the guard parameter -----------------------------------
 
 #[distributed_lock(key = "parse:{input}", backend = "early")]
