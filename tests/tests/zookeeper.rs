@@ -238,21 +238,28 @@ async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
 
     let b = backend(&fixture).await;
     let most = SESSION_TIMEOUT / 20 * 11;
+    // Through `Lock`, a ttl past dlock::MAX_TTL is refused on every backend;
+    // the longest accepted one is clamped here like any long lease.
+    let refused = lock(&b, "forever").ttl(Duration::MAX).acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidOption { .. })),
+        "{refused:?}"
+    );
     let guard = lock(&b, "forever")
-        .ttl(Duration::MAX)
+        .ttl(dlock::MAX_TTL)
         .acquire()
         .await
-        .expect("a ttl of Duration::MAX");
+        .expect("the longest ttl");
     // Renewed like any long lease (every third of the clamped ttl).
     tokio::time::sleep(most).await;
     assert!(guard.is_held());
     guard.release().await.unwrap();
     let permit = dlock::Semaphore::new("forever-permits", 2)
         .with_backend(b.clone())
-        .ttl(Duration::MAX)
+        .ttl(dlock::MAX_TTL)
         .acquire()
         .await
-        .expect("a permit with a ttl of Duration::MAX");
+        .expect("a permit with the longest ttl");
     permit.release().await.unwrap();
 
     let backend: Arc<dyn LockBackend> = b.clone();
@@ -294,36 +301,36 @@ async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
     assert!(backend.release_permit(&lease).await.unwrap());
 }
 
-/// `Duration::MAX` as both ttl and wait, the natural way to write "hold it
-/// and wait for it as long as it takes", on a lock, a semaphore and a
-/// segmented lock: success, no panic. (The wait's deadline is the core's:
+/// The longest ttl with a wait of `Duration::MAX`, the natural way to write
+/// "hold it and wait for it as long as it takes", on a lock, a semaphore and
+/// a segmented lock: success, no panic. (The wait's deadline is the core's:
 /// an overflowing one means no limit.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duration_max_ttl_and_wait_work_on_zookeeper() {
     let fixture = ZkFixture::start().await;
     let b = backend(&fixture).await;
     let guard = lock(&b, "max-wait")
-        .ttl(Duration::MAX)
+        .ttl(dlock::MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("ttl and wait of Duration::MAX");
+        .expect("the longest ttl and a wait of Duration::MAX");
     guard.release().await.unwrap();
     let permit = dlock::Semaphore::new("max-wait-permits", 1)
         .with_backend(b.clone())
-        .ttl(Duration::MAX)
+        .ttl(dlock::MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("ttl and wait of Duration::MAX");
+        .expect("the longest ttl and a wait of Duration::MAX");
     permit.release().await.unwrap();
     let segment = dlock::SegmentedLock::new("max-wait-segments", 2)
         .with_backend(b.clone())
-        .ttl(Duration::MAX)
+        .ttl(dlock::MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("ttl and wait of Duration::MAX");
+        .expect("the longest ttl and a wait of Duration::MAX");
     segment.release().await.unwrap();
 }
 
