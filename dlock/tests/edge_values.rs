@@ -232,3 +232,66 @@ proptest! {
         }
     }
 }
+
+/// Malformed URLs of every scheme get a typed error naming what is wrong,
+/// never a panic or a hang (or they connect, where the form is valid).
+#[test]
+fn malformed_urls_get_clean_errors() {
+    let runtime = runtime();
+    let mut urls: Vec<String> = [
+        "",
+        "://",
+        "redis",
+        "redis:/",
+        "redis//h:1",
+        "unknown://h:1",
+        "memory://x?y=z",
+        "redis://",
+        "redis://:",
+        "redis://h:notaport",
+        "redis://h:99999",
+        "redis://[::1",
+        "redis://h:1/notadb",
+        "redis://h:1?timeout_ms=-1",
+        "redis://h:1?timeout_ms=x",
+        "redis://h:1?nosuchoption=1",
+        "redis+cluster://",
+        "redis+cluster://h:1,",
+        "rediss://h:1?ca=",
+        "redlock://",
+        "redlock://h:1",
+        "redlock://h:1,,h:2",
+        "etcd://",
+        "etcd://,",
+        "etcd://h:1?timeout=0s",
+        "etcd://h:1?timeout=abc",
+        "etcds://h:1",
+        "zk://",
+        "zk://h:1?session_timeout=abc",
+        "zk://h:1/chroot/",
+        "zk://h:badport",
+    ]
+    .iter()
+    .map(|u| u.to_string())
+    .collect();
+    urls.push(format!("redis://h:1/{}", "9".repeat(40)));
+    for url in urls {
+        let answer = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(20), dlock::connect(&url)).await
+        });
+        match answer {
+            Err(_) => panic!("connect({url:?}) hung for 20 s"),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                assert!(
+                    matches!(
+                        e,
+                        LockError::InvalidOption { .. } | LockError::Backend { .. }
+                    ),
+                    "{url:?}: {e:?}"
+                );
+                assert!(!e.to_string().is_empty(), "{url:?}");
+            }
+        }
+    }
+}

@@ -62,6 +62,7 @@ macro_rules! conformance_suite {
             drop_hands_over_promptly,
             cancelled_acquire_leaves_nothing_behind,
             invalid_input_is_rejected,
+            the_shortest_ttl_works,
             reacquire_after_loss_while_the_lost_guard_lives,
             a_lease_of_a_second_runtime_is_renewed,
             a_guard_dropped_with_its_runtime_frees_the_key,
@@ -371,4 +372,34 @@ pub async fn invalid_input_is_rejected<F: Fixture>(fixture: &F) {
         .await
         .expect("a free key with the longest ttl and an endless wait");
     guard.release().await.unwrap();
+}
+
+/// The shortest ttl (`dlock::MIN_TTL`, 30 ms) is a working lease: acquired
+/// with a fence, released cleanly, and a leaked one frees within a second.
+pub async fn the_shortest_ttl_works<F: Fixture>(fixture: &F) {
+    let key = unique_key("shortest");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let guard = lock(&a, &key).ttl(dlock::MIN_TTL).acquire().await.unwrap();
+    assert_eq!(guard.fencing_token().is_some(), fixture.fencing());
+    match guard.release().await {
+        // Under load a 30 ms lease may lapse before its release: that is
+        // the lease doing its job, not an error.
+        Ok(()) | Err(LockError::NotHeld { .. }) => {}
+        Err(e) => panic!("release of a 30 ms lease: {e}"),
+    }
+    let leaked = lock(&a, &key)
+        .ttl(dlock::MIN_TTL)
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    std::mem::forget(leaked);
+    // etcd leases are whole seconds on the server (at least its minimum);
+    // the others end at the ttl.
+    let next = lock(&b, &key)
+        .wait(fixture.short_ttl() * 3 + Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("a leaked 30 ms lease never expired");
+    next.release().await.unwrap();
 }

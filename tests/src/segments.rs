@@ -18,6 +18,7 @@ macro_rules! segments_suite {
         $crate::segments_suite!(@cases $fixture;
             no_two_holders_on_one_segment_and_all_are_used,
             waits_when_all_are_busy_and_wakes_when_any_frees,
+            a_waiter_freed_by_two_releases_keeps_one_segment,
             try_acquire_is_none_when_all_are_held,
             bad_input_is_rejected,
         );
@@ -133,6 +134,42 @@ pub async fn waits_when_all_are_busy_and_wakes_when_any_frees<F: Fixture>(fixtur
     );
     println!("segment waiter woke {wake:?} after the release");
     guard.release().await.unwrap();
+}
+
+/// The wait-on-all path: when two segments free at once, the waiter takes
+/// one and the wait on the other leaves nothing held (10 rounds).
+pub async fn a_waiter_freed_by_two_releases_keeps_one_segment<F: Fixture>(fixture: &F) {
+    const SEGMENTS: usize = 3;
+    let key = unique_key("segments-two-free");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let holders = segmented(&a, &key, SEGMENTS)
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(5));
+    for round in 0..10 {
+        let mut held: Vec<_> = Vec::new();
+        for i in 0..SEGMENTS {
+            held.push(holders.acquire_segment(i).await.unwrap());
+        }
+        let waiter = segmented(&b, &key, SEGMENTS).wait(Duration::from_secs(10));
+        let waiting = tokio::spawn(async move { waiter.acquire().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (first, second) = (held.remove(0), held.remove(0));
+        let _ = tokio::join!(first.release(), second.release());
+        let won = waiting
+            .await
+            .unwrap()
+            .expect("the waiter never got a segment");
+        let won_segment = won.segment().unwrap();
+        assert!(won_segment < 2, "round {round}: won segment {won_segment}");
+        let other = 1 - won_segment;
+        let again = holders
+            .acquire_segment(other)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the waiter kept segment {other} too: {e}"));
+        drop((again, won, held));
+        // Give the background releases of the dropped guards a moment.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 pub async fn try_acquire_is_none_when_all_are_held<F: Fixture>(fixture: &F) {
