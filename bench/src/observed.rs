@@ -26,6 +26,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, Registry};
 
+use super::stats::fmt_duration;
 use super::workloads::BoxError;
 
 /// What is switched on.
@@ -222,6 +223,10 @@ pub struct Compared {
     pub settings: Vec<Setting>,
     /// Per setting: work done per second over all its rounds.
     pub rates: Vec<f64>,
+    /// Per setting: this process's CPU time (all threads) per unit of work,
+    /// if the platform tells. Less at the mercy of neighbours than `rates`:
+    /// what observability adds to dlock's client, the server's part aside.
+    pub cpu_per_work: Vec<Option<Duration>>,
     /// Per setting after the first: its rate over the first setting's, round
     /// by round (how much the ratio moves within one run).
     pub round_ratios: Vec<Vec<f64>>,
@@ -246,6 +251,7 @@ where
 {
     let mut work = vec![0u64; settings.len()];
     let mut time = vec![Duration::ZERO; settings.len()];
+    let mut cpu = vec![Some(Duration::ZERO); settings.len()];
     let mut per_round = vec![Vec::with_capacity(rounds); settings.len()];
     let mut recorded_work = 0;
     for r in 0..rounds {
@@ -255,9 +261,13 @@ where
         }
         for i in order {
             obs.set(settings[i])?;
-            let start = Instant::now();
+            let (start, cpu_start) = (Instant::now(), cpu_time());
             let done = round().await?;
             let took = start.elapsed();
+            cpu[i] = match (cpu[i], cpu_start, cpu_time()) {
+                (Some(sum), Some(from), Some(to)) => Some(sum + to.saturating_sub(from)),
+                _ => None,
+            };
             obs.set(Setting::OFF)?;
             obs.upkeep();
             work[i] += done;
@@ -273,6 +283,11 @@ where
         .zip(&time)
         .map(|(w, t)| *w as f64 / t.as_secs_f64())
         .collect();
+    let cpu_per_work = cpu
+        .iter()
+        .zip(&work)
+        .map(|(cpu, w)| cpu.map(|c| c / (*w).max(1) as u32))
+        .collect();
     let round_ratios = per_round[1..]
         .iter()
         .map(|rates| {
@@ -286,9 +301,17 @@ where
     Ok(Compared {
         settings: settings.to_vec(),
         rates,
+        cpu_per_work,
         round_ratios,
         recorded_work,
     })
+}
+
+/// The CPU time this process has used so far, all threads together.
+fn cpu_time() -> Option<Duration> {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .ok()
+        .map(Duration::from)
 }
 
 /// Prints `compared` as a Markdown table: each setting's rate and its ratio
@@ -296,10 +319,10 @@ where
 pub fn print_compared(title: &str, what: &str, compared: &Compared) {
     println!("\n### {title}\n");
     println!(
-        "| workload | cycles/s | vs {} | round by round |",
+        "| workload | cycles/s | vs {} | round by round | client CPU per cycle |",
         compared.settings[0].describe()
     );
-    println!("|---|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|");
     let base = compared.rates[0];
     for (i, (setting, rate)) in compared.settings.iter().zip(&compared.rates).enumerate() {
         let range = match i {
@@ -317,8 +340,9 @@ pub fn print_compared(title: &str, what: &str, compared: &Compared) {
                 format!("median {median:.2}×, {min:.2}–{max:.2}×")
             }
         };
+        let cpu = compared.cpu_per_work[i].map_or("?".to_owned(), fmt_duration);
         println!(
-            "| {what}, {} | {rate:.0}/s | {:.2}× | {range} |",
+            "| {what}, {} | {rate:.0}/s | {:.2}× | {range} | {cpu} |",
             setting.describe(),
             rate / base
         );
