@@ -249,6 +249,13 @@ pub async fn compare<'a, F>(
 where
     F: FnMut() -> Pin<Box<dyn Future<Output = Result<u64, BoxError>> + Send + 'a>>,
 {
+    if settings.is_empty() || rounds == 0 {
+        return Err(format!(
+            "compare needs a setting and a round; got {} settings, {rounds} rounds",
+            settings.len()
+        )
+        .into());
+    }
     let mut work = vec![0u64; settings.len()];
     let mut time = vec![Duration::ZERO; settings.len()];
     let mut cpu = vec![Some(Duration::ZERO); settings.len()];
@@ -286,7 +293,7 @@ where
     let cpu_per_work = cpu
         .iter()
         .zip(&work)
-        .map(|(cpu, w)| cpu.map(|c| c / (*w).max(1) as u32))
+        .map(|(cpu, w)| cpu.map(|c| Duration::from_secs_f64(c.as_secs_f64() / (*w).max(1) as f64)))
         .collect();
     let round_ratios = per_round[1..]
         .iter()
@@ -362,5 +369,34 @@ mod tests {
                     other_total 3\n";
         assert_eq!(acquired(text), 50.0);
         assert_eq!(dlock_series(text), 3);
+    }
+
+    /// The only test that installs: the recorder and subscriber are global.
+    #[tokio::test]
+    async fn records_and_logs_only_while_on() {
+        let obs = Observability::install().unwrap();
+        assert!(Observability::install().is_err(), "installs once");
+        let info_rounds = std::sync::atomic::AtomicU64::new(0);
+        let info_rounds = &info_rounds;
+        let compared = compare(&obs, &[Setting::OFF, Setting::ON], 3, || {
+            Box::pin(async move {
+                metrics::counter!("dlock_acquire_total", "outcome" => "acquired").increment(2);
+                if LevelFilter::current() == LevelFilter::INFO {
+                    info_rounds.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(2)
+            })
+        })
+        .await
+        .unwrap();
+        assert_eq!(compared.recorded_work, 6);
+        assert_eq!(acquired(&obs.render()), 6.0, "{}", obs.render());
+        assert_eq!(info_rounds.load(Ordering::SeqCst), 3);
+        assert_eq!(LevelFilter::current(), LevelFilter::OFF, "left off");
+        assert_eq!(compared.rates.len(), 2);
+        assert_eq!(compared.round_ratios[0].len(), 3);
+
+        let none = compare(&obs, &[], 3, || Box::pin(async { Ok(0) })).await;
+        assert!(none.unwrap_err().to_string().contains("0 settings"));
     }
 }
