@@ -5,6 +5,7 @@
 //! shared machine mean little.
 
 pub mod etcd;
+pub mod observed;
 pub mod redis;
 pub mod redlock;
 pub mod segments;

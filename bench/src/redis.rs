@@ -10,6 +10,7 @@ use dlock::backends::redis::RedisBackend;
 use dlock::LockBackend;
 use redis::aio::MultiplexedConnection;
 
+use super::observed::{self, Observability, Setting};
 use super::stats::{print_table, Row, Summary};
 use super::workloads::{
     alternating, check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
@@ -26,15 +27,27 @@ const SIZES: Sizes = Sizes {
     handoffs: 200,
 };
 const POLL: Duration = Duration::from_millis(10);
+/// (b) with observability on against off: rounds per setting, and cycles
+/// per task in each round (64 tasks).
+/// Many short rounds rather than a few long ones: a neighbour's burst on a
+/// shared machine then lands on both settings more evenly.
+const OBSERVED_ROUNDS: usize = 16;
+const OBSERVED_CYCLES: usize = 125;
 
-/// Runs the four workloads against `url` and prints the table.
-pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
-    run_inner(url)
+/// Runs the four workloads against `url` and prints the table, then (b)
+/// with observability on against off. `detail` adds (b) with only the
+/// recorder and with only the subscriber on, to tell their costs apart.
+pub async fn run(url: &str, detail: bool) -> Result<(), Box<dyn std::error::Error>> {
+    run_inner(url, detail)
         .await
         .map_err(|e| e as Box<dyn std::error::Error>)
 }
 
-async fn run_inner(url: &str) -> Result<(), BoxError> {
+async fn run_inner(url: &str, detail: bool) -> Result<(), BoxError> {
+    // Installed first and switched off: the recorder and subscriber are
+    // global for the process and cannot be removed, so every row but the
+    // observed ones runs with both off.
+    let obs = Observability::install()?;
     let backend: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
     let hand = HandWritten::connect(url).await?;
     let run_id = std::process::id();
@@ -119,6 +132,60 @@ async fn run_inner(url: &str) -> Result<(), BoxError> {
         &rows,
     );
     println!("\n{}", SIZES.describe());
+
+    observed_b(&obs, &backend, run_id, detail).await
+}
+
+/// (b) with observability on against off, alternating rounds, and a check
+/// that the recorder saw exactly the acquisitions of its rounds.
+async fn observed_b(
+    obs: &Observability,
+    backend: &Arc<dyn LockBackend>,
+    run_id: u32,
+    detail: bool,
+) -> Result<(), BoxError> {
+    let mut settings = vec![Setting::OFF, Setting::ON];
+    if detail {
+        settings.extend([Setting::RECORDER, Setting::SUBSCRIBER]);
+    }
+    let sizes = Sizes {
+        distinct_cycles: OBSERVED_CYCLES,
+        ..SIZES
+    };
+    let cycles = (sizes.distinct_tasks * sizes.distinct_cycles) as u64;
+    // The same keys under every setting, so only the setting differs.
+    let keys = format!("{run_id}-observed");
+    let (sizes_ref, keys_ref) = (&sizes, &keys);
+    let compared = observed::compare(obs, &settings, OBSERVED_ROUNDS, || {
+        Box::pin(async move {
+            distinct_dlock(sizes_ref, backend, keys_ref).await?;
+            Ok(cycles)
+        })
+    })
+    .await?;
+    observed::print_compared(
+        "Redis: dlock with observability on vs off (same run, alternating rounds)",
+        "(b) 64 tasks, distinct keys",
+        &compared,
+    );
+
+    let exposition = obs.render();
+    let seen = observed::acquired(&exposition);
+    println!(
+        "\n{OBSERVED_ROUNDS} rounds of {}×{} per setting; the fmt layer writes to io::sink. \
+         Prometheus rendered {} dlock_ series; acquisitions recorded {seen}, expected {}",
+        sizes.distinct_tasks,
+        sizes.distinct_cycles,
+        observed::dlock_series(&exposition),
+        compared.recorded_work,
+    );
+    if seen != compared.recorded_work as f64 {
+        return Err(format!(
+            "the recorder saw {seen} acquisitions, but its rounds made {}",
+            compared.recorded_work
+        )
+        .into());
+    }
     Ok(())
 }
 
