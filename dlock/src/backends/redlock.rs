@@ -684,7 +684,7 @@ impl RedlockBackend {
             async move {
                 self.nodes[i]
                     .subscriber()
-                    .subscribe(&channel, Some(bound))
+                    .subscribe(&[channel], Some(bound))
                     .await
             }
         });
