@@ -242,8 +242,12 @@ enum Vote {
 enum Outcome {
     Acquired(Lease),
     /// Another owner holds the key on enough masters to block us; its keys
-    /// free a quorum after about this long (`None`: unknown).
-    Held(Option<Duration>),
+    /// free a quorum after about `left` (`None`: unknown). `blockers[i]`:
+    /// master `i` answered "held".
+    Held {
+        left: Option<Duration>,
+        blockers: Vec<bool>,
+    },
     /// Nobody has a quorum that blocks us (split vote, or too slow for the
     /// validity): worth retrying soon.
     Split,
@@ -592,7 +596,10 @@ impl RedlockBackend {
             return Outcome::Split;
         }
         held.sort_by_key(|left| left.unwrap_or(Duration::MAX));
-        Outcome::Held(held[blocking - 1])
+        Outcome::Held {
+            left: held[blocking - 1],
+            blockers: not_ours,
+        }
     }
 
     /// Sends the compare-and-delete of `lease` to every master `i` with
@@ -741,12 +748,18 @@ struct Tally {
     released: usize,
 }
 
-/// Resolves when any master announced a release since the last `mark_seen`.
-async fn any_released(subscriptions: &mut [Subscription]) {
-    if subscriptions.is_empty() {
+/// Resolves when any master `i` with `from[i]` (every master without
+/// `from`) announced a release since the last `mark_seen`.
+async fn any_released(subscriptions: &mut [Subscription], from: Option<&[bool]>) {
+    let changes: Vec<_> = subscriptions
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| from.is_none_or(|from| from[*i]))
+        .map(|(_, s)| Box::pin(s.changed()))
+        .collect();
+    if changes.is_empty() {
         return std::future::pending().await;
     }
-    let changes = subscriptions.iter_mut().map(|s| Box::pin(s.changed()));
     futures_util::future::select_all(changes).await;
 }
 
@@ -908,7 +921,7 @@ impl LockBackend for RedlockBackend {
         self.check(req)?;
         match self.round(req).await {
             Outcome::Acquired(lease) => Ok(Some(lease)),
-            Outcome::Held(_) | Outcome::Split => Ok(None),
+            Outcome::Held { .. } | Outcome::Split => Ok(None),
             Outcome::NoQuorum { reached } => Err(LockError::Quorum {
                 reached,
                 needed: self.quorum,
@@ -953,6 +966,9 @@ impl LockBackend for RedlockBackend {
             }
             // A new schedule per round: the holder may be a new one.
             let mut rechecks = None;
+            // The masters whose messages may mean a release that lets us win
+            // (all, unless the holder blocked us).
+            let mut listen_to = None;
             let (delay, outage) = match self.round(req).await {
                 Outcome::Acquired(lease) => return Ok(Some(lease)),
                 Outcome::NoQuorum { reached } => {
@@ -974,9 +990,15 @@ impl LockBackend for RedlockBackend {
                         (req.ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(200));
                     (pause + jitter(pause), Some(reached))
                 }
-                Outcome::Held(left) => {
+                Outcome::Held { left, blockers } => {
                     silent_rounds = 0;
                     rechecks = Recheck::new(cap, notified);
+                    // Only a release on a master that blocked us can let us
+                    // win. The others include the masters this round won
+                    // and undid, whose undo announced itself (the release
+                    // script's `PUBLISH`, a keyspace `del`): heeding those
+                    // ran round after round until the holder let go.
+                    listen_to = Some(blockers);
                     // Expiry announces nothing: wake when the holder's keys
                     // would have expired on a quorum.
                     let expiry = left.unwrap_or(req.ttl);
@@ -1010,7 +1032,7 @@ impl LockBackend for RedlockBackend {
                     self.free_on_quorum(&req.key, timeout).await
                 };
                 tokio::select! {
-                    () = any_released(&mut released) => break,
+                    () = any_released(&mut released, listen_to.as_deref()) => break,
                     () = &mut nap => break,
                     free = recheck => if free {
                         break;
