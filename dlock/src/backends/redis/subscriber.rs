@@ -11,10 +11,11 @@
 //! subscribes again and wakes every waiter once, because releases during the
 //! outage were not heard.
 //!
-//! Keyspace channels go out in a `SUBSCRIBE` of their own: a server whose
-//! ACL refuses them (a user limited to `&dlock:*`, say) must not cost the
-//! release channels, nor the connection. After a refusal, keyspace channels
-//! are not asked for again on this backend; its waiters re-check instead.
+//! A server whose ACL refuses the keyspace channels (a user limited to
+//! `&dlock:*`, say) must not cost the release channels, nor the connection:
+//! after such a refusal the release channels are subscribed alone, and
+//! keyspace channels are not asked for again on this backend; its waiters
+//! re-check instead.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -199,32 +200,40 @@ impl Drop for Subscription {
     }
 }
 
-/// Subscribes to `names`: release channels in one `SUBSCRIBE`, keyspace
-/// channels in another. `Err` when the connection failed; a keyspace
-/// `SUBSCRIBE` the server refused sets `refused` instead (the waiters of
-/// those channels still have their re-check).
+/// Subscribes to `names` in one `SUBSCRIBE`; `Err` when the connection
+/// failed. A server that refuses the keyspace channels among them (an ACL
+/// error reply, which refuses the whole command) sets `refused`, and the
+/// release channels are subscribed again alone: the waiters of the keyspace
+/// channels still have their re-check.
 async fn subscribe_on(
     sink: &mut PubSubSink,
     names: &[String],
     refused: &AtomicBool,
 ) -> Result<(), redis::RedisError> {
-    let (keyspace, release): (Vec<&String>, Vec<&String>) =
-        names.iter().partition(|n| is_keyspace(n));
-    if !release.is_empty() {
-        sink.subscribe(&release).await?;
+    let skip_keyspace = refused.load(Ordering::Relaxed);
+    let names: Vec<&String> = names
+        .iter()
+        .filter(|n| !(skip_keyspace && is_keyspace(n)))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
     }
-    if !keyspace.is_empty() {
-        match sink.subscribe(&keyspace).await {
-            Ok(()) => {}
-            // An error reply (`NOPERM`): the server refused, the connection is fine.
-            Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
-                tracing::debug!(error = %e, "the server refused keyspace channels; waiters re-check instead");
-                refused.store(true, Ordering::Relaxed);
+    match sink.subscribe(&names).await {
+        // An error reply (`NOPERM`): the server refused, the connection is fine.
+        Err(e)
+            if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+                && names.iter().any(|n| is_keyspace(n)) =>
+        {
+            tracing::debug!(error = %e, "the server refused keyspace channels; waiters re-check instead");
+            refused.store(true, Ordering::Relaxed);
+            let release: Vec<&String> = names.into_iter().filter(|n| !is_keyspace(n)).collect();
+            if release.is_empty() {
+                return Ok(());
             }
-            Err(e) => return Err(e),
+            sink.subscribe(&release).await
         }
+        answer => answer,
     }
-    Ok(())
 }
 
 /// The subscriber task: (re)connects, keeps the server's subscriptions equal
