@@ -9,7 +9,37 @@
 #   Curator jars (ZK lock layout)    libcurator-{recipes,framework,client}-java
 #   javac (compiles the Curator interop test's Java program)  default-jdk-headless
 #   protoc + well-known protos       protobuf-compiler libprotobuf-dev (etcd-client build)
+#   redis-py (a lock holder that is not dlock, for the foreign-release tests)
+#                                    the `redis` PyPI package, with python3 -m pip; where the
+#                                    system's Python refuses pip (PEP 668), in a virtualenv at
+#                                    ${XDG_DATA_HOME:-$HOME/.local/share}/dlock/python, which the
+#                                    tests look for (or set DLOCK_PYTHON to an interpreter)
 set -euo pipefail
+
+# redis-py, the foreign holder of tests/tests/*_foreign_release.rs. Idempotent: nothing is
+# installed when an interpreter the tests would use can already import it.
+install_redis_py() {
+    local venv="${XDG_DATA_HOME:-$HOME/.local/share}/dlock/python"
+    local python="${DLOCK_PYTHON:-python3}"
+    if [[ -x "$venv/bin/python3" ]]; then
+        python="$venv/bin/python3"
+    fi
+    if "$python" -c 'import redis' >/dev/null 2>&1; then
+        return 0
+    fi
+    if ! command -v python3 >/dev/null 2>&1; then
+        echo "install-deps: python3 is missing; the foreign-release tests need it with the redis package" >&2
+        return 1
+    fi
+    echo "install-deps: installing the redis Python package"
+    if [[ ! -x "$venv/bin/python3" ]] && python3 -m pip install --quiet 'redis>=4.2'; then
+        return 0
+    fi
+    # The system's Python refused (PEP 668: externally managed): a virtualenv of our own.
+    echo "install-deps: python3 -m pip refused; using a virtualenv at $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python3" -m pip install --quiet 'redis>=4.2'
+}
 
 missing=()
 
@@ -40,6 +70,7 @@ need_cmd protoc protobuf-compiler
 need_file /usr/include/google/protobuf/timestamp.proto libprotobuf-dev
 
 if [[ ${#missing[@]} -eq 0 ]]; then
+    install_redis_py
     echo "install-deps: everything is installed"
     exit 0
 fi
@@ -67,3 +98,4 @@ echo "install-deps: installing ${packages[*]}"
 "${sudo[@]}" apt-get update
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y --no-install-recommends "${packages[@]}"
+install_redis_py

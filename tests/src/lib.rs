@@ -5,6 +5,7 @@
 pub mod conformance;
 pub mod error;
 pub mod fixtures;
+pub mod foreign;
 pub mod holder;
 pub mod nesting;
 pub mod ordinary_code;

@@ -30,6 +30,11 @@
 //! - waiting: subscribe to the release channel on the backend's one shared
 //!   pub/sub connection, try, then wait for a release message or the
 //!   holder's remaining `PTTL` (expiry announces nothing), with jitter;
+//! - a release that announces nothing (a client that is not dlock, `DEL`,
+//!   `FLUSHALL`): the waiter also listens to the key's keyspace channel when
+//!   the server has keyspace notifications on (read at connect, never
+//!   changed), and re-checks the key with a `PTTL`, backing off from 5 ms
+//!   to a cap (see `recheck.rs` in the source);
 //! - under load (more than a few acquires or releases in flight at once on
 //!   a single server), queued requests go out together as one script call
 //!   that runs the same steps for each key, to spare the server the fixed
@@ -39,13 +44,16 @@
 //! "forever") is refused with [`LockError::InvalidOption`] naming the maximum.
 //!
 //! URL parameters: `?prefix=name` (key namespace, default `dlock`),
-//! `?timeout_ms=N` (one request's time limit, default 5000), and for
+//! `?timeout_ms=N` (one request's time limit, default 5000),
+//! `?recheck_ms=N` (the cap of a waiter's re-checks, default 1000; `0`
+//! turns them off), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
 mod batch;
 mod batched;
 mod options;
 mod permits;
+pub(crate) mod recheck;
 pub(crate) mod scripts;
 pub(crate) mod subscriber;
 mod unfinished;
@@ -63,6 +71,7 @@ use self::batch::{Batcher, Turn};
 use self::batched::{AcquireOp, Acquires, ReleaseOp, Releases};
 use self::options::RedisOptions;
 use self::permits::{PermitNames, RENEW_PERMIT};
+use self::recheck::{keyspace_channel, notifies_releases, Recheck};
 #[cfg(feature = "redlock")]
 use self::scripts::ACQUIRE_GUARDED;
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
@@ -116,6 +125,10 @@ pub struct RedisBackend {
     batchers: Option<Batchers>,
     subscriber: Subscriber,
     options: RedisOptions,
+    /// The database whose keyspace notifications wake waiters: `Some` when
+    /// the server publishes generic and expired events on keyspace
+    /// channels (read at connect; see `recheck.rs`).
+    notifying_db: Option<i64>,
     metrics: Counters,
 }
 
@@ -134,6 +147,7 @@ struct Batchers {
 struct Counters {
     round_trips: AtomicU64,
     renew_round_trips: AtomicU64,
+    rechecks: AtomicU64,
 }
 
 /// Request counts of one [`RedisBackend`], for monitoring and tests.
@@ -148,6 +162,10 @@ pub struct RedisMetrics {
     /// Renewal round trips: with batching, about one per renewal tick
     /// however many leases are live.
     pub renew_round_trips: u64,
+    /// Re-checks among them: one `PTTL` of a held key by its waiter, which
+    /// notices a release that published nothing (see the README's Redis
+    /// section): at most one per waiting key per `recheck_ms`.
+    pub rechecks: u64,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -182,6 +200,7 @@ impl RedisBackend {
         let options = RedisOptions::parse(url)?;
         let fail = |e: RedisError| LockError::backend(options.shown.clone(), e);
         let first = client(&options, &options.nodes[0])?;
+        let db = first.get_connection_info().redis_settings().db();
         let conn = if options.cluster {
             let mut builder = redis::cluster::ClusterClientBuilder::new(options.nodes.clone())
                 .connection_timeout(Duration::from_secs(2))
@@ -211,17 +230,22 @@ impl RedisBackend {
             }),
             Conn::Cluster(_) => None,
         };
-        let backend = RedisBackend {
+        let mut backend = RedisBackend {
             conn,
             batchers,
             // In a cluster a PUBLISH reaches every node, so one subscriber
             // connection to any node hears every release.
             subscriber: Subscriber::new(first),
             options,
+            notifying_db: None,
             metrics: Counters::default(),
         };
-        // Prove the connection and credentials now, not at the first lock.
-        backend.load_scripts().await?;
+        // Prove the connection and credentials now, not at the first lock;
+        // the setting is read in the same round trip.
+        let (loaded, notifying) =
+            tokio::join!(backend.load_scripts(), backend.read_notifications());
+        loaded?;
+        backend.notifying_db = notifying.then_some(db);
         Ok(backend)
     }
 
@@ -235,7 +259,78 @@ impl RedisBackend {
             round_trips: self.metrics.round_trips.load(Ordering::Relaxed) + batches,
             batches,
             renew_round_trips: self.metrics.renew_round_trips.load(Ordering::Relaxed),
+            rechecks: self.metrics.rechecks.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether waiters listen to the server's keyspace notifications, which
+    /// wake them on a release nobody announced: the server publishes generic
+    /// and expired events on keyspace channels (`notify-keyspace-events`
+    /// with `K`, `g` and `x`, or `K` and `A`, as read at connect) and has
+    /// not refused this user those channels (ACL). Always `false` on a Redis
+    /// Cluster, whose nodes each publish only their own keys' events: there
+    /// waiters re-check instead.
+    pub fn keyspace_notifications(&self) -> bool {
+        self.notifying_db.is_some() && !self.subscriber.keyspace_refused()
+    }
+
+    /// Reads `notify-keyspace-events` (single servers only: see
+    /// [`keyspace_notifications`](Self::keyspace_notifications)). dlock
+    /// never changes it. A server that refuses `CONFIG` (an ACL without it,
+    /// a managed Redis that renames it) counts as not notifying: its
+    /// waiters re-check.
+    async fn read_notifications(&self) -> bool {
+        let Conn::Single(mut conn) = self.conn.clone() else {
+            return false;
+        };
+        self.count();
+        let answer: RedisResult<std::collections::HashMap<String, String>> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("notify-keyspace-events")
+            .query_async(&mut conn)
+            .await;
+        match answer {
+            Ok(config) => config
+                .get("notify-keyspace-events")
+                .is_some_and(|flags| notifies_releases(flags)),
+            Err(e) => {
+                tracing::debug!(backend = %self.options.shown, error = %e,
+                    "cannot read notify-keyspace-events; waiters re-check instead");
+                false
+            }
+        }
+    }
+
+    /// The keyspace channel of the lock key `lock` if the server notifies
+    /// (see [`keyspace_notifications`](Self::keyspace_notifications)).
+    pub(crate) fn keyspace_channel(&self, lock: &str) -> Option<String> {
+        self.notifying_db
+            .filter(|_| self.keyspace_notifications())
+            .map(|db| keyspace_channel(db, lock))
+    }
+
+    /// The `?recheck_ms=` cap (`None`: off).
+    #[cfg(feature = "redlock")]
+    pub(crate) fn recheck_cap(&self) -> Option<Duration> {
+        self.options.recheck
+    }
+
+    /// A waiter's re-check schedule on this server (`None`: off).
+    fn recheck(&self) -> Option<Recheck> {
+        Recheck::new(self.options.recheck, self.keyspace_notifications())
+    }
+
+    /// One re-check: whether the lock key `lock` is gone (`PTTL` = -2).
+    pub(crate) async fn key_is_free(&self, lock: &str) -> Result<bool, LockError> {
+        self.count();
+        self.metrics.rechecks.fetch_add(1, Ordering::Relaxed);
+        let mut cmd = redis::cmd("PTTL");
+        cmd.arg(lock);
+        let pttl: RedisResult<i64> = match self.conn.clone() {
+            Conn::Single(mut c) => cmd.query_async(&mut c).await,
+            Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+        };
+        pttl.map(|ms| ms == -2).map_err(|e| self.error(e))
     }
 
     /// The shared pub/sub subscriber (Redlock waits on every master's).
@@ -698,7 +793,7 @@ impl LockBackend for RedisBackend {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key);
         // A key without expiry: retry after the ttl we ask for.
-        self.wait_for_release(&names.channel, deadline, req.ttl, || {
+        self.wait_for_release(&names.channel, Some(&names.lock), deadline, req.ttl, || {
             self.within(deadline, self.attempt_or_release(req, &names))
         })
         .await

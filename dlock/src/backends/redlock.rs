@@ -58,10 +58,15 @@
 //!   (each bounded by the per-node timeout, at least 500 ms).
 //! - **Waiting**: the waiter subscribes to the release channel on every
 //!   master (one shared pub/sub connection per master, as in the Redis
-//!   backend); any master's notification wakes it. As a fallback it wakes
-//!   when the holder's keys would expire on a quorum (from their `PTTL`),
-//!   and after a lost vote (several clients split the masters) it retries
-//!   after a random delay.
+//!   backend), and to the key's keyspace channel on every master that has
+//!   keyspace notifications on; any master's notification wakes it. As a
+//!   fallback it wakes when the holder's keys would expire on a quorum
+//!   (from their `PTTL`), and after a lost vote (several clients split the
+//!   masters) it retries after a random delay. A release that announces
+//!   nothing (a client that is not dlock deleting the key on a quorum) is
+//!   found by a re-check: a `PTTL` on every master at once, backing off
+//!   from 5 ms to the cap (`recheck_ms`; at the cap only when every master
+//!   notifies), and a round when the key is gone from a quorum.
 //! - [`LockError::Quorum`] when fewer than a quorum of masters answer at all:
 //!   at once for `try_acquire`; for `acquire` when its wait runs out with the
 //!   last round still short of answers (without a wait limit, after three
@@ -137,8 +142,10 @@
 //! at least 10 ms), `restart_quarantine_ms=N` (see
 //! [`RedlockBackend::restart_quarantine`]; off by default; at most
 //! [`MAX_TTL`]), and the Redis
-//! backend's `prefix=` and `timeout_ms=`,
-//! passed to every master. Masters over TLS, or with different credentials,
+//! backend's `prefix=`, `timeout_ms=` and `recheck_ms=`,
+//! passed to every master (with masters of different `recheck_ms`, the
+//! smallest non-zero one applies; the re-check is off only when every
+//! master says `0`). Masters over TLS, or with different credentials,
 //! are built with [`RedlockBackend::from_urls`] or
 //! [`RedlockBackend::from_backends`].
 
@@ -150,6 +157,7 @@ use async_trait::async_trait;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::backend::{drift, lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backends::redis::recheck::Recheck;
 use crate::backends::redis::scripts::KeyNames;
 use crate::backends::redis::subscriber::Subscription;
 use crate::backends::redis::{check_ttl, jitter, nap_until, Attempt, RedisBackend, MAX_TTL};
@@ -234,8 +242,12 @@ enum Vote {
 enum Outcome {
     Acquired(Lease),
     /// Another owner holds the key on enough masters to block us; its keys
-    /// free a quorum after about this long (`None`: unknown).
-    Held(Option<Duration>),
+    /// free a quorum after about `left` (`None`: unknown). `blockers[i]`:
+    /// master `i` answered "held".
+    Held {
+        left: Option<Duration>,
+        blockers: Vec<bool>,
+    },
     /// Nobody has a quorum that blocks us (split vote, or too slow for the
     /// validity): worth retrying soon.
     Split,
@@ -584,7 +596,10 @@ impl RedlockBackend {
             return Outcome::Split;
         }
         held.sort_by_key(|left| left.unwrap_or(Duration::MAX));
-        Outcome::Held(held[blocking - 1])
+        Outcome::Held {
+            left: held[blocking - 1],
+            blockers: not_ours,
+        }
     }
 
     /// Sends the compare-and-delete of `lease` to every master `i` with
@@ -675,20 +690,53 @@ impl RedlockBackend {
         }
     }
 
-    /// Subscribes to the key's release channel on every master at once.
+    /// Subscribes to the key's release channel on every master at once,
+    /// and to its keyspace channel on the masters that notify.
     async fn subscribe_all(&self, key: &str, deadline: Option<Instant>) -> Vec<Subscription> {
         let bound = Instant::now() + SUBSCRIBE_WAIT;
         let bound = deadline.map_or(bound, |d| d.min(bound));
         let subscribing = (0..self.nodes.len()).map(|i| {
-            let channel = self.names(i, key).channel;
+            let names = self.names(i, key);
+            let mut channels = vec![names.channel];
+            channels.extend(self.nodes[i].keyspace_channel(&names.lock));
             async move {
                 self.nodes[i]
                     .subscriber()
-                    .subscribe(&channel, Some(bound))
+                    .subscribe(&channels, Some(bound))
                     .await
             }
         });
         futures_util::future::join_all(subscribing).await
+    }
+
+    /// One re-check: a `PTTL` of the key on every master at once, each
+    /// bounded by `timeout`. True when the key is gone from a quorum of
+    /// them, so a round could win: a release by a client that is not dlock,
+    /// which announced nothing.
+    async fn free_on_quorum(&self, key: &str, timeout: Duration) -> bool {
+        let mut checks: FuturesUnordered<_> = (0..self.nodes.len())
+            .map(|i| {
+                let lock = self.names(i, key).lock;
+                async move {
+                    let free =
+                        tokio::time::timeout(timeout, self.nodes[i].key_is_free(&lock)).await;
+                    matches!(free, Ok(Ok(true)))
+                }
+            })
+            .collect();
+        let (mut free, mut not_free) = (0, 0);
+        while let Some(is_free) = checks.next().await {
+            if is_free {
+                free += 1;
+            } else {
+                not_free += 1;
+            }
+            // Decided: no need to wait for the slowest master.
+            if free >= self.quorum || not_free > self.nodes.len() - self.quorum {
+                break;
+            }
+        }
+        free >= self.quorum
     }
 }
 
@@ -700,12 +748,18 @@ struct Tally {
     released: usize,
 }
 
-/// Resolves when any master announced a release since the last `mark_seen`.
-async fn any_released(subscriptions: &mut [Subscription]) {
-    if subscriptions.is_empty() {
+/// Resolves when any master `i` with `from[i]` (every master without
+/// `from`) announced a release since the last `mark_seen`.
+async fn any_released(subscriptions: &mut [Subscription], from: Option<&[bool]>) {
+    let changes: Vec<_> = subscriptions
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| from.is_none_or(|from| from[*i]))
+        .map(|(_, s)| Box::pin(s.changed()))
+        .collect();
+    if changes.is_empty() {
         return std::future::pending().await;
     }
-    let changes = subscriptions.iter_mut().map(|s| Box::pin(s.changed()));
     futures_util::future::select_all(changes).await;
 }
 
@@ -867,7 +921,7 @@ impl LockBackend for RedlockBackend {
         self.check(req)?;
         match self.round(req).await {
             Outcome::Acquired(lease) => Ok(Some(lease)),
-            Outcome::Held(_) | Outcome::Split => Ok(None),
+            Outcome::Held { .. } | Outcome::Split => Ok(None),
             Outcome::NoQuorum { reached } => Err(LockError::Quorum {
                 reached,
                 needed: self.quorum,
@@ -891,6 +945,10 @@ impl LockBackend for RedlockBackend {
         }
         let mut released = self.subscribe_all(&req.key, deadline).await;
         let timeout = self.node_timeout_for(req.ttl);
+        // Releases that publish nothing are re-checked (see `recheck.rs`);
+        // when every master notifies, only at the cap.
+        let notified = self.nodes.iter().all(|n| n.keyspace_notifications());
+        let cap = self.nodes.iter().filter_map(|n| n.recheck_cap()).min();
         let mut silent_rounds = 0;
         // `outage` below: how many masters answered the last round, if too
         // few did. A wait that runs out after such a round is an outage
@@ -906,6 +964,11 @@ impl LockBackend for RedlockBackend {
             for subscription in &mut released {
                 subscription.mark_seen();
             }
+            // A new schedule per round: the holder may be a new one.
+            let mut rechecks = None;
+            // The masters whose messages may mean a release that lets us win
+            // (all, unless the holder blocked us).
+            let mut listen_to = None;
             let (delay, outage) = match self.round(req).await {
                 Outcome::Acquired(lease) => return Ok(Some(lease)),
                 Outcome::NoQuorum { reached } => {
@@ -927,8 +990,15 @@ impl LockBackend for RedlockBackend {
                         (req.ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(200));
                     (pause + jitter(pause), Some(reached))
                 }
-                Outcome::Held(left) => {
+                Outcome::Held { left, blockers } => {
                     silent_rounds = 0;
+                    rechecks = Recheck::new(cap, notified);
+                    // Only a release on a master that blocked us can let us
+                    // win. The others include the masters this round won
+                    // and undid, whose undo announced itself (the release
+                    // script's `PUBLISH`, a keyspace `del`): heeding those
+                    // ran round after round until the holder let go.
+                    listen_to = Some(blockers);
                     // Expiry announces nothing: wake when the holder's keys
                     // would have expired on a quorum.
                     let expiry = left.unwrap_or(req.ttl);
@@ -951,9 +1021,23 @@ impl LockBackend for RedlockBackend {
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return out_of_time(outage);
             }
-            tokio::select! {
-                () = any_released(&mut released) => {}
-                () = nap_until(delay, deadline) => {}
+            let nap = nap_until(delay, deadline);
+            tokio::pin!(nap);
+            loop {
+                let recheck = async {
+                    let Some(schedule) = rechecks.as_mut() else {
+                        return std::future::pending().await;
+                    };
+                    tokio::time::sleep(schedule.pause()).await;
+                    self.free_on_quorum(&req.key, timeout).await
+                };
+                tokio::select! {
+                    () = any_released(&mut released, listen_to.as_deref()) => break,
+                    () = &mut nap => break,
+                    free = recheck => if free {
+                        break;
+                    },
+                }
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return out_of_time(outage);

@@ -19,6 +19,9 @@ pub(crate) struct RedisOptions {
     pub(crate) prefix: String,
     /// `?timeout_ms=N`: how long one request may take before it counts as failed.
     pub(crate) response_timeout: Duration,
+    /// `?recheck_ms=N`: the longest pause between a waiter's re-checks of a
+    /// held key (`None`: `recheck_ms=0`, no re-check; see `recheck.rs`).
+    pub(crate) recheck: Option<Duration>,
     /// The URL as shown in errors and logs, password redacted.
     pub(crate) shown: String,
 }
@@ -31,6 +34,9 @@ impl std::fmt::Debug for RedisOptions {
 
 pub(crate) const DEFAULT_PREFIX: &str = "dlock";
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default cap of a waiter's re-checks: a release that announced itself
+/// nowhere is noticed within about this long.
+pub(crate) const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
 
 impl RedisOptions {
     pub(crate) fn parse(url: &str) -> Result<Self, LockError> {
@@ -50,6 +56,7 @@ impl RedisOptions {
         let mut ca_file = None;
         let mut prefix = DEFAULT_PREFIX.to_owned();
         let mut response_timeout = DEFAULT_RESPONSE_TIMEOUT;
+        let mut recheck = Some(DEFAULT_RECHECK);
         let mut passed_on = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -64,6 +71,14 @@ impl RedisOptions {
                         ))
                     })?;
                     response_timeout = Duration::from_millis(ms);
+                }
+                "recheck_ms" => {
+                    let ms: u64 = value.parse().map_err(|_| {
+                        bad(&format!(
+                            "`recheck_ms={value}` is not a number of milliseconds (0 turns the re-check off)"
+                        ))
+                    })?;
+                    recheck = (ms > 0).then(|| Duration::from_millis(ms));
                 }
                 _ => passed_on.push(pair),
             }
@@ -115,6 +130,7 @@ impl RedisOptions {
             ca_file,
             prefix,
             response_timeout,
+            recheck,
             shown,
         })
     }
@@ -136,6 +152,17 @@ mod tests {
             "redis://u:***@127.0.0.1:6379/2?prefix=app&timeout_ms=250"
         );
         assert!(!o.cluster && !o.tls);
+        assert_eq!(o.recheck, Some(DEFAULT_RECHECK));
+    }
+
+    #[test]
+    fn recheck_ms_sets_the_cap_and_zero_turns_it_off() {
+        let o = RedisOptions::parse("redis://h:1/3?recheck_ms=250").unwrap();
+        assert_eq!(o.recheck, Some(Duration::from_millis(250)));
+        assert_eq!(o.nodes, ["redis://h:1/3"], "not passed on to the client");
+        let o = RedisOptions::parse("redis+cluster://h1:1,h2:2?recheck_ms=0").unwrap();
+        assert_eq!(o.recheck, None);
+        assert_eq!(o.nodes, ["redis://h1:1", "redis://h2:2"]);
     }
 
     #[test]
@@ -160,6 +187,8 @@ mod tests {
             ("redis://h:1?timeout_ms=0", "positive"),
             ("redis+cluster://h1:1,,h2:2", "empty host"),
             ("redis://:secret@h:1?prefix=", "prefix"),
+            ("redis://:secret@h:1?recheck_ms=soon", "recheck_ms=soon"),
+            ("redis://:secret@h:1?recheck_ms=-1", "recheck_ms=-1"),
         ] {
             let msg = RedisOptions::parse(url).unwrap_err().to_string();
             assert!(msg.contains(says), "{url}: {msg}");

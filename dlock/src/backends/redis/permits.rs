@@ -164,7 +164,8 @@ impl RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let names = PermitNames::new(&self.options.prefix, &req.name);
-        self.wait_for_release(&names.channel, deadline, req.ttl, || {
+        // No re-check: a semaphore's waiters wake on releases and expiries.
+        self.wait_for_release(&names.channel, None, deadline, req.ttl, || {
             self.within(deadline, self.attempt_permit(req, &names))
         })
         .await

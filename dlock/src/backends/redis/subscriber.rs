@@ -1,24 +1,37 @@
 //! One pub/sub connection per backend, shared by every waiting key.
 //!
-//! A waiter subscribes to its key's release channel before it tries the lock,
-//! so a release between its failed try and its wait is not missed: each
-//! channel has a generation counter (a `watch`), bumped by every message, and
-//! a waiter waits for the generation to move past the one it saw before its
-//! try. The channel is subscribed on the server for its first waiter and
-//! unsubscribed after its last. When the connection breaks, the task
-//! reconnects, subscribes again and wakes every waiter once, because releases
-//! during the outage were not heard.
+//! A waiter subscribes to its key's release channel (and, where the server
+//! sends keyspace notifications, to the key's keyspace channel: see
+//! `recheck.rs`) before it tries the lock, so a release between its failed
+//! try and its wait is not missed: each channel has a generation counter (a
+//! `watch`), bumped by every message that may mean a release, and a waiter
+//! waits for a generation to move past the one it saw before its try. A
+//! channel is subscribed on the server for its first waiter and unsubscribed
+//! after its last. When the connection breaks, the task reconnects,
+//! subscribes again and wakes every waiter once, because releases during the
+//! outage were not heard.
+//!
+//! A server whose ACL refuses the keyspace channels (a user limited to
+//! `&dlock:*`, say) must not cost the release channels, nor the connection:
+//! after such a refusal the release channels are subscribed alone, and
+//! keyspace channels are not asked for again on this backend; its waiters
+//! re-check instead.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use redis::aio::PubSubSink;
+use redis::ErrorKind;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::recheck::{frees_the_key, is_keyspace};
+
 enum Command {
-    Subscribe(String, oneshot::Sender<()>),
-    Unsubscribe(String),
+    Subscribe(Vec<String>, oneshot::Sender<()>),
+    Unsubscribe(Vec<String>),
 }
 
 #[derive(Debug, Default)]
@@ -50,15 +63,19 @@ impl Channels {
 pub(crate) struct Subscriber {
     client: redis::Client,
     channels: Arc<Mutex<Channels>>,
+    /// Set when the server refused a keyspace channel (ACL): none is asked
+    /// for again.
+    keyspace_refused: Arc<AtomicBool>,
     /// Started on first use, on the runtime of the first waiter; the task
     /// ends when this sender (and so the backend) is dropped.
     commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
 }
 
-/// A waiter's subscription to one channel; unsubscribes its share on drop.
+/// A waiter's subscription to one key's channels; unsubscribes its share on
+/// drop.
 pub(crate) struct Subscription {
-    name: String,
-    generation: watch::Receiver<u64>,
+    /// Channel name and its generation, per channel.
+    generations: Vec<(String, watch::Receiver<u64>)>,
     channels: Arc<Mutex<Channels>>,
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -68,6 +85,7 @@ impl Subscriber {
         Subscriber {
             client,
             channels: Arc::default(),
+            keyspace_refused: Arc::default(),
             commands: Mutex::new(None),
         }
     }
@@ -78,37 +96,56 @@ impl Subscriber {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(self.client.clone(), self.channels.clone(), rx));
+        tokio::spawn(run(
+            self.client.clone(),
+            self.channels.clone(),
+            self.keyspace_refused.clone(),
+            rx,
+        ));
         *commands = Some(tx.clone());
         tx
     }
 
-    /// Subscribes to `name`, waiting (bounded) for the server's confirmation
-    /// of a new subscription. If the confirmation does not come, the waiter
-    /// still works: it falls back to the holder's remaining ttl.
-    pub(crate) async fn subscribe(&self, name: &str, deadline: Option<Instant>) -> Subscription {
+    /// Whether the server refused a keyspace channel: none is asked for again.
+    pub(crate) fn keyspace_refused(&self) -> bool {
+        self.keyspace_refused.load(Ordering::Relaxed)
+    }
+
+    /// Subscribes to `names` (one key's channels), waiting (bounded) for the
+    /// server's confirmation of the new subscriptions. If the confirmation
+    /// does not come, the waiter still works: it falls back to its timers.
+    /// Keyspace channels are left out once the server refused one.
+    pub(crate) async fn subscribe(
+        &self,
+        names: &[String],
+        deadline: Option<Instant>,
+    ) -> Subscription {
         let commands = self.commands();
-        let (generation, first) = {
+        let skip_keyspace = self.keyspace_refused();
+        let mut generations = Vec::with_capacity(names.len());
+        let mut first = Vec::new();
+        {
             let mut channels = lock(&self.channels);
-            let entry = channels
-                .by_name
-                .entry(name.to_owned())
-                .or_insert_with(|| (0, watch::channel(0).0));
-            entry.0 += 1;
-            (entry.1.subscribe(), entry.0 == 1)
-        };
+            for name in names.iter().filter(|n| !(skip_keyspace && is_keyspace(n))) {
+                let entry = channels
+                    .by_name
+                    .entry(name.clone())
+                    .or_insert_with(|| (0, watch::channel(0).0));
+                entry.0 += 1;
+                generations.push((name.clone(), entry.1.subscribe()));
+                if entry.0 == 1 {
+                    first.push(name.clone());
+                }
+            }
+        }
         let subscription = Subscription {
-            name: name.to_owned(),
-            generation,
+            generations,
             channels: self.channels.clone(),
             commands: commands.clone(),
         };
-        if first {
+        if !first.is_empty() {
             let (ack, acked) = oneshot::channel();
-            if commands
-                .send(Command::Subscribe(name.to_owned(), ack))
-                .is_ok()
-            {
+            if commands.send(Command::Subscribe(first, ack)).is_ok() {
                 let give_up = Instant::now() + Duration::from_secs(2);
                 let give_up = deadline.map_or(give_up, |d| d.min(give_up));
                 let _ = tokio::time::timeout_at(give_up.into(), acked).await;
@@ -119,30 +156,83 @@ impl Subscriber {
 }
 
 impl Subscription {
-    /// Remembers the current generation: a later `changed` waits for a newer one.
+    /// Remembers the current generations: a later `changed` waits for a newer one.
     pub(crate) fn mark_seen(&mut self) {
-        self.generation.borrow_and_update();
+        for (_, generation) in &mut self.generations {
+            generation.borrow_and_update();
+        }
     }
 
-    /// Resolves when a release was announced (or the connection came back)
-    /// since the last `mark_seen`.
+    /// Resolves when a release was announced on any of the channels (or the
+    /// connection came back) since the last `mark_seen`.
     pub(crate) async fn changed(&mut self) {
-        if self.generation.changed().await.is_err() {
-            std::future::pending::<()>().await;
+        let changes = self.generations.iter_mut().map(|(_, generation)| {
+            Box::pin(async move {
+                if generation.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            })
+        });
+        let changes: Vec<_> = changes.collect();
+        if changes.is_empty() {
+            return std::future::pending().await;
         }
+        futures_util::future::select_all(changes).await;
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = lock(&self.channels);
-        if let Some(entry) = channels.by_name.get_mut(&self.name) {
-            entry.0 -= 1;
-            if entry.0 == 0 {
-                channels.by_name.remove(&self.name);
-                let _ = self.commands.send(Command::Unsubscribe(self.name.clone()));
+        let mut unwanted = Vec::new();
+        for (name, _) in &self.generations {
+            if let Some(entry) = channels.by_name.get_mut(name) {
+                entry.0 -= 1;
+                if entry.0 == 0 {
+                    channels.by_name.remove(name);
+                    unwanted.push(name.clone());
+                }
             }
         }
+        if !unwanted.is_empty() {
+            let _ = self.commands.send(Command::Unsubscribe(unwanted));
+        }
+    }
+}
+
+/// Subscribes to `names` in one `SUBSCRIBE`; `Err` when the connection
+/// failed. A server that refuses the keyspace channels among them (an ACL
+/// error reply, which refuses the whole command) sets `refused`, and the
+/// release channels are subscribed again alone: the waiters of the keyspace
+/// channels still have their re-check.
+async fn subscribe_on(
+    sink: &mut PubSubSink,
+    names: &[String],
+    refused: &AtomicBool,
+) -> Result<(), redis::RedisError> {
+    let skip_keyspace = refused.load(Ordering::Relaxed);
+    let names: Vec<&String> = names
+        .iter()
+        .filter(|n| !(skip_keyspace && is_keyspace(n)))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    match sink.subscribe(&names).await {
+        // An error reply (`NOPERM`): the server refused, the connection is fine.
+        Err(e)
+            if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+                && names.iter().any(|n| is_keyspace(n)) =>
+        {
+            tracing::debug!(error = %e, "the server refused keyspace channels; waiters re-check instead");
+            refused.store(true, Ordering::Relaxed);
+            let release: Vec<&String> = names.into_iter().filter(|n| !is_keyspace(n)).collect();
+            if release.is_empty() {
+                return Ok(());
+            }
+            sink.subscribe(&release).await
+        }
+        answer => answer,
     }
 }
 
@@ -151,6 +241,7 @@ impl Drop for Subscription {
 async fn run(
     client: redis::Client,
     channels: Arc<Mutex<Channels>>,
+    keyspace_refused: Arc<AtomicBool>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut backoff = Duration::from_millis(50);
@@ -176,7 +267,10 @@ async fn run(
         };
         backoff = Duration::from_millis(50);
         let names: Vec<String> = lock(&channels).by_name.keys().cloned().collect();
-        if !names.is_empty() && sink.subscribe(&names).await.is_err() {
+        if subscribe_on(&mut sink, &names, &keyspace_refused)
+            .await
+            .is_err()
+        {
             continue;
         }
         // Releases during the outage were not heard: let every waiter retry.
@@ -184,21 +278,31 @@ async fn run(
         loop {
             tokio::select! {
                 message = stream.next() => match message {
-                    Some(message) => lock(&channels).bump(message.get_channel_name()),
+                    Some(message) => {
+                        let name = message.get_channel_name();
+                        // A keyspace event wakes only if it may have freed
+                        // the key: the holder's renewals are events too.
+                        if !is_keyspace(name) || frees_the_key(message.get_payload_bytes()) {
+                            lock(&channels).bump(name);
+                        }
+                    }
                     None => break,
                 },
                 command = commands.recv() => match command {
                     None => return,
-                    Some(Command::Subscribe(name, ack)) => {
-                        if sink.subscribe(&name).await.is_err() {
+                    Some(Command::Subscribe(names, ack)) => {
+                        if subscribe_on(&mut sink, &names, &keyspace_refused).await.is_err() {
                             break;
                         }
                         let _ = ack.send(());
                     }
-                    Some(Command::Unsubscribe(name)) => {
-                        // A waiter may have come back for the channel meanwhile.
-                        let still_wanted = lock(&channels).by_name.contains_key(&name);
-                        if !still_wanted && sink.unsubscribe(&name).await.is_err() {
+                    Some(Command::Unsubscribe(names)) => {
+                        // A waiter may have come back for a channel meanwhile.
+                        let unwanted: Vec<String> = {
+                            let channels = lock(&channels);
+                            names.into_iter().filter(|n| !channels.by_name.contains_key(n)).collect()
+                        };
+                        if !unwanted.is_empty() && sink.unsubscribe(&unwanted).await.is_err() {
                             break;
                         }
                     }

@@ -13,14 +13,18 @@ impl RedisBackend {
     /// A free key is taken without touching the subscriber: most
     /// acquisitions are uncontended, and a `SUBSCRIBE` round trip on each
     /// would cost more than the lock itself. When busy: subscribe to
-    /// `channel`, then try again before waiting, so a release between the
-    /// failed try and the subscription is not missed. Then wait for a release
-    /// message or the holder's expiry (expiry publishes nothing), with
-    /// jitter, and try again. Never a fixed-interval poll. A holder of
-    /// unknown expiry (a key without one) is retried after `unknown_expiry`.
+    /// `channel` (and to the keyspace channel of `key` where the server
+    /// notifies), then try again before waiting, so a release between the
+    /// failed try and the subscription is not missed. Then wait for a
+    /// release message, the holder's expiry (expiry publishes nothing) with
+    /// jitter, or a re-check that finds `key` gone (a release that published
+    /// nothing: see `recheck.rs`), and try again. A holder of unknown expiry
+    /// (a key without one) is retried after `unknown_expiry`. Without `key`
+    /// (semaphores) there is no keyspace channel and no re-check.
     pub(super) async fn wait_for_release<F, Fut>(
         &self,
         channel: &str,
+        key: Option<&str>,
         deadline: Option<Instant>,
         unknown_expiry: Duration,
         mut attempt: F,
@@ -32,7 +36,9 @@ impl RedisBackend {
         if let Attempt::Acquired(lease) = attempt().await? {
             return Ok(Some(lease));
         }
-        let mut released = self.subscriber.subscribe(channel, deadline).await;
+        let mut channels = vec![channel.to_owned()];
+        channels.extend(key.and_then(|k| self.keyspace_channel(k)));
+        let mut released = self.subscriber.subscribe(&channels, deadline).await;
         loop {
             released.mark_seen();
             let left = match attempt().await? {
@@ -43,9 +49,29 @@ impl RedisBackend {
                 return Ok(None);
             }
             let nap = left.saturating_add(jitter(left / 10 + Duration::from_millis(2)));
-            tokio::select! {
-                () = released.changed() => {}
-                () = nap_until(nap, deadline) => {}
+            let expiry = nap_until(nap, deadline);
+            tokio::pin!(expiry);
+            // A new schedule per try: a new holder may be a foreign one.
+            let mut rechecks = key.and_then(|key| Some((key, self.recheck()?)));
+            loop {
+                let recheck = async {
+                    let Some((key, schedule)) = rechecks.as_mut() else {
+                        return std::future::pending().await;
+                    };
+                    tokio::time::sleep(schedule.pause()).await;
+                    self.key_is_free(key).await
+                };
+                tokio::select! {
+                    () = released.changed() => break,
+                    () = &mut expiry => break,
+                    free = recheck => match free {
+                        Ok(true) => break,
+                        Ok(false) => {}
+                        // The next try reports an outage; until then the
+                        // other wake-ups stand.
+                        Err(e) => tracing::debug!(error = %e, "re-check failed"),
+                    },
+                }
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(None);

@@ -1,0 +1,389 @@
+//! A Redis waiter behind a holder that is not dlock: its release publishes
+//! nothing on dlock's channel (redis-py's `Lock.release`, `redis-cli DEL`,
+//! `FLUSHALL`), so the waiter must learn of it by itself — from the server's
+//! keyspace notifications when they are on, else by re-checking the key —
+//! instead of sleeping until the old holder's ttl.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::redis::RedisBackend;
+use dlock::{Lock, LockError, LockGuard};
+use dlock_tests::fixtures::redis::lock_key;
+use dlock_tests::foreign::PyLock;
+use dlock_tests::servers::redis::{RedisCluster, RedisOptions, RedisServer};
+use tokio::task::JoinHandle;
+
+/// The foreign holder's ttl: what a waiter that misses the release sleeps for.
+const FOREIGN_TTL: Duration = Duration::from_secs(10);
+/// When the foreign holder lets go, after the waiter started waiting.
+const HOLD: Duration = Duration::from_millis(1500);
+/// How long after the release the waiter must hold the lock by default.
+const BY_RECHECK: Duration = Duration::from_millis(1200);
+/// How long after a `DEL` the waiter must hold the lock with keyspace
+/// notifications on (the goal is 50 ms; the bound is generous for a loaded
+/// host, and still far below the 1 s re-check).
+const BY_NOTIFICATION: Duration = Duration::from_millis(200);
+
+async fn connect(url: &str) -> Arc<RedisBackend> {
+    Arc::new(
+        RedisBackend::connect(url)
+            .await
+            .expect("connect to the test server"),
+    )
+}
+
+fn notifying_server() -> RedisServer {
+    RedisServer::start_with(RedisOptions::new().config(["--notify-keyspace-events", "Kgx"]))
+}
+
+/// Starts `lock.acquire()` (wait 10 s) in a task; it answers with the guard
+/// and the instant it got it.
+fn wait_for(
+    key: &str,
+    backend: Arc<RedisBackend>,
+) -> JoinHandle<(Result<LockGuard, LockError>, Instant)> {
+    let lock = Lock::new(key)
+        .with_backend(backend)
+        .ttl(Duration::from_secs(5))
+        .wait(FOREIGN_TTL);
+    tokio::spawn(async move {
+        let guard = lock.acquire().await;
+        (guard, Instant::now())
+    })
+}
+
+/// Sets `key` as a foreign holder would: a token that is not dlock's, with a
+/// ttl of [`FOREIGN_TTL`].
+fn hold_foreign(server: &RedisServer, key: &str) {
+    let ttl = FOREIGN_TTL.as_millis().to_string();
+    assert_eq!(
+        server.redis_cli(&["SET", key, "not-dlock", "PX", &ttl, "NX"]),
+        "OK"
+    );
+}
+
+/// Runs `redis-cli DEL key` and returns the instant before it started (so the
+/// measured delay includes redis-cli's own start-up: an upper bound).
+fn del(server: &RedisServer, key: &str) -> Instant {
+    let before = Instant::now();
+    let deleted = tokio::task::block_in_place(|| server.redis_cli(&["DEL", key]));
+    assert_eq!(deleted, "1", "the foreign key was there to delete");
+    before
+}
+
+/// How long after `released` the waiter got the lock; panics if it did not.
+async fn took(
+    waiter: JoinHandle<(Result<LockGuard, LockError>, Instant)>,
+    released: Instant,
+    what: &str,
+) -> (LockGuard, Duration) {
+    let (guard, at) = waiter.await.expect("the waiter task");
+    let guard = guard.unwrap_or_else(|e| {
+        panic!(
+            "{what}: the waiter never got the lock ({e}) although it was released {:?} before \
+             the wait ran out",
+            FOREIGN_TTL - HOLD
+        )
+    });
+    let late = at.saturating_duration_since(released);
+    println!("{what}: the waiter held the lock {late:?} after the release");
+    (guard, late)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_py_release_wakes_the_waiter_within_the_recheck() {
+    let server = RedisServer::start();
+    let backend = connect(&server.url()).await;
+    let mut holder = PyLock::spawn(&lock_key("py"), FOREIGN_TTL, HOLD, &[server.port()]);
+    holder.held(Duration::from_secs(20)).await;
+    let waiter = wait_for("py", backend);
+    let released = holder.released(Duration::from_secs(20)).await;
+    let (_guard, late) = took(waiter, released, "redis-py Lock.release").await;
+    assert!(
+        late < BY_RECHECK,
+        "the waiter slept through redis-py's release: it held the lock {late:?} after it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cli_del_wakes_the_waiter_within_the_recheck() {
+    let server = RedisServer::start();
+    let backend = connect(&server.url()).await;
+    hold_foreign(&server, &lock_key("cli"));
+    let waiter = wait_for("cli", backend);
+    tokio::time::sleep(HOLD).await;
+    let released = del(&server, &lock_key("cli"));
+    let (_guard, late) = took(waiter, released, "redis-cli DEL").await;
+    assert!(
+        late < BY_RECHECK,
+        "the waiter slept through a DEL: it held the lock {late:?} after it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_keyspace_notifications_a_del_wakes_the_waiter_at_once() {
+    let server = notifying_server();
+    // Default URL: the re-check runs too, but only at its 1 s cap when the
+    // server notifies; a wake within 200 ms of the DEL is the notification's.
+    let backend = connect(&server.url()).await;
+    assert!(backend.keyspace_notifications(), "read at connect");
+    hold_foreign(&server, &lock_key("notified"));
+    let waiter = wait_for("notified", backend);
+    tokio::time::sleep(HOLD).await;
+    let released = del(&server, &lock_key("notified"));
+    let (_guard, late) = took(waiter, released, "DEL with notify-keyspace-events Kgx").await;
+    assert!(
+        late < BY_NOTIFICATION,
+        "the keyspace notification of the DEL did not wake the waiter: it held the lock {late:?} after it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_keyspace_notifications_a_redis_py_release_wakes_the_waiter_at_once() {
+    let server = notifying_server();
+    let backend = connect(&server.url()).await;
+    let mut holder = PyLock::spawn(
+        &lock_key("py-notified"),
+        FOREIGN_TTL,
+        HOLD,
+        &[server.port()],
+    );
+    holder.held(Duration::from_secs(20)).await;
+    let waiter = wait_for("py-notified", backend);
+    let released = holder.released(Duration::from_secs(20)).await;
+    let (_guard, late) = took(waiter, released, "redis-py release, notifications on").await;
+    assert!(
+        late < BY_NOTIFICATION,
+        "held the lock {late:?} after the release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushall_is_caught_by_the_recheck_even_with_notifications_on() {
+    // FLUSHALL sends no keyspace event: the re-check at its cap is the net.
+    let server = notifying_server();
+    let backend = connect(&server.url()).await;
+    hold_foreign(&server, &lock_key("flushed"));
+    let waiter = wait_for("flushed", backend);
+    tokio::time::sleep(HOLD).await;
+    let released = Instant::now();
+    tokio::task::block_in_place(|| assert_eq!(server.redis_cli(&["FLUSHALL"]), "OK"));
+    let (_guard, late) = took(waiter, released, "FLUSHALL, notifications on").await;
+    assert!(
+        late < BY_RECHECK,
+        "held the lock {late:?} after the FLUSHALL"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recheck_ms_sets_the_cap_of_the_recheck() {
+    let server = RedisServer::start();
+    let backend = connect(&format!("{}?recheck_ms=100", server.url())).await;
+    hold_foreign(&server, &lock_key("short-cap"));
+    let waiter = wait_for("short-cap", backend);
+    tokio::time::sleep(HOLD).await;
+    let released = del(&server, &lock_key("short-cap"));
+    let (_guard, late) = took(waiter, released, "DEL, recheck_ms=100").await;
+    assert!(
+        late < Duration::from_millis(600),
+        "with a 100 ms cap the waiter held the lock {late:?} after the DEL"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recheck_off_without_notifications_wakes_only_at_the_holders_expiry() {
+    // Today's behaviour, kept on request: no re-check, so a DEL goes unheard
+    // and the waiter tries again when the holder's PTTL runs out.
+    let server = RedisServer::start();
+    let backend = connect(&format!("{}?recheck_ms=0", server.url())).await;
+    let key = lock_key("no-recheck");
+    assert_eq!(
+        server.redis_cli(&["SET", &key, "not-dlock", "PX", "3000"]),
+        "OK"
+    );
+    let started = Instant::now();
+    let waiter = wait_for("no-recheck", backend);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    del(&server, &key);
+    let (guard, at) = waiter.await.expect("the waiter task");
+    let _guard = guard.expect("the waiter got the lock at the old holder's expiry");
+    let after = at - started;
+    println!(
+        "recheck_ms=0: the waiter held the lock {after:?} after it started waiting (PTTL 3 s)"
+    );
+    assert!(
+        after >= Duration::from_millis(2500),
+        "with recheck_ms=0 and no notifications the waiter should sleep to the PTTL, woke after {after:?}"
+    );
+    assert!(
+        after < Duration::from_secs(6),
+        "woke {after:?} after it started"
+    );
+    // The acquire script reads the holder's PTTL too (and the server counts
+    // that call): every PTTL must be one of those.
+    let (pttl, evalsha) =
+        tokio::task::block_in_place(|| (pttl_calls(&server), command_calls(&server, "evalsha")));
+    assert!(
+        pttl <= evalsha,
+        "recheck_ms=0 sends no re-check, yet the server ran {pttl} PTTL for {evalsha} acquire scripts"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_get_refused_by_acl_counts_as_no_notifications() {
+    // A user who may not run CONFIG (as on managed Redis): connect works,
+    // and the waiter falls back to the re-check.
+    let server = RedisServer::start_with(RedisOptions::new().config([
+        "--notify-keyspace-events",
+        "Kgx",
+        "--user",
+        "app",
+        "on",
+        ">app-pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-config",
+    ]));
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let backend = Arc::new(
+        RedisBackend::connect(&url)
+            .await
+            .expect("a user without CONFIG can still connect"),
+    );
+    assert!(!backend.keyspace_notifications(), "unknown counts as off");
+    hold_foreign(&server, &lock_key("acl"));
+    let waiter = wait_for("acl", backend);
+    tokio::time::sleep(HOLD).await;
+    let released = del(&server, &lock_key("acl"));
+    let (_guard, late) = took(waiter, released, "DEL, CONFIG refused").await;
+    assert!(late < BY_RECHECK, "held the lock {late:?} after the DEL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyspace_channels_refused_by_acl_leave_the_release_channel_working() {
+    // The server notifies, but this user may only use dlock's channels: the
+    // refused keyspace SUBSCRIBE must cost neither the release channel nor
+    // the subscriber's connection, and the waiter falls back to the re-check.
+    let server = RedisServer::start_with(RedisOptions::new().config([
+        "--notify-keyspace-events",
+        "Kgx",
+        "--user",
+        "app",
+        "on",
+        ">app-pw",
+        "~*",
+        "resetchannels",
+        "&dlock:*",
+        "+@all",
+    ]));
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let (holder_side, waiter_side) = (connect(&url).await, connect(&url).await);
+
+    // A dlock release still wakes a waiter at once, through its channel.
+    let guard = Lock::new("acl-channels")
+        .with_backend(holder_side)
+        .acquire()
+        .await
+        .expect("free");
+    let waiter = wait_for("acl-channels", waiter_side.clone());
+    tokio::time::sleep(HOLD).await;
+    let released = Instant::now();
+    guard.release().await.expect("release");
+    let (guard, late) = took(waiter, released, "dlock release, keyspace refused").await;
+    assert!(
+        late < BY_NOTIFICATION,
+        "held the lock {late:?} after a dlock release"
+    );
+    drop(guard);
+    assert!(
+        !waiter_side.keyspace_notifications(),
+        "a refused keyspace channel turns notifications off for the backend"
+    );
+
+    // A foreign DEL is caught by the re-check.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    hold_foreign(&server, &lock_key("acl-channels"));
+    let waiter = wait_for("acl-channels", waiter_side);
+    tokio::time::sleep(HOLD).await;
+    let released = del(&server, &lock_key("acl-channels"));
+    let (_guard, late) = took(waiter, released, "DEL, keyspace refused").await;
+    assert!(late < BY_RECHECK, "held the lock {late:?} after the DEL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_del_on_a_cluster_wakes_the_waiter_within_the_recheck() {
+    let cluster = RedisCluster::start(3);
+    let backend = connect(&cluster.url()).await;
+    assert!(
+        !backend.keyspace_notifications(),
+        "a cluster's waiters re-check instead"
+    );
+    let key = lock_key("clustered");
+    let ttl = FOREIGN_TTL.as_millis().to_string();
+    assert_eq!(
+        cluster.redis_cli(&["SET", &key, "not-dlock", "PX", &ttl]),
+        "OK"
+    );
+    let waiter = wait_for("clustered", backend);
+    tokio::time::sleep(HOLD).await;
+    let released = Instant::now();
+    tokio::task::block_in_place(|| assert_eq!(cluster.redis_cli(&["DEL", &key]), "1"));
+    let (_guard, late) = took(waiter, released, "DEL on a cluster").await;
+    assert!(late < BY_RECHECK, "held the lock {late:?} after the DEL");
+}
+
+/// How many `PTTL` calls the server ran since its stats were last reset.
+fn pttl_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "pttl")
+}
+
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.redis_cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a call count"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_waiting_key_costs_one_pttl_per_cap() {
+    // The cost at scale: a key whose holder never lets go, one waiter, the
+    // default cap of 1 s and no notifications. After the first few fast
+    // re-checks, the server sees one PTTL a second from it, and no acquire.
+    let server = RedisServer::start();
+    let backend = connect(&server.url()).await;
+    let key = lock_key("cost");
+    assert_eq!(
+        server.redis_cli(&["SET", &key, "not-dlock", "PX", "60000"]),
+        "OK"
+    );
+    let lock = Lock::new("cost")
+        .with_backend(backend)
+        .wait(Duration::from_secs(14));
+    let waiter = tokio::spawn(async move { lock.acquire().await.map(drop) });
+    // Past the back-off from a few ms up to the cap.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::task::block_in_place(|| server.redis_cli(&["CONFIG", "RESETSTAT"]));
+    let window = Duration::from_secs(10);
+    tokio::time::sleep(window).await;
+    let (pttl, evalsha) =
+        tokio::task::block_in_place(|| (pttl_calls(&server), command_calls(&server, "evalsha")));
+    println!(
+        "one waiting key, no notifications: {pttl} PTTL and {evalsha} EVALSHA in {window:?} \
+         ({:.2} requests/s)",
+        (pttl + evalsha) as f64 / window.as_secs_f64()
+    );
+    assert!(
+        (5..=11).contains(&pttl),
+        "expected about one PTTL a second, got {pttl} in {window:?}"
+    );
+    assert_eq!(evalsha, 0, "the re-check never runs the acquire script");
+    assert!(matches!(
+        waiter.await.expect("the waiter task"),
+        Err(LockError::Timeout { .. })
+    ));
+}
