@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
-use dlock::{distributed_lock, Lock, LockBackend, LockError};
+use dlock::{distributed_lock, Lock, LockBackend, LockError, MAX_TTL};
 use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
@@ -210,9 +210,10 @@ fn latest_instant() -> Instant {
 
 /// Values at the edge of `Duration` and `Instant` neither panic nor wrap:
 /// a session timeout too long for the protocol's 32-bit milliseconds is an
-/// `InvalidOption` that names it; a `Duration::MAX` ttl on a lock, a
-/// semaphore or a renewed lease is clamped like any long ttl; a wait
-/// deadline at the end of time is no limit.
+/// `InvalidOption` that names it; the longest ttl the core takes
+/// (`MAX_TTL`) on a lock or a semaphore, and a `Duration::MAX` ttl handed to
+/// the backend itself or in a renewed lease, are clamped like any long ttl;
+/// a wait deadline at the end of time is no limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
     let fixture = ZkFixture::start().await;
@@ -238,21 +239,27 @@ async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
 
     let b = backend(&fixture).await;
     let most = SESSION_TIMEOUT / 20 * 11;
+    // The core refuses a longer ttl on every backend.
+    let refused = lock(&b, "forever").ttl(Duration::MAX).acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidOption { .. })),
+        "{refused:?}"
+    );
     let guard = lock(&b, "forever")
-        .ttl(Duration::MAX)
+        .ttl(MAX_TTL)
         .acquire()
         .await
-        .expect("a ttl of Duration::MAX");
+        .expect("a ttl of MAX_TTL");
     // Renewed like any long lease (every third of the clamped ttl).
     tokio::time::sleep(most).await;
     assert!(guard.is_held());
     guard.release().await.unwrap();
     let permit = dlock::Semaphore::new("forever-permits", 2)
         .with_backend(b.clone())
-        .ttl(Duration::MAX)
+        .ttl(MAX_TTL)
         .acquire()
         .await
-        .expect("a permit with a ttl of Duration::MAX");
+        .expect("a permit with a ttl of MAX_TTL");
     permit.release().await.unwrap();
 
     let backend: Arc<dyn LockBackend> = b.clone();
@@ -294,36 +301,36 @@ async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
     assert!(backend.release_permit(&lease).await.unwrap());
 }
 
-/// `Duration::MAX` as both ttl and wait, the natural way to write "hold it
-/// and wait for it as long as it takes", on a lock, a semaphore and a
-/// segmented lock: success, no panic. (The wait's deadline is the core's:
-/// an overflowing one means no limit.)
+/// The longest ttl and a `Duration::MAX` wait, the natural way to write
+/// "hold it and wait for it as long as it takes", on a lock, a semaphore
+/// and a segmented lock: success, no panic. (The wait's deadline is the
+/// core's: an overflowing one means no limit.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duration_max_ttl_and_wait_work_on_zookeeper() {
+async fn the_longest_ttl_and_wait_work_on_zookeeper() {
     let fixture = ZkFixture::start().await;
     let b = backend(&fixture).await;
     let guard = lock(&b, "max-wait")
-        .ttl(Duration::MAX)
+        .ttl(MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("ttl and wait of Duration::MAX");
+        .expect("ttl MAX_TTL and wait Duration::MAX");
     guard.release().await.unwrap();
     let permit = dlock::Semaphore::new("max-wait-permits", 1)
         .with_backend(b.clone())
-        .ttl(Duration::MAX)
+        .ttl(MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("ttl and wait of Duration::MAX");
+        .expect("ttl MAX_TTL and wait Duration::MAX");
     permit.release().await.unwrap();
     let segment = dlock::SegmentedLock::new("max-wait-segments", 2)
         .with_backend(b.clone())
-        .ttl(Duration::MAX)
+        .ttl(MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("ttl and wait of Duration::MAX");
+        .expect("ttl MAX_TTL and wait Duration::MAX");
     segment.release().await.unwrap();
 }
 
