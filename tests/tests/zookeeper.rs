@@ -726,6 +726,18 @@ async fn expire_session(
     backend: &ZooKeeperBackend,
     key: &str,
 ) {
+    expire_session_leaving(fixture, proxy, backend, key, 0).await;
+}
+
+/// [`expire_session`], returning once `key` has `left` nodes of other
+/// sessions.
+async fn expire_session_leaving(
+    fixture: &ZkFixture,
+    proxy: &FaultProxy,
+    backend: &ZooKeeperBackend,
+    key: &str,
+    left: usize,
+) {
     let session = backend.client().expect("a live session").session().clone();
     proxy.reset();
     let intruder = zookeeper_client::Client::connector()
@@ -742,10 +754,61 @@ async fn expire_session(
     eventually(
         "the closed session's node is deleted",
         Duration::from_secs(5),
-        || async { fixture.contenders(key).await.is_empty() },
+        || async { fixture.contenders(key).await.len() == left },
     )
     .await;
     proxy.pass();
+}
+
+/// A waiter whose session expires while it waits fails with a backend error
+/// as soon as it hears of the expiry, instead of waiting out its deadline;
+/// its node went with the session, the holder keeps the lock, and the
+/// backend's next acquisition runs on a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline() {
+    let fixture = ZkFixture::start().await;
+    let key = "expiry-waiting";
+    let holder = backend(&fixture).await;
+    let held = lock(&holder, key).acquire().await.unwrap();
+    let (proxy, b) = proxied(&fixture).await;
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { lock(&b, key).wait(Duration::from_secs(60)).acquire().await }
+    });
+    eventually("the waiter queued", Duration::from_secs(10), || async {
+        fixture.contenders(key).await.len() == 2
+    })
+    .await;
+    let old_id = b.client().expect("a live session").session_id();
+    expire_session_leaving(&fixture, &proxy, &b, key, 1).await;
+
+    let limit = SESSION_TIMEOUT + Duration::from_secs(5);
+    let got = tokio::time::timeout(limit, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("the waiter still waited {limit:?} after its session expired"))
+        .expect("the waiter panicked");
+    match got {
+        Err(LockError::Backend { .. }) => {}
+        other => panic!("expected a backend error from the expired session, got {other:?}"),
+    }
+    assert!(held.is_held(), "the holder lost the lock");
+    assert_eq!(
+        fixture.contenders(key).await.len(),
+        1,
+        "the expired waiter's node survived"
+    );
+    held.release().await.unwrap();
+    let again = lock(&b, key)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire after the waiter's session expired");
+    assert_ne!(
+        b.client().unwrap().session_id(),
+        old_id,
+        "the expired session was reused"
+    );
+    again.release().await.unwrap();
 }
 
 /// A critical section far longer than the test; the session under it expires.
