@@ -121,6 +121,72 @@ async fn nodes_use_the_curator_layout_and_escaped_keys() {
     assert!(fixture.contenders(key).await.is_empty());
 }
 
+/// The last request id (`lcxid`) the server processed for `session`, from
+/// its `cons` four-letter command: the client numbers each request it sends
+/// (heartbeats aside), so the difference between two readings counts the
+/// requests sent in between.
+fn requests_seen(fixture: &ZkFixture, session: zookeeper_client::SessionId) -> i64 {
+    let ZkServers::Single(server) = &fixture.servers else {
+        unreachable!("a standalone fixture")
+    };
+    let cons = tokio::task::block_in_place(|| server.four_letter("cons"))
+        .unwrap_or_else(|e| panic!("cons: {e}"));
+    let sid = format!("sid=0x{:x},", session.0);
+    let line = cons
+        .lines()
+        .find(|l| l.contains(&sid))
+        .unwrap_or_else(|| panic!("no connection of session {sid} in:\n{cons}"));
+    let lcxid = line
+        .split([',', '(', ')'])
+        .find_map(|f| f.strip_prefix("lcxid=0x"))
+        .unwrap_or_else(|| panic!("no lcxid in {line}"));
+    i64::from_str_radix(lcxid, 16).unwrap_or_else(|e| panic!("lcxid {lcxid} in {line}: {e}"))
+}
+
+/// An uncontended `acquire` + `release` sends three requests: the create,
+/// one listing of the queue (the fencing token comes from the create's own
+/// stat, so no read of the node follows), and the release's delete, with
+/// nothing left to delete in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_is_a_create_a_listing_and_a_delete() {
+    const CYCLES: i64 = 10;
+    let fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    let key = "fast-path";
+    // The first cycle also creates the key's directory.
+    lock(&b, key)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let session = b.client().expect("a live session").session_id();
+    // Background work of a cycle lands within moments; wait for it before
+    // each reading, so it is counted in the cycle that caused it.
+    let settle = Duration::from_millis(300);
+    tokio::time::sleep(settle).await;
+    let before = requests_seen(&fixture, session);
+    for _ in 0..CYCLES {
+        let guard = lock(&b, key).acquire().await.unwrap();
+        assert!(guard.fencing_token().is_some());
+        guard.release().await.unwrap();
+    }
+    tokio::time::sleep(settle).await;
+    let sent = requests_seen(&fixture, session) - before;
+    // Slack of one renewal (a sync and a read), should the watchdog run.
+    assert!(
+        sent <= 3 * CYCLES + 2,
+        "{CYCLES} uncontended cycles sent {sent} requests, {:.1} a cycle: more than \
+         create, list and delete",
+        sent as f64 / CYCLES as f64
+    );
+    assert!(
+        fixture.contenders(key).await.is_empty(),
+        "nodes left behind"
+    );
+}
+
 /// A waiter whose wait runs out has deleted its node by the time `acquire`
 /// returns, so it never stands between the holder and the next contender.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,6 +234,19 @@ async fn ttl_is_clamped_to_eleven_twentieths_of_the_session_timeout() {
             token: "00112233445566778899aabbccddeeff".into(),
             ttl,
         };
+        // With the key's directory in place, the acquisition is one create,
+        // the request its lease is counted from. (The first on a new key is
+        // refused for want of the directory, creates it, and counts from the
+        // create that follows, later than `sent` below.)
+        fixture
+            .admin()
+            .mkdir(
+                &fixture.lock_path(key),
+                &zookeeper_client::CreateMode::Persistent
+                    .with_acls(zookeeper_client::Acls::anyone_all()),
+            )
+            .await
+            .unwrap();
         let sent = Instant::now();
         let lease = backend.try_acquire(&req).await.unwrap().expect("free key");
         assert_eq!(lease.ttl, expected, "{key}");
