@@ -2,12 +2,12 @@
 //! create-ephemeral-sequential/delete loop with `zookeeper-client`, on the
 //! same server, in the same run.
 //!
-//! - **Cycle latency** (one client, one key, no contention): dlock's cycle is
-//!   create + list children + read the node's stat (for the `czxid` fencing
-//!   token) + delete; the raw loop is create + delete. The ratio is what the
-//!   queue check and the fencing token cost.
-//! - **try_acquire cycle**: dlock's own path (create + list + delete, the
-//!   fencing token from the create's stat), for comparison with the recipe.
+//! - **Cycle latency** (one client, one key, no contention): the raw loop is
+//!   create + delete; dlock's `acquire` and `try_acquire` cycles add the
+//!   queue check (a listing of the key's children). The ratio is what the
+//!   queue check and the fencing token cost. The three kinds of cycle run
+//!   interleaved, one of each per round in a rotating order, so a burst of
+//!   load from whatever else shares the machine hits all three alike.
 //! - **Contended throughput** (8 clients, each its own session, one key):
 //!   dlock hands the lock over through the predecessor watch; the raw loop
 //!   runs the same create/delete pairs with no exclusion at all, so it is
@@ -65,9 +65,8 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         backends[0].session_timeout()
     );
 
-    let ours = dlock_latency(&backends[0], &key, false).await?;
-    let ours_try = dlock_latency(&backends[0], &key, true).await?;
-    let theirs = raw_latency(&raw[0], &raw_dir).await?;
+    let [ours, ours_try, theirs] =
+        interleaved_latency(&backends[0], &key, &raw[0], &raw_dir).await?;
     let ours_tp = dlock_throughput(&backends, &key).await?;
     let theirs_tp = raw_throughput(&raw, &raw_dir).await?;
 
@@ -78,20 +77,28 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         "ZooKeeper: dlock vs raw create-ephemeral-sequential/delete",
         "raw zookeeper-client",
         &[
-            Row::latency("cycle p50, 1 client, no contention", ours.p50, theirs.p50),
-            Row::latency("cycle p99, 1 client, no contention", ours.p99, theirs.p99),
             Row::latency(
-                "cycle mean, 1 client, no contention",
+                "acquire cycle p50, 1 client, no contention",
+                ours.p50,
+                theirs.p50,
+            ),
+            Row::latency(
+                "acquire cycle p99, 1 client, no contention",
+                ours.p99,
+                theirs.p99,
+            ),
+            Row::latency(
+                "acquire cycle mean, 1 client, no contention",
                 ours.mean,
                 theirs.mean,
             ),
             Row::latency(
-                "try_acquire cycle p50 (own create/list/delete path)",
+                "try_acquire cycle p50, 1 client, no contention",
                 ours_try.p50,
                 theirs.p50,
             ),
             Row::latency(
-                "try_acquire cycle p99 (own create/list/delete path)",
+                "try_acquire cycle p99, 1 client, no contention",
                 ours_try.p99,
                 theirs.p99,
             ),
@@ -101,6 +108,11 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
                 theirs_tp,
             ),
         ],
+    );
+    println!(
+        "\nacquire+release p50 = {:.2}× the raw create+delete pair; try_acquire+release p50 = {:.2}×",
+        ours.p50.as_secs_f64() / theirs.p50.as_secs_f64(),
+        ours_try.p50.as_secs_f64() / theirs.p50.as_secs_f64(),
     );
     Ok(())
 }
@@ -118,30 +130,54 @@ fn lock_on(backend: &Arc<ZooKeeperBackend>, key: &str) -> Lock {
     Lock::new(key).with_backend(backend)
 }
 
-/// `acquire` (the recipe) or, with `once`, `try_acquire` (dlock's own
-/// create/list path), each followed by `release`.
-async fn dlock_latency(
+/// One cycle of a latency row.
+#[derive(Clone, Copy)]
+enum Cycle {
+    /// dlock's `acquire`, then `release`.
+    Acquire,
+    /// dlock's `try_acquire`, then `release`.
+    TryAcquire,
+    /// A raw create-ephemeral-sequential, then a delete.
+    Raw,
+}
+
+/// The latency of dlock's `acquire` and `try_acquire` cycles and of the raw
+/// pair, in that order: [`CYCLES`] of each after [`WARMUP`] rounds, one of
+/// each per round, the order rotating from round to round.
+async fn interleaved_latency(
     backend: &Arc<ZooKeeperBackend>,
     key: &str,
-    once: bool,
-) -> Result<Summary, BoxError> {
+    raw: &Client,
+    raw_dir: &str,
+) -> Result<[Summary; 3], BoxError> {
     let lock = lock_on(backend, key).wait(Duration::from_secs(10));
-    let mut samples = Vec::with_capacity(CYCLES);
-    for i in 0..WARMUP + CYCLES {
-        let start = Instant::now();
-        let guard = if once {
-            lock.try_acquire()
-                .await?
-                .ok_or("nobody else holds the bench key")?
-        } else {
-            lock.acquire().await?
-        };
-        guard.release().await?;
-        if i >= WARMUP {
-            samples.push(start.elapsed());
+    let kinds = [Cycle::Acquire, Cycle::TryAcquire, Cycle::Raw];
+    let mut samples: [Vec<Duration>; 3] = std::array::from_fn(|_| Vec::with_capacity(CYCLES));
+    for round in 0..WARMUP + CYCLES {
+        for turn in 0..kinds.len() {
+            let which = (round + turn) % kinds.len();
+            let start = Instant::now();
+            match kinds[which] {
+                Cycle::Acquire => lock.acquire().await?.release().await?,
+                Cycle::TryAcquire => {
+                    lock.try_acquire()
+                        .await?
+                        .ok_or("nobody else holds the bench key")?
+                        .release()
+                        .await?
+                }
+                Cycle::Raw => raw_cycle(raw, raw_dir).await?,
+            }
+            if round >= WARMUP {
+                samples[which].push(start.elapsed());
+            }
         }
     }
-    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+    let [ours, ours_try, theirs] = samples.map(|mut s| Summary::of(&mut s));
+    match (ours, ours_try, theirs) {
+        (Some(a), Some(b), Some(c)) => Ok([a, b, c]),
+        _ => Err("no samples".into()),
+    }
 }
 
 async fn raw_cycle(client: &Client, dir: &str) -> Result<(), BoxError> {
@@ -150,18 +186,6 @@ async fn raw_cycle(client: &Client, dir: &str) -> Result<(), BoxError> {
     let (_, seq) = client.create(&prefix, b"", &options).await?;
     client.delete(&format!("{prefix}{seq}"), None).await?;
     Ok(())
-}
-
-async fn raw_latency(client: &Client, dir: &str) -> Result<Summary, BoxError> {
-    let mut samples = Vec::with_capacity(CYCLES);
-    for i in 0..WARMUP + CYCLES {
-        let start = Instant::now();
-        raw_cycle(client, dir).await?;
-        if i >= WARMUP {
-            samples.push(start.elapsed());
-        }
-    }
-    Summary::of(&mut samples).ok_or_else(|| "no samples".into())
 }
 
 async fn dlock_throughput(backends: &[Arc<ZooKeeperBackend>], key: &str) -> Result<f64, BoxError> {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
-use dlock::{distributed_lock, Lock, LockBackend, LockError};
+use dlock::{distributed_lock, Lock, LockBackend, LockError, MAX_TTL};
 use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
@@ -121,6 +121,72 @@ async fn nodes_use_the_curator_layout_and_escaped_keys() {
     assert!(fixture.contenders(key).await.is_empty());
 }
 
+/// The last request id (`lcxid`) the server processed for `session`, from
+/// its `cons` four-letter command: the client numbers each request it sends
+/// (heartbeats aside), so the difference between two readings counts the
+/// requests sent in between.
+fn requests_seen(fixture: &ZkFixture, session: zookeeper_client::SessionId) -> i64 {
+    let ZkServers::Single(server) = &fixture.servers else {
+        unreachable!("a standalone fixture")
+    };
+    let cons = tokio::task::block_in_place(|| server.four_letter("cons"))
+        .unwrap_or_else(|e| panic!("cons: {e}"));
+    let sid = format!("sid=0x{:x},", session.0);
+    let line = cons
+        .lines()
+        .find(|l| l.contains(&sid))
+        .unwrap_or_else(|| panic!("no connection of session {sid} in:\n{cons}"));
+    let lcxid = line
+        .split([',', '(', ')'])
+        .find_map(|f| f.strip_prefix("lcxid=0x"))
+        .unwrap_or_else(|| panic!("no lcxid in {line}"));
+    i64::from_str_radix(lcxid, 16).unwrap_or_else(|e| panic!("lcxid {lcxid} in {line}: {e}"))
+}
+
+/// An uncontended `acquire` + `release` sends three requests: the create,
+/// one listing of the queue (the fencing token comes from the create's own
+/// stat, so no read of the node follows), and the release's delete, with
+/// nothing left to delete in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_is_a_create_a_listing_and_a_delete() {
+    const CYCLES: i64 = 10;
+    let fixture = ZkFixture::start().await;
+    let b = backend(&fixture).await;
+    let key = "fast-path";
+    // The first cycle also creates the key's directory.
+    lock(&b, key)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let session = b.client().expect("a live session").session_id();
+    // Background work of a cycle lands within moments; wait for it before
+    // each reading, so it is counted in the cycle that caused it.
+    let settle = Duration::from_millis(300);
+    tokio::time::sleep(settle).await;
+    let before = requests_seen(&fixture, session);
+    for _ in 0..CYCLES {
+        let guard = lock(&b, key).acquire().await.unwrap();
+        assert!(guard.fencing_token().is_some());
+        guard.release().await.unwrap();
+    }
+    tokio::time::sleep(settle).await;
+    let sent = requests_seen(&fixture, session) - before;
+    // Slack of one renewal (a sync and a read), should the watchdog run.
+    assert!(
+        sent <= 3 * CYCLES + 2,
+        "{CYCLES} uncontended cycles sent {sent} requests, {:.1} a cycle: more than \
+         create, list and delete",
+        sent as f64 / CYCLES as f64
+    );
+    assert!(
+        fixture.contenders(key).await.is_empty(),
+        "nodes left behind"
+    );
+}
+
 /// A waiter whose wait runs out has deleted its node by the time `acquire`
 /// returns, so it never stands between the holder and the next contender.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,6 +234,19 @@ async fn ttl_is_clamped_to_eleven_twentieths_of_the_session_timeout() {
             token: "00112233445566778899aabbccddeeff".into(),
             ttl,
         };
+        // With the key's directory in place, the acquisition is one create,
+        // the request its lease is counted from. (The first on a new key is
+        // refused for want of the directory, creates it, and counts from the
+        // create that follows, later than `sent` below.)
+        fixture
+            .admin()
+            .mkdir(
+                &fixture.lock_path(key),
+                &zookeeper_client::CreateMode::Persistent
+                    .with_acls(zookeeper_client::Acls::anyone_all()),
+            )
+            .await
+            .unwrap();
         let sent = Instant::now();
         let lease = backend.try_acquire(&req).await.unwrap().expect("free key");
         assert_eq!(lease.ttl, expected, "{key}");
@@ -210,9 +289,10 @@ fn latest_instant() -> Instant {
 
 /// Values at the edge of `Duration` and `Instant` neither panic nor wrap:
 /// a session timeout too long for the protocol's 32-bit milliseconds is an
-/// `InvalidOption` that names it; a `Duration::MAX` ttl on a lock, a
-/// semaphore or a renewed lease is clamped like any long ttl; a wait
-/// deadline at the end of time is no limit.
+/// `InvalidOption` that names it; the longest ttl the core takes
+/// (`MAX_TTL`) on a lock or a semaphore, and a `Duration::MAX` ttl handed to
+/// the backend itself or in a renewed lease, are clamped like any long ttl;
+/// a wait deadline at the end of time is no limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
     let fixture = ZkFixture::start().await;
@@ -238,28 +318,27 @@ async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
 
     let b = backend(&fixture).await;
     let most = SESSION_TIMEOUT / 20 * 11;
-    // Through `Lock`, a ttl past dlock::MAX_TTL is refused on every backend;
-    // the longest accepted one is clamped here like any long lease.
+    // The core refuses a longer ttl on every backend.
     let refused = lock(&b, "forever").ttl(Duration::MAX).acquire().await;
     assert!(
         matches!(refused, Err(LockError::InvalidOption { .. })),
         "{refused:?}"
     );
     let guard = lock(&b, "forever")
-        .ttl(dlock::MAX_TTL)
+        .ttl(MAX_TTL)
         .acquire()
         .await
-        .expect("the longest ttl");
+        .expect("a ttl of MAX_TTL");
     // Renewed like any long lease (every third of the clamped ttl).
     tokio::time::sleep(most).await;
     assert!(guard.is_held());
     guard.release().await.unwrap();
     let permit = dlock::Semaphore::new("forever-permits", 2)
         .with_backend(b.clone())
-        .ttl(dlock::MAX_TTL)
+        .ttl(MAX_TTL)
         .acquire()
         .await
-        .expect("a permit with the longest ttl");
+        .expect("a permit with a ttl of MAX_TTL");
     permit.release().await.unwrap();
 
     let backend: Arc<dyn LockBackend> = b.clone();
@@ -301,36 +380,36 @@ async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
     assert!(backend.release_permit(&lease).await.unwrap());
 }
 
-/// The longest ttl with a wait of `Duration::MAX`, the natural way to write
-/// "hold it and wait for it as long as it takes", on a lock, a semaphore and
-/// a segmented lock: success, no panic. (The wait's deadline is the core's:
-/// an overflowing one means no limit.)
+/// The longest ttl and a `Duration::MAX` wait, the natural way to write
+/// "hold it and wait for it as long as it takes", on a lock, a semaphore
+/// and a segmented lock: success, no panic. (The wait's deadline is the
+/// core's: an overflowing one means no limit.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duration_max_ttl_and_wait_work_on_zookeeper() {
+async fn the_longest_ttl_and_wait_work_on_zookeeper() {
     let fixture = ZkFixture::start().await;
     let b = backend(&fixture).await;
     let guard = lock(&b, "max-wait")
-        .ttl(dlock::MAX_TTL)
+        .ttl(MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("the longest ttl and a wait of Duration::MAX");
+        .expect("ttl MAX_TTL and wait Duration::MAX");
     guard.release().await.unwrap();
     let permit = dlock::Semaphore::new("max-wait-permits", 1)
         .with_backend(b.clone())
-        .ttl(dlock::MAX_TTL)
+        .ttl(MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("the longest ttl and a wait of Duration::MAX");
+        .expect("ttl MAX_TTL and wait Duration::MAX");
     permit.release().await.unwrap();
     let segment = dlock::SegmentedLock::new("max-wait-segments", 2)
         .with_backend(b.clone())
-        .ttl(dlock::MAX_TTL)
+        .ttl(MAX_TTL)
         .wait(Duration::MAX)
         .acquire()
         .await
-        .expect("the longest ttl and a wait of Duration::MAX");
+        .expect("ttl MAX_TTL and wait Duration::MAX");
     segment.release().await.unwrap();
 }
 
@@ -726,6 +805,18 @@ async fn expire_session(
     backend: &ZooKeeperBackend,
     key: &str,
 ) {
+    expire_session_leaving(fixture, proxy, backend, key, 0).await;
+}
+
+/// [`expire_session`], returning once `key` has `left` nodes of other
+/// sessions.
+async fn expire_session_leaving(
+    fixture: &ZkFixture,
+    proxy: &FaultProxy,
+    backend: &ZooKeeperBackend,
+    key: &str,
+    left: usize,
+) {
     let session = backend.client().expect("a live session").session().clone();
     proxy.reset();
     let intruder = zookeeper_client::Client::connector()
@@ -742,10 +833,61 @@ async fn expire_session(
     eventually(
         "the closed session's node is deleted",
         Duration::from_secs(5),
-        || async { fixture.contenders(key).await.is_empty() },
+        || async { fixture.contenders(key).await.len() == left },
     )
     .await;
     proxy.pass();
+}
+
+/// A waiter whose session expires while it waits fails with a backend error
+/// as soon as it hears of the expiry, instead of waiting out its deadline;
+/// its node went with the session, the holder keeps the lock, and the
+/// backend's next acquisition runs on a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline() {
+    let fixture = ZkFixture::start().await;
+    let key = "expiry-waiting";
+    let holder = backend(&fixture).await;
+    let held = lock(&holder, key).acquire().await.unwrap();
+    let (proxy, b) = proxied(&fixture).await;
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { lock(&b, key).wait(Duration::from_secs(60)).acquire().await }
+    });
+    eventually("the waiter queued", Duration::from_secs(10), || async {
+        fixture.contenders(key).await.len() == 2
+    })
+    .await;
+    let old_id = b.client().expect("a live session").session_id();
+    expire_session_leaving(&fixture, &proxy, &b, key, 1).await;
+
+    let limit = SESSION_TIMEOUT + Duration::from_secs(5);
+    let got = tokio::time::timeout(limit, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("the waiter still waited {limit:?} after its session expired"))
+        .expect("the waiter panicked");
+    match got {
+        Err(LockError::Backend { .. }) => {}
+        other => panic!("expected a backend error from the expired session, got {other:?}"),
+    }
+    assert!(held.is_held(), "the holder lost the lock");
+    assert_eq!(
+        fixture.contenders(key).await.len(),
+        1,
+        "the expired waiter's node survived"
+    );
+    held.release().await.unwrap();
+    let again = lock(&b, key)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire after the waiter's session expired");
+    assert_ne!(
+        b.client().unwrap().session_id(),
+        old_id,
+        "the expired session was reused"
+    );
+    again.release().await.unwrap();
 }
 
 /// A critical section far longer than the test; the session under it expires.

@@ -115,6 +115,25 @@ async fn a_follower_cut_off_from_its_leader_renews_nothing() {
 /// by then the first lease's local deadline must have passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_ends_before_the_leader_can_expire_its_session() {
+    lease_ends_before_the_session(Take::Try).await;
+}
+
+/// The same through `acquire`: an uncontended acquisition is granted by the
+/// listing sent behind its create, with no `sync`, and its lease is counted
+/// from the create, a write the leader committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquired_lease_ends_before_the_leader_can_expire_its_session() {
+    lease_ends_before_the_session(Take::Acquire).await;
+}
+
+/// How the first client takes the lock.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    Try,
+    Acquire,
+}
+
+async fn lease_ends_before_the_session(take: Take) {
     let mut ensemble = ensemble(ZkOptions::default()).await;
     let (follower, others) = roles(&ensemble);
     let session = Duration::from_secs(40);
@@ -129,10 +148,12 @@ async fn a_lease_ends_before_the_leader_can_expire_its_session() {
         token: "00112233445566778899aabbccddeeff".into(),
         ttl: session,
     };
-    let lease = holder
-        .try_acquire(&request)
-        .await
-        .expect("try_acquire")
+    let taken = match take {
+        Take::Try => holder.try_acquire(&request).await,
+        Take::Acquire => holder.acquire(&request, None).await,
+    };
+    let lease = taken
+        .unwrap_or_else(|e| panic!("{take:?}: {e}"))
         .expect("a free key");
     tokio::task::block_in_place(|| ensemble.node_mut(follower).pause());
 

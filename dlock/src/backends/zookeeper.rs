@@ -21,25 +21,27 @@
 //!   `_c_<uuid>-lock-<seq>`: Curator's "protected" name, so a Java service
 //!   using `InterProcessMutex` on the same path and dlock exclude each other.
 //!   The node's data is the owner token.
-//! - The holder is the child with the smallest sequence. A waiter watches only
-//!   the next-lower child for deletion, then checks again.
+//! - The node is created and the key's children listed in one round trip
+//!   (the listing is sent right behind the create). The holder is the child
+//!   with the smallest sequence: if that is our node, the lock is ours, with
+//!   no further request. A waiter watches only the next-lower child for
+//!   deletion, then lists again. (See `queue.rs`.)
 //! - If the connection drops while the create is in flight, the node is
 //!   found again by its uuid instead of being leaked (protected create).
 //! - A wait that runs out, or an `acquire` future that is dropped, deletes its
 //!   own node.
 //! - Fencing token: the own node's `czxid`, the id of the transaction that
-//!   created it. ZooKeeper orders every transaction, and a holder's node was
-//!   always created after its predecessor's, so it strictly increases across
-//!   successive holders, also after the key's directory was removed and
-//!   created again (sequence numbers restart then, zxids do not).
+//!   created it, from the create's own answer. ZooKeeper orders every
+//!   transaction, and a holder's node was always created after its
+//!   predecessor's, so it strictly increases across successive holders, also
+//!   after the key's directory was removed and created again (sequence
+//!   numbers restart then, zxids do not).
 //! - Release deletes the own node.
+//! - `try_acquire` queues the same way, and deletes its node again at once
+//!   if it is not first.
 //!
-//! `acquire` reuses `zookeeper-client`'s Curator-compatible recipe
-//! (`Client::lock`), with the prefix built here (`LockPrefix::new_custom` with
-//! Curator's `_c_<uuid>-lock-` name) so that dlock knows the uuid and can
-//! delete a timed-out waiter's node before it returns. `try_acquire` does not
-//! use the recipe, because the recipe always waits: it creates, lists, and
-//! deletes its node again if it is not first.
+//! So an uncontended `acquire` and release cost three requests (create,
+//! listing, delete) in two round trips, against a bare create and delete.
 //!
 //! # Renewal, session loss and the ttl
 //!
@@ -70,9 +72,12 @@
 //!   without a leader, the read does not return, so the guard is lost when
 //!   its local deadline passes, never later than the server could expire the
 //!   session.
-//!   The read that starts an `acquire`'s or a permit's lease goes behind a
-//!   sync too; `try_acquire`'s lease starts with its create, a write, which
-//!   the leader itself commits.
+//!   A lease granted at once, by the listing sent behind the create,
+//!   starts with the create: a write, which the leader itself checks and
+//!   commits, so its answer proves what a read behind a sync proves, and the
+//!   fast path sends no sync (the reasoning is in `queue.rs`). A lease
+//!   granted after a wait starts with the listing that granted it, sent
+//!   behind a sync, as is a permit's.
 //! - After an expiry the backend opens a new session for the next acquisition;
 //!   guards of the old session stay lost.
 //! - ZooKeeper has no per-node expiry for ephemeral nodes, so a lease whose
@@ -140,6 +145,7 @@
 mod config;
 mod lease;
 mod permits;
+mod queue;
 mod session;
 
 use std::collections::HashMap;
@@ -151,8 +157,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::runtime::Handle;
 use zookeeper_client::{
-    Acl, Acls, Client, CreateMode, Error as ZkError, LockOptions, LockPrefix, MultiReadResult,
-    OwnedLockClient, Permission, SessionState, Stat,
+    Acl, Acls, Client, CreateMode, Error as ZkError, MultiReadResult, Permission, SessionState,
+    Stat,
 };
 
 use self::config::Config;
@@ -242,23 +248,18 @@ struct Held {
     _reaper: tokio::sync::oneshot::Sender<()>,
 }
 
-/// Deletes a node in the background when dropped, unless disarmed.
+/// Deletes our node in the background when dropped, unless disarmed.
+///
+/// Armed from before the create, so a future dropped at any await (a
+/// cancelled `acquire`, a wait that ran out) leaves no node behind: found by
+/// its uuid if the create has not answered yet.
 ///
 /// The delete runs on the runtime of the node's session, not the caller's:
 /// a guard or an `acquire` future may be dropped after its own runtime is
 /// gone (or outside any runtime), and the session's runtime is the one that
-/// can still reach the server. `zookeeper-client`'s recipe handle spawns its
-/// delete on the current runtime, so the drop enters the session's first.
+/// can still reach the server.
 struct Cleanup {
     runtime: Handle,
-    /// The recipe's handle: it deletes the node when dropped. Never cloned,
-    /// since dropping any clone deletes the node for all.
-    recipe: Option<OwnedLockClient>,
-    /// Our own node (from `try_acquire`): deleted by us when armed.
-    own: Option<OwnNode>,
-}
-
-struct OwnNode {
     client: Client,
     dir: String,
     uuid: String,
@@ -268,66 +269,76 @@ struct OwnNode {
 }
 
 impl Cleanup {
-    fn recipe(handle: OwnedLockClient, session: &Session) -> Self {
+    fn new(session: &Session, dir: &str, uuid: &str) -> Self {
         Cleanup {
             runtime: session.runtime().clone(),
-            recipe: Some(handle),
-            own: None,
-        }
-    }
-
-    fn own(session: &Session, dir: &str, uuid: &str) -> Self {
-        Cleanup {
-            runtime: session.runtime().clone(),
-            recipe: None,
-            own: Some(OwnNode {
-                client: session.client.clone(),
-                dir: dir.to_owned(),
-                uuid: uuid.to_owned(),
-                path: None,
-                armed: true,
-            }),
+            client: session.client.clone(),
+            dir: dir.to_owned(),
+            uuid: uuid.to_owned(),
+            path: None,
+            armed: true,
         }
     }
 
     fn set_path(&mut self, path: &str) {
-        if let Some(own) = &mut self.own {
-            own.path = Some(path.to_owned());
-        }
+        self.path = Some(path.to_owned());
     }
 
-    /// The node was deleted (or handed over): nothing to do on drop for our
-    /// own nodes. The recipe's handle cannot be disarmed; its background
-    /// delete then finds no node, which is harmless (the path holds a uuid
-    /// and is never created again).
+    /// The node was deleted, or went with its session: nothing to do on drop.
     fn disarm(&mut self) {
-        if let Some(own) = &mut self.own {
-            own.armed = false;
-        }
+        self.armed = false;
     }
 
     fn arm(&mut self) {
-        if let Some(own) = &mut self.own {
-            own.armed = true;
-        }
+        self.armed = true;
+    }
+
+    /// Deletes the node now (found by uuid if its path is not known yet),
+    /// and disarms on success.
+    async fn remove_now(&mut self) -> Result<(), ZkError> {
+        remove_node(&self.client, &self.dir, &self.uuid, self.path.as_deref()).await?;
+        self.disarm();
+        Ok(())
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        // If the session's runtime has shut down, whatever is spawned here is
-        // dropped unrun (no panic): the session died with that runtime, and
-        // the server deletes its nodes when it expires the session.
-        let _entered = self.runtime.enter();
-        drop(self.recipe.take());
-        if let Some(own) = self.own.take().filter(|o| o.armed) {
-            drop(self.runtime.spawn(async move {
-                if let Err(e) = remove_node_eventually(&own.client, &own.dir, &own.uuid, own.path.as_deref()).await {
-                    tracing::debug!(dir = %own.dir, error = %e, "background delete of a lock node failed; it ends with the session");
-                }
-            }));
+        if !self.armed {
+            return;
         }
+        // If the session's runtime has shut down, the task is dropped unrun
+        // (no panic): the session died with that runtime, and the server
+        // deletes its nodes when it expires the session.
+        let (client, dir, uuid, path) = (
+            self.client.clone(),
+            std::mem::take(&mut self.dir),
+            std::mem::take(&mut self.uuid),
+            self.path.take(),
+        );
+        drop(self.runtime.spawn(async move {
+            if let Err(e) = remove_node_eventually(&client, &dir, &uuid, path.as_deref()).await {
+                tracing::debug!(%dir, error = %e, "background delete of a lock node failed; it ends with the session");
+            }
+        }));
     }
+}
+
+/// A node [`ZooKeeperBackend::create_protected`] made.
+struct Created {
+    /// The node's path.
+    path: String,
+    /// The stat the create answered with (found again by uuid after a lost
+    /// answer): its `czxid` is the fencing token.
+    stat: Stat,
+    /// The children of the node's directory, listed behind the create, when
+    /// asked for and answered.
+    children: Option<Vec<String>>,
+    /// When the create that made the node was sent (or, after lost answers,
+    /// the earliest one that may have made it).
+    sent: Instant,
+    /// When its answer came (or, if it was lost, the node was found again).
+    answered: Instant,
 }
 
 /// [`remove_node`] for background deletes, which nobody waits for: retries
@@ -752,25 +763,67 @@ impl ZooKeeperBackend {
     }
 
     /// Creates `_c_<uuid>-lock-<seq>` under `dir`, creating `dir` if needed,
-    /// and finds the node again by its uuid if the answer is lost.
+    /// and finds the node again by its uuid if the answer is lost. With
+    /// `list`, the children of `dir` are asked for right behind the create.
     async fn create_protected(
         &self,
         client: &Client,
         dir: &str,
         uuid: &str,
         data: &[u8],
-    ) -> Result<(String, Stat), LockError> {
+        list: bool,
+    ) -> Result<Created, LockError> {
         let prefix = format!("{dir}/_c_{uuid}-{LOCK_NAME}");
         let acls = self.node_acls();
         let options = CreateMode::EphemeralSequential.with_acls(acls);
+        // When the earliest create that may have made the node was sent: a
+        // lease counted from the create starts there. A create refused for a
+        // missing directory made nothing, so the next one starts afresh (the
+        // directory made in between takes a few writes); one whose answer
+        // was lost may have made the node a later lookup finds.
+        let mut since = None;
         for _ in 0..MAX_RETRIES {
-            match client.create(&prefix, data, &options).await {
-                Ok((stat, seq)) => return Ok((format!("{prefix}{seq}"), stat)),
+            let sent = *since.get_or_insert_with(Instant::now);
+            let created = client.create(&prefix, data, &options);
+            // Sent at once, behind the create, on the same session: the
+            // server answers a session's requests in the order they were
+            // sent, so the listing sees our node and every node created
+            // before it, and costs no round trip of its own.
+            let listed = list.then(|| client.list_children(dir));
+            match created.await {
+                Ok((stat, seq)) => {
+                    let answered = Instant::now();
+                    // A failed listing is asked for again by the caller.
+                    let children = match listed {
+                        Some(listed) => listed.await.ok(),
+                        None => None,
+                    };
+                    return Ok(Created {
+                        path: format!("{prefix}{seq}"),
+                        stat,
+                        children,
+                        sent,
+                        answered,
+                    });
+                }
                 // The directory is missing, or the server removed the empty
                 // container between our mkdir and this create.
-                Err(ZkError::NoNode) => self.make_dir(client, dir).await?,
+                Err(ZkError::NoNode) => {
+                    since = None;
+                    self.make_dir(client, dir).await?;
+                }
                 Err(ZkError::ConnectionLoss) => match find_by_uuid(client, dir, uuid).await {
-                    Ok(Some(found)) => return Ok(found),
+                    // A lost create made the node: the leader committed it
+                    // after `sent`.
+                    Ok(Some((path, stat))) => {
+                        return Ok(Created {
+                            path,
+                            stat,
+                            children: None,
+                            sent,
+                            answered: Instant::now(),
+                        })
+                    }
                     Ok(None) => continue,
                     Err(e) => {
                         return Err(self.error(
@@ -813,102 +866,6 @@ impl ZooKeeperBackend {
             lease.valid_until,
             gone,
         ));
-    }
-
-    /// The recipe's part of `acquire`: queue, wait for our turn, and read our
-    /// node's stat for the fencing token.
-    async fn queue_and_wait(
-        &self,
-        session: &Arc<Session>,
-        req: &AcquireRequest,
-        dir: &str,
-        uuid: &str,
-    ) -> Result<Lease, LockError> {
-        let client = &session.client;
-        let prefix = LockPrefix::new_custom(format!("{dir}/_c_{uuid}-{LOCK_NAME}"), LOCK_NAME)
-            .map_err(|e| self.error(format_args!("bad lock path under {dir}"), e))?;
-        let options = LockOptions::new(self.node_acls())
-            .with_ancestor_options(CreateMode::Container.with_acls(self.node_acls()))
-            .map_err(|e| self.error("bad lock options", e))?;
-        let handle = match client.lock(prefix, req.token.as_bytes(), options).await {
-            Ok(h) => h.into_owned(),
-            Err(ZkError::NoNode) => {
-                return Err(LockError::backend(
-                    self.shown.clone(),
-                    format!("cannot create {dir}: the URL's chroot does not exist on the server; create it first"),
-                ))
-            }
-            Err(e) => return Err(self.error(format_args!("waiting for lock {dir} failed"), e)),
-        };
-        // From here on, dropping `cleanup` (also by cancellation) deletes the node.
-        let path = handle.lock_path().to_owned();
-        let cleanup = Cleanup::recipe(handle, session);
-        // The recipe does not hand out the created node's stat; one read gets
-        // the czxid, and its send time starts the lease (the recipe may
-        // have waited long, on a follower that since lost its leader: the
-        // read goes behind a sync).
-        let sent = Instant::now();
-        let stat = match after_sync(client, || client.check_stat(&path)).await {
-            Ok(Some(stat)) => stat,
-            Ok(None) => {
-                return Err(LockError::backend(
-                    self.shown.clone(),
-                    format!(
-                        "lock node {path} was deleted by someone else right after it was granted"
-                    ),
-                ))
-            }
-            Err(e) => return Err(self.error(format_args!("cannot read lock node {path}"), e)),
-        };
-        let lease = self.lease(req, client, &path, &stat, (sent, Instant::now()))?;
-        self.remember(&lease, session, cleanup);
-        Ok(lease)
-    }
-    /// One `try_acquire` attempt on a connected session: create, list, and
-    /// delete again unless first.
-    async fn try_once(
-        &self,
-        session: &Arc<Session>,
-        req: &AcquireRequest,
-        dir: &str,
-    ) -> Result<Option<Lease>, LockError> {
-        let client = &session.client;
-        let uuid = new_uuid()?;
-        // Armed from before the create: if this future is dropped at any
-        // await, the node is deleted in the background (found by uuid if the
-        // create has not answered yet).
-        let mut cleanup = Cleanup::own(session, dir, &uuid);
-        // The create is a write: the leader committed it after `sent`.
-        let sent = Instant::now();
-        let (path, stat) = self
-            .create_protected(client, dir, &uuid, req.token.as_bytes())
-            .await?;
-        let created = (sent, Instant::now());
-        cleanup.set_path(&path);
-        let children = client
-            .list_children(dir)
-            .await
-            .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?;
-        let name = &path[dir.len() + 1..];
-        if is_first(&children, name) {
-            let lease = self.lease(req, client, &path, &stat, created)?;
-            self.remember(&lease, session, cleanup);
-            return Ok(Some(lease));
-        }
-        // Someone is ahead of us: leave the queue now, so our node does not
-        // block the holder's successor.
-        match client.delete(&path, None).await {
-            Ok(()) | Err(ZkError::NoNode) => {
-                cleanup.disarm();
-                Ok(None)
-            }
-            Err(e) if session_ended(&e) => {
-                cleanup.disarm();
-                Ok(None)
-            }
-            // `cleanup` stays armed and retries in the background.
-            Err(e) => Err(self.error(format_args!("cannot delete own lock node {path}"), e)),
-        }
     }
 }
 
@@ -963,20 +920,28 @@ impl LockBackend for ZooKeeperBackend {
             None => opened.await?,
         };
         let client = &session.client;
-        let queued = self.queue_and_wait(&session, req, &dir, &uuid);
-        let Some(deadline) = deadline else {
-            return queued.await.map(Some);
-        };
-        match tokio::time::timeout_at(deadline.into(), queued).await {
-            Ok(lease) => lease.map(Some),
-            Err(_) => {
-                // The recipe's future was dropped, which deletes our node in
-                // the background (after a reconnect if need be; an expired
-                // session takes it anyway).
+        // Armed from before the create: the node goes if this future is
+        // dropped, or the wait runs out, at any await.
+        let mut cleanup = Cleanup::new(&session, &dir, &uuid);
+        let waited = deadline::until(
+            deadline,
+            self.queue_and_wait(&session, req, &dir, &mut cleanup),
+        )
+        .await;
+        match waited {
+            Some(Ok(lease)) => {
+                self.remember(&lease, &session, cleanup);
+                Ok(Some(lease))
+            }
+            // A node still armed is deleted in the background.
+            Some(Err(e)) => Err(e),
+            None => {
                 let state = client.state();
                 if !is_connected(state) {
                     // Say why the wait ran out, and wait no longer for a
-                    // server that does not answer.
+                    // server that does not answer: the node goes in the
+                    // background (after a reconnect if need be; an expired
+                    // session takes it anyway).
                     return Err(LockError::backend(
                         self.shown.clone(),
                         format!(
@@ -984,12 +949,10 @@ impl LockBackend for ZooKeeperBackend {
                         ),
                     ));
                 }
-                // Delete it here too and wait for that, so a timed-out
-                // waiter never blocks whoever comes next.
-                let removed =
-                    tokio::time::timeout(CLEANUP_WAIT, remove_node(client, &dir, &uuid, None))
-                        .await;
-                match removed {
+                // Delete it here and wait for that, so a timed-out waiter
+                // never blocks whoever comes next. If that fails, `cleanup`
+                // stays armed and tries again in the background.
+                match tokio::time::timeout(CLEANUP_WAIT, cleanup.remove_now()).await {
                     Ok(Ok(())) => Ok(None),
                     Ok(Err(e)) => Err(self.error("the wait ran out, and deleting own lock node failed", e)),
                     Err(_) => Err(LockError::backend(

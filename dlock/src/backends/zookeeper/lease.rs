@@ -33,9 +33,11 @@
 //! All of this holds only for an answer that went through the leader, which
 //! a follower cut off from it can give for up to `syncLimit × tickTime`
 //! without: reads are answered by the follower alone. So the request a lease
-//! is counted from is a write (the create of `try_acquire`), or a read that
-//! follows a `sync` in the same session (`acquire`, renewals, permits): a
-//! follower answers it only after the leader answered the sync.
+//! is counted from is a write (the create, for a lock granted by the listing
+//! sent right behind it: `try_acquire`, and an `acquire` that did not wait),
+//! or a read that follows a `sync` in the same session (the listing that
+//! ends an `acquire`'s wait, renewals, permits): a follower answers it only
+//! after the leader answered the sync.
 
 use std::time::{Duration, Instant};
 

@@ -70,10 +70,11 @@ impl ZooKeeperBackend {
         }
         let uuid = new_uuid()?;
         // Armed before the create: dropped at any await, the node goes.
-        let mut cleanup = Cleanup::own(&session, &dir, &uuid);
-        let (path, stat) = self
-            .create_protected(client, &dir, &uuid, req.token.as_bytes())
+        let mut cleanup = Cleanup::new(&session, &dir, &uuid);
+        let created = self
+            .create_protected(client, &dir, &uuid, req.token.as_bytes(), false)
             .await?;
+        let (path, stat) = (created.path, created.stat);
         cleanup.set_path(&path);
         let name = path[dir.len() + 1..].to_owned();
         let as_lock = AcquireRequest {

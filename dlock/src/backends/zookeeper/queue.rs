@@ -1,0 +1,270 @@
+//! Taking a place in a key's queue: `acquire` and `try_acquire` on lock
+//! nodes.
+//!
+//! Both start the same way: create our node and list the key's children,
+//! sent back to back (one round trip; see `create_protected`). If our node
+//! has the smallest sequence, the lock is ours: the fencing token is the
+//! `czxid` from the create's own stat, and the lease is counted from the
+//! create (see `Placed::created`), so an uncontended acquisition costs
+//! the create, the listing, and later the release's delete: nothing else.
+//!
+//! Otherwise `try_acquire` leaves the queue at once, and `acquire` watches
+//! the next-lower node (Curator's predecessor, read with a watch as
+//! Curator's `getData` does) and lists again when it goes. Every listing
+//! after a wait goes behind a `sync`, and a lease granted by one is counted
+//! from it: the wait may have been long, on a follower that since lost its
+//! leader.
+
+use std::time::{Duration, Instant};
+
+use zookeeper_client::{Client, Error as ZkError, Stat};
+
+use super::session::Session;
+use super::{
+    after_sync, is_first, new_uuid, sequence_of, session_ended, Cleanup, ZooKeeperBackend,
+};
+use crate::backend::{AcquireRequest, Lease};
+use crate::LockError;
+
+/// How long a waiter pauses before asking again after a lost connection, at
+/// first; the pause doubles up to [`MAX_PAUSE`]. The caller's deadline bounds
+/// the whole wait.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// Our node, just created, and the queue as listed right behind it.
+pub(super) struct Placed {
+    pub(super) path: String,
+    pub(super) stat: Stat,
+    pub(super) children: Vec<String>,
+    /// When the create was sent, and when it was answered: what a lease
+    /// granted by the first listing is counted from, with no `sync`.
+    ///
+    /// A create is a write. A follower forwards it to the leader, which
+    /// checks that the session is alive (it refuses an expired one),
+    /// commits it through the quorum, and only then does the follower apply
+    /// and answer it. So an answered create proves what a read behind a
+    /// `sync` proves (see `after_sync` and `lease.rs`): the leader was
+    /// reachable, and our session alive on it, after the create was sent.
+    /// The listing behind it may be answered by the follower alone, but not
+    /// before the follower applied our create (a session's requests are
+    /// answered in order), and every node with a smaller sequence was
+    /// committed before ours: the listing misses none that still exists. So
+    /// whether we are first is decided right, and the lease may start at
+    /// the create's send, less its round trip as for any request. A `sync`
+    /// pipelined with the create would prove nothing more, and would cost
+    /// the leader a round of its own.
+    pub(super) created: (Instant, Instant),
+}
+
+/// A node's name in its directory.
+fn name_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or(path, |(_, n)| n)
+}
+
+/// The child `own` waits for: the one with the next-lower sequence. `None`
+/// if `own` is first (or not a lock node). Children that are not lock nodes
+/// are not in the queue.
+pub(super) fn predecessor<'a>(children: &'a [String], own: &str) -> Option<&'a str> {
+    let mine = sequence_of(own)?;
+    children
+        .iter()
+        .filter_map(|c| Some((sequence_of(c)?, c.as_str())))
+        .filter(|(seq, _)| *seq < mine)
+        .max_by_key(|(seq, _)| *seq)
+        .map(|(_, c)| c)
+}
+
+/// Runs `op` again after a lost connection, for as long as the session
+/// lives, pausing a little longer each time: while disconnected, requests
+/// wait for the reconnection or fail at once, and a waiter must not spin.
+async fn retrying<T, F, Fut>(client: &Client, mut op: F) -> Result<T, ZkError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ZkError>>,
+{
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match op().await {
+            Err(ZkError::ConnectionLoss) if !client.state().is_terminated() => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            other => return other,
+        }
+    }
+}
+
+impl ZooKeeperBackend {
+    /// Creates our node in `dir` (the create is armed in `cleanup` from
+    /// before it is sent) and lists the queue behind it.
+    pub(super) async fn place(
+        &self,
+        session: &Session,
+        req: &AcquireRequest,
+        dir: &str,
+        cleanup: &mut Cleanup,
+    ) -> Result<Placed, LockError> {
+        let client = &session.client;
+        let created = self
+            .create_protected(client, dir, &cleanup.uuid, req.token.as_bytes(), true)
+            .await?;
+        cleanup.set_path(&created.path);
+        let children = match created.children {
+            Some(children) => children,
+            // The listing was lost with the connection (or the create's
+            // answer was, and the node found again by uuid): ask once more.
+            None => retrying(client, || client.list_children(dir))
+                .await
+                .map_err(|e| self.error(format_args!("cannot list {dir}"), e))?,
+        };
+        Ok(Placed {
+            path: created.path,
+            stat: created.stat,
+            children,
+            created: (created.sent, created.answered),
+        })
+    }
+
+    /// `acquire`'s part after the session is open: take a place in the
+    /// queue, and wait for our turn. Our node is armed in `cleanup`, which
+    /// the caller keeps, so a wait that is dropped (cancelled, or its
+    /// deadline passed) leaves it to the caller to delete the node.
+    pub(super) async fn queue_and_wait(
+        &self,
+        session: &Session,
+        req: &AcquireRequest,
+        dir: &str,
+        cleanup: &mut Cleanup,
+    ) -> Result<Lease, LockError> {
+        let client = &session.client;
+        let Placed {
+            path,
+            stat,
+            mut children,
+            created,
+        } = self.place(session, req, dir, cleanup).await?;
+        let name = name_of(&path);
+        let mut counted_from = created;
+        loop {
+            self.still_queued(&children, &path)?;
+            if is_first(&children, name) {
+                return self.lease(req, client, &path, &stat, counted_from);
+            }
+            let Some(ahead) = predecessor(&children, name) else {
+                return Err(LockError::backend(
+                    self.shown.clone(),
+                    format!("lock node {path} has no sequence number"),
+                ));
+            };
+            let ahead = format!("{dir}/{ahead}");
+            // A read with a watch, as Curator's `getData`: unlike `exists`, it
+            // leaves no watch behind when the node is already gone.
+            match retrying(client, || client.get_and_watch_data(&ahead)).await {
+                Ok((_, _, watcher)) => {
+                    // Fires on the node's deletion (or a change of its data,
+                    // or the session's end); either way, look again.
+                    watcher.changed().await;
+                }
+                Err(ZkError::NoNode) => {}
+                Err(e) => return Err(self.waiting_failed(dir, e, cleanup)),
+            }
+            let sent = Instant::now();
+            children =
+                match retrying(client, || after_sync(client, || client.list_children(dir))).await {
+                    Ok(children) => children,
+                    Err(e) => return Err(self.waiting_failed(dir, e, cleanup)),
+                };
+            counted_from = (sent, Instant::now());
+        }
+    }
+
+    /// The error of a wait the server ended; a session that ended took our
+    /// node with it, so there is nothing left to delete.
+    fn waiting_failed(&self, dir: &str, e: ZkError, cleanup: &mut Cleanup) -> LockError {
+        if session_ended(&e) {
+            cleanup.disarm();
+        }
+        self.error(format_args!("waiting for lock {dir} failed"), e)
+    }
+
+    /// Whether our node is still among the listed children: a node deleted
+    /// by someone else holds no place in the queue.
+    fn still_queued(&self, children: &[String], path: &str) -> Result<(), LockError> {
+        let name = name_of(path);
+        if children.iter().any(|c| c == name) {
+            Ok(())
+        } else {
+            Err(LockError::backend(
+                self.shown.clone(),
+                format!("lock node {path} vanished from the queue (deleted by someone, or its session ended)"),
+            ))
+        }
+    }
+
+    /// One `try_acquire` attempt on a connected session: take a place, and
+    /// leave the queue again unless first.
+    pub(super) async fn try_once(
+        &self,
+        session: &std::sync::Arc<Session>,
+        req: &AcquireRequest,
+        dir: &str,
+    ) -> Result<Option<Lease>, LockError> {
+        let client = &session.client;
+        // Armed from before the create: if this future is dropped at any
+        // await, the node is deleted in the background (found by uuid if the
+        // create has not answered yet).
+        let mut cleanup = Cleanup::new(session, dir, &new_uuid()?);
+        let placed = self.place(session, req, dir, &mut cleanup).await?;
+        self.still_queued(&placed.children, &placed.path)?;
+        if is_first(&placed.children, name_of(&placed.path)) {
+            let lease = self.lease(req, client, &placed.path, &placed.stat, placed.created)?;
+            self.remember(&lease, session, cleanup);
+            return Ok(Some(lease));
+        }
+        // Someone is ahead of us: leave the queue now, so our node does not
+        // block the holder's successor.
+        match client.delete(&placed.path, None).await {
+            Ok(()) | Err(ZkError::NoNode) => {
+                cleanup.disarm();
+                Ok(None)
+            }
+            Err(e) if session_ended(&e) => {
+                cleanup.disarm();
+                Ok(None)
+            }
+            // `cleanup` stays armed and retries in the background.
+            Err(e) => Err(self.error(
+                format_args!("cannot delete own lock node {}", placed.path),
+                e,
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_predecessor_is_the_next_lower_sequence() {
+        let children: Vec<String> = [
+            "_c_bbb-lock-0000000007",
+            "_c_aaa-lock-0000000005",
+            "_c_ccc-lock-0000000009",
+            "unrelated",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(predecessor(&children, "_c_aaa-lock-0000000005"), None);
+        assert_eq!(
+            predecessor(&children, "_c_bbb-lock-0000000007"),
+            Some("_c_aaa-lock-0000000005")
+        );
+        assert_eq!(
+            predecessor(&children, "_c_ccc-lock-0000000009"),
+            Some("_c_bbb-lock-0000000007")
+        );
+        assert_eq!(predecessor(&children, "garbage"), None);
+    }
+}
