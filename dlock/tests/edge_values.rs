@@ -202,7 +202,7 @@ fn schemes() -> Vec<&'static str> {
 proptest! {
     // Every case connects once per scheme and URL shape (to a closed
     // loopback port, or fails to parse): fewer cases keep it quick.
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
 
     #[test]
     fn no_error_shows_a_password(
