@@ -43,7 +43,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
-echo "== cargo test (macro UI cases, built without backend features: see dlock/tests/ui.rs)"
-cargo test -p dlock --no-default-features --test ui
+echo "== cargo test (macro UI cases and allocation-free tracing, built without features: see dlock/tests/ui.rs and quiet_observability.rs)"
+cargo test -p dlock --no-default-features --test ui --test quiet_observability
 echo "== cargo test"
 cargo test --workspace --all-features

@@ -287,6 +287,43 @@ pub(crate) fn held_span(key: &str, fence: Option<u64>) -> Span {
     tracing::info_span!("dlock.held", key = %key, fence)
 }
 
+/// Emits every span, event and metric of this module once, as the core
+/// does: for the test that no heap allocation happens when nobody listens
+/// (`dlock/tests/quiet_observability.rs`, through `__private`).
+pub(crate) fn everything_once() {
+    let backend: Arc<str> = DEFAULT_BACKEND.clone();
+    let watch = Acquisition::start(
+        Kind::Lock,
+        "quiet",
+        backend.clone(),
+        Duration::from_secs(30),
+        Some(Duration::from_secs(5)),
+    );
+    let span = watch.span().clone();
+    drop(span.enter());
+    watch.finish(Outcome::Acquired, Some(7));
+    drop(Acquisition::start(
+        Kind::Permit,
+        "quiet",
+        backend.clone(),
+        Duration::from_secs(1),
+        None,
+    ));
+    let holding = Holding::begin(backend.clone(), Kind::Segment);
+    holding.end();
+    holding.lost("quiet", Some(7), LossReason::Deleted);
+    let release = release_span("quiet", &backend, Kind::Lock);
+    released(&release, &Ok(()));
+    let renew = renew_span(&backend, 3);
+    renewed(
+        &renew,
+        &backend,
+        Duration::from_millis(1),
+        RenewCounts::default(),
+    );
+    drop(held_span("quiet", Some(7)).enter());
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
