@@ -8,22 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
-use dlock::{Lock, LockError, LockGuard};
+use dlock::{Lock, LockError};
 use dlock_tests::fixtures::redis::lock_key;
+use dlock_tests::foreign::waiting::{
+    took, wait_for, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
+};
 use dlock_tests::foreign::PyLock;
 use dlock_tests::servers::redis::{RedisCluster, RedisOptions, RedisServer};
-use tokio::task::JoinHandle;
-
-/// The foreign holder's ttl: what a waiter that misses the release sleeps for.
-const FOREIGN_TTL: Duration = Duration::from_secs(10);
-/// When the foreign holder lets go, after the waiter started waiting.
-const HOLD: Duration = Duration::from_millis(1500);
-/// How long after the release the waiter must hold the lock by default.
-const BY_RECHECK: Duration = Duration::from_millis(1200);
-/// How long after a `DEL` the waiter must hold the lock with keyspace
-/// notifications on (the goal is 50 ms; the bound is generous for a loaded
-/// host, and still far below the 1 s re-check).
-const BY_NOTIFICATION: Duration = Duration::from_millis(200);
 
 async fn connect(url: &str) -> Arc<RedisBackend> {
     Arc::new(
@@ -35,22 +26,6 @@ async fn connect(url: &str) -> Arc<RedisBackend> {
 
 fn notifying_server() -> RedisServer {
     RedisServer::start_with(RedisOptions::new().config(["--notify-keyspace-events", "Kgx"]))
-}
-
-/// Starts `lock.acquire()` (wait 10 s) in a task; it answers with the guard
-/// and the instant it got it.
-fn wait_for(
-    key: &str,
-    backend: Arc<RedisBackend>,
-) -> JoinHandle<(Result<LockGuard, LockError>, Instant)> {
-    let lock = Lock::new(key)
-        .with_backend(backend)
-        .ttl(Duration::from_secs(5))
-        .wait(FOREIGN_TTL);
-    tokio::spawn(async move {
-        let guard = lock.acquire().await;
-        (guard, Instant::now())
-    })
 }
 
 /// Sets `key` as a foreign holder would: a token that is not dlock's, with a
@@ -70,25 +45,6 @@ fn del(server: &RedisServer, key: &str) -> Instant {
     let deleted = tokio::task::block_in_place(|| server.redis_cli(&["DEL", key]));
     assert_eq!(deleted, "1", "the foreign key was there to delete");
     before
-}
-
-/// How long after `released` the waiter got the lock; panics if it did not.
-async fn took(
-    waiter: JoinHandle<(Result<LockGuard, LockError>, Instant)>,
-    released: Instant,
-    what: &str,
-) -> (LockGuard, Duration) {
-    let (guard, at) = waiter.await.expect("the waiter task");
-    let guard = guard.unwrap_or_else(|e| {
-        panic!(
-            "{what}: the waiter never got the lock ({e}) although it was released {:?} before \
-             the wait ran out",
-            FOREIGN_TTL - HOLD
-        )
-    });
-    let late = at.saturating_duration_since(released);
-    println!("{what}: the waiter held the lock {late:?} after the release");
-    (guard, late)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,23 +9,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::redlock::RedlockBackend;
-use dlock::{Lock, LockError, LockGuard};
+use dlock::{Lock, LockError};
 use dlock_tests::fixtures::redis::lock_key;
+use dlock_tests::foreign::waiting::{
+    took, wait_for, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
+};
 use dlock_tests::foreign::PyLock;
 use dlock_tests::servers::redis::{RedisOptions, RedisServer, RedisSet};
-use tokio::task::JoinHandle;
 
 const MASTERS: usize = 3;
-/// The foreign holder's ttl: what a waiter that misses the release sleeps for.
-const FOREIGN_TTL: Duration = Duration::from_secs(10);
-/// When the foreign holder lets go, after the waiter started waiting.
-const HOLD: Duration = Duration::from_millis(1500);
-/// How long after the release the waiter must hold the lock by default.
-const BY_RECHECK: Duration = Duration::from_millis(1200);
-/// How long after the `DEL`s the waiter must hold the lock with keyspace
-/// notifications on (the goal is 50 ms; generous for a loaded host).
-const BY_NOTIFICATION: Duration = Duration::from_millis(200);
-
 async fn connect(url: &str) -> Arc<RedlockBackend> {
     Arc::new(
         RedlockBackend::connect(url)
@@ -44,22 +36,6 @@ fn notifying_set() -> RedisSet {
 
 fn ports(set: &RedisSet) -> Vec<u16> {
     set.servers().iter().map(RedisServer::port).collect()
-}
-
-/// Starts `lock.acquire()` (wait 10 s) in a task; it answers with the guard
-/// and the instant it got it.
-fn wait_for(
-    key: &str,
-    backend: Arc<RedlockBackend>,
-) -> JoinHandle<(Result<LockGuard, LockError>, Instant)> {
-    let lock = Lock::new(key)
-        .with_backend(backend)
-        .ttl(Duration::from_secs(5))
-        .wait(FOREIGN_TTL);
-    tokio::spawn(async move {
-        let guard = lock.acquire().await;
-        (guard, Instant::now())
-    })
 }
 
 /// Sets `key` on every master as a foreign holder would, for `ttl`.
@@ -85,24 +61,6 @@ fn del_on_quorum(set: &RedisSet, key: &str) -> Instant {
     before
 }
 
-async fn took(
-    waiter: JoinHandle<(Result<LockGuard, LockError>, Instant)>,
-    released: Instant,
-    what: &str,
-) -> Duration {
-    let (guard, at) = waiter.await.expect("the waiter task");
-    let _guard = guard.unwrap_or_else(|e| {
-        panic!(
-            "{what}: the waiter never got the lock ({e}) although it was released {:?} before \
-             the wait ran out",
-            FOREIGN_TTL - HOLD
-        )
-    });
-    let late = at.saturating_duration_since(released);
-    println!("{what}: the waiter held the lock {late:?} after the release");
-    late
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_py_release_on_every_master_wakes_the_waiter_within_the_recheck() {
     let set = RedisSet::start(MASTERS);
@@ -111,7 +69,7 @@ async fn a_redis_py_release_on_every_master_wakes_the_waiter_within_the_recheck(
     holder.held(Duration::from_secs(20)).await;
     let waiter = wait_for("py", backend);
     let released = holder.released(Duration::from_secs(20)).await;
-    let late = took(waiter, released, "redlock, redis-py Lock.release").await;
+    let (_guard, late) = took(waiter, released, "redlock, redis-py Lock.release").await;
     assert!(
         late < BY_RECHECK,
         "the waiter slept through redis-py's release: it held the lock {late:?} after it"
@@ -126,7 +84,7 @@ async fn a_del_on_a_quorum_wakes_the_waiter_within_the_recheck() {
     let waiter = wait_for("cli", backend);
     tokio::time::sleep(HOLD).await;
     let released = del_on_quorum(&set, &lock_key("cli"));
-    let late = took(waiter, released, "redlock, DEL on a quorum").await;
+    let (_guard, late) = took(waiter, released, "redlock, DEL on a quorum").await;
     assert!(
         late < BY_RECHECK,
         "the waiter slept through the DELs: it held the lock {late:?} after them"
@@ -141,7 +99,7 @@ async fn with_keyspace_notifications_a_del_on_a_quorum_wakes_the_waiter_at_once(
     let waiter = wait_for("notified", backend);
     tokio::time::sleep(HOLD).await;
     let released = del_on_quorum(&set, &lock_key("notified"));
-    let late = took(
+    let (_guard, late) = took(
         waiter,
         released,
         "redlock, DEL on a quorum, notifications on",

@@ -6,6 +6,8 @@
 //! nothing, like `redis-cli DEL`, `FLUSHALL` or an operator: dlock's release
 //! channel stays silent.
 
+pub mod waiting;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
