@@ -47,6 +47,21 @@ fn del(server: &RedisServer, key: &str) -> Instant {
     before
 }
 
+/// A foreign holder on `key`, a dlock waiter behind it, and after [`HOLD`] a
+/// `DEL` of the key: how long after the `DEL` the waiter held the lock.
+async fn waiter_behind_a_del(
+    server: &RedisServer,
+    backend: Arc<dyn dlock::LockBackend>,
+    key: &str,
+    what: &str,
+) -> Duration {
+    hold_foreign(server, &lock_key(key));
+    let waiter = wait_for(key, backend);
+    tokio::time::sleep(HOLD).await;
+    let released = del(server, &lock_key(key));
+    took(waiter, released, what).await.1
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_py_release_wakes_the_waiter_within_the_recheck() {
     let server = RedisServer::start();
@@ -66,11 +81,7 @@ async fn a_redis_py_release_wakes_the_waiter_within_the_recheck() {
 async fn a_redis_cli_del_wakes_the_waiter_within_the_recheck() {
     let server = RedisServer::start();
     let backend = connect(&server.url()).await;
-    hold_foreign(&server, &lock_key("cli"));
-    let waiter = wait_for("cli", backend);
-    tokio::time::sleep(HOLD).await;
-    let released = del(&server, &lock_key("cli"));
-    let (_guard, late) = took(waiter, released, "redis-cli DEL").await;
+    let late = waiter_behind_a_del(&server, backend, "cli", "redis-cli DEL").await;
     assert!(
         late < BY_RECHECK,
         "the waiter slept through a DEL: it held the lock {late:?} after it"
@@ -84,11 +95,13 @@ async fn with_keyspace_notifications_a_del_wakes_the_waiter_at_once() {
     // server notifies; a wake within 200 ms of the DEL is the notification's.
     let backend = connect(&server.url()).await;
     assert!(backend.keyspace_notifications(), "read at connect");
-    hold_foreign(&server, &lock_key("notified"));
-    let waiter = wait_for("notified", backend);
-    tokio::time::sleep(HOLD).await;
-    let released = del(&server, &lock_key("notified"));
-    let (_guard, late) = took(waiter, released, "DEL with notify-keyspace-events Kgx").await;
+    let late = waiter_behind_a_del(
+        &server,
+        backend,
+        "notified",
+        "DEL with notify-keyspace-events Kgx",
+    )
+    .await;
     assert!(
         late < BY_NOTIFICATION,
         "the keyspace notification of the DEL did not wake the waiter: it held the lock {late:?} after it"
@@ -136,11 +149,7 @@ async fn a_flushall_is_caught_by_the_recheck_even_with_notifications_on() {
 async fn recheck_ms_sets_the_cap_of_the_recheck() {
     let server = RedisServer::start();
     let backend = connect(&format!("{}?recheck_ms=100", server.url())).await;
-    hold_foreign(&server, &lock_key("short-cap"));
-    let waiter = wait_for("short-cap", backend);
-    tokio::time::sleep(HOLD).await;
-    let released = del(&server, &lock_key("short-cap"));
-    let (_guard, late) = took(waiter, released, "DEL, recheck_ms=100").await;
+    let late = waiter_behind_a_del(&server, backend, "short-cap", "DEL, recheck_ms=100").await;
     assert!(
         late < Duration::from_millis(600),
         "with a 100 ms cap the waiter held the lock {late:?} after the DEL"
@@ -209,11 +218,7 @@ async fn a_config_get_refused_by_acl_counts_as_no_notifications() {
             .expect("a user without CONFIG can still connect"),
     );
     assert!(!backend.keyspace_notifications(), "unknown counts as off");
-    hold_foreign(&server, &lock_key("acl"));
-    let waiter = wait_for("acl", backend);
-    tokio::time::sleep(HOLD).await;
-    let released = del(&server, &lock_key("acl"));
-    let (_guard, late) = took(waiter, released, "DEL, CONFIG refused").await;
+    let late = waiter_behind_a_del(&server, backend, "acl", "DEL, CONFIG refused").await;
     assert!(late < BY_RECHECK, "held the lock {late:?} after the DEL");
 }
 
@@ -260,11 +265,13 @@ async fn keyspace_channels_refused_by_acl_leave_the_release_channel_working() {
 
     // A foreign DEL is caught by the re-check.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    hold_foreign(&server, &lock_key("acl-channels"));
-    let waiter = wait_for("acl-channels", waiter_side);
-    tokio::time::sleep(HOLD).await;
-    let released = del(&server, &lock_key("acl-channels"));
-    let (_guard, late) = took(waiter, released, "DEL, keyspace refused").await;
+    let late = waiter_behind_a_del(
+        &server,
+        waiter_side,
+        "acl-channels",
+        "DEL, keyspace refused",
+    )
+    .await;
     assert!(late < BY_RECHECK, "held the lock {late:?} after the DEL");
 }
 
