@@ -1,292 +1,14 @@
-//! `LockGuard`: a held lease, its lost signal, release and drop.
+//! `LockGuard`: the user's handle on a held lease, its lost signal, release
+//! and drop.
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::Arc;
 
-use tokio::runtime::Handle;
-use tokio_util::sync::CancellationToken;
-
-use tracing::Instrument;
-
-use crate::backend::{Lease, LockBackend};
-use crate::local::{BackendLocal, Turn};
-use crate::observe::{self, Holding, LossReason};
+use crate::lease::LeaseShared;
+use crate::queue::Turn;
+use crate::watchdog::Watchdog;
 use crate::LockError;
-
-/// Where a lease stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Status {
-    Held,
-    Released,
-    Lost,
-}
-
-/// What a lease is a lease on: it decides which backend calls renew and
-/// release it (see [`LockBackend`]'s "Semaphores" section).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LeaseKind {
-    /// A lock key: `renew` / `release`.
-    Lock,
-    /// One permit of a semaphore: `renew_permits` / `release_permit`.
-    Permit,
-}
-
-/// The mutable part of a lease, updated by the watchdog.
-#[derive(Debug)]
-pub(crate) struct LeaseState {
-    pub(crate) lease: Lease,
-    pub(crate) status: Status,
-    /// When the watchdog should next renew (ignored when renewal is off).
-    pub(crate) next_renew: Instant,
-    /// A renewal of this lease is in flight.
-    pub(crate) renewing: bool,
-}
-
-/// One lease, shared by its guard, any reentrant guards, the scopes run
-/// inside it and the watchdog.
-pub(crate) struct LeaseShared {
-    pub(crate) backend: Arc<dyn LockBackend>,
-    pub(crate) local: Arc<BackendLocal>,
-    pub(crate) key: String,
-    pub(crate) token: String,
-    pub(crate) fencing_token: Option<u64>,
-    pub(crate) renew: bool,
-    pub(crate) kind: LeaseKind,
-    pub(crate) state: Mutex<LeaseState>,
-    pub(crate) lost: CancellationToken,
-    /// The runtime the lease was acquired on: `Drop` queues the release here.
-    runtime: Handle,
-    /// This process's turns: on the key (or the semaphore), and a segmented
-    /// lock's admission. Given back once the release is sent, or at once
-    /// when the lease is lost, so the next local waiter asks the service.
-    turns: Mutex<Vec<Turn>>,
-    /// What operators see of the hold: its backend label, kind and start.
-    holding: Holding,
-}
-
-impl fmt::Debug for LeaseShared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaseShared")
-            .field("key", &self.key)
-            .field("fencing_token", &self.fencing_token)
-            .field("status", &self.lock_state().status)
-            .finish_non_exhaustive()
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Updates under these mutexes are plain assignments; poisoning cannot
-    // leave them inconsistent.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) struct NewLease {
-    pub(crate) backend: Arc<dyn LockBackend>,
-    pub(crate) local: Arc<BackendLocal>,
-    pub(crate) lease: Lease,
-    pub(crate) renew: bool,
-    pub(crate) kind: LeaseKind,
-    pub(crate) turn: Turn,
-    /// The `backend` label operators see (a registered name or a scheme).
-    pub(crate) label: Arc<str>,
-    /// The `kind` label: a lock, a segment or a permit.
-    pub(crate) observed: observe::Kind,
-}
-
-impl LeaseShared {
-    pub(crate) fn new(parts: NewLease) -> Arc<Self> {
-        let lease = parts.lease;
-        let next_renew = crate::deadline::saturating_add(Instant::now(), lease.ttl / 3);
-        Arc::new(LeaseShared {
-            backend: parts.backend,
-            local: parts.local,
-            key: lease.key.clone(),
-            token: lease.token.clone(),
-            fencing_token: lease.fencing_token,
-            renew: parts.renew,
-            kind: parts.kind,
-            state: Mutex::new(LeaseState {
-                lease,
-                status: Status::Held,
-                next_renew,
-                renewing: false,
-            }),
-            lost: CancellationToken::new(),
-            runtime: Handle::current(),
-            turns: Mutex::new(vec![parts.turn]),
-            holding: Holding::begin(parts.label, parts.observed),
-        })
-    }
-
-    /// Keeps `turn` with the lease's own, to be given back with them; gives
-    /// it back at once if the lease is no longer held.
-    pub(crate) fn keep_turn(&self, turn: Turn) {
-        let mut turns = lock(&self.turns);
-        if self.lock_state().status == Status::Held {
-            turns.push(turn);
-        }
-    }
-
-    /// Gives back this process's turns on the key: the next local waiter
-    /// goes to the service.
-    fn give_up_turns(&self) {
-        let turns = std::mem::take(&mut *lock(&self.turns));
-        drop(turns);
-    }
-
-    /// The `backend` label of this lease's spans and metrics.
-    pub(crate) fn label(&self) -> &Arc<str> {
-        &self.holding.backend
-    }
-
-    pub(crate) fn lock_state(&self) -> MutexGuard<'_, LeaseState> {
-        lock(&self.state)
-    }
-
-    pub(crate) fn is_held(&self) -> bool {
-        let state = self.lock_state();
-        state.status == Status::Held && Instant::now() < state.lease.valid_until
-    }
-
-    /// Marks the lease lost (if it was held) and wakes every `lost()` future.
-    pub(crate) fn mark_lost(&self, reason: LossReason) {
-        let mut state = self.lock_state();
-        if state.status == Status::Held {
-            state.status = Status::Lost;
-            drop(state);
-            self.holding.end();
-            self.holding.lost(&self.key, self.fencing_token, reason);
-            self.lost.cancel();
-            // A lost lease keeps nobody of this process out: other processes
-            // are not kept out either, and the guard may live on for long.
-            self.give_up_turns();
-        }
-    }
-
-    /// The part of a release that cannot wait: stop renewing, forget the
-    /// reentrancy holder. Returns whether the lease was still held.
-    fn begin_release(self: &Arc<Self>) -> Result<bool, ()> {
-        let was = {
-            let mut state = self.lock_state();
-            let was = state.status;
-            if was == Status::Released {
-                return Err(());
-            }
-            let expired = Instant::now() >= state.lease.valid_until;
-            state.status = Status::Released;
-            if was == Status::Held {
-                self.holding.end();
-            }
-            was == Status::Held && !expired
-        };
-        self.local.watchdog.deregister(self);
-        Ok(was)
-    }
-
-    /// Queues [`finish_release`](Self::finish_release) to the runtime the
-    /// lease was acquired on. Never blocks and never panics. If that runtime
-    /// is gone or shuts down before the release is done, the task is dropped
-    /// there, and the release runs on dlock's background runtime instead:
-    /// the backend's connection may well live on a runtime that still runs
-    /// (and on etcd and ZooKeeper, a key on a shared session would otherwise
-    /// outlive its ttl).
-    fn finish_in_background(self: Arc<Self>, was_held: bool) {
-        let runtime = self.runtime.clone();
-        let mut elsewhere = ReleaseElsewhere(Some((self, was_held)));
-        drop(runtime.spawn(async move {
-            if let Some((shared, was_held)) = elsewhere.0.clone() {
-                report_background(shared.finish_release(was_held).await);
-            }
-            elsewhere.disarm();
-        }));
-    }
-
-    /// Compare-and-delete on the server; this process's turn on the key goes
-    /// to the next local waiter as soon as the release request is on its
-    /// way, not when its answer is back.
-    ///
-    /// Why then: a backend sends a process's requests in order (one Redis
-    /// connection per backend, one ZooKeeper session), so the waiter's
-    /// acquire reaches the server right behind the release and the hand-off
-    /// costs one round trip instead of two. Where the order is not kept (an
-    /// etcd channel, a batched Redis release), the waiter finds the key
-    /// still held and waits for the release the server announces: slower,
-    /// never unsafe, as the server decides who holds the key.
-    async fn finish_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
-        let span = observe::release_span(&self.key, &self.holding.backend, self.holding.kind);
-        let result = self.send_release(was_held).instrument(span.clone()).await;
-        observe::released(&span, &result);
-        result
-    }
-
-    /// The release itself, handing the turn on after its first poll.
-    async fn send_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
-        let lease = self.lock_state().lease.clone();
-        let mut release = std::pin::pin!(release_on(&*self.backend, self.kind, &lease));
-        let mut first_poll = true;
-        let answer = std::future::poll_fn(|cx| {
-            let answer = release.as_mut().poll(cx);
-            // After the first poll the request is sent (or queued to be).
-            if std::mem::take(&mut first_poll) {
-                self.give_up_turns();
-            }
-            answer
-        })
-        .await;
-        match answer {
-            Ok(true) if was_held => Ok(()),
-            Ok(_) => Err(LockError::NotHeld {
-                key: self.key.clone(),
-            }),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-/// Logs a background release that failed for another reason than a lease
-/// already gone.
-fn report_background(result: Result<(), LockError>) {
-    if let Err(e) = result {
-        if !matches!(e, LockError::NotHeld { .. }) {
-            tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
-        }
-    }
-}
-
-/// A release task that was dropped before it finished (its runtime is gone
-/// or shutting down) finishes on dlock's background runtime.
-struct ReleaseElsewhere(Option<(Arc<LeaseShared>, bool)>);
-
-impl ReleaseElsewhere {
-    /// The release finished where it was queued.
-    fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for ReleaseElsewhere {
-    fn drop(&mut self) {
-        if let Some((shared, was_held)) = self.0.take() {
-            crate::background::spawn(async move {
-                report_background(shared.finish_release(was_held).await);
-            });
-        }
-    }
-}
-
-/// Gives `lease` back through the backend call for its kind.
-pub(crate) async fn release_on(
-    backend: &dyn LockBackend,
-    kind: LeaseKind,
-    lease: &Lease,
-) -> Result<bool, LockError> {
-    match kind {
-        LeaseKind::Lock => backend.release(lease).await,
-        LeaseKind::Permit => backend.release_permit(lease).await,
-    }
-}
 
 /// A held lock: the lease lives while the guard lives.
 ///
@@ -317,10 +39,13 @@ pub(crate) async fn release_on(
 /// # Ok(()) }
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
 pub struct LockGuard {
     shared: Arc<LeaseShared>,
-    /// Reentrant guards neither renew nor release: the outer guard does.
-    reentrant: bool,
+    /// The watchdog that renews the lease, for the guard that took it;
+    /// `None` for a reentrant guard, which neither renews nor releases: the
+    /// outer guard does.
+    watchdog: Option<Arc<Watchdog>>,
     /// `release()` already ran; `Drop` has nothing to do.
     done: bool,
     /// Which segment of a [`SegmentedLock`](crate::SegmentedLock) this is.
@@ -332,7 +57,7 @@ impl fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("key", &self.shared.key)
             .field("fencing_token", &self.shared.fencing_token)
-            .field("reentrant", &self.reentrant)
+            .field("reentrant", &self.is_reentrant())
             .field("segment", &self.segment)
             .field("held", &self.is_held())
             .finish_non_exhaustive()
@@ -340,22 +65,36 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn outer(shared: Arc<LeaseShared>) -> Self {
+    /// The guard of a lease just taken, which `watchdog` watches.
+    pub(crate) fn outer(shared: Arc<LeaseShared>, watchdog: Arc<Watchdog>) -> Self {
         LockGuard {
             shared,
-            reentrant: false,
+            watchdog: Some(watchdog),
             done: false,
             segment: None,
         }
     }
 
+    /// A guard that shares the lease of the guard whose scope it runs in.
     pub(crate) fn reentrant(shared: Arc<LeaseShared>) -> Self {
         LockGuard {
             shared,
-            reentrant: true,
+            watchdog: None,
             done: false,
             segment: None,
         }
+    }
+
+    /// The part of a release that cannot wait (see
+    /// [`LeaseShared::begin_release`]), and the watchdog lets the lease go.
+    /// `None` for a reentrant guard.
+    fn begin_release(&self) -> Option<Result<bool, ()>> {
+        let watchdog = self.watchdog.as_ref()?;
+        let began = self.shared.begin_release();
+        if began.is_ok() {
+            watchdog.deregister(&self.shared);
+        }
+        Some(began)
     }
 
     /// Marks this guard as holding segment `index` of a segmented lock.
@@ -421,7 +160,7 @@ impl LockGuard {
     /// critical section of a guard that holds the key (it shares that
     /// guard's lease).
     pub fn is_reentrant(&self) -> bool {
-        self.reentrant
+        self.watchdog.is_none()
     }
 
     /// Runs `work` inside this guard's critical section: an acquisition of
@@ -497,7 +236,8 @@ impl LockGuard {
     /// If this future is dropped, the lease is still released in the background.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
-        if self.reentrant {
+        let Some(began) = self.begin_release() else {
+            // Reentrant: the outer guard releases.
             return if self.shared.is_held() {
                 Ok(())
             } else {
@@ -505,8 +245,8 @@ impl LockGuard {
                     key: self.shared.key.clone(),
                 })
             };
-        }
-        let Ok(was_held) = self.shared.begin_release() else {
+        };
+        let Ok(was_held) = began else {
             return Err(LockError::NotHeld {
                 key: self.shared.key.clone(),
             });
@@ -534,10 +274,10 @@ impl Drop for FinishOnDrop {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.done || self.reentrant {
+        if self.done {
             return;
         }
-        if let Ok(was_held) = self.shared.begin_release() {
+        if let Some(Ok(was_held)) = self.begin_release() {
             self.shared.clone().finish_in_background(was_held);
         }
     }
@@ -546,6 +286,8 @@ impl Drop for LockGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{Lease, LockBackend};
+    use std::time::Instant;
 
     fn assert_send_sync<T: Send + Sync + 'static>() {}
 

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{AcquireRequest, LockBackend};
-use crate::guard::{LeaseKind, LeaseShared, LockGuard, NewLease};
+use crate::guard::LockGuard;
+use crate::lease::{LeaseKind, LeaseShared, NewLease};
 use crate::observe::{self, Acquisition, Kind};
+use crate::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use crate::{deadline, local, registry, scope, LockError};
 
 /// What a granted acquisition shows operators: whether it re-entered, and
@@ -20,20 +22,6 @@ impl Observed for LockGuard {
         (self.is_reentrant(), self.fencing_token())
     }
 }
-
-/// The lease length when none is given: Redisson's watchdog default.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-
-/// The shortest ttl dlock accepts: below it the drift margin and a renewal
-/// round trip eat the whole lease.
-pub const MIN_TTL: Duration = Duration::from_millis(30);
-
-/// The longest ttl dlock accepts: 365 days. The ttl bounds how long a
-/// crashed holder keeps everyone out; with renewal on, a lock is held for as
-/// long as its guard lives whatever the ttl, so "forever" needs no huge ttl.
-/// A longer one (`Duration::MAX`) is [`LockError::InvalidOption`] on every
-/// backend, rather than a value each service would clamp its own way.
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
 
 /// A distributed lock: a key and the options to take it with.
 ///
@@ -226,8 +214,7 @@ impl Lock {
     /// code is inside of, if any: a reentrant guard, no round trip.
     pub(crate) fn held_here(&self) -> Result<Option<LockGuard>, LockError> {
         let backend = self.check()?;
-        let local = local::for_backend(&backend);
-        Ok(scope::enclosing(&local, &self.key).map(LockGuard::reentrant))
+        Ok(scope::enclosing(&backend, &self.key).map(LockGuard::reentrant))
     }
 
     /// Validates the key and ttl and finds the backend.
@@ -260,15 +247,19 @@ impl Lock {
         observed: Kind,
     ) -> Result<Option<LockGuard>, LockError> {
         let backend = self.check()?;
-        let local = local::for_backend(&backend);
-        if let Some(held) = scope::enclosing(&local, &self.key) {
+        if let Some(held) = scope::enclosing(&backend, &self.key) {
             return Ok(Some(LockGuard::reentrant(held)));
         }
+        let local = local::for_backend(&backend);
 
         let once = wait == Some(Duration::ZERO);
         let deadline = wait.and_then(deadline::after);
         // Wait our turn among this process's tasks first.
-        let Some(turn) = local.turn(local.slot(&self.key), once, deadline).await else {
+        let Some(turn) = local
+            .queue
+            .turn(local.queue.slot(&self.key), once, deadline)
+            .await
+        else {
             return Ok(None);
         };
 
@@ -289,7 +280,6 @@ impl Lock {
 
         let shared = LeaseShared::new(NewLease {
             backend,
-            local: local.clone(),
             lease,
             renew: self.renew,
             kind: LeaseKind::Lock,
@@ -298,7 +288,7 @@ impl Lock {
             observed,
         });
         local.watchdog.register(&shared);
-        Ok(Some(LockGuard::outer(shared)))
+        Ok(Some(LockGuard::outer(shared, local.watchdog.clone())))
     }
 }
 

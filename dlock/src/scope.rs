@@ -13,8 +13,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::guard::{LeaseKind, LeaseShared};
-use crate::local::BackendLocal;
+use crate::backend::LockBackend;
+use crate::lease::{LeaseKind, LeaseShared};
 
 /// One held lease whose critical section the code runs in, and the frames
 /// it is nested in.
@@ -27,9 +27,9 @@ tokio::task_local! {
     static INSIDE: Option<Arc<Frame>>;
 }
 
-/// The held lease on `key` of the backend `local` whose critical section
-/// the running code is inside of, if any.
-pub(crate) fn enclosing(local: &Arc<BackendLocal>, key: &str) -> Option<Arc<LeaseShared>> {
+/// The held lease on `key` of `backend` whose critical section the running
+/// code is inside of, if any.
+pub(crate) fn enclosing(backend: &Arc<dyn LockBackend>, key: &str) -> Option<Arc<LeaseShared>> {
     INSIDE
         .try_with(|top| {
             let mut frame = top.as_ref();
@@ -37,7 +37,7 @@ pub(crate) fn enclosing(local: &Arc<BackendLocal>, key: &str) -> Option<Arc<Leas
                 let lease = &f.lease;
                 if lease.kind == LeaseKind::Lock
                     && lease.key == key
-                    && Arc::ptr_eq(&lease.local, local)
+                    && lease.is_on(backend)
                     && lease.is_held()
                 {
                     return Some(lease.clone());

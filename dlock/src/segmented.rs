@@ -267,8 +267,8 @@ impl SegmentedLock {
         let local = local::for_backend(&backend);
         let deadline = wait.and_then(deadline::after);
         let once = wait == Some(Duration::ZERO);
-        let slot = local.segments_slot(self.key(), n);
-        let Some(admission) = local.turn(slot, once, deadline).await else {
+        let slot = local.queue.segments_slot(self.key(), n);
+        let Some(admission) = local.queue.turn(slot, once, deadline).await else {
             return Ok(None);
         };
         // The admission goes back with the segment's lease (released or

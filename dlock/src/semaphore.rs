@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::PermitRequest;
-use crate::guard::{LeaseKind, LeaseShared, NewLease};
+use crate::lease::{LeaseKind, LeaseShared, NewLease};
 use crate::lock::{held_or_error, new_token, Observed};
 use crate::observe::Kind;
 use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
@@ -156,8 +156,8 @@ impl Semaphore {
         let once = wait == Some(Duration::ZERO);
         let deadline = wait.and_then(deadline::after);
         // At most `permits` tasks of this process ask the service at once.
-        let slot = local.semaphore_slot(self.name(), self.permits);
-        let Some(turn) = local.turn(slot, once, deadline).await else {
+        let slot = local.queue.semaphore_slot(self.name(), self.permits);
+        let Some(turn) = local.queue.turn(slot, once, deadline).await else {
             return Ok(None);
         };
         let request = PermitRequest {
@@ -177,7 +177,6 @@ impl Semaphore {
         };
         let shared = LeaseShared::new(NewLease {
             backend,
-            local: local.clone(),
             lease,
             renew: self.base.renew,
             kind: LeaseKind::Permit,
@@ -187,7 +186,7 @@ impl Semaphore {
         });
         local.watchdog.register(&shared);
         Ok(Some(Permit {
-            guard: LockGuard::outer(shared),
+            guard: LockGuard::outer(shared, local.watchdog.clone()),
         }))
     }
 }
@@ -209,6 +208,7 @@ impl Semaphore {
 /// # Ok(()) }
 /// ```
 #[must_use = "the permit is given back as soon as it is dropped"]
+#[clippy::has_significant_drop]
 pub struct Permit {
     /// The lease machinery of locks, on a permit lease.
     guard: LockGuard,

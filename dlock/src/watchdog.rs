@@ -23,7 +23,7 @@ use tracing::Instrument;
 
 use crate::backend::{Lease, LockBackend, Renewal};
 use crate::deadline::saturating_add;
-use crate::guard::{release_on, LeaseKind, LeaseShared, Status};
+use crate::lease::{release_on, renew_on, LeaseKind, LeaseShared, Status};
 use crate::observe::{self, LossReason, RenewCounts};
 use crate::LockError;
 
@@ -258,12 +258,7 @@ impl Watchdog {
         let sent = Instant::now();
         in_flight.spawn(
             async move {
-                let call = async {
-                    match kind {
-                        LeaseKind::Lock => backend.renew(&leases).await,
-                        LeaseKind::Permit => backend.renew_permits(&leases).await,
-                    }
-                };
+                let call = renew_on(&*backend, kind, &leases);
                 let answers = match give_up {
                     Some(at) => tokio::time::timeout_at(at.into(), call)
                         .await

@@ -87,7 +87,7 @@ use crate::LockError;
 /// scripts compute from a ttl stays exact: `PX` (Redis takes up to 2^63 ms
 /// minus the current time) and the permit scripts' expiry scores (Lua
 /// numbers, exact below 2^53 ms).
-pub(crate) use crate::MAX_TTL;
+pub(crate) use crate::ttl::MAX_TTL;
 
 /// Refuses a ttl above [`MAX_TTL`] for `what` (a lock key or a semaphore
 /// name) on `backend`.

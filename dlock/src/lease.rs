@@ -1,0 +1,306 @@
+//! The held lease: its record shared by guards, scopes and the watchdog
+//! (`LeaseShared`), its status, its loss, and the release path that hands
+//! this process's turn on at the release's first poll.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+use tracing::Instrument;
+
+use crate::backend::{Lease, LockBackend, Renewal};
+use crate::observe::{self, Holding, LossReason};
+use crate::queue::Turn;
+use crate::LockError;
+
+/// Where a lease stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    Held,
+    Released,
+    Lost,
+}
+
+/// What a lease is a lease on: it decides which backend calls renew and
+/// release it (see [`LockBackend`]'s "Semaphores" section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseKind {
+    /// A lock key: `renew` / `release`.
+    Lock,
+    /// One permit of a semaphore: `renew_permits` / `release_permit`.
+    Permit,
+}
+
+/// The mutable part of a lease, updated by the watchdog.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) lease: Lease,
+    pub(crate) status: Status,
+    /// When the watchdog should next renew (ignored when renewal is off).
+    pub(crate) next_renew: Instant,
+    /// A renewal of this lease is in flight.
+    pub(crate) renewing: bool,
+}
+
+/// One lease, shared by its guard, any reentrant guards, the scopes run
+/// inside it and the watchdog.
+pub(crate) struct LeaseShared {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) key: String,
+    pub(crate) token: String,
+    pub(crate) fencing_token: Option<u64>,
+    pub(crate) renew: bool,
+    pub(crate) kind: LeaseKind,
+    pub(crate) state: Mutex<LeaseState>,
+    pub(crate) lost: CancellationToken,
+    /// The runtime the lease was acquired on: `Drop` queues the release here.
+    runtime: Handle,
+    /// This process's turns: on the key (or the semaphore), and a segmented
+    /// lock's admission. Given back once the release is sent, or at once
+    /// when the lease is lost, so the next local waiter asks the service.
+    turns: Mutex<Vec<Turn>>,
+    /// What operators see of the hold: its backend label, kind and start.
+    holding: Holding,
+}
+
+impl fmt::Debug for LeaseShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseShared")
+            .field("key", &self.key)
+            .field("fencing_token", &self.fencing_token)
+            .field("status", &self.lock_state().status)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Updates under these mutexes are plain assignments; poisoning cannot
+    // leave them inconsistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) struct NewLease {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) lease: Lease,
+    pub(crate) renew: bool,
+    pub(crate) kind: LeaseKind,
+    pub(crate) turn: Turn,
+    /// The `backend` label operators see (a registered name or a scheme).
+    pub(crate) label: Arc<str>,
+    /// The `kind` label: a lock, a segment or a permit.
+    pub(crate) observed: observe::Kind,
+}
+
+impl LeaseShared {
+    pub(crate) fn new(parts: NewLease) -> Arc<Self> {
+        let lease = parts.lease;
+        let next_renew = crate::deadline::saturating_add(Instant::now(), lease.ttl / 3);
+        Arc::new(LeaseShared {
+            backend: parts.backend,
+            key: lease.key.clone(),
+            token: lease.token.clone(),
+            fencing_token: lease.fencing_token,
+            renew: parts.renew,
+            kind: parts.kind,
+            state: Mutex::new(LeaseState {
+                lease,
+                status: Status::Held,
+                next_renew,
+                renewing: false,
+            }),
+            lost: CancellationToken::new(),
+            runtime: Handle::current(),
+            turns: Mutex::new(vec![parts.turn]),
+            holding: Holding::begin(parts.label, parts.observed),
+        })
+    }
+
+    /// Keeps `turn` with the lease's own, to be given back with them; gives
+    /// it back at once if the lease is no longer held.
+    pub(crate) fn keep_turn(&self, turn: Turn) {
+        let mut turns = lock(&self.turns);
+        if self.lock_state().status == Status::Held {
+            turns.push(turn);
+        }
+    }
+
+    /// Gives back this process's turns on the key: the next local waiter
+    /// goes to the service.
+    fn give_up_turns(&self) {
+        let turns = std::mem::take(&mut *lock(&self.turns));
+        drop(turns);
+    }
+
+    /// The `backend` label of this lease's spans and metrics.
+    pub(crate) fn label(&self) -> &Arc<str> {
+        &self.holding.backend
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, LeaseState> {
+        lock(&self.state)
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        let state = self.lock_state();
+        state.status == Status::Held && Instant::now() < state.lease.valid_until
+    }
+
+    /// Marks the lease lost (if it was held) and wakes every `lost()` future.
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        let mut state = self.lock_state();
+        if state.status == Status::Held {
+            state.status = Status::Lost;
+            drop(state);
+            self.holding.end();
+            self.holding.lost(&self.key, self.fencing_token, reason);
+            self.lost.cancel();
+            // A lost lease keeps nobody of this process out: other processes
+            // are not kept out either, and the guard may live on for long.
+            self.give_up_turns();
+        }
+    }
+
+    /// The part of a release that cannot wait: the status, so the watchdog
+    /// stops renewing and reentrancy stops. Returns whether the lease was
+    /// still held; `Err` if it was released already. The caller takes it
+    /// off its watchdog.
+    pub(crate) fn begin_release(&self) -> Result<bool, ()> {
+        let was = {
+            let mut state = self.lock_state();
+            let was = state.status;
+            if was == Status::Released {
+                return Err(());
+            }
+            let expired = Instant::now() >= state.lease.valid_until;
+            state.status = Status::Released;
+            if was == Status::Held {
+                self.holding.end();
+            }
+            was == Status::Held && !expired
+        };
+        Ok(was)
+    }
+
+    /// Whether this lease is on `backend` (the very object, not an equal one).
+    pub(crate) fn is_on(&self, backend: &Arc<dyn LockBackend>) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.backend), Arc::as_ptr(backend))
+    }
+
+    /// Queues [`finish_release`](Self::finish_release) to the runtime the
+    /// lease was acquired on. Never blocks and never panics. If that runtime
+    /// is gone or shuts down before the release is done, the task is dropped
+    /// there, and the release runs on dlock's background runtime instead:
+    /// the backend's connection may well live on a runtime that still runs
+    /// (and on etcd and ZooKeeper, a key on a shared session would otherwise
+    /// outlive its ttl).
+    pub(crate) fn finish_in_background(self: Arc<Self>, was_held: bool) {
+        let runtime = self.runtime.clone();
+        let mut elsewhere = ReleaseElsewhere(Some((self, was_held)));
+        drop(runtime.spawn(async move {
+            if let Some((shared, was_held)) = elsewhere.0.clone() {
+                report_background(shared.finish_release(was_held).await);
+            }
+            elsewhere.disarm();
+        }));
+    }
+
+    /// Compare-and-delete on the server; this process's turn on the key goes
+    /// to the next local waiter as soon as the release request is on its
+    /// way, not when its answer is back.
+    ///
+    /// Why then: a backend sends a process's requests in order (one Redis
+    /// connection per backend, one ZooKeeper session), so the waiter's
+    /// acquire reaches the server right behind the release and the hand-off
+    /// costs one round trip instead of two. Where the order is not kept (an
+    /// etcd channel, a batched Redis release), the waiter finds the key
+    /// still held and waits for the release the server announces: slower,
+    /// never unsafe, as the server decides who holds the key.
+    pub(crate) async fn finish_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
+        let span = observe::release_span(&self.key, &self.holding.backend, self.holding.kind);
+        let result = self.send_release(was_held).instrument(span.clone()).await;
+        observe::released(&span, &result);
+        result
+    }
+
+    /// The release itself, handing the turn on after its first poll.
+    async fn send_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
+        let lease = self.lock_state().lease.clone();
+        let mut release = std::pin::pin!(release_on(&*self.backend, self.kind, &lease));
+        let mut first_poll = true;
+        let answer = std::future::poll_fn(|cx| {
+            let answer = release.as_mut().poll(cx);
+            // After the first poll the request is sent (or queued to be).
+            if std::mem::take(&mut first_poll) {
+                self.give_up_turns();
+            }
+            answer
+        })
+        .await;
+        match answer {
+            Ok(true) if was_held => Ok(()),
+            Ok(_) => Err(LockError::NotHeld {
+                key: self.key.clone(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Logs a background release that failed for another reason than a lease
+/// already gone.
+fn report_background(result: Result<(), LockError>) {
+    if let Err(e) = result {
+        if !matches!(e, LockError::NotHeld { .. }) {
+            tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
+        }
+    }
+}
+
+/// A release task that was dropped before it finished (its runtime is gone
+/// or shutting down) finishes on dlock's background runtime.
+struct ReleaseElsewhere(Option<(Arc<LeaseShared>, bool)>);
+
+impl ReleaseElsewhere {
+    /// The release finished where it was queued.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ReleaseElsewhere {
+    fn drop(&mut self) {
+        if let Some((shared, was_held)) = self.0.take() {
+            crate::background::spawn(async move {
+                report_background(shared.finish_release(was_held).await);
+            });
+        }
+    }
+}
+
+/// Renews `leases`, all of one kind, through the backend call for it.
+pub(crate) async fn renew_on(
+    backend: &dyn LockBackend,
+    kind: LeaseKind,
+    leases: &[Lease],
+) -> Vec<Result<Renewal, LockError>> {
+    match kind {
+        LeaseKind::Lock => backend.renew(leases).await,
+        LeaseKind::Permit => backend.renew_permits(leases).await,
+    }
+}
+
+/// Gives `lease` back through the backend call for its kind.
+pub(crate) async fn release_on(
+    backend: &dyn LockBackend,
+    kind: LeaseKind,
+    lease: &Lease,
+) -> Result<bool, LockError> {
+    match kind {
+        LeaseKind::Lock => backend.release(lease).await,
+        LeaseKind::Permit => backend.release_permit(lease).await,
+    }
+}

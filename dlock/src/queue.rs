@@ -1,0 +1,148 @@
+//! The local wait queue of one backend: a gate per key, so only one waiter
+//! of this process talks to the service for it while the rest queue here.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The key slots of one backend, by name.
+#[derive(Debug, Default)]
+pub(crate) struct LocalQueue {
+    slots: Mutex<HashMap<String, Arc<KeySlot>>>,
+}
+
+/// One key's local state.
+#[derive(Debug)]
+pub(crate) struct KeySlot {
+    /// Held from the start of a backend acquire until the lease is released
+    /// or lost, so the other local waiters queue here (FIFO, tokio's
+    /// semaphore is fair) instead of all asking the service.
+    gate: Arc<Semaphore>,
+    /// The gate's number of permits: 1 for a lock, N for a semaphore of N.
+    capacity: usize,
+    /// The slot's name in the map, for pruning it when nobody uses it.
+    name: String,
+}
+
+/// A place on a [`KeySlot`]: while it lives, the slot stays in the map; when
+/// it is dropped, the permit (if one was granted) goes back and the slot is
+/// pruned if nobody else uses it. So a slot lives exactly as long as a
+/// holder or a waiter of its key, whichever way they end (released, lost,
+/// timed out, cancelled).
+#[derive(Debug)]
+pub(crate) struct Turn {
+    permit: Option<OwnedSemaphorePermit>,
+    slot: Arc<KeySlot>,
+    queue: Arc<LocalQueue>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.queue.prune_released(&self.slot);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update under this mutex is a single insert or remove, so a
+    // poisoned mutex still guards consistent data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LocalQueue {
+    /// The slot of `key`. Looked up by `&str` first: the common case
+    /// allocates nothing.
+    pub(crate) fn slot(&self, key: &str) -> Arc<KeySlot> {
+        if let Some(slot) = lock(&self.slots).get(key) {
+            return slot.clone();
+        }
+        self.slot_with(key.to_owned(), 1)
+    }
+
+    /// The slot of the semaphore `name` with `permits` permits, whose gate
+    /// lets that many local tasks talk to the service at once (the rest
+    /// queue locally). Its map name starts with a control character, which
+    /// no lock key may contain, so a semaphore and a lock of the same name
+    /// never share a slot; it holds the count too, so a user that gives
+    /// another count gets a gate of its own, not the first user's.
+    pub(crate) fn semaphore_slot(&self, name: &str, permits: usize) -> Arc<KeySlot> {
+        self.slot_with(format!("\u{1}semaphore:{permits}:{name}"), permits)
+    }
+
+    /// The admission slot of the segmented lock `key` with `segments`
+    /// segments: at most that many local tasks look for a segment at once.
+    /// Named apart from locks and semaphores, as `semaphore_slot`.
+    pub(crate) fn segments_slot(&self, key: &str, segments: usize) -> Arc<KeySlot> {
+        self.slot_with(format!("\u{1}segments:{segments}:{key}"), segments)
+    }
+
+    fn slot_with(&self, name: String, capacity: usize) -> Arc<KeySlot> {
+        let mut slots = lock(&self.slots);
+        if let Some(slot) = slots.get(&name) {
+            return slot.clone();
+        }
+        // Callers bound their counts far below tokio's limit; the clamp only
+        // keeps `Semaphore::new` from panicking should one not.
+        let capacity = capacity.min(Semaphore::MAX_PERMITS);
+        let slot = Arc::new(KeySlot {
+            gate: Arc::new(Semaphore::new(capacity)),
+            capacity,
+            name: name.clone(),
+        });
+        slots.insert(name, slot.clone());
+        slot
+    }
+
+    /// Waits for this process's turn on `slot`: one attempt if `once`, else
+    /// until `deadline` (`None`: no limit). `None`: no turn in time (the
+    /// slot is pruned then if nobody else uses it).
+    ///
+    /// Cancel safe: tokio's semaphore gives up a queued place when dropped,
+    /// and the slot is pruned then too.
+    pub(crate) async fn turn(
+        self: &Arc<Self>,
+        slot: Arc<KeySlot>,
+        once: bool,
+        deadline: Option<Instant>,
+    ) -> Option<Turn> {
+        let mut turn = Turn {
+            permit: None,
+            slot,
+            queue: self.clone(),
+        };
+        let gate = turn.slot.gate.clone();
+        turn.permit = if once {
+            gate.try_acquire_owned().ok()
+        } else {
+            // dlock never closes a gate, so `acquire_owned` cannot fail.
+            crate::deadline::until(deadline, gate.acquire_owned())
+                .await
+                .and_then(Result::ok)
+        };
+        turn.permit.is_some().then_some(turn)
+    }
+
+    /// Drops `slot` from the map if nobody uses it any more: only the map
+    /// and the caller (a [`Turn`] being dropped) hold it, and no permit of
+    /// its gate is out. So a process that locks many distinct keys does not
+    /// keep one slot per key.
+    fn prune_released(&self, slot: &Arc<KeySlot>) {
+        let mut slots = lock(&self.slots);
+        let unused = slots.get(&slot.name).is_some_and(|s| {
+            Arc::ptr_eq(s, slot)
+                && Arc::strong_count(slot) == 2
+                && slot.gate.available_permits() == slot.capacity
+        });
+        if unused {
+            slots.remove(&slot.name);
+        }
+    }
+
+    /// How many key slots this queue keeps.
+    #[cfg(test)]
+    pub(crate) fn slot_count(&self) -> usize {
+        lock(&self.slots).len()
+    }
+}
