@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod acquire;
 pub mod backend;
 pub mod backends;
 mod background;
@@ -44,6 +45,7 @@ mod lease;
 mod local;
 mod lock;
 mod observe;
+mod options;
 mod queue;
 mod registry;
 mod scope;

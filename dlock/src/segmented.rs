@@ -5,13 +5,13 @@ use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::lock::held_or_error;
+use crate::acquire::{self, held_here, lock_within};
 use crate::observe::Kind;
-use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
+use crate::options::{lease_option_setters, LeaseOptions};
+use crate::{deadline, local, LockError, LockGuard};
 
 /// A lock on one resource split into `segments` parts, each guarded by its
 /// own ordinary lock on the key `<key>#<i>`.
@@ -34,11 +34,11 @@ use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
 ///   which part is held; its key is `<key>#<i>` and its fencing token counts
 ///   per segment. Every backend that has locks has segmented locks.
 ///
-/// Options are those of [`Lock`]: [`ttl`](Self::ttl), [`wait`](Self::wait)
+/// Options are those of [`Lock`](crate::Lock): [`ttl`](Self::ttl), [`wait`](Self::wait)
 /// (for the whole acquisition), [`renew`](Self::renew),
 /// [`backend`](Self::backend), [`with_backend`](Self::with_backend).
 ///
-/// **When to use which**: a [`Lock`] when the protected state cannot be
+/// **When to use which**: a [`Lock`](crate::Lock) when the protected state cannot be
 /// split; a `SegmentedLock` when it can be split into parts that each hold
 /// their own state (stock rows, counter shards), so holders of different
 /// parts never touch the same data; a [`Semaphore`](crate::Semaphore) when
@@ -60,8 +60,8 @@ use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
 /// ```
 #[derive(Debug, Clone)]
 pub struct SegmentedLock {
-    /// The key and options; each segment's lock is this with key `<key>#<i>`.
-    base: Lock,
+    /// The key and options; each segment's lock is these with key `<key>#<i>`.
+    options: LeaseOptions,
     segments: usize,
 }
 
@@ -91,46 +91,22 @@ impl SegmentedLock {
     /// [`LockError::InvalidOption`] then, a bad key [`LockError::InvalidKey`].
     pub fn new(key: impl Into<String>, segments: usize) -> Self {
         SegmentedLock {
-            base: Lock::new(key),
+            options: LeaseOptions::new(key.into()),
             segments,
         }
     }
 
-    /// The lease length of each segment's lease (see [`Lock::ttl`]).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.base = self.base.ttl(ttl);
-        self
-    }
-
-    /// How long [`acquire`](Self::acquire) may wait for any segment.
-    /// `Duration::ZERO`: every segment is tried once, then
-    /// [`LockError::Busy`].
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.base = self.base.wait(wait);
-        self
-    }
-
-    /// Renewal by the watchdog (on by default; see [`Lock::renew`]).
-    pub fn renew(mut self, renew: bool) -> Self {
-        self.base = self.base.renew(renew);
-        self
-    }
-
-    /// Uses the backend registered under `name` in [`registry()`](crate::registry()).
-    pub fn backend(mut self, name: impl Into<String>) -> Self {
-        self.base = self.base.backend(name);
-        self
-    }
-
-    /// Uses this backend, bypassing the registry.
-    pub fn with_backend(mut self, backend: Arc<dyn LockBackend>) -> Self {
-        self.base = self.base.with_backend(backend);
-        self
+    lease_option_setters! {
+        ttl: "The lease length of each segment's lease (see [`Lock::ttl`](crate::Lock::ttl)).",
+        wait: "How long [`acquire`](Self::acquire) may wait for any segment.
+`Duration::ZERO`: every segment is tried once, then
+[`LockError::Busy`].",
+        renew: "Renewal by the watchdog (on by default; see [`Lock::renew`](crate::Lock::renew)).",
     }
 
     /// The key the segments are named after.
     pub fn key(&self) -> &str {
-        self.base.key()
+        &self.options.key
     }
 
     /// How many segments.
@@ -140,14 +116,14 @@ impl SegmentedLock {
 
     /// The key of segment `index`: `<key>#<index>`.
     pub fn segment_key(&self, index: usize) -> String {
-        format!("{}#{index}", self.base.key())
+        format!("{}#{index}", self.options.key)
     }
 
     /// Takes a free segment, waiting up to the configured `wait` for one.
     ///
     /// Inside the critical section of a guard that holds one of the segments
     /// ([`LockGuard::scope`], a `#[distributed_lock]` body), that segment is
-    /// granted again at once (reentrancy, as with [`Lock`]), so a locked
+    /// granted again at once (reentrancy, as with [`Lock`](crate::Lock)), so a locked
     /// function that calls another with the same key does not take a second
     /// segment. Elsewhere, a second acquire takes another segment.
     ///
@@ -159,18 +135,13 @@ impl SegmentedLock {
     /// [`LockError::Backend`].
     ///
     /// # Cancel safety
-    /// As [`Lock::acquire`]: dropping the future leaves no segment held and
+    /// As [`Lock::acquire`](crate::Lock::acquire): dropping the future leaves no segment held and
     /// no queue entry behind.
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
-        let start = Instant::now();
-        let wait = self.base.wait;
-        let once = wait == Some(Duration::ZERO);
-        let attempt = self.acquire_within(wait);
-        let held = self
-            .base
-            .watched(Kind::Segment, wait, once, attempt)
-            .await?;
-        held_or_error(held, self.key(), once, start)
+        acquire::acquire(&self.options, Kind::Segment, |wait| {
+            self.acquire_within(wait)
+        })
+        .await
     }
 
     /// Tries every segment once, never waiting: `Ok(None)` if all are held.
@@ -178,9 +149,10 @@ impl SegmentedLock {
     /// # Errors
     /// As [`acquire`](Self::acquire), but never `Busy` or `Timeout`.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
-        let wait = Some(Duration::ZERO);
-        let attempt = self.acquire_within(wait);
-        self.base.watched(Kind::Segment, wait, true, attempt).await
+        acquire::try_acquire(&self.options, Kind::Segment, |wait| {
+            self.acquire_within(wait)
+        })
+        .await
     }
 
     /// Takes segment `index` (`0..segments`), waiting up to the configured
@@ -198,10 +170,10 @@ impl SegmentedLock {
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] if `index >= segments`; otherwise as
-    /// [`Lock::acquire`].
+    /// [`Lock::acquire`](crate::Lock::acquire).
     ///
     /// # Cancel safety
-    /// As [`Lock::acquire`].
+    /// As [`Lock::acquire`](crate::Lock::acquire).
     pub async fn acquire_segment(&self, index: usize) -> Result<LockGuard, LockError> {
         self.check()?;
         if index >= self.segments {
@@ -212,13 +184,12 @@ impl SegmentedLock {
                 self.segments
             )));
         }
-        let start = Instant::now();
-        let segment = self.base.with_key(self.segment_key(index));
-        let wait = segment.wait;
-        let once = wait == Some(Duration::ZERO);
-        let attempt = segment.acquire_within(wait, Kind::Segment);
-        let held = segment.watched(Kind::Segment, wait, once, attempt).await?;
-        Ok(held_or_error(held, segment.key(), once, start)?.in_segment(index))
+        let segment = self.options.with_key(self.segment_key(index));
+        let guard = acquire::acquire(&segment, Kind::Segment, |wait| {
+            lock_within(&segment, wait, Kind::Segment)
+        })
+        .await?;
+        Ok(guard.in_segment(index))
     }
 
     fn check(&self) -> Result<(), LockError> {
@@ -250,11 +221,11 @@ impl SegmentedLock {
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>, LockError> {
         self.check()?;
         let n = self.segments;
-        let locks: Vec<Lock> = (0..n)
-            .map(|i| self.base.with_key(self.segment_key(i)))
+        let locks: Vec<LeaseOptions> = (0..n)
+            .map(|i| self.options.with_key(self.segment_key(i)))
             .collect();
         for (i, lock) in locks.iter().enumerate() {
-            if let Some(guard) = lock.held_here()? {
+            if let Some(guard) = held_here(lock)? {
                 return Ok(Some(guard.in_segment(i)));
             }
         }
@@ -263,7 +234,7 @@ impl SegmentedLock {
         // waiter queues on every segment's local gate in the same order, so
         // the front waiter gets several segments at once and all but one of
         // those acquisitions are wasted.
-        let backend = self.base.check()?;
+        let backend = self.options.check()?;
         let local = local::for_backend(&backend);
         let deadline = wait.and_then(deadline::after);
         let once = wait == Some(Duration::ZERO);
@@ -281,7 +252,7 @@ impl SegmentedLock {
     /// is zero, waits on all of them at once until `deadline`.
     async fn find_segment(
         &self,
-        locks: &[Lock],
+        locks: &[LeaseOptions],
         wait: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>, LockError> {
@@ -289,9 +260,7 @@ impl SegmentedLock {
         let first = rotation(self.key()).fetch_add(1, Ordering::Relaxed) % n;
         let order: Vec<usize> = (0..n).map(|j| (first + j) % n).collect();
         for &i in &order {
-            if let Some(guard) = locks[i]
-                .acquire_within(Some(Duration::ZERO), Kind::Segment)
-                .await?
+            if let Some(guard) = lock_within(&locks[i], Some(Duration::ZERO), Kind::Segment).await?
             {
                 return Ok(Some(guard.in_segment(i)));
             }
@@ -305,7 +274,7 @@ impl SegmentedLock {
             .map(|&i| {
                 let lock = &locks[i];
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                Box::pin(async move { (i, lock.acquire_within(left, Kind::Segment).await) })
+                Box::pin(async move { (i, lock_within(lock, left, Kind::Segment).await) })
                     as SegmentWait<'_>
             })
             .collect();
@@ -352,6 +321,8 @@ async fn first_winner(mut waits: Vec<SegmentWait<'_>>) -> Result<Option<LockGuar
 mod tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
+    use crate::LockBackend;
+    use std::sync::Arc;
 
     fn backend() -> Arc<dyn LockBackend> {
         Arc::new(MemoryBackend::new())

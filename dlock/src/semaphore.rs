@@ -3,14 +3,12 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::backend::PermitRequest;
-use crate::lease::{LeaseKind, LeaseShared, NewLease};
-use crate::lock::{held_or_error, new_token, Observed};
+use crate::acquire::{self, take, Observed, Target};
 use crate::observe::Kind;
-use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
+use crate::options::{lease_option_setters, LeaseOptions};
+use crate::{LockError, LockGuard};
 
 /// A counting semaphore: at most `permits` holders at once, across every
 /// process that uses the same name on the same service.
@@ -31,7 +29,7 @@ use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
 ///
 /// Options: [`ttl`](Self::ttl), [`wait`](Self::wait), [`renew`](Self::renew),
 /// [`backend`](Self::backend), [`with_backend`](Self::with_backend), with
-/// the defaults of [`Lock`].
+/// the defaults of [`Lock`](crate::Lock).
 ///
 /// ```
 /// use dlock::Semaphore;
@@ -49,7 +47,7 @@ use crate::{deadline, local, Lock, LockBackend, LockError, LockGuard};
 #[derive(Debug, Clone)]
 pub struct Semaphore {
     /// The name (as a key) and the lease options.
-    base: Lock,
+    options: LeaseOptions,
     permits: usize,
 }
 
@@ -64,45 +62,21 @@ impl Semaphore {
     /// (names follow the rules of lock keys).
     pub fn new(name: impl Into<String>, permits: usize) -> Self {
         Semaphore {
-            base: Lock::new(name),
+            options: LeaseOptions::new(name.into()),
             permits,
         }
     }
 
-    /// The lease length of each permit (see [`Lock::ttl`]).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.base = self.base.ttl(ttl);
-        self
-    }
-
-    /// How long [`acquire`](Self::acquire) may wait for a permit.
-    /// `Duration::ZERO`: one attempt, then [`LockError::Busy`].
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.base = self.base.wait(wait);
-        self
-    }
-
-    /// Renewal of each permit by the watchdog (on by default; see [`Lock::renew`]).
-    pub fn renew(mut self, renew: bool) -> Self {
-        self.base = self.base.renew(renew);
-        self
-    }
-
-    /// Uses the backend registered under `name` in [`registry()`](crate::registry()).
-    pub fn backend(mut self, name: impl Into<String>) -> Self {
-        self.base = self.base.backend(name);
-        self
-    }
-
-    /// Uses this backend, bypassing the registry.
-    pub fn with_backend(mut self, backend: Arc<dyn LockBackend>) -> Self {
-        self.base = self.base.with_backend(backend);
-        self
+    lease_option_setters! {
+        ttl: "The lease length of each permit (see [`Lock::ttl`](crate::Lock::ttl)).",
+        wait: "How long [`acquire`](Self::acquire) may wait for a permit.
+    `Duration::ZERO`: one attempt, then [`LockError::Busy`].",
+        renew: "Renewal of each permit by the watchdog (on by default; see [`Lock::renew`](crate::Lock::renew)).",
     }
 
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        self.base.key()
+        &self.options.key
     }
 
     /// How many holders the semaphore admits at once.
@@ -124,12 +98,10 @@ impl Semaphore {
     /// permit granted at the very moment of cancellation is released in the
     /// background).
     pub async fn acquire(&self) -> Result<Permit, LockError> {
-        let start = Instant::now();
-        let wait = self.base.wait;
-        let once = wait == Some(Duration::ZERO);
-        let attempt = self.acquire_within(wait);
-        let held = self.base.watched(Kind::Permit, wait, once, attempt).await?;
-        held_or_error(held, self.name(), once, start)
+        acquire::acquire(&self.options, Kind::Permit, |wait| {
+            self.acquire_within(wait)
+        })
+        .await
     }
 
     /// One attempt that never waits: `Ok(None)` if all permits are held.
@@ -137,9 +109,10 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire), but never `Busy` or `Timeout`.
     pub async fn try_acquire(&self) -> Result<Option<Permit>, LockError> {
-        let wait = Some(Duration::ZERO);
-        let attempt = self.acquire_within(wait);
-        self.base.watched(Kind::Permit, wait, true, attempt).await
+        acquire::try_acquire(&self.options, Kind::Permit, |wait| {
+            self.acquire_within(wait)
+        })
+        .await
     }
 
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>, LockError> {
@@ -151,43 +124,12 @@ impl Semaphore {
                 Self::MAX_PERMITS
             )));
         }
-        let backend = self.base.check()?;
-        let local = local::for_backend(&backend);
-        let once = wait == Some(Duration::ZERO);
-        let deadline = wait.and_then(deadline::after);
-        // At most `permits` tasks of this process ask the service at once.
-        let slot = local.queue.semaphore_slot(self.name(), self.permits);
-        let Some(turn) = local.queue.turn(slot, once, deadline).await else {
-            return Ok(None);
-        };
-        let request = PermitRequest {
-            name: self.name().to_owned(),
+        let backend = self.options.check()?;
+        let target = Target::Permit {
             permits: self.permits,
-            token: new_token()?,
-            ttl: self.base.ttl,
         };
-        let granted = if once {
-            backend.try_acquire_permit(&request).await
-        } else {
-            backend.acquire_permit(&request, deadline).await
-        };
-        let lease = match granted {
-            Ok(Some(lease)) => lease,
-            other => return other.map(|_| None),
-        };
-        let shared = LeaseShared::new(NewLease {
-            backend,
-            lease,
-            renew: self.base.renew,
-            kind: LeaseKind::Permit,
-            turn,
-            label: self.base.label(),
-            observed: Kind::Permit,
-        });
-        local.watchdog.register(&shared);
-        Ok(Some(Permit {
-            guard: LockGuard::outer(shared, local.watchdog.clone()),
-        }))
+        let guard = take(&self.options, backend, target, wait, Kind::Permit).await?;
+        Ok(guard.map(|guard| Permit { guard }))
     }
 }
 
@@ -271,6 +213,9 @@ impl Permit {
 mod tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
+    use crate::LockBackend;
+    use std::sync::Arc;
+    use std::time::Instant;
 
     fn semaphore(name: &str, permits: usize) -> Semaphore {
         Semaphore::new(name, permits).with_backend(Arc::new(MemoryBackend::new()))

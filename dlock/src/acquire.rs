@@ -1,0 +1,210 @@
+//! The one acquire path of every lease: the outcome of a public acquire
+//! (its span, `Busy` or `Timeout`), and the taking of one lease on a lock
+//! key or a semaphore (local turn → backend call → register).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{AcquireRequest, LockBackend, PermitRequest};
+use crate::guard::LockGuard;
+use crate::lease::{LeaseKind, LeaseShared, NewLease};
+use crate::observe::{self, Acquisition, Kind};
+use crate::options::LeaseOptions;
+use crate::{deadline, local, scope, LockError};
+
+/// What a granted acquisition shows operators: whether it re-entered, and
+/// its fence.
+pub(crate) trait Observed {
+    fn observed(&self) -> (bool, Option<u64>);
+}
+
+impl Observed for LockGuard {
+    fn observed(&self) -> (bool, Option<u64>) {
+        (self.is_reentrant(), self.fencing_token())
+    }
+}
+
+/// A public `acquire`: runs `attempt` with the options' wait in a
+/// `dlock.acquire` span; not acquired is [`LockError::Busy`] after a single
+/// attempt (a zero wait), else [`LockError::Timeout`].
+pub(crate) async fn acquire<T, F>(
+    options: &LeaseOptions,
+    kind: Kind,
+    attempt: impl FnOnce(Option<Duration>) -> F,
+) -> Result<T, LockError>
+where
+    T: Observed,
+    F: Future<Output = Result<Option<T>, LockError>>,
+{
+    let start = Instant::now();
+    let wait = options.wait;
+    let once = wait == Some(Duration::ZERO);
+    match watched(options, kind, wait, once, attempt(wait)).await? {
+        Some(held) => Ok(held),
+        None if once => Err(LockError::Busy {
+            key: options.key.to_string(),
+        }),
+        None => Err(LockError::Timeout {
+            key: options.key.to_string(),
+            waited: start.elapsed(),
+        }),
+    }
+}
+
+/// A public `try_acquire`: `attempt` once, never waiting, in a
+/// `dlock.acquire` span; `Ok(None)` when not acquired.
+pub(crate) async fn try_acquire<T, F>(
+    options: &LeaseOptions,
+    kind: Kind,
+    attempt: impl FnOnce(Option<Duration>) -> F,
+) -> Result<Option<T>, LockError>
+where
+    T: Observed,
+    F: Future<Output = Result<Option<T>, LockError>>,
+{
+    let wait = Some(Duration::ZERO);
+    watched(options, kind, wait, true, attempt(wait)).await
+}
+
+/// Runs `attempt` in a `dlock.acquire` span and records its outcome.
+async fn watched<T: Observed>(
+    options: &LeaseOptions,
+    kind: Kind,
+    wait: Option<Duration>,
+    once: bool,
+    attempt: impl Future<Output = Result<Option<T>, LockError>>,
+) -> Result<Option<T>, LockError> {
+    let watch = Acquisition::start(kind, &options.key, options.label(), options.ttl, wait);
+    observe::watched(watch, once, attempt, |held: &T| held.observed()).await
+}
+
+/// What a lease is taken on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target {
+    /// The options' key, as a lock.
+    Lock,
+    /// A permit of the semaphore named by the options' key.
+    Permit { permits: usize },
+}
+
+/// The guard of a lease on the options' key whose critical section the
+/// running code is inside of, if any: a reentrant guard, no round trip.
+pub(crate) fn held_here(options: &LeaseOptions) -> Result<Option<LockGuard>, LockError> {
+    let backend = options.check()?;
+    Ok(scope::enclosing(&backend, &options.key).map(LockGuard::reentrant))
+}
+
+/// Takes the lock on the options' key, waiting up to `wait` (`None`: no
+/// limit; zero: one attempt); reentrant inside the critical section of a
+/// guard that holds it. `Ok(None)`: not acquired in time.
+pub(crate) async fn lock_within(
+    options: &LeaseOptions,
+    wait: Option<Duration>,
+    observed: Kind,
+) -> Result<Option<LockGuard>, LockError> {
+    let backend = options.check()?;
+    if let Some(held) = scope::enclosing(&backend, &options.key) {
+        return Ok(Some(LockGuard::reentrant(held)));
+    }
+    take(options, backend, Target::Lock, wait, observed).await
+}
+
+/// Takes one lease on `target` from `backend`: this process's turn first
+/// (so only the front local waiters talk to the service), then the backend
+/// call, then the watchdog's registration. Waits up to `wait` (zero: one
+/// attempt); `Ok(None)`: not acquired in time.
+pub(crate) async fn take(
+    options: &LeaseOptions,
+    backend: Arc<dyn LockBackend>,
+    target: Target,
+    wait: Option<Duration>,
+    observed: Kind,
+) -> Result<Option<LockGuard>, LockError> {
+    let local = local::for_backend(&backend);
+    let once = wait == Some(Duration::ZERO);
+    let deadline = wait.and_then(deadline::after);
+    let slot = match target {
+        Target::Lock => local.queue.slot(&options.key),
+        Target::Permit { permits } => local.queue.semaphore_slot(&options.key, permits),
+    };
+    let Some(turn) = local.queue.turn(slot, once, deadline).await else {
+        return Ok(None);
+    };
+
+    let token = new_token()?;
+    let (granted, kind) = match target {
+        Target::Lock => {
+            let request = AcquireRequest {
+                key: options.key.to_string(),
+                token,
+                ttl: options.ttl,
+            };
+            let granted = if once {
+                backend.try_acquire(&request).await
+            } else {
+                backend.acquire(&request, deadline).await
+            };
+            (granted, LeaseKind::Lock)
+        }
+        Target::Permit { permits } => {
+            let request = PermitRequest {
+                name: options.key.to_string(),
+                permits,
+                token,
+                ttl: options.ttl,
+            };
+            let granted = if once {
+                backend.try_acquire_permit(&request).await
+            } else {
+                backend.acquire_permit(&request, deadline).await
+            };
+            (granted, LeaseKind::Permit)
+        }
+    };
+    let Some(lease) = granted? else {
+        return Ok(None);
+    };
+
+    let shared = LeaseShared::new(NewLease {
+        backend,
+        lease,
+        renew: options.renew,
+        kind,
+        turn,
+        label: options.label(),
+        observed,
+    });
+    local.watchdog.register(&shared);
+    Ok(Some(LockGuard::outer(shared, local.watchdog.clone())))
+}
+
+/// 128 random bits from the OS, hex encoded: the owner token.
+pub(crate) fn new_token() -> Result<String, LockError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        LockError::backend("os-rng", format!("no randomness for the owner token: {e}"))
+    })?;
+    // Encoded by hand: a `format!` per byte costs more than the syscall.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut token = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        token.push(char::from(HEX[usize::from(b >> 4)]));
+        token.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_differ() {
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

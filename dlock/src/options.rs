@@ -1,0 +1,148 @@
+//! The options every lease is taken with (key, ttl, wait, renewal, backend),
+//! their checks, and the builder setters `Lock`, `SegmentedLock` and
+//! `Semaphore` share.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::LockBackend;
+use crate::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use crate::{observe, registry, LockError};
+
+/// A key (a lock key, a semaphore name, a segmented lock's base key) and
+/// how to take a lease on it.
+#[derive(Clone)]
+pub(crate) struct LeaseOptions {
+    pub(crate) key: Arc<str>,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) renew: bool,
+    pub(crate) backend: BackendChoice,
+}
+
+#[derive(Clone)]
+pub(crate) enum BackendChoice {
+    Default,
+    Named(Arc<str>),
+    /// The backend, and its scheme: the `backend` label operators see.
+    Given(Arc<dyn LockBackend>, Arc<str>),
+}
+
+impl BackendChoice {
+    /// A backend given directly, labelled by its scheme.
+    pub(crate) fn given(backend: Arc<dyn LockBackend>) -> Self {
+        let described = backend.describe();
+        let scheme = crate::url::scheme(&described).unwrap_or("custom");
+        BackendChoice::Given(backend, Arc::from(scheme))
+    }
+}
+
+impl fmt::Debug for LeaseOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let backend = match &self.backend {
+            BackendChoice::Default => "default".to_owned(),
+            BackendChoice::Named(name) => format!("named {name:?}"),
+            BackendChoice::Given(b, _) => b.describe(),
+        };
+        f.debug_struct("Lock")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("renew", &self.renew)
+            .field("backend", &backend)
+            .finish()
+    }
+}
+
+impl LeaseOptions {
+    /// `key` with the default options.
+    pub(crate) fn new(key: String) -> Self {
+        LeaseOptions {
+            key: Arc::from(key),
+            ttl: DEFAULT_TTL,
+            wait: None,
+            renew: true,
+            backend: BackendChoice::Default,
+        }
+    }
+
+    /// The same options on another key (a segment's key).
+    pub(crate) fn with_key(&self, key: String) -> Self {
+        LeaseOptions {
+            key: Arc::from(key),
+            ..self.clone()
+        }
+    }
+
+    /// The `backend` label of spans and metrics: the registered name, or
+    /// the scheme of a backend given directly (never an address or a
+    /// credential).
+    pub(crate) fn label(&self) -> Arc<str> {
+        match &self.backend {
+            BackendChoice::Default => observe::DEFAULT_BACKEND.clone(),
+            BackendChoice::Named(name) => name.clone(),
+            BackendChoice::Given(_, scheme) => scheme.clone(),
+        }
+    }
+
+    /// Validates the key and ttl and finds the backend.
+    pub(crate) fn check(&self) -> Result<Arc<dyn LockBackend>, LockError> {
+        crate::key::validate(&self.key)?;
+        if self.ttl < MIN_TTL {
+            return Err(LockError::invalid_option(format!(
+                "ttl {:?} for lock `{}` is shorter than the {MIN_TTL:?} minimum that renewal can keep; use a longer ttl",
+                self.ttl, self.key
+            )));
+        }
+        if self.ttl > MAX_TTL {
+            return Err(LockError::invalid_option(format!(
+                "ttl {:?} for lock `{}` is longer than the maximum of {MAX_TTL:?} (365 days, dlock::MAX_TTL); with renewal on, a 30 s ttl already keeps the lock for as long as the guard lives",
+                self.ttl, self.key
+            )));
+        }
+        match &self.backend {
+            BackendChoice::Default => registry().default_backend(),
+            BackendChoice::Named(name) => registry().get(name),
+            BackendChoice::Given(b, _) => Ok(b.clone()),
+        }
+    }
+}
+
+/// The option setters of a type with a `options: LeaseOptions` field; the
+/// docs of `ttl`, `wait` and `renew` are the type's own.
+macro_rules! lease_option_setters {
+    (ttl: $ttl:expr, wait: $wait:expr, renew: $renew:expr $(,)?) => {
+        #[doc = $ttl]
+        pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+            self.options.ttl = ttl;
+            self
+        }
+
+        #[doc = $wait]
+        pub fn wait(mut self, wait: std::time::Duration) -> Self {
+            self.options.wait = Some(wait);
+            self
+        }
+
+        #[doc = $renew]
+        pub fn renew(mut self, renew: bool) -> Self {
+            self.options.renew = renew;
+            self
+        }
+
+        /// Uses the backend registered under `name` in [`registry()`](crate::registry()).
+        pub fn backend(mut self, name: impl Into<String>) -> Self {
+            self.options.backend =
+                $crate::options::BackendChoice::Named(std::sync::Arc::from(name.into()));
+            self
+        }
+
+        /// Uses this backend, bypassing the registry.
+        pub fn with_backend(mut self, backend: std::sync::Arc<dyn $crate::LockBackend>) -> Self {
+            self.options.backend = $crate::options::BackendChoice::given(backend);
+            self
+        }
+    };
+}
+pub(crate) use lease_option_setters;
