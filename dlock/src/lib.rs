@@ -48,6 +48,7 @@ mod observe;
 mod options;
 mod queue;
 mod registry;
+mod schemes;
 mod scope;
 mod segmented;
 mod semaphore;

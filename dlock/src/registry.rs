@@ -5,6 +5,7 @@ use std::sync::{Arc, LazyLock, RwLock};
 
 use crate::backend::LockBackend;
 use crate::backends::memory::MemoryBackend;
+use crate::schemes::{self, Backend};
 use crate::LockError;
 
 /// The name under which the default backend is reported in errors.
@@ -124,7 +125,8 @@ pub fn registry() -> &'static Registry {
 /// Connects to the lock service named by `url` and returns it as a backend.
 ///
 /// Schemes: `memory://` always; `redis://`, `rediss://`, `redis+cluster://`,
-/// `redlock://`, `etcd://`, `etcds://`, `zk://` with their cargo features.
+/// `rediss+cluster://`, `redlock://`, `etcd://`, `etcds://`, `zk://` with
+/// their cargo features (the table in [`backends`](crate::backends)).
 ///
 /// # Errors
 /// [`LockError::InvalidOption`] naming the URL (password redacted) if the
@@ -146,40 +148,37 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
             "`{shown}` is not a lock service URL; write `scheme://address`, e.g. `redis://127.0.0.1:6379` or `memory://`"
         )));
     };
-    match scheme {
-        "memory" => Ok(Arc::new(MemoryBackend::connect(url).await?)),
+    let Some(row) = schemes::find(scheme) else {
+        return Err(LockError::invalid_option(format!(
+            "`{shown}` has the unknown scheme `{scheme}`; dlock knows {}",
+            schemes::all_listed()
+        )));
+    };
+    match row.backend {
+        Backend::Memory => Ok(Arc::new(MemoryBackend::connect(url).await?)),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Ok(Arc::new(
+        Backend::Redis => Ok(Arc::new(
             crate::backends::redis::RedisBackend::connect(url).await?,
         )),
-        #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => Err(feature_off(&shown, "redis")),
-        #[cfg(feature = "etcd")]
-        "etcd" | "etcds" => Ok(Arc::new(crate::backends::etcd::EtcdBackend::connect(url).await?)),
-        #[cfg(not(feature = "etcd"))]
-        "etcd" | "etcds" => Err(feature_off(&shown, "etcd")),
-        #[cfg(feature = "zookeeper")]
-        "zk" => Ok(Arc::new(
-            crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
-        )),
-        #[cfg(not(feature = "zookeeper"))]
-        "zk" => Err(feature_off(&shown, "zookeeper")),
         #[cfg(feature = "redlock")]
-        "redlock" => Ok(Arc::new(
+        Backend::Redlock => Ok(Arc::new(
             crate::backends::redlock::RedlockBackend::connect(url).await?,
         )),
-        #[cfg(not(feature = "redlock"))]
-        "redlock" => Err(feature_off(&shown, "redlock")),
-        other => Err(LockError::invalid_option(format!(
-            "`{shown}` has the unknown scheme `{other}`; dlock knows memory://, redis://, rediss://, \
-             redis+cluster://, redlock://, etcd://, etcds:// and zk://"
-        ))),
+        #[cfg(feature = "etcd")]
+        Backend::Etcd => Ok(Arc::new(
+            crate::backends::etcd::EtcdBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "zookeeper")]
+        Backend::ZooKeeper => Ok(Arc::new(
+            crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
+        )),
+        // A backend whose cargo feature is off in this build.
+        #[allow(unreachable_patterns)]
+        _ => {
+            let feature = row.feature.unwrap_or(scheme);
+            Err(LockError::invalid_option(format!(
+                "`{shown}` needs dlock's `{feature}` cargo feature; enable it: dlock = {{ features = [\"{feature}\"] }}"
+            )))
+        }
     }
-}
-
-#[allow(dead_code)] // used only when some backend feature is off
-fn feature_off(shown: &str, feature: &str) -> LockError {
-    LockError::invalid_option(format!(
-        "`{shown}` needs dlock's `{feature}` cargo feature; enable it: dlock = {{ features = [\"{feature}\"] }}"
-    ))
 }

@@ -11,28 +11,81 @@
 //! Prometheus recorder and a `tracing` subscriber at INFO) against off;
 //! `--observed-detail` adds the recorder alone and the subscriber alone.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::process::ExitCode;
+
+type Outcome = Result<(), Box<dyn std::error::Error>>;
+type Suite = fn(String, Flags) -> Pin<Box<dyn Future<Output = Outcome>>>;
+
+/// The command line's switches.
+#[derive(Clone, Copy)]
+struct Flags {
+    segments: bool,
+    observed_detail: bool,
+}
+
+/// The benchmark suite of each URL scheme, with an example URL: the usage
+/// line and the error for an unknown scheme are written from it.
+const SUITES: &[(&[&str], &str, Suite)] = &[
+    (
+        &["redis", "rediss"],
+        "redis://127.0.0.1:6379",
+        |url, flags| {
+            Box::pin(async move {
+                if flags.segments {
+                    dlock_bench::segments::run(&url).await
+                } else {
+                    dlock_bench::redis::run(&url, flags.observed_detail).await
+                }
+            })
+        },
+    ),
+    (
+        &["redlock"],
+        "redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
+        |url, _| Box::pin(async move { dlock_bench::redlock::run(&url).await }),
+    ),
+    (&["etcd"], "etcd://127.0.0.1:2379", |url, _| {
+        Box::pin(async move { dlock_bench::etcd::run(&url).await })
+    }),
+    (&["zk"], "zk://127.0.0.1:2181", |url, _| {
+        Box::pin(async move { dlock_bench::zookeeper::run(&url).await })
+    }),
+];
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let segments = args.iter().any(|a| a == "--segments");
-    let observed_detail = args.iter().any(|a| a == "--observed-detail");
+    let flags = Flags {
+        segments: args.iter().any(|a| a == "--segments"),
+        observed_detail: args.iter().any(|a| a == "--observed-detail"),
+    };
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
-        eprintln!("usage: bench <url> [--segments] [--observed-detail]   (redis://127.0.0.1:6379, redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003, etcd://127.0.0.1:2379, zk://127.0.0.1:2181)");
+        let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
+        eprintln!(
+            "usage: bench <url> [--segments] [--observed-detail]   ({})",
+            examples.join(", ")
+        );
         return ExitCode::FAILURE;
     };
     let scheme = dlock::url::scheme(&url).unwrap_or("");
-    let result: Result<(), Box<dyn std::error::Error>> = match scheme {
-        "redis" | "rediss" if segments => dlock_bench::segments::run(&url).await,
-        "redis" | "rediss" => dlock_bench::redis::run(&url, observed_detail).await,
-        "etcd" => dlock_bench::etcd::run(&url).await,
-        "zk" => dlock_bench::zookeeper::run(&url).await,
-        "redlock" => dlock_bench::redlock::run(&url).await,
-        other => Err(format!(
-            "no benchmark suite for `{other}://` URLs; give a redis://, redlock://, etcd:// or zk:// URL"
-        )
-        .into()),
+    let result = match SUITES
+        .iter()
+        .find(|(schemes, _, _)| schemes.contains(&scheme))
+    {
+        Some((_, _, suite)) => suite(url.clone(), flags).await,
+        None => {
+            let known: Vec<String> = SUITES
+                .iter()
+                .map(|(schemes, _, _)| format!("{}://", schemes[0]))
+                .collect();
+            Err(format!(
+                "no benchmark suite for `{scheme}://` URLs; give one of: {}",
+                known.join(", ")
+            )
+            .into())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

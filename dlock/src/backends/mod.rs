@@ -1,12 +1,16 @@
 //! The backends, one module each; all but `memory` sit behind a cargo feature.
 //!
-//! | backend | URL | feature | fencing token |
-//! |---|---|---|---|
-//! | [`memory::MemoryBackend`] | `memory://` | always | per-process counter |
-//! | [`redis::RedisBackend`] | `redis://`, `rediss://`, `redis+cluster://` | `redis` (default), `tls` | per-key counter |
-//! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd`, `tls` for `etcds://` | the key's create revision |
-//! | `zookeeper::ZooKeeperBackend` | `zk://host:port[,host:port...][/chroot]` | `zookeeper` | the lock node's `czxid` |
-//! | [`redlock::RedlockBackend`] | `redlock://h1:port,h2:port,h3:port` | `redlock` | none (see its docs) |
+//! [`connect`](crate::connect) finds a URL's backend in one table of
+//! scheme → backend, feature and semaphores (`schemes.rs`); this is that
+//! table, with what each backend offers.
+//!
+//! | backend | URL | feature | fencing token | semaphores |
+//! |---|---|---|---|---|
+//! | [`memory::MemoryBackend`] | `memory://` | always | per-process counter | yes |
+//! | [`redis::RedisBackend`] | `redis://`, `rediss://`, `redis+cluster://`, `rediss+cluster://` | `redis` (default), `tls` | per-key counter | yes |
+//! | [`redlock::RedlockBackend`] | `redlock://h1:port,h2:port,h3:port` | `redlock` | none (see its docs) | no |
+//! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd`, `tls` for `etcds://` | the key's create revision | yes |
+//! | `zookeeper::ZooKeeperBackend` | `zk://host:port[,host:port...][/chroot]` | `zookeeper` | the lock node's `czxid` | yes |
 
 #[cfg(feature = "etcd")]
 pub mod etcd;

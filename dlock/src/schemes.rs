@@ -1,0 +1,119 @@
+//! The scheme table: every URL scheme `connect` knows, the backend and the
+//! cargo feature behind it, and whether that backend has semaphores.
+//! `connect`, its errors and `backend::no_semaphores` read it; the table in
+//! `backends`' docs shows it.
+
+/// One backend's row.
+#[derive(Debug)]
+pub(crate) struct Scheme {
+    /// Its URL schemes; the first one names the backend in lists.
+    pub(crate) names: &'static [&'static str],
+    /// The cargo feature that builds it; `None`: always built.
+    pub(crate) feature: Option<&'static str>,
+    /// Whether the backend has semaphores (implements `PermitBackend`).
+    pub(crate) semaphores: bool,
+    /// Which backend `connect` builds for it.
+    pub(crate) backend: Backend,
+}
+
+/// The backends `connect` can build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    Memory,
+    Redis,
+    Redlock,
+    Etcd,
+    ZooKeeper,
+}
+
+/// Every scheme, in the order errors list them.
+pub(crate) const SCHEMES: &[Scheme] = &[
+    Scheme {
+        names: &["memory"],
+        feature: None,
+        semaphores: true,
+        backend: Backend::Memory,
+    },
+    Scheme {
+        names: &["redis", "rediss", "redis+cluster", "rediss+cluster"],
+        feature: Some("redis"),
+        semaphores: true,
+        backend: Backend::Redis,
+    },
+    Scheme {
+        names: &["redlock"],
+        feature: Some("redlock"),
+        semaphores: false,
+        backend: Backend::Redlock,
+    },
+    Scheme {
+        names: &["etcd", "etcds"],
+        feature: Some("etcd"),
+        semaphores: true,
+        backend: Backend::Etcd,
+    },
+    Scheme {
+        names: &["zk"],
+        feature: Some("zookeeper"),
+        semaphores: true,
+        backend: Backend::ZooKeeper,
+    },
+];
+
+/// The row of the URL scheme `scheme`.
+pub(crate) fn find(scheme: &str) -> Option<&'static Scheme> {
+    SCHEMES.iter().find(|row| row.names.contains(&scheme))
+}
+
+/// Every scheme `connect` knows, as `memory://, redis://, … and zk://`.
+pub(crate) fn all_listed() -> String {
+    listed(SCHEMES.iter().flat_map(|row| row.names).copied(), "and")
+}
+
+/// The backends with semaphores, by their first scheme: `memory://, …
+/// or zk://`.
+pub(crate) fn with_semaphores_listed() -> String {
+    listed(
+        SCHEMES
+            .iter()
+            .filter(|row| row.semaphores)
+            .map(|row| row.names[0]),
+        "or",
+    )
+}
+
+/// `a://, b:// <last_joiner> c://`.
+fn listed<'a>(schemes: impl Iterator<Item = &'a str>, last_joiner: &str) -> String {
+    let schemes: Vec<String> = schemes.map(|s| format!("{s}://")).collect();
+    match schemes.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} {last_joiner} {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scheme_is_in_one_row() {
+        let mut names: Vec<&str> = SCHEMES.iter().flat_map(|row| row.names).copied().collect();
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "a scheme is in two rows");
+        assert_eq!(find("etcds").map(|row| row.backend), Some(Backend::Etcd));
+        assert!(find("mongo").is_none());
+    }
+
+    #[test]
+    fn lists_read_as_prose() {
+        assert_eq!(
+            with_semaphores_listed(),
+            "memory://, redis://, etcd:// or zk://"
+        );
+        assert!(all_listed().starts_with("memory://, redis://, rediss://"));
+        assert!(all_listed().ends_with(", etcds:// and zk://"));
+    }
+}
