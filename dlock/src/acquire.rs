@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{AcquireRequest, LockBackend, PermitRequest};
+use crate::backend::{no_semaphores, AcquireRequest, LockBackend, PermitRequest};
 use crate::guard::LockGuard;
 use crate::lease::{LeaseKind, LeaseShared, NewLease};
 use crate::observe::{self, Acquisition, Kind};
@@ -148,6 +148,10 @@ pub(crate) async fn take(
             (granted, LeaseKind::Lock)
         }
         Target::Permit { permits } => {
+            // The one place a backend without semaphores is told so.
+            let Some(semaphores) = backend.permits() else {
+                return Err(no_semaphores(&backend.describe()));
+            };
             let request = PermitRequest {
                 name: options.key.to_string(),
                 permits,
@@ -155,9 +159,9 @@ pub(crate) async fn take(
                 ttl: options.ttl,
             };
             let granted = if once {
-                backend.try_acquire_permit(&request).await
+                semaphores.try_acquire_permit(&request).await
             } else {
-                backend.acquire_permit(&request, deadline).await
+                semaphores.acquire_permit(&request, deadline).await
             };
             (granted, LeaseKind::Permit)
         }

@@ -56,9 +56,11 @@ impl fmt::Debug for PermitRequest {
     }
 }
 
-/// The error of a backend that has no semaphores (the default of the
-/// permit methods of [`LockBackend`]).
-/// `backend` is the backend's [`describe`](LockBackend::describe) text.
+/// The error of a backend that has no semaphores: what
+/// [`Semaphore`](crate::Semaphore) answers when
+/// [`LockBackend::permits`] is `None`. It names the backend
+/// (`backend` is its [`describe`](LockBackend::describe) text) and the
+/// backends that have semaphores.
 ///
 /// ```
 /// let e = dlock::backend::no_semaphores("zk://127.0.0.1:2181");
@@ -186,26 +188,11 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 ///
 /// # Semaphores
 ///
-/// The four `*_permit*` methods serve [`Semaphore`](crate::Semaphore); each
-/// has a default that fails with [`LockError::InvalidOption`] ("the … backend
-/// has no semaphores yet"), so a backend without them still compiles and
-/// works for locks. A permit is an ordinary [`Lease`] (its `key` is the
-/// semaphore name, its `token` the permit's owner token, `resource` the
-/// backend's name for the permit; `fencing_token` is the backend's own
-/// business: a [`Permit`](crate::Permit) does not show it). The core remembers
-/// which leases are permits: the watchdog batches permit leases apart from
-/// lock leases and hands them to [`renew_permits`](LockBackend::renew_permits),
-/// and a permit's guard releases through
-/// [`release_permit`](LockBackend::release_permit). So `renew` and `release`
-/// never see a permit lease, and a backend's lock protocol needs no change.
-///
-/// - **memory**: a table of permit holders with deadlines, FIFO tickets.
-/// - **redis**: a sorted set of permit tokens scored by expiry on the
-///   server's clock; one script trims expired members, counts, and adds.
-/// - **etcd**: the first N keys by create revision under the semaphore's
-///   prefix hold permits; waiters watch the prefix for deletes.
-/// - **zookeeper**: the first N ephemeral sequential nodes under the
-///   semaphore's path hold permits; waiters watch the children.
+/// A backend that has semaphores implements [`PermitBackend`] too and
+/// returns itself from [`permits`](LockBackend::permits); one that has none
+/// keeps the default (`None`), and [`Semaphore`](crate::Semaphore) fails on
+/// it with one [`LockError::InvalidOption`] ([`no_semaphores`]). Its lock
+/// protocol is untouched either way.
 ///
 /// # Contract
 ///
@@ -295,47 +282,92 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// waiters. `Ok(false)` means it was no longer ours (expired or taken).
     async fn release(&self, lease: &Lease) -> Result<bool, LockError>;
 
+    /// The backend's semaphores, if it has them: itself, as a
+    /// [`PermitBackend`]. The default is `None`: no semaphores.
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        None
+    }
+}
+
+/// The semaphores of a backend that has them: the capability a
+/// [`LockBackend`] offers through [`permits`](LockBackend::permits).
+///
+/// A permit is an ordinary [`Lease`] (its `key` is the semaphore name, its
+/// `token` the permit's owner token, `resource` the backend's name for the
+/// permit; `fencing_token` is the backend's own business: a
+/// [`Permit`](crate::Permit) does not show it). The core remembers which
+/// leases are permits: the watchdog batches permit leases apart from lock
+/// leases and hands them to [`renew_permits`](PermitBackend::renew_permits),
+/// and a permit's guard releases through
+/// [`release_permit`](PermitBackend::release_permit). So
+/// [`LockBackend::renew`] and [`LockBackend::release`] never see a permit
+/// lease. The contract of [`LockBackend`] (cancel safety, transport
+/// failures, local deadlines) holds here too.
+///
+/// - **memory**: a table of permit holders with deadlines, FIFO tickets.
+/// - **redis**: a sorted set of permit tokens scored by expiry on the
+///   server's clock; one script trims expired members, counts, and adds.
+/// - **etcd**: the first N keys by create revision under the semaphore's
+///   prefix hold permits; waiters watch the prefix for deletes.
+/// - **zookeeper**: the first N ephemeral sequential nodes under the
+///   semaphore's path hold permits; waiters watch the children.
+///
+/// # Example: a wrapping backend that passes semaphores through
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Instant;
+/// use dlock::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal};
+/// use dlock::{LockError, Semaphore};
+///
+/// #[derive(Debug)]
+/// struct Wrapped(Arc<dyn LockBackend>);
+///
+/// #[dlock::async_trait]
+/// impl LockBackend for Wrapped {
+///     fn describe(&self) -> String { self.0.describe() }
+///     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+///         self.0.try_acquire(req).await
+///     }
+///     async fn acquire(&self, req: &AcquireRequest, deadline: Option<Instant>)
+///         -> Result<Option<Lease>, LockError> { self.0.acquire(req, deadline).await }
+///     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+///         self.0.renew(leases).await
+///     }
+///     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+///         self.0.release(lease).await
+///     }
+///     // Semaphores exactly when the wrapped backend has them.
+///     fn permits(&self) -> Option<&dyn PermitBackend> { self.0.permits() }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), LockError> {
+/// let wrapped = Arc::new(Wrapped(dlock::connect("memory://").await?));
+/// let permit = Semaphore::new("exports", 2).with_backend(wrapped).acquire().await?;
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait PermitBackend: Send + Sync {
     /// One attempt to take a permit of the semaphore `req.name`; never
     /// waits. `Ok(None)` means all `req.permits` permits are held.
-    ///
-    /// The default fails with [`LockError::InvalidOption`]: no semaphores.
-    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        let _ = req;
-        Err(no_semaphores(&self.describe()))
-    }
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError>;
 
     /// Takes a permit, waiting until one is free or until `deadline`
     /// (`None`: no limit). `Ok(None)` means the deadline passed. Waiting is
     /// woken by the service, with a timer at the earliest permit expiry; it
-    /// must be cancel safe, as [`acquire`](LockBackend::acquire).
-    ///
-    /// The default fails with [`LockError::InvalidOption`]: no semaphores.
+    /// must be cancel safe, as [`LockBackend::acquire`].
     async fn acquire_permit(
         &self,
         req: &PermitRequest,
         deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, LockError> {
-        let _ = (req, deadline);
-        Err(no_semaphores(&self.describe()))
-    }
+    ) -> Result<Option<Lease>, LockError>;
 
-    /// Extends every permit lease in `leases`, as [`renew`](LockBackend::renew)
+    /// Extends every permit lease in `leases`, as [`LockBackend::renew`]
     /// does for locks: one answer per lease, in order.
-    ///
-    /// The default answers every lease with [`LockError::InvalidOption`].
-    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        leases
-            .iter()
-            .map(|_| Err(no_semaphores(&self.describe())))
-            .collect()
-    }
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>>;
 
     /// Gives a permit back if it is still ours, and wakes waiters.
     /// `Ok(false)` means it was no longer ours (expired).
-    ///
-    /// The default fails with [`LockError::InvalidOption`]: no semaphores.
-    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        let _ = lease;
-        Err(no_semaphores(&self.describe()))
-    }
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError>;
 }

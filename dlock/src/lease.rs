@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::Instrument;
 
-use crate::backend::{Lease, LockBackend, Renewal};
+use crate::backend::{no_semaphores, Lease, LockBackend, Renewal};
 use crate::observe::{self, Holding, LossReason};
 use crate::queue::Turn;
 use crate::LockError;
@@ -26,12 +26,12 @@ pub(crate) enum Status {
 }
 
 /// What a lease is a lease on: it decides which backend calls renew and
-/// release it (see [`LockBackend`]'s "Semaphores" section).
+/// release it ([`renew_on`] and [`release_on`], the only places that ask).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LeaseKind {
     /// A lock key: `renew` / `release`.
     Lock,
-    /// One permit of a semaphore: `renew_permits` / `release_permit`.
+    /// One permit of a semaphore: the backend's `PermitBackend`.
     Permit,
 }
 
@@ -287,9 +287,14 @@ pub(crate) async fn renew_on(
     kind: LeaseKind,
     leases: &[Lease],
 ) -> Vec<Result<Renewal, LockError>> {
-    match kind {
-        LeaseKind::Lock => backend.renew(leases).await,
-        LeaseKind::Permit => backend.renew_permits(leases).await,
+    match (kind, backend.permits()) {
+        (LeaseKind::Lock, _) => backend.renew(leases).await,
+        (LeaseKind::Permit, Some(permits)) => permits.renew_permits(leases).await,
+        // Not on a backend that granted the permit; answered all the same.
+        (LeaseKind::Permit, None) => leases
+            .iter()
+            .map(|_| Err(no_semaphores(&backend.describe())))
+            .collect(),
     }
 }
 
@@ -299,8 +304,9 @@ pub(crate) async fn release_on(
     kind: LeaseKind,
     lease: &Lease,
 ) -> Result<bool, LockError> {
-    match kind {
-        LeaseKind::Lock => backend.release(lease).await,
-        LeaseKind::Permit => backend.release_permit(lease).await,
+    match (kind, backend.permits()) {
+        (LeaseKind::Lock, _) => backend.release(lease).await,
+        (LeaseKind::Permit, Some(permits)) => permits.release_permit(lease).await,
+        (LeaseKind::Permit, None) => Err(no_semaphores(&backend.describe())),
     }
 }

@@ -814,25 +814,46 @@ async fn a_ttl_of_duration_max_never_overflows() {
         ttl: Duration::MAX,
     };
     let permit = a
+        .permits()
+        .expect("etcd has semaphores")
         .try_acquire_permit(&permit_request("first"))
         .await
         .unwrap()
         .unwrap();
     let waiting = {
         let (b, request) = (b.clone(), permit_request("second"));
-        tokio::spawn(async move { b.acquire_permit(&request, wait()).await })
+        tokio::spawn(async move {
+            b.permits()
+                .expect("etcd has semaphores")
+                .acquire_permit(&request, wait())
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let renewed = a.renew_permits(std::slice::from_ref(&permit)).await;
+    let renewed = a
+        .permits()
+        .expect("etcd has semaphores")
+        .renew_permits(std::slice::from_ref(&permit))
+        .await;
     assert!(
         matches!(renewed[..], [Ok(Renewal::Renewed { .. })]),
         "{renewed:?}"
     );
-    assert!(a.release_permit(&permit).await.unwrap());
+    assert!(a
+        .permits()
+        .expect("etcd has semaphores")
+        .release_permit(&permit)
+        .await
+        .unwrap());
     let second = waiting
         .await
         .expect("the waiting permit acquire panicked")
         .unwrap()
         .expect("the waiter did not get the permit");
-    assert!(b.release_permit(&second).await.unwrap());
+    assert!(b
+        .permits()
+        .expect("etcd has semaphores")
+        .release_permit(&second)
+        .await
+        .unwrap());
 }

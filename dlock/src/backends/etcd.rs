@@ -160,7 +160,9 @@ use etcd_client::{
 use tokio::sync::OwnedMutexGuard;
 
 use self::held::{revision_of_lease, Held};
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
+use crate::backend::{
+    lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal,
+};
 use crate::{deadline, LockError};
 
 /// How many times an acquire starts over because its session lease vanished
@@ -1238,6 +1240,20 @@ impl LockBackend for EtcdBackend {
             .collect()
     }
 
+    /// Deletes the key if its create revision is still ours, keeping the
+    /// key's turn until etcd answered; if etcd fails, or this future is
+    /// dropped first, the delete goes on in the background (see `held.rs`).
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.inner.release_entry(lease, Some(&lease.key)).await
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl PermitBackend for EtcdBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
         self.inner.permit(req, true).await
     }
@@ -1260,13 +1276,6 @@ impl LockBackend for EtcdBackend {
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
         self.inner.release_entry(lease, None).await
-    }
-
-    /// Deletes the key if its create revision is still ours, keeping the
-    /// key's turn until etcd answered; if etcd fails, or this future is
-    /// dropped first, the delete goes on in the background (see `held.rs`).
-    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.inner.release_entry(lease, Some(&lease.key)).await
     }
 }
 

@@ -17,8 +17,12 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 mod permits;
+mod ticket;
 
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
+use self::ticket::{Queued, Ticket};
+use crate::backend::{
+    lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal,
+};
 use crate::deadline::saturating_add;
 use crate::LockError;
 
@@ -197,27 +201,15 @@ impl MemoryBackend {
     }
 }
 
-/// Removes a waiter's ticket when its `acquire` ends in any way, including
-/// being dropped, so no ghost ticket blocks the queue.
-struct Ticket<'a> {
-    backend: &'a MemoryBackend,
-    key: &'a str,
-    id: u64,
-}
-
-impl Drop for Ticket<'_> {
-    fn drop(&mut self) {
-        let mut state = self.backend.lock_state();
-        if let Some(entry) = state.get_mut(self.key) {
-            if let Some(pos) = entry.queue.iter().position(|t| *t == self.id) {
-                entry.queue.remove(pos);
-                // The next ticket may now be at the front of a free key.
-                entry.changed.notify_waiters();
-            }
-            if entry.is_idle() {
-                state.remove(self.key);
-            }
-        }
+impl Queued for KeyState {
+    fn queue(&mut self) -> &mut VecDeque<u64> {
+        &mut self.queue
+    }
+    fn changed(&self) -> &Notify {
+        &self.changed
+    }
+    fn is_idle(&self) -> bool {
+        KeyState::is_idle(self)
     }
 }
 
@@ -244,8 +236,8 @@ impl LockBackend for MemoryBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let ticket = Ticket {
-            backend: self,
-            key: &req.key,
+            state: &self.state,
+            name: &req.key,
             id: self.next_ticket.fetch_add(1, Ordering::Relaxed),
         };
         let mut queued = false;
@@ -348,6 +340,14 @@ impl LockBackend for MemoryBackend {
         Ok(ours)
     }
 
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+// The semaphores live in `permits::PermitTable`, apart from the locks.
+#[async_trait]
+impl PermitBackend for MemoryBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
         Ok(self.permits.try_acquire(req))
     }

@@ -79,7 +79,9 @@ use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
 #[cfg(feature = "redlock")]
 pub(crate) use self::waiting::nap_until;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
+use crate::backend::{
+    lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal,
+};
 use crate::LockError;
 
 /// The longest ttl: dlock's own [`MAX_TTL`], checked here
@@ -823,6 +825,13 @@ impl LockBackend for RedisBackend {
         Ok(released == 1)
     }
 
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl PermitBackend for RedisBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.name, &self.options.shown)?;
         let names = PermitNames::new(&self.options.prefix, &req.name);

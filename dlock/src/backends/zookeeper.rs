@@ -163,7 +163,7 @@ use zookeeper_client::{
 
 use self::config::Config;
 use self::session::Session;
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitRequest, Renewal};
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
 
 /// With digest auth: the creator's identity may do everything, anyone may
@@ -1095,40 +1095,6 @@ impl LockBackend for ZooKeeperBackend {
             .collect()
     }
 
-    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        let once = self.permit(req, true);
-        let limit = self
-            .session_timeout()
-            .max(std::time::Duration::from_secs(1));
-        match tokio::time::timeout(limit, once).await {
-            Ok(answer) => answer,
-            Err(_) => Err(LockError::backend(
-                self.shown.clone(),
-                format!("ZooKeeper did not answer within {limit:?}"),
-            )),
-        }
-    }
-
-    async fn acquire_permit(
-        &self,
-        req: &PermitRequest,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, LockError> {
-        // Dropping the wait at the deadline deletes our node (`Cleanup`).
-        deadline::until(representable(deadline), self.permit(req, false))
-            .await
-            .unwrap_or(Ok(None))
-    }
-
-    /// Permit nodes are session nodes like lock nodes: the same read.
-    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew(leases).await
-    }
-
-    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release(lease).await
-    }
-
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
         let Some(mut held) = lock(&self.held).remove(&lease.resource) else {
             return Ok(false);
@@ -1161,6 +1127,47 @@ impl LockBackend for ZooKeeperBackend {
                 ))
             }
         }
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl PermitBackend for ZooKeeperBackend {
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let once = self.permit(req, true);
+        let limit = self
+            .session_timeout()
+            .max(std::time::Duration::from_secs(1));
+        match tokio::time::timeout(limit, once).await {
+            Ok(answer) => answer,
+            Err(_) => Err(LockError::backend(
+                self.shown.clone(),
+                format!("ZooKeeper did not answer within {limit:?}"),
+            )),
+        }
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        // Dropping the wait at the deadline deletes our node (`Cleanup`).
+        deadline::until(representable(deadline), self.permit(req, false))
+            .await
+            .unwrap_or(Ok(None))
+    }
+
+    /// Permit nodes are session nodes like lock nodes: the same read.
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew(leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release(lease).await
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
+use super::ticket::{Queued, Ticket};
 use crate::backend::{lease_deadline, Lease, PermitRequest, Renewal};
 use crate::deadline::saturating_add;
 use crate::LockError;
@@ -120,7 +121,7 @@ impl PermitTable {
         deadline: Option<Instant>,
     ) -> Option<Lease> {
         let ticket = Ticket {
-            table: self,
+            state: &self.state,
             name: &req.name,
             id: self.next_ticket.fetch_add(1, Ordering::Relaxed),
         };
@@ -240,26 +241,15 @@ impl PermitTable {
     }
 }
 
-/// Removes a waiter's ticket when its `acquire` ends in any way, including
-/// being dropped, so no ghost ticket blocks the queue.
-struct Ticket<'a> {
-    table: &'a PermitTable,
-    name: &'a str,
-    id: u64,
-}
-
-impl Drop for Ticket<'_> {
-    fn drop(&mut self) {
-        let mut state = self.table.lock_state();
-        if let Some(entry) = state.get_mut(self.name) {
-            if let Some(pos) = entry.queue.iter().position(|t| *t == self.id) {
-                entry.queue.remove(pos);
-                entry.changed.notify_waiters();
-            }
-            if entry.is_idle() {
-                state.remove(self.name);
-            }
-        }
+impl Queued for SemaphoreState {
+    fn queue(&mut self) -> &mut VecDeque<u64> {
+        &mut self.queue
+    }
+    fn changed(&self) -> &Notify {
+        &self.changed
+    }
+    fn is_idle(&self) -> bool {
+        SemaphoreState::is_idle(self)
     }
 }
 
