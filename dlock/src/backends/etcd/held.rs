@@ -16,7 +16,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{lock, Inner, Session, Turn};
+use super::queue::Turn;
+use super::session::Session;
+use super::{lock, Inner};
 use crate::backend::Lease;
 use crate::LockError;
 

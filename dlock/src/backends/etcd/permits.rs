@@ -31,9 +31,14 @@ use etcd_client::{
     WatchOptions,
 };
 
-use super::{after, names, revision_of, Alive, Inner, Queued, MAX_REQUEUES};
-use crate::backend::{Lease, PermitRequest};
-use crate::LockError;
+use super::client::revision_of;
+use super::queue::{Queued, MAX_REQUEUES};
+use super::session::{after, Alive};
+use super::{names, EtcdBackend, Inner};
+use async_trait::async_trait;
+
+use crate::backend::{Lease, LockBackend, PermitBackend, PermitRequest, Renewal};
+use crate::{deadline, LockError};
 
 /// The create revisions of the keys a get in a transaction returned.
 fn create_revisions(op: Option<&TxnOpResponse>) -> Vec<i64> {
@@ -180,5 +185,32 @@ impl Inner {
             })
             .await?;
         self.await_delete(stream, until).await
+    }
+}
+
+#[async_trait]
+impl PermitBackend for EtcdBackend {
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        self.inner.permit(req, true).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        // Dropping the wait at the deadline deletes our key (`Queued`).
+        deadline::until(deadline, self.inner.permit(req, false))
+            .await
+            .unwrap_or(Ok(None))
+    }
+
+    /// Permit keys are session keys like lock keys: the same keep-alive and read.
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew(leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.inner.release_entry(lease, None).await
     }
 }

@@ -1,4 +1,5 @@
-//! Parsing of `etcd://` and `etcds://` URLs.
+//! The backend's configuration: parsing of `etcd://` and `etcds://` URLs,
+//! and the TLS setup an `etcds://` URL asks for.
 //!
 //! Generic URL parsers reject the multi-host form (`etcd://h1:2379,h2:2379`),
 //! so this is a small hand-written parser. Every error names the URL with its
@@ -6,6 +7,8 @@
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use etcd_client::ConnectOptions;
 
 use crate::LockError;
 
@@ -227,6 +230,39 @@ fn percent_decode(text: &str) -> Result<String, String> {
         }
     }
     String::from_utf8(out).map_err(|_| "a `%` escape does not decode to UTF-8".to_owned())
+}
+
+#[cfg(feature = "tls")]
+pub(super) fn tls_options(
+    options: ConnectOptions,
+    config: &Config,
+    shown: &str,
+) -> Result<ConnectOptions, LockError> {
+    let mut tls = etcd_client::TlsOptions::new();
+    if let Some(ca) = &config.ca {
+        let pem = std::fs::read(ca).map_err(|e| {
+            LockError::invalid_option(format!(
+                "etcd URL `{shown}`: cannot read the CA file `{}`: {e}",
+                ca.display()
+            ))
+        })?;
+        tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
+    }
+    if let Some(domain) = &config.domain {
+        tls = tls.domain_name(domain.clone());
+    }
+    Ok(options.with_tls(tls))
+}
+
+#[cfg(not(feature = "tls"))]
+pub(super) fn tls_options(
+    _options: ConnectOptions,
+    _config: &Config,
+    shown: &str,
+) -> Result<ConnectOptions, LockError> {
+    Err(LockError::invalid_option(format!(
+        "etcd URL `{shown}`: etcds:// needs TLS support; enable the `tls` feature of dlock"
+    )))
 }
 
 #[cfg(test)]

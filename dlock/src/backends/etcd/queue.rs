@@ -1,0 +1,603 @@
+//! The queue of a key: enqueue (create our key and read the holder in one
+//! transaction), wait for the predecessor's delete by a watch, and delete
+//! an entry that did not become the lock (timed out, cancelled).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, WatchOptions, WatchStream,
+};
+use tokio::sync::OwnedMutexGuard;
+
+use super::client::{first_create_revision, lease_not_found, revision_of};
+use super::held::revision_of_lease;
+use super::session::{after, Alive, Session};
+use super::{lock, Inner};
+use crate::backend::{AcquireRequest, Lease};
+use crate::{deadline, LockError};
+
+/// How many times an acquire starts over because its session lease vanished
+/// under it before it reports an error: more means etcd keeps expiring
+/// leases faster than we can use them.
+pub(super) const MAX_REQUEUES: u32 = 5;
+
+/// How many times an enqueue deletes an older key that holds its entry name
+/// before it gives up (one is the rule; more means an enqueue cut off in
+/// flight landed late).
+pub(super) const STALE_TRIES: u32 = 4;
+
+/// A lock key's turn within this backend (see [`Inner::turns`]).
+pub(super) struct Turn {
+    pub(super) guard: Option<OwnedMutexGuard<()>>,
+    pub(super) key: String,
+    pub(super) inner: Arc<Inner>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut turns = lock(&self.inner.turns);
+        // Forget the key's mutex once nobody holds or waits for it, so a
+        // process that locks many distinct keys does not keep them all.
+        if turns
+            .get(&self.key)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            turns.remove(&self.key);
+        }
+    }
+}
+
+/// How an acquisition's talk with etcd stands, for when its deadline passes.
+#[derive(Default)]
+pub(super) struct Progress {
+    /// The latest error, cleared by the next answer.
+    pub(super) failure: Option<LockError>,
+    /// A request to etcd has been unanswered since then.
+    pub(super) asking_since: Option<Instant>,
+}
+
+/// A request unanswered this long when the deadline passes means etcd is not
+/// answering (a paused or partitioned member), not that the lock is busy.
+pub(super) const STALLED: Duration = Duration::from_secs(1);
+
+impl Progress {
+    pub(super) fn answered(&mut self) {
+        self.failure = None;
+        self.asking_since = None;
+    }
+
+    /// What `acquire` returns when its deadline passed: a timeout, unless
+    /// etcd was failing or silent, which is a backend error.
+    pub(super) fn at_deadline(self, inner: &Inner) -> Result<Option<Lease>, LockError> {
+        match (self.failure, self.asking_since) {
+            (Some(e), _) => Err(e),
+            (None, Some(since)) if since.elapsed() >= STALLED => Err(inner.error(format!(
+                "etcd did not answer for {:?} (a member paused or cut off?)",
+                since.elapsed()
+            ))),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// What a waiter found ahead of its entry.
+pub(super) enum Ahead {
+    /// Nothing older: the lock is ours.
+    First,
+    /// The youngest older entry (raw bytes: other clients may write any key),
+    /// and the store revision of the read that found it.
+    Behind { key: Vec<u8>, revision: i64 },
+    /// Our own entry is gone.
+    Gone,
+}
+
+/// What an enqueue found.
+pub(super) enum Enqueued {
+    /// Our key, created at `mine`, and the holder's create revision.
+    Created { mine: i64, owner: Option<i64> },
+    /// A guard of this backend still counts on the key of our name, until
+    /// `until`. The core lets one local holder of a key in at a time, so
+    /// this is at most the last moment of a lease being lost: the caller
+    /// lets it end rather than take its key away.
+    HeldHere { until: Instant },
+}
+
+/// Where an acquisition stands when it does not hold the lock (yet).
+pub(super) enum Step {
+    Acquired(Lease, Arc<Session>),
+    /// `try_acquire` found another holder.
+    NotFirst,
+}
+
+impl Inner {
+    pub(super) async fn turn(self: &Arc<Self>, key: &str) -> Turn {
+        let mutex = lock(&self.turns).entry(key.to_owned()).or_default().clone();
+        Turn {
+            guard: Some(mutex.lock_owned().await),
+            key: key.to_owned(),
+            inner: self.clone(),
+        }
+    }
+
+    pub(super) fn try_turn(self: &Arc<Self>, key: &str) -> Option<Turn> {
+        let mutex = lock(&self.turns).entry(key.to_owned()).or_default().clone();
+        let guard = mutex.try_lock_owned().ok();
+        // Built even on failure, so that its Drop prunes the map entry.
+        let turn = Turn {
+            guard,
+            key: key.to_owned(),
+            inner: self.clone(),
+        };
+        turn.guard.is_some().then_some(turn)
+    }
+
+    pub(super) fn lease(
+        &self,
+        req: &AcquireRequest,
+        session: &Session,
+        entry: String,
+        revision: i64,
+    ) -> Lease {
+        Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl: req.ttl,
+            fencing_token: Some(revision as u64),
+            valid_until: session.deadline(req.ttl),
+            resource: entry,
+        }
+    }
+
+    /// Enqueues under `session`: creates our key, and reads the holder in the
+    /// same transaction.
+    ///
+    /// If a key of that name exists already, it is an older key of our
+    /// session: a release or cleanup whose delete has not landed (or never
+    /// will), or an enqueue cut off in flight. It is never adopted: its
+    /// revision was another guard's fencing token, and a delete of that
+    /// revision may still arrive and would take the key from under us. It
+    /// is deleted by its revision, and ours created anew.
+    pub(super) async fn enqueue(
+        &self,
+        key: &str,
+        session: &Session,
+        entry: &str,
+    ) -> Result<Enqueued, LockError> {
+        let owner = TxnOp::get(
+            self.dir_of(key),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend)
+                    .with_limit(1),
+            ),
+        );
+        let txn = Txn::new()
+            .when([Compare::create_revision(entry, CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
+                owner,
+            ])
+            .or_else([TxnOp::get(entry, None)]);
+        for _ in 0..STALE_TRIES {
+            let answer = self.txn(txn.clone()).await?;
+            let ops = answer.op_responses();
+            if answer.succeeded() {
+                let Some(mine) = revision_of(&answer) else {
+                    return Err(self.error(format!(
+                        "etcd answered the enqueue of `{entry}` without its revision"
+                    )));
+                };
+                let owner = first_create_revision(ops.get(1));
+                return Ok(Enqueued::Created { mine, owner });
+            }
+            // Gone since: try again.
+            let Some(stale) = first_create_revision(ops.first()) else {
+                continue;
+            };
+            if let Some(until) = self.live_until(entry, stale) {
+                return Ok(Enqueued::HeldHere { until });
+            }
+            self.delete_entry(entry, Some(stale)).await?;
+        }
+        Err(self.error(format!(
+            "the queue entry `{entry}` stayed taken by an older key of this backend"
+        )))
+    }
+
+    /// Deletes `entry` if it is still the key created at `revision`.
+    ///
+    /// Without a revision (an enqueue cut off before its answer), the key
+    /// that has the name now is that enqueue's, or an older one nobody
+    /// counts on, as the caller holds the key's turn (or the name is its
+    /// alone, for a permit); it is read and deleted by its revision, so that
+    /// a delete arriving late can never remove a key created after it.
+    pub(super) async fn delete_entry(
+        &self,
+        entry: &str,
+        revision: Option<i64>,
+    ) -> Result<bool, LockError> {
+        let revision = match revision {
+            Some(revision) => revision,
+            None => {
+                let answer = self
+                    .txn(Txn::new().and_then([TxnOp::get(entry, None)]))
+                    .await?;
+                match first_create_revision(answer.op_responses().first()) {
+                    // A live guard's key is never an abandoned entry.
+                    Some(revision) if self.live_until(entry, revision).is_none() => revision,
+                    _ => return Ok(false),
+                }
+            }
+        };
+        let txn = Txn::new()
+            .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(entry, None)]);
+        let answer = self.txn(txn).await?;
+        Ok(answer.succeeded())
+    }
+
+    /// Deletes a queue entry after an acquisition ended without the lock,
+    /// retrying a few times: a ghost entry would block the queue for as long
+    /// as this process keeps the session alive.
+    pub(super) async fn clean_up(&self, entry: &str, revision: Option<i64>, racing_create: bool) {
+        for attempt in 0..4u32 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt)).await;
+            }
+            if self.delete_entry(entry, revision).await.is_ok() {
+                if racing_create {
+                    // The enqueue was cut off in flight: it may still be
+                    // applied after our delete. Look once more a moment later.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = self.delete_entry(entry, revision).await;
+                }
+                return;
+            }
+        }
+        tracing::warn!(entry, "could not delete an abandoned etcd queue entry; it goes when the session lease expires");
+    }
+
+    /// `try_acquire` and `acquire` in one: enqueue, and unless `once`, wait
+    /// for the predecessors to go. `progress` tells the caller, if its
+    /// deadline passes, whether etcd was failing or silent at that moment.
+    ///
+    /// Errors (a member down, an election) are retried: until the caller's
+    /// deadline if it has one (a leader election takes a second or two and
+    /// must not cost the waiter its place), else until etcd has not answered
+    /// for a ttl: by then our queue entry may have expired, the service is
+    /// down, and waiting on would only hide it.
+    pub(super) async fn take(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        queued: &mut Queued,
+        once: bool,
+        patient: bool,
+        progress: &mut Progress,
+    ) -> Result<Step, LockError> {
+        let mut give_up = after(Instant::now(), req.ttl);
+        let mut backoff = Duration::from_millis(20);
+        let mut requeues = 0;
+        let mut retry = |e: LockError, failure: &mut Option<LockError>, give_up: Instant| {
+            if once || (!patient && Instant::now() + backoff >= give_up) {
+                return Err(e);
+            }
+            *failure = Some(e);
+            let wait = backoff;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+            Ok(wait)
+        };
+        'enqueue: loop {
+            if requeues > MAX_REQUEUES {
+                return Err(self.error(format!(
+                    "the session lease of `{}` expired {MAX_REQUEUES} times while queueing; etcd is expiring leases faster than the ttl {:?}",
+                    req.key, req.ttl
+                )));
+            }
+            progress.asking_since = Some(Instant::now());
+            let session = match self.session(req.ttl).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                    continue;
+                }
+            };
+            progress.asking_since = Some(Instant::now());
+            match self.fresh(&session, req.ttl).await {
+                Ok(Alive::Yes) => {}
+                Ok(Alive::Gone) => {
+                    requeues += 1;
+                    continue;
+                }
+                Err(e) => {
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                    continue;
+                }
+            }
+            give_up = after(Instant::now(), req.ttl);
+            let entry = self.entry_of(&req.key, session.id);
+            queued.entry = Some(entry.clone());
+            queued.revision = None;
+            queued.in_flight = true;
+            progress.asking_since = Some(Instant::now());
+            let (mine, owner) = match self.enqueue(&req.key, &session, &entry).await {
+                Ok(Enqueued::Created { mine, owner }) => (mine, owner),
+                Ok(Enqueued::HeldHere { until }) => {
+                    // The name is a live guard's key: never ours to clean up.
+                    queued.entry = None;
+                    queued.in_flight = false;
+                    progress.answered();
+                    if once {
+                        return Ok(Step::NotFirst);
+                    }
+                    tokio::time::sleep_until(until.into()).await;
+                    continue;
+                }
+                Err(e) if lease_not_found(&e) => {
+                    session.mark_dead();
+                    queued.in_flight = false;
+                    requeues += 1;
+                    continue;
+                }
+                Err(e) => {
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                    continue;
+                }
+            };
+            queued.in_flight = false;
+            queued.revision = Some(mine);
+            progress.answered();
+            if owner == Some(mine) {
+                return Ok(Step::Acquired(
+                    self.lease(req, &session, entry, mine),
+                    session,
+                ));
+            }
+            if once {
+                return Ok(Step::NotFirst);
+            }
+
+            // Wait for every older entry to go, watching only the youngest of them.
+            loop {
+                progress.asking_since = Some(Instant::now());
+                match self.fresh(&session, req.ttl).await {
+                    Ok(Alive::Yes) => give_up = after(Instant::now(), req.ttl),
+                    Ok(Alive::Gone) => {
+                        session.mark_dead();
+                        requeues += 1;
+                        continue 'enqueue;
+                    }
+                    Err(e) => {
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                        continue;
+                    }
+                }
+                progress.asking_since = Some(Instant::now());
+                let ahead = match self.predecessor(&req.key, &entry, mine).await {
+                    Ok(ahead) => ahead,
+                    Err(e) => {
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                        continue;
+                    }
+                };
+                progress.answered();
+                give_up = after(Instant::now(), req.ttl);
+                let (predecessor, revision) = match ahead {
+                    Ahead::First => {
+                        return Ok(Step::Acquired(
+                            self.lease(req, &session, entry, mine),
+                            session,
+                        ))
+                    }
+                    // Our entry is gone: the session expired, or someone
+                    // deleted it. Queue again at the end.
+                    Ahead::Gone => {
+                        requeues += 1;
+                        continue 'enqueue;
+                    }
+                    Ahead::Behind { key, revision } => (key, revision),
+                };
+                // Refresh the session before our entry's lease could run
+                // low while we wait.
+                let refresh_at = after(session.refreshed(), req.ttl / 4);
+                progress.asking_since = Some(Instant::now());
+                let stream = match self.watch(&predecessor, revision).await {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                        continue;
+                    }
+                };
+                // Waiting for the holder is not waiting for etcd.
+                progress.asking_since = None;
+                if let Err(e) = self.await_delete(stream, refresh_at).await {
+                    tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
+                }
+            }
+        }
+    }
+
+    /// Reads the youngest entry older than ours, and checks ours still exists.
+    pub(super) async fn predecessor(
+        &self,
+        key: &str,
+        entry: &str,
+        mine: i64,
+    ) -> Result<Ahead, LockError> {
+        let older = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(mine - 1)
+            .with_limit(1);
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.dir_of(key), Some(older)),
+            TxnOp::get(entry, None),
+        ]);
+        let answer = self.txn(txn).await?;
+        let ops = answer.op_responses();
+        if first_create_revision(ops.get(1)) != Some(mine) {
+            return Ok(Ahead::Gone);
+        }
+        let predecessor = match ops.first() {
+            Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.key().to_vec()),
+            _ => None,
+        };
+        Ok(match predecessor {
+            None => Ahead::First,
+            Some(key) => Ahead::Behind {
+                key,
+                revision: revision_of(&answer).unwrap_or(0),
+            },
+        })
+    }
+
+    /// Watches `predecessor` for its delete after `revision`.
+    pub(super) async fn watch(
+        &self,
+        predecessor: &[u8],
+        revision: i64,
+    ) -> Result<WatchStream, LockError> {
+        // From the revision after our read: a delete at any later revision
+        // is delivered, and a watch that starts at the current revision is
+        // served at once, not by etcd's 100 ms catch-up loop.
+        let options = WatchOptions::new().with_start_revision(revision + 1);
+        self.rpc(|| {
+            let mut watches = self.client.watch_client();
+            let (key, options) = (predecessor.to_vec(), options.clone());
+            async move { watches.watch(key, Some(options)).await }
+        })
+        .await
+    }
+
+    /// Waits until the watch sees a delete (the predecessor, or a permit
+    /// under the semaphore's prefix), or until `until` (time to refresh the
+    /// session). Either way the caller reads again.
+    pub(super) async fn await_delete(
+        &self,
+        mut stream: WatchStream,
+        until: Instant,
+    ) -> Result<(), LockError> {
+        loop {
+            let message = tokio::select! {
+                m = stream.message() => m,
+                _ = tokio::time::sleep_until(until.into()) => return Ok(()),
+            };
+            match message {
+                Ok(Some(answer)) => {
+                    let deleted = answer
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete);
+                    // Cancelled (compaction, lost leader): read again.
+                    if deleted || answer.canceled() {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => return Err(self.error("the watch stream was closed by the server")),
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+    }
+
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> Result<Option<Lease>, LockError> {
+        let turn = if once {
+            match self.try_turn(&req.key) {
+                Some(turn) => turn,
+                // This backend already holds or queues for the key.
+                None => return Ok(None),
+            }
+        } else {
+            match deadline::until(deadline, self.turn(&req.key)).await {
+                Some(turn) => turn,
+                None => return Ok(None),
+            }
+        };
+        let mut queued = Queued {
+            inner: self.clone(),
+            turn: Some(turn),
+            entry: None,
+            revision: None,
+            in_flight: false,
+        };
+        let mut progress = Progress::default();
+        let taken = {
+            let work = self.take(req, &mut queued, once, deadline.is_some(), &mut progress);
+            deadline::until(deadline.filter(|_| !once), work).await
+        };
+        match taken {
+            Some(Ok(Step::Acquired(lease, session))) => {
+                // The key's turn goes with `queued`: the next acquisition of
+                // the key waits in the core until this guard lets go, and a
+                // release takes the turn again while its delete is on its way.
+                queued.disarm();
+                if let Some(revision) = revision_of_lease(&lease) {
+                    self.hold(&lease, session, revision);
+                }
+                Ok(Some(lease))
+            }
+            Some(Ok(Step::NotFirst)) => {
+                queued.finish().await;
+                Ok(None)
+            }
+            Some(Err(e)) => Err(e),
+            // The deadline passed: a timeout, unless the service was failing.
+            None => progress.at_deadline(self),
+        }
+    }
+}
+
+/// A queue entry that is not (yet) a held lease. Dropping it deletes the
+/// entry in the background, which makes `acquire` cancel safe.
+pub(super) struct Queued {
+    pub(super) inner: Arc<Inner>,
+    pub(super) turn: Option<Turn>,
+    pub(super) entry: Option<String>,
+    pub(super) revision: Option<i64>,
+    /// The enqueue request was sent and not answered.
+    pub(super) in_flight: bool,
+}
+
+impl Queued {
+    /// The acquisition won: nothing to clean up.
+    pub(super) fn disarm(&mut self) {
+        self.entry = None;
+    }
+
+    /// Deletes the entry now (the server just answered, so this is quick).
+    pub(super) async fn finish(mut self) {
+        if let Some(entry) = self.entry.take() {
+            self.inner
+                .clean_up(&entry, self.revision, self.in_flight)
+                .await;
+        }
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let Some(entry) = self.entry.take() else {
+            return;
+        };
+        let (inner, revision, racing) = (self.inner.clone(), self.revision, self.in_flight);
+        // The turn moves into the cleanup: the next acquisition of this key
+        // by this backend starts only after the entry is gone.
+        let turn = self.turn.take();
+        // Never panic in Drop: without a runtime the entry stays until the
+        // session lease expires, or until the next enqueue of the key deletes
+        // it (by its revision, as it does any older key of its name).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                inner.clean_up(&entry, revision, racing).await;
+                drop(turn);
+            });
+        }
+    }
+}
