@@ -142,43 +142,32 @@
 //! # Ok(()) }
 //! ```
 
+mod cleanup;
 mod config;
+mod held;
 mod lease;
 mod permits;
 mod queue;
+mod renew;
 mod session;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::runtime::Handle;
-use zookeeper_client::{
-    Acl, Acls, Client, CreateMode, Error as ZkError, MultiReadResult, Permission, SessionState,
-    Stat,
-};
+use zookeeper_client::{Client, Error as ZkError, SessionState, Stat};
 
+use self::cleanup::{deleted, Cleanup};
 use self::config::Config;
+use self::held::HeldMap;
+use self::queue::new_uuid;
 use self::session::Session;
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal};
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
 use crate::{deadline, LockError};
-
-/// With digest auth: the creator's identity may do everything, anyone may
-/// read (list and watch the queue).
-static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
-    Acl::new_const(Permission::ALL, "auth", ""),
-    Acl::new_const(Permission::READ, "world", "anyone"),
-];
-
-/// Curator's lock name for `InterProcessMutex`: children are `_c_<uuid>-lock-<seq>`.
-const LOCK_NAME: &str = "lock-";
-
-/// How often a create or lookup is retried after a connection loss before
-/// giving up with an error (each retry waits for the client to reconnect).
-const MAX_RETRIES: usize = 5;
 
 /// How long the clean-up of a timed-out waiter may take before `acquire`
 /// returns anyway (the node is then deleted in the background, or with the
@@ -216,8 +205,6 @@ pub struct ZooKeeperBackend {
     held: Arc<Mutex<HeldMap>>,
 }
 
-type HeldMap = HashMap<String, Held>;
-
 impl fmt::Debug for ZooKeeperBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZooKeeperBackend")
@@ -232,272 +219,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every update under these mutexes is one insert, remove or assignment,
     // so a poisoned mutex still guards consistent data.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// One held node.
-struct Held {
-    /// The session the node lives on (it may no longer be the current one).
-    session: Arc<Session>,
-    /// The lease's local deadline, moved by each renewal. When it passes
-    /// without one, the node is deleted (see [`reap`]).
-    valid_until: Instant,
-    /// What deletes the node in the background if it is dropped unreleased.
-    cleanup: Cleanup,
-    /// Dropped with the entry (release, reaping): ends the node's reaper
-    /// task at once instead of leaving it asleep until the deadline.
-    _reaper: tokio::sync::oneshot::Sender<()>,
-}
-
-/// Deletes our node in the background when dropped, unless disarmed.
-///
-/// Armed from before the create, so a future dropped at any await (a
-/// cancelled `acquire`, a wait that ran out) leaves no node behind: found by
-/// its uuid if the create has not answered yet.
-///
-/// The delete runs on the runtime of the node's session, not the caller's:
-/// a guard or an `acquire` future may be dropped after its own runtime is
-/// gone (or outside any runtime), and the session's runtime is the one that
-/// can still reach the server.
-struct Cleanup {
-    runtime: Handle,
-    client: Client,
-    dir: String,
-    uuid: String,
-    /// Known once the create answered; before that the node is found by uuid.
-    path: Option<String>,
-    armed: bool,
-}
-
-impl Cleanup {
-    fn new(session: &Session, dir: &str, uuid: &str) -> Self {
-        Cleanup {
-            runtime: session.runtime().clone(),
-            client: session.client.clone(),
-            dir: dir.to_owned(),
-            uuid: uuid.to_owned(),
-            path: None,
-            armed: true,
-        }
-    }
-
-    fn set_path(&mut self, path: &str) {
-        self.path = Some(path.to_owned());
-    }
-
-    /// The node was deleted, or went with its session: nothing to do on drop.
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-
-    fn arm(&mut self) {
-        self.armed = true;
-    }
-
-    /// Deletes the node now (found by uuid if its path is not known yet),
-    /// and disarms on success.
-    async fn remove_now(&mut self) -> Result<(), ZkError> {
-        remove_node(&self.client, &self.dir, &self.uuid, self.path.as_deref()).await?;
-        self.disarm();
-        Ok(())
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        // If the session's runtime has shut down, the task is dropped unrun
-        // (no panic): the session died with that runtime, and the server
-        // deletes its nodes when it expires the session.
-        let (client, dir, uuid, path) = (
-            self.client.clone(),
-            std::mem::take(&mut self.dir),
-            std::mem::take(&mut self.uuid),
-            self.path.take(),
-        );
-        drop(self.runtime.spawn(async move {
-            if let Err(e) = remove_node_eventually(&client, &dir, &uuid, path.as_deref()).await {
-                tracing::debug!(%dir, error = %e, "background delete of a lock node failed; it ends with the session");
-            }
-        }));
-    }
-}
-
-/// A node [`ZooKeeperBackend::create_protected`] made.
-struct Created {
-    /// The node's path.
-    path: String,
-    /// The stat the create answered with (found again by uuid after a lost
-    /// answer): its `czxid` is the fencing token.
-    stat: Stat,
-    /// The children of the node's directory, listed behind the create, when
-    /// asked for and answered.
-    children: Option<Vec<String>>,
-    /// When the create that made the node was sent (or, after lost answers,
-    /// the earliest one that may have made it).
-    sent: Instant,
-    /// When its answer came (or, if it was lost, the node was found again).
-    answered: Instant,
-}
-
-/// [`remove_node`] for background deletes, which nobody waits for: retries
-/// after connection losses for as long as the session lives, so a node whose
-/// lease ran out never stays for the rest of a session that reconnected.
-/// Each retry waits for the client to reconnect (requests queue meanwhile),
-/// plus a pause that grows to one second.
-async fn remove_node_eventually(
-    client: &Client,
-    dir: &str,
-    uuid: &str,
-    path: Option<&str>,
-) -> Result<(), ZkError> {
-    let mut pause = Duration::from_millis(50);
-    loop {
-        match remove_node(client, dir, uuid, path).await {
-            Err(ZkError::ConnectionLoss) if !client.state().is_terminated() => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            Err(e) if session_ended(&e) => return Ok(()),
-            other => return other,
-        }
-    }
-}
-
-/// Deletes the node at `path`, or, if the path is unknown (the create did not
-/// answer), the child of `dir` named after `uuid`. A missing node is success.
-async fn remove_node(
-    client: &Client,
-    dir: &str,
-    uuid: &str,
-    path: Option<&str>,
-) -> Result<(), ZkError> {
-    let path = match path {
-        Some(p) => p.to_owned(),
-        None => match find_by_uuid(client, dir, uuid).await? {
-            Some((p, _)) => p,
-            None => return Ok(()),
-        },
-    };
-    let mut tries = 0;
-    loop {
-        match client.delete(&path, None).await {
-            Ok(()) | Err(ZkError::NoNode) => return Ok(()),
-            Err(ZkError::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// The child of `dir` whose name carries `uuid`, with its stat: how a create
-/// whose answer was lost is recovered (Curator's protected mode).
-async fn find_by_uuid(
-    client: &Client,
-    dir: &str,
-    uuid: &str,
-) -> Result<Option<(String, Stat)>, ZkError> {
-    let marker = format!("_c_{uuid}-");
-    let mut tries = 0;
-    loop {
-        let attempt = async {
-            let children = match client.list_children(dir).await {
-                Err(ZkError::NoNode) => return Ok(None),
-                other => other?,
-            };
-            let Some(name) = children.into_iter().find(|c| c.starts_with(&marker)) else {
-                return Ok(None);
-            };
-            let path = format!("{dir}/{name}");
-            match client.check_stat(&path).await? {
-                Some(stat) => Ok(Some((path, stat))),
-                None => Ok(None),
-            }
-        };
-        match attempt.await {
-            Err(ZkError::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
-            other => return other,
-        }
-    }
-}
-
-/// Deletes the node at `path` once its local deadline has passed without a
-/// renewal.
-///
-/// ZooKeeper keeps an ephemeral node for as long as the session lives, but a
-/// dlock lease ends at its ttl when it is not renewed (renewal off, or a
-/// holder whose watchdog cannot run): by then the guard reports the loss, so
-/// the node must go too, or the key stays blocked by a lease nobody holds.
-async fn reap(
-    held: Weak<Mutex<HeldMap>>,
-    path: String,
-    mut at: Instant,
-    mut gone: tokio::sync::oneshot::Receiver<()>,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(at.into()) => {}
-            // The entry was removed (released or reaped): nothing to watch.
-            _ = &mut gone => return,
-        }
-        let Some(map) = held.upgrade() else {
-            return;
-        };
-        let expired = {
-            let mut map = lock(&map);
-            match map.get(&path) {
-                None => return,
-                Some(h) if h.valid_until > Instant::now() => {
-                    at = h.valid_until;
-                    None
-                }
-                Some(_) => map.remove(&path),
-            }
-        };
-        if let Some(mut node) = expired {
-            tracing::debug!(%path, "lease ran out without renewal; deleting its node");
-            // Dropping an armed cleanup deletes the node in the background.
-            node.cleanup.arm();
-            return;
-        }
-    }
-}
-
-/// A version 4 UUID from OS randomness, in Curator's textual form.
-fn new_uuid() -> Result<String, LockError> {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).map_err(|e| {
-        LockError::backend("os-rng", format!("no randomness for a lock node name: {e}"))
-    })?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    ))
-}
-
-/// The sequence number of a lock child, as Curator reads it: the digits
-/// after the last `lock-`. `None` for children that are not lock nodes.
-fn sequence_of(name: &str) -> Option<i64> {
-    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
-    seq.parse().ok()
-}
-
-/// Whether `own` has the smallest sequence among the lock children.
-fn is_first(children: &[String], own: &str) -> bool {
-    let Some(mine) = sequence_of(own) else {
-        return false;
-    };
-    children
-        .iter()
-        .filter_map(|c| sequence_of(c))
-        .all(|seq| seq >= mine)
 }
 
 fn fence_of(stat: &Stat) -> Option<u64> {
@@ -517,14 +238,6 @@ fn is_connected(state: SessionState) -> bool {
 /// no limit anyway.
 fn representable(deadline: Option<Instant>) -> Option<Instant> {
     deadline.filter(|d| d.checked_add(Duration::from_secs(1)).is_some())
-}
-
-/// Errors that mean the session is gone, and with it every node it held.
-fn session_ended(e: &ZkError) -> bool {
-    matches!(
-        e,
-        ZkError::SessionExpired | ZkError::ClientClosed | ZkError::AuthFailed
-    )
 }
 
 /// Sends a `sync`, then the read `read` makes, at once (one round trip), and
@@ -689,34 +402,6 @@ impl ZooKeeperBackend {
         Ok(session)
     }
 
-    /// Drops the entries of nodes whose session's runtime is gone. Their
-    /// reapers died with that runtime, and nothing can reach the server
-    /// through the session any more; the server deletes the nodes when it
-    /// expires the session. Called when a new session opens, which is when
-    /// a session found dead is replaced.
-    fn forget_dead_sessions(&self) {
-        let dead: Vec<Held> = {
-            let mut held = lock(&self.held);
-            let paths: Vec<String> = held
-                .iter()
-                .filter(|(_, h)| !h.session.is_alive())
-                .map(|(p, _)| p.clone())
-                .collect();
-            paths.iter().filter_map(|p| held.remove(p)).collect()
-        };
-        // Dropped outside the lock: a `Cleanup` may enter a runtime.
-        drop(dead);
-    }
-
-    /// The ACL of every node dlock creates (see the module docs on digest auth).
-    fn node_acls(&self) -> Acls<'static> {
-        if self.config.digest.is_some() {
-            Acls::new(&CREATOR_ALL_ANYONE_READ)
-        } else {
-            Acls::anyone_all()
-        }
-    }
-
     /// The lease on a granted node. `sent` and `answered` frame the request
     /// the lease is counted from, one the leader answered (see `lease.rs`).
     fn lease(
@@ -743,129 +428,6 @@ impl ZooKeeperBackend {
             valid_until: lease::deadline(sent, answered, ttl, session_timeout),
             resource: path.to_owned(),
         })
-    }
-
-    /// Creates the key's directory as container nodes.
-    async fn make_dir(&self, client: &Client, dir: &str) -> Result<(), LockError> {
-        match client
-            .mkdir(dir, &CreateMode::Container.with_acls(self.node_acls()))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(ZkError::NoNode) => Err(LockError::backend(
-                self.shown.clone(),
-                format!(
-                    "cannot create {dir}: the URL's chroot does not exist on the server; create it first"
-                ),
-            )),
-            Err(e) => Err(self.error(format_args!("cannot create {dir}"), e)),
-        }
-    }
-
-    /// Creates `_c_<uuid>-lock-<seq>` under `dir`, creating `dir` if needed,
-    /// and finds the node again by its uuid if the answer is lost. With
-    /// `list`, the children of `dir` are asked for right behind the create.
-    async fn create_protected(
-        &self,
-        client: &Client,
-        dir: &str,
-        uuid: &str,
-        data: &[u8],
-        list: bool,
-    ) -> Result<Created, LockError> {
-        let prefix = format!("{dir}/_c_{uuid}-{LOCK_NAME}");
-        let acls = self.node_acls();
-        let options = CreateMode::EphemeralSequential.with_acls(acls);
-        // When the earliest create that may have made the node was sent: a
-        // lease counted from the create starts there. A create refused for a
-        // missing directory made nothing, so the next one starts afresh (the
-        // directory made in between takes a few writes); one whose answer
-        // was lost may have made the node a later lookup finds.
-        let mut since = None;
-        for _ in 0..MAX_RETRIES {
-            let sent = *since.get_or_insert_with(Instant::now);
-            let created = client.create(&prefix, data, &options);
-            // Sent at once, behind the create, on the same session: the
-            // server answers a session's requests in the order they were
-            // sent, so the listing sees our node and every node created
-            // before it, and costs no round trip of its own.
-            let listed = list.then(|| client.list_children(dir));
-            match created.await {
-                Ok((stat, seq)) => {
-                    let answered = Instant::now();
-                    // A failed listing is asked for again by the caller.
-                    let children = match listed {
-                        Some(listed) => listed.await.ok(),
-                        None => None,
-                    };
-                    return Ok(Created {
-                        path: format!("{prefix}{seq}"),
-                        stat,
-                        children,
-                        sent,
-                        answered,
-                    });
-                }
-                // The directory is missing, or the server removed the empty
-                // container between our mkdir and this create.
-                Err(ZkError::NoNode) => {
-                    since = None;
-                    self.make_dir(client, dir).await?;
-                }
-                Err(ZkError::ConnectionLoss) => match find_by_uuid(client, dir, uuid).await {
-                    // A lost create made the node: the leader committed it
-                    // after `sent`.
-                    Ok(Some((path, stat))) => {
-                        return Ok(Created {
-                            path,
-                            stat,
-                            children: None,
-                            sent,
-                            answered: Instant::now(),
-                        })
-                    }
-                    Ok(None) => continue,
-                    Err(e) => {
-                        return Err(self.error(
-                            "lost the answer to a create and could not look for the node",
-                            e,
-                        ))
-                    }
-                },
-                Err(e) => {
-                    return Err(self.error(format_args!("cannot create a lock node under {dir}"), e))
-                }
-            }
-        }
-        Err(LockError::backend(
-            self.shown.clone(),
-            format!("could not create a lock node under {dir} in {MAX_RETRIES} attempts (connection kept dropping, or the directory kept vanishing)"),
-        ))
-    }
-
-    /// Records a granted node, and starts the task that deletes it if its
-    /// local deadline passes without a renewal.
-    ///
-    /// The reaper runs on the session's runtime, not the caller's, so it
-    /// outlives a guard whose runtime ended before the guard could be
-    /// released there.
-    fn remember(&self, lease: &Lease, session: &Arc<Session>, cleanup: Cleanup) {
-        let (reaper, gone) = tokio::sync::oneshot::channel();
-        lock(&self.held).insert(
-            lease.resource.clone(),
-            Held {
-                session: session.clone(),
-                valid_until: lease.valid_until,
-                cleanup,
-                _reaper: reaper,
-            },
-        );
-        session.spawn(reap(
-            Arc::downgrade(&self.held),
-            lease.resource.clone(),
-            lease.valid_until,
-            gone,
-        ));
     }
 }
 
@@ -965,137 +527,21 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        let sent = Instant::now();
-        let mut answers: Vec<Option<Result<Renewal, LockError>>> =
-            leases.iter().map(|_| None).collect();
-        // Group the leases by session: one multi-read per session (almost
-        // always one), sent before any answer is awaited.
-        let mut groups: Vec<(Arc<Session>, Vec<usize>)> = Vec::new();
-        // Entries of sessions whose runtime is gone: their reapers died with
-        // it, so they are forgotten here (dropped outside the lock).
-        let mut dead = Vec::new();
-        {
-            let mut held = lock(&self.held);
-            for (i, lease) in leases.iter().enumerate() {
-                let Some(h) = held.get(&lease.resource) else {
-                    answers[i] = Some(Ok(Renewal::Refused));
-                    continue;
-                };
-                if !h.session.is_alive() {
-                    answers[i] = Some(Ok(Renewal::SessionExpired));
-                    dead.extend(held.remove(&lease.resource));
-                    continue;
-                }
-                if h.session.client.state().is_terminated() {
-                    answers[i] = Some(Ok(Renewal::SessionExpired));
-                    continue;
-                }
-                match groups.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &h.session)) {
-                    Some((_, idx)) => idx.push(i),
-                    None => groups.push((h.session.clone(), vec![i])),
-                }
-            }
-        }
-        drop(dead);
-        // Each read goes behind a sync (see `after_sync`), both sent now.
-        let mut reads = Vec::new();
-        for (session, idx) in &groups {
-            let synced = session.client.sync("/");
-            let mut reader = session.client.new_multi_reader();
-            let mut bad = None;
-            for &i in idx {
-                if let Err(e) = reader.add_get_data(&leases[i].resource) {
-                    bad = Some(e);
-                }
-            }
-            reads.push(match bad {
-                Some(e) => Err(e),
-                None => Ok((synced, reader.commit())),
-            });
-        }
-        for ((session, idx), read) in groups.iter().zip(reads) {
-            let client = &session.client;
-            let session_timeout = client.session_timeout();
-            let result = match read {
-                Ok((synced, commit)) => match synced.await {
-                    Ok(()) => commit.await,
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            };
-            let answered = Instant::now();
-            match result {
-                Ok(results) => {
-                    for (&i, r) in idx.iter().zip(results) {
-                        answers[i] = Some(match r {
-                            MultiReadResult::Data { stat, .. }
-                                if stat.ephemeral_owner == client.session_id().0 =>
-                            {
-                                Ok(Renewal::Renewed {
-                                    valid_until: lease::deadline(
-                                        sent,
-                                        answered,
-                                        leases[i].ttl,
-                                        session_timeout,
-                                    ),
-                                })
-                            }
-                            // Not ours any more: the lease is lost.
-                            MultiReadResult::Data { .. } => Ok(Renewal::Refused),
-                            // Deleted, by an operator or with the session.
-                            MultiReadResult::Error {
-                                err: ZkError::NoNode,
-                            } => Ok(Renewal::Deleted),
-                            MultiReadResult::Error { err } => {
-                                Err(self.error("renewal read failed", err))
-                            }
-                            other => Err(LockError::backend(
-                                self.shown.clone(),
-                                format!("renewal read got an unexpected answer: {other:?}"),
-                            )),
-                        });
-                    }
-                }
-                Err(e) if session_ended(&e) => {
-                    for &i in idx {
-                        answers[i] = Some(Ok(Renewal::SessionExpired));
-                    }
-                }
-                Err(e) => {
-                    for &i in idx {
-                        answers[i] = Some(Err(self.error("renewal read failed", e.clone())));
-                    }
-                }
-            }
-        }
-        // A node reaped while the read was in flight stays lost; every other
-        // renewed node moves its deadline, under the same lock the reaper
-        // takes, so the two never disagree.
-        {
-            let mut held = lock(&self.held);
-            for (lease, answer) in leases.iter().zip(answers.iter_mut()) {
-                if let Some(Ok(Renewal::Renewed { valid_until })) = answer {
-                    match held.get_mut(&lease.resource) {
-                        Some(h) => h.valid_until = h.valid_until.max(*valid_until),
-                        None => *answer = Some(Ok(Renewal::Refused)),
-                    }
-                }
-            }
-        }
-        answers
-            .into_iter()
-            .map(|a| {
-                a.unwrap_or_else(|| {
-                    Err(LockError::backend(
-                        self.shown.clone(),
-                        "renewal got fewer answers than it asked for",
-                    ))
-                })
-            })
-            .collect()
+        self.renew_nodes(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release_node(lease).await
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+impl ZooKeeperBackend {
+    /// `release` of lock and permit nodes alike: the delete of the node.
+    async fn release_node(&self, lease: &Lease) -> Result<bool, LockError> {
         let Some(mut held) = lock(&self.held).remove(&lease.resource) else {
             return Ok(false);
         };
@@ -1105,18 +551,10 @@ impl LockBackend for ZooKeeperBackend {
             held.cleanup.disarm();
             return Ok(false);
         }
-        match held.session.client.delete(&lease.resource, None).await {
-            Ok(()) => {
+        match deleted(held.session.client.delete(&lease.resource, None).await) {
+            Ok(was_there) => {
                 held.cleanup.disarm();
-                Ok(true)
-            }
-            Err(ZkError::NoNode) => {
-                held.cleanup.disarm();
-                Ok(false)
-            }
-            Err(e) if session_ended(&e) => {
-                held.cleanup.disarm();
-                Ok(false)
+                Ok(was_there)
             }
             Err(e) => {
                 // Dropping `held` retries the delete in the background.
@@ -1127,75 +565,5 @@ impl LockBackend for ZooKeeperBackend {
                 ))
             }
         }
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl PermitBackend for ZooKeeperBackend {
-    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        let once = self.permit(req, true);
-        let limit = self
-            .session_timeout()
-            .max(std::time::Duration::from_secs(1));
-        match tokio::time::timeout(limit, once).await {
-            Ok(answer) => answer,
-            Err(_) => Err(LockError::backend(
-                self.shown.clone(),
-                format!("ZooKeeper did not answer within {limit:?}"),
-            )),
-        }
-    }
-
-    async fn acquire_permit(
-        &self,
-        req: &PermitRequest,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, LockError> {
-        // Dropping the wait at the deadline deletes our node (`Cleanup`).
-        deadline::until(representable(deadline), self.permit(req, false))
-            .await
-            .unwrap_or(Ok(None))
-    }
-
-    /// Permit nodes are session nodes like lock nodes: the same read.
-    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew(leases).await
-    }
-
-    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release(lease).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uuids_are_version_4_and_differ() {
-        let a = new_uuid().unwrap();
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "4");
-        assert_ne!(a, new_uuid().unwrap());
-    }
-
-    #[test]
-    fn the_smallest_sequence_is_first_whatever_the_uuid() {
-        let children: Vec<String> = [
-            "_c_bbb-lock-0000000007",
-            "_c_aaa-lock-0000000005",
-            "_c_ccc-lock-0000000009",
-            "unrelated",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert!(is_first(&children, "_c_aaa-lock-0000000005"));
-        assert!(!is_first(&children, "_c_bbb-lock-0000000007"));
-        assert!(!is_first(&children, "garbage"));
-        assert_eq!(sequence_of("_c_x-lock-lock-0000000012"), Some(12));
     }
 }

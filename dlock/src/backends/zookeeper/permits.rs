@@ -16,14 +16,13 @@
 
 use std::time::Instant;
 
-use zookeeper_client::Error as ZkError;
+use async_trait::async_trait;
 
-use super::{
-    after_sync, config, is_connected, new_uuid, sequence_of, session_ended, Cleanup,
-    ZooKeeperBackend,
-};
-use crate::backend::{AcquireRequest, Lease, PermitRequest};
-use crate::LockError;
+use super::cleanup::Cleanup;
+use super::queue::{new_uuid, sequence_of};
+use super::{after_sync, config, is_connected, representable, ZooKeeperBackend};
+use crate::backend::{AcquireRequest, Lease, PermitBackend, PermitRequest, Renewal};
+use crate::{deadline, LockError};
 
 /// Whether fewer than `permits` of `children` have a smaller sequence than `own`.
 fn among_first(children: &[String], own: &str, permits: usize) -> bool {
@@ -104,16 +103,8 @@ impl ZooKeeperBackend {
             }
             if once {
                 // Leave now, so our node does not hold a place in the queue.
-                return match client.delete(&path, None).await {
-                    Ok(()) | Err(ZkError::NoNode) => {
-                        cleanup.disarm();
-                        Ok(None)
-                    }
-                    Err(e) if session_ended(&e) => {
-                        cleanup.disarm();
-                        Ok(None)
-                    }
-                    // `cleanup` stays armed and retries in the background.
+                return match cleanup.leave().await {
+                    Ok(()) => Ok(None),
                     Err(e) => {
                         Err(self.error(format_args!("cannot delete own permit node {path}"), e))
                     }
@@ -121,6 +112,43 @@ impl ZooKeeperBackend {
             }
             watcher.changed().await;
         }
+    }
+}
+
+#[async_trait]
+impl PermitBackend for ZooKeeperBackend {
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let once = self.permit(req, true);
+        let limit = self
+            .session_timeout()
+            .max(std::time::Duration::from_secs(1));
+        match tokio::time::timeout(limit, once).await {
+            Ok(answer) => answer,
+            Err(_) => Err(LockError::backend(
+                self.shown.clone(),
+                format!("ZooKeeper did not answer within {limit:?}"),
+            )),
+        }
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        // Dropping the wait at the deadline deletes our node (`Cleanup`).
+        deadline::until(representable(deadline), self.permit(req, false))
+            .await
+            .unwrap_or(Ok(None))
+    }
+
+    /// Permit nodes are session nodes like lock nodes: the same read.
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_nodes(leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release_node(lease).await
     }
 }
 

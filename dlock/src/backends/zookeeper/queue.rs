@@ -14,15 +14,18 @@
 //! after a wait goes behind a `sync`, and a lease granted by one is counted
 //! from it: the wait may have been long, on a follower that since lost its
 //! leader.
+//!
+//! The create itself (`create_protected`) is Curator's protected mode: the
+//! node's name carries a uuid, so a create whose answer was lost is found
+//! again.
 
 use std::time::{Duration, Instant};
 
-use zookeeper_client::{Client, Error as ZkError, Stat};
+use zookeeper_client::{Acl, Acls, Client, CreateMode, Error as ZkError, Permission, Stat};
 
+use super::cleanup::{find_by_uuid, session_ended, Cleanup, MAX_RETRIES};
 use super::session::Session;
-use super::{
-    after_sync, is_first, new_uuid, sequence_of, session_ended, Cleanup, ZooKeeperBackend,
-};
+use super::{after_sync, ZooKeeperBackend};
 use crate::backend::{AcquireRequest, Lease};
 use crate::LockError;
 
@@ -55,6 +58,70 @@ pub(super) struct Placed {
     /// pipelined with the create would prove nothing more, and would cost
     /// the leader a round of its own.
     pub(super) created: (Instant, Instant),
+}
+
+/// With digest auth: the creator's identity may do everything, anyone may
+/// read (list and watch the queue).
+static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
+    Acl::new_const(Permission::ALL, "auth", ""),
+    Acl::new_const(Permission::READ, "world", "anyone"),
+];
+
+/// Curator's lock name for `InterProcessMutex`: children are `_c_<uuid>-lock-<seq>`.
+pub(super) const LOCK_NAME: &str = "lock-";
+
+/// A node [`ZooKeeperBackend::create_protected`] made.
+pub(super) struct Created {
+    /// The node's path.
+    pub(super) path: String,
+    /// The stat the create answered with (found again by uuid after a lost
+    /// answer): its `czxid` is the fencing token.
+    pub(super) stat: Stat,
+    /// The children of the node's directory, listed behind the create, when
+    /// asked for and answered.
+    pub(super) children: Option<Vec<String>>,
+    /// When the create that made the node was sent (or, after lost answers,
+    /// the earliest one that may have made it).
+    pub(super) sent: Instant,
+    /// When its answer came (or, if it was lost, the node was found again).
+    pub(super) answered: Instant,
+}
+
+/// A version 4 UUID from OS randomness, in Curator's textual form.
+pub(super) fn new_uuid() -> Result<String, LockError> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| {
+        LockError::backend("os-rng", format!("no randomness for a lock node name: {e}"))
+    })?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    ))
+}
+
+/// The sequence number of a lock child, as Curator reads it: the digits
+/// after the last `lock-`. `None` for children that are not lock nodes.
+pub(super) fn sequence_of(name: &str) -> Option<i64> {
+    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
+    seq.parse().ok()
+}
+
+/// Whether `own` has the smallest sequence among the lock children.
+pub(super) fn is_first(children: &[String], own: &str) -> bool {
+    let Some(mine) = sequence_of(own) else {
+        return false;
+    };
+    children
+        .iter()
+        .filter_map(|c| sequence_of(c))
+        .all(|seq| seq >= mine)
 }
 
 /// A node's name in its directory.
@@ -96,6 +163,113 @@ where
 }
 
 impl ZooKeeperBackend {
+    /// The ACL of every node dlock creates (see the module docs on digest auth).
+    pub(super) fn node_acls(&self) -> Acls<'static> {
+        if self.config.digest.is_some() {
+            Acls::new(&CREATOR_ALL_ANYONE_READ)
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    /// Creates the key's directory as container nodes.
+    pub(super) async fn make_dir(&self, client: &Client, dir: &str) -> Result<(), LockError> {
+        match client
+            .mkdir(dir, &CreateMode::Container.with_acls(self.node_acls()))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(ZkError::NoNode) => Err(LockError::backend(
+                self.shown.clone(),
+                format!(
+                    "cannot create {dir}: the URL's chroot does not exist on the server; create it first"
+                ),
+            )),
+            Err(e) => Err(self.error(format_args!("cannot create {dir}"), e)),
+        }
+    }
+
+    /// Creates `_c_<uuid>-lock-<seq>` under `dir`, creating `dir` if needed,
+    /// and finds the node again by its uuid if the answer is lost. With
+    /// `list`, the children of `dir` are asked for right behind the create.
+    pub(super) async fn create_protected(
+        &self,
+        client: &Client,
+        dir: &str,
+        uuid: &str,
+        data: &[u8],
+        list: bool,
+    ) -> Result<Created, LockError> {
+        let prefix = format!("{dir}/_c_{uuid}-{LOCK_NAME}");
+        let acls = self.node_acls();
+        let options = CreateMode::EphemeralSequential.with_acls(acls);
+        // When the earliest create that may have made the node was sent: a
+        // lease counted from the create starts there. A create refused for a
+        // missing directory made nothing, so the next one starts afresh (the
+        // directory made in between takes a few writes); one whose answer
+        // was lost may have made the node a later lookup finds.
+        let mut since = None;
+        for _ in 0..MAX_RETRIES {
+            let sent = *since.get_or_insert_with(Instant::now);
+            let created = client.create(&prefix, data, &options);
+            // Sent at once, behind the create, on the same session: the
+            // server answers a session's requests in the order they were
+            // sent, so the listing sees our node and every node created
+            // before it, and costs no round trip of its own.
+            let listed = list.then(|| client.list_children(dir));
+            match created.await {
+                Ok((stat, seq)) => {
+                    let answered = Instant::now();
+                    // A failed listing is asked for again by the caller.
+                    let children = match listed {
+                        Some(listed) => listed.await.ok(),
+                        None => None,
+                    };
+                    return Ok(Created {
+                        path: format!("{prefix}{seq}"),
+                        stat,
+                        children,
+                        sent,
+                        answered,
+                    });
+                }
+                // The directory is missing, or the server removed the empty
+                // container between our mkdir and this create.
+                Err(ZkError::NoNode) => {
+                    since = None;
+                    self.make_dir(client, dir).await?;
+                }
+                Err(ZkError::ConnectionLoss) => match find_by_uuid(client, dir, uuid).await {
+                    // A lost create made the node: the leader committed it
+                    // after `sent`.
+                    Ok(Some((path, stat))) => {
+                        return Ok(Created {
+                            path,
+                            stat,
+                            children: None,
+                            sent,
+                            answered: Instant::now(),
+                        })
+                    }
+                    Ok(None) => continue,
+                    Err(e) => {
+                        return Err(self.error(
+                            "lost the answer to a create and could not look for the node",
+                            e,
+                        ))
+                    }
+                },
+                Err(e) => {
+                    return Err(self.error(format_args!("cannot create a lock node under {dir}"), e))
+                }
+            }
+        }
+        Err(LockError::backend(
+            self.shown.clone(),
+            format!("could not create a lock node under {dir} in {MAX_RETRIES} attempts (connection kept dropping, or the directory kept vanishing)"),
+        ))
+    }
+
     /// Creates our node in `dir` (the create is armed in `cleanup` from
     /// before it is sent) and lists the queue behind it.
     pub(super) async fn place(
@@ -224,16 +398,8 @@ impl ZooKeeperBackend {
         }
         // Someone is ahead of us: leave the queue now, so our node does not
         // block the holder's successor.
-        match client.delete(&placed.path, None).await {
-            Ok(()) | Err(ZkError::NoNode) => {
-                cleanup.disarm();
-                Ok(None)
-            }
-            Err(e) if session_ended(&e) => {
-                cleanup.disarm();
-                Ok(None)
-            }
-            // `cleanup` stays armed and retries in the background.
+        match cleanup.leave().await {
+            Ok(()) => Ok(None),
             Err(e) => Err(self.error(
                 format_args!("cannot delete own lock node {}", placed.path),
                 e,
@@ -266,5 +432,29 @@ mod tests {
             Some("_c_bbb-lock-0000000007")
         );
         assert_eq!(predecessor(&children, "garbage"), None);
+    }
+
+    #[test]
+    fn uuids_are_version_4_and_differ() {
+        let a = new_uuid().unwrap();
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert_ne!(a, new_uuid().unwrap());
+    }
+
+    #[test]
+    fn the_smallest_sequence_is_first_whatever_the_uuid() {
+        let children: Vec<String> = [
+            "_c_bbb-lock-0000000007",
+            "_c_aaa-lock-0000000005",
+            "_c_ccc-lock-0000000009",
+            "unrelated",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert!(is_first(&children, "_c_aaa-lock-0000000005"));
+        assert!(!is_first(&children, "_c_bbb-lock-0000000007"));
+        assert!(!is_first(&children, "garbage"));
+        assert_eq!(sequence_of("_c_x-lock-lock-0000000012"), Some(12));
     }
 }
