@@ -2,8 +2,9 @@
 //!
 //! A backend's test file builds a [`Fixture`] (a real server plus a way to
 //! reach it) and calls [`conformance_suite!`](crate::conformance_suite), which
-//! expands to one `#[tokio::test]` per case below. Each case builds its own
-//! fixture, so cases run in parallel without sharing a server.
+//! expands to one `#[tokio::test]` per case below and per case it shares
+//! with the semaphore suite ([`shared`](crate::shared)). Each case builds its
+//! own fixture, so cases run in parallel without sharing a server.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -50,10 +51,6 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $fixture;
             mutual_exclusion,
             try_acquire_is_none_while_held,
-            zero_wait_is_busy,
-            wait_times_out_on_time,
-            leaked_guard_expires_after_ttl,
-            renewal_keeps_the_lock_past_three_ttls,
             lost_fires_when_the_lease_is_removed,
             fencing_tokens_strictly_increase,
             reentrancy_follows_the_holders_scope,
@@ -71,6 +68,7 @@ macro_rules! conformance_suite {
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
+        $crate::shared_suite!($fixture, $crate::shared::Take::Lock);
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
@@ -148,80 +146,6 @@ pub async fn try_acquire_is_none_while_held<F: Fixture>(fixture: &F) {
     held.release().await.unwrap();
     let second = lock(&b, &key).try_acquire().await.unwrap();
     assert!(second.is_some(), "free after release");
-}
-
-pub async fn zero_wait_is_busy<F: Fixture>(fixture: &F) {
-    let key = unique_key("busy");
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let _held = lock(&a, &key).acquire().await.unwrap();
-    let err = lock(&b, &key)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, LockError::Busy { key: ref k } if *k == key),
-        "{err:?}"
-    );
-}
-
-pub async fn wait_times_out_on_time<F: Fixture>(fixture: &F) {
-    let key = unique_key("timeout");
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let _held = lock(&a, &key).acquire().await.unwrap();
-    let wait = Duration::from_millis(400);
-    let start = Instant::now();
-    let err = lock(&b, &key).wait(wait).acquire().await.unwrap_err();
-    let took = start.elapsed();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    assert!(took >= wait, "gave up early, after {took:?}");
-    assert!(
-        took < wait + Duration::from_secs(1),
-        "gave up late, after {took:?}"
-    );
-}
-
-/// A guard that is never dropped (its process "crashed") stops blocking
-/// others once its ttl runs out. Renewal is off: a leaked guard with renewal
-/// on is indistinguishable from a long critical section.
-pub async fn leaked_guard_expires_after_ttl<F: Fixture>(fixture: &F) {
-    let key = unique_key("leak");
-    let ttl = fixture.short_ttl();
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let leaked = lock(&a, &key)
-        .ttl(ttl)
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
-    let start = Instant::now();
-    std::mem::forget(leaked);
-    let next = lock(&b, &key)
-        .wait(ttl * 3 + Duration::from_secs(2))
-        .acquire()
-        .await
-        .expect("the leaked lease never expired");
-    let took = start.elapsed();
-    assert!(
-        took + ttl / 10 >= ttl,
-        "taken over after {took:?}, before the ttl {ttl:?} ran out"
-    );
-    assert!(
-        took <= ttl * 2 + Duration::from_secs(1),
-        "leaked lease lasted {took:?}"
-    );
-    next.release().await.unwrap();
-}
-
-pub async fn renewal_keeps_the_lock_past_three_ttls<F: Fixture>(fixture: &F) {
-    let key = unique_key("renew");
-    let ttl = fixture.short_ttl();
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let guard = lock(&a, &key).ttl(ttl).acquire().await.unwrap();
-    tokio::time::sleep(ttl * 3 + ttl / 2).await;
-    assert!(guard.is_held(), "the watchdog let the lease lapse");
-    assert!(lock(&b, &key).try_acquire().await.unwrap().is_none());
-    guard.release().await.expect("still ours after 3.5 ttls");
 }
 
 pub async fn lost_fires_when_the_lease_is_removed<F: Fixture>(fixture: &F) {

@@ -14,4 +14,5 @@ pub mod proxy;
 pub mod segments;
 pub mod semaphore;
 pub mod servers;
+pub mod shared;
 pub mod tls;

@@ -2,7 +2,8 @@
 //!
 //! Backends opt in with [`semaphore_suite!`](crate::semaphore_suite) beside
 //! their `conformance_suite!`; it is a separate macro so that backends
-//! without semaphores yet keep a passing conformance suite.
+//! without semaphores yet keep a passing conformance suite. The cases it
+//! shares with the lock suite are in [`shared`](crate::shared).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,18 +21,15 @@ macro_rules! semaphore_suite {
         $crate::semaphore_suite!(@cases $fixture;
             never_more_than_n_holders,
             try_acquire_is_none_at_n,
-            zero_wait_is_busy_at_n,
             release_wakes_a_waiter_promptly,
-            wait_times_out_on_time,
-            leaked_permit_expires_after_ttl,
             an_expired_permit_lets_local_waiters_in,
-            renewal_keeps_a_permit_past_three_ttls,
             zero_permits_is_rejected,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
         mod semaphore {
             use super::*;
+            $crate::shared_suite!($fixture, $crate::shared::Take::Permit);
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
@@ -126,21 +124,6 @@ pub async fn try_acquire_is_none_at_n<F: Fixture>(fixture: &F) {
     assert!(again.is_some(), "a permit is free after a release");
 }
 
-pub async fn zero_wait_is_busy_at_n<F: Fixture>(fixture: &F) {
-    let name = unique_key("semaphore-busy");
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let _held = semaphore(&a, &name, 1).acquire().await.unwrap();
-    let err = semaphore(&b, &name, 1)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, LockError::Busy { key: ref k } if *k == name),
-        "{err:?}"
-    );
-}
-
 /// A waiter in another process is woken by the release (not by the holder's
 /// 30 s ttl).
 pub async fn release_wakes_a_waiter_promptly<F: Fixture>(fixture: &F) {
@@ -163,57 +146,6 @@ pub async fn release_wakes_a_waiter_promptly<F: Fixture>(fixture: &F) {
         "hand-over took {handover:?}; a release must wake waiters"
     );
     permit.release().await.unwrap();
-}
-
-pub async fn wait_times_out_on_time<F: Fixture>(fixture: &F) {
-    let name = unique_key("semaphore-timeout");
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let _held = semaphore(&a, &name, 1).acquire().await.unwrap();
-    let wait = Duration::from_millis(400);
-    let start = Instant::now();
-    let err = semaphore(&b, &name, 1)
-        .wait(wait)
-        .acquire()
-        .await
-        .unwrap_err();
-    let took = start.elapsed();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    assert!(took >= wait, "gave up early, after {took:?}");
-    assert!(
-        took < wait + Duration::from_secs(1),
-        "gave up late, after {took:?}"
-    );
-}
-
-/// A permit that is never given back (its process "crashed") comes back
-/// after its ttl.
-pub async fn leaked_permit_expires_after_ttl<F: Fixture>(fixture: &F) {
-    let name = unique_key("semaphore-leak");
-    let ttl = fixture.short_ttl();
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let leaked = semaphore(&a, &name, 1)
-        .ttl(ttl)
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
-    let start = Instant::now();
-    std::mem::forget(leaked);
-    let next = semaphore(&b, &name, 1)
-        .wait(ttl * 3 + Duration::from_secs(2))
-        .acquire()
-        .await
-        .expect("the leaked permit never expired");
-    let took = start.elapsed();
-    assert!(
-        took + ttl / 10 >= ttl,
-        "taken after {took:?}, before the ttl {ttl:?} ran out"
-    );
-    assert!(
-        took <= ttl * 2 + Duration::from_secs(1),
-        "leaked permit lasted {took:?}"
-    );
-    next.release().await.unwrap();
 }
 
 /// An expired permit that is kept alive (renewal off, the `Permit` not
@@ -243,21 +175,6 @@ pub async fn an_expired_permit_lets_local_waiters_in<F: Fixture>(fixture: &F) {
     assert!(!expiring.is_held());
     next.release().await.unwrap();
     drop(expiring);
-}
-
-pub async fn renewal_keeps_a_permit_past_three_ttls<F: Fixture>(fixture: &F) {
-    let name = unique_key("semaphore-renew");
-    let ttl = fixture.short_ttl();
-    let (a, b) = (fixture.backend().await, fixture.backend().await);
-    let permit = semaphore(&a, &name, 1).ttl(ttl).acquire().await.unwrap();
-    tokio::time::sleep(ttl * 3 + ttl / 2).await;
-    assert!(permit.is_held(), "the watchdog let the permit lapse");
-    assert!(semaphore(&b, &name, 1)
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    permit.release().await.expect("still ours after 3.5 ttls");
 }
 
 pub async fn zero_permits_is_rejected<F: Fixture>(fixture: &F) {

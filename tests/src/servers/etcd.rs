@@ -8,13 +8,13 @@
 //! etcd, which reads its membership from the data dir).
 
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
+use crate::servers::accessors::{member_accessors, single_server_accessors};
 use crate::servers::control::ServerControl;
 use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{
@@ -179,19 +179,11 @@ impl EtcdServer {
         &self.name
     }
 
-    /// The client port.
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
+    single_server_accessors!(client_port, certs);
 
     /// The peer (raft) port.
     pub fn peer_port(&self) -> u16 {
         self.peer_port
-    }
-
-    /// The client address, `127.0.0.1:PORT`.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.client_port))
     }
 
     /// `127.0.0.1:PORT`, as etcd clients take it.
@@ -207,21 +199,6 @@ impl EtcdServer {
             "etcd"
         };
         format!("{scheme}://{}", self.endpoint())
-    }
-
-    /// The CA certificate (PEM file) of a TLS member.
-    pub fn ca_cert_path(&self) -> Option<&Path> {
-        self.certs.as_ref().map(TestCerts::ca_cert_path)
-    }
-
-    /// All TLS files of a TLS member (CA, server and client certificates).
-    pub fn certs(&self) -> Option<&TestCerts> {
-        self.certs.as_ref()
-    }
-
-    /// The member's temp dir (holds `etcd.log` and `data/`).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// Runs `etcdctl` (v3 API) against this member and returns its trimmed stdout, e.g.
@@ -323,30 +300,7 @@ impl EtcdCluster {
         format!("etcd://{}", self.endpoints().join(","))
     }
 
-    /// Member `i`.
-    pub fn member(&self, i: usize) -> &EtcdServer {
-        &self.members[i]
-    }
-
-    /// Member `i`, to kill, pause or restart it.
-    pub fn member_mut(&mut self, i: usize) -> &mut EtcdServer {
-        &mut self.members[i]
-    }
-
-    /// All members.
-    pub fn members(&self) -> &[EtcdServer] {
-        &self.members
-    }
-
-    /// Number of members.
-    pub fn len(&self) -> usize {
-        self.members.len()
-    }
-
-    /// Whether the cluster has no member (never true for a started cluster).
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
+    member_accessors!(members: EtcdServer, member, member_mut, members);
 
     /// Index of the member that is raft leader now, asking each running member
     /// (`etcdctl endpoint status`); `None` if no member claims it (e.g. during an election).

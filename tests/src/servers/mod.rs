@@ -34,6 +34,7 @@
 //! # drop(url);
 //! ```
 
+mod accessors;
 pub mod control;
 pub mod etcd;
 pub mod ports;

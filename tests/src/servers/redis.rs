@@ -6,13 +6,13 @@
 //! when dropped. Readiness is `redis-cli PING` = `PONG`, probed every 20 ms for up to 20 s.
 
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
+use crate::servers::accessors::{member_accessors, single_server_accessors};
 use crate::servers::control::ServerControl;
 use crate::servers::ports::{free_port, free_port_with_offsets, retry_port_clash};
 use crate::servers::process::{
@@ -142,6 +142,8 @@ impl RedisServer {
         })
     }
 
+    single_server_accessors!(port, certs);
+
     fn try_start_on(port: u16, options: RedisOptions) -> HarnessResult<Self> {
         let server = require_binary("redis-server", REDIS_PACKAGES)?;
         let cli = require_binary("redis-cli", REDIS_PACKAGES)?;
@@ -168,16 +170,6 @@ impl RedisServer {
         Ok(redis)
     }
 
-    /// The port the server listens on (the TLS port for a TLS server).
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// `127.0.0.1:PORT`.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
-    }
-
     /// `redis://127.0.0.1:PORT` (`rediss://` with TLS), without credentials.
     pub fn url(&self) -> String {
         format!("{}://127.0.0.1:{}", self.scheme(), self.port)
@@ -201,21 +193,6 @@ impl RedisServer {
         } else {
             "redis"
         }
-    }
-
-    /// The CA certificate (PEM file) that signed a TLS server's certificate.
-    pub fn ca_cert_path(&self) -> Option<&Path> {
-        self.certs.as_ref().map(TestCerts::ca_cert_path)
-    }
-
-    /// All TLS files of a TLS server (CA, server and client certificates).
-    pub fn certs(&self) -> Option<&TestCerts> {
-        self.certs.as_ref()
-    }
-
-    /// The server's temp dir (holds `redis.log`, TLS files, `nodes.conf` of cluster nodes).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// Runs one command with `redis-cli` (authenticated, over TLS where needed) and returns
@@ -426,30 +403,7 @@ impl RedisSet {
         self.servers.iter().map(RedisServer::url).collect()
     }
 
-    /// Number of servers.
-    pub fn len(&self) -> usize {
-        self.servers.len()
-    }
-
-    /// Whether the set has no server.
-    pub fn is_empty(&self) -> bool {
-        self.servers.is_empty()
-    }
-
-    /// Server `i` (for `redis_cli`).
-    pub fn server(&self, i: usize) -> &RedisServer {
-        &self.servers[i]
-    }
-
-    /// Server `i`, to kill, pause or restart it.
-    pub fn server_mut(&mut self, i: usize) -> &mut RedisServer {
-        &mut self.servers[i]
-    }
-
-    /// All servers.
-    pub fn servers(&self) -> &[RedisServer] {
-        &self.servers
-    }
+    member_accessors!(servers: RedisServer, server, server_mut, servers);
 
     /// All servers, mutably.
     pub fn servers_mut(&mut self) -> &mut [RedisServer] {
@@ -557,21 +511,9 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
-    /// Node `i` (for `redis_cli`; note a key may live on another node: use
-    /// [`RedisCluster::redis_cli`] to follow redirects).
-    pub fn node(&self, i: usize) -> &RedisServer {
-        &self.nodes[i]
-    }
-
-    /// Node `i`, to kill, pause or restart it.
-    pub fn node_mut(&mut self, i: usize) -> &mut RedisServer {
-        &mut self.nodes[i]
-    }
-
-    /// All nodes.
-    pub fn nodes(&self) -> &[RedisServer] {
-        &self.nodes
-    }
+    // A key may live on another node than the one asked: `redis_cli` below
+    // follows redirects.
+    member_accessors!(nodes: RedisServer, node, node_mut, nodes);
 
     /// Runs one command with `redis-cli -c` (follows MOVED/ASK redirects) via the first
     /// running node and returns its trimmed stdout. Panics like [`RedisServer::redis_cli`].

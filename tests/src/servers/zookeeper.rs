@@ -13,13 +13,14 @@
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
+use crate::servers::accessors::{member_accessors, single_server_accessors};
 use crate::servers::control::ServerControl;
 use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{require_binary, require_file, ProcessSpec, ServerProcess};
@@ -163,15 +164,7 @@ impl ZkServer {
         self.id
     }
 
-    /// The client port.
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
-
-    /// The client address, `127.0.0.1:PORT`.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.client_port))
-    }
+    single_server_accessors!(client_port);
 
     /// `127.0.0.1:PORT`, as ZooKeeper clients take it.
     pub fn connect_string(&self) -> String {
@@ -181,11 +174,6 @@ impl ZkServer {
     /// `zk://127.0.0.1:PORT`, the dlock URL of this server alone.
     pub fn url(&self) -> String {
         format!("zk://{}", self.connect_string())
-    }
-
-    /// The node's temp dir (holds `zoo.cfg`, `data/`, `zookeeper.log`).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// Sends a four-letter-word command (`srvr`, `stat`, `mntr`, `ruok`, `cons`, ...) and
@@ -279,30 +267,7 @@ impl ZkEnsemble {
         format!("zk://{}", self.connect_string())
     }
 
-    /// Node `i` (0-based; its server id is `i + 1`).
-    pub fn node(&self, i: usize) -> &ZkServer {
-        &self.nodes[i]
-    }
-
-    /// Node `i`, to kill, pause or restart it.
-    pub fn node_mut(&mut self, i: usize) -> &mut ZkServer {
-        &mut self.nodes[i]
-    }
-
-    /// All nodes.
-    pub fn nodes(&self) -> &[ZkServer] {
-        &self.nodes
-    }
-
-    /// Number of nodes.
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    /// Whether the ensemble has no node (never true for a started ensemble).
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
+    member_accessors!(nodes: ZkServer, node, node_mut, nodes);
 
     /// Index of the node reporting `Mode: leader` now, if any.
     pub fn leader(&self) -> Option<usize> {
