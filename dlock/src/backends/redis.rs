@@ -13,7 +13,8 @@
 //!
 //! Protocol (see [`scripts`](self) in the source):
 //! - acquire: one Lua script does `SET <prefix>:{key} <token> NX PX <ttl>`
-//!   and `INCR <prefix>:{key}:fence`, returning the fence; when the key is
+//!   and issues the next fence from `<prefix>:{key}:fence` (one `SET … GET`
+//!   of the counter, and one `TIME` per script run), returning it; when the key is
 //!   held it returns the holder's `PTTL` instead; held with the caller's own
 //!   token (a resent acquire whose answer was lost), it is acquired again
 //!   with the fence issued the first time;
