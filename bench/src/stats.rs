@@ -69,6 +69,16 @@ impl Row {
         }
     }
 
+    /// A row for a share between 0 and 1 (higher is better), shown in %.
+    pub fn share(what: &str, ours: f64, baseline: f64) -> Row {
+        Row {
+            what: what.to_owned(),
+            ours: format!("{:.1} %", ours * 100.0),
+            baseline: format!("{:.1} %", baseline * 100.0),
+            ratio: ours / baseline.max(1e-9),
+        }
+    }
+
     /// A row for a latency (lower is better).
     pub fn latency(what: &str, ours: Duration, baseline: Duration) -> Row {
         Row {

@@ -127,33 +127,136 @@ pub async fn critical_increment(counter: &AtomicU64) {
     counter.store(read + 1, Ordering::SeqCst);
 }
 
-pub async fn hot_key_dlock(
-    sizes: &Sizes,
-    backend: &Arc<dyn LockBackend>,
-    key: &str,
-) -> Result<f64, BoxError> {
+/// One side of (c): a lock on the one hot key, taken and given back by
+/// many tasks at once.
+pub trait HotLock: Clone + Send + Sync + 'static {
+    /// What a holder keeps until it gives the lock back.
+    type Held: Send;
+    /// Takes the lock, waiting as long as it takes.
+    fn lock(&self) -> impl Future<Output = Result<Self::Held, BoxError>> + Send;
+    /// Gives it back.
+    fn unlock(&self, held: Self::Held) -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+impl HotLock for Lock {
+    type Held = dlock::LockGuard;
+
+    async fn lock(&self) -> Result<dlock::LockGuard, BoxError> {
+        Ok(self.acquire().await?)
+    }
+
+    async fn unlock(&self, held: dlock::LockGuard) -> Result<(), BoxError> {
+        Ok(held.release().await?)
+    }
+}
+
+/// What (c) measured on one side.
+#[derive(Debug, Clone, Copy)]
+pub struct HotKey {
+    /// Critical sections per second.
+    pub per_sec: f64,
+    /// From calling acquire to holding, per acquisition.
+    pub waits: Summary,
+    /// The longest of those waits.
+    pub max_wait: Duration,
+    /// The share of acquisitions served in arrival order: those that got
+    /// the lock before nobody who had asked for it earlier (see
+    /// [`in_arrival_order`]).
+    pub in_order: f64,
+}
+
+/// (c): `sizes.hot_tasks` tasks each take `lock`, increment a shared counter
+/// non-atomically (lost updates would show an overlap), and give it back,
+/// `sizes.hot_increments` times. Every acquisition's arrival and grant are
+/// recorded on this process's one clock.
+pub async fn hot_key<L: HotLock>(sizes: &Sizes, lock: L) -> Result<HotKey, BoxError> {
     let sizes = *sizes;
     let counter = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..sizes.hot_tasks {
-        let lock = Lock::new(key).ttl(TTL).with_backend(backend.clone());
-        let counter = counter.clone();
+        let (lock, counter) = (lock.clone(), counter.clone());
         tasks.push(tokio::spawn(async move {
+            let mut turns = Vec::with_capacity(sizes.hot_increments as usize);
             for _ in 0..sizes.hot_increments {
-                let guard = lock.acquire().await?;
+                let arrived = Instant::now();
+                let held = lock.lock().await?;
+                turns.push((arrived, Instant::now()));
                 critical_increment(&counter).await;
-                guard.release().await?;
+                lock.unlock(held).await?;
             }
-            Ok::<_, dlock::LockError>(())
+            Ok::<_, BoxError>(turns)
         }));
     }
+    let mut turns = Vec::new();
     for task in tasks {
-        task.await??;
+        turns.extend(task.await??);
     }
     let elapsed = start.elapsed();
     check_counter(&counter, sizes.hot_tasks as u64 * sizes.hot_increments)?;
-    Ok(counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64())
+    let mut waits: Vec<Duration> = turns.iter().map(|(a, g)| *g - *a).collect();
+    let max_wait = waits.iter().copied().max().unwrap_or_default();
+    Ok(HotKey {
+        per_sec: counter.load(Ordering::SeqCst) as f64 / elapsed.as_secs_f64(),
+        waits: Summary::of(&mut waits).ok_or("no samples")?,
+        max_wait,
+        in_order: in_arrival_order(&mut turns),
+    })
+}
+
+/// The share of `(arrived, granted)` acquisitions that overtook nobody: no
+/// acquisition that arrived earlier was granted later. 1.0 is a FIFO lock;
+/// a lock that lets newcomers barge in scores lower.
+pub fn in_arrival_order(turns: &mut [(Instant, Instant)]) -> f64 {
+    if turns.is_empty() {
+        return 1.0;
+    }
+    turns.sort_unstable_by_key(|&(arrived, _)| arrived);
+    let mut latest_grant_before: Option<Instant> = None;
+    let mut in_order = 0usize;
+    for &(_, granted) in turns.iter() {
+        if latest_grant_before.is_none_or(|latest| latest <= granted) {
+            in_order += 1;
+        }
+        latest_grant_before = Some(latest_grant_before.map_or(granted, |l| l.max(granted)));
+    }
+    in_order as f64 / turns.len() as f64
+}
+
+/// (c) for dlock on `backend`.
+pub async fn hot_key_dlock(
+    sizes: &Sizes,
+    backend: &Arc<dyn LockBackend>,
+    key: &str,
+) -> Result<HotKey, BoxError> {
+    hot_key(sizes, Lock::new(key).ttl(TTL).with_backend(backend.clone())).await
+}
+
+/// The rows (c) prints for two sides.
+pub fn hot_key_rows(ours: &HotKey, baseline: &HotKey) -> [super::stats::Row; 4] {
+    use super::stats::Row;
+    [
+        Row::throughput(
+            "(c) 16 tasks, one key, critical sections",
+            ours.per_sec,
+            baseline.per_sec,
+        ),
+        Row::latency(
+            "(c) wait for the lock, p99",
+            ours.waits.p99,
+            baseline.waits.p99,
+        ),
+        Row::latency(
+            "(c) wait for the lock, max",
+            ours.max_wait,
+            baseline.max_wait,
+        ),
+        Row::share(
+            "(c) acquisitions served in arrival order",
+            ours.in_order,
+            baseline.in_order,
+        ),
+    ]
 }
 
 pub fn check_counter(counter: &AtomicU64, expected: u64) -> Result<(), BoxError> {
@@ -189,4 +292,23 @@ pub async fn handoff_dlock(
         samples.push(waiting.await??.saturating_duration_since(released));
     }
     Summary::of(&mut samples).ok_or_else(|| "no samples".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_order_counts_who_overtook_nobody() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // FIFO: granted in the order they arrived.
+        let mut fifo = vec![(at(0), at(10)), (at(1), at(20)), (at(2), at(30))];
+        assert_eq!(in_arrival_order(&mut fifo), 1.0);
+        // The third overtakes the first two; they are still in order with
+        // each other, the third is not.
+        let mut barging = vec![(at(0), at(20)), (at(1), at(30)), (at(2), at(10))];
+        assert!((in_arrival_order(&mut barging) - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(in_arrival_order(&mut []), 1.0);
+    }
 }

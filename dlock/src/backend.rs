@@ -172,7 +172,7 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 /// - **memory**: a map of key → holder with a server-side deadline. `acquire`
 ///   waits on an in-process notify (FIFO tickets), with a timer at the
 ///   holder's deadline.
-/// - **redis**: `try_acquire` is one Lua script (`SET NX PX` + `INCR` fence).
+/// - **redis**: `try_acquire` is one Lua script (`SET NX PX` and the next fence).
 ///   `acquire` subscribes to the key's release channel on the backend's shared
 ///   pub/sub connection, then loops: try; on failure wait for a release
 ///   message or the holder's remaining `PTTL` (expiry publishes nothing),

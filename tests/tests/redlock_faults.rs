@@ -252,6 +252,17 @@ async fn the_lease_is_on_a_quorum_and_release_clears_every_master() {
         .filter(|s| s.redis_cli(&["GET", &key]) == guard.token())
         .count();
     assert!(holding >= 3, "the token is on only {holding} masters");
+    // Redlock has no fencing token, so its acquire is a plain `SET NX PX`:
+    // no fence counter on any master.
+    assert_eq!(guard.fencing_token(), None);
+    for server in set.servers() {
+        assert_eq!(
+            server.redis_cli(&["KEYS", "*fence*"]),
+            "",
+            "a Redlock acquire wrote a fence counter on {}",
+            server.addr()
+        );
+    }
     guard.release().await.unwrap();
     for server in set.servers() {
         assert_eq!(server.redis_cli(&["EXISTS", &key]), "0");

@@ -13,7 +13,8 @@
 //!
 //! Protocol (see [`scripts`](self) in the source):
 //! - acquire: one Lua script does `SET <prefix>:{key} <token> NX PX <ttl>`
-//!   and `INCR <prefix>:{key}:fence`, returning the fence; when the key is
+//!   and issues the next fence from `<prefix>:{key}:fence` (one `SET … GET`
+//!   of the counter, and one `TIME` per script run), returning it; when the key is
 //!   held it returns the holder's `PTTL` instead; held with the caller's own
 //!   token (a resent acquire whose answer was lost), it is acquired again
 //!   with the fence issued the first time;
@@ -51,6 +52,7 @@
 
 mod batch;
 mod batched;
+mod compare_set;
 mod options;
 mod permits;
 pub(crate) mod recheck;
@@ -131,6 +133,9 @@ pub struct RedisBackend {
     /// the server publishes generic and expired events on keyspace
     /// channels (read at connect; see `recheck.rs`).
     notifying_db: Option<i64>,
+    /// Whether the server takes `SET … IFEQ` (Valkey 8.1+, Redis 8.4+; see
+    /// `compare_set.rs`): lock renewals then use it instead of a script.
+    set_ifeq: bool,
     metrics: Counters,
 }
 
@@ -240,14 +245,20 @@ impl RedisBackend {
             subscriber: Subscriber::new(first),
             options,
             notifying_db: None,
+            set_ifeq: false,
             metrics: Counters::default(),
         };
         // Prove the connection and credentials now, not at the first lock;
-        // the setting is read in the same round trip.
-        let (loaded, notifying) =
-            tokio::join!(backend.load_scripts(), backend.read_notifications());
+        // the setting and the server's commands are read in the same round
+        // trip.
+        let (loaded, notifying, set_ifeq) = tokio::join!(
+            backend.load_scripts(),
+            backend.read_notifications(),
+            backend.probe_set_ifeq()
+        );
         loaded?;
         backend.notifying_db = notifying.then_some(db);
+        backend.set_ifeq = set_ifeq;
         Ok(backend)
     }
 
@@ -303,6 +314,24 @@ impl RedisBackend {
         }
     }
 
+    /// Whether lock renewals use `SET … IFEQ … PX` (one plain command)
+    /// instead of the compare-and-`PEXPIRE` script: the server took the
+    /// command when probed at connect (Valkey 8.1 and later, Redis 8.4 and
+    /// later). Same effect either way; the command spares the server a
+    /// script call per renewal.
+    pub fn renews_without_scripts(&self) -> bool {
+        self.set_ifeq
+    }
+
+    async fn probe_set_ifeq(&self) -> bool {
+        self.count();
+        let prefix = &self.options.prefix;
+        match self.conn.clone() {
+            Conn::Single(mut c) => compare_set::probe(&mut c, prefix).await,
+            Conn::Cluster(mut c) => compare_set::probe(&mut c, prefix).await,
+        }
+    }
+
     /// The keyspace channel of the lock key `lock` if the server notifies
     /// (see [`keyspace_notifications`](Self::keyspace_notifications)).
     pub(crate) fn keyspace_channel(&self, lock: &str) -> Option<String> {
@@ -324,15 +353,21 @@ impl RedisBackend {
 
     /// One re-check: whether the lock key `lock` is gone (`PTTL` = -2).
     pub(crate) async fn key_is_free(&self, lock: &str) -> Result<bool, LockError> {
-        self.count();
         self.metrics.rechecks.fetch_add(1, Ordering::Relaxed);
         let mut cmd = redis::cmd("PTTL");
         cmd.arg(lock);
-        let pttl: RedisResult<i64> = match self.conn.clone() {
+        let pttl: i64 = self.query(&cmd).await?;
+        Ok(pttl == -2)
+    }
+
+    /// Sends one plain command, on whichever connection this backend has.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, LockError> {
+        self.count();
+        let answer = match self.conn.clone() {
             Conn::Single(mut c) => cmd.query_async(&mut c).await,
             Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
         };
-        pttl.map(|ms| ms == -2).map_err(|e| self.error(e))
+        answer.map_err(|e| self.error(e))
     }
 
     /// The shared pub/sub subscriber (Redlock waits on every master's).
@@ -584,6 +619,20 @@ impl RedisBackend {
     ) -> Vec<Result<Renewal, LockError>> {
         let script = what.script();
         let sent = Instant::now();
+        self.count();
+        self.metrics
+            .renew_round_trips
+            .fetch_add(1, Ordering::Relaxed);
+        if self.lua_free(what) {
+            let mut pipe = redis::pipe();
+            for lease in leases {
+                let lock = what.key(&self.options.prefix, lease);
+                pipe.add_command(compare_set::renew(&lock, &lease.token, millis(lease.ttl)));
+            }
+            let answer: RedisResult<Vec<Option<String>>> = pipe.query_async(&mut conn).await;
+            let answer = answer.map(|a| a.into_iter().map(compare_set::renewed).collect());
+            return self.renewals(answer, leases, sent);
+        }
         let mut pipe = redis::pipe();
         for lease in leases {
             pipe.cmd("EVALSHA")
@@ -593,10 +642,6 @@ impl RedisBackend {
                 .arg(&lease.token)
                 .arg(millis(lease.ttl));
         }
-        self.count();
-        self.metrics
-            .renew_round_trips
-            .fetch_add(1, Ordering::Relaxed);
         let mut answer: RedisResult<Vec<i64>> = pipe.query_async(&mut conn).await;
         if matches!(&answer, Err(e) if is_noscript(e)) {
             // The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
@@ -608,6 +653,25 @@ impl RedisBackend {
                 answer = pipe.query_async(&mut conn).await;
             }
         }
+        self.renewals(answer, leases, sent)
+    }
+
+    /// Whether renewals of `what` go without a script (see
+    /// [`renews_without_scripts`](Self::renews_without_scripts)): locks
+    /// only; a permit is a member of a sorted set, which `SET` cannot
+    /// compare.
+    fn lua_free(&self, what: Renewed) -> bool {
+        self.set_ifeq && matches!(what, Renewed::Locks)
+    }
+
+    /// One renewal pipeline's answer (1 renewed, 0 refused, per lease) as
+    /// the renewals of `leases`.
+    fn renewals(
+        &self,
+        answer: RedisResult<Vec<i64>>,
+        leases: &[Lease],
+        sent: Instant,
+    ) -> Vec<Result<Renewal, LockError>> {
         match answer {
             Ok(results) => leases
                 .iter()
@@ -639,6 +703,12 @@ impl RedisBackend {
             .fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
         let calls = leases.iter().map(|lease| async move {
+            if self.lua_free(what) {
+                let lock = what.key(&self.options.prefix, lease);
+                let cmd = compare_set::renew(&lock, &lease.token, millis(lease.ttl));
+                let answer: Option<String> = self.query(&cmd).await?;
+                return Ok(renewal(compare_set::renewed(answer), sent, lease.ttl));
+            }
             let mut call = scripts::evalsha(script, 1);
             call.arg(what.key(&self.options.prefix, lease))
                 .arg(&lease.token)

