@@ -24,7 +24,7 @@ use etcd_client::{Client, LockOptions};
 
 use super::stats::{print_table, Row, Summary};
 
-type BoxError = Box<dyn std::error::Error>;
+use super::workloads::BoxError;
 
 const WARMUP: usize = 20;
 /// Uncontended cycles per side, run in alternating rounds so that drift of

@@ -38,13 +38,7 @@ const OBSERVED_CYCLES: usize = 125;
 /// Runs the four workloads against `url` and prints the table, then (b)
 /// with observability on against off. `detail` adds (b) with only the
 /// recorder and with only the subscriber on, to tell their costs apart.
-pub async fn run(url: &str, detail: bool) -> Result<(), Box<dyn std::error::Error>> {
-    run_inner(url, detail)
-        .await
-        .map_err(|e| e as Box<dyn std::error::Error>)
-}
-
-async fn run_inner(url: &str, detail: bool) -> Result<(), BoxError> {
+pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
     // Installed first and switched off: the recorder and subscriber are
     // global for the process and cannot be removed, so every row but the
     // observed ones runs with both off.

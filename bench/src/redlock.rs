@@ -34,13 +34,7 @@ const WORKLOAD_LIMIT: Duration = Duration::from_secs(300);
 
 /// Runs the workloads against the masters of `url` (`redlock://h:p,h:p,h:p`)
 /// and, if it names five, against its first three too; prints a table each.
-pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
-    run_inner(url)
-        .await
-        .map_err(|e| e as Box<dyn std::error::Error>)
-}
-
-async fn run_inner(url: &str) -> Result<(), BoxError> {
+pub async fn run(url: &str) -> Result<(), BoxError> {
     let hosts = hosts(url)?;
     println!(
         "Redlock benchmark against {} masters: {}",

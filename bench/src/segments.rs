@@ -17,7 +17,7 @@ use dlock::{Lock, LockBackend, LockError, SegmentedLock, Semaphore};
 
 use super::stats::{print_table, Row};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use super::workloads::BoxError;
 
 const TASKS: usize = 64;
 const RUN_FOR: Duration = Duration::from_secs(3);
@@ -33,13 +33,7 @@ enum Contended {
 }
 
 /// Runs the four variants against `url` and prints the table.
-pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
-    run_inner(url)
-        .await
-        .map_err(|e| e as Box<dyn std::error::Error>)
-}
-
-async fn run_inner(url: &str) -> Result<(), BoxError> {
+pub async fn run(url: &str) -> Result<(), BoxError> {
     let backend: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
     let run_id = std::process::id();
     println!(

@@ -32,7 +32,7 @@ const CLIENTS: usize = 8;
 /// How long each throughput measurement runs.
 const WINDOW: Duration = Duration::from_secs(5);
 
-type BoxError = Box<dyn std::error::Error>;
+use super::workloads::BoxError;
 
 /// Runs the ZooKeeper suite against `url` (`zk://host:port[/chroot]`) and
 /// prints the table.

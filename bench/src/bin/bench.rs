@@ -15,7 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitCode;
 
-type Outcome = Result<(), Box<dyn std::error::Error>>;
+type Outcome = Result<(), dlock_bench::workloads::BoxError>;
 type Suite = fn(String, Flags) -> Pin<Box<dyn Future<Output = Outcome>>>;
 
 /// The command line's switches.

@@ -156,8 +156,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 
-use self::client::first_create_revision;
-use self::held::{revision_of_lease, Held};
+use self::client::{first_create_revision, revision_of_lease};
+use self::held::Held;
 use self::session::{Alive, Session};
 use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
 use crate::LockError;

@@ -39,7 +39,7 @@
 //! - under load (more than a few acquires or releases in flight at once on
 //!   a single server), queued requests go out together as one script call
 //!   that runs the same steps for each key, to spare the server the fixed
-//!   cost of a script per key (see `batch.rs` in the source).
+//!   cost of a script per key (see `batching.rs` in the source).
 //!
 //! A ttl above [`MAX_TTL`] (365 days; `Duration::MAX` for
 //! "forever") is refused with [`LockError::InvalidOption`] naming the maximum.
@@ -50,16 +50,17 @@
 //! turns them off), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
-mod batch;
-mod batched;
+mod batching;
 mod compare_set;
-mod options;
+mod config;
+#[cfg(feature = "redlock")]
+mod for_redlock;
 mod permits;
 pub(crate) mod recheck;
+mod renew;
 pub(crate) mod scripts;
 pub(crate) mod subscriber;
 mod unfinished;
-mod waiting;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -69,21 +70,16 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, RedisResult, Script};
 
-use self::batch::{Batcher, Turn};
-use self::batched::{AcquireOp, Acquires, ReleaseOp, Releases};
-use self::options::RedisOptions;
-use self::permits::{PermitNames, RENEW_PERMIT};
-use self::recheck::{keyspace_channel, notifies_releases, Recheck};
+use self::batching::ops::{AcquireOp, Acquires, ReleaseOp, Releases};
+use self::batching::{Batcher, Turn};
+use self::config::{client, tls_cluster, RedisOptions};
 #[cfg(feature = "redlock")]
-use self::scripts::ACQUIRE_GUARDED;
+pub(crate) use self::for_redlock::nap_until;
+use self::recheck::{keyspace_channel, notifies_releases, Recheck};
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
 use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
-#[cfg(feature = "redlock")]
-pub(crate) use self::waiting::nap_until;
-use crate::backend::{
-    lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal,
-};
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
 use crate::LockError;
 
 /// The longest ttl: dlock's own [`MAX_TTL`], checked here
@@ -340,12 +336,6 @@ impl RedisBackend {
             .map(|db| keyspace_channel(db, lock))
     }
 
-    /// The `?recheck_ms=` cap (`None`: off).
-    #[cfg(feature = "redlock")]
-    pub(crate) fn recheck_cap(&self) -> Option<Duration> {
-        self.options.recheck
-    }
-
     /// A waiter's re-check schedule on this server (`None`: off).
     fn recheck(&self) -> Option<Recheck> {
         Recheck::new(self.options.recheck, self.keyspace_notifications())
@@ -368,25 +358,6 @@ impl RedisBackend {
             Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
         };
         answer.map_err(|e| self.error(e))
-    }
-
-    /// The shared pub/sub subscriber (Redlock waits on every master's).
-    #[cfg(feature = "redlock")]
-    pub(crate) fn subscriber(&self) -> &Subscriber {
-        &self.subscriber
-    }
-
-    /// The key namespace (`?prefix=`).
-    #[cfg(feature = "redlock")]
-    pub(crate) fn prefix(&self) -> &str {
-        &self.options.prefix
-    }
-
-    /// Whether this backend talks to a Redis Cluster (Redlock needs
-    /// independent masters, so it refuses one).
-    #[cfg(feature = "redlock")]
-    pub(crate) fn is_cluster(&self) -> bool {
-        self.options.cluster
     }
 
     fn error(&self, e: RedisError) -> LockError {
@@ -523,28 +494,6 @@ impl RedisBackend {
         self.attempt_answer(req, names, sent, won, value)
     }
 
-    /// [`attempt`](Self::attempt) on a Redlock master that refuses to vote
-    /// for `quarantine` after it lost its data (see `ACQUIRE_GUARDED`).
-    /// Never batched: the batch script has no boot marker.
-    #[cfg(feature = "redlock")]
-    pub(crate) async fn attempt_guarded(
-        &self,
-        req: &AcquireRequest,
-        names: &KeyNames,
-        quarantine: Duration,
-    ) -> Result<Attempt, LockError> {
-        let sent = Instant::now();
-        let mut call = scripts::evalsha(&ACQUIRE_GUARDED, 3);
-        call.arg(&names.lock)
-            .arg(&names.fence)
-            .arg(format!("{}:boot", self.options.prefix))
-            .arg(&req.token)
-            .arg(millis(req.ttl))
-            .arg(millis(quarantine));
-        let (won, value): (i64, i64) = self.eval(&ACQUIRE_GUARDED, &call).await?;
-        self.attempt_answer(req, names, sent, won, value)
-    }
-
     /// Reads the acquire scripts' answer: `{1, fence}` or `{0, pttl}`.
     fn attempt_answer(
         &self,
@@ -603,161 +552,6 @@ impl RedisBackend {
         unfinished.disarm();
         Ok(answer)
     }
-
-    async fn renew_with(&self, what: Renewed, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        match &self.conn {
-            Conn::Single(c) => self.renew_single(c.clone(), what, leases).await,
-            Conn::Cluster(_) => self.renew_cluster(what, leases).await,
-        }
-    }
-
-    async fn renew_single(
-        &self,
-        mut conn: ConnectionManager,
-        what: Renewed,
-        leases: &[Lease],
-    ) -> Vec<Result<Renewal, LockError>> {
-        let script = what.script();
-        let sent = Instant::now();
-        self.count();
-        self.metrics
-            .renew_round_trips
-            .fetch_add(1, Ordering::Relaxed);
-        if self.lua_free(what) {
-            let mut pipe = redis::pipe();
-            for lease in leases {
-                let lock = what.key(&self.options.prefix, lease);
-                pipe.add_command(compare_set::renew(&lock, &lease.token, millis(lease.ttl)));
-            }
-            let answer: RedisResult<Vec<Option<String>>> = pipe.query_async(&mut conn).await;
-            let answer = answer.map(|a| a.into_iter().map(compare_set::renewed).collect());
-            return self.renewals(answer, leases, sent);
-        }
-        let mut pipe = redis::pipe();
-        for lease in leases {
-            pipe.cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(1)
-                .arg(what.key(&self.options.prefix, lease))
-                .arg(&lease.token)
-                .arg(millis(lease.ttl));
-        }
-        let mut answer: RedisResult<Vec<i64>> = pipe.query_async(&mut conn).await;
-        if matches!(&answer, Err(e) if is_noscript(e)) {
-            // The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
-            self.count();
-            if let Err(e) = script.prepare_invoke().load_async(&mut conn).await {
-                answer = Err(e);
-            } else {
-                self.count();
-                answer = pipe.query_async(&mut conn).await;
-            }
-        }
-        self.renewals(answer, leases, sent)
-    }
-
-    /// Whether renewals of `what` go without a script (see
-    /// [`renews_without_scripts`](Self::renews_without_scripts)): locks
-    /// only; a permit is a member of a sorted set, which `SET` cannot
-    /// compare.
-    fn lua_free(&self, what: Renewed) -> bool {
-        self.set_ifeq && matches!(what, Renewed::Locks)
-    }
-
-    /// One renewal pipeline's answer (1 renewed, 0 refused, per lease) as
-    /// the renewals of `leases`.
-    fn renewals(
-        &self,
-        answer: RedisResult<Vec<i64>>,
-        leases: &[Lease],
-        sent: Instant,
-    ) -> Vec<Result<Renewal, LockError>> {
-        match answer {
-            Ok(results) => leases
-                .iter()
-                .zip(results)
-                .map(|(lease, extended)| Ok(renewal(extended, sent, lease.ttl)))
-                .collect(),
-            Err(e) => {
-                let shown = self.options.shown.clone();
-                let message = e.to_string();
-                leases
-                    .iter()
-                    .map(|_| Err(LockError::backend(shown.clone(), message.clone())))
-                    .collect()
-            }
-        }
-    }
-
-    /// A cluster cannot pipeline across slots; the cluster connection
-    /// multiplexes concurrent requests per node instead, so all renewals are
-    /// in flight at once.
-    async fn renew_cluster(
-        &self,
-        what: Renewed,
-        leases: &[Lease],
-    ) -> Vec<Result<Renewal, LockError>> {
-        let script = what.script();
-        self.metrics
-            .renew_round_trips
-            .fetch_add(1, Ordering::Relaxed);
-        let sent = Instant::now();
-        let calls = leases.iter().map(|lease| async move {
-            if self.lua_free(what) {
-                let lock = what.key(&self.options.prefix, lease);
-                let cmd = compare_set::renew(&lock, &lease.token, millis(lease.ttl));
-                let answer: Option<String> = self.query(&cmd).await?;
-                return Ok(renewal(compare_set::renewed(answer), sent, lease.ttl));
-            }
-            let mut call = scripts::evalsha(script, 1);
-            call.arg(what.key(&self.options.prefix, lease))
-                .arg(&lease.token)
-                .arg(millis(lease.ttl));
-            let extended: i64 = self.eval(script, &call).await?;
-            Ok(renewal(extended, sent, lease.ttl))
-        });
-        futures_util::future::join_all(calls).await
-    }
-}
-
-/// What a renewal batch renews. Both scripts take one key, the token and
-/// the ttl; they differ in the key and the script.
-#[derive(Debug, Clone, Copy)]
-enum Renewed {
-    /// Lock leases: compare-and-`PEXPIRE` on the lock key.
-    Locks,
-    /// Permit leases: compare-and-extend the member of the semaphore's set.
-    Permits,
-}
-
-impl Renewed {
-    fn script(self) -> &'static Script {
-        match self {
-            Renewed::Locks => &RENEW,
-            Renewed::Permits => &RENEW_PERMIT,
-        }
-    }
-
-    fn key(self, prefix: &str, lease: &Lease) -> String {
-        match self {
-            Renewed::Locks => KeyNames::new(prefix, &lease.key).lock,
-            Renewed::Permits => PermitNames::new(prefix, &lease.key).set,
-        }
-    }
-}
-
-fn renewal(extended: i64, sent: Instant, ttl: Duration) -> Renewal {
-    if extended == 1 {
-        Renewal::Renewed {
-            valid_until: lease_deadline(sent, ttl),
-        }
-    } else {
-        Renewal::Refused
-    }
-}
-
-fn is_noscript(e: &RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 /// A small random delay, so waiters woken by the same expiry do not all try
@@ -765,81 +559,6 @@ fn is_noscript(e: &RedisError) -> bool {
 pub(crate) fn jitter(max: Duration) -> Duration {
     let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
     Duration::from_micros(getrandom::u64().unwrap_or(0) % max_us)
-}
-
-fn client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
-    if options.tls {
-        return tls_client(options, node);
-    }
-    redis::Client::open(node)
-        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
-}
-
-#[cfg(feature = "tls")]
-fn read_ca(options: &RedisOptions) -> Result<Option<Vec<u8>>, LockError> {
-    options
-        .ca_file
-        .as_ref()
-        .map(|path| {
-            std::fs::read(path).map_err(|e| {
-                LockError::invalid_option(format!(
-                    "`{}`: cannot read the CA file `{path}`: {e}",
-                    options.shown
-                ))
-            })
-        })
-        .transpose()
-}
-
-/// rustls needs a process-wide crypto provider and panics without one. The
-/// `redis` crate picks none, so dlock installs `ring` unless the application
-/// already chose a provider (which then stays in force).
-#[cfg(feature = "tls")]
-fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race with another installer is fine: some provider is set.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
-#[cfg(feature = "tls")]
-fn tls_client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
-    ensure_crypto_provider();
-    let certs = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: read_ca(options)?,
-    };
-    redis::Client::build_with_tls(node, certs)
-        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls_client(options: &RedisOptions, _node: &str) -> Result<redis::Client, LockError> {
-    Err(LockError::invalid_option(format!(
-        "`{}` asks for TLS, but dlock was built without its `tls` feature; enable it in Cargo.toml",
-        options.shown
-    )))
-}
-
-#[cfg(feature = "tls")]
-fn tls_cluster(
-    builder: redis::cluster::ClusterClientBuilder,
-    options: &RedisOptions,
-) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
-    ensure_crypto_provider();
-    let certs = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: read_ca(options)?,
-    };
-    Ok(builder.tls(redis::TlsMode::Secure).certs(certs))
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls_cluster(
-    _builder: redis::cluster::ClusterClientBuilder,
-    options: &RedisOptions,
-) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
-    Err(tls_client(options, "").unwrap_err())
 }
 
 #[async_trait]
@@ -872,7 +591,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_with(Renewed::Locks, leases).await
+        self.renew_locks(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
@@ -897,34 +616,5 @@ impl LockBackend for RedisBackend {
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
         Some(self)
-    }
-}
-
-#[async_trait]
-impl PermitBackend for RedisBackend {
-    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        check_ttl(req.ttl, &req.name, &self.options.shown)?;
-        let names = PermitNames::new(&self.options.prefix, &req.name);
-        match self.attempt_permit(req, &names).await? {
-            Attempt::Acquired(lease) => Ok(Some(lease)),
-            Attempt::Held(_) => Ok(None),
-        }
-    }
-
-    async fn acquire_permit(
-        &self,
-        req: &PermitRequest,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, LockError> {
-        check_ttl(req.ttl, &req.name, &self.options.shown)?;
-        self.wait_for_permit(req, deadline).await
-    }
-
-    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_with(Renewed::Permits, leases).await
-    }
-
-    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release_permit_now(lease).await
     }
 }

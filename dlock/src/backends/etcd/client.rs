@@ -7,6 +7,7 @@ use std::time::Duration;
 use etcd_client::{Txn, TxnOpResponse, TxnResponse};
 
 use super::{names, Inner};
+use crate::backend::Lease;
 use crate::LockError;
 
 /// How many members a request tries when it cannot reach one (a 3- or
@@ -112,4 +113,9 @@ pub(super) fn first_create_revision(op: Option<&TxnOpResponse>) -> Option<i64> {
         Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.create_revision()),
         _ => None,
     }
+}
+
+/// The create revision a lease's key was made at (kept in its fencing token).
+pub(super) fn revision_of_lease(lease: &Lease) -> Option<i64> {
+    lease.fencing_token.and_then(|t| i64::try_from(t).ok())
 }

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::client::revision_of_lease;
 use super::queue::Turn;
 use super::session::Session;
 use super::{lock, Inner};
@@ -30,11 +31,6 @@ pub(super) struct Held {
     /// The lease's local deadline as the core last heard it: past it, the
     /// core no longer counts on the key, and nor may we.
     valid_until: Instant,
-}
-
-/// The create revision a lease's key was made at (kept in its fencing token).
-pub(super) fn revision_of_lease(lease: &Lease) -> Option<i64> {
-    lease.fencing_token.and_then(|t| i64::try_from(t).ok())
 }
 
 impl Inner {

@@ -11,8 +11,7 @@ use etcd_client::{
 };
 use tokio::sync::OwnedMutexGuard;
 
-use super::client::{first_create_revision, lease_not_found, revision_of};
-use super::held::revision_of_lease;
+use super::client::{first_create_revision, lease_not_found, revision_of, revision_of_lease};
 use super::session::{after, Alive, Session};
 use super::{lock, Inner};
 use crate::backend::{AcquireRequest, Lease};

@@ -19,10 +19,12 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
+use async_trait::async_trait;
+
 use super::scripts::{evalsha, millis, KeyNames};
 use super::unfinished::ReleaseIfDropped;
-use super::{Attempt, RedisBackend};
-use crate::backend::{lease_deadline, Lease, PermitRequest};
+use super::{check_ttl, Attempt, RedisBackend};
+use crate::backend::{lease_deadline, Lease, PermitBackend, PermitRequest, Renewal};
 use crate::LockError;
 
 /// Trim expired members, count, and add the token if fewer than `permits`
@@ -178,6 +180,35 @@ impl RedisBackend {
         call.arg(&names.set).arg(&lease.token).arg(&names.channel);
         let released: i64 = self.eval(&RELEASE_PERMIT, &call).await?;
         Ok(released == 1)
+    }
+}
+
+#[async_trait]
+impl PermitBackend for RedisBackend {
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.name, &self.options.shown)?;
+        let names = PermitNames::new(&self.options.prefix, &req.name);
+        match self.attempt_permit(req, &names).await? {
+            Attempt::Acquired(lease) => Ok(Some(lease)),
+            Attempt::Held(_) => Ok(None),
+        }
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        check_ttl(req.ttl, &req.name, &self.options.shown)?;
+        self.wait_for_permit(req, deadline).await
+    }
+
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_permit_leases(leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release_permit_now(lease).await
     }
 }
 

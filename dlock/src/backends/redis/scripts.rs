@@ -190,17 +190,54 @@ pub(crate) fn evalsha(script: &Script, keys: usize) -> redis::Cmd {
 
 /// Runs a call built by [`evalsha`]. If the server lost its script cache
 /// (a restart, `SCRIPT FLUSH`), loads `script` and tries once more.
-pub(crate) async fn run<T, C>(conn: &mut C, script: &Script, call: &redis::Cmd) -> RedisResult<T>
+pub(crate) async fn run<'a, T, C>(
+    conn: &mut C,
+    script: &Script,
+    call: impl Into<Call<'a>>,
+) -> RedisResult<T>
 where
     T: redis::FromRedisValue,
     C: redis::aio::ConnectionLike + Send,
 {
-    match call.query_async(conn).await {
+    let call = call.into();
+    match call.send(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.prepare_invoke().load_async(conn).await?;
-            call.query_async(conn).await
+            call.send(conn).await
         }
         answer => answer,
+    }
+}
+
+/// What [`run`] sends: one script call, or a pipeline of them (renewals).
+#[derive(Clone, Copy)]
+pub(crate) enum Call<'a> {
+    One(&'a redis::Cmd),
+    Pipeline(&'a redis::Pipeline),
+}
+
+impl<'a> From<&'a redis::Cmd> for Call<'a> {
+    fn from(call: &'a redis::Cmd) -> Self {
+        Call::One(call)
+    }
+}
+
+impl<'a> From<&'a redis::Pipeline> for Call<'a> {
+    fn from(pipeline: &'a redis::Pipeline) -> Self {
+        Call::Pipeline(pipeline)
+    }
+}
+
+impl Call<'_> {
+    async fn send<T, C>(self, conn: &mut C) -> RedisResult<T>
+    where
+        T: redis::FromRedisValue,
+        C: redis::aio::ConnectionLike + Send,
+    {
+        match self {
+            Call::One(call) => call.query_async(conn).await,
+            Call::Pipeline(pipeline) => pipeline.query_async(conn).await,
+        }
     }
 }
 

@@ -27,6 +27,8 @@ use redis::aio::PubSubSink;
 use redis::ErrorKind;
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub(crate) mod waiting;
+
 use super::recheck::{frees_the_key, is_keyspace};
 
 enum Command {

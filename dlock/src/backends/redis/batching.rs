@@ -1,4 +1,5 @@
-//! Batching of acquire and release scripts under load.
+//! Batching of acquire and release scripts under load: the queue
+//! (`Batcher`), and in `ops.rs` the two batched requests.
 //!
 //! Why: a Lua script has a fixed cost on the server (a few µs of Redis's one
 //! thread, several times a plain `SET`) that dominates the small acquire and
@@ -21,6 +22,8 @@
 //!
 //! Single servers only: a batch touches many keys, which a Redis Cluster
 //! allows only within one hash slot.
+
+pub(super) mod ops;
 
 use std::future::Future;
 use std::pin::Pin;

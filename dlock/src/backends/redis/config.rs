@@ -1,4 +1,5 @@
-//! The `redis://`, `rediss://` and `redis+cluster://` URL forms.
+//! The backend's configuration: the `redis://`, `rediss://` and
+//! `redis+cluster://` URL forms, and the clients (with TLS) they ask for.
 
 use std::time::Duration;
 
@@ -134,6 +135,81 @@ impl RedisOptions {
             shown,
         })
     }
+}
+
+pub(super) fn client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
+    if options.tls {
+        return tls_client(options, node);
+    }
+    redis::Client::open(node)
+        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
+}
+
+#[cfg(feature = "tls")]
+fn read_ca(options: &RedisOptions) -> Result<Option<Vec<u8>>, LockError> {
+    options
+        .ca_file
+        .as_ref()
+        .map(|path| {
+            std::fs::read(path).map_err(|e| {
+                LockError::invalid_option(format!(
+                    "`{}`: cannot read the CA file `{path}`: {e}",
+                    options.shown
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// rustls needs a process-wide crypto provider and panics without one. The
+/// `redis` crate picks none, so dlock installs `ring` unless the application
+/// already chose a provider (which then stays in force).
+#[cfg(feature = "tls")]
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: some provider is set.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
+    ensure_crypto_provider();
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: read_ca(options)?,
+    };
+    redis::Client::build_with_tls(node, certs)
+        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(options: &RedisOptions, _node: &str) -> Result<redis::Client, LockError> {
+    Err(LockError::invalid_option(format!(
+        "`{}` asks for TLS, but dlock was built without its `tls` feature; enable it in Cargo.toml",
+        options.shown
+    )))
+}
+
+#[cfg(feature = "tls")]
+pub(super) fn tls_cluster(
+    builder: redis::cluster::ClusterClientBuilder,
+    options: &RedisOptions,
+) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
+    ensure_crypto_provider();
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: read_ca(options)?,
+    };
+    Ok(builder.tls(redis::TlsMode::Secure).certs(certs))
+}
+
+#[cfg(not(feature = "tls"))]
+pub(super) fn tls_cluster(
+    _builder: redis::cluster::ClusterClientBuilder,
+    options: &RedisOptions,
+) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
+    Err(tls_client(options, "").unwrap_err())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The two batched requests of the Redis protocol: acquire attempts and
-//! releases (the queue itself is in `batch.rs`).
+//! releases (the queue itself is `batching.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,9 +7,9 @@ use std::pin::Pin;
 use redis::aio::ConnectionManager;
 use redis::{Cmd, Script};
 
-use super::batch::BatchKind;
-use super::scripts::{evalsha, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
-use super::unfinished::release_abandoned;
+use super::BatchKind;
+use crate::backends::redis::scripts::{evalsha, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
+use crate::backends::redis::unfinished::release_abandoned;
 
 /// Acquire attempts: `{won, fence or pttl}` per key.
 pub(crate) struct Acquires;

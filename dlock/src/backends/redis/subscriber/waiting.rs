@@ -1,10 +1,11 @@
-//! The wait for a release, shared by locks and semaphore permits.
+//! The wait for a release, shared by locks and semaphore permits: what a
+//! waiter does with its subscription.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::{jitter, Attempt, RedisBackend};
 use crate::backend::Lease;
+use crate::backends::redis::{jitter, Attempt, RedisBackend};
 use crate::LockError;
 
 impl RedisBackend {
@@ -21,7 +22,7 @@ impl RedisBackend {
     /// nothing: see `recheck.rs`), and try again. A holder of unknown expiry
     /// (a key without one) is retried after `unknown_expiry`. Without `key`
     /// (semaphores) there is no keyspace channel and no re-check.
-    pub(super) async fn wait_for_release<F, Fut>(
+    pub(in crate::backends::redis) async fn wait_for_release<F, Fut>(
         &self,
         channel: &str,
         key: Option<&str>,

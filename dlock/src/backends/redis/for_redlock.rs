@@ -1,0 +1,57 @@
+//! What the Redlock backend uses of a Redis backend, one per master: its
+//! options, its subscriber, and the acquire that refuses to vote during a
+//! restart quarantine. Built with the `redlock` feature only.
+
+use std::time::{Duration, Instant};
+
+use super::scripts::{self, millis, KeyNames, ACQUIRE_GUARDED};
+use super::subscriber::Subscriber;
+use super::{Attempt, RedisBackend};
+use crate::backend::AcquireRequest;
+use crate::LockError;
+
+pub(crate) use super::subscriber::waiting::nap_until;
+
+impl RedisBackend {
+    /// The `?recheck_ms=` cap (`None`: off).
+    pub(crate) fn recheck_cap(&self) -> Option<Duration> {
+        self.options.recheck
+    }
+
+    /// The shared pub/sub subscriber (Redlock waits on every master's).
+    pub(crate) fn subscriber(&self) -> &Subscriber {
+        &self.subscriber
+    }
+
+    /// The key namespace (`?prefix=`).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.options.prefix
+    }
+
+    /// Whether this backend talks to a Redis Cluster (Redlock needs
+    /// independent masters, so it refuses one).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.options.cluster
+    }
+
+    /// [`attempt`](Self::attempt) on a Redlock master that refuses to vote
+    /// for `quarantine` after it lost its data (see `ACQUIRE_GUARDED`).
+    /// Never batched: the batch script has no boot marker.
+    pub(crate) async fn attempt_guarded(
+        &self,
+        req: &AcquireRequest,
+        names: &KeyNames,
+        quarantine: Duration,
+    ) -> Result<Attempt, LockError> {
+        let sent = Instant::now();
+        let mut call = scripts::evalsha(&ACQUIRE_GUARDED, 3);
+        call.arg(&names.lock)
+            .arg(&names.fence)
+            .arg(format!("{}:boot", self.options.prefix))
+            .arg(&req.token)
+            .arg(millis(req.ttl))
+            .arg(millis(quarantine));
+        let (won, value): (i64, i64) = self.eval(&ACQUIRE_GUARDED, &call).await?;
+        self.attempt_answer(req, names, sent, won, value)
+    }
+}

@@ -1,0 +1,172 @@
+//! Renewal of Redis leases: every due lease in one pipeline on a single
+//! server (compare-and-`PEXPIRE` scripts, or `SET … IFEQ` where the server
+//! takes it), all in flight at once on a cluster.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use redis::{RedisResult, Script};
+
+use super::permits::{PermitNames, RENEW_PERMIT};
+use super::scripts::{self, millis, KeyNames, RENEW};
+use super::{compare_set, Conn, RedisBackend};
+use crate::backend::{lease_deadline, Lease, Renewal};
+use crate::LockError;
+
+impl RedisBackend {
+    /// `renew` of lock leases.
+    pub(super) async fn renew_locks(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_with(Renewed::Locks, leases).await
+    }
+
+    /// `renew_permits`: permit leases, members of their semaphore's set.
+    pub(super) async fn renew_permit_leases(
+        &self,
+        leases: &[Lease],
+    ) -> Vec<Result<Renewal, LockError>> {
+        self.renew_with(Renewed::Permits, leases).await
+    }
+
+    async fn renew_with(&self, what: Renewed, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        match &self.conn {
+            Conn::Single(c) => self.renew_single(c.clone(), what, leases).await,
+            Conn::Cluster(_) => self.renew_cluster(what, leases).await,
+        }
+    }
+
+    async fn renew_single(
+        &self,
+        mut conn: ConnectionManager,
+        what: Renewed,
+        leases: &[Lease],
+    ) -> Vec<Result<Renewal, LockError>> {
+        let script = what.script();
+        let sent = Instant::now();
+        self.count();
+        self.metrics
+            .renew_round_trips
+            .fetch_add(1, Ordering::Relaxed);
+        if self.lua_free(what) {
+            let mut pipe = redis::pipe();
+            for lease in leases {
+                let lock = what.key(&self.options.prefix, lease);
+                pipe.add_command(compare_set::renew(&lock, &lease.token, millis(lease.ttl)));
+            }
+            let answer: RedisResult<Vec<Option<String>>> = pipe.query_async(&mut conn).await;
+            let answer = answer.map(|a| a.into_iter().map(compare_set::renewed).collect());
+            return self.renewals(answer, leases, sent);
+        }
+        let mut pipe = redis::pipe();
+        for lease in leases {
+            pipe.cmd("EVALSHA")
+                .arg(script.get_hash())
+                .arg(1)
+                .arg(what.key(&self.options.prefix, lease))
+                .arg(&lease.token)
+                .arg(millis(lease.ttl));
+        }
+        // Reloads the script if the server lost its cache, as every call does.
+        let answer: RedisResult<Vec<i64>> = scripts::run(&mut conn, script, &pipe).await;
+        self.renewals(answer, leases, sent)
+    }
+
+    /// Whether renewals of `what` go without a script (see
+    /// [`renews_without_scripts`](Self::renews_without_scripts)): locks
+    /// only; a permit is a member of a sorted set, which `SET` cannot
+    /// compare.
+    fn lua_free(&self, what: Renewed) -> bool {
+        self.set_ifeq && matches!(what, Renewed::Locks)
+    }
+
+    /// One renewal pipeline's answer (1 renewed, 0 refused, per lease) as
+    /// the renewals of `leases`.
+    fn renewals(
+        &self,
+        answer: RedisResult<Vec<i64>>,
+        leases: &[Lease],
+        sent: Instant,
+    ) -> Vec<Result<Renewal, LockError>> {
+        match answer {
+            Ok(results) => leases
+                .iter()
+                .zip(results)
+                .map(|(lease, extended)| Ok(renewal(extended, sent, lease.ttl)))
+                .collect(),
+            Err(e) => {
+                let shown = self.options.shown.clone();
+                let message = e.to_string();
+                leases
+                    .iter()
+                    .map(|_| Err(LockError::backend(shown.clone(), message.clone())))
+                    .collect()
+            }
+        }
+    }
+
+    /// A cluster cannot pipeline across slots; the cluster connection
+    /// multiplexes concurrent requests per node instead, so all renewals are
+    /// in flight at once.
+    async fn renew_cluster(
+        &self,
+        what: Renewed,
+        leases: &[Lease],
+    ) -> Vec<Result<Renewal, LockError>> {
+        let script = what.script();
+        self.metrics
+            .renew_round_trips
+            .fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
+        let calls = leases.iter().map(|lease| async move {
+            if self.lua_free(what) {
+                let lock = what.key(&self.options.prefix, lease);
+                let cmd = compare_set::renew(&lock, &lease.token, millis(lease.ttl));
+                let answer: Option<String> = self.query(&cmd).await?;
+                return Ok(renewal(compare_set::renewed(answer), sent, lease.ttl));
+            }
+            let mut call = scripts::evalsha(script, 1);
+            call.arg(what.key(&self.options.prefix, lease))
+                .arg(&lease.token)
+                .arg(millis(lease.ttl));
+            let extended: i64 = self.eval(script, &call).await?;
+            Ok(renewal(extended, sent, lease.ttl))
+        });
+        futures_util::future::join_all(calls).await
+    }
+}
+
+/// What a renewal batch renews. Both scripts take one key, the token and
+/// the ttl; they differ in the key and the script.
+#[derive(Debug, Clone, Copy)]
+enum Renewed {
+    /// Lock leases: compare-and-`PEXPIRE` on the lock key.
+    Locks,
+    /// Permit leases: compare-and-extend the member of the semaphore's set.
+    Permits,
+}
+
+impl Renewed {
+    fn script(self) -> &'static Script {
+        match self {
+            Renewed::Locks => &RENEW,
+            Renewed::Permits => &RENEW_PERMIT,
+        }
+    }
+
+    fn key(self, prefix: &str, lease: &Lease) -> String {
+        match self {
+            Renewed::Locks => KeyNames::new(prefix, &lease.key).lock,
+            Renewed::Permits => PermitNames::new(prefix, &lease.key).set,
+        }
+    }
+}
+
+fn renewal(extended: i64, sent: Instant, ttl: Duration) -> Renewal {
+    if extended == 1 {
+        Renewal::Renewed {
+            valid_until: lease_deadline(sent, ttl),
+        }
+    } else {
+        Renewal::Refused
+    }
+}

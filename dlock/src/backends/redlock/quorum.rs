@@ -1,0 +1,387 @@
+//! The quorum round: acquire on every master at once, decide as soon as the
+//! outcome is known, and unwind a partial acquisition; and the waiting on
+//! every master's release channel between rounds.
+
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use super::{RedlockBackend, SUBSCRIBE_WAIT, SUSPECT_FOR};
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend};
+use crate::backends::redis::subscriber::Subscription;
+use crate::backends::redis::{Attempt, RedisBackend};
+use crate::LockError;
+
+/// One master's answer to an acquire request.
+pub(super) enum Vote {
+    Won,
+    /// Someone else holds the key there, for this much longer (`None`: unknown).
+    Held(Option<Duration>),
+    Silent,
+}
+
+/// How one acquisition round ended.
+pub(super) enum Outcome {
+    Acquired(Lease),
+    /// Another owner holds the key on enough masters to block us; its keys
+    /// free a quorum after about `left` (`None`: unknown). `blockers[i]`:
+    /// master `i` answered "held".
+    Held {
+        left: Option<Duration>,
+        blockers: Vec<bool>,
+    },
+    /// Nobody has a quorum that blocks us (split vote, or too slow for the
+    /// validity): worth retrying soon.
+    Split,
+    /// Fewer than a quorum of masters answered.
+    NoQuorum {
+        reached: usize,
+    },
+}
+
+impl RedlockBackend {
+    pub(super) fn is_suspect(&self, i: usize, now: Instant) -> bool {
+        let until = self.suspect_until[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        until.is_some_and(|until| now < until)
+    }
+
+    pub(super) fn set_suspect(&self, i: usize, suspect: bool) {
+        let mut until = self.suspect_until[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *until = suspect.then(|| Instant::now() + SUSPECT_FOR);
+    }
+
+    pub(super) fn silent(&self, i: usize, timeout: Duration) -> LockError {
+        LockError::backend(
+            self.nodes[i].describe(),
+            format!("no answer within the per-node timeout of {timeout:?}"),
+        )
+    }
+
+    /// One Redlock round: acquire on all masters in parallel, decide as soon
+    /// as the outcome is known, and undo a partial acquisition.
+    pub(super) async fn round(&self, req: &AcquireRequest) -> Outcome {
+        let n = self.nodes.len();
+        let timeout = self.node_timeout_for(req.ttl);
+        // The validity is measured from before the first request is sent.
+        let start = Instant::now();
+        let valid_until = lease_deadline(start, req.ttl);
+        let lease = Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl: req.ttl,
+            fencing_token: None,
+            valid_until,
+            resource: self.names(0, &req.key).lock,
+        };
+        // If this future is dropped mid-round, requests may still land:
+        // release them in the background.
+        let mut unwind = Unwind {
+            nodes: &self.nodes,
+            lease: &lease,
+            timeout,
+            armed: true,
+        };
+        let mut votes: FuturesUnordered<_> = (0..n)
+            .map(|i| {
+                let names = self.acquire_names(i, &req.key);
+                async move {
+                    let node = &self.nodes[i];
+                    let attempt = async {
+                        match self.restart_quarantine {
+                            Some(q) => node.attempt_guarded(req, &names, q).await,
+                            None => node.attempt(req, &names, false).await,
+                        }
+                    };
+                    let answer = tokio::time::timeout(timeout, attempt).await;
+                    let vote = match answer {
+                        Ok(Ok(Attempt::Acquired(_))) => Vote::Won,
+                        Ok(Ok(Attempt::Held(left))) => Vote::Held(left),
+                        Ok(Err(e)) => {
+                            tracing::debug!(master = %self.nodes[i].describe(), error = %e, "acquire failed on a master");
+                            Vote::Silent
+                        }
+                        Err(_) => {
+                            tracing::debug!(error = %self.silent(i, timeout), "acquire timed out on a master");
+                            Vote::Silent
+                        }
+                    };
+                    (i, vote)
+                }
+            })
+            .collect();
+        // Masters that failed recently are asked but not waited for.
+        let suspect: Vec<bool> = (0..n).map(|i| self.is_suspect(i, start)).collect();
+        let mut suspects_pending = suspect.iter().filter(|&&s| s).count();
+        let mut won = 0;
+        let mut silent = 0;
+        let mut held: Vec<Option<Duration>> = Vec::new();
+        // Masters that surely do not hold our token: they answered "held".
+        let mut not_ours = vec![false; n];
+        while let Some((i, vote)) = votes.next().await {
+            if suspect[i] {
+                suspects_pending -= 1;
+            }
+            self.set_suspect(i, matches!(vote, Vote::Silent));
+            match vote {
+                Vote::Won => won += 1,
+                Vote::Held(left) => {
+                    not_ours[i] = true;
+                    held.push(left);
+                }
+                Vote::Silent => silent += 1,
+            }
+            if won >= self.quorum || held.len() + silent + suspects_pending > n - self.quorum {
+                break;
+            }
+        }
+        silent += suspects_pending;
+        // Masters still pending are not waited on; their requests may land,
+        // which the release below (or the lease's own release) covers.
+        drop(votes);
+        unwind.armed = false;
+        drop(unwind);
+        let mut lease = lease;
+        if won >= self.quorum && Instant::now() < valid_until {
+            return Outcome::Acquired(lease);
+        }
+        // Failed: undo on every master that may hold our token. The deletes
+        // go out before anything else happens here and finish even if this
+        // round is dropped while it waits (see `release_on`). The next round
+        // reuses the token, so it waits for the undo to be answered (a late
+        // delete must not remove the next round's key).
+        lease.valid_until = Instant::now();
+        let may_be_ours: Vec<bool> = not_ours.iter().map(|&surely_not| !surely_not).collect();
+        if may_be_ours.contains(&true) {
+            self.release_on(&lease, timeout, &may_be_ours, usize::MAX)
+                .await;
+        }
+        let answered = won + held.len();
+        if silent > n - self.quorum {
+            return Outcome::NoQuorum { reached: answered };
+        }
+        // To win, `blocking` of the held masters must free up: wake when
+        // that many of them have expired.
+        let blocking = (held.len() + self.quorum).saturating_sub(n);
+        if blocking == 0 {
+            return Outcome::Split;
+        }
+        held.sort_by_key(|left| left.unwrap_or(Duration::MAX));
+        Outcome::Held {
+            left: held[blocking - 1],
+            blockers: not_ours,
+        }
+    }
+
+    /// Sends the compare-and-delete of `lease` to every master `i` with
+    /// `send[i]`, in parallel, and returns (released, answered) of those
+    /// heard before returning.
+    ///
+    /// Every delete is put on its master's connection before the first
+    /// `Pending` and then driven by a task of its own, so each one is sent
+    /// and answered even if the caller goes on or is dropped meanwhile (a
+    /// user's timeout, a `SegmentedLock` dropping the waits that lost: an
+    /// undo cut short would leave our token on a minority of masters until
+    /// its ttl). Sent first also means a later request of ours to the same
+    /// master (the next round's acquire, the next local waiter's) goes out
+    /// behind the delete.
+    ///
+    /// The caller waits for the masters not presumed down, each up to
+    /// `timeout`, and goes on as soon as `enough` of them released; masters
+    /// presumed down are counted if they answer meanwhile, never waited for.
+    pub(super) async fn release_on(
+        &self,
+        lease: &Lease,
+        timeout: Duration,
+        send: &[bool],
+        enough: usize,
+    ) -> (usize, usize) {
+        let now = Instant::now();
+        let targets: Vec<usize> = (0..self.nodes.len()).filter(|&i| send[i]).collect();
+        let waited_for: Vec<bool> = (0..self.nodes.len())
+            .map(|i| send[i] && !self.is_suspect(i, now))
+            .collect();
+        let mut awaited = waited_for.iter().filter(|&&w| w).count();
+        let mut tally = Tally::default();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Not on a tokio runtime: nothing could finish the deletes after
+            // we return, so wait for every one of them here.
+            let nodes: Vec<_> = targets.iter().map(|&i| self.nodes[i].clone()).collect();
+            let answers = release_all(&nodes, lease, timeout).await;
+            for (&i, answer) in targets.iter().zip(answers) {
+                self.count(&mut tally, i, answer);
+            }
+            return (tally.released, tally.answered);
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let lease = Arc::new(lease.clone());
+        let mut deletes: FuturesUnordered<_> = targets
+            .iter()
+            .map(|&i| {
+                let (node, lease) = (self.nodes[i].clone(), lease.clone());
+                async move {
+                    let answer = tokio::time::timeout(timeout, node.release(&lease)).await;
+                    (i, answer.ok().and_then(Result::ok))
+                }
+            })
+            .collect();
+        // One poll puts every delete on its connection.
+        std::future::poll_fn(|cx| {
+            while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
+                let _ = tx.send(answer);
+            }
+            Poll::Ready(())
+        })
+        .await;
+        runtime.spawn(async move {
+            while let Some(answer) = deletes.next().await {
+                // The caller may have gone on; the delete was done anyway.
+                let _ = tx.send(answer);
+            }
+        });
+        while awaited > 0 && tally.released < enough {
+            let Some((i, answer)) = rx.recv().await else {
+                break;
+            };
+            if waited_for[i] {
+                awaited -= 1;
+            }
+            self.count(&mut tally, i, answer);
+        }
+        (tally.released, tally.answered)
+    }
+
+    /// Counts master `i`'s answer to a delete (`None`: none in time, so it
+    /// is presumed down for a while).
+    pub(super) fn count(&self, tally: &mut Tally, i: usize, answer: Option<bool>) {
+        self.set_suspect(i, answer.is_none());
+        if let Some(was_ours) = answer {
+            tally.answered += 1;
+            tally.released += usize::from(was_ours);
+        }
+    }
+
+    /// Subscribes to the key's release channel on every master at once,
+    /// and to its keyspace channel on the masters that notify.
+    pub(super) async fn subscribe_all(
+        &self,
+        key: &str,
+        deadline: Option<Instant>,
+    ) -> Vec<Subscription> {
+        let bound = Instant::now() + SUBSCRIBE_WAIT;
+        let bound = deadline.map_or(bound, |d| d.min(bound));
+        let subscribing = (0..self.nodes.len()).map(|i| {
+            let names = self.names(i, key);
+            let mut channels = vec![names.channel];
+            channels.extend(self.nodes[i].keyspace_channel(&names.lock));
+            async move {
+                self.nodes[i]
+                    .subscriber()
+                    .subscribe(&channels, Some(bound))
+                    .await
+            }
+        });
+        futures_util::future::join_all(subscribing).await
+    }
+
+    /// One re-check: a `PTTL` of the key on every master at once, each
+    /// bounded by `timeout`. True when the key is gone from a quorum of
+    /// them, so a round could win: a release by a client that is not dlock,
+    /// which announced nothing.
+    pub(super) async fn free_on_quorum(&self, key: &str, timeout: Duration) -> bool {
+        let mut checks: FuturesUnordered<_> = (0..self.nodes.len())
+            .map(|i| {
+                let lock = self.names(i, key).lock;
+                async move {
+                    let free =
+                        tokio::time::timeout(timeout, self.nodes[i].key_is_free(&lock)).await;
+                    matches!(free, Ok(Ok(true)))
+                }
+            })
+            .collect();
+        let (mut free, mut not_free) = (0, 0);
+        while let Some(is_free) = checks.next().await {
+            if is_free {
+                free += 1;
+            } else {
+                not_free += 1;
+            }
+            // Decided: no need to wait for the slowest master.
+            if free >= self.quorum || not_free > self.nodes.len() - self.quorum {
+                break;
+            }
+        }
+        free >= self.quorum
+    }
+}
+
+/// Answers to deletes so far: how many masters answered, and how many of
+/// them released our key.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) answered: usize,
+    pub(super) released: usize,
+}
+
+/// Resolves when any master `i` with `from[i]` (every master without
+/// `from`) announced a release since the last `mark_seen`.
+pub(super) async fn any_released(subscriptions: &mut [Subscription], from: Option<&[bool]>) {
+    let changes: Vec<_> = subscriptions
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| from.is_none_or(|from| from[*i]))
+        .map(|(_, s)| Box::pin(s.changed()))
+        .collect();
+    if changes.is_empty() {
+        return std::future::pending().await;
+    }
+    futures_util::future::select_all(changes).await;
+}
+
+/// Sends the compare-and-delete of `lease` to each of `nodes`, in
+/// parallel, each bounded by `timeout`. Returns each master's answer
+/// (`None`: no answer), in the order of `nodes`.
+pub(super) async fn release_all(
+    nodes: &[Arc<RedisBackend>],
+    lease: &Lease,
+    timeout: Duration,
+) -> Vec<Option<bool>> {
+    let releases = nodes.iter().map(|node| async move {
+        match tokio::time::timeout(timeout, node.release(lease)).await {
+            Ok(Ok(was_ours)) => Some(was_ours),
+            _ => None,
+        }
+    });
+    futures_util::future::join_all(releases).await
+}
+
+/// Releases a round's partial acquisition in the background if the round's
+/// future is dropped before it decided.
+pub(super) struct Unwind<'a> {
+    pub(super) nodes: &'a [Arc<RedisBackend>],
+    pub(super) lease: &'a Lease,
+    pub(super) timeout: Duration,
+    pub(super) armed: bool,
+}
+
+impl Drop for Unwind<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let lease = self.lease.clone();
+        // Outside a runtime nothing can be sent; the keys expire with the ttl.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let nodes = self.nodes.to_vec();
+            let timeout = self.timeout;
+            runtime.spawn(async move {
+                release_all(&nodes, &lease, timeout).await;
+            });
+        }
+    }
+}
