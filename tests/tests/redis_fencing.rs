@@ -1,7 +1,8 @@
 //! Redis fencing tokens keep increasing when the fence counter is lost: a
 //! restart without persistence, a flush or an eviction of the counter key
 //! (as an `allkeys-*` policy would), on one server and on a Redis Cluster.
-//! A paused old holder's token must never beat a new holder's.
+//! A paused old holder's token must never beat a new holder's, and tokens
+//! increase across processes whose leases end by expiry.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,5 +208,71 @@ async fn tokens_keep_increasing_on_a_cluster_that_lost_its_counters() {
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "tokens went backwards on the cluster: {tokens:?}"
+    );
+}
+
+/// Two OS processes take turns on one key, and every other turn ends by
+/// expiry: the holder is SIGKILLed and the next one waits out its ttl.
+/// Returns the tokens in the order they were issued.
+async fn two_processes_alternating(url: &str, key: &str) -> Vec<u64> {
+    let ttl = Duration::from_millis(800);
+    let spec = HolderSpec {
+        url: url.to_owned(),
+        key: key.into(),
+        ttl,
+        hold: Duration::from_secs(60),
+        cycles: 1,
+        marks: None,
+    };
+    let mut tokens = Vec::new();
+    for round in 0..6 {
+        let crashes = round % 2 == 0;
+        // Two processes at once: one holds, the other waits for it.
+        let first_spec = HolderSpec {
+            hold: if crashes {
+                Duration::from_secs(60)
+            } else {
+                Duration::from_millis(400)
+            },
+            ..spec.clone()
+        };
+        let mut first = Holder::spawn(HOLDER, &first_spec);
+        tokens.push(first.acquired(Duration::from_secs(20)).await);
+        let mut second = Holder::spawn(HOLDER, &spec);
+        if crashes {
+            // Crashed: the key expires, nobody releases it.
+            first.kill9().await;
+        } else {
+            // Released cleanly while the second one waits.
+            first.finish(Duration::from_secs(20)).await;
+        }
+        tokens.push(second.acquired(Duration::from_secs(20)).await);
+        // The second one crashes too: the next round starts after expiry.
+        second.kill9().await;
+        tokio::time::sleep(ttl).await;
+    }
+    tokens
+        .iter()
+        .map(|t| t.parse().expect("a numeric fencing token"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_alternating_with_expiry_get_increasing_tokens() {
+    let server = RedisServer::start();
+    let tokens = two_processes_alternating(&server.url(), "alternating").await;
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing across processes and expiries: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_alternating_with_expiry_get_increasing_tokens_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let tokens = two_processes_alternating(&cluster.url(), "alternating").await;
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing across processes and expiries: {tokens:?}"
     );
 }
