@@ -187,8 +187,12 @@ async fn recheck_off_without_notifications_wakes_only_at_the_holders_expiry() {
     );
     // The acquire script reads the holder's PTTL too (and the server counts
     // that call): every PTTL must be one of those.
-    let (pttl, evalsha) =
-        tokio::task::block_in_place(|| (pttl_calls(&server), command_calls(&server, "evalsha")));
+    let (pttl, evalsha) = tokio::task::block_in_place(|| {
+        (
+            server.command_calls("pttl"),
+            server.command_calls("evalsha"),
+        )
+    });
     assert!(
         pttl <= evalsha,
         "recheck_ms=0 sends no re-check, yet the server ran {pttl} PTTL for {evalsha} acquire scripts"
@@ -297,21 +301,6 @@ async fn a_del_on_a_cluster_wakes_the_waiter_within_the_recheck() {
     assert!(late < BY_RECHECK, "held the lock {late:?} after the DEL");
 }
 
-/// How many `PTTL` calls the server ran since its stats were last reset.
-fn pttl_calls(server: &RedisServer) -> u64 {
-    command_calls(server, "pttl")
-}
-
-fn command_calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.redis_cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().expect("a call count"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_waiting_key_costs_one_pttl_per_cap() {
     // The cost at scale: a key whose holder never lets go, one waiter, the
@@ -333,8 +322,12 @@ async fn one_waiting_key_costs_one_pttl_per_cap() {
     tokio::task::block_in_place(|| server.redis_cli(&["CONFIG", "RESETSTAT"]));
     let window = Duration::from_secs(10);
     tokio::time::sleep(window).await;
-    let (pttl, evalsha) =
-        tokio::task::block_in_place(|| (pttl_calls(&server), command_calls(&server, "evalsha")));
+    let (pttl, evalsha) = tokio::task::block_in_place(|| {
+        (
+            server.command_calls("pttl"),
+            server.command_calls("evalsha"),
+        )
+    });
     println!(
         "one waiting key, no notifications: {pttl} PTTL and {evalsha} EVALSHA in {window:?} \
          ({:.2} requests/s)",

@@ -13,24 +13,13 @@ use dlock_tests::servers::redis::{RedisOptions, RedisServer};
 
 const TTL: Duration = Duration::from_millis(900);
 
-/// How many times the server ran `command` (from `INFO commandstats`).
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.redis_cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a call count"))
-}
-
 /// Holds a lock for 3 ttls (renewed about every third of a ttl) and
 /// returns how many `SET` and `EVALSHA` calls the server ran meanwhile.
 async fn renewals_while_held(server: &RedisServer) -> (u64, u64) {
     let backend = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
     let lock = Lock::new("renewed").ttl(TTL).with_backend(backend);
     let guard = lock.acquire().await.unwrap();
-    let (set, evalsha) = (calls(server, "set"), calls(server, "evalsha"));
+    let (set, evalsha) = (server.command_calls("set"), server.command_calls("evalsha"));
     tokio::time::sleep(3 * TTL).await;
     assert!(guard.is_held(), "the lease was lost while renewed");
     assert_eq!(
@@ -39,8 +28,8 @@ async fn renewals_while_held(server: &RedisServer) -> (u64, u64) {
         "the key is not the holder's after 3 ttls"
     );
     let counts = (
-        calls(server, "set") - set,
-        calls(server, "evalsha") - evalsha,
+        server.command_calls("set") - set,
+        server.command_calls("evalsha") - evalsha,
     );
     guard.release().await.unwrap();
     counts

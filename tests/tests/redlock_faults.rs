@@ -302,7 +302,7 @@ async fn a_local_hand_off_reaches_every_master_behind_the_release() {
     let found_held: u64 = set
         .servers()
         .iter()
-        .map(|server| pttl_calls(&server.redis_cli(&["INFO", "commandstats"])))
+        .map(|server| server.command_calls("pttl"))
         .sum();
     // Without the early send, about 600 of the 800 acquire attempts find
     // the key held. A few may on a loaded host: a master slow to answer
@@ -312,16 +312,6 @@ async fn a_local_hand_off_reaches_every_master_behind_the_release() {
         found_held <= attempts / 20,
         "{found_held} of {attempts} acquire attempts found the key still held by the release sent before them"
     );
-}
-
-/// How many times a master ran `PTTL` (the acquire script's branch for a
-/// key that is held), from `INFO commandstats`.
-fn pttl_calls(stats: &str) -> u64 {
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_pttl:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The lease of the restart tests: long enough that the restarts and the

@@ -237,6 +237,19 @@ impl RedisServer {
     /// redis-cli cannot run, fails (e.g. cannot connect: the server is down) or takes longer
     /// than 10 s (e.g. against a paused server); use [`RedisServer::try_redis_cli`] or
     /// [`RedisServer::ping`] to observe those.
+    /// How many times the server ran `command` (lower case, e.g. `"pttl"`, `"evalsha"`)
+    /// since it started or its stats were reset, from `INFO commandstats`; 0 if never.
+    #[track_caller]
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let stats = self.redis_cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().expect("a call count"))
+    }
+
     #[track_caller]
     pub fn redis_cli(&self, args: &[&str]) -> String {
         match self.try_redis_cli(args) {

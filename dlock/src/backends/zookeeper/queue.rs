@@ -412,16 +412,21 @@ impl ZooKeeperBackend {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_predecessor_is_the_next_lower_sequence() {
-        let children: Vec<String> = [
+    /// Three contenders out of sequence order, and a node that is not one.
+    fn three_contenders() -> Vec<String> {
+        [
             "_c_bbb-lock-0000000007",
             "_c_aaa-lock-0000000005",
             "_c_ccc-lock-0000000009",
             "unrelated",
         ]
         .map(String::from)
-        .to_vec();
+        .to_vec()
+    }
+
+    #[test]
+    fn the_predecessor_is_the_next_lower_sequence() {
+        let children = three_contenders();
         assert_eq!(predecessor(&children, "_c_aaa-lock-0000000005"), None);
         assert_eq!(
             predecessor(&children, "_c_bbb-lock-0000000007"),
@@ -444,14 +449,7 @@ mod tests {
 
     #[test]
     fn the_smallest_sequence_is_first_whatever_the_uuid() {
-        let children: Vec<String> = [
-            "_c_bbb-lock-0000000007",
-            "_c_aaa-lock-0000000005",
-            "_c_ccc-lock-0000000009",
-            "unrelated",
-        ]
-        .map(String::from)
-        .to_vec();
+        let children = three_contenders();
         assert!(is_first(&children, "_c_aaa-lock-0000000005"));
         assert!(!is_first(&children, "_c_bbb-lock-0000000007"));
         assert!(!is_first(&children, "garbage"));
