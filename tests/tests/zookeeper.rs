@@ -891,6 +891,52 @@ async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline()
     again.release().await.unwrap();
 }
 
+/// An acquisition started while the backend is cut off, on a session the
+/// server expires meanwhile: the client learns of the expiry only when it
+/// reconnects, as the acquisition's first request fails with "session
+/// expired". Nothing was queued, so the acquisition starts over on a new
+/// session and takes the free key, instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over() {
+    let fixture = ZkFixture::start().await;
+    let key = "expired-unknowingly";
+    let (proxy, b) = proxied(&fixture).await;
+    let old_session = b.client().expect("a live session").session().clone();
+    let old_id = old_session.id();
+    // Cut off: the client reconnects in a loop, its requests wait.
+    proxy.reset();
+    let acquiring = tokio::spawn({
+        let b = b.clone();
+        async move { lock(&b, key).wait(Duration::from_secs(20)).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The server expires the session meanwhile (Curator's KillSession way).
+    let intruder = zookeeper_client::Client::connector()
+        .with_session(old_session)
+        .connect(&fixture.connect_string())
+        .await
+        .expect("re-establish the session from a second client");
+    intruder
+        .check_stat("/")
+        .await
+        .expect("the intruder owns the session");
+    drop(intruder);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.pass();
+    let guard = tokio::time::timeout(Duration::from_secs(25), acquiring)
+        .await
+        .expect("the acquisition did not finish")
+        .expect("the acquisition panicked")
+        .expect("an acquisition that never got a place failed with the expired session");
+    assert_ne!(
+        b.client().expect("a live session").session_id(),
+        old_id,
+        "the expired session was used"
+    );
+    assert_eq!(fixture.contenders(key).await.len(), 1);
+    guard.release().await.unwrap();
+}
+
 /// A critical section far longer than the test; the session under it expires.
 #[distributed_lock(key = "expiring:{id}", ttl = "30s", backend = "zk-session-expiry")]
 async fn long_critical_section(

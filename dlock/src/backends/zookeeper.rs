@@ -468,28 +468,48 @@ impl LockBackend for ZooKeeperBackend {
         let deadline = representable(deadline);
         let dir = self.lock_path(&req.key)?;
         let uuid = new_uuid()?;
-        let opened = async { self.session().await };
-        let session = match deadline {
-            Some(d) => match tokio::time::timeout_at(d.into(), opened).await {
-                Ok(c) => c?,
-                Err(_) => {
-                    return Err(LockError::backend(
-                        self.shown.clone(),
-                        "could not open a ZooKeeper session before the wait ran out",
-                    ))
-                }
-            },
-            None => opened.await?,
+        // A session can be dead on the server while this client does not
+        // know it yet (cut off, it learns of the expiry when it reconnects):
+        // then the first request of this acquisition fails with "session
+        // expired" before it got a place in the queue. Nothing was taken, so
+        // the acquisition starts over, once, on a new session. A session that
+        // expires while we wait in the queue still ends the wait with an
+        // error: the caller lost its place.
+        let mut started_over = false;
+        let (session, mut cleanup, waited) = loop {
+            let opened = async { self.session().await };
+            let session = match deadline {
+                Some(d) => match tokio::time::timeout_at(d.into(), opened).await {
+                    Ok(c) => c?,
+                    Err(_) => {
+                        return Err(LockError::backend(
+                            self.shown.clone(),
+                            "could not open a ZooKeeper session before the wait ran out",
+                        ))
+                    }
+                },
+                None => opened.await?,
+            };
+            // Armed from before the create: the node goes if this future is
+            // dropped, or the wait runs out, at any await.
+            let mut cleanup = Cleanup::new(&session, &dir, &uuid);
+            let waited = deadline::until(
+                deadline,
+                self.queue_and_wait(&session, req, &dir, &mut cleanup),
+            )
+            .await;
+            let expired_before_queueing = matches!(waited, Some(Err(_)))
+                && cleanup.path.is_none()
+                && session.client.state().is_terminated();
+            if expired_before_queueing && !started_over {
+                // Its node, if the create landed, went with the session.
+                cleanup.disarm();
+                started_over = true;
+                continue;
+            }
+            break (session, cleanup, waited);
         };
         let client = &session.client;
-        // Armed from before the create: the node goes if this future is
-        // dropped, or the wait runs out, at any await.
-        let mut cleanup = Cleanup::new(&session, &dir, &uuid);
-        let waited = deadline::until(
-            deadline,
-            self.queue_and_wait(&session, req, &dir, &mut cleanup),
-        )
-        .await;
         match waited {
             Some(Ok(lease)) => {
                 self.remember(&lease, &session, cleanup);
