@@ -239,7 +239,7 @@ fn overlaps(records: &[WriteRecord], fig: &mut Figures) {
     }
 }
 
-fn fenced<'a>(holdings: &'a [Holding]) -> HashMap<&'a str, Vec<&'a Holding>> {
+fn fenced(holdings: &[Holding]) -> HashMap<&str, Vec<&Holding>> {
     let mut by_key: HashMap<&str, Vec<&Holding>> = HashMap::new();
     for h in holdings.iter().filter(|h| h.kind != HoldKind::Permit) {
         by_key.entry(h.key.as_str()).or_default().push(h);

@@ -213,7 +213,7 @@ pub fn signal_pid(pid: u32, signal: Signal) -> Result<(), String> {
 /// Servers started by the run, on free loopback ports, stopped when dropped.
 pub enum LocalServers {
     /// One Redis server.
-    Redis(RedisServer),
+    Redis(Box<RedisServer>),
     /// A Redis Cluster of 3 masters.
     Cluster(RedisCluster),
     /// 5 Redis masters for Redlock.
@@ -232,7 +232,9 @@ impl LocalServers {
     /// not start.
     pub fn start(kind: LocalKind) -> Result<Self, String> {
         let started = match kind {
-            LocalKind::Redis => RedisServer::try_start_with(RedisOptions::new()).map(Self::Redis),
+            LocalKind::Redis => {
+                RedisServer::try_start_with(RedisOptions::new()).map(|s| Self::Redis(Box::new(s)))
+            }
             LocalKind::Cluster => {
                 RedisCluster::try_start_with(3, RedisOptions::new()).map(Self::Cluster)
             }
@@ -271,7 +273,7 @@ impl LocalServers {
 
     fn member(&mut self, i: usize) -> &mut dyn ServerControl {
         match self {
-            Self::Redis(s) => s,
+            Self::Redis(s) => s.as_mut(),
             Self::Cluster(c) => c.node_mut(i),
             Self::Redlock(s) => s.server_mut(i),
             Self::Etcd(c) => c.member_mut(i),

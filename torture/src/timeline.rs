@@ -10,7 +10,7 @@ use crate::store::{WriteOutcome, WriteRecord};
 
 const WIDTH: f64 = 1400.0;
 const LEFT: f64 = 150.0;
-const TOP: f64 = 60.0;
+const TOP: f64 = 72.0;
 const ROW: f64 = 26.0;
 
 fn escape(text: &str) -> String {
@@ -62,6 +62,15 @@ pub fn render(
         svg,
         r#"<text x="10" y="34">bars: holdings, coloured by worker; grey: fault windows; orange dot: overlap rejected by fencing or abandoned; red cross: overlap with both writes accepted</text>"#
     );
+    for w in 0..workers {
+        let lx = LEFT + 90.0 * w as f64;
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{lx:.1}" y="40" width="10" height="10" fill="{}"/><text x="{:.1}" y="49">worker {w}</text>"#,
+            color(w),
+            lx + 14.0
+        );
+    }
     for f in faults {
         let (x0, x1) = (x(f.start_ns), x(f.end_ns).max(x(f.start_ns) + 1.0));
         let _ = writeln!(
