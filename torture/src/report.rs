@@ -20,8 +20,8 @@ pub struct Report<'a> {
     pub faults: &'a [Injected],
     /// Kinds asked for that could not run here, with the reason.
     pub skipped: &'a [(FaultKind, String)],
-    /// Workers still running at the end that had to be killed.
-    pub killed_at_end: usize,
+    /// How the workers stopped.
+    pub stopped: &'a crate::targets::Stopped,
     /// When the run began (monotonic ns): fault times are printed from it.
     pub run_start_ns: u64,
 }
@@ -134,12 +134,15 @@ impl Report<'_> {
         for (kind, why) in self.skipped {
             let _ = writeln!(out, "skipped {kind}: {why}");
         }
-        if self.killed_at_end > 0 {
+        if self.stopped.killed > 0 {
             let _ = writeln!(
                 out,
                 "{} worker(s) did not stop in time at the end and were killed",
-                self.killed_at_end
+                self.stopped.killed
             );
+        }
+        for failed in &self.stopped.failed {
+            let _ = writeln!(out, "{failed}");
         }
         for e in &f.examples {
             let _ = writeln!(out, "  {e}");

@@ -225,7 +225,7 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
         .join()
         .map_err(|_| "the nemesis thread panicked".to_string())?;
     let stop_limit = options.ttl * 8 + Duration::from_secs(10);
-    let killed_at_end = pool
+    let stopped = pool
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .stop_all(stop_limit);
@@ -262,7 +262,7 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
         figures: &figures,
         faults: &injected,
         skipped: &skipped,
-        killed_at_end,
+        stopped: &stopped,
         run_start_ns: run_start,
     }
     .render();

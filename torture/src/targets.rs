@@ -157,36 +157,52 @@ impl WorkerPool {
 
     /// Asks every worker to stop (their stdin closes; each finishes its round), waits up to
     /// `limit`, then SIGKILLs the ones still running (SIGCONT first, in case one is
-    /// paused). Returns how many had to be killed.
-    pub fn stop_all(&mut self, limit: Duration) -> usize {
+    /// paused).
+    pub fn stop_all(&mut self, limit: Duration) -> Stopped {
         for running in self.running.iter_mut().flatten() {
             let _ = kill(pid_of(running.child.id()), Signal::SIGCONT);
             running.stdin = None;
         }
         let started = Instant::now();
-        let mut killed = 0;
-        for slot in &mut self.running {
+        let mut stopped = Stopped::default();
+        for (i, slot) in self.running.iter_mut().enumerate() {
             let Some(mut running) = slot.take() else {
                 continue;
             };
             loop {
                 match running.child.try_wait() {
-                    Ok(Some(_)) => break,
+                    Ok(Some(status)) => {
+                        if !status.success() {
+                            stopped.failed.push(format!(
+                                "worker {i} exited with {status} (see worker-{i}.log)"
+                            ));
+                        }
+                        break;
+                    }
                     Ok(None) if started.elapsed() < limit => {
                         thread::sleep(Duration::from_millis(20));
                     }
                     _ => {
                         let _ = running.child.kill();
                         let _ = running.child.wait();
-                        killed += 1;
+                        stopped.killed += 1;
                         break;
                     }
                 }
             }
             let _ = running.reader.join();
         }
-        killed
+        stopped
     }
+}
+
+/// How the workers stopped at the end of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stopped {
+    /// Workers still running after the limit, killed.
+    pub killed: usize,
+    /// Workers that had exited with an error (e.g. the store failed them), in words.
+    pub failed: Vec<String>,
 }
 
 impl Drop for WorkerPool {

@@ -198,7 +198,7 @@ fn faults_act_on_real_worker_processes_and_are_undone() {
 
     assert_eq!(
         pool.lock().unwrap().stop_all(Duration::from_secs(10)),
-        0,
+        dlock_torture::targets::Stopped::default(),
         "stops when asked"
     );
     let _ = store.kill();
