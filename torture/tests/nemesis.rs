@@ -71,6 +71,36 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
     }
 }
 
+#[test]
+fn the_user_server_run_of_the_suite_has_its_kinds() {
+    // runs.rs `a_users_server_by_url_and_pid`: 25 s, 3 workers, one server, seed 15, the
+    // kinds that need no `--local`
+    let kinds: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::RestartServer))
+        .collect();
+    let planned = plan(
+        15,
+        &ScheduleParams {
+            duration: Duration::from_secs(25),
+            ttl: Duration::from_secs(2),
+            workers: 3,
+            members: 1,
+            kinds,
+        },
+    );
+    for kind in [
+        FaultKind::Blackhole,
+        FaultKind::PauseServerShort,
+        FaultKind::PauseServerLong,
+    ] {
+        assert!(
+            planned.iter().any(|p| p.kind == kind),
+            "{kind}: {planned:#?}"
+        );
+    }
+}
+
 fn state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rfind(')')

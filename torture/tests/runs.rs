@@ -129,3 +129,41 @@ fn zookeeper_three_nodes() {
     let report = torture("zk");
     assert_faults(&report, &[FaultKind::RestartServer]);
 }
+
+/// Pointed at "someone else's" server by URL, as a user would: the connection faults go
+/// through the run's proxies, the server pauses through `--server-pid`, and the faults that
+/// need `--local` are reported as skipped.
+#[test]
+fn a_users_server_by_url_and_pid() {
+    use dlock_tests::servers::{RedisServer, ServerControl};
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = RedisServer::start();
+    let pid = server.pid().expect("running");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let status = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .arg(server.url())
+        .args(["--seconds", "25", "--workers", "3", "--seed", SEED])
+        .arg("--server-pid")
+        .arg(format!("{}={pid}", server.addr()))
+        .arg("--out")
+        .arg(dir.path())
+        .status()
+        .expect("run torture");
+    let report = std::fs::read_to_string(dir.path().join("report.txt")).expect("report");
+    assert!(status.success(), "{status}:\n{report}");
+    let by_kind = report
+        .lines()
+        .find_map(|l| l.strip_prefix("faults by kind: "))
+        .expect("faults by kind");
+    for kind in ["blackhole", "pause-server"] {
+        assert!(by_kind.contains(kind), "{kind} did not run:\n{report}");
+    }
+    for kind in ["kill-leader", "restart-server"] {
+        assert!(
+            report.contains(&format!(
+                "skipped {kind}: needs to stop and start the servers: only with `--local`"
+            )),
+            "{kind} not reported as skipped:\n{report}"
+        );
+    }
+}
