@@ -1,0 +1,74 @@
+//! `torture`: a long randomized fault run against a lock service (see the README's
+//! "Reliability" section); `torture worker …` is one of its worker processes.
+
+#![forbid(unsafe_code)]
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dlock_torture::options::{parse_run, parse_worker, USAGE};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        std::process::exit(worker(&args[1..]));
+    }
+    if args.iter().any(|a| a == "--help" || a == "-h") || args.is_empty() {
+        print!("{USAGE}");
+        std::process::exit(if args.is_empty() { 2 } else { 0 });
+    }
+    let clock_seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs());
+    let options = match parse_run(&args, clock_seed) {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("torture: {e}");
+            std::process::exit(2);
+        }
+    };
+    match dlock_torture::run::run(&options) {
+        Ok(outcome) => std::process::exit(if outcome.passed { 0 } else { 1 }),
+        Err(e) => {
+            eprintln!("torture: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn worker(args: &[String]) -> i32 {
+    let options = match parse_worker(args) {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("torture worker: {e}");
+            return 2;
+        }
+    };
+    // The run closes our stdin to say "finish the round and stop".
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_on_eof = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let mut sink = [0u8; 64];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        stop_on_eof.store(true, Ordering::Relaxed);
+    });
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("torture worker: tokio runtime: {e}");
+            return 2;
+        }
+    };
+    match runtime.block_on(dlock_torture::worker::run(options, stop)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("torture worker: {e}");
+            3
+        }
+    }
+}

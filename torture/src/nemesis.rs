@@ -1,0 +1,183 @@
+//! The nemesis: runs a [`PlannedFault`] list against the workers, their proxies and the
+//! servers, one fault at a time, and records what it did, when, and what failed.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use dlock_tests::proxy::{FaultProxy, ProxyMode};
+use nix::sys::signal::Signal;
+
+use crate::clock::now_ns;
+use crate::faults::FaultKind;
+use crate::schedule::PlannedFault;
+use crate::targets::{signal_pid, ServerSide, WorkerPool};
+
+/// A fault as it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injected {
+    /// The plan's entry.
+    pub planned: PlannedFault,
+    /// What it acted on, in words (`worker 2`, `server 1 (leader)`).
+    pub on: String,
+    /// The worker it acted on (worker and proxy faults).
+    pub worker: Option<usize>,
+    /// When it began (monotonic ns).
+    pub start_ns: u64,
+    /// When it was undone.
+    pub end_ns: u64,
+    /// `Err` with the reason if it could not be injected or undone.
+    pub outcome: Result<(), String>,
+}
+
+impl fmt::Display for Injected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let outcome = match &self.outcome {
+            Ok(()) => "done".to_string(),
+            Err(e) => format!("FAILED: {e}"),
+        };
+        write!(
+            f,
+            "{:<18}  {:<20}  {:.3}s  {}",
+            self.planned.kind.name(),
+            self.on,
+            (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9,
+            outcome
+        )
+    }
+}
+
+/// What the nemesis acts on.
+pub struct Nemesis {
+    /// The worker processes.
+    pub pool: Arc<Mutex<WorkerPool>>,
+    /// Each worker's proxies, one per server address (empty where proxies do not apply).
+    pub proxies: Vec<Vec<Arc<FaultProxy>>>,
+    /// The servers.
+    pub servers: ServerSide,
+}
+
+impl Nemesis {
+    /// Runs `plan`, each fault at `run_start_ns + at` (or as soon as the previous one is
+    /// undone, if that is later). Returns what happened, in order.
+    pub fn run(&mut self, plan: &[PlannedFault], run_start_ns: u64) -> Vec<Injected> {
+        let mut done = Vec::with_capacity(plan.len());
+        for planned in plan {
+            let due = run_start_ns + u64::try_from(planned.at.as_nanos()).unwrap_or(u64::MAX);
+            let now = now_ns();
+            if due > now {
+                thread::sleep(Duration::from_nanos(due - now));
+            }
+            done.push(self.inject(*planned));
+        }
+        done
+    }
+
+    /// Injects one fault, waits its length, undoes it.
+    pub fn inject(&mut self, planned: PlannedFault) -> Injected {
+        let start_ns = now_ns();
+        let mut on = match planned.kind {
+            FaultKind::PauseWorkerShort
+            | FaultKind::PauseWorkerLong
+            | FaultKind::KillWorker
+            | FaultKind::Blackhole
+            | FaultKind::Reset => format!("worker {}", planned.target),
+            _ => format!("server {}", planned.target),
+        };
+        let worker = matches!(
+            planned.kind,
+            FaultKind::PauseWorkerShort
+                | FaultKind::PauseWorkerLong
+                | FaultKind::KillWorker
+                | FaultKind::Blackhole
+                | FaultKind::Reset
+        )
+        .then_some(planned.target);
+        let outcome = self.apply(planned, &mut on);
+        Injected {
+            planned,
+            on,
+            worker,
+            start_ns,
+            end_ns: now_ns(),
+            outcome,
+        }
+    }
+
+    fn apply(&mut self, planned: PlannedFault, on: &mut String) -> Result<(), String> {
+        let i = planned.target;
+        let length = planned.length;
+        match planned.kind {
+            FaultKind::PauseWorkerShort | FaultKind::PauseWorkerLong => {
+                let pid = self
+                    .pool()
+                    .pid(i)
+                    .ok_or_else(|| format!("worker {i} is not running"))?;
+                signal_pid(pid, Signal::SIGSTOP)?;
+                thread::sleep(length);
+                signal_pid(pid, Signal::SIGCONT)
+            }
+            FaultKind::KillWorker => {
+                self.pool().kill(i)?;
+                thread::sleep(length);
+                self.pool().spawn(i)
+            }
+            FaultKind::Blackhole | FaultKind::Reset => {
+                let proxies = self
+                    .proxies
+                    .get(i)
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| format!("worker {i} has no fault proxy"))?;
+                let mode = if planned.kind == FaultKind::Blackhole {
+                    ProxyMode::Blackhole
+                } else {
+                    ProxyMode::Reset
+                };
+                proxies.iter().for_each(|p| p.set_mode(mode));
+                thread::sleep(length);
+                proxies.iter().for_each(|p| p.pass());
+                Ok(())
+            }
+            FaultKind::PauseServerShort | FaultKind::PauseServerLong => match &mut self.servers {
+                ServerSide::Local(servers) => {
+                    servers.pause(i)?;
+                    thread::sleep(length);
+                    servers.resume(i)
+                }
+                ServerSide::Pids(pids) => {
+                    let (addr, pid) = pids
+                        .get(i)
+                        .cloned()
+                        .ok_or_else(|| format!("no server {i}"))?;
+                    *on = format!("server {addr} (pid {pid})");
+                    signal_pid(pid, Signal::SIGSTOP)?;
+                    thread::sleep(length);
+                    signal_pid(pid, Signal::SIGCONT)
+                }
+            },
+            FaultKind::KillLeader => {
+                let ServerSide::Local(servers) = &mut self.servers else {
+                    return Err("kill-leader needs `--local`".into());
+                };
+                let leader = servers.leader(Duration::from_secs(10))?;
+                *on = format!("server {leader} (leader)");
+                servers.kill(leader)?;
+                thread::sleep(length);
+                servers.start_again(leader)
+            }
+            FaultKind::RestartServer => {
+                let ServerSide::Local(servers) = &mut self.servers else {
+                    return Err("restart-server needs `--local`".into());
+                };
+                servers.restart(i)?;
+                thread::sleep(length);
+                Ok(())
+            }
+        }
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, WorkerPool> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

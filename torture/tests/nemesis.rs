@@ -1,0 +1,236 @@
+//! The nemesis on its own: a plan replays identically from its seed and places every kind,
+//! and injecting a fault really stops, kills and restarts a worker process and switches
+//! its proxy, each undone at the end.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock_tests::proxy::{FaultProxy, ProxyMode};
+use dlock_torture::events::Event;
+use dlock_torture::faults::FaultKind;
+use dlock_torture::nemesis::Nemesis;
+use dlock_torture::options::WorkerOptions;
+use dlock_torture::schedule::{plan, PlannedFault, ScheduleParams};
+use dlock_torture::targets::{EventLog, ServerSide, WorkerPool};
+
+fn params(kinds: Vec<FaultKind>) -> ScheduleParams {
+    ScheduleParams {
+        duration: Duration::from_secs(30),
+        ttl: Duration::from_secs(2),
+        workers: 4,
+        members: 3,
+        kinds,
+    }
+}
+
+#[test]
+fn a_plan_replays_from_its_seed() {
+    let p = params(FaultKind::ALL.to_vec());
+    for seed in 0..50 {
+        let first = plan(seed, &p);
+        assert_eq!(first, plan(seed, &p), "seed {seed}");
+        let printed: Vec<String> = first.iter().map(ToString::to_string).collect();
+        let again: Vec<String> = plan(seed, &p).iter().map(ToString::to_string).collect();
+        assert_eq!(printed, again);
+        // faults never overlap and end a ttl before the run does
+        for pair in first.windows(2) {
+            assert!(pair[0].at + pair[0].length <= pair[1].at, "{pair:?}");
+        }
+        let last = first.last().expect("a plan");
+        assert!(last.at + last.length <= Duration::from_secs(28));
+    }
+    assert_ne!(plan(1, &p), plan(2, &p), "another seed, another plan");
+}
+
+#[test]
+fn a_thirty_second_plan_has_every_kind_of_each_backend() {
+    // the kinds each local backend takes (the suite's runs use seed 15)
+    let redis: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| *k != FaultKind::KillLeader)
+        .collect();
+    let consensus: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| *k != FaultKind::RestartServer)
+        .collect();
+    let cluster: Vec<FaultKind> = redis
+        .iter()
+        .copied()
+        .filter(|k| !matches!(k, FaultKind::Blackhole | FaultKind::Reset))
+        .collect();
+    for kinds in [redis, consensus, cluster] {
+        let planned = plan(15, &params(kinds.clone()));
+        for kind in &kinds {
+            assert!(
+                planned.iter().any(|p| p.kind == *kind),
+                "{kind} missing from {planned:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_user_server_run_of_the_suite_has_its_kinds() {
+    // runs.rs `a_users_server_by_url_and_pid`: 25 s, 3 workers, one server, seed 15, the
+    // kinds that need no `--local`
+    let kinds: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::RestartServer))
+        .collect();
+    let planned = plan(
+        15,
+        &ScheduleParams {
+            duration: Duration::from_secs(25),
+            ttl: Duration::from_secs(2),
+            workers: 3,
+            members: 1,
+            kinds,
+        },
+    );
+    for kind in [
+        FaultKind::Blackhole,
+        FaultKind::PauseServerShort,
+        FaultKind::PauseServerLong,
+    ] {
+        assert!(
+            planned.iter().any(|p| p.kind == kind),
+            "{kind}: {planned:#?}"
+        );
+    }
+}
+
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+}
+
+fn ready(events: &EventLog, incarnation: u32) -> bool {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| e.incarnation == incarnation && matches!(e.event, Event::Ready { .. }))
+}
+
+fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < limit, "{what} not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn faults_act_on_real_worker_processes_and_are_undone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // a fenced store for the worker
+    let mut store = Command::new(env!("CARGO_BIN_EXE_torture-store"))
+        .arg("--log")
+        .arg(dir.path().join("store.log"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("store");
+    let mut line = String::new();
+    BufReader::new(store.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("address");
+    let store_addr = line
+        .trim()
+        .strip_prefix("LISTENING ")
+        .expect("address")
+        .parse()
+        .expect("addr");
+
+    let events: EventLog = Arc::new(Mutex::new(Vec::new()));
+    let worker = WorkerOptions {
+        id: 0,
+        incarnation: 0,
+        url: "memory://".into(),
+        store: store_addr,
+        seed: 1,
+        ttl: Duration::from_millis(500),
+        keys: 1,
+        semaphore: true,
+    };
+    let pool = Arc::new(Mutex::new(WorkerPool::new(
+        env!("CARGO_BIN_EXE_torture").into(),
+        vec![worker],
+        dir.path(),
+        Arc::clone(&events),
+    )));
+    pool.lock().unwrap().spawn(0).expect("spawn");
+    wait_for("worker ready", Duration::from_secs(20), || {
+        ready(&events, 0)
+    });
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let proxy = runtime
+        .block_on(FaultProxy::try_start(upstream.local_addr().expect("addr")))
+        .expect("proxy");
+    let proxy = Arc::new(proxy);
+    let mut nemesis = Nemesis {
+        pool: Arc::clone(&pool),
+        proxies: vec![vec![Arc::clone(&proxy)]],
+        servers: ServerSide::Pids(Vec::new()),
+    };
+    let fault = |kind, length| PlannedFault {
+        at: Duration::ZERO,
+        kind,
+        target: 0,
+        length: Duration::from_millis(length),
+    };
+
+    // pause: the worker is stopped during the fault and running after it
+    let pid = pool.lock().unwrap().pid(0).expect("pid");
+    let injected = std::thread::scope(|s| {
+        let handle = s.spawn(|| nemesis.inject(fault(FaultKind::PauseWorkerShort, 600)));
+        wait_for("worker stopped", Duration::from_secs(5), || {
+            state(pid) == Some('T')
+        });
+        handle.join().expect("inject")
+    });
+    assert_eq!(injected.outcome, Ok(()));
+    assert!(injected.end_ns - injected.start_ns >= 600_000_000);
+    assert_ne!(state(pid), Some('T'), "resumed after the fault");
+
+    // blackhole: the proxy drops bytes during the fault and passes after it
+    let injected = std::thread::scope(|s| {
+        let handle = s.spawn(|| nemesis.inject(fault(FaultKind::Blackhole, 300)));
+        wait_for("proxy blackholed", Duration::from_secs(5), || {
+            proxy.mode() == ProxyMode::Blackhole
+        });
+        handle.join().expect("inject")
+    });
+    assert_eq!(injected.outcome, Ok(()));
+    assert_eq!(
+        proxy.mode(),
+        ProxyMode::Pass,
+        "passes again after the fault"
+    );
+
+    // kill: a new process (next incarnation) runs after the fault
+    let injected = nemesis.inject(fault(FaultKind::KillWorker, 100));
+    assert_eq!(injected.outcome, Ok(()));
+    assert!(state(pid).is_none(), "the old process is gone");
+    let new_pid = pool.lock().unwrap().pid(0).expect("restarted");
+    assert_ne!(new_pid, pid);
+    wait_for("restarted worker ready", Duration::from_secs(20), || {
+        ready(&events, 1)
+    });
+
+    // a server fault without server pids fails plainly, it is not silently done
+    let injected = nemesis.inject(fault(FaultKind::PauseServerShort, 100));
+    assert!(injected.outcome.is_err());
+
+    assert_eq!(
+        pool.lock().unwrap().stop_all(Duration::from_secs(10)),
+        dlock_torture::targets::Stopped::default(),
+        "stops when asked"
+    );
+    let _ = store.kill();
+    let _ = store.wait();
+}

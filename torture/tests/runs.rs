@@ -1,0 +1,169 @@
+//! The 30-second torture run on each backend, against servers the run starts itself
+//! (`--local`): single Redis, Redis Cluster, 5-master Redlock, 3-member etcd, 3-node
+//! ZooKeeper. Each must pass (exit 0) having injected every fault kind that applies to it;
+//! the kinds that cannot apply are listed as skipped with their reason.
+//!
+//! The runs take turns (a lock in this file): five at once would starve each other on a
+//! small machine and turn scheduling delays into false late `lost()`s.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use dlock_torture::faults::FaultKind;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Seed 15 places every kind in 30 s (checked by `nemesis.rs`).
+const SEED: &str = "15";
+
+fn torture(kind: &str) -> String {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .args([
+            "--local",
+            kind,
+            "--seconds",
+            "30",
+            "--workers",
+            "4",
+            "--seed",
+            SEED,
+        ])
+        .arg("--out")
+        .arg(dir.path())
+        .spawn()
+        .expect("start torture");
+    // 30 s of run, server start-up, workers finishing their rounds: bounded all the same
+    let limit = Duration::from_secs(180);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("torture --local {kind} ran past {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let report = std::fs::read_to_string(dir.path().join("report.txt"))
+        .unwrap_or_else(|e| panic!("no report for {kind} (exit {status}): {e}"));
+    assert!(
+        status.success(),
+        "torture --local {kind} failed ({status}):\n{report}"
+    );
+    assert!(
+        Path::new(&dir.path().join("timeline.svg")).is_file(),
+        "timeline written beside the report"
+    );
+    report
+}
+
+/// Every kind either ran at least once or is listed as skipped, and the ones expected to
+/// be skipped are.
+fn assert_faults(report: &str, skipped: &[FaultKind]) {
+    let by_kind = report
+        .lines()
+        .find_map(|l| l.strip_prefix("faults by kind: "))
+        .unwrap_or_else(|| panic!("no `faults by kind` in\n{report}"));
+    for kind in FaultKind::ALL {
+        let ran = by_kind
+            .split(", ")
+            .any(|entry| entry.split(' ').next() == Some(kind.name()));
+        let was_skipped = report.contains(&format!("skipped {}: ", kind.name()));
+        if skipped.contains(&kind) {
+            assert!(was_skipped && !ran, "{kind} should be skipped:\n{report}");
+        } else {
+            assert!(ran, "{kind} never ran:\n{report}");
+        }
+    }
+    assert!(report.contains("verdict: PASS"), "{report}");
+    assert!(
+        !report.contains("FAILED:"),
+        "a fault failed to inject:\n{report}"
+    );
+}
+
+#[test]
+fn redis_single_server() {
+    let report = torture("redis");
+    assert_faults(&report, &[FaultKind::KillLeader]);
+}
+
+#[test]
+fn redis_cluster() {
+    let report = torture("cluster");
+    assert_faults(
+        &report,
+        &[
+            FaultKind::KillLeader,
+            FaultKind::Blackhole,
+            FaultKind::Reset,
+        ],
+    );
+}
+
+#[test]
+fn redlock_five_masters() {
+    let report = torture("redlock");
+    assert_faults(&report, &[FaultKind::KillLeader]);
+    // no fencing: overlaps are reported, not held against it
+    assert!(
+        report.contains("accepted (unsafe; this backend has no fencing)"),
+        "{report}"
+    );
+}
+
+#[test]
+fn etcd_three_members() {
+    let report = torture("etcd");
+    assert_faults(&report, &[FaultKind::RestartServer]);
+}
+
+#[test]
+fn zookeeper_three_nodes() {
+    let report = torture("zk");
+    assert_faults(&report, &[FaultKind::RestartServer]);
+}
+
+/// Pointed at "someone else's" server by URL, as a user would: the connection faults go
+/// through the run's proxies, the server pauses through `--server-pid`, and the faults that
+/// need `--local` are reported as skipped.
+#[test]
+fn a_users_server_by_url_and_pid() {
+    use dlock_tests::servers::{RedisServer, ServerControl};
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = RedisServer::start();
+    let pid = server.pid().expect("running");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let status = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .arg(server.url())
+        .args(["--seconds", "25", "--workers", "3", "--seed", SEED])
+        .arg("--server-pid")
+        .arg(format!("{}={pid}", server.addr()))
+        .arg("--out")
+        .arg(dir.path())
+        .status()
+        .expect("run torture");
+    let report = std::fs::read_to_string(dir.path().join("report.txt")).expect("report");
+    assert!(status.success(), "{status}:\n{report}");
+    let by_kind = report
+        .lines()
+        .find_map(|l| l.strip_prefix("faults by kind: "))
+        .expect("faults by kind");
+    for kind in ["blackhole", "pause-server"] {
+        assert!(by_kind.contains(kind), "{kind} did not run:\n{report}");
+    }
+    for kind in ["kill-leader", "restart-server"] {
+        assert!(
+            report.contains(&format!(
+                "skipped {kind}: needs to stop and start the servers: only with `--local`"
+            )),
+            "{kind} not reported as skipped:\n{report}"
+        );
+    }
+}
