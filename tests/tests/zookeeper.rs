@@ -820,6 +820,20 @@ async fn expire_session_leaving(
 ) {
     let session = backend.client().expect("a live session").session().clone();
     proxy.reset();
+    kill_session(fixture, session).await;
+    eventually(
+        "the closed session's node is deleted",
+        Duration::from_secs(5),
+        || async { fixture.contenders(key).await.len() == left },
+    )
+    .await;
+    proxy.pass();
+}
+
+/// Ends `session` on the server the way Curator's `KillSession` does: a
+/// second client re-establishes it with the same id and password, and
+/// dropping that client's last handle closes it.
+async fn kill_session(fixture: &ZkFixture, session: zookeeper_client::SessionInfo) {
     let intruder = zookeeper_client::Client::connector()
         .with_session(session)
         .connect(&fixture.connect_string())
@@ -829,15 +843,7 @@ async fn expire_session_leaving(
         .check_stat("/")
         .await
         .expect("the intruder owns the session");
-    // Dropping the last handle of the re-established session closes it.
     drop(intruder);
-    eventually(
-        "the closed session's node is deleted",
-        Duration::from_secs(5),
-        || async { fixture.contenders(key).await.len() == left },
-    )
-    .await;
-    proxy.pass();
 }
 
 /// A waiter whose session expires while it waits fails with a backend error
@@ -903,24 +909,27 @@ async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over(
     let (proxy, b) = proxied(&fixture).await;
     let old_session = b.client().expect("a live session").session().clone();
     let old_id = old_session.id();
-    // Cut off: the client reconnects in a loop, its requests wait.
+    // Cut off: the client reconnects in a loop, its requests wait. The
+    // acquisition starts only once the client has noticed, so that none of
+    // its requests reaches the server before the session is gone.
+    let client = b.client().expect("a live session");
     proxy.reset();
+    eventually(
+        "the client noticed it is cut off",
+        Duration::from_secs(10),
+        || {
+            let state = client.state();
+            async move { state != zookeeper_client::SessionState::SyncConnected }
+        },
+    )
+    .await;
     let acquiring = tokio::spawn({
         let b = b.clone();
         async move { lock(&b, key).wait(Duration::from_secs(20)).acquire().await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // The server expires the session meanwhile (Curator's KillSession way).
-    let intruder = zookeeper_client::Client::connector()
-        .with_session(old_session)
-        .connect(&fixture.connect_string())
-        .await
-        .expect("re-establish the session from a second client");
-    intruder
-        .check_stat("/")
-        .await
-        .expect("the intruder owns the session");
-    drop(intruder);
+    // The server expires the session meanwhile.
+    kill_session(&fixture, old_session).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.pass();
     let guard = tokio::time::timeout(Duration::from_secs(25), acquiring)
