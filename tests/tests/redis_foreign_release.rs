@@ -11,7 +11,8 @@ use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockError};
 use dlock_tests::fixtures::redis::lock_key;
 use dlock_tests::foreign::waiting::{
-    took, wait_for, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
+    took, wait_for, woke_at_the_holders_expiry, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
+    SHORT_FOREIGN_TTL,
 };
 use dlock_tests::foreign::PyLock;
 use dlock_tests::servers::redis::{RedisCluster, RedisOptions, RedisServer};
@@ -62,15 +63,26 @@ async fn waiter_behind_a_del(
     took(waiter, released, what).await.1
 }
 
+/// A redis-py `Lock` on `key` held for [`HOLD`], a dlock waiter behind it:
+/// how long after redis-py's release the waiter held the lock.
+async fn waiter_behind_redis_py(
+    server: &RedisServer,
+    backend: Arc<dyn dlock::LockBackend>,
+    key: &str,
+    what: &str,
+) -> Duration {
+    let mut holder = PyLock::spawn(&lock_key(key), FOREIGN_TTL, HOLD, &[server.port()]);
+    holder.held(Duration::from_secs(20)).await;
+    let waiter = wait_for(key, backend);
+    let released = holder.released(Duration::from_secs(20)).await;
+    took(waiter, released, what).await.1
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_py_release_wakes_the_waiter_within_the_recheck() {
     let server = RedisServer::start();
     let backend = connect(&server.url()).await;
-    let mut holder = PyLock::spawn(&lock_key("py"), FOREIGN_TTL, HOLD, &[server.port()]);
-    holder.held(Duration::from_secs(20)).await;
-    let waiter = wait_for("py", backend);
-    let released = holder.released(Duration::from_secs(20)).await;
-    let (_guard, late) = took(waiter, released, "redis-py Lock.release").await;
+    let late = waiter_behind_redis_py(&server, backend, "py", "redis-py Lock.release").await;
     assert!(
         late < BY_RECHECK,
         "the waiter slept through redis-py's release: it held the lock {late:?} after it"
@@ -112,16 +124,13 @@ async fn with_keyspace_notifications_a_del_wakes_the_waiter_at_once() {
 async fn with_keyspace_notifications_a_redis_py_release_wakes_the_waiter_at_once() {
     let server = notifying_server();
     let backend = connect(&server.url()).await;
-    let mut holder = PyLock::spawn(
-        &lock_key("py-notified"),
-        FOREIGN_TTL,
-        HOLD,
-        &[server.port()],
-    );
-    holder.held(Duration::from_secs(20)).await;
-    let waiter = wait_for("py-notified", backend);
-    let released = holder.released(Duration::from_secs(20)).await;
-    let (_guard, late) = took(waiter, released, "redis-py release, notifications on").await;
+    let late = waiter_behind_redis_py(
+        &server,
+        backend,
+        "py-notified",
+        "redis-py release, notifications on",
+    )
+    .await;
     assert!(
         late < BY_NOTIFICATION,
         "held the lock {late:?} after the release"
@@ -164,27 +173,21 @@ async fn recheck_off_without_notifications_wakes_only_at_the_holders_expiry() {
     let backend = connect(&format!("{}?recheck_ms=0", server.url())).await;
     let key = lock_key("no-recheck");
     assert_eq!(
-        server.redis_cli(&["SET", &key, "not-dlock", "PX", "3000"]),
+        server.redis_cli(&[
+            "SET",
+            &key,
+            "not-dlock",
+            "PX",
+            &SHORT_FOREIGN_TTL.as_millis().to_string()
+        ]),
         "OK"
     );
     let started = Instant::now();
     let waiter = wait_for("no-recheck", backend);
     tokio::time::sleep(Duration::from_millis(500)).await;
     del(&server, &key);
-    let (guard, at) = waiter.await.expect("the waiter task");
-    let _guard = guard.expect("the waiter got the lock at the old holder's expiry");
-    let after = at - started;
-    println!(
-        "recheck_ms=0: the waiter held the lock {after:?} after it started waiting (PTTL 3 s)"
-    );
-    assert!(
-        after >= Duration::from_millis(2500),
-        "with recheck_ms=0 and no notifications the waiter should sleep to the PTTL, woke after {after:?}"
-    );
-    assert!(
-        after < Duration::from_secs(6),
-        "woke {after:?} after it started"
-    );
+    let _guard =
+        woke_at_the_holders_expiry(waiter, started, "recheck_ms=0, no notifications").await;
     // The acquire script reads the holder's PTTL too (and the server counts
     // that call): every PTTL must be one of those.
     let (pttl, evalsha) = tokio::task::block_in_place(|| {

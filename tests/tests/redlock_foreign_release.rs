@@ -12,7 +12,8 @@ use dlock::backends::redlock::RedlockBackend;
 use dlock::{Lock, LockError};
 use dlock_tests::fixtures::redis::lock_key;
 use dlock_tests::foreign::waiting::{
-    took, wait_for, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
+    took, wait_for, woke_at_the_holders_expiry, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
+    SHORT_FOREIGN_TTL,
 };
 use dlock_tests::foreign::PyLock;
 use dlock_tests::servers::redis::{RedisOptions, RedisServer, RedisSet};
@@ -116,25 +117,14 @@ async fn recheck_off_without_notifications_wakes_only_at_the_holders_expiry() {
     let set = RedisSet::start(MASTERS);
     let backend = connect(&format!("{}?recheck_ms=0", set.url())).await;
     let key = lock_key("no-recheck");
-    hold_foreign(&set, &key, Duration::from_secs(3));
+    hold_foreign(&set, &key, SHORT_FOREIGN_TTL);
     let started = Instant::now();
     let waiter = wait_for("no-recheck", backend);
     tokio::time::sleep(Duration::from_millis(500)).await;
     del_on_quorum(&set, &key);
-    let (guard, at) = waiter.await.expect("the waiter task");
-    let _guard = guard.expect("the waiter got the lock at the old holder's expiry");
-    let after = at - started;
-    println!(
-        "redlock, recheck_ms=0: the waiter held the lock {after:?} after it started (PTTL 3 s)"
-    );
-    assert!(
-        after >= Duration::from_millis(2500),
-        "with recheck_ms=0 and no notifications the waiter should sleep to the PTTL, woke after {after:?}"
-    );
-    assert!(
-        after < Duration::from_secs(6),
-        "woke {after:?} after it started"
-    );
+    let _guard =
+        woke_at_the_holders_expiry(waiter, started, "redlock, recheck_ms=0, no notifications")
+            .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,3 +48,29 @@ pub async fn took(waiter: Waiter, released: Instant, what: &str) -> (LockGuard, 
     println!("{what}: the waiter held the lock {late:?} after the release");
     (guard, late)
 }
+
+/// The foreign holder's `PTTL` in the tests where nothing wakes the waiter
+/// but the holder's expiry (`recheck_ms=0`, no notifications).
+pub const SHORT_FOREIGN_TTL: Duration = Duration::from_secs(3);
+
+/// Waits for `waiter`, started at `started` behind a holder whose key
+/// expires [`SHORT_FOREIGN_TTL`] later, and checks that it got the lock at
+/// that expiry: not before (nothing else may wake it), nor long after.
+/// `what` names the setting in the messages. Returns the guard.
+pub async fn woke_at_the_holders_expiry(waiter: Waiter, started: Instant, what: &str) -> LockGuard {
+    let (guard, at) = waiter.await.expect("the waiter task");
+    let guard = guard.expect("the waiter got the lock at the old holder's expiry");
+    let after = at - started;
+    println!(
+        "{what}: the waiter held the lock {after:?} after it started (PTTL {SHORT_FOREIGN_TTL:?})"
+    );
+    assert!(
+        after >= SHORT_FOREIGN_TTL - Duration::from_millis(500),
+        "{what}: the waiter should sleep to the PTTL, woke after {after:?}"
+    );
+    assert!(
+        after < SHORT_FOREIGN_TTL * 2,
+        "{what}: woke {after:?} after it started"
+    );
+    guard
+}
