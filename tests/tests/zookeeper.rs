@@ -649,17 +649,7 @@ async fn session_expiry_loses_every_guard_of_the_session() {
     );
 
     // A new session serves the next acquisition.
-    let again = lock(&b, "expiry-1")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("acquire after the session expired");
-    assert_ne!(
-        b.client().unwrap().session_id(),
-        old_id,
-        "the expired session was reused"
-    );
-    again.release().await.unwrap();
+    acquire_on_a_new_session(&b, "expiry-1", old_id, "acquire after the session expired").await;
 }
 
 /// A guard taken on a short-lived current-thread runtime (as a
@@ -830,6 +820,27 @@ async fn expire_session_leaving(
     proxy.pass();
 }
 
+/// The next acquisition of `key` on `b`, after its session `old_id` expired:
+/// it must succeed (`what` names it in the failure) on a new session.
+async fn acquire_on_a_new_session(
+    b: &Arc<ZooKeeperBackend>,
+    key: &str,
+    old_id: zookeeper_client::SessionId,
+    what: &str,
+) {
+    let again = lock(b, key)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_ne!(
+        b.client().expect("a live session").session_id(),
+        old_id,
+        "the expired session was reused"
+    );
+    again.release().await.unwrap();
+}
+
 /// Ends `session` on the server the way Curator's `KillSession` does: a
 /// second client re-establishes it with the same id and password, and
 /// dropping that client's last handle closes it.
@@ -884,17 +895,13 @@ async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline()
         "the expired waiter's node survived"
     );
     held.release().await.unwrap();
-    let again = lock(&b, key)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("acquire after the waiter's session expired");
-    assert_ne!(
-        b.client().unwrap().session_id(),
+    acquire_on_a_new_session(
+        &b,
+        key,
         old_id,
-        "the expired session was reused"
-    );
-    again.release().await.unwrap();
+        "acquire after the waiter's session expired",
+    )
+    .await;
 }
 
 /// An acquisition started while the backend is cut off, on a session the
