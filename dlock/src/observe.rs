@@ -187,6 +187,49 @@ pub(crate) async fn watched<T>(
     result
 }
 
+/// The `dlock.acquire_all` span of one [`MultiLock`](crate::MultiLock)
+/// acquisition: the parent of one `dlock.acquire` span per key taken, so an
+/// operator sees which key a slow or failed multi-key acquire waited on.
+pub(crate) fn acquire_all_span(keys: &[String], backend: &str, wait: Option<Duration>) -> Span {
+    tracing::debug_span!(
+        "dlock.acquire_all",
+        keys = %KeyList(keys),
+        count = keys.len(),
+        backend = backend,
+        wait_ms = wait.map(millis),
+        outcome = Empty,
+        blocked_on = Empty,
+        waited_us = Empty,
+    )
+}
+
+/// Records how a multi-key acquisition ended on its span: `blocked_on`
+/// names the key that was busy, timed out or failed.
+pub(crate) fn acquired_all(span: &Span, start: Instant, outcome: &str, blocked_on: Option<&str>) {
+    if !span.is_disabled() {
+        span.record("outcome", outcome);
+        span.record("waited_us", micros(start.elapsed()));
+        if let Some(key) = blocked_on {
+            span.record("blocked_on", key);
+        }
+    }
+}
+
+/// Keys as `a, b, c`, formatted only when a subscriber records them.
+struct KeyList<'a>(&'a [String]);
+
+impl std::fmt::Display for KeyList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, key) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(key)?;
+        }
+        Ok(())
+    }
+}
+
 /// What a held lease needs to report its hold and its loss.
 #[derive(Debug)]
 pub(crate) struct Holding {
