@@ -330,6 +330,32 @@ pub(crate) fn held_span(key: &str, fence: Option<u64>) -> Span {
     tracing::info_span!("dlock.held", key = %key, fence)
 }
 
+/// The `dlock.held` span a `#[distributed_lock(keys = ..)]` body runs in:
+/// every key and its fence.
+pub(crate) fn held_all_span(guard: &crate::MultiGuard) -> Span {
+    let held = HeldKeys(guard.guards());
+    tracing::info_span!("dlock.held", keys = %held, count = held.0.len())
+}
+
+/// Held keys as `a (fence 7), b (fence 9)`, formatted only when a
+/// subscriber records them.
+struct HeldKeys<'a>(&'a [crate::LockGuard]);
+
+impl std::fmt::Display for HeldKeys<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, guard) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match guard.fencing_token() {
+                Some(fence) => write!(f, "{} (fence {fence})", guard.key())?,
+                None => f.write_str(guard.key())?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Emits every span, event and metric of this module once, as the core
 /// does: for the test that no heap allocation happens when nobody listens
 /// (`dlock/tests/quiet_observability.rs`, through `__private`).
