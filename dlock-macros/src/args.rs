@@ -559,7 +559,11 @@ mod tests {
 
     #[test]
     fn keys_is_a_non_empty_array_of_templates_instead_of_key() {
-        let args = parse(quote!(keys = ["account:{from}", "account:{to}"], ttl = "30s")).unwrap();
+        let args = parse(quote!(
+            keys = ["account:{from}", "account:{to}"],
+            ttl = "30s"
+        ))
+        .unwrap();
         let keys: Vec<String> = args.keys.unwrap().iter().map(LitStr::value).collect();
         assert_eq!(keys, ["account:{from}", "account:{to}"]);
         assert!(args.key.is_none());

@@ -148,7 +148,10 @@ together. `Duration::ZERO` tries each key once and fails with
 
     /// Checks the keys, then takes them in the `dlock.acquire_all` span.
     /// `Ok(Err(key))`: `key` stayed held by someone else.
-    async fn watched(&self, wait: Option<Duration>) -> Result<Result<MultiGuard, String>, LockError> {
+    async fn watched(
+        &self,
+        wait: Option<Duration>,
+    ) -> Result<Result<MultiGuard, String>, LockError> {
         self.check()?;
         let span = observe::acquire_all_span(&self.keys, &self.options.label(), wait);
         let mut watch = Watch {
@@ -189,9 +192,7 @@ together. `Duration::ZERO` tries each key once and fails with
             // limit stays without one, a single attempt stays single.
             let left = match (once, deadline) {
                 (true, _) => Some(Duration::ZERO),
-                (false, Some(deadline)) => {
-                    Some(deadline.saturating_duration_since(Instant::now()))
-                }
+                (false, Some(deadline)) => Some(deadline.saturating_duration_since(Instant::now())),
                 (false, None) => None,
             };
             let options = self.options.with_key(key.clone());

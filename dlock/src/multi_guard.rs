@@ -97,7 +97,10 @@ impl MultiGuard {
             .map(|g| Box::pin(g.lost()) as Pin<Box<dyn Future<Output = ()> + Send>>)
             .collect();
         std::future::poll_fn(move |cx| {
-            if each.iter_mut().any(|lost| lost.as_mut().poll(cx).is_ready()) {
+            if each
+                .iter_mut()
+                .any(|lost| lost.as_mut().poll(cx).is_ready())
+            {
                 Poll::Ready(())
             } else {
                 Poll::Pending

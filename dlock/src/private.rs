@@ -110,7 +110,10 @@ where
 /// The first key of `guard` whose lease is no longer held.
 fn lost_key(guard: &MultiGuard) -> String {
     let lost = guard.guards().iter().find(|g| !g.is_held());
-    lost.map_or_else(|| guard.keys().collect::<Vec<_>>().join(", "), |g| g.key().to_owned())
+    lost.map_or_else(
+        || guard.keys().collect::<Vec<_>>().join(", "),
+        |g| g.key().to_owned(),
+    )
 }
 
 /// [`finish`] for `keys = [..]`: releases every key before returning.

@@ -58,7 +58,11 @@ fn multi<const N: usize>(backend: &Arc<dyn LockBackend>, keys: [&str; N]) -> Mul
 /// (and gives it back at once).
 async fn is_free(backend: &Arc<dyn LockBackend>, key: &str) -> bool {
     let lock = Lock::new(key).with_backend(backend.clone());
-    match lock.try_acquire().await.expect("the checking client's try_acquire failed") {
+    match lock
+        .try_acquire()
+        .await
+        .expect("the checking client's try_acquire failed")
+    {
         Some(guard) => {
             guard.release().await.expect("release the probe");
             true
@@ -113,13 +117,21 @@ pub async fn opposite_orders_never_deadlock_or_overlap<F: Fixture>(fixture: &F, 
 /// afterwards, as a third client sees them.
 pub async fn a_wait_that_runs_out_leaves_no_key_held<F: Fixture>(fixture: &F) {
     let base = unique_key("multi-timeout");
-    let keys = [format!("{base}:1"), format!("{base}:2"), format!("{base}:3")];
+    let keys = [
+        format!("{base}:1"),
+        format!("{base}:2"),
+        format!("{base}:3"),
+    ];
     let (holder, taker, checker) = (
         fixture.backend().await,
         fixture.backend().await,
         fixture.backend().await,
     );
-    let middle = Lock::new(&keys[1]).with_backend(holder).acquire().await.unwrap();
+    let middle = Lock::new(&keys[1])
+        .with_backend(holder)
+        .acquire()
+        .await
+        .unwrap();
     let lock = MultiLock::new(keys.clone())
         .with_backend(taker)
         .wait(Duration::from_millis(500));
@@ -127,9 +139,15 @@ pub async fn a_wait_that_runs_out_leaves_no_key_held<F: Fixture>(fixture: &F) {
         Err(LockError::Timeout { key, .. }) => assert_eq!(key, keys[1]),
         other => panic!("expected a timeout on {}, got {other:?}", keys[1]),
     }
-    assert!(is_free(&checker, &keys[0]).await, "the first key stayed held");
+    assert!(
+        is_free(&checker, &keys[0]).await,
+        "the first key stayed held"
+    );
     assert!(is_free(&checker, &keys[2]).await, "the last key was taken");
-    assert!(!is_free(&checker, &keys[1]).await, "the holder lost the middle key");
+    assert!(
+        !is_free(&checker, &keys[1]).await,
+        "the holder lost the middle key"
+    );
     middle.release().await.unwrap();
     // With the middle key free, the same lock takes all three.
     let all = lock.acquire().await.expect("all three keys are free now");
@@ -147,15 +165,25 @@ pub async fn a_busy_key_makes_try_acquire_give_back_the_others<F: Fixture>(fixtu
         fixture.backend().await,
         fixture.backend().await,
     );
-    let held = Lock::new(&last).with_backend(holder).acquire().await.unwrap();
+    let held = Lock::new(&last)
+        .with_backend(holder)
+        .acquire()
+        .await
+        .unwrap();
     let lock = multi(&taker, [last.as_str(), first.as_str()]);
     assert!(lock.try_acquire().await.unwrap().is_none());
-    assert!(is_free(&checker, &first).await, "try_acquire kept the first key");
+    assert!(
+        is_free(&checker, &first).await,
+        "try_acquire kept the first key"
+    );
     match lock.clone().wait(Duration::ZERO).acquire().await {
         Err(LockError::Busy { key }) => assert_eq!(key, last),
         other => panic!("expected Busy on {last}, got {other:?}"),
     }
-    assert!(is_free(&checker, &first).await, "a zero wait kept the first key");
+    assert!(
+        is_free(&checker, &first).await,
+        "a zero wait kept the first key"
+    );
     held.release().await.unwrap();
 }
 
@@ -170,7 +198,11 @@ pub async fn a_cancelled_acquire_leaves_no_key_held<F: Fixture>(fixture: &F) {
         fixture.backend().await,
         fixture.backend().await,
     );
-    let held = Lock::new(&second).with_backend(holder).acquire().await.unwrap();
+    let held = Lock::new(&second)
+        .with_backend(holder)
+        .acquire()
+        .await
+        .unwrap();
     let lock = multi(&taker, [first.as_str(), second.as_str()]);
     let cancelled = tokio::time::timeout(Duration::from_millis(500), lock.acquire()).await;
     assert!(cancelled.is_err(), "acquired a key someone else holds");
@@ -197,7 +229,10 @@ pub async fn fencing_tokens_strictly_increase_per_key<F: Fixture>(fixture: &F) {
     let mut last: [Option<u64>; 2] = [None, None];
     for round in 0..6 {
         let client = &clients[round % 2];
-        let guard = multi(client, [b.as_str(), a.as_str()]).acquire().await.unwrap();
+        let guard = multi(client, [b.as_str(), a.as_str()])
+            .acquire()
+            .await
+            .unwrap();
         let fences = guard.fencing_tokens();
         assert_eq!(fences.len(), 2);
         for (i, (key, fence)) in fences.into_iter().enumerate() {
@@ -212,7 +247,11 @@ pub async fn fencing_tokens_strictly_increase_per_key<F: Fixture>(fixture: &F) {
         }
         guard.release().await.unwrap();
         // A plain lock on `a` alone advances `a`'s fence only.
-        let single = Lock::new(&a).with_backend(client.clone()).acquire().await.unwrap();
+        let single = Lock::new(&a)
+            .with_backend(client.clone())
+            .acquire()
+            .await
+            .unwrap();
         let fence = single.fencing_token().unwrap();
         assert!(last[0].is_some_and(|previous| fence > previous));
         last[0] = Some(fence);
@@ -225,7 +264,10 @@ pub async fn fencing_tokens_strictly_increase_per_key<F: Fixture>(fixture: &F) {
 pub async fn inside_the_scope_each_key_is_reentrant<F: Fixture>(fixture: &F) {
     let (a, b) = (unique_key("multi-scope-a"), unique_key("multi-scope-b"));
     let backend = fixture.backend().await;
-    let guard = multi(&backend, [a.as_str(), b.as_str()]).acquire().await.unwrap();
+    let guard = multi(&backend, [a.as_str(), b.as_str()])
+        .acquire()
+        .await
+        .unwrap();
     assert!(guard.is_held());
     let one = Lock::new(&b).with_backend(backend.clone());
     assert!(one.try_acquire().await.unwrap().is_none());
@@ -236,7 +278,10 @@ pub async fn inside_the_scope_each_key_is_reentrant<F: Fixture>(fixture: &F) {
         .expect("a key of the guard re-enters inside its scope");
     assert!(inner.is_reentrant());
     drop(inner);
-    assert!(guard.is_held(), "dropping the reentrant guard released a key");
+    assert!(
+        guard.is_held(),
+        "dropping the reentrant guard released a key"
+    );
     guard.release().await.unwrap();
     let checker = fixture.backend().await;
     assert!(is_free(&checker, &a).await && is_free(&checker, &b).await);
@@ -257,5 +302,8 @@ pub async fn bad_input_is_rejected<F: Fixture>(fixture: &F) {
         other => panic!("expected InvalidKey, got {other:?}"),
     }
     let checker = fixture.backend().await;
-    assert!(is_free(&checker, &good).await, "a good key was taken before the bad one was seen");
+    assert!(
+        is_free(&checker, &good).await,
+        "a good key was taken before the bad one was seen"
+    );
 }
