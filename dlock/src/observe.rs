@@ -332,8 +332,8 @@ pub(crate) fn held_span(key: &str, fence: Option<u64>) -> Span {
 
 /// The `dlock.held` span a `#[distributed_lock(keys = ..)]` body runs in:
 /// every key and its fence.
-pub(crate) fn held_all_span(guard: &crate::MultiGuard) -> Span {
-    let held = HeldKeys(guard.guards());
+pub(crate) fn held_all_span(guards: &[crate::LockGuard]) -> Span {
+    let held = HeldKeys(guards);
     tracing::info_span!("dlock.held", keys = %held, count = held.0.len())
 }
 
@@ -391,6 +391,10 @@ pub(crate) fn everything_once() {
         RenewCounts::default(),
     );
     drop(held_span("quiet", Some(7)).enter());
+    // No keys: a `String` made here would be this function's own allocation.
+    let all = acquire_all_span(&[], &backend, None);
+    acquired_all(&all, Instant::now(), "timeout", Some("quiet"));
+    drop(held_all_span(&[]).enter());
 }
 
 fn millis(d: Duration) -> u64 {

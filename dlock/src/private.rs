@@ -92,7 +92,7 @@ pub async fn run_multi_body<R, F>(
 where
     F: Future<Output = R>,
 {
-    let span = crate::observe::held_all_span(guard);
+    let span = crate::observe::held_all_span(guard.guards());
     let body = tracing::Instrument::instrument(guard.scope(body), span);
     match on_lost {
         OnLost::Continue => body.await,
