@@ -53,8 +53,8 @@ impl MultiGuard {
         self.guards.iter().map(LockGuard::key)
     }
 
-    /// Each key's guard, in canonical order: its token, fence, segment-free
-    /// [`LockGuard`] view. Releasing goes through this `MultiGuard`.
+    /// Each key's guard, in canonical order (its token, fence, `lost()`).
+    /// This `MultiGuard` owns them: release through it.
     pub fn guards(&self) -> &[LockGuard] {
         &self.guards
     }
@@ -155,11 +155,33 @@ impl MultiGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backends::memory::MemoryBackend;
+    use std::sync::Arc;
 
     fn assert_send_sync<T: Send + Sync + 'static>() {}
 
     #[test]
     fn guard_is_send_sync() {
         assert_send_sync::<MultiGuard>();
+    }
+
+    /// One key lost behind the holder's back: `release` reports it, and
+    /// still releases the keys before and after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn release_reports_the_first_error_and_releases_the_rest() {
+        let backend = Arc::new(MemoryBackend::new());
+        let guard = crate::MultiLock::new(["r:a", "r:b", "r:c"])
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .unwrap();
+        assert!(backend.force_expire("r:b"));
+        match guard.release().await {
+            Err(LockError::NotHeld { key }) => assert_eq!(&*key, "r:b"),
+            other => panic!("expected NotHeld on r:b, got {other:?}"),
+        }
+        for key in ["r:a", "r:b", "r:c"] {
+            assert!(backend.holder(key).is_none(), "{key} is still held");
+        }
     }
 }
