@@ -28,7 +28,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The same without the macro: [`Lock`]. Backends: [`backends`]; the
+//! The same without the macro: [`Lock`]. Several keys held at once, in an
+//! order that cannot deadlock: [`MultiLock`]. Backends: [`backends`]; the
 //! contract a backend implements: [`LockBackend`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
