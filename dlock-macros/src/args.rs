@@ -1,5 +1,5 @@
-//! The attribute's arguments: `key`, `ttl`, `wait`, `backend`, `renew`,
-//! `on_lost`, `segments`.
+//! The attribute's arguments: `key` or `keys`, `ttl`, `wait`, `backend`,
+//! `renew`, `on_lost`, `segments`.
 //!
 //! Parsing never stops at the first mistake: every argument is checked and
 //! all errors are returned together, each spanned on the token to fix.
@@ -16,7 +16,7 @@ use crate::error::Errors;
 
 /// Every argument the attribute accepts, in the order the docs list them.
 pub(crate) const VALID: &[&str] = &[
-    "key", "ttl", "wait", "backend", "renew", "on_lost", "segments",
+    "key", "keys", "ttl", "wait", "backend", "renew", "on_lost", "segments",
 ];
 
 /// The shortest ttl `dlock` accepts (`dlock::MIN_TTL`). The macro only knows
@@ -33,8 +33,10 @@ const MAX_SEGMENTS: usize = 1024;
 /// The parsed and validated arguments.
 pub(crate) struct Args {
     /// The key template literal, parsed and checked in `key.rs`; `None`
-    /// when missing (an error was pushed).
+    /// when missing or when `keys` is given.
     pub(crate) key: Option<LitStr>,
+    /// `keys = [..]`: a `MultiLock` on every template; never empty.
+    pub(crate) keys: Option<Vec<LitStr>>,
     pub(crate) ttl: Option<Located<Duration>>,
     pub(crate) wait: Option<Located<Duration>>,
     pub(crate) backend: Option<LitStr>,
@@ -73,6 +75,10 @@ impl Parse for RawArgs {
 #[derive(Default)]
 struct Builder {
     key: Option<LitStr>,
+    keys: Option<Located<Vec<LitStr>>>,
+    /// The first `keys = [..]` as a whole, even with a bad value: for the
+    /// error that it clashes with `key`.
+    keys_whole: Option<TokenStream>,
     ttl: Option<Located<Duration>>,
     wait: Option<Located<Duration>>,
     backend: Option<LitStr>,
@@ -95,14 +101,28 @@ impl Args {
                         errors.push(e);
                     }
                 }
-                if seen.key.is_none() {
-                    errors.push(missing_key());
+                match (&seen.key, &seen.keys_whole) {
+                    (None, None) => errors.push(missing_key()),
+                    (Some(_), Some(keys)) => errors.push(syn::Error::new_spanned(
+                        keys,
+                        "`key` and `keys` together: write `key = \"..\"` for one lock, or `keys = [..]` for several keys held at once, not both",
+                    )),
+                    _ => {}
+                }
+                if let (Some(_), Some(segments)) = (&seen.keys, &seen.segments) {
+                    errors.push(syn::Error::new(
+                        segments.span,
+                        "`segments` with `keys`: a multi-key lock holds every key, it has no segments; remove `segments`, or lock one `key` split into segments",
+                    ));
                 }
             }
             Err(e) => errors.push(e),
         }
+        let keys = seen.keys.map(|keys| keys.value);
         Args {
-            key: seen.key,
+            // With `keys` given, `key` was an error: generate for `keys`.
+            key: if keys.is_some() { None } else { seen.key },
+            keys,
             ttl: seen.ttl,
             wait: seen.wait,
             backend: seen.backend,
@@ -117,7 +137,7 @@ impl Args {
 fn missing_key() -> syn::Error {
     syn::Error::new(
         Span::call_site(),
-        "missing `key`: write #[distributed_lock(key = \"resource:{id}\")]",
+        "missing `key`: write #[distributed_lock(key = \"resource:{id}\")], or `keys = [\"account:{from}\", \"account:{to}\"]` to hold several keys at once",
     )
 }
 
@@ -154,6 +174,13 @@ impl Builder {
             "key" => {
                 let lit = string(&name, value)?;
                 set(&mut self.key, lit, &name, &whole)
+            }
+            "keys" => {
+                // Seen even when its value is wrong: then "missing `key`"
+                // would only repeat the value's error.
+                self.keys_whole.get_or_insert_with(|| whole.clone());
+                let keys = keys(value)?;
+                set(&mut self.keys, keys, &name, &whole)
             }
             "ttl" => {
                 let lit = string(&name, value)?;
@@ -235,6 +262,7 @@ fn set<T>(slot: &mut Option<T>, value: T, name: &str, whole: &TokenStream) -> sy
 fn example(name: &str) -> &'static str {
     match name {
         "key" => "key = \"order:{id}\"",
+        "keys" => "keys = [\"account:{from}\", \"account:{to}\"]",
         "ttl" => "ttl = \"30s\"",
         "wait" => "wait = \"5s\"",
         "backend" => "backend = \"etcd\"",
@@ -269,6 +297,40 @@ fn duration(name: &str, lit: &LitStr) -> syn::Result<Located<Duration>> {
             format!("invalid duration `{text}` for `{name}`: {e}; write e.g. \"30s\" or \"500ms\""),
         )),
     }
+}
+
+/// `keys = ["..", ".."]`: a non-empty array of string literals.
+fn keys(value: Expr) -> syn::Result<Located<Vec<LitStr>>> {
+    let Expr::Array(array) = value else {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`keys` takes an array of key templates: write `keys = [\"account:{from}\", \"account:{to}\"]`",
+        ));
+    };
+    if array.elems.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &array,
+            "`keys` is empty: name at least one key, e.g. `keys = [\"account:{from}\", \"account:{to}\"]`, or write `key = \"..\"` for one lock",
+        ));
+    }
+    let mut errors = Errors::default();
+    let mut keys = Vec::with_capacity(array.elems.len());
+    for elem in &array.elems {
+        match elem {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            }) => keys.push(s.clone()),
+            other => errors.push(syn::Error::new_spanned(
+                other,
+                "each of `keys` is a key template string: write e.g. `\"account:{from}\"`",
+            )),
+        }
+    }
+    errors.finish()?;
+    Ok(Located {
+        value: keys,
+        span: array.bracket_token.span.join(),
+    })
 }
 
 /// `segments = N`: a positive integer literal without quotes.
@@ -464,7 +526,7 @@ mod tests {
         let e = err(quote!(key = "k", tll = "30s"));
         assert_eq!(
             e,
-            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, ttl, wait, backend, renew, on_lost, segments"
+            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, keys, ttl, wait, backend, renew, on_lost, segments"
         );
         assert!(err(quote!(key = "k", onlost = "cancel")).contains("did you mean `on_lost`?"));
         let e = err(quote!(key = "k", colour = "red"));
@@ -493,6 +555,24 @@ mod tests {
         assert!(e.contains("positive integer"), "{e}");
         assert!(err(quote!(key = "k", segments = 2, segments = 3))
             .contains("duplicate argument `segments`"));
+    }
+
+    #[test]
+    fn keys_is_a_non_empty_array_of_templates_instead_of_key() {
+        let args = parse(quote!(
+            keys = ["account:{from}", "account:{to}"],
+            ttl = "30s"
+        ))
+        .unwrap();
+        let keys: Vec<String> = args.keys.unwrap().iter().map(LitStr::value).collect();
+        assert_eq!(keys, ["account:{from}", "account:{to}"]);
+        assert!(args.key.is_none());
+        assert!(err(quote!(key = "k", keys = ["a"])).starts_with("`key` and `keys` together"));
+        assert!(err(quote!(keys = [])).starts_with("`keys` is empty"));
+        assert!(err(quote!(keys = "a")).contains("takes an array of key templates"));
+        assert!(err(quote!(keys = ["a", 1])).contains("each of `keys` is a key template string"));
+        assert!(err(quote!(keys = ["a"], segments = 2)).starts_with("`segments` with `keys`"));
+        assert!(err(quote!(keys = ["a"], keys = ["b"])).contains("duplicate argument `keys`"));
     }
 
     #[test]

@@ -41,11 +41,22 @@ fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
     };
     let shape = errors.keep(Shape::of(&func));
     let guard = errors.keep(find_guard(&func.sig));
-    let template = args
-        .key
-        .as_ref()
-        .and_then(|key| errors.keep(Template::parse(key)));
-    if let (Some(template), Some(guard)) = (&template, &guard) {
+    // One template for `key`, one per element of `keys`; every one is
+    // parsed and checked, so all mistakes show up in one build.
+    let multi = args.keys.is_some();
+    let lits: Vec<&syn::LitStr> = match (&args.keys, &args.key) {
+        (Some(keys), _) => keys.iter().collect(),
+        (None, Some(key)) => vec![key],
+        (None, None) => Vec::new(),
+    };
+    let parsed: Vec<Option<Template>> = lits
+        .iter()
+        .map(|lit| errors.keep(Template::parse(lit)))
+        .collect();
+    if let Some(Some(guard)) = &guard {
+        errors.keep(guard.fits(multi));
+    }
+    if let Some(guard) = &guard {
         let params = param_names(&func.sig, guard.as_ref().map(|g| g.index));
         let guard_name = guard
             .as_ref()
@@ -56,17 +67,24 @@ fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
             has_receiver: func.sig.receiver().is_some(),
             guard: guard_name.as_deref(),
         };
-        errors.keep(template.check(&scope));
+        for template in parsed.iter().flatten() {
+            errors.keep(template.check(&scope));
+        }
     }
-    if let (Some(template), Some(segments)) = (&template, &args.segments) {
+    if let ([Some(template)], Some(segments)) = (parsed.as_slice(), &args.segments) {
         errors.keep(template.check_segments(segments.value));
     }
     errors.finish()?;
-    let (Some(shape), Some(guard), Some(template)) = (shape, guard, template) else {
+    let templates: Option<Vec<Template>> = parsed.into_iter().collect();
+    let (Some(shape), Some(guard), Some(templates)) = (shape, guard, templates) else {
         // Every `None` above pushed an error, so this is not reached; it
         // spares an `unwrap` (the macro never panics on user input).
         return unreachable_ok();
     };
+    if templates.is_empty() {
+        // `Args::parse` pushed "missing `key`"; not reached either.
+        return unreachable_ok();
+    }
 
     let locals = Locals::new();
     let guard_binding = guard.as_ref().map(|g| g.binding(&locals.guard));
@@ -75,7 +93,8 @@ fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
     }
     let lock = Lock {
         args: &args,
-        key: template.render(),
+        keys: templates.iter().map(Template::render).collect(),
+        multi,
         guard_binding,
         locals,
     };
@@ -238,9 +257,26 @@ struct GuardParam {
     /// The lifetime async-trait gave it (`&'life1 LockGuard`), which must go
     /// with the parameter.
     lifetime: Option<syn::Lifetime>,
+    /// It names `MultiGuard` (the guard of `keys = [..]`), not `LockGuard`.
+    names_multi: bool,
 }
 
 impl GuardParam {
+    /// A `key` function takes `&LockGuard`, a `keys` function `&MultiGuard`.
+    fn fits(&self, multi: bool) -> syn::Result<()> {
+        match (multi, self.names_multi) {
+            (true, false) => Err(syn::Error::new_spanned(
+                &self.guard_type,
+                "with `keys = [..]` the guard parameter is `&MultiGuard` (it holds every key); write `guard: &MultiGuard`",
+            )),
+            (false, true) => Err(syn::Error::new_spanned(
+                &self.guard_type,
+                "`&MultiGuard` is the guard of `keys = [..]`; with `key = ..` write `guard: &LockGuard`",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// `let guard: &LockGuard = &__dlock_guard;` with the user's pattern
     /// (so `mut guard` or `_guard` stay as written) and the user's path to
     /// `LockGuard` (so their import stays used), minus any lifetime.
@@ -258,7 +294,7 @@ fn find_guard(sig: &Signature) -> syn::Result<Option<GuardParam>> {
     for (index, input) in sig.inputs.iter().enumerate() {
         let FnArg::Typed(arg) = input else { continue };
         let Type::Reference(reference) = strip(&arg.ty) else {
-            if names_lock_guard(&arg.ty) {
+            if guard_kind(&arg.ty).is_some() {
                 errors.push(syn::Error::new_spanned(
                     &arg.ty,
                     "take the guard by reference: `&LockGuard` (the function releases the lock itself when the body ends)",
@@ -266,9 +302,9 @@ fn find_guard(sig: &Signature) -> syn::Result<Option<GuardParam>> {
             }
             continue;
         };
-        if !names_lock_guard(&reference.elem) {
+        let Some(names_multi) = guard_kind(&reference.elem) else {
             continue;
-        }
+        };
         if let Some(mutability) = reference.mutability {
             errors.push(syn::Error::new_spanned(
                 mutability,
@@ -308,6 +344,7 @@ fn find_guard(sig: &Signature) -> syn::Result<Option<GuardParam>> {
             pat: (*arg.pat).clone(),
             guard_type: (*reference.elem).clone(),
             lifetime: reference.lifetime.clone(),
+            names_multi,
         });
     }
     errors.finish()?;
@@ -322,16 +359,23 @@ fn strip(ty: &Type) -> &Type {
     }
 }
 
-/// `LockGuard`, `dlock::LockGuard`, `::dlock::LockGuard`, ...: any path
-/// whose last segment is `LockGuard` (the macro cannot resolve imports).
-fn names_lock_guard(ty: &Type) -> bool {
-    match strip(ty) {
-        Type::Path(path) if path.qself.is_none() => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| s.ident == "LockGuard" && s.arguments.is_none()),
-        _ => false,
+/// `LockGuard`, `dlock::LockGuard`, `::dlock::MultiGuard`, ...: any path
+/// whose last segment is `LockGuard` (`Some(false)`) or `MultiGuard`
+/// (`Some(true)`); the macro cannot resolve imports.
+fn guard_kind(ty: &Type) -> Option<bool> {
+    let Type::Path(path) = strip(ty) else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if path.qself.is_some() || !last.arguments.is_none() {
+        return None;
+    }
+    if last.ident == "LockGuard" {
+        Some(false)
+    } else if last.ident == "MultiGuard" {
+        Some(true)
+    } else {
+        None
     }
 }
 
@@ -387,7 +431,10 @@ fn remove_param(sig: &mut Signature, guard: &GuardParam) {
 /// Everything the generated body needs.
 struct Lock<'a> {
     args: &'a Args,
-    key: TokenStream,
+    /// One rendered key, or (`multi`) one per element of `keys`.
+    keys: Vec<TokenStream>,
+    /// `keys = [..]`: a `MultiLock`, run by its own `run_*`/`finish_*`.
+    multi: bool,
     guard_binding: Option<TokenStream>,
     locals: Locals,
 }
@@ -438,8 +485,10 @@ impl Lock<'_> {
         let fail = quote_spanned!(output.span()=>
             ::dlock::__private::fail_with::<#output>()
         );
-        let key = &self.key;
+        let keys = &self.keys;
+        let key = &keys[0];
         let constructor = match &self.args.segments {
+            None if self.multi => quote!(::dlock::__private::MultiLock::new([#(#keys),*])),
             Some(segments) => {
                 let n = segments.value;
                 quote_spanned!(segments.span=> ::dlock::__private::SegmentedLock::new(#key, #n))
@@ -468,6 +517,11 @@ impl Lock<'_> {
             #body
         };
         let guard_binding = &self.guard_binding;
+        let (run_body, finish) = if self.multi {
+            (quote!(run_multi_body), quote!(finish_multi))
+        } else {
+            (quote!(run_body), quote!(finish))
+        };
         quote! {
             let #fail_fn = #fail;
             let #lock = #constructor #options;
@@ -477,12 +531,12 @@ impl Lock<'_> {
             };
             let #result = {
                 #guard_binding
-                ::dlock::__private::run_body(&#guard, #on_lost, #fail_fn, async move {
+                ::dlock::__private::#run_body(&#guard, #on_lost, #fail_fn, async move {
                     #body
                 })
                 .await
             };
-            ::dlock::__private::finish(#guard, #result).await
+            ::dlock::__private::#finish(#guard, #result).await
         }
     }
 
@@ -584,6 +638,27 @@ mod tests {
             )),
             "{out}"
         );
+    }
+
+    #[test]
+    fn keys_expand_to_a_multi_lock_run_in_its_guard() {
+        let out = expand(
+            quote!(keys = ["account:{from}", "account:{to}"], ttl = "30s"),
+            quote!(
+                async fn transfer(from: u64, to: u64, guard: &MultiGuard) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        for expected in [
+            "asyncfntransfer(from:u64,to:u64)->Result<(),E>{",
+            "::dlock::__private::MultiLock::new([::std::format!(\"account:{from}\"),::std::format!(\"account:{to}\")]).ttl(",
+            "letguard:&MultiGuard=&__dlock_guard;",
+            "::dlock::__private::run_multi_body(&__dlock_guard,",
+            "::dlock::__private::finish_multi(__dlock_guard,__dlock_output).await}",
+        ] {
+            assert!(out.contains(&compact(expected)), "missing {expected}\nin {out}");
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! | `backend` | name registered in `dlock::registry()` | the default backend |
 //! | `renew` | `true` / `false`: watchdog renewal every ttl/3 | `true` |
 //! | `on_lost` | `"cancel"` / `"continue"`: what a lost lease does to the running body | `"cancel"` |
+//! | `keys` | instead of `key`: an array of templates, `["account:{from}", "account:{to}"]`: hold every key at once (`dlock::MultiLock`) | — |
 //! | `segments` | positive integer: take any free one of N segments `<key>#0`..`<key>#N-1` (`dlock::SegmentedLock`) | one plain lock |
 //!
 //! - **`key`**: `{name}` and `{name.field.sub}` name the function's
@@ -30,6 +31,12 @@
 //!   pass a parameter that is already formatted.
 //! - **`ttl`**, **`wait`**: parsed at compile time with humantime and turned
 //!   into `Duration` constants.
+//! - **`keys = [..]`**: each element is a key template as for `key`; the
+//!   function holds all of them at once, taken in sorted order (so callers
+//!   naming them in any order never deadlock), and its body runs inside
+//!   every key's scope (a lock on any of them re-enters). The guard
+//!   parameter is `&MultiGuard`. `key` and `keys` together, an empty `keys`
+//!   and `keys` with `segments` are compile errors.
 //! - **`segments = 5`**: the key names a resource split into 5 segments;
 //!   each call holds one free segment (a `dlock::SegmentedLock`), and
 //!   `guard.segment()` in the body says which (`Some(0..5)`).
@@ -45,8 +52,9 @@
 //!   Lock failures (`Busy`, `Timeout`, `Lost`, backend errors) come back as
 //!   `Err(E::from(error))`.
 //! - An optional parameter of type `&LockGuard` (any path ending in
-//!   `LockGuard`) is removed from the signature: callers do not pass it,
-//!   and the body sees the held guard under that name.
+//!   `LockGuard`; `&MultiGuard` with `keys`) is removed from the
+//!   signature: callers do not pass it, and the body sees the held guard
+//!   under that name.
 //! - Free functions, inherent methods (`&self`, `&mut self`, `self`) and
 //!   trait-impl methods work; attributes, docs, generics, `where` clauses
 //!   and visibility are kept.

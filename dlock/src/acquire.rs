@@ -79,6 +79,25 @@ async fn watched<T: Observed>(
     observe::watched(watch, once, attempt, |held: &T| held.observed()).await
 }
 
+/// Takes the lock on the options' key as one step of a larger acquisition
+/// (a [`MultiLock`](crate::MultiLock)'s key): its own `dlock.acquire` span,
+/// reentrant like [`lock_within`], waiting up to `wait` (zero: one
+/// attempt). `Ok(None)`: not acquired in time.
+pub(crate) async fn lock_watched(
+    options: &LeaseOptions,
+    wait: Option<Duration>,
+) -> Result<Option<LockGuard>, LockError> {
+    let once = wait == Some(Duration::ZERO);
+    watched(
+        options,
+        Kind::Lock,
+        wait,
+        once,
+        lock_within(options, wait, Kind::Lock),
+    )
+    .await
+}
+
 /// What a lease is taken on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Target {

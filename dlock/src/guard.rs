@@ -97,6 +97,11 @@ impl LockGuard {
         Some(began)
     }
 
+    /// The lease this guard holds (or shares, when reentrant).
+    pub(crate) fn lease(&self) -> &Arc<LeaseShared> {
+        &self.shared
+    }
+
     /// Marks this guard as holding segment `index` of a segmented lock.
     pub(crate) fn in_segment(mut self, index: usize) -> Self {
         self.segment = Some(index);

@@ -28,7 +28,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The same without the macro: [`Lock`]. Backends: [`backends`]; the
+//! The same without the macro: [`Lock`]. Several keys held at once, in an
+//! order that cannot deadlock: [`MultiLock`]. Backends: [`backends`]; the
 //! contract a backend implements: [`LockBackend`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -44,6 +45,8 @@ mod key;
 mod lease;
 mod local;
 mod lock;
+mod multi;
+mod multi_guard;
 mod observe;
 mod options;
 mod queue;
@@ -67,6 +70,8 @@ pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::MAX_KEY_BYTES;
 pub use lock::Lock;
+pub use multi::MultiLock;
+pub use multi_guard::MultiGuard;
 pub use registry::{connect, registry, Registry};
 pub use segmented::SegmentedLock;
 pub use semaphore::{Permit, Semaphore};

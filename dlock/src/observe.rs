@@ -187,6 +187,49 @@ pub(crate) async fn watched<T>(
     result
 }
 
+/// The `dlock.acquire_all` span of one [`MultiLock`](crate::MultiLock)
+/// acquisition: the parent of one `dlock.acquire` span per key taken, so an
+/// operator sees which key a slow or failed multi-key acquire waited on.
+pub(crate) fn acquire_all_span(keys: &[String], backend: &str, wait: Option<Duration>) -> Span {
+    tracing::debug_span!(
+        "dlock.acquire_all",
+        keys = %KeyList(keys),
+        count = keys.len(),
+        backend = backend,
+        wait_ms = wait.map(millis),
+        outcome = Empty,
+        blocked_on = Empty,
+        waited_us = Empty,
+    )
+}
+
+/// Records how a multi-key acquisition ended on its span: `blocked_on`
+/// names the key that was busy, timed out or failed.
+pub(crate) fn acquired_all(span: &Span, start: Instant, outcome: &str, blocked_on: Option<&str>) {
+    if !span.is_disabled() {
+        span.record("outcome", outcome);
+        span.record("waited_us", micros(start.elapsed()));
+        if let Some(key) = blocked_on {
+            span.record("blocked_on", key);
+        }
+    }
+}
+
+/// Keys as `a, b, c`, formatted only when a subscriber records them.
+struct KeyList<'a>(&'a [String]);
+
+impl std::fmt::Display for KeyList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, key) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(key)?;
+        }
+        Ok(())
+    }
+}
+
 /// What a held lease needs to report its hold and its loss.
 #[derive(Debug)]
 pub(crate) struct Holding {
@@ -287,6 +330,32 @@ pub(crate) fn held_span(key: &str, fence: Option<u64>) -> Span {
     tracing::info_span!("dlock.held", key = %key, fence)
 }
 
+/// The `dlock.held` span a `#[distributed_lock(keys = ..)]` body runs in:
+/// every key and its fence.
+pub(crate) fn held_all_span(guards: &[crate::LockGuard]) -> Span {
+    let held = HeldKeys(guards);
+    tracing::info_span!("dlock.held", keys = %held, count = held.0.len())
+}
+
+/// Held keys as `a (fence 7), b (fence 9)`, formatted only when a
+/// subscriber records them.
+struct HeldKeys<'a>(&'a [crate::LockGuard]);
+
+impl std::fmt::Display for HeldKeys<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, guard) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match guard.fencing_token() {
+                Some(fence) => write!(f, "{} (fence {fence})", guard.key())?,
+                None => f.write_str(guard.key())?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Emits every span, event and metric of this module once, as the core
 /// does: for the test that no heap allocation happens when nobody listens
 /// (`dlock/tests/quiet_observability.rs`, through `__private`).
@@ -322,6 +391,10 @@ pub(crate) fn everything_once() {
         RenewCounts::default(),
     );
     drop(held_span("quiet", Some(7)).enter());
+    // No keys: a `String` made here would be this function's own allocation.
+    let all = acquire_all_span(&[], &backend, None);
+    acquired_all(&all, Instant::now(), "timeout", Some("quiet"));
+    drop(held_all_span(&[]).enter());
 }
 
 fn millis(d: Duration) -> u64 {

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-pub use crate::{Lock, LockError, LockGuard, SegmentedLock};
+pub use crate::{Lock, LockError, LockGuard, MultiGuard, MultiLock, SegmentedLock};
 
 /// Whether a lost lease cancels the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +76,52 @@ pub async fn finish<R>(guard: LockGuard, output: R) -> R {
     if let Err(error) = guard.release().await {
         if !matches!(error, LockError::NotHeld { .. }) {
             tracing::warn!(key = %key, error = %error, "release after the body failed; the lease will expire by its ttl");
+        }
+    }
+    output
+}
+
+/// [`run_body`] for `keys = [..]`: the body runs inside the critical
+/// section of every key; a lost lease on any key is `Lost` naming it.
+pub async fn run_multi_body<R, F>(
+    guard: &MultiGuard,
+    on_lost: OnLost,
+    fail: fn(LockError) -> R,
+    body: F,
+) -> R
+where
+    F: Future<Output = R>,
+{
+    let span = crate::observe::held_all_span(guard.guards());
+    let body = tracing::Instrument::instrument(guard.scope(body), span);
+    match on_lost {
+        OnLost::Continue => body.await,
+        OnLost::Cancel => {
+            let lost = guard.lost();
+            tokio::select! {
+                biased;
+                output = body => output,
+                () = lost => fail(LockError::Lost { key: lost_key(guard) }),
+            }
+        }
+    }
+}
+
+/// The first key of `guard` whose lease is no longer held.
+fn lost_key(guard: &MultiGuard) -> String {
+    let lost = guard.guards().iter().find(|g| !g.is_held());
+    lost.map_or_else(
+        || guard.keys().collect::<Vec<_>>().join(", "),
+        |g| g.key().to_owned(),
+    )
+}
+
+/// [`finish`] for `keys = [..]`: releases every key before returning.
+pub async fn finish_multi<R>(guard: MultiGuard, output: R) -> R {
+    let keys = guard.keys().collect::<Vec<_>>().join(", ");
+    if let Err(error) = guard.release().await {
+        if !matches!(error, LockError::NotHeld { .. }) {
+            tracing::warn!(keys = %keys, error = %error, "release after the body failed; the leases will expire by their ttl");
         }
     }
     output

@@ -58,3 +58,14 @@ pub(crate) async fn inside<F: Future>(lease: Arc<LeaseShared>, work: F) -> F::Ou
         .scope(Some(Arc::new(Frame { lease, outer })), work)
         .await
 }
+
+/// Runs `work` inside the critical sections of all `leases` at once (a
+/// [`MultiGuard`](crate::MultiGuard)'s), nested in whatever frames are in
+/// force where it is first polled.
+pub(crate) async fn inside_all<F: Future>(leases: Vec<Arc<LeaseShared>>, work: F) -> F::Output {
+    let mut top = INSIDE.try_with(Clone::clone).ok().flatten();
+    for lease in leases {
+        top = Some(Arc::new(Frame { lease, outer: top }));
+    }
+    INSIDE.scope(top, work).await
+}

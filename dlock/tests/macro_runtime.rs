@@ -322,3 +322,48 @@ async fn renew_false_makes_the_ttl_a_hard_lease() {
     assert!(!outlive_a_hard_lease(&calls).await.unwrap());
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+// --- several keys at once -----------------------------------------------------
+
+#[distributed_lock(keys = ["acct:{to}", "acct:{from}"], ttl = "90ms", backend = "multi")]
+async fn transfer(from: u32, to: u32, finished: &AtomicBool) -> Result<(), AppError> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    finished.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(keys = ["acct:{a}", "acct:{b}"], wait = "0s", backend = "multi")]
+async fn both_held(a: u32, b: u32, guard: &dlock::MultiGuard) -> Result<Vec<String>, AppError> {
+    assert!(guard.is_held());
+    Ok(guard.keys().map(str::to_owned).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_hold_every_key_and_losing_one_cancels_the_body() {
+    let backend = register("multi");
+    // Released before return, in canonical order.
+    assert_eq!(both_held(2, 1).await.unwrap(), ["acct:1", "acct:2"]);
+    assert!(backend.holder("acct:1").is_none() && backend.holder("acct:2").is_none());
+
+    let finished = Arc::new(AtomicBool::new(false));
+    let job = tokio::spawn({
+        let finished = finished.clone();
+        async move { transfer(1, 2, &finished).await }
+    });
+    until_held(&backend, "acct:1").await;
+    until_held(&backend, "acct:2").await;
+    // Both held by the body: a call naming them the other way is busy.
+    assert!(matches!(
+        both_held(2, 1).await,
+        Err(AppError::Lock(LockError::Busy { .. }))
+    ));
+    assert!(backend.force_expire("acct:2"));
+    let result = job.await.unwrap();
+    assert!(
+        matches!(result, Err(AppError::Lock(LockError::Lost { ref key })) if key == "acct:2"),
+        "{result:?}"
+    );
+    assert!(!finished.load(Ordering::SeqCst));
+    // The key that was not lost was released when the function returned.
+    assert!(backend.holder("acct:1").is_none());
+}

@@ -30,11 +30,12 @@ impl Visit for Fields {
     }
 }
 
-/// A closed span: its name and every field it was given.
+/// A closed span: its name, every field it was given, and its parent's name.
 #[derive(Debug, Clone)]
 struct SpanRecord {
     name: &'static str,
     fields: Fields,
+    parent: Option<&'static str>,
 }
 
 /// An event: its level, fields, and the spans it was inside of.
@@ -79,6 +80,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
                 scope
                     .map(|span| SpanRecord {
                         name: span.name(),
+                        parent: span.parent().map(|p| p.name()),
                         fields: span
                             .extensions()
                             .get::<Fields>()
@@ -104,6 +106,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
                 .unwrap_or_default();
             self.0.spans.lock().unwrap().push(SpanRecord {
                 name: span.name(),
+                parent: span.parent().map(|p| p.name()),
                 fields,
             });
         }
@@ -182,6 +185,61 @@ async fn spans_and_events_name_the_lock() {
     assert!(fields.contains_key("waited_us"), "{fields:?}");
     // No wait was set: the field is absent rather than a made-up number.
     assert!(!fields.contains_key("wait_ms"), "{fields:?}");
+
+    // dlock.acquire_all: the parent of one dlock.acquire per key; a timeout
+    // names the key it waited on.
+    let blocker = Lock::new("multi:b")
+        .backend("tracing")
+        .acquire()
+        .await
+        .unwrap();
+    let multi = dlock::MultiLock::new(["multi:b", "multi:a"])
+        .backend("tracing")
+        .wait(Duration::from_millis(100));
+    assert!(multi.acquire().await.is_err());
+    blocker.release().await.unwrap();
+    multi.acquire().await.unwrap().release().await.unwrap();
+    let all: Vec<SpanRecord> = captured
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.name == "dlock.acquire_all")
+        .cloned()
+        .collect();
+    assert_eq!(all.len(), 2, "{all:?}");
+    let timed_out = &all[0].fields.0;
+    assert_eq!(
+        timed_out.get("keys").map(String::as_str),
+        Some("multi:a, multi:b")
+    );
+    assert_eq!(
+        timed_out.get("outcome").map(String::as_str),
+        Some("timeout")
+    );
+    assert_eq!(
+        timed_out.get("blocked_on").map(String::as_str),
+        Some("multi:b")
+    );
+    assert_eq!(
+        all[1].fields.0.get("outcome").map(String::as_str),
+        Some("acquired")
+    );
+    // The blocker's own acquire of `multi:b` has no parent; the multi-lock's
+    // two attempts on each key are inside its `dlock.acquire_all`.
+    for key in ["multi:a", "multi:b"] {
+        let under_all = captured
+            .spans("dlock.acquire", key)
+            .into_iter()
+            .filter(|s| s.parent == Some("dlock.acquire_all"))
+            .count();
+        assert_eq!(under_all, 2, "{key}");
+    }
+    assert_eq!(captured.outcomes("multi:a"), ["acquired", "acquired"]);
+    assert_eq!(
+        captured.outcomes("multi:b"),
+        ["acquired", "timeout", "acquired"]
+    );
 
     // dlock.release.
     let releases = captured.spans("dlock.release", "spanned");

@@ -7,6 +7,7 @@ pub mod error;
 pub mod fixtures;
 pub mod foreign;
 pub mod holder;
+pub mod multi;
 pub mod nesting;
 pub mod ordinary_code;
 pub mod overlap;

@@ -5,3 +5,4 @@ use dlock_tests::fixtures::redis::RedisFixture;
 dlock_tests::conformance_suite!(RedisFixture::single());
 dlock_tests::segments_suite!(RedisFixture::single());
 dlock_tests::semaphore_suite!(RedisFixture::single());
+dlock_tests::multi_suite!(RedisFixture::single(), rounds = 500);

@@ -6,3 +6,4 @@ dlock_tests::conformance_suite!(ZkFixture::start().await);
 // Segments are ordinary locks: ZooKeeper has them.
 dlock_tests::segments_suite!(ZkFixture::start().await);
 dlock_tests::semaphore_suite!(ZkFixture::start().await);
+dlock_tests::multi_suite!(ZkFixture::start().await, rounds = 500);
