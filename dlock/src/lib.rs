@@ -28,7 +28,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The same without the macro: [`Lock`]. Backends: [`backends`]; the
+//! The same without the macro: [`Lock`]; shared readers and one writer:
+//! [`RwLock`]. Backends: [`backends`]; the
 //! contract a backend implements: [`LockBackend`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -48,6 +49,7 @@ mod observe;
 mod options;
 mod queue;
 mod registry;
+mod rwlock;
 mod schemes;
 mod scope;
 mod segmented;
@@ -68,6 +70,7 @@ pub use guard::LockGuard;
 pub use key::MAX_KEY_BYTES;
 pub use lock::Lock;
 pub use registry::{connect, registry, Registry};
+pub use rwlock::RwLock;
 pub use segmented::SegmentedLock;
 pub use semaphore::{Permit, Semaphore};
 pub use ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
