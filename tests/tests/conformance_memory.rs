@@ -5,3 +5,4 @@ use dlock_tests::fixtures::memory::MemoryFixture;
 dlock_tests::conformance_suite!(MemoryFixture::default());
 dlock_tests::segments_suite!(MemoryFixture::default());
 dlock_tests::semaphore_suite!(MemoryFixture::default());
+dlock_tests::rw_suite!(MemoryFixture::default());
