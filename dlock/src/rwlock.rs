@@ -36,6 +36,9 @@ use crate::LockError;
 /// `read`, are granted at once and share the holder's lease; a read
 /// holder's `write` fails at once with [`LockError::InvalidOption`], as it
 /// would wait for its own reader for ever (release the read guard first).
+/// Outside a scope, the holder's own code queues like any other caller: a
+/// second `read` waits behind a writer that waits for the first, until its
+/// `wait` runs out, so nest reads inside [`LockGuard::scope`].
 ///
 /// **Backends**: in progress; `memory://` has read-write locks, the others
 /// answer [`LockError::InvalidOption`] naming the backends that do.
