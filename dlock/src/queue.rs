@@ -193,3 +193,46 @@ impl LocalQueue {
         lock(&self.slots).len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_waiting_writer_stops_later_readers_at_the_gate() {
+        let queue = Arc::new(LocalQueue::default());
+        let read = |queue: &Arc<LocalQueue>| queue.rw_slot("k", RwMode::Read);
+        let (slot, weight) = read(&queue);
+        let first = queue.turn_of(slot, weight, true, None).await.unwrap();
+        let (slot, weight) = read(&queue);
+        let second = queue.turn_of(slot, weight, true, None).await;
+        assert!(second.is_some(), "readers share the gate");
+        let writing = tokio::spawn({
+            let queue = queue.clone();
+            async move {
+                let (slot, weight) = queue.rw_slot("k", RwMode::Write);
+                queue.turn_of(slot, weight, false, None).await
+            }
+        });
+        let turned_away = async {
+            loop {
+                let (slot, weight) = read(&queue);
+                if queue.turn_of(slot, weight, true, None).await.is_none() {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), turned_away)
+            .await
+            .expect("a waiting writer never stopped a later reader");
+        drop((first, second));
+        let writer = writing.await.unwrap().expect("the writer's turn");
+        // The plain lock of the same key has a gate of its own.
+        let plain = queue.turn(queue.slot("k"), true, None).await;
+        assert!(plain.is_some(), "a lock shared the read-write gate");
+        drop((writer, plain));
+        assert_eq!(queue.slot_count(), 0, "slots outlived their turns");
+    }
+}
