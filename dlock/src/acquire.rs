@@ -1,12 +1,15 @@
 //! The one acquire path of every lease: the outcome of a public acquire
 //! (its span, `Busy` or `Timeout`), and the taking of one lease on a lock
-//! key or a semaphore (local turn → backend call → register).
+//! key, a semaphore or a read-write lock (local turn → backend call →
+//! register).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{no_semaphores, AcquireRequest, LockBackend, PermitRequest};
+use crate::backend::{
+    no_rw_locks, no_semaphores, AcquireRequest, LockBackend, PermitRequest, RwMode, RwRequest,
+};
 use crate::guard::LockGuard;
 use crate::lease::{LeaseKind, LeaseShared, NewLease};
 use crate::observe::{self, Acquisition, Kind};
@@ -105,6 +108,8 @@ pub(crate) enum Target {
     Lock,
     /// A permit of the semaphore named by the options' key.
     Permit { permits: usize },
+    /// A read or a write lease on the read-write lock of the options' key.
+    Rw(RwMode),
 }
 
 /// The guard of a lease on the options' key whose critical section the
@@ -129,6 +134,30 @@ pub(crate) async fn lock_within(
     take(options, backend, Target::Lock, wait, observed).await
 }
 
+/// Takes a `mode` lease on the read-write lock of the options' key, waiting
+/// up to `wait` (as [`lock_within`]). Inside the critical section of a
+/// lease on the same read-write lock and backend: a write holder's read or
+/// write, and a read holder's read, re-enter; a read holder's write is
+/// [`LockError::InvalidOption`] at once, as it would wait for itself.
+pub(crate) async fn rw_within(
+    options: &LeaseOptions,
+    mode: RwMode,
+    wait: Option<Duration>,
+    observed: Kind,
+) -> Result<Option<LockGuard>, LockError> {
+    let backend = options.check()?;
+    if let Some(held) = scope::enclosing_rw(&backend, &options.key) {
+        return match (held.kind, mode) {
+            (LeaseKind::Rw(RwMode::Read), RwMode::Write) => Err(LockError::invalid_option(format!(
+                "write on read-write lock `{}` asked inside the scope of a read guard of it: the write would wait for that reader, itself, for ever; release the read guard first, or take the write lease from the start",
+                options.key
+            ))),
+            _ => Ok(Some(LockGuard::reentrant(held))),
+        };
+    }
+    take(options, backend, Target::Rw(mode), wait, observed).await
+}
+
 /// Takes one lease on `target` from `backend`: this process's turn first
 /// (so only the front local waiters talk to the service), then the backend
 /// call, then the watchdog's registration. Waits up to `wait` (zero: one
@@ -143,11 +172,12 @@ pub(crate) async fn take(
     let local = local::for_backend(&backend);
     let once = wait == Some(Duration::ZERO);
     let deadline = wait.and_then(deadline::after);
-    let slot = match target {
-        Target::Lock => local.queue.slot(&options.key),
-        Target::Permit { permits } => local.queue.semaphore_slot(&options.key, permits),
+    let (slot, weight) = match target {
+        Target::Lock => (local.queue.slot(&options.key), 1),
+        Target::Permit { permits } => (local.queue.semaphore_slot(&options.key, permits), 1),
+        Target::Rw(mode) => local.queue.rw_slot(&options.key, mode),
     };
-    let Some(turn) = local.queue.turn(slot, once, deadline).await else {
+    let Some(turn) = local.queue.turn_of(slot, weight, once, deadline).await else {
         return Ok(None);
     };
 
@@ -183,6 +213,24 @@ pub(crate) async fn take(
                 semaphores.acquire_permit(&request, deadline).await
             };
             (granted, LeaseKind::Permit)
+        }
+        Target::Rw(mode) => {
+            // The one place a backend without read-write locks is told so.
+            let Some(rw) = backend.rw() else {
+                return Err(no_rw_locks(&backend.describe()));
+            };
+            let request = RwRequest {
+                key: options.key.to_string(),
+                mode,
+                token,
+                ttl: options.ttl,
+            };
+            let granted = if once {
+                rw.try_acquire_rw(&request).await
+            } else {
+                rw.acquire_rw(&request, deadline).await
+            };
+            (granted, LeaseKind::Rw(mode))
         }
     };
     let Some(lease) = granted? else {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::Instrument;
 
-use crate::backend::{no_semaphores, Lease, LockBackend, Renewal};
+use crate::backend::{no_rw_locks, no_semaphores, Lease, LockBackend, Renewal, RwMode};
 use crate::observe::{self, Holding, LossReason};
 use crate::queue::Turn;
 use crate::LockError;
@@ -33,6 +33,9 @@ pub(crate) enum LeaseKind {
     Lock,
     /// One permit of a semaphore: the backend's `PermitBackend`.
     Permit,
+    /// A read or a write lease on a read-write lock: the backend's
+    /// `RwBackend`, told the mode.
+    Rw(RwMode),
 }
 
 /// The mutable part of a lease, updated by the watchdog.
@@ -287,15 +290,23 @@ pub(crate) async fn renew_on(
     kind: LeaseKind,
     leases: &[Lease],
 ) -> Vec<Result<Renewal, LockError>> {
-    match (kind, backend.permits()) {
-        (LeaseKind::Lock, _) => backend.renew(leases).await,
-        (LeaseKind::Permit, Some(permits)) => permits.renew_permits(leases).await,
-        // Not on a backend that granted the permit; answered all the same.
-        (LeaseKind::Permit, None) => leases
-            .iter()
-            .map(|_| Err(no_semaphores(&backend.describe())))
-            .collect(),
+    match kind {
+        LeaseKind::Lock => backend.renew(leases).await,
+        LeaseKind::Permit => match backend.permits() {
+            Some(permits) => permits.renew_permits(leases).await,
+            // Not on a backend that granted the permit; answered all the same.
+            None => refuse_all(leases, || no_semaphores(&backend.describe())),
+        },
+        LeaseKind::Rw(mode) => match backend.rw() {
+            Some(rw) => rw.renew_rw(mode, leases).await,
+            None => refuse_all(leases, || no_rw_locks(&backend.describe())),
+        },
     }
+}
+
+/// One error per lease, for a batch no backend call can answer.
+fn refuse_all(leases: &[Lease], error: impl Fn() -> LockError) -> Vec<Result<Renewal, LockError>> {
+    leases.iter().map(|_| Err(error())).collect()
 }
 
 /// Gives `lease` back through the backend call for its kind.
@@ -304,9 +315,15 @@ pub(crate) async fn release_on(
     kind: LeaseKind,
     lease: &Lease,
 ) -> Result<bool, LockError> {
-    match (kind, backend.permits()) {
-        (LeaseKind::Lock, _) => backend.release(lease).await,
-        (LeaseKind::Permit, Some(permits)) => permits.release_permit(lease).await,
-        (LeaseKind::Permit, None) => Err(no_semaphores(&backend.describe())),
+    match kind {
+        LeaseKind::Lock => backend.release(lease).await,
+        LeaseKind::Permit => match backend.permits() {
+            Some(permits) => permits.release_permit(lease).await,
+            None => Err(no_semaphores(&backend.describe())),
+        },
+        LeaseKind::Rw(mode) => match backend.rw() {
+            Some(rw) => rw.release_rw(mode, lease).await,
+            None => Err(no_rw_locks(&backend.describe())),
+        },
     }
 }

@@ -29,7 +29,8 @@
 //! ```
 //!
 //! The same without the macro: [`Lock`]. Several keys held at once, in an
-//! order that cannot deadlock: [`MultiLock`]. Backends: [`backends`]; the
+//! order that cannot deadlock: [`MultiLock`]. Shared readers and one writer:
+//! [`RwLock`]. Backends: [`backends`]; the
 //! contract a backend implements: [`LockBackend`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -51,6 +52,7 @@ mod observe;
 mod options;
 mod queue;
 mod registry;
+mod rwlock;
 mod schemes;
 mod scope;
 mod segmented;
@@ -73,6 +75,7 @@ pub use lock::Lock;
 pub use multi::MultiLock;
 pub use multi_guard::MultiGuard;
 pub use registry::{connect, registry, Registry};
+pub use rwlock::RwLock;
 pub use segmented::SegmentedLock;
 pub use semaphore::{Permit, Semaphore};
 pub use ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};

@@ -21,6 +21,10 @@ pub(crate) enum Kind {
     Lock,
     Segment,
     Permit,
+    /// A read lease of a read-write lock.
+    Read,
+    /// A write lease of a read-write lock.
+    Write,
 }
 
 impl Kind {
@@ -29,6 +33,8 @@ impl Kind {
             Kind::Lock => "lock",
             Kind::Segment => "segment",
             Kind::Permit => "permit",
+            Kind::Read => "read",
+            Kind::Write => "write",
         }
     }
 }

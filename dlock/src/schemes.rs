@@ -1,7 +1,8 @@
 //! The scheme table: every URL scheme `connect` knows, the backend and the
-//! cargo feature behind it, and whether that backend has semaphores.
-//! `connect`, its errors and `backend::no_semaphores` read it; the table in
-//! `backends`' docs shows it.
+//! cargo feature behind it, and whether that backend has semaphores and
+//! read-write locks.
+//! `connect`, its errors, `backend::no_semaphores` and
+//! `backend::no_rw_locks` read it; the table in `backends`' docs shows it.
 
 /// One backend's row.
 #[derive(Debug)]
@@ -12,6 +13,8 @@ pub(crate) struct Scheme {
     pub(crate) feature: Option<&'static str>,
     /// Whether the backend has semaphores (implements `PermitBackend`).
     pub(crate) semaphores: bool,
+    /// Whether the backend has read-write locks (implements `RwBackend`).
+    pub(crate) rw_locks: bool,
     /// Which backend `connect` builds for it.
     pub(crate) backend: Backend,
 }
@@ -32,30 +35,35 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["memory"],
         feature: None,
         semaphores: true,
+        rw_locks: true,
         backend: Backend::Memory,
     },
     Scheme {
         names: &["redis", "rediss", "redis+cluster", "rediss+cluster"],
         feature: Some("redis"),
         semaphores: true,
+        rw_locks: false,
         backend: Backend::Redis,
     },
     Scheme {
         names: &["redlock"],
         feature: Some("redlock"),
         semaphores: false,
+        rw_locks: false,
         backend: Backend::Redlock,
     },
     Scheme {
         names: &["etcd", "etcds"],
         feature: Some("etcd"),
         semaphores: true,
+        rw_locks: false,
         backend: Backend::Etcd,
     },
     Scheme {
         names: &["zk"],
         feature: Some("zookeeper"),
         semaphores: true,
+        rw_locks: false,
         backend: Backend::ZooKeeper,
     },
 ];
@@ -77,6 +85,17 @@ pub(crate) fn with_semaphores_listed() -> String {
         SCHEMES
             .iter()
             .filter(|row| row.semaphores)
+            .map(|row| row.names[0]),
+        "or",
+    )
+}
+
+/// The backends with read-write locks, by their first scheme.
+pub(crate) fn with_rw_locks_listed() -> String {
+    listed(
+        SCHEMES
+            .iter()
+            .filter(|row| row.rw_locks)
             .map(|row| row.names[0]),
         "or",
     )
@@ -113,6 +132,7 @@ mod tests {
             with_semaphores_listed(),
             "memory://, redis://, etcd:// or zk://"
         );
+        assert_eq!(with_rw_locks_listed(), "memory://");
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
         assert!(all_listed().ends_with(", etcds:// and zk://"));
     }

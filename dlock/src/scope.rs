@@ -27,15 +27,31 @@ tokio::task_local! {
     static INSIDE: Option<Arc<Frame>>;
 }
 
-/// The held lease on `key` of `backend` whose critical section the running
-/// code is inside of, if any.
+/// The held lock lease on `key` of `backend` whose critical section the
+/// running code is inside of, if any.
 pub(crate) fn enclosing(backend: &Arc<dyn LockBackend>, key: &str) -> Option<Arc<LeaseShared>> {
+    innermost(backend, key, |kind| kind == LeaseKind::Lock)
+}
+
+/// The held read or write lease on the read-write lock `key` of `backend`
+/// whose critical section the running code is inside of, if any (a plain
+/// lock of the same key is another object and does not count).
+pub(crate) fn enclosing_rw(backend: &Arc<dyn LockBackend>, key: &str) -> Option<Arc<LeaseShared>> {
+    innermost(backend, key, |kind| matches!(kind, LeaseKind::Rw(_)))
+}
+
+/// The innermost held lease on `key` of `backend` whose kind `kind_fits`.
+fn innermost(
+    backend: &Arc<dyn LockBackend>,
+    key: &str,
+    kind_fits: impl Fn(LeaseKind) -> bool,
+) -> Option<Arc<LeaseShared>> {
     INSIDE
         .try_with(|top| {
             let mut frame = top.as_ref();
             while let Some(f) = frame {
                 let lease = &f.lease;
-                if lease.kind == LeaseKind::Lock
+                if kind_fits(lease.kind)
                     && lease.key == key
                     && lease.is_on(backend)
                     && lease.is_held()

@@ -132,14 +132,10 @@ impl Watchdog {
                 return;
             };
             if !due.is_empty() {
-                // Lock leases and permit leases renew through different
-                // backend calls: one batch per kind.
-                let (locks, permits): (Vec<_>, Vec<_>) =
-                    due.into_iter().partition(|s| s.kind == LeaseKind::Lock);
-                for batch in [locks, permits] {
-                    if !batch.is_empty() {
-                        Self::start_renewal(&mut in_flight, batch);
-                    }
+                // Each kind of lease renews through its own backend call
+                // (locks, permits, read and write leases): one batch per kind.
+                for batch in by_kind(due) {
+                    Self::start_renewal(&mut in_flight, batch);
                 }
                 continue;
             }
@@ -327,6 +323,18 @@ impl Watchdog {
             observe::renewed(&span, first.label(), now - sent, counts);
         }
     }
+}
+
+/// `due` cut into batches of one kind each, in the order kinds first appear.
+fn by_kind(due: Vec<Arc<LeaseShared>>) -> Vec<Vec<Arc<LeaseShared>>> {
+    let mut batches: Vec<(LeaseKind, Vec<Arc<LeaseShared>>)> = Vec::new();
+    for shared in due {
+        match batches.iter_mut().find(|(kind, _)| *kind == shared.kind) {
+            Some((_, batch)) => batch.push(shared),
+            None => batches.push((shared.kind, vec![shared])),
+        }
+    }
+    batches.into_iter().map(|(_, batch)| batch).collect()
 }
 
 /// Deletes a lease whose local deadline passed, if the server still has it.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::backends::memory::MemoryBackend;
-use dlock::{distributed_lock, Lock, LockError, LockGuard};
+use dlock::{distributed_lock, Lock, LockError, LockGuard, RwLock};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
@@ -248,6 +248,20 @@ async fn spans_and_events_name_the_lock() {
         releases[0].fields.0.get("outcome").map(String::as_str),
         Some("released")
     );
+
+    // An RwLock's spans say which side they took: kind `read` or `write`.
+    let prices = RwLock::new("prices").backend("tracing");
+    prices.read().await.unwrap().release().await.unwrap();
+    prices.write().await.unwrap().release().await.unwrap();
+    let kinds = |name: &str| -> Vec<String> {
+        captured
+            .spans(name, "prices")
+            .iter()
+            .map(|s| s.fields.0.get("kind").cloned().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(kinds("dlock.acquire"), ["read", "write"]);
+    assert_eq!(kinds("dlock.release"), ["read", "write"]);
 
     // dlock.renew, and the WARN event of a lost lease.
     let ttl = Duration::from_millis(300);

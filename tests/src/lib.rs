@@ -12,6 +12,7 @@ pub mod nesting;
 pub mod ordinary_code;
 pub mod overlap;
 pub mod proxy;
+pub mod rw;
 pub mod segments;
 pub mod semaphore;
 pub mod servers;

@@ -2,7 +2,7 @@
 //!
 //! Capabilities: ✓ mutual exclusion between tasks of one process · ✓ lease
 //! expiry · ✓ fencing tokens · ✓ FIFO wake-up of waiters · ✓ semaphores
-//! (see `permits.rs`) · ✗ other processes.
+//! (see `permits.rs`) · ✓ read-write locks (see `rw.rs`) · ✗ other processes.
 //!
 //! It is the embedded default of the quickstart and the docs, and what the
 //! core's own tests run on. It is not a stand-in for a distributed backend:
@@ -17,11 +17,13 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 mod permits;
+mod rw;
 mod ticket;
 
 use self::ticket::{Queued, Ticket};
 use crate::backend::{
     lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal,
+    RwBackend, RwMode, RwRequest,
 };
 use crate::deadline::saturating_add;
 use crate::LockError;
@@ -46,12 +48,16 @@ use crate::LockError;
 pub struct MemoryBackend {
     state: Mutex<HashMap<String, KeyState>>,
     /// One counter for all keys: strictly increasing per key too, and it lets
-    /// idle keys be forgotten without resetting their fencing tokens.
+    /// idle keys be forgotten without resetting their fencing tokens. Locks
+    /// and read-write locks draw from it alike.
     fence: AtomicU64,
     next_ticket: AtomicU64,
     /// The semaphores, apart from the locks: a semaphore and a lock may
     /// share a name.
     permits: permits::PermitTable,
+    /// The read-write locks, apart from the locks: a read-write lock and a
+    /// lock may share a key.
+    rw: rw::RwTable,
 }
 
 #[derive(Debug)]
@@ -156,6 +162,28 @@ impl MemoryBackend {
     /// their permits report the loss. Returns how many were removed.
     pub fn force_expire_permits(&self, name: &str) -> usize {
         self.permits.force_expire(name)
+    }
+
+    /// How many live readers hold the read-write lock `key`, and whether a
+    /// live writer does.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let backend = std::sync::Arc::new(dlock::backends::memory::MemoryBackend::new());
+    /// let reader = dlock::RwLock::new("prices").with_backend(backend.clone()).read().await?;
+    /// assert_eq!(backend.rw_holders("prices"), (1, false));
+    /// # drop(reader); Ok(()) }
+    /// ```
+    pub fn rw_holders(&self, key: &str) -> (usize, bool) {
+        self.rw.holders(key)
+    }
+
+    /// Removes every lease (readers and writer) of the read-write lock
+    /// `key` behind their holders' backs, as an operator's `DEL` would.
+    /// Their renewals are refused and their guards report the loss.
+    /// Returns how many were removed.
+    pub fn force_expire_rw(&self, key: &str) -> usize {
+        self.rw.force_expire(key)
     }
 
     fn lock_state(&self) -> MutexGuard<'_, HashMap<String, KeyState>> {
@@ -343,6 +371,10 @@ impl LockBackend for MemoryBackend {
     fn permits(&self) -> Option<&dyn PermitBackend> {
         Some(self)
     }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
 }
 
 // The semaphores live in `permits::PermitTable`, apart from the locks.
@@ -366,6 +398,31 @@ impl PermitBackend for MemoryBackend {
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
         Ok(self.permits.release(lease))
+    }
+}
+
+// The read-write locks live in `rw::RwTable`, apart from the locks; they
+// share the fence counter.
+#[async_trait]
+impl RwBackend for MemoryBackend {
+    async fn try_acquire_rw(&self, req: &RwRequest) -> Result<Option<Lease>, LockError> {
+        Ok(self.rw.try_acquire(req, &self.fence))
+    }
+
+    async fn acquire_rw(
+        &self,
+        req: &RwRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        Ok(self.rw.acquire(req, deadline, &self.fence).await)
+    }
+
+    async fn renew_rw(&self, mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.rw.renew(mode, leases)
+    }
+
+    async fn release_rw(&self, mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
+        Ok(self.rw.release(mode, lease))
     }
 }
 
