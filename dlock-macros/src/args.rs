@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key` or `keys`, `ttl`, `wait`, `backend`,
-//! `renew`, `on_lost`, `segments`.
+//! `renew`, `on_lost`, `segments`, `mode`.
 //!
 //! Parsing never stops at the first mistake: every argument is checked and
 //! all errors are returned together, each spanned on the token to fix.
@@ -16,7 +16,7 @@ use crate::error::Errors;
 
 /// Every argument the attribute accepts, in the order the docs list them.
 pub(crate) const VALID: &[&str] = &[
-    "key", "keys", "ttl", "wait", "backend", "renew", "on_lost", "segments",
+    "key", "keys", "ttl", "wait", "backend", "renew", "on_lost", "segments", "mode",
 ];
 
 /// The shortest ttl `dlock` accepts (`dlock::MIN_TTL`). The macro only knows
@@ -44,6 +44,15 @@ pub(crate) struct Args {
     pub(crate) on_lost: OnLost,
     /// `segments = N`: a `SegmentedLock` of N segments instead of a `Lock`.
     pub(crate) segments: Option<Located<usize>>,
+    /// `mode = "read" | "write"`: one side of an `RwLock` instead of a `Lock`.
+    pub(crate) mode: Option<Located<Mode>>,
+}
+
+/// Which side of a read-write lock the body holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
 }
 
 /// A value and the span of the literal it came from, so generated code
@@ -85,6 +94,7 @@ struct Builder {
     renew: Option<LitBool>,
     on_lost: Option<OnLost>,
     segments: Option<Located<usize>>,
+    mode: Option<Located<Mode>>,
 }
 
 impl Args {
@@ -115,6 +125,18 @@ impl Args {
                         "`segments` with `keys`: a multi-key lock holds every key, it has no segments; remove `segments`, or lock one `key` split into segments",
                     ));
                 }
+                if let (Some(_), Some(mode)) = (&seen.keys_whole, &seen.mode) {
+                    errors.push(syn::Error::new(
+                        mode.span,
+                        "`mode` with `keys`: a multi-key lock takes every key as a plain lock; remove `mode`, or take one `key` in read or write mode",
+                    ));
+                }
+                if let (Some(_), Some(mode)) = (&seen.segments, &seen.mode) {
+                    errors.push(syn::Error::new(
+                        mode.span,
+                        "`mode` with `segments`: a segmented lock has no read or write side; remove `mode`, or remove `segments` for a read-write lock on one key",
+                    ));
+                }
             }
             Err(e) => errors.push(e),
         }
@@ -129,6 +151,7 @@ impl Args {
             renew: seen.renew,
             on_lost: seen.on_lost.unwrap_or(OnLost::Cancel),
             segments: seen.segments,
+            mode: seen.mode,
         }
     }
 }
@@ -237,6 +260,26 @@ impl Builder {
                 let segments = segments(value)?;
                 set(&mut self.segments, segments, &name, &whole)
             }
+            "mode" => {
+                let lit = string(&name, value)?;
+                let mode = match lit.value().as_str() {
+                    "read" => Mode::Read,
+                    "write" => Mode::Write,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "unknown `mode` value `{other}`; write `mode = \"read\"` (shared with other readers) or `mode = \"write\"` (exclusive), or leave `mode` out for a plain lock"
+                            ),
+                        ))
+                    }
+                };
+                let mode = Located {
+                    value: mode,
+                    span: lit.span(),
+                };
+                set(&mut self.mode, mode, &name, &whole)
+            }
             // VALID was checked above; this arm only keeps the match total.
             _ => Err(syn::Error::new_spanned(
                 whole,
@@ -268,6 +311,7 @@ fn example(name: &str) -> &'static str {
         "backend" => "backend = \"etcd\"",
         "renew" => "renew = false",
         "segments" => "segments = 5",
+        "mode" => "mode = \"read\"",
         _ => "on_lost = \"continue\"",
     }
 }
@@ -526,7 +570,7 @@ mod tests {
         let e = err(quote!(key = "k", tll = "30s"));
         assert_eq!(
             e,
-            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, keys, ttl, wait, backend, renew, on_lost, segments"
+            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, keys, ttl, wait, backend, renew, on_lost, segments, mode"
         );
         assert!(err(quote!(key = "k", onlost = "cancel")).contains("did you mean `on_lost`?"));
         let e = err(quote!(key = "k", colour = "red"));
@@ -573,6 +617,23 @@ mod tests {
         assert!(err(quote!(keys = ["a", 1])).contains("each of `keys` is a key template string"));
         assert!(err(quote!(keys = ["a"], segments = 2)).starts_with("`segments` with `keys`"));
         assert!(err(quote!(keys = ["a"], keys = ["b"])).contains("duplicate argument `keys`"));
+    }
+
+    #[test]
+    fn mode_is_read_or_write_on_one_key() {
+        let read = parse(quote!(key = "prices:{region}", mode = "read")).unwrap();
+        assert_eq!(read.mode.unwrap().value, Mode::Read);
+        let write = parse(quote!(key = "k", mode = "write")).unwrap();
+        assert_eq!(write.mode.unwrap().value, Mode::Write);
+        assert!(parse(quote!(key = "k")).unwrap().mode.is_none());
+        let e = err(quote!(key = "k", mode = "shared"));
+        assert!(e.starts_with("unknown `mode` value `shared`"), "{e}");
+        assert!(err(quote!(key = "k", mode = read)).contains("`mode` takes a string literal"));
+        assert!(err(quote!(keys = ["a"], mode = "read")).starts_with("`mode` with `keys`"));
+        assert!(err(quote!(key = "k", segments = 2, mode = "read"))
+            .starts_with("`mode` with `segments`"));
+        assert!(err(quote!(key = "k", mode = "read", mode = "write"))
+            .contains("duplicate argument `mode`"));
     }
 
     #[test]

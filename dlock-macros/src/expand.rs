@@ -15,7 +15,7 @@ use syn::{
     ReturnType, Signature, Stmt, Type, WherePredicate,
 };
 
-use crate::args::{Args, OnLost};
+use crate::args::{Args, Mode, OnLost};
 use crate::error::Errors;
 use crate::key::{Scope, Template};
 
@@ -493,7 +493,16 @@ impl Lock<'_> {
                 let n = segments.value;
                 quote_spanned!(segments.span=> ::dlock::__private::SegmentedLock::new(#key, #n))
             }
+            None if self.args.mode.is_some() => quote!(::dlock::__private::RwLock::new(#key)),
             None => quote!(::dlock::__private::Lock::new(#key)),
+        };
+        // A read-write lock takes its lease with `read()` or `write()`.
+        let acquire = match &self.args.mode {
+            Some(mode) => match mode.value {
+                Mode::Read => quote_spanned!(mode.span=> read),
+                Mode::Write => quote_spanned!(mode.span=> write),
+            },
+            None => quote!(acquire),
         };
         let options = self.options();
         let on_lost = match self.args.on_lost {
@@ -525,7 +534,7 @@ impl Lock<'_> {
         quote! {
             let #fail_fn = #fail;
             let #lock = #constructor #options;
-            let #guard = match #lock.acquire().await {
+            let #guard = match #lock.#acquire().await {
                 ::core::result::Result::Ok(#held) => #held,
                 ::core::result::Result::Err(#error) => return #fail_fn(#error),
             };
@@ -658,6 +667,30 @@ mod tests {
             "::dlock::__private::finish_multi(__dlock_guard,__dlock_output).await}",
         ] {
             assert!(out.contains(&compact(expected)), "missing {expected}\nin {out}");
+        }
+    }
+
+    #[test]
+    fn mode_expands_to_one_side_of_a_read_write_lock() {
+        for (mode, method) in [("read", ".read().await"), ("write", ".write().await")] {
+            let out = expand(
+                quote!(key = "prices:{region}", mode = #mode),
+                quote!(
+                    async fn quote(region: u32, guard: &LockGuard) -> Result<(), E> {
+                        Ok(())
+                    }
+                ),
+            );
+            for expected in [
+                "::dlock::__private::RwLock::new(::std::format!(\"prices:{region}\"));",
+                method,
+                "::dlock::__private::run_body(&__dlock_guard,",
+            ] {
+                assert!(
+                    out.contains(&compact(expected)),
+                    "missing {expected}\nin {out}"
+                );
+            }
         }
     }
 

@@ -20,6 +20,7 @@
 //! | `on_lost` | `"cancel"` / `"continue"`: what a lost lease does to the running body | `"cancel"` |
 //! | `keys` | instead of `key`: an array of templates, `["account:{from}", "account:{to}"]`: hold every key at once (`dlock::MultiLock`) | — |
 //! | `segments` | positive integer: take any free one of N segments `<key>#0`..`<key>#N-1` (`dlock::SegmentedLock`) | one plain lock |
+//! | `mode` | `"read"` / `"write"`: one side of a read-write lock on `key` (`dlock::RwLock`) | one plain lock |
 //!
 //! - **`key`**: `{name}` and `{name.field.sub}` name the function's
 //!   parameters (those bound to a plain name), `{self.field}` works in
@@ -40,6 +41,11 @@
 //! - **`segments = 5`**: the key names a resource split into 5 segments;
 //!   each call holds one free segment (a `dlock::SegmentedLock`), and
 //!   `guard.segment()` in the body says which (`Some(0..5)`).
+//! - **`mode = "read"`**: the body holds a shared read lease of the
+//!   `dlock::RwLock` on `key` (`RwLock::read`); other readers of the key run
+//!   at the same time, a writer (`mode = "write"`, `RwLock::write`) holds it
+//!   alone. The guard parameter is `&LockGuard`. `mode` with `keys` or
+//!   `segments` and any value but `"read"` or `"write"` are compile errors.
 //! - **`on_lost = "cancel"`**: if the lease is lost while the body runs, the
 //!   body's future is dropped at its current `.await` and the function
 //!   returns `Err(LockError::Lost { .. }.into())`. With `"continue"` the body

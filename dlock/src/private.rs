@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-pub use crate::{Lock, LockError, LockGuard, MultiGuard, MultiLock, SegmentedLock};
+pub use crate::{Lock, LockError, LockGuard, MultiGuard, MultiLock, RwLock, SegmentedLock};
 
 /// Whether a lost lease cancels the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
