@@ -1,5 +1,5 @@
-//! Runs the `lock-holder` binary as a separate OS process, for cross-process
-//! and crash tests.
+//! Runs the `lock-holder`, `permit-holder` and `reader-holder` binaries as
+//! separate OS processes, for cross-process and crash tests.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -61,6 +61,25 @@ impl Holder {
             url.to_owned(),
             name.to_owned(),
             permits.to_string(),
+            ttl.as_millis().to_string(),
+            hold.as_millis().to_string(),
+        ];
+        Holder::spawn_args(binary, &args)
+    }
+
+    /// Starts the `reader-holder` binary (pass
+    /// `env!("CARGO_BIN_EXE_reader-holder")`): it takes a read lease of the
+    /// read-write lock on `key` and holds it for `hold`.
+    pub fn spawn_reader(
+        binary: &str,
+        url: &str,
+        key: &str,
+        ttl: Duration,
+        hold: Duration,
+    ) -> Holder {
+        let args = [
+            url.to_owned(),
+            key.to_owned(),
             ttl.as_millis().to_string(),
             hold.as_millis().to_string(),
         ];

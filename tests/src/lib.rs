@@ -13,6 +13,7 @@ pub mod ordinary_code;
 pub mod overlap;
 pub mod proxy;
 pub mod rw;
+pub mod rw_crash;
 pub mod segments;
 pub mod semaphore;
 pub mod servers;
