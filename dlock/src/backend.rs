@@ -9,6 +9,9 @@ use async_trait::async_trait;
 
 use crate::LockError;
 
+mod all_keys;
+pub use all_keys::{AllKeysBackend, AllOrNone};
+
 /// What the core asks a backend to take: a key, the owner token and the lease length.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AcquireRequest {
@@ -364,6 +367,13 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// The backend's read-write locks, if it has them: itself, as a
     /// [`RwBackend`]. The default is `None`: no read-write locks.
     fn rw(&self) -> Option<&dyn RwBackend> {
+        None
+    }
+
+    /// Whether the backend takes several lock keys all or none in one call:
+    /// itself, as an [`AllKeysBackend`]. The default is `None`: a
+    /// [`MultiLock`](crate::MultiLock) takes its keys one by one.
+    fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
         None
     }
 }

@@ -47,6 +47,7 @@ mod lease;
 mod local;
 mod lock;
 mod multi;
+mod multi_at_once;
 mod multi_guard;
 mod observe;
 mod options;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::{Instrument, Span};
 
 use crate::acquire::lock_watched;
+use crate::multi_at_once::{take_all, NotTaken};
 use crate::multi_guard::MultiGuard;
 use crate::options::{lease_option_setters, LeaseOptions};
 use crate::{deadline, observe, LockError, LockGuard};
@@ -181,9 +182,24 @@ together. `Duration::ZERO` tries each key once and fails with
     /// on drop.
     ///
     /// This is the one place that decides how the keys are taken: a
-    /// backend able to take several keys in one call (one Redis script) is
-    /// to be asked here, after the local turns, instead of key by key.
+    /// backend able to take several keys in one call (one Redis script:
+    /// [`AllKeysBackend`](crate::backend::AllKeysBackend)) is asked for
+    /// them all at once, after the local turns (`multi_at_once.rs`);
+    /// every other backend is asked key by key.
     async fn take_in_order(&self, wait: Option<Duration>) -> Result<Vec<LockGuard>, Blocked> {
+        // The keys were checked; the joined `options.key` is no key to check.
+        let first = self.options.with_key(self.keys[0].clone());
+        let backend = first
+            .check()
+            .map_err(|e| Blocked::Failed(self.keys[0].clone(), e))?;
+        if let Some(all) = backend.all_keys() {
+            return take_all(&self.options, &self.keys, &backend, all, wait)
+                .await
+                .map_err(|not| match not {
+                    NotTaken::Held(at) => Blocked::By(self.keys[at].clone()),
+                    NotTaken::Failed(at, e) => Blocked::Failed(self.keys[at].clone(), e),
+                });
+        }
         let deadline = wait.and_then(deadline::after);
         let once = wait == Some(Duration::ZERO);
         let mut held: Vec<LockGuard> = Vec::with_capacity(self.keys.len());

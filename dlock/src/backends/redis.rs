@@ -50,6 +50,7 @@
 //! turns them off), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
+mod all_keys;
 mod batching;
 mod compare_set;
 mod config;
@@ -79,7 +80,9 @@ use self::recheck::{keyspace_channel, notifies_releases, Recheck};
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
 use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
+use crate::backend::{
+    lease_deadline, AcquireRequest, AllKeysBackend, Lease, LockBackend, PermitBackend, Renewal,
+};
 use crate::LockError;
 
 /// The longest ttl: dlock's own [`MAX_TTL`], checked here
@@ -404,6 +407,7 @@ impl RedisBackend {
             &*RELEASE,
             &*ACQUIRE_MANY,
             &*RELEASE_MANY,
+            &*scripts::ACQUIRE_ALL,
         ]
         .map(|script| {
             let mut conn = conn.clone();
@@ -616,5 +620,11 @@ impl LockBackend for RedisBackend {
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
         Some(self)
+    }
+
+    /// A single server takes a `MultiLock`'s keys in one script; a Cluster
+    /// cannot (the keys of different locks live in different slots).
+    fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
+        matches!(self.conn, Conn::Single(_)).then_some(self as &dyn AllKeysBackend)
     }
 }

@@ -156,6 +156,32 @@ return out
     Script::new(&format!("{ACQUIRE_FUNCTIONS}{many}"))
 });
 
+/// A `MultiLock`'s keys all or none, on one server (see `all_keys.rs`):
+/// KEYS are lock and fence pairs, ARGV each key's token, then the ttl. If a
+/// key is held under another token nothing is written and the answer is
+/// `{0, index, pttl}` (the key's position from 0, its holder's time left);
+/// else every key is taken as [`ACQUIRE`] takes one: `{1, fence, …}`, a
+/// fence per key. The first pass only reads, so a busy key costs no write.
+pub(crate) static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
+    let all = r"
+local n = #KEYS / 2
+local ttl = ARGV[n + 1]
+for i = 1, n do
+  local holder = redis.call('GET', KEYS[2 * i - 1])
+  if holder and holder ~= ARGV[i] then
+    return {0, i - 1, redis.call('PTTL', KEYS[2 * i - 1])}
+  end
+end
+local out = {1}
+for i = 1, n do
+  local _, fence = acquire(KEYS[2 * i - 1], KEYS[2 * i], ARGV[i], ttl)
+  out[i + 1] = fence
+end
+return out
+";
+    Script::new(&format!("{ACQUIRE_FUNCTIONS}{all}"))
+});
+
 /// [`RELEASE`] for many keys in one call: KEYS are lock keys, ARGV token and
 /// channel pairs; returns one answer per key.
 pub(crate) static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| {

@@ -1,0 +1,162 @@
+//! A `MultiLock`'s keys all or none in one script, on a single server: the
+//! [`AllKeysBackend`] of a `redis://` backend (not Cluster, whose keys of
+//! different locks live in different slots, nor Redlock).
+//!
+//! One run of `ACQUIRE_ALL` reads every key, and either writes nothing (a
+//! key is held by someone else: its position and its holder's time left
+//! come back) or takes every key as the one-key acquire does, each with its
+//! own token and fence. A waiter subscribes to every key's release channel
+//! and tries again when any is released, when the key in the way expires,
+//! or when a re-check finds it gone (`subscriber/waiting.rs`).
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::scripts::{self, millis, KeyNames, ACQUIRE_ALL, RELEASE};
+use super::subscriber::waiting::{Try, Watched};
+use super::unfinished::ReleaseIfDropped;
+use super::{check_ttl, RedisBackend};
+use crate::backend::{lease_deadline, AcquireRequest, AllKeysBackend, AllOrNone, Lease};
+use crate::LockError;
+
+impl RedisBackend {
+    /// One run of `ACQUIRE_ALL`. If this future is dropped (or fails) with
+    /// the script in flight, every key it may have taken is released.
+    async fn attempt_all(
+        &self,
+        reqs: &[AcquireRequest],
+        names: &[KeyNames],
+    ) -> Result<Try<Vec<Lease>>, LockError> {
+        let mut unfinished: Vec<ReleaseIfDropped<'_>> = reqs
+            .iter()
+            .zip(names)
+            .map(|(req, names)| {
+                ReleaseIfDropped::arm(
+                    &self.conn,
+                    &RELEASE,
+                    &names.lock,
+                    &req.token,
+                    &names.channel,
+                )
+            })
+            .collect();
+        let mut call = scripts::evalsha(&ACQUIRE_ALL, 2 * names.len());
+        for names in names {
+            call.arg(&names.lock).arg(&names.fence);
+        }
+        for req in reqs {
+            call.arg(&req.token);
+        }
+        // One ttl for all: a MultiLock's keys share its options.
+        call.arg(millis(reqs[0].ttl));
+        let sent = Instant::now();
+        let answer: Vec<i64> = self.eval(&ACQUIRE_ALL, &call).await?;
+        unfinished.iter_mut().for_each(ReleaseIfDropped::disarm);
+        self.all_answer(reqs, names, sent, &answer)
+    }
+
+    /// Reads `ACQUIRE_ALL`'s answer: `{1, fence…}` or `{0, index, pttl}`.
+    fn all_answer(
+        &self,
+        reqs: &[AcquireRequest],
+        names: &[KeyNames],
+        sent: Instant,
+        answer: &[i64],
+    ) -> Result<Try<Vec<Lease>>, LockError> {
+        let malformed = || {
+            LockError::backend(
+                self.options.shown.clone(),
+                format!("unexpected answer {answer:?} to the multi-key acquire script"),
+            )
+        };
+        match answer {
+            [1, fences @ ..] if fences.len() == reqs.len() => reqs
+                .iter()
+                .zip(names)
+                .zip(fences)
+                .map(|((req, names), &fence)| {
+                    let fence = u64::try_from(fence).map_err(|_| malformed())?;
+                    Ok(Lease {
+                        key: req.key.clone(),
+                        token: req.token.clone(),
+                        ttl: req.ttl,
+                        fencing_token: Some(fence),
+                        valid_until: lease_deadline(sent, req.ttl),
+                        resource: names.lock.clone(),
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Try::Done),
+            &[0, index, pttl] => {
+                let on = usize::try_from(index)
+                    .ok()
+                    .filter(|&on| on < reqs.len())
+                    .ok_or_else(malformed)?;
+                // As for one key: -2 gone meanwhile (retry now), -1 no expiry.
+                let left = match pttl {
+                    -2 => Some(Duration::ZERO),
+                    ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
+                    _ => None,
+                };
+                Ok(Try::Held { on, left })
+            }
+            _ => Err(malformed()),
+        }
+    }
+
+    fn all_names(&self, reqs: &[AcquireRequest]) -> Result<Vec<KeyNames>, LockError> {
+        reqs.iter()
+            .map(|req| {
+                check_ttl(req.ttl, &req.key, &self.options.shown)?;
+                Ok(KeyNames::new(&self.options.prefix, &req.key))
+            })
+            .collect()
+    }
+}
+
+fn answer(waited: Try<Vec<Lease>>) -> AllOrNone {
+    match waited {
+        Try::Done(leases) => AllOrNone::Taken(leases),
+        Try::Held { on, .. } => AllOrNone::Held { index: on },
+    }
+}
+
+#[async_trait]
+impl AllKeysBackend for RedisBackend {
+    async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<AllOrNone, LockError> {
+        if reqs.is_empty() {
+            return Ok(AllOrNone::Taken(Vec::new()));
+        }
+        let names = self.all_names(reqs)?;
+        Ok(answer(self.attempt_all(reqs, &names).await?))
+    }
+
+    async fn acquire_all(
+        &self,
+        reqs: &[AcquireRequest],
+        deadline: Option<Instant>,
+    ) -> Result<AllOrNone, LockError> {
+        if reqs.is_empty() {
+            return Ok(AllOrNone::Taken(Vec::new()));
+        }
+        let names = self.all_names(reqs)?;
+        let watched: Vec<Watched<'_>> = names
+            .iter()
+            .map(|names| Watched {
+                channel: &names.channel,
+                key: Some(&names.lock),
+            })
+            .collect();
+        // A key without expiry: retry after the ttl we ask for.
+        let waited = self
+            .wait_on_keys(&watched, deadline, reqs[0].ttl, || {
+                self.within(deadline, self.attempt_all(reqs, &names))
+            })
+            .await?;
+        Ok(match waited {
+            Ok(leases) => AllOrNone::Taken(leases),
+            Err(index) => AllOrNone::Held { index },
+        })
+    }
+}
