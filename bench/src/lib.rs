@@ -6,6 +6,7 @@
 
 pub mod etcd;
 pub mod observed;
+pub mod read_mostly;
 pub mod redis;
 pub mod redlock;
 pub mod rslock;

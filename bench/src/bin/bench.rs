@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--observed-detail]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--observed-detail]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
@@ -6,6 +6,10 @@
 //! `--segments` (Redis only) runs the hot-key suite instead: one key, 64
 //! tasks, a single `Lock` against `SegmentedLock` with 4 and 8 segments and
 //! a `Semaphore` with 4 permits, in critical sections per second.
+//!
+//! `--read-mostly` (any backend with read-write locks) runs the read-mostly
+//! workload instead: one key, 64 tasks, 95 % reads with 1 ms critical
+//! sections, an `RwLock` against a plain `Lock`.
 //!
 //! The Redis suite ends with workload (b) with observability on (a
 //! Prometheus recorder and a `tracing` subscriber at INFO) against off;
@@ -22,6 +26,7 @@ type Suite = fn(String, Flags) -> Pin<Box<dyn Future<Output = Outcome>>>;
 #[derive(Clone, Copy)]
 struct Flags {
     segments: bool,
+    read_mostly: bool,
     observed_detail: bool,
 }
 
@@ -59,22 +64,39 @@ async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flags = Flags {
         segments: args.iter().any(|a| a == "--segments"),
+        read_mostly: args.iter().any(|a| a == "--read-mostly"),
         observed_detail: args.iter().any(|a| a == "--observed-detail"),
     };
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
         eprintln!(
-            "usage: bench <url> [--segments] [--observed-detail]   ({})",
+            "usage: bench <url> [--segments] [--read-mostly] [--observed-detail]   ({})",
             examples.join(", ")
         );
         return ExitCode::FAILURE;
     };
-    let scheme = dlock::url::scheme(&url).unwrap_or("");
-    let result = match SUITES
+    let result = if flags.read_mostly {
+        dlock_bench::read_mostly::run(&url).await
+    } else {
+        let scheme = dlock::url::scheme(&url).unwrap_or("").to_owned();
+        suite_of(&scheme, url, flags).await
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the suite of `scheme`, or says which schemes have one.
+async fn suite_of(scheme: &str, url: String, flags: Flags) -> Outcome {
+    match SUITES
         .iter()
         .find(|(schemes, _, _)| schemes.contains(&scheme))
     {
-        Some((_, _, suite)) => suite(url.clone(), flags).await,
+        Some((_, _, suite)) => suite(url, flags).await,
         None => {
             let known: Vec<String> = SUITES
                 .iter()
@@ -85,13 +107,6 @@ async fn main() -> ExitCode {
                 known.join(", ")
             )
             .into())
-        }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench: {e}");
-            ExitCode::FAILURE
         }
     }
 }
