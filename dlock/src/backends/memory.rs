@@ -20,7 +20,7 @@ mod permits;
 mod rw;
 mod ticket;
 
-use self::ticket::{Queued, Ticket};
+use self::ticket::{changed_or_until, Queued, Ticket};
 use crate::backend::{
     lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal,
     RwBackend, RwMode, RwRequest,
@@ -307,19 +307,7 @@ impl LockBackend for MemoryBackend {
                     }
                 }
             }
-            let wake_at = match (holder_expires, deadline) {
-                (Some(e), Some(d)) => Some(e.min(d)),
-                (e, d) => e.or(d),
-            };
-            match wake_at {
-                Some(at) => {
-                    tokio::select! {
-                        _ = &mut notified => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                    }
-                }
-                None => notified.await,
-            }
+            changed_or_until(notified.as_mut(), holder_expires, deadline).await;
         }
     }
 

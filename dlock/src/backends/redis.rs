@@ -524,13 +524,7 @@ impl RedisBackend {
                 resource: names.lock.clone(),
             }));
         }
-        // PTTL: ms left; -2 the key vanished meanwhile (retry now); -1 a key
-        // without expiry, set by someone else (unknown: wait for a release).
-        Ok(Attempt::Held(match value {
-            -2 => Some(Duration::ZERO),
-            ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
-            _ => None,
-        }))
+        Ok(Attempt::Held(holder_left(value)))
     }
 
     /// [`attempt`](Self::attempt) for this backend's own `acquire` and
@@ -555,6 +549,17 @@ impl RedisBackend {
         let answer = self.attempt(req, names, true).await?;
         unfinished.disarm();
         Ok(answer)
+    }
+}
+
+/// A holder's time left from its key's `PTTL`: -2 the key vanished meanwhile
+/// (retry now); -1 a key without expiry, set by someone else (unknown: wait
+/// for a release).
+pub(crate) fn holder_left(pttl: i64) -> Option<Duration> {
+    match pttl {
+        -2 => Some(Duration::ZERO),
+        ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
+        _ => None,
     }
 }
 

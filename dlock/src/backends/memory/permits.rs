@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::ticket::{Queued, Ticket};
+use super::ticket::{changed_or_until, Queued, Ticket};
 use crate::backend::{lease_deadline, Lease, PermitRequest, Renewal};
 use crate::deadline::saturating_add;
 use crate::LockError;
@@ -160,19 +160,7 @@ impl PermitTable {
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return None;
             }
-            let wake_at = match (earliest, deadline) {
-                (Some(e), Some(d)) => Some(e.min(d)),
-                (e, d) => e.or(d),
-            };
-            match wake_at {
-                Some(at) => {
-                    tokio::select! {
-                        _ = &mut notified => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                    }
-                }
-                None => notified.await,
-            }
+            changed_or_until(notified.as_mut(), earliest, deadline).await;
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::ticket::{Queued, Ticket};
+use super::ticket::{changed_or_until, Queued, Ticket};
 use crate::backend::{lease_deadline, Lease, Renewal, RwMode, RwRequest};
 use crate::deadline::saturating_add;
 use crate::LockError;
@@ -199,19 +199,7 @@ impl RwTable {
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return None;
             }
-            let wake_at = match (earliest, deadline) {
-                (Some(e), Some(d)) => Some(e.min(d)),
-                (e, d) => e.or(d),
-            };
-            match wake_at {
-                Some(at) => {
-                    tokio::select! {
-                        _ = &mut notified => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                    }
-                }
-                None => notified.await,
-            }
+            changed_or_until(notified.as_mut(), earliest, deadline).await;
         }
     }
 

@@ -1,8 +1,10 @@
-//! A waiter's place in a FIFO queue of the in-process backend (a key's or a
-//! semaphore's), taken out however its `acquire` ends.
+//! A waiter's place in a FIFO queue of the in-process backend (a key's, a
+//! semaphore's or a read-write lock's), taken out however its `acquire`
+//! ends, and its nap between tries.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -40,5 +42,28 @@ impl<S: Queued> Drop for Ticket<'_, S> {
                 state.remove(self.name);
             }
         }
+    }
+}
+
+/// A waiter's nap: until `notified` (the entry changed), or until the
+/// earlier of `expiry` (a lease in the way ends, which notifies no one) and
+/// `deadline`.
+pub(super) async fn changed_or_until(
+    notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    expiry: Option<Instant>,
+    deadline: Option<Instant>,
+) {
+    let wake_at = match (expiry, deadline) {
+        (Some(e), Some(d)) => Some(e.min(d)),
+        (e, d) => e.or(d),
+    };
+    match wake_at {
+        Some(at) => {
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+        None => notified.await,
     }
 }

@@ -9,14 +9,14 @@
 //! and tries again when any is released, when the key in the way expires,
 //! or when a re-check finds it gone (`subscriber/waiting.rs`).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 
 use super::scripts::{self, millis, KeyNames, ACQUIRE_ALL, RELEASE};
 use super::subscriber::waiting::{Try, Watched};
 use super::unfinished::ReleaseIfDropped;
-use super::{check_ttl, RedisBackend};
+use super::{check_ttl, holder_left, RedisBackend};
 use crate::backend::{lease_deadline, AcquireRequest, AllKeysBackend, AllOrNone, Lease};
 use crate::LockError;
 
@@ -93,13 +93,10 @@ impl RedisBackend {
                     .ok()
                     .filter(|&on| on < reqs.len())
                     .ok_or_else(malformed)?;
-                // As for one key: -2 gone meanwhile (retry now), -1 no expiry.
-                let left = match pttl {
-                    -2 => Some(Duration::ZERO),
-                    ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
-                    _ => None,
-                };
-                Ok(Try::Held { on, left })
+                Ok(Try::Held {
+                    on,
+                    left: holder_left(pttl),
+                })
             }
             _ => Err(malformed()),
         }
