@@ -146,9 +146,11 @@ mod cleanup;
 mod config;
 mod held;
 mod lease;
+mod order;
 mod permits;
 mod queue;
 mod renew;
+mod rw;
 mod session;
 
 use std::collections::HashMap;
@@ -164,9 +166,10 @@ use zookeeper_client::{Client, Error as ZkError, SessionState, Stat};
 use self::cleanup::{deleted, Cleanup};
 use self::config::Config;
 use self::held::HeldMap;
+use self::order::Queue;
 use self::queue::new_uuid;
 use self::session::Session;
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
 use crate::{deadline, LockError};
 
 /// How long the clean-up of a timed-out waiter may take before `acquire`
@@ -439,6 +442,44 @@ impl LockBackend for ZooKeeperBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let dir = self.lock_path(&req.key)?;
+        self.try_queued(req, (&dir, Queue::Lock)).await
+    }
+
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let dir = self.lock_path(&req.key)?;
+        self.acquire_queued(req, (&dir, Queue::Lock), deadline)
+            .await
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_nodes(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release_node(lease).await
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+}
+
+impl ZooKeeperBackend {
+    /// `try_acquire` of a lock or a read-write lease: one place taken in
+    /// `queue` under `dir`, left again at once unless it is our turn.
+    async fn try_queued(
+        &self,
+        req: &AcquireRequest,
+        (dir, queue): (&str, Queue),
+    ) -> Result<Option<Lease>, LockError> {
         let session = self.session().await?;
         let client = &session.client;
         // One attempt must not wait for a reconnect: while disconnected,
@@ -451,7 +492,7 @@ impl LockBackend for ZooKeeperBackend {
             ));
         }
         let limit = client.session_timeout();
-        match tokio::time::timeout(limit, self.try_once(&session, req, &dir)).await {
+        match tokio::time::timeout(limit, self.try_once(&session, req, (dir, queue))).await {
             Ok(answer) => answer,
             Err(_) => Err(LockError::backend(
                 self.shown.clone(),
@@ -460,13 +501,15 @@ impl LockBackend for ZooKeeperBackend {
         }
     }
 
-    async fn acquire(
+    /// `acquire` of a lock or a read-write lease: a place in `queue` under
+    /// `dir`, and the wait for our turn until `deadline`.
+    async fn acquire_queued(
         &self,
         req: &AcquireRequest,
+        (dir, queue): (&str, Queue),
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let deadline = representable(deadline);
-        let dir = self.lock_path(&req.key)?;
         let uuid = new_uuid()?;
         // A session can be dead on the server while this client does not
         // know it yet (cut off, it learns of the expiry when it reconnects):
@@ -492,10 +535,10 @@ impl LockBackend for ZooKeeperBackend {
             };
             // Armed from before the create: the node goes if this future is
             // dropped, or the wait runs out, at any await.
-            let mut cleanup = Cleanup::new(&session, &dir, &uuid);
+            let mut cleanup = Cleanup::new(&session, dir, &uuid);
             let waited = deadline::until(
                 deadline,
-                self.queue_and_wait(&session, req, &dir, &mut cleanup),
+                self.queue_and_wait(&session, req, (dir, queue), &mut cleanup),
             )
             .await;
             let expired_before_queueing = matches!(waited, Some(Err(_)))
@@ -546,21 +589,8 @@ impl LockBackend for ZooKeeperBackend {
         }
     }
 
-    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_nodes(leases).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release_node(lease).await
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-}
-
-impl ZooKeeperBackend {
-    /// `release` of lock and permit nodes alike: the delete of the node.
+    /// `release` of lock, permit and read-write nodes alike: the delete of
+    /// the node.
     async fn release_node(&self, lease: &Lease) -> Result<bool, LockError> {
         let Some(mut held) = lock(&self.held).remove(&lease.resource) else {
             return Ok(false);
