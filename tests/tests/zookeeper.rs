@@ -5,18 +5,19 @@
 //! Every wait is bounded; servers run on free loopback ports in temp dirs and
 //! stop when their fixture is dropped.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
 use dlock::{distributed_lock, Lock, LockBackend, LockError, MAX_TTL};
+use dlock_tests::curator::Curator;
 use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
+use dlock_tests::poll::eventually;
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
 
 async fn backend(fixture: &ZkFixture) -> Arc<ZooKeeperBackend> {
     Arc::new(
@@ -29,19 +30,6 @@ async fn backend(fixture: &ZkFixture) -> Arc<ZooKeeperBackend> {
 fn lock(backend: &Arc<ZooKeeperBackend>, key: &str) -> Lock {
     let backend: Arc<dyn LockBackend> = backend.clone();
     Lock::new(key).with_backend(backend)
-}
-
-/// Polls `check` every 20 ms until it holds, for at most `limit`.
-async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Ten waiters, each on its own session, queue behind a holder one after
@@ -416,139 +404,6 @@ async fn the_longest_ttl_and_wait_work_on_zookeeper() {
 
 // ---------------------------------------------------------------- Curator
 
-const CURATOR_SOURCE: &str = r#"
-import java.util.concurrent.TimeUnit;
-import org.apache.curator.framework.CuratorFramework;
-import org.apache.curator.framework.CuratorFrameworkFactory;
-import org.apache.curator.framework.recipes.locks.InterProcessMutex;
-import org.apache.curator.retry.RetryNTimes;
-
-/** CuratorLock <connect> <path> hold|try <ms>: hold the mutex for ms, or try for ms. */
-public class CuratorLock {
-    public static void main(String[] args) throws Exception {
-        String connect = args[0], path = args[1], mode = args[2];
-        long ms = Long.parseLong(args[3]);
-        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, 10000, 5000, new RetryNTimes(3, 100));
-        client.start();
-        if (!client.blockUntilConnected(15, TimeUnit.SECONDS)) {
-            System.out.println("NOCONNECT");
-            System.exit(2);
-        }
-        InterProcessMutex mutex = new InterProcessMutex(client, path);
-        boolean got;
-        if (mode.equals("hold")) { mutex.acquire(); got = true; }
-        else { got = mutex.acquire(ms, TimeUnit.MILLISECONDS); }
-        System.out.println(got ? "ACQUIRED" : "TIMEOUT");
-        System.out.flush();
-        if (got) {
-            if (mode.equals("hold")) Thread.sleep(ms);
-            mutex.release();
-            System.out.println("RELEASED");
-            System.out.flush();
-        }
-        client.close();
-    }
-}
-"#;
-
-/// Jars of Debian's `libcurator-*-java` and `zookeeper` packages.
-const CURATOR_JARS: &[&str] = &[
-    "curator-recipes.jar",
-    "curator-framework.jar",
-    "curator-client.jar",
-    "zookeeper.jar",
-    "zookeeper-jute.jar",
-    "guava.jar",
-    "slf4j-api.jar",
-    "slf4j-nop.jar",
-];
-
-/// Compiles `CuratorLock.java` once per test binary; returns the class path.
-fn curator_classpath() -> String {
-    static COMPILED: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
-    let (_, cp) = COMPILED.get_or_init(|| {
-        let jars: Vec<PathBuf> = CURATOR_JARS
-            .iter()
-            .map(|j| Path::new("/usr/share/java").join(j))
-            .collect();
-        for jar in &jars {
-            assert!(
-                jar.exists(),
-                "{} is missing: install Debian's libcurator-recipes-java, libcurator-framework-java, \
-                 libcurator-client-java, zookeeper and libslf4j-java",
-                jar.display()
-            );
-        }
-        let dir = tempfile::tempdir().expect("temp dir for the Java program");
-        std::fs::write(dir.path().join("CuratorLock.java"), CURATOR_SOURCE).unwrap();
-        let jar_cp = jars
-            .iter()
-            .map(|j| j.display().to_string())
-            .collect::<Vec<_>>()
-            .join(":");
-        let out = std::process::Command::new("javac")
-            .arg("-cp")
-            .arg(&jar_cp)
-            .arg("-d")
-            .arg(dir.path())
-            .arg(dir.path().join("CuratorLock.java"))
-            .output()
-            .expect("run javac (Debian package default-jdk-headless)");
-        assert!(
-            out.status.success(),
-            "javac failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cp = format!("{}:{jar_cp}", dir.path().display());
-        (dir, cp)
-    });
-    cp.clone()
-}
-
-/// A running `CuratorLock` and its stdout lines; killed when dropped.
-struct Curator {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl Curator {
-    fn spawn(connect: &str, path: &str, mode: &str, ms: u64) -> Self {
-        let mut child = Command::new("java")
-            .args([
-                "-Xmx64m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                "-cp",
-            ])
-            .arg(curator_classpath())
-            .args(["CuratorLock", connect, path, mode, &ms.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("run java");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        Curator { child, lines }
-    }
-
-    /// The next line the program prints, within `limit`.
-    async fn line(&mut self, limit: Duration) -> String {
-        tokio::time::timeout(limit, self.lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("Curator printed nothing within {limit:?}"))
-            .expect("read Curator's output")
-            .expect("Curator exited without a line")
-    }
-
-    async fn exits_cleanly(mut self) {
-        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
-            .await
-            .expect("Curator did not exit within 20 s")
-            .unwrap();
-        assert!(status.success(), "Curator exited with {status}");
-    }
-}
-
 /// Curator's `InterProcessMutex` and dlock exclude each other on the same
 /// path, both ways, because both queue `_c_<uuid>-lock-<seq>` children.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -561,7 +416,7 @@ async fn curator_interprocess_mutex_and_dlock_exclude_each_other() {
     let startup = Duration::from_secs(30);
 
     // Curator holds; dlock waits until Curator releases.
-    let mut curator = Curator::spawn(&connect, &path, "hold", 1500);
+    let mut curator = Curator::mutex(&connect, &path, "hold", 1500);
     assert_eq!(curator.line(startup).await, "ACQUIRED");
     let curator_got_it = Instant::now();
     assert!(
@@ -582,14 +437,14 @@ async fn curator_interprocess_mutex_and_dlock_exclude_each_other() {
     curator.exits_cleanly().await;
 
     // dlock holds; Curator cannot get it, then waits and gets it on release.
-    let mut short = Curator::spawn(&connect, &path, "try", 1000);
+    let mut short = Curator::mutex(&connect, &path, "try", 1000);
     assert_eq!(
         short.line(startup).await,
         "TIMEOUT",
         "Curator took a lock dlock holds"
     );
     short.exits_cleanly().await;
-    let mut waiting = Curator::spawn(&connect, &path, "try", 20_000);
+    let mut waiting = Curator::mutex(&connect, &path, "try", 20_000);
     eventually("Curator queued", startup, || async {
         fixture.contenders(key).await.len() == 2
     })
