@@ -6,7 +6,9 @@
 //! expiry (the session timeout) · ✓ fencing tokens (the node's `czxid`) ·
 //! ✓ FIFO wake-up, each waiter woken by its predecessor's deletion only (no
 //! herd) · ✓ interoperates with Curator's `InterProcessMutex` on the same path ·
-//! ✓ chroot · ✓ digest auth · ✓ semaphores (see `permits.rs`) · ✗ TLS.
+//! ✓ chroot · ✓ digest auth · ✓ semaphores (see `permits.rs`) · ✓ read-write
+//! locks, interoperating with Curator's `InterProcessReadWriteLock` (see
+//! below and `rw.rs`) · ✗ TLS.
 //!
 //! Enable with the cargo feature `zookeeper`.
 //!
@@ -42,6 +44,45 @@
 //!
 //! So an uncontended `acquire` and release cost three requests (create,
 //! listing, delete) in two round trips, against a bare create and delete.
+//!
+//! # Read-write locks
+//!
+//! [`RwLock`](crate::RwLock) takes Apache Curator's
+//! `InterProcessReadWriteLock` layout, so a Java service doing
+//! `new InterProcessReadWriteLock(client, path)` on the path
+//! [`rw_lock_path`](ZooKeeperBackend::rw_lock_path) gives (with the URL's
+//! chroot as Curator's namespace) and dlock exclude each other both ways.
+//!
+//! - A read-write lock lives at `/<prefix>-rw/<escaped key>`, apart from
+//!   the key's plain lock at `/<prefix>/<escaped key>`: an `RwLock` and a
+//!   `Lock` of one key are separate objects and do not exclude each other
+//!   (neither lists the other's nodes).
+//! - A reader creates the EPHEMERAL_SEQUENTIAL child
+//!   `_c_<uuid>-__READ__<seq>`, a writer `_c_<uuid>-__WRIT__<seq>` (data:
+//!   the owner token), created and listed in one round trip and found again
+//!   by uuid as a lock node is. Both kinds share the directory's sequence,
+//!   which orders them in one queue.
+//! - A writer holds when its node is first of all; otherwise it watches its
+//!   predecessor, read or write. A reader holds when no write node sorts
+//!   before it; otherwise it watches the first write node (Curator's rule:
+//!   every reader behind a writer wakes when that writer's node goes, and
+//!   readers behind readers hold at once). So a waiting writer is served
+//!   before every reader that queued after it. (The rules: `order.rs`.)
+//! - Fencing token: the node's `czxid`, for both kinds. Write tokens
+//!   strictly increase; a read's token is its own node's `czxid`, above the
+//!   token of every write granted before it and below that of every write
+//!   granted after it (the argument is in `rw.rs`).
+//! - Everything else is the lock's: renewal by the session and a read
+//!   behind a `sync`, the 11/20 ttl clamp, loss, deleting a node whose
+//!   lease ran out, and cancel safety (a dropped or timed-out `read()` or
+//!   `write()` deletes its node, so a cancelled writer does not keep
+//!   readers out); an acquisition whose first request meets a session
+//!   expired unknown to the client starts over once on a new session.
+//! - Limits: a crashed reader's share frees when the server expires its
+//!   session (the session timeout), not after its ttl, as a crashed lock
+//!   holder's does. Curator's own reentrancy (a thread holding the write
+//!   lock takes the read lock without queueing) stays within Curator;
+//!   dlock's is by scope.
 //!
 //! # Renewal, session loss and the ttl
 //!
