@@ -1,6 +1,9 @@
 //! ZooKeeper-specific behaviour on a real server: queue fairness, interop with
-//! Apache Curator's `InterProcessMutex`, session expiry, a crashed holder
-//! process, a stopped server, key escaping and the node layout.
+//! Apache Curator's `InterProcessMutex`, session expiry (and the start-over
+//! of an acquisition on a session expired unknown to the client, for locks
+//! and read-write locks alike), a crashed holder process, a stopped server,
+//! key escaping and the node layout. (Read-write locks otherwise:
+//! `zookeeper_rw.rs`.)
 //!
 //! Every wait is bounded; servers run on free loopback ports in temp dirs and
 //! stop when their fixture is dropped.
@@ -10,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
-use dlock::{distributed_lock, Lock, LockBackend, LockError, MAX_TTL};
+use dlock::{distributed_lock, Lock, LockBackend, LockError, LockGuard, RwLock, MAX_TTL};
 use dlock_tests::curator::Curator;
 use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
 use dlock_tests::poll::eventually;
@@ -759,6 +762,43 @@ async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline()
     .await;
 }
 
+/// What a test takes: a plain lock, or the write side of the key's
+/// read-write lock, which share the acquire loop.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    Lock,
+    Write,
+}
+
+impl Take {
+    async fn acquire(
+        self,
+        b: &Arc<ZooKeeperBackend>,
+        key: &str,
+        wait: Duration,
+    ) -> Result<LockGuard, LockError> {
+        match self {
+            Take::Lock => lock(b, key).wait(wait).acquire().await,
+            Take::Write => {
+                let backend: Arc<dyn LockBackend> = b.clone();
+                RwLock::new(key)
+                    .with_backend(backend)
+                    .wait(wait)
+                    .write()
+                    .await
+            }
+        }
+    }
+
+    /// The nodes queued for what `self` takes of `key`.
+    async fn nodes(self, fixture: &ZkFixture, key: &str) -> Vec<String> {
+        match self {
+            Take::Lock => fixture.contenders(key).await,
+            Take::Write => fixture.rw_contenders(key).await,
+        }
+    }
+}
+
 /// An acquisition started while the backend is cut off, on a session the
 /// server expires meanwhile: the client learns of the expiry only when it
 /// reconnects, as the acquisition's first request fails with "session
@@ -766,6 +806,16 @@ async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline()
 /// session and takes the free key, instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over() {
+    starts_over_on_a_new_session(Take::Lock).await;
+}
+
+/// The same for the write side of a read-write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_sent_on_a_session_expired_unknown_to_the_client_starts_over() {
+    starts_over_on_a_new_session(Take::Write).await;
+}
+
+async fn starts_over_on_a_new_session(take: Take) {
     let fixture = ZkFixture::start().await;
     let key = "expired-unknowingly";
     let (proxy, b) = proxied(&fixture).await;
@@ -787,7 +837,7 @@ async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over(
     .await;
     let acquiring = tokio::spawn({
         let b = b.clone();
-        async move { lock(&b, key).wait(Duration::from_secs(20)).acquire().await }
+        async move { take.acquire(&b, key, Duration::from_secs(20)).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The server expires the session meanwhile.
@@ -804,7 +854,7 @@ async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over(
         old_id,
         "the expired session was used"
     );
-    assert_eq!(fixture.contenders(key).await.len(), 1);
+    assert_eq!(take.nodes(&fixture, key).await.len(), 1);
     guard.release().await.unwrap();
 }
 
