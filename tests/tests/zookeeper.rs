@@ -35,6 +35,43 @@ fn lock(backend: &Arc<ZooKeeperBackend>, key: &str) -> Lock {
     Lock::new(key).with_backend(backend)
 }
 
+fn rw_lock(backend: &Arc<ZooKeeperBackend>, key: &str) -> RwLock {
+    let backend: Arc<dyn LockBackend> = backend.clone();
+    RwLock::new(key).with_backend(backend)
+}
+
+/// What a test takes: a plain lock, or a side of the key's read-write
+/// lock; all go through one acquire loop.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    Lock,
+    Read,
+    Write,
+}
+
+impl Take {
+    async fn acquire(
+        self,
+        b: &Arc<ZooKeeperBackend>,
+        key: &str,
+        wait: Duration,
+    ) -> Result<LockGuard, LockError> {
+        match self {
+            Take::Lock => lock(b, key).wait(wait).acquire().await,
+            Take::Read => rw_lock(b, key).wait(wait).read().await,
+            Take::Write => rw_lock(b, key).wait(wait).write().await,
+        }
+    }
+
+    /// The nodes queued for what `self` takes of `key`.
+    async fn nodes(self, fixture: &ZkFixture, key: &str) -> Vec<String> {
+        match self {
+            Take::Lock => fixture.contenders(key).await,
+            Take::Read | Take::Write => fixture.rw_contenders(key).await,
+        }
+    }
+}
+
 /// Ten waiters, each on its own session, queue behind a holder one after
 /// another and get the lock in exactly that order: each watches only its
 /// predecessor, and the smallest sequence goes first.
@@ -137,45 +174,44 @@ fn requests_seen(fixture: &ZkFixture, session: zookeeper_client::SessionId) -> i
 /// An uncontended `acquire` + `release` sends three requests: the create,
 /// one listing of the queue (the fencing token comes from the create's own
 /// stat, so no read of the node follows), and the release's delete, with
-/// nothing left to delete in the background.
+/// nothing left to delete in the background. The same for the read and the
+/// write side of a read-write lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_cycle_is_a_create_a_listing_and_a_delete() {
     const CYCLES: i64 = 10;
     let fixture = ZkFixture::start().await;
     let b = backend(&fixture).await;
     let key = "fast-path";
-    // The first cycle also creates the key's directory.
-    lock(&b, key)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    let session = b.client().expect("a live session").session_id();
-    // Background work of a cycle lands within moments; wait for it before
-    // each reading, so it is counted in the cycle that caused it.
-    let settle = Duration::from_millis(300);
-    tokio::time::sleep(settle).await;
-    let before = requests_seen(&fixture, session);
-    for _ in 0..CYCLES {
-        let guard = lock(&b, key).acquire().await.unwrap();
-        assert!(guard.fencing_token().is_some());
-        guard.release().await.unwrap();
+    let wait = Duration::from_secs(10);
+    for take in [Take::Lock, Take::Read, Take::Write] {
+        // The first cycle also creates the key's directory.
+        let first = take.acquire(&b, key, wait).await.unwrap();
+        first.release().await.unwrap();
+        let session = b.client().expect("a live session").session_id();
+        // Background work of a cycle lands within moments; wait for it
+        // before each reading, so it is counted in the cycle that caused it.
+        let settle = Duration::from_millis(300);
+        tokio::time::sleep(settle).await;
+        let before = requests_seen(&fixture, session);
+        for _ in 0..CYCLES {
+            let guard = take.acquire(&b, key, wait).await.unwrap();
+            assert!(guard.fencing_token().is_some());
+            guard.release().await.unwrap();
+        }
+        tokio::time::sleep(settle).await;
+        let sent = requests_seen(&fixture, session) - before;
+        // Slack of one renewal (a sync and a read), should the watchdog run.
+        assert!(
+            sent <= 3 * CYCLES + 2,
+            "{CYCLES} uncontended {take:?} cycles sent {sent} requests, {:.1} a cycle: more \
+             than create, list and delete",
+            sent as f64 / CYCLES as f64
+        );
+        assert!(
+            take.nodes(&fixture, key).await.is_empty(),
+            "{take:?}: nodes left behind"
+        );
     }
-    tokio::time::sleep(settle).await;
-    let sent = requests_seen(&fixture, session) - before;
-    // Slack of one renewal (a sync and a read), should the watchdog run.
-    assert!(
-        sent <= 3 * CYCLES + 2,
-        "{CYCLES} uncontended cycles sent {sent} requests, {:.1} a cycle: more than \
-         create, list and delete",
-        sent as f64 / CYCLES as f64
-    );
-    assert!(
-        fixture.contenders(key).await.is_empty(),
-        "nodes left behind"
-    );
 }
 
 /// A waiter whose wait runs out has deleted its node by the time `acquire`
@@ -760,43 +796,6 @@ async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline()
         "acquire after the waiter's session expired",
     )
     .await;
-}
-
-/// What a test takes: a plain lock, or the write side of the key's
-/// read-write lock, which share the acquire loop.
-#[derive(Debug, Clone, Copy)]
-enum Take {
-    Lock,
-    Write,
-}
-
-impl Take {
-    async fn acquire(
-        self,
-        b: &Arc<ZooKeeperBackend>,
-        key: &str,
-        wait: Duration,
-    ) -> Result<LockGuard, LockError> {
-        match self {
-            Take::Lock => lock(b, key).wait(wait).acquire().await,
-            Take::Write => {
-                let backend: Arc<dyn LockBackend> = b.clone();
-                RwLock::new(key)
-                    .with_backend(backend)
-                    .wait(wait)
-                    .write()
-                    .await
-            }
-        }
-    }
-
-    /// The nodes queued for what `self` takes of `key`.
-    async fn nodes(self, fixture: &ZkFixture, key: &str) -> Vec<String> {
-        match self {
-            Take::Lock => fixture.contenders(key).await,
-            Take::Write => fixture.rw_contenders(key).await,
-        }
-    }
 }
 
 /// An acquisition started while the backend is cut off, on a session the
