@@ -82,7 +82,10 @@
 //!   session (the session timeout), not after its ttl, as a crashed lock
 //!   holder's does. Curator's own reentrancy (a thread holding the write
 //!   lock takes the read lock without queueing) stays within Curator;
-//!   dlock's is by scope.
+//!   dlock's is by scope. By Curator's rules, the read node of such a
+//!   downgrade queues behind any writer that waited meanwhile, which then
+//!   holds beside the downgraded reader once the write lock goes, be it
+//!   Curator's or dlock's.
 //!
 //! # Renewal, session loss and the ttl
 //!
