@@ -8,8 +8,10 @@
 //! read-write lock, after `__READ__` or `__WRIT__`, which have the same
 //! length on purpose), so both kinds of a read-write lock share one order.
 //! Children that are not nodes of the queue (another name, no sequence) are
-//! not in it: Curator sorts them after every sequence, so they never come
-//! first or stand in anyone's way there either.
+//! not in it. Curator sorts such a child by its whole name, which puts
+//! protected names (`_c_…`) and names that start with a letter after every
+//! sequence: there too, a plain lock's node never stands in a read-write
+//! lock's way, nor the reverse.
 
 use crate::backend::RwMode;
 
