@@ -481,6 +481,9 @@ pub trait PermitBackend: Send + Sync {
 ///
 /// - **memory**: per key, a writer, a table of readers with deadlines, and
 ///   one FIFO queue of waiters of both modes.
+/// - **zookeeper**: Curator's `InterProcessReadWriteLock` layout: read and
+///   write ephemeral sequential nodes in one queue; a writer waits for its
+///   predecessor, a reader for the first write node ahead of it.
 ///
 /// # Example: a wrapping backend that passes read-write locks through
 ///

@@ -1,8 +1,10 @@
-//! dlock's conformance suite, the fixtures that run it, the server harness
-//! and the fault proxy. Everything here runs against real servers that the
-//! tests start themselves.
+//! dlock's conformance suite, the fixtures that run it, the server harness,
+//! the fault proxy, and other libraries' lock clients (Curator, redis-py)
+//! for the interop tests. Everything here runs against real servers that
+//! the tests start themselves.
 
 pub mod conformance;
+pub mod curator;
 pub mod error;
 pub mod fixtures;
 pub mod foreign;
@@ -11,6 +13,7 @@ pub mod multi;
 pub mod nesting;
 pub mod ordinary_code;
 pub mod overlap;
+pub mod poll;
 pub mod proxy;
 pub mod rw;
 pub mod rw_crash;

@@ -7,3 +7,4 @@ dlock_tests::conformance_suite!(ZkFixture::start().await);
 dlock_tests::segments_suite!(ZkFixture::start().await);
 dlock_tests::semaphore_suite!(ZkFixture::start().await);
 dlock_tests::multi_suite!(ZkFixture::start().await, rounds = 500);
+dlock_tests::rw_suite!(ZkFixture::start().await);

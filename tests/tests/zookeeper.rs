@@ -1,22 +1,26 @@
 //! ZooKeeper-specific behaviour on a real server: queue fairness, interop with
-//! Apache Curator's `InterProcessMutex`, session expiry, a crashed holder
-//! process, a stopped server, key escaping and the node layout.
+//! Apache Curator's `InterProcessMutex`, session expiry (and the start-over
+//! of an acquisition on a session expired unknown to the client, for locks
+//! and read-write locks alike), a crashed holder process, a stopped server,
+//! key escaping and the node layout. (Read-write locks otherwise:
+//! `zookeeper_rw.rs`.)
 //!
 //! Every wait is bounded; servers run on free loopback ports in temp dirs and
 //! stop when their fixture is dropped.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
-use dlock::{distributed_lock, Lock, LockBackend, LockError, MAX_TTL};
+use dlock::{distributed_lock, Lock, LockBackend, LockError, LockGuard, RwLock, MAX_TTL};
+use dlock_tests::curator::Curator;
 use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
+use dlock_tests::poll::eventually;
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
 
 async fn backend(fixture: &ZkFixture) -> Arc<ZooKeeperBackend> {
     Arc::new(
@@ -31,16 +35,40 @@ fn lock(backend: &Arc<ZooKeeperBackend>, key: &str) -> Lock {
     Lock::new(key).with_backend(backend)
 }
 
-/// Polls `check` every 20 ms until it holds, for at most `limit`.
-async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+fn rw_lock(backend: &Arc<ZooKeeperBackend>, key: &str) -> RwLock {
+    let backend: Arc<dyn LockBackend> = backend.clone();
+    RwLock::new(key).with_backend(backend)
+}
+
+/// What a test takes: a plain lock, or a side of the key's read-write
+/// lock; all go through one acquire loop.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    Lock,
+    Read,
+    Write,
+}
+
+impl Take {
+    async fn acquire(
+        self,
+        b: &Arc<ZooKeeperBackend>,
+        key: &str,
+        wait: Duration,
+    ) -> Result<LockGuard, LockError> {
+        match self {
+            Take::Lock => lock(b, key).wait(wait).acquire().await,
+            Take::Read => rw_lock(b, key).wait(wait).read().await,
+            Take::Write => rw_lock(b, key).wait(wait).write().await,
+        }
+    }
+
+    /// The nodes queued for what `self` takes of `key`.
+    async fn nodes(self, fixture: &ZkFixture, key: &str) -> Vec<String> {
+        match self {
+            Take::Lock => fixture.contenders(key).await,
+            Take::Read | Take::Write => fixture.rw_contenders(key).await,
+        }
     }
 }
 
@@ -146,45 +174,44 @@ fn requests_seen(fixture: &ZkFixture, session: zookeeper_client::SessionId) -> i
 /// An uncontended `acquire` + `release` sends three requests: the create,
 /// one listing of the queue (the fencing token comes from the create's own
 /// stat, so no read of the node follows), and the release's delete, with
-/// nothing left to delete in the background.
+/// nothing left to delete in the background. The same for the read and the
+/// write side of a read-write lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_cycle_is_a_create_a_listing_and_a_delete() {
     const CYCLES: i64 = 10;
     let fixture = ZkFixture::start().await;
     let b = backend(&fixture).await;
     let key = "fast-path";
-    // The first cycle also creates the key's directory.
-    lock(&b, key)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    let session = b.client().expect("a live session").session_id();
-    // Background work of a cycle lands within moments; wait for it before
-    // each reading, so it is counted in the cycle that caused it.
-    let settle = Duration::from_millis(300);
-    tokio::time::sleep(settle).await;
-    let before = requests_seen(&fixture, session);
-    for _ in 0..CYCLES {
-        let guard = lock(&b, key).acquire().await.unwrap();
-        assert!(guard.fencing_token().is_some());
-        guard.release().await.unwrap();
+    let wait = Duration::from_secs(10);
+    for take in [Take::Lock, Take::Read, Take::Write] {
+        // The first cycle also creates the key's directory.
+        let first = take.acquire(&b, key, wait).await.unwrap();
+        first.release().await.unwrap();
+        let session = b.client().expect("a live session").session_id();
+        // Background work of a cycle lands within moments; wait for it
+        // before each reading, so it is counted in the cycle that caused it.
+        let settle = Duration::from_millis(300);
+        tokio::time::sleep(settle).await;
+        let before = requests_seen(&fixture, session);
+        for _ in 0..CYCLES {
+            let guard = take.acquire(&b, key, wait).await.unwrap();
+            assert!(guard.fencing_token().is_some());
+            guard.release().await.unwrap();
+        }
+        tokio::time::sleep(settle).await;
+        let sent = requests_seen(&fixture, session) - before;
+        // Slack of one renewal (a sync and a read), should the watchdog run.
+        assert!(
+            sent <= 3 * CYCLES + 2,
+            "{CYCLES} uncontended {take:?} cycles sent {sent} requests, {:.1} a cycle: more \
+             than create, list and delete",
+            sent as f64 / CYCLES as f64
+        );
+        assert!(
+            take.nodes(&fixture, key).await.is_empty(),
+            "{take:?}: nodes left behind"
+        );
     }
-    tokio::time::sleep(settle).await;
-    let sent = requests_seen(&fixture, session) - before;
-    // Slack of one renewal (a sync and a read), should the watchdog run.
-    assert!(
-        sent <= 3 * CYCLES + 2,
-        "{CYCLES} uncontended cycles sent {sent} requests, {:.1} a cycle: more than \
-         create, list and delete",
-        sent as f64 / CYCLES as f64
-    );
-    assert!(
-        fixture.contenders(key).await.is_empty(),
-        "nodes left behind"
-    );
 }
 
 /// A waiter whose wait runs out has deleted its node by the time `acquire`
@@ -416,139 +443,6 @@ async fn the_longest_ttl_and_wait_work_on_zookeeper() {
 
 // ---------------------------------------------------------------- Curator
 
-const CURATOR_SOURCE: &str = r#"
-import java.util.concurrent.TimeUnit;
-import org.apache.curator.framework.CuratorFramework;
-import org.apache.curator.framework.CuratorFrameworkFactory;
-import org.apache.curator.framework.recipes.locks.InterProcessMutex;
-import org.apache.curator.retry.RetryNTimes;
-
-/** CuratorLock <connect> <path> hold|try <ms>: hold the mutex for ms, or try for ms. */
-public class CuratorLock {
-    public static void main(String[] args) throws Exception {
-        String connect = args[0], path = args[1], mode = args[2];
-        long ms = Long.parseLong(args[3]);
-        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, 10000, 5000, new RetryNTimes(3, 100));
-        client.start();
-        if (!client.blockUntilConnected(15, TimeUnit.SECONDS)) {
-            System.out.println("NOCONNECT");
-            System.exit(2);
-        }
-        InterProcessMutex mutex = new InterProcessMutex(client, path);
-        boolean got;
-        if (mode.equals("hold")) { mutex.acquire(); got = true; }
-        else { got = mutex.acquire(ms, TimeUnit.MILLISECONDS); }
-        System.out.println(got ? "ACQUIRED" : "TIMEOUT");
-        System.out.flush();
-        if (got) {
-            if (mode.equals("hold")) Thread.sleep(ms);
-            mutex.release();
-            System.out.println("RELEASED");
-            System.out.flush();
-        }
-        client.close();
-    }
-}
-"#;
-
-/// Jars of Debian's `libcurator-*-java` and `zookeeper` packages.
-const CURATOR_JARS: &[&str] = &[
-    "curator-recipes.jar",
-    "curator-framework.jar",
-    "curator-client.jar",
-    "zookeeper.jar",
-    "zookeeper-jute.jar",
-    "guava.jar",
-    "slf4j-api.jar",
-    "slf4j-nop.jar",
-];
-
-/// Compiles `CuratorLock.java` once per test binary; returns the class path.
-fn curator_classpath() -> String {
-    static COMPILED: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
-    let (_, cp) = COMPILED.get_or_init(|| {
-        let jars: Vec<PathBuf> = CURATOR_JARS
-            .iter()
-            .map(|j| Path::new("/usr/share/java").join(j))
-            .collect();
-        for jar in &jars {
-            assert!(
-                jar.exists(),
-                "{} is missing: install Debian's libcurator-recipes-java, libcurator-framework-java, \
-                 libcurator-client-java, zookeeper and libslf4j-java",
-                jar.display()
-            );
-        }
-        let dir = tempfile::tempdir().expect("temp dir for the Java program");
-        std::fs::write(dir.path().join("CuratorLock.java"), CURATOR_SOURCE).unwrap();
-        let jar_cp = jars
-            .iter()
-            .map(|j| j.display().to_string())
-            .collect::<Vec<_>>()
-            .join(":");
-        let out = std::process::Command::new("javac")
-            .arg("-cp")
-            .arg(&jar_cp)
-            .arg("-d")
-            .arg(dir.path())
-            .arg(dir.path().join("CuratorLock.java"))
-            .output()
-            .expect("run javac (Debian package default-jdk-headless)");
-        assert!(
-            out.status.success(),
-            "javac failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cp = format!("{}:{jar_cp}", dir.path().display());
-        (dir, cp)
-    });
-    cp.clone()
-}
-
-/// A running `CuratorLock` and its stdout lines; killed when dropped.
-struct Curator {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl Curator {
-    fn spawn(connect: &str, path: &str, mode: &str, ms: u64) -> Self {
-        let mut child = Command::new("java")
-            .args([
-                "-Xmx64m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                "-cp",
-            ])
-            .arg(curator_classpath())
-            .args(["CuratorLock", connect, path, mode, &ms.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("run java");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        Curator { child, lines }
-    }
-
-    /// The next line the program prints, within `limit`.
-    async fn line(&mut self, limit: Duration) -> String {
-        tokio::time::timeout(limit, self.lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("Curator printed nothing within {limit:?}"))
-            .expect("read Curator's output")
-            .expect("Curator exited without a line")
-    }
-
-    async fn exits_cleanly(mut self) {
-        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
-            .await
-            .expect("Curator did not exit within 20 s")
-            .unwrap();
-        assert!(status.success(), "Curator exited with {status}");
-    }
-}
-
 /// Curator's `InterProcessMutex` and dlock exclude each other on the same
 /// path, both ways, because both queue `_c_<uuid>-lock-<seq>` children.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -561,7 +455,7 @@ async fn curator_interprocess_mutex_and_dlock_exclude_each_other() {
     let startup = Duration::from_secs(30);
 
     // Curator holds; dlock waits until Curator releases.
-    let mut curator = Curator::spawn(&connect, &path, "hold", 1500);
+    let mut curator = Curator::mutex(&connect, &path, "hold", 1500);
     assert_eq!(curator.line(startup).await, "ACQUIRED");
     let curator_got_it = Instant::now();
     assert!(
@@ -582,14 +476,14 @@ async fn curator_interprocess_mutex_and_dlock_exclude_each_other() {
     curator.exits_cleanly().await;
 
     // dlock holds; Curator cannot get it, then waits and gets it on release.
-    let mut short = Curator::spawn(&connect, &path, "try", 1000);
+    let mut short = Curator::mutex(&connect, &path, "try", 1000);
     assert_eq!(
         short.line(startup).await,
         "TIMEOUT",
         "Curator took a lock dlock holds"
     );
     short.exits_cleanly().await;
-    let mut waiting = Curator::spawn(&connect, &path, "try", 20_000);
+    let mut waiting = Curator::mutex(&connect, &path, "try", 20_000);
     eventually("Curator queued", startup, || async {
         fixture.contenders(key).await.len() == 2
     })
@@ -911,6 +805,16 @@ async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline()
 /// session and takes the free key, instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over() {
+    starts_over_on_a_new_session(Take::Lock).await;
+}
+
+/// The same for the write side of a read-write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_sent_on_a_session_expired_unknown_to_the_client_starts_over() {
+    starts_over_on_a_new_session(Take::Write).await;
+}
+
+async fn starts_over_on_a_new_session(take: Take) {
     let fixture = ZkFixture::start().await;
     let key = "expired-unknowingly";
     let (proxy, b) = proxied(&fixture).await;
@@ -932,7 +836,7 @@ async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over(
     .await;
     let acquiring = tokio::spawn({
         let b = b.clone();
-        async move { lock(&b, key).wait(Duration::from_secs(20)).acquire().await }
+        async move { take.acquire(&b, key, Duration::from_secs(20)).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The server expires the session meanwhile.
@@ -949,7 +853,7 @@ async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over(
         old_id,
         "the expired session was used"
     );
-    assert_eq!(fixture.contenders(key).await.len(), 1);
+    assert_eq!(take.nodes(&fixture, key).await.len(), 1);
     guard.release().await.unwrap();
 }
 

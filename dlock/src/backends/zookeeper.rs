@@ -6,7 +6,9 @@
 //! expiry (the session timeout) · ✓ fencing tokens (the node's `czxid`) ·
 //! ✓ FIFO wake-up, each waiter woken by its predecessor's deletion only (no
 //! herd) · ✓ interoperates with Curator's `InterProcessMutex` on the same path ·
-//! ✓ chroot · ✓ digest auth · ✓ semaphores (see `permits.rs`) · ✗ TLS.
+//! ✓ chroot · ✓ digest auth · ✓ semaphores (see `permits.rs`) · ✓ read-write
+//! locks, interoperating with Curator's `InterProcessReadWriteLock` (see
+//! below and `rw.rs`) · ✗ TLS.
 //!
 //! Enable with the cargo feature `zookeeper`.
 //!
@@ -42,6 +44,48 @@
 //!
 //! So an uncontended `acquire` and release cost three requests (create,
 //! listing, delete) in two round trips, against a bare create and delete.
+//!
+//! # Read-write locks
+//!
+//! [`RwLock`](crate::RwLock) takes Apache Curator's
+//! `InterProcessReadWriteLock` layout, so a Java service doing
+//! `new InterProcessReadWriteLock(client, path)` on the path
+//! [`rw_lock_path`](ZooKeeperBackend::rw_lock_path) gives (with the URL's
+//! chroot as Curator's namespace) and dlock exclude each other both ways.
+//!
+//! - A read-write lock lives at `/<prefix>-rw/<escaped key>`, apart from
+//!   the key's plain lock at `/<prefix>/<escaped key>`: an `RwLock` and a
+//!   `Lock` of one key are separate objects and do not exclude each other
+//!   (neither lists the other's nodes).
+//! - A reader creates the EPHEMERAL_SEQUENTIAL child
+//!   `_c_<uuid>-__READ__<seq>`, a writer `_c_<uuid>-__WRIT__<seq>` (data:
+//!   the owner token), created and listed in one round trip and found again
+//!   by uuid as a lock node is. Both kinds share the directory's sequence,
+//!   which orders them in one queue.
+//! - A writer holds when its node is first of all; otherwise it watches its
+//!   predecessor, read or write. A reader holds when no write node sorts
+//!   before it; otherwise it watches the first write node (Curator's rule:
+//!   every reader behind a writer wakes when that writer's node goes, and
+//!   readers behind readers hold at once). So a waiting writer is served
+//!   before every reader that queued after it. (The rules: `order.rs`.)
+//! - Fencing token: the node's `czxid`, for both kinds. Write tokens
+//!   strictly increase; a read's token is its own node's `czxid`, above the
+//!   token of every write granted before it and below that of every write
+//!   granted after it (the argument is in `rw.rs`).
+//! - Everything else is the lock's: renewal by the session and a read
+//!   behind a `sync`, the 11/20 ttl clamp, loss, deleting a node whose
+//!   lease ran out, and cancel safety (a dropped or timed-out `read()` or
+//!   `write()` deletes its node, so a cancelled writer does not keep
+//!   readers out); an acquisition whose first request meets a session
+//!   expired unknown to the client starts over once on a new session.
+//! - Limits: a crashed reader's share frees when the server expires its
+//!   session (the session timeout), not after its ttl, as a crashed lock
+//!   holder's does. Curator's own reentrancy (a thread holding the write
+//!   lock takes the read lock without queueing) stays within Curator;
+//!   dlock's is by scope. By Curator's rules, the read node of such a
+//!   downgrade queues behind any writer that waited meanwhile, which then
+//!   holds beside the downgraded reader once the write lock goes, be it
+//!   Curator's or dlock's.
 //!
 //! # Renewal, session loss and the ttl
 //!
@@ -146,9 +190,11 @@ mod cleanup;
 mod config;
 mod held;
 mod lease;
+mod order;
 mod permits;
 mod queue;
 mod renew;
+mod rw;
 mod session;
 
 use std::collections::HashMap;
@@ -164,9 +210,10 @@ use zookeeper_client::{Client, Error as ZkError, SessionState, Stat};
 use self::cleanup::{deleted, Cleanup};
 use self::config::Config;
 use self::held::HeldMap;
+use self::order::Queue;
 use self::queue::new_uuid;
 use self::session::Session;
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
 use crate::{deadline, LockError};
 
 /// How long the clean-up of a timed-out waiter may take before `acquire`
@@ -439,6 +486,44 @@ impl LockBackend for ZooKeeperBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let dir = self.lock_path(&req.key)?;
+        self.try_queued(req, (&dir, Queue::Lock)).await
+    }
+
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let dir = self.lock_path(&req.key)?;
+        self.acquire_queued(req, (&dir, Queue::Lock), deadline)
+            .await
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_nodes(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.release_node(lease).await
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+}
+
+impl ZooKeeperBackend {
+    /// `try_acquire` of a lock or a read-write lease: one place taken in
+    /// `queue` under `dir`, left again at once unless it is our turn.
+    async fn try_queued(
+        &self,
+        req: &AcquireRequest,
+        (dir, queue): (&str, Queue),
+    ) -> Result<Option<Lease>, LockError> {
         let session = self.session().await?;
         let client = &session.client;
         // One attempt must not wait for a reconnect: while disconnected,
@@ -451,7 +536,7 @@ impl LockBackend for ZooKeeperBackend {
             ));
         }
         let limit = client.session_timeout();
-        match tokio::time::timeout(limit, self.try_once(&session, req, &dir)).await {
+        match tokio::time::timeout(limit, self.try_once(&session, req, (dir, queue))).await {
             Ok(answer) => answer,
             Err(_) => Err(LockError::backend(
                 self.shown.clone(),
@@ -460,13 +545,15 @@ impl LockBackend for ZooKeeperBackend {
         }
     }
 
-    async fn acquire(
+    /// `acquire` of a lock or a read-write lease: a place in `queue` under
+    /// `dir`, and the wait for our turn until `deadline`.
+    async fn acquire_queued(
         &self,
         req: &AcquireRequest,
+        (dir, queue): (&str, Queue),
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let deadline = representable(deadline);
-        let dir = self.lock_path(&req.key)?;
         let uuid = new_uuid()?;
         // A session can be dead on the server while this client does not
         // know it yet (cut off, it learns of the expiry when it reconnects):
@@ -492,10 +579,10 @@ impl LockBackend for ZooKeeperBackend {
             };
             // Armed from before the create: the node goes if this future is
             // dropped, or the wait runs out, at any await.
-            let mut cleanup = Cleanup::new(&session, &dir, &uuid);
+            let mut cleanup = Cleanup::new(&session, dir, &uuid);
             let waited = deadline::until(
                 deadline,
-                self.queue_and_wait(&session, req, &dir, &mut cleanup),
+                self.queue_and_wait(&session, req, (dir, queue), &mut cleanup),
             )
             .await;
             let expired_before_queueing = matches!(waited, Some(Err(_)))
@@ -546,21 +633,8 @@ impl LockBackend for ZooKeeperBackend {
         }
     }
 
-    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_nodes(leases).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release_node(lease).await
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-}
-
-impl ZooKeeperBackend {
-    /// `release` of lock and permit nodes alike: the delete of the node.
+    /// `release` of lock, permit and read-write nodes alike: the delete of
+    /// the node.
     async fn release_node(&self, lease: &Lease) -> Result<bool, LockError> {
         let Some(mut held) = lock(&self.held).remove(&lease.resource) else {
             return Ok(false);

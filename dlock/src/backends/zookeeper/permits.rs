@@ -19,7 +19,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use super::cleanup::Cleanup;
-use super::queue::{new_uuid, sequence_of};
+use super::order::{sequence_of, LOCK_NAME};
+use super::queue::new_uuid;
 use super::{after_sync, config, is_connected, representable, ZooKeeperBackend};
 use crate::backend::{AcquireRequest, Lease, PermitBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
@@ -71,7 +72,13 @@ impl ZooKeeperBackend {
         // Armed before the create: dropped at any await, the node goes.
         let mut cleanup = Cleanup::new(&session, &dir, &uuid);
         let created = self
-            .create_protected(client, &dir, &uuid, req.token.as_bytes(), false)
+            .create_protected(
+                client,
+                &dir,
+                (&uuid, LOCK_NAME),
+                req.token.as_bytes(),
+                false,
+            )
             .await?;
         let (path, stat) = (created.path, created.stat);
         cleanup.set_path(&path);

@@ -1,16 +1,19 @@
 //! Taking a place in a key's queue: `acquire` and `try_acquire` on lock
-//! nodes.
+//! nodes and on the read and write nodes of read-write locks, which differ
+//! only in their node's name and the rule that says whose turn it is
+//! ([`Queue`], in `order.rs`).
 //!
 //! Both start the same way: create our node and list the key's children,
-//! sent back to back (one round trip; see `create_protected`). If our node
-//! has the smallest sequence, the lock is ours: the fencing token is the
-//! `czxid` from the create's own stat, and the lease is counted from the
-//! create (see `Placed::created`), so an uncontended acquisition costs
-//! the create, the listing, and later the release's delete: nothing else.
+//! sent back to back (one round trip; see `create_protected`). If it is our
+//! turn (for a lock, our node has the smallest sequence), the lease is ours:
+//! the fencing token is the `czxid` from the create's own stat, and the
+//! lease is counted from the create (see `Placed::created`), so an
+//! uncontended acquisition costs the create, the listing, and later the
+//! release's delete: nothing else.
 //!
 //! Otherwise `try_acquire` leaves the queue at once, and `acquire` watches
-//! the next-lower node (Curator's predecessor, read with a watch as
-//! Curator's `getData` does) and lists again when it goes. Every listing
+//! the node the rule names (for a lock, Curator's predecessor), read with a
+//! watch as Curator's `getData` does, and lists again when it goes. Every listing
 //! after a wait goes behind a `sync`, and a lease granted by one is counted
 //! from it: the wait may have been long, on a follower that since lost its
 //! leader.
@@ -24,6 +27,7 @@ use std::time::{Duration, Instant};
 use zookeeper_client::{Acl, Acls, Client, CreateMode, Error as ZkError, Permission, Stat};
 
 use super::cleanup::{find_by_uuid, session_ended, Cleanup, MAX_RETRIES};
+use super::order::{Queue, Turn};
 use super::session::Session;
 use super::{after_sync, ZooKeeperBackend};
 use crate::backend::{AcquireRequest, Lease};
@@ -67,9 +71,6 @@ static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
     Acl::new_const(Permission::READ, "world", "anyone"),
 ];
 
-/// Curator's lock name for `InterProcessMutex`: children are `_c_<uuid>-lock-<seq>`.
-pub(super) const LOCK_NAME: &str = "lock-";
-
 /// A node [`ZooKeeperBackend::create_protected`] made.
 pub(super) struct Created {
     /// The node's path.
@@ -106,40 +107,9 @@ pub(super) fn new_uuid() -> Result<String, LockError> {
     ))
 }
 
-/// The sequence number of a lock child, as Curator reads it: the digits
-/// after the last `lock-`. `None` for children that are not lock nodes.
-pub(super) fn sequence_of(name: &str) -> Option<i64> {
-    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
-    seq.parse().ok()
-}
-
-/// Whether `own` has the smallest sequence among the lock children.
-pub(super) fn is_first(children: &[String], own: &str) -> bool {
-    let Some(mine) = sequence_of(own) else {
-        return false;
-    };
-    children
-        .iter()
-        .filter_map(|c| sequence_of(c))
-        .all(|seq| seq >= mine)
-}
-
 /// A node's name in its directory.
 fn name_of(path: &str) -> &str {
     path.rsplit_once('/').map_or(path, |(_, n)| n)
-}
-
-/// The child `own` waits for: the one with the next-lower sequence. `None`
-/// if `own` is first (or not a lock node). Children that are not lock nodes
-/// are not in the queue.
-pub(super) fn predecessor<'a>(children: &'a [String], own: &str) -> Option<&'a str> {
-    let mine = sequence_of(own)?;
-    children
-        .iter()
-        .filter_map(|c| Some((sequence_of(c)?, c.as_str())))
-        .filter(|(seq, _)| *seq < mine)
-        .max_by_key(|(seq, _)| *seq)
-        .map(|(_, c)| c)
 }
 
 /// Runs `op` again after a lost connection, for as long as the session
@@ -189,18 +159,19 @@ impl ZooKeeperBackend {
         }
     }
 
-    /// Creates `_c_<uuid>-lock-<seq>` under `dir`, creating `dir` if needed,
-    /// and finds the node again by its uuid if the answer is lost. With
-    /// `list`, the children of `dir` are asked for right behind the create.
+    /// Creates `_c_<uuid>-<name><seq>` under `dir` (`name` as
+    /// [`Queue::node_name`]), creating `dir` if needed, and finds the node
+    /// again by its uuid if the answer is lost. With `list`, the children of
+    /// `dir` are asked for right behind the create.
     pub(super) async fn create_protected(
         &self,
         client: &Client,
         dir: &str,
-        uuid: &str,
+        (uuid, name): (&str, &str),
         data: &[u8],
         list: bool,
     ) -> Result<Created, LockError> {
-        let prefix = format!("{dir}/_c_{uuid}-{LOCK_NAME}");
+        let prefix = format!("{dir}/_c_{uuid}-{name}");
         let acls = self.node_acls();
         let options = CreateMode::EphemeralSequential.with_acls(acls);
         // When the earliest create that may have made the node was sent: a
@@ -270,18 +241,19 @@ impl ZooKeeperBackend {
         ))
     }
 
-    /// Creates our node in `dir` (the create is armed in `cleanup` from
-    /// before it is sent) and lists the queue behind it.
+    /// Creates our node for `queue` in `dir` (the create is armed in
+    /// `cleanup` from before it is sent) and lists the queue behind it.
     pub(super) async fn place(
         &self,
         session: &Session,
         req: &AcquireRequest,
-        dir: &str,
+        (dir, queue): (&str, Queue),
         cleanup: &mut Cleanup,
     ) -> Result<Placed, LockError> {
         let client = &session.client;
+        let named = (cleanup.uuid.as_str(), queue.node_name());
         let created = self
-            .create_protected(client, dir, &cleanup.uuid, req.token.as_bytes(), true)
+            .create_protected(client, dir, named, req.token.as_bytes(), true)
             .await?;
         cleanup.set_path(&created.path);
         let children = match created.children {
@@ -300,15 +272,16 @@ impl ZooKeeperBackend {
         })
     }
 
-    /// `acquire`'s part after the session is open: take a place in the
-    /// queue, and wait for our turn. Our node is armed in `cleanup`, which
-    /// the caller keeps, so a wait that is dropped (cancelled, or its
-    /// deadline passed) leaves it to the caller to delete the node.
+    /// `acquire`'s part after the session is open: take a place in
+    /// `queue` under `dir`, and wait for our turn. Our node is armed in
+    /// `cleanup`, which the caller keeps, so a wait that is dropped
+    /// (cancelled, or its deadline passed) leaves it to the caller to delete
+    /// the node.
     pub(super) async fn queue_and_wait(
         &self,
         session: &Session,
         req: &AcquireRequest,
-        dir: &str,
+        (dir, queue): (&str, Queue),
         cleanup: &mut Cleanup,
     ) -> Result<Lease, LockError> {
         let client = &session.client;
@@ -317,21 +290,14 @@ impl ZooKeeperBackend {
             stat,
             mut children,
             created,
-        } = self.place(session, req, dir, cleanup).await?;
-        let name = name_of(&path);
+        } = self.place(session, req, (dir, queue), cleanup).await?;
         let mut counted_from = created;
         loop {
             self.still_queued(&children, &path)?;
-            if is_first(&children, name) {
-                return self.lease(req, client, &path, &stat, counted_from);
-            }
-            let Some(ahead) = predecessor(&children, name) else {
-                return Err(LockError::backend(
-                    self.shown.clone(),
-                    format!("lock node {path} has no sequence number"),
-                ));
+            let ahead = match self.turn(queue, &children, &path)? {
+                Turn::Ours => return self.lease(req, client, &path, &stat, counted_from),
+                Turn::After(ahead) => format!("{dir}/{ahead}"),
             };
-            let ahead = format!("{dir}/{ahead}");
             // A read with a watch, as Curator's `getData`: unlike `exists`, it
             // leaves no watch behind when the node is already gone.
             match retrying(client, || client.get_and_watch_data(&ahead)).await {
@@ -362,6 +328,21 @@ impl ZooKeeperBackend {
         self.error(format_args!("waiting for lock {dir} failed"), e)
     }
 
+    /// Where our node at `path` stands in `queue` among `children`.
+    fn turn<'a>(
+        &self,
+        queue: Queue,
+        children: &'a [String],
+        path: &str,
+    ) -> Result<Turn<'a>, LockError> {
+        queue.turn(children, name_of(path)).ok_or_else(|| {
+            LockError::backend(
+                self.shown.clone(),
+                format!("lock node {path} has no sequence number"),
+            )
+        })
+    }
+
     /// Whether our node is still among the listed children: a node deleted
     /// by someone else holds no place in the queue.
     fn still_queued(&self, children: &[String], path: &str) -> Result<(), LockError> {
@@ -376,22 +357,22 @@ impl ZooKeeperBackend {
         }
     }
 
-    /// One `try_acquire` attempt on a connected session: take a place, and
-    /// leave the queue again unless first.
+    /// One `try_acquire` attempt on a connected session: take a place in
+    /// `queue` under `dir`, and leave it again unless it is our turn.
     pub(super) async fn try_once(
         &self,
         session: &std::sync::Arc<Session>,
         req: &AcquireRequest,
-        dir: &str,
+        (dir, queue): (&str, Queue),
     ) -> Result<Option<Lease>, LockError> {
         let client = &session.client;
         // Armed from before the create: if this future is dropped at any
         // await, the node is deleted in the background (found by uuid if the
         // create has not answered yet).
         let mut cleanup = Cleanup::new(session, dir, &new_uuid()?);
-        let placed = self.place(session, req, dir, &mut cleanup).await?;
+        let placed = self.place(session, req, (dir, queue), &mut cleanup).await?;
         self.still_queued(&placed.children, &placed.path)?;
-        if is_first(&placed.children, name_of(&placed.path)) {
+        if self.turn(queue, &placed.children, &placed.path)? == Turn::Ours {
             let lease = self.lease(req, client, &placed.path, &placed.stat, placed.created)?;
             self.remember(&lease, session, cleanup);
             return Ok(Some(lease));
@@ -412,47 +393,11 @@ impl ZooKeeperBackend {
 mod tests {
     use super::*;
 
-    /// Three contenders out of sequence order, and a node that is not one.
-    fn three_contenders() -> Vec<String> {
-        [
-            "_c_bbb-lock-0000000007",
-            "_c_aaa-lock-0000000005",
-            "_c_ccc-lock-0000000009",
-            "unrelated",
-        ]
-        .map(String::from)
-        .to_vec()
-    }
-
-    #[test]
-    fn the_predecessor_is_the_next_lower_sequence() {
-        let children = three_contenders();
-        assert_eq!(predecessor(&children, "_c_aaa-lock-0000000005"), None);
-        assert_eq!(
-            predecessor(&children, "_c_bbb-lock-0000000007"),
-            Some("_c_aaa-lock-0000000005")
-        );
-        assert_eq!(
-            predecessor(&children, "_c_ccc-lock-0000000009"),
-            Some("_c_bbb-lock-0000000007")
-        );
-        assert_eq!(predecessor(&children, "garbage"), None);
-    }
-
     #[test]
     fn uuids_are_version_4_and_differ() {
         let a = new_uuid().unwrap();
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "4");
         assert_ne!(a, new_uuid().unwrap());
-    }
-
-    #[test]
-    fn the_smallest_sequence_is_first_whatever_the_uuid() {
-        let children = three_contenders();
-        assert!(is_first(&children, "_c_aaa-lock-0000000005"));
-        assert!(!is_first(&children, "_c_bbb-lock-0000000007"));
-        assert!(!is_first(&children, "garbage"));
-        assert_eq!(sequence_of("_c_x-lock-lock-0000000012"), Some(12));
     }
 }
