@@ -143,6 +143,7 @@
 mod client;
 mod config;
 mod held;
+mod mutex;
 mod names;
 mod permits;
 mod queue;
