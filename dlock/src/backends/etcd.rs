@@ -147,6 +147,7 @@ mod mutex;
 mod names;
 mod permits;
 mod queue;
+mod rw;
 mod session;
 
 use std::collections::HashMap;
@@ -160,7 +161,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 use self::client::{first_create_revision, revision_of_lease};
 use self::held::Held;
 use self::session::{Alive, Session};
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
 use crate::LockError;
 
 /// etcd's default `--max-txn-ops` is 128; stay well below it.
@@ -381,6 +382,10 @@ impl LockBackend for EtcdBackend {
     }
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
         Some(self)
     }
 }

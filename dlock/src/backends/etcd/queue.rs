@@ -102,7 +102,14 @@ pub(super) enum Enqueued {
     /// this is at most the last moment of a lease being lost: the caller
     /// lets it end rather than take its key away.
     HeldHere { until: Instant },
+    /// Another client's key has the name we picked (read-write entries are
+    /// named by a clock, as etcd's recipe names them): pick another.
+    Taken,
 }
+
+/// How many names an enqueue tries before it gives up, when each one it
+/// picks turns out to be another client's key.
+const NAME_TRIES: u32 = 8;
 
 /// One kind of line a waiter stands in: the plain lock's (`mutex.rs`) or a
 /// read-write lock's (`rw.rs`). A line says how an entry is named and
@@ -260,6 +267,7 @@ impl Inner {
         let mut give_up = after(Instant::now(), line.ttl());
         let mut backoff = Duration::from_millis(20);
         let mut requeues = 0;
+        let mut taken = 0;
         let mut retry = |e: LockError, failure: &mut Option<LockError>, give_up: Instant| {
             if once || (!patient && Instant::now() + backoff >= give_up) {
                 return Err(e);
@@ -304,6 +312,21 @@ impl Inner {
             progress.asking_since = Some(Instant::now());
             let (mine, first) = match line.enqueue(self, &session, &entry).await {
                 Ok(Enqueued::Created { mine, first }) => (mine, first),
+                Ok(Enqueued::Taken) => {
+                    // Not ours: nothing to clean up. Bounded, although
+                    // two clients picking one nanosecond twice is unheard of.
+                    queued.entry = None;
+                    queued.in_flight = false;
+                    progress.answered();
+                    taken += 1;
+                    if taken >= NAME_TRIES {
+                        return Err(self.error(format!(
+                            "{NAME_TRIES} names picked for an entry of `{}` were all taken by other clients",
+                            line.key()
+                        )));
+                    }
+                    continue;
+                }
                 Ok(Enqueued::HeldHere { until }) => {
                     // The name is a live guard's key: never ours to clean up.
                     queued.entry = None;
