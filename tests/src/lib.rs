@@ -4,6 +4,7 @@
 
 pub mod conformance;
 pub mod error;
+pub mod etcd_recipe;
 pub mod fixtures;
 pub mod foreign;
 pub mod holder;
