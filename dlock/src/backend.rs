@@ -471,6 +471,9 @@ pub trait PermitBackend: Send + Sync {
 ///
 /// - **memory**: per key, a writer, a table of readers with deadlines, and
 ///   one FIFO queue of waiters of both modes.
+/// - **etcd**: etcd's recipe `RWMutex`: a key per reader or writer, in line
+///   by create revision; a reader waits for the newest older writer's key,
+///   a writer for the newest older key, by a watch of its delete.
 ///
 /// # Example: a wrapping backend that passes read-write locks through
 ///

@@ -1,6 +1,7 @@
-//! The queue of a key: enqueue (create our key and read the holder in one
-//! transaction), wait for the predecessor's delete by a watch, and delete
-//! an entry that did not become the lock (timed out, cancelled).
+//! Waiting in line, for a plain lock (`mutex.rs`) and a read-write lock
+//! (`rw.rs`) alike: enqueue (create our key and read what is in its way in
+//! one transaction), wait for that key's delete by a watch, and delete an
+//! entry that did not become the lock (timed out, cancelled).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
