@@ -22,6 +22,22 @@ use etcd_client::{
     TxnOp, WatchOptions,
 };
 
+/// How long one request of the emulated Go client may take.
+const REQUEST_LIMIT: Duration = Duration::from_secs(5);
+
+/// `request`, bounded by [`REQUEST_LIMIT`]; panics naming `what` if it
+/// fails or takes longer.
+async fn bounded<T>(
+    what: &str,
+    request: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> T {
+    match tokio::time::timeout(REQUEST_LIMIT, request).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => panic!("{what}: {e}"),
+        Err(_) => panic!("{what}: no answer within {REQUEST_LIMIT:?}"),
+    }
+}
+
 /// A Go `concurrency.Session`: a client and one lease.
 pub struct GoSession {
     client: Client,
@@ -39,15 +55,9 @@ impl GoSession {
             .split(',')
             .map(str::to_owned)
             .collect();
-        let mut client =
-            tokio::time::timeout(Duration::from_secs(5), Client::connect(&endpoints, None))
-                .await
-                .expect("etcd did not answer the connect within 5 s")
-                .expect("connect to etcd");
-        let lease = client
-            .lease_grant(ttl_secs, None)
+        let mut client = bounded("connect to etcd", Client::connect(&endpoints, None)).await;
+        let lease = bounded("grant a lease", client.lease_grant(ttl_secs, None))
             .await
-            .expect("grant a lease")
             .id();
         GoSession { client, lease }
     }
@@ -105,7 +115,7 @@ impl GoRwMutex {
                     "",
                     Some(PutOptions::new().with_lease(self.lease)),
                 )]);
-            let answer = kv.txn(txn).await.expect("the recipe's create transaction");
+            let answer = bounded("the recipe's create transaction", kv.txn(txn)).await;
             if answer.succeeded() {
                 let revision = answer.header().expect("a header").revision();
                 return GoKey {
@@ -131,12 +141,12 @@ impl GoRwMutex {
             .with_sort(SortTarget::Mod, SortOrder::Descend)
             .with_limit(1)
             .with_max_mod_revision(mine.revision - 1);
-        let answer = self
-            .client
-            .kv_client()
-            .get(prefix, Some(options))
-            .await
-            .expect("the recipe's read of the key in the way");
+        let mut kv = self.client.kv_client();
+        let answer = bounded(
+            "the recipe's read of the key in the way",
+            kv.get(prefix, Some(options)),
+        )
+        .await;
         answer
             .kvs()
             .first()
@@ -150,12 +160,12 @@ impl GoRwMutex {
         tokio::time::timeout(limit, async {
             while let Some(blocker) = self.blocker(mine).await {
                 let options = WatchOptions::new().with_start_revision(mine.revision);
-                let mut stream = self
-                    .client
-                    .watch_client()
-                    .watch(blocker.as_str(), Some(options))
-                    .await
-                    .expect("the recipe's watch");
+                let mut watches = self.client.watch_client();
+                let mut stream = bounded(
+                    "the recipe's watch",
+                    watches.watch(blocker.as_str(), Some(options)),
+                )
+                .await;
                 'events: while let Some(answer) = stream.message().await.expect("watch events") {
                     if answer
                         .events()
@@ -178,10 +188,7 @@ impl GoRwMutex {
 
     /// `RUnlock`/`Unlock`: delete the own key.
     pub async fn unlock(&self, mine: &GoKey) {
-        self.client
-            .kv_client()
-            .delete(mine.key.as_str(), None)
-            .await
-            .expect("the recipe's delete");
+        let mut kv = self.client.kv_client();
+        bounded("the recipe's delete", kv.delete(mine.key.as_str(), None)).await;
     }
 }

@@ -19,8 +19,12 @@ async fn connect(url: &str) -> Arc<dyn LockBackend> {
     )
 }
 
+/// A read-write lock whose `read()`/`write()` wait at most 10 s unless
+/// told otherwise, so no test can hang on them.
 fn rw(backend: &Arc<dyn LockBackend>, key: &str) -> RwLock {
-    RwLock::new(key).with_backend(backend.clone())
+    RwLock::new(key)
+        .with_backend(backend.clone())
+        .wait(Duration::from_secs(10))
 }
 
 /// Runs blocking harness work (etcdctl) without stalling the runtime.
@@ -336,6 +340,7 @@ async fn a_plain_lock_and_a_read_write_lock_of_one_key_never_meet() {
     let (a, b) = (connect(fixture.url()).await, connect(fixture.url()).await);
     let plain = Lock::new(key)
         .with_backend(a.clone())
+        .wait(Duration::from_secs(10))
         .acquire()
         .await
         .unwrap();
