@@ -481,6 +481,9 @@ pub trait PermitBackend: Send + Sync {
 ///
 /// - **memory**: per key, a writer, a table of readers with deadlines, and
 ///   one FIFO queue of waiters of both modes.
+/// - **etcd**: etcd's recipe `RWMutex`: a key per reader or writer, in line
+///   by create revision; a reader waits for the newest older writer's key,
+///   a writer for the newest older key, by a watch of its delete.
 /// - **zookeeper**: Curator's `InterProcessReadWriteLock` layout: read and
 ///   write ephemeral sequential nodes in one queue; a writer waits for its
 ///   predecessor, a reader for the first write node ahead of it.

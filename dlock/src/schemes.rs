@@ -56,7 +56,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["etcd", "etcds"],
         feature: Some("etcd"),
         semaphores: true,
-        rw_locks: false,
+        rw_locks: true,
         backend: Backend::Etcd,
     },
     Scheme {
@@ -132,7 +132,7 @@ mod tests {
             with_semaphores_listed(),
             "memory://, redis://, etcd:// or zk://"
         );
-        assert_eq!(with_rw_locks_listed(), "memory:// or zk://");
+        assert_eq!(with_rw_locks_listed(), "memory://, etcd:// or zk://");
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
         assert!(all_listed().ends_with(", etcds:// and zk://"));
     }

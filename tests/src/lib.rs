@@ -6,6 +6,7 @@
 pub mod conformance;
 pub mod curator;
 pub mod error;
+pub mod etcd_recipe;
 pub mod fixtures;
 pub mod foreign;
 pub mod holder;

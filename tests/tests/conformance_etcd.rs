@@ -9,6 +9,7 @@ mod single {
     dlock_tests::segments_suite!(EtcdFixture::single());
     dlock_tests::semaphore_suite!(EtcdFixture::single());
     dlock_tests::multi_suite!(EtcdFixture::single(), rounds = 200);
+    dlock_tests::rw_suite!(EtcdFixture::single());
 }
 
 mod cluster {

@@ -6,7 +6,8 @@
 //! revision) · ✓ FIFO, first come first served · ✓ waiters woken by a watch
 //! on their predecessor only (no thundering herd) · ✓ interoperates with
 //! `etcdctl lock` and Go's `concurrency.Mutex` · ✓ semaphores (see
-//! `permits.rs`) · ✓ TLS and user/password
+//! `permits.rs`) · ✓ read-write locks in the layout of etcd's recipe
+//! `RWMutex` (see *Read-write locks* below) · ✓ TLS and user/password
 //! auth · ✗ lease lengths finer than etcd's whole seconds on the server (the
 //! client side keeps the exact ttl; see below).
 //!
@@ -44,6 +45,57 @@
 //! - Renewal is a lease keep-alive, plus one read of the held keys in the same
 //!   round of requests, so that a key deleted behind our back (`etcdctl del`)
 //!   is noticed and reported as lost even while its lease lives on.
+//!
+//! # Read-write locks
+//!
+//! [`RwLock`](crate::RwLock) follows the layout and rules of etcd's own
+//! recipe `RWMutex` (`client/v3/experimental/recipes`, rwmutex.go), so a Go
+//! service with `recipe.NewRWMutex(session, "dlock-rw/prices")` and dlock's
+//! `RwLock::new("prices")` take one read-write lock
+//! ([`EtcdBackend::rw_prefix`] gives the name):
+//!
+//! - A reader or writer, waiting or holding, is the key
+//!   `<prefix>-rw/<escaped key>/read/<n>` or `.../write/<n>` with an empty
+//!   value, on the backend's session lease for the ttl (as the mutex's keys
+//!   are, see below). `<n>` is the time in nanoseconds since the Unix epoch,
+//!   as the recipe names its keys (made unique within the process). It is
+//!   created by a transaction `If(Version(key) == 0)`; a name that exists
+//!   is another client's, and another is picked.
+//! - The create revision is the place in line. A reader waits for the
+//!   `write` key with the largest mod revision below its own to be
+//!   deleted; a writer for the key of either kind with the largest mod
+//!   revision below its own (the recipe's `WithLastRev` +
+//!   `WithMaxModRev(myRev - 1)`; the recipe's keys are never modified, so
+//!   their mod revision is their create revision). It watches that one key's delete, from the revision
+//!   after its read, and reads again. The creating transaction reads first,
+//!   so an uncontended read or write is one round trip. A later reader sees
+//!   an earlier waiting writer's key and waits: writers do not starve.
+//! - The fencing token of a read or write lease is its own key's create
+//!   revision. Writes: revisions only grow, so successive writers get
+//!   larger ones. A read R is above every write W granted before it: had
+//!   W's key been younger than R's, W would have waited for R's key, which
+//!   lives until R lets go. And it is below every write W granted after it:
+//!   had W's key been older, R would have waited for it to go, so W was
+//!   granted before R. (Not the token of the write it follows, as on the
+//!   memory backend: a number between that write's and the next one's.)
+//! - Renewal, loss, release and cancel safety are the mutex's: a
+//!   keep-alive of the session plus a read of the key by its create
+//!   revision; a compare-and-delete by that revision; a timed-out or
+//!   dropped acquire deletes its key (in the background if dropped), so a
+//!   cancelled writer does not keep readers out. A reader's share frees
+//!   with its key: by its release, by its session's expiry if its process
+//!   dies, or by the clean-up of keys past their local deadline.
+//! - The `-rw` root keeps these keys apart from the plain lock of the same
+//!   key (`<prefix>/<key>/`): neither lock's directory contains the other's
+//!   keys, and they do not exclude each other. (A backend with
+//!   `?prefix=dlock-rw` would put its plain locks among the read-write
+//!   locks of `?prefix=dlock`: do not name prefixes so.)
+//!
+//! Like the recipe, a Go writer waits for any key under the prefix, and a
+//! Go reader for any key under `<prefix>/write`: dlock writes no other key
+//! there, and waits for such keys in the same way. Unlike the recipe, a
+//! dlock waiter whose own key vanished (deleted, or its session expired)
+//! queues again at the end instead of going on.
 //!
 //! # One lease per backend and ttl
 //!
@@ -143,9 +195,11 @@
 mod client;
 mod config;
 mod held;
+mod mutex;
 mod names;
 mod permits;
 mod queue;
+mod rw;
 mod session;
 
 use std::collections::HashMap;
@@ -159,7 +213,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 use self::client::{first_create_revision, revision_of_lease};
 use self::held::Held;
 use self::session::{Alive, Session};
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
 use crate::LockError;
 
 /// etcd's default `--max-txn-ops` is 128; stay well below it.
@@ -380,6 +434,10 @@ impl LockBackend for EtcdBackend {
     }
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
         Some(self)
     }
 }

@@ -1,20 +1,21 @@
-//! The queue of a key: enqueue (create our key and read the holder in one
-//! transaction), wait for the predecessor's delete by a watch, and delete
-//! an entry that did not become the lock (timed out, cancelled).
+//! Waiting in line, for a plain lock (`mutex.rs`) and a read-write lock
+//! (`rw.rs`) alike: enqueue (create our key and read what is in its way in
+//! one transaction), wait for that key's delete by a watch, and delete an
+//! entry that did not become the lock (timed out, cancelled).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, WatchOptions, WatchStream,
+    Compare, CompareOp, EventType, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
 };
 use tokio::sync::OwnedMutexGuard;
 
-use super::client::{first_create_revision, lease_not_found, revision_of, revision_of_lease};
+use super::client::{first_create_revision, lease_not_found, revision_of};
 use super::session::{after, Alive, Session};
 use super::{lock, Inner};
-use crate::backend::{AcquireRequest, Lease};
+use crate::backend::Lease;
 use crate::{deadline, LockError};
 
 /// How many times an acquire starts over because its session lease vanished
@@ -95,18 +96,64 @@ pub(super) enum Ahead {
 
 /// What an enqueue found.
 pub(super) enum Enqueued {
-    /// Our key, created at `mine`, and the holder's create revision.
-    Created { mine: i64, owner: Option<i64> },
+    /// Our key, created at `mine`; `first`: nothing is in its way.
+    Created { mine: i64, first: bool },
     /// A guard of this backend still counts on the key of our name, until
     /// `until`. The core lets one local holder of a key in at a time, so
     /// this is at most the last moment of a lease being lost: the caller
     /// lets it end rather than take its key away.
     HeldHere { until: Instant },
+    /// Another client's key has the name we picked (read-write entries are
+    /// named by a clock, as etcd's recipe names them): pick another.
+    Taken,
+}
+
+/// How many names an enqueue tries before it gives up, when each one it
+/// picks turns out to be another client's key.
+const NAME_TRIES: u32 = 8;
+
+/// One kind of line a waiter stands in: the plain lock's (`mutex.rs`) or a
+/// read-write lock's (`rw.rs`). A line says how an entry is named and
+/// created and what stands in its way; [`Inner::take`] and [`Inner::join`]
+/// do the rest for both: sessions, retries, watching, cleaning up.
+#[async_trait]
+pub(super) trait Line: Sync {
+    /// The caller's lock key (for messages).
+    fn key(&self) -> &str;
+
+    /// The lease length asked for.
+    fn ttl(&self) -> Duration;
+
+    /// The name of our next entry on `session`.
+    fn entry(&self, inner: &Inner, session: &Session) -> String;
+
+    /// Creates `entry` on `session` unless the name exists, and reads in
+    /// the same transaction whether an older entry is in its way.
+    async fn enqueue(
+        &self,
+        inner: &Inner,
+        session: &Session,
+        entry: &str,
+    ) -> Result<Enqueued, LockError>;
+
+    /// The youngest entry in the way of ours (created at `mine`), or that
+    /// ours is first or gone.
+    async fn ahead(&self, inner: &Inner, entry: &str, mine: i64) -> Result<Ahead, LockError>;
+
+    /// The lease of a won entry: its fencing token is the create revision.
+    fn lease(&self, entry: String, revision: i64, session: &Session) -> Lease;
+}
+
+/// An entry that became the lock.
+pub(super) struct Won {
+    entry: String,
+    revision: i64,
+    session: Arc<Session>,
 }
 
 /// Where an acquisition stands when it does not hold the lock (yet).
 pub(super) enum Step {
-    Acquired(Lease, Arc<Session>),
+    Acquired(Won),
     /// `try_acquire` found another holder.
     NotFirst,
 }
@@ -133,87 +180,16 @@ impl Inner {
         turn.guard.is_some().then_some(turn)
     }
 
-    pub(super) fn lease(
-        &self,
-        req: &AcquireRequest,
-        session: &Session,
-        entry: String,
-        revision: i64,
-    ) -> Lease {
-        Lease {
-            key: req.key.clone(),
-            token: req.token.clone(),
-            ttl: req.ttl,
-            fencing_token: Some(revision as u64),
-            valid_until: session.deadline(req.ttl),
-            resource: entry,
-        }
-    }
-
-    /// Enqueues under `session`: creates our key, and reads the holder in the
-    /// same transaction.
-    ///
-    /// If a key of that name exists already, it is an older key of our
-    /// session: a release or cleanup whose delete has not landed (or never
-    /// will), or an enqueue cut off in flight. It is never adopted: its
-    /// revision was another guard's fencing token, and a delete of that
-    /// revision may still arrive and would take the key from under us. It
-    /// is deleted by its revision, and ours created anew.
-    pub(super) async fn enqueue(
-        &self,
-        key: &str,
-        session: &Session,
-        entry: &str,
-    ) -> Result<Enqueued, LockError> {
-        let owner = TxnOp::get(
-            self.dir_of(key),
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, SortOrder::Ascend)
-                    .with_limit(1),
-            ),
-        );
-        let txn = Txn::new()
-            .when([Compare::create_revision(entry, CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
-                owner,
-            ])
-            .or_else([TxnOp::get(entry, None)]);
-        for _ in 0..STALE_TRIES {
-            let answer = self.txn(txn.clone()).await?;
-            let ops = answer.op_responses();
-            if answer.succeeded() {
-                let Some(mine) = revision_of(&answer) else {
-                    return Err(self.error(format!(
-                        "etcd answered the enqueue of `{entry}` without its revision"
-                    )));
-                };
-                let owner = first_create_revision(ops.get(1));
-                return Ok(Enqueued::Created { mine, owner });
-            }
-            // Gone since: try again.
-            let Some(stale) = first_create_revision(ops.first()) else {
-                continue;
-            };
-            if let Some(until) = self.live_until(entry, stale) {
-                return Ok(Enqueued::HeldHere { until });
-            }
-            self.delete_entry(entry, Some(stale)).await?;
-        }
-        Err(self.error(format!(
-            "the queue entry `{entry}` stayed taken by an older key of this backend"
-        )))
-    }
-
     /// Deletes `entry` if it is still the key created at `revision`.
     ///
     /// Without a revision (an enqueue cut off before its answer), the key
     /// that has the name now is that enqueue's, or an older one nobody
     /// counts on, as the caller holds the key's turn (or the name is its
     /// alone, for a permit); it is read and deleted by its revision, so that
-    /// a delete arriving late can never remove a key created after it.
+    /// a delete arriving late can never remove a key created after it. A key
+    /// on a lease that is not one of our sessions is never ours: a
+    /// read-write entry is named by a clock, and the enqueue may have found
+    /// the name taken by another client.
     pub(super) async fn delete_entry(
         &self,
         entry: &str,
@@ -225,9 +201,21 @@ impl Inner {
                 let answer = self
                     .txn(Txn::new().and_then([TxnOp::get(entry, None)]))
                     .await?;
-                match first_create_revision(answer.op_responses().first()) {
+                let found = match answer.op_responses().first() {
+                    Some(TxnOpResponse::Get(get)) => get
+                        .kvs()
+                        .first()
+                        .map(|kv| (kv.create_revision(), kv.lease())),
+                    _ => None,
+                };
+                match found {
                     // A live guard's key is never an abandoned entry.
-                    Some(revision) if self.live_until(entry, revision).is_none() => revision,
+                    Some((revision, lease))
+                        if self.live_until(entry, revision).is_none()
+                            && self.is_our_lease(lease).await =>
+                    {
+                        revision
+                    }
                     _ => return Ok(false),
                 }
             }
@@ -271,15 +259,16 @@ impl Inner {
     /// down, and waiting on would only hide it.
     pub(super) async fn take(
         self: &Arc<Self>,
-        req: &AcquireRequest,
+        line: &impl Line,
         queued: &mut Queued,
         once: bool,
         patient: bool,
         progress: &mut Progress,
     ) -> Result<Step, LockError> {
-        let mut give_up = after(Instant::now(), req.ttl);
+        let mut give_up = after(Instant::now(), line.ttl());
         let mut backoff = Duration::from_millis(20);
         let mut requeues = 0;
+        let mut taken = 0;
         let mut retry = |e: LockError, failure: &mut Option<LockError>, give_up: Instant| {
             if once || (!patient && Instant::now() + backoff >= give_up) {
                 return Err(e);
@@ -293,11 +282,11 @@ impl Inner {
             if requeues > MAX_REQUEUES {
                 return Err(self.error(format!(
                     "the session lease of `{}` expired {MAX_REQUEUES} times while queueing; etcd is expiring leases faster than the ttl {:?}",
-                    req.key, req.ttl
+                    line.key(), line.ttl()
                 )));
             }
             progress.asking_since = Some(Instant::now());
-            let session = match self.session(req.ttl).await {
+            let session = match self.session(line.ttl()).await {
                 Ok(s) => s,
                 Err(e) => {
                     tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
@@ -305,7 +294,7 @@ impl Inner {
                 }
             };
             progress.asking_since = Some(Instant::now());
-            match self.fresh(&session, req.ttl).await {
+            match self.fresh(&session, line.ttl()).await {
                 Ok(Alive::Yes) => {}
                 Ok(Alive::Gone) => {
                     requeues += 1;
@@ -316,14 +305,29 @@ impl Inner {
                     continue;
                 }
             }
-            give_up = after(Instant::now(), req.ttl);
-            let entry = self.entry_of(&req.key, session.id);
+            give_up = after(Instant::now(), line.ttl());
+            let entry = line.entry(self, &session);
             queued.entry = Some(entry.clone());
             queued.revision = None;
             queued.in_flight = true;
             progress.asking_since = Some(Instant::now());
-            let (mine, owner) = match self.enqueue(&req.key, &session, &entry).await {
-                Ok(Enqueued::Created { mine, owner }) => (mine, owner),
+            let (mine, first) = match line.enqueue(self, &session, &entry).await {
+                Ok(Enqueued::Created { mine, first }) => (mine, first),
+                Ok(Enqueued::Taken) => {
+                    // Not ours: nothing to clean up. Bounded, although
+                    // two clients picking one nanosecond twice is unheard of.
+                    queued.entry = None;
+                    queued.in_flight = false;
+                    progress.answered();
+                    taken += 1;
+                    if taken >= NAME_TRIES {
+                        return Err(self.error(format!(
+                            "{NAME_TRIES} names picked for an entry of `{}` were all taken by other clients",
+                            line.key()
+                        )));
+                    }
+                    continue;
+                }
                 Ok(Enqueued::HeldHere { until }) => {
                     // The name is a live guard's key: never ours to clean up.
                     queued.entry = None;
@@ -349,11 +353,12 @@ impl Inner {
             queued.in_flight = false;
             queued.revision = Some(mine);
             progress.answered();
-            if owner == Some(mine) {
-                return Ok(Step::Acquired(
-                    self.lease(req, &session, entry, mine),
+            if first {
+                return Ok(Step::Acquired(Won {
+                    entry,
+                    revision: mine,
                     session,
-                ));
+                }));
             }
             if once {
                 return Ok(Step::NotFirst);
@@ -362,8 +367,8 @@ impl Inner {
             // Wait for every older entry to go, watching only the youngest of them.
             loop {
                 progress.asking_since = Some(Instant::now());
-                match self.fresh(&session, req.ttl).await {
-                    Ok(Alive::Yes) => give_up = after(Instant::now(), req.ttl),
+                match self.fresh(&session, line.ttl()).await {
+                    Ok(Alive::Yes) => give_up = after(Instant::now(), line.ttl()),
                     Ok(Alive::Gone) => {
                         session.mark_dead();
                         requeues += 1;
@@ -375,7 +380,7 @@ impl Inner {
                     }
                 }
                 progress.asking_since = Some(Instant::now());
-                let ahead = match self.predecessor(&req.key, &entry, mine).await {
+                let ahead = match line.ahead(self, &entry, mine).await {
                     Ok(ahead) => ahead,
                     Err(e) => {
                         tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
@@ -383,13 +388,14 @@ impl Inner {
                     }
                 };
                 progress.answered();
-                give_up = after(Instant::now(), req.ttl);
+                give_up = after(Instant::now(), line.ttl());
                 let (predecessor, revision) = match ahead {
                     Ahead::First => {
-                        return Ok(Step::Acquired(
-                            self.lease(req, &session, entry, mine),
+                        return Ok(Step::Acquired(Won {
+                            entry,
+                            revision: mine,
                             session,
-                        ))
+                        }))
                     }
                     // Our entry is gone: the session expired, or someone
                     // deleted it. Queue again at the end.
@@ -401,7 +407,7 @@ impl Inner {
                 };
                 // Refresh the session before our entry's lease could run
                 // low while we wait.
-                let refresh_at = after(session.refreshed(), req.ttl / 4);
+                let refresh_at = after(session.refreshed(), line.ttl() / 4);
                 progress.asking_since = Some(Instant::now());
                 let stream = match self.watch(&predecessor, revision).await {
                     Ok(stream) => stream,
@@ -419,38 +425,72 @@ impl Inner {
         }
     }
 
-    /// Reads the youngest entry older than ours, and checks ours still exists.
-    pub(super) async fn predecessor(
+    /// Reads `older` (a get of at most one key: the youngest entry in the
+    /// way of ours) and, in the same transaction, whether our `entry` is
+    /// still the key created at `mine`.
+    pub(super) async fn read_ahead(
         &self,
-        key: &str,
+        older: TxnOp,
         entry: &str,
         mine: i64,
     ) -> Result<Ahead, LockError> {
-        let older = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_max_create_revision(mine - 1)
-            .with_limit(1);
-        let txn = Txn::new().and_then([
-            TxnOp::get(self.dir_of(key), Some(older)),
-            TxnOp::get(entry, None),
-        ]);
+        let txn = Txn::new().and_then([older, TxnOp::get(entry, None)]);
         let answer = self.txn(txn).await?;
         let ops = answer.op_responses();
         if first_create_revision(ops.get(1)) != Some(mine) {
             return Ok(Ahead::Gone);
         }
-        let predecessor = match ops.first() {
+        let in_the_way = match ops.first() {
             Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.key().to_vec()),
             _ => None,
         };
-        Ok(match predecessor {
+        Ok(match in_the_way {
             None => Ahead::First,
             Some(key) => Ahead::Behind {
                 key,
                 revision: revision_of(&answer).unwrap_or(0),
             },
         })
+    }
+
+    /// Stands in `line` until our entry is first (`once`: only if it is
+    /// first at once), at most until `deadline`, and records the won lease.
+    /// `turn` (the mutex's; see [`Inner::turns`]) is kept until the entry
+    /// holds the lock or is gone from the server.
+    pub(super) async fn join(
+        self: &Arc<Self>,
+        line: &impl Line,
+        turn: Option<Turn>,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> Result<Option<Lease>, LockError> {
+        let mut queued = Queued {
+            inner: self.clone(),
+            turn,
+            entry: None,
+            revision: None,
+            in_flight: false,
+        };
+        let mut progress = Progress::default();
+        let taken = {
+            let work = self.take(line, &mut queued, once, deadline.is_some(), &mut progress);
+            deadline::until(deadline.filter(|_| !once), work).await
+        };
+        match taken {
+            Some(Ok(Step::Acquired(won))) => {
+                queued.disarm();
+                let lease = line.lease(won.entry, won.revision, &won.session);
+                self.hold(&lease, won.session, won.revision);
+                Ok(Some(lease))
+            }
+            Some(Ok(Step::NotFirst)) => {
+                queued.finish().await;
+                Ok(None)
+            }
+            Some(Err(e)) => Err(e),
+            // The deadline passed: a timeout, unless the service was failing.
+            None => progress.at_deadline(self),
+        }
     }
 
     /// Watches `predecessor` for its delete after `revision`.
@@ -498,57 +538,6 @@ impl Inner {
                 Ok(None) => return Err(self.error("the watch stream was closed by the server")),
                 Err(e) => return Err(self.error(e)),
             }
-        }
-    }
-
-    pub(super) async fn acquire(
-        self: &Arc<Self>,
-        req: &AcquireRequest,
-        deadline: Option<Instant>,
-        once: bool,
-    ) -> Result<Option<Lease>, LockError> {
-        let turn = if once {
-            match self.try_turn(&req.key) {
-                Some(turn) => turn,
-                // This backend already holds or queues for the key.
-                None => return Ok(None),
-            }
-        } else {
-            match deadline::until(deadline, self.turn(&req.key)).await {
-                Some(turn) => turn,
-                None => return Ok(None),
-            }
-        };
-        let mut queued = Queued {
-            inner: self.clone(),
-            turn: Some(turn),
-            entry: None,
-            revision: None,
-            in_flight: false,
-        };
-        let mut progress = Progress::default();
-        let taken = {
-            let work = self.take(req, &mut queued, once, deadline.is_some(), &mut progress);
-            deadline::until(deadline.filter(|_| !once), work).await
-        };
-        match taken {
-            Some(Ok(Step::Acquired(lease, session))) => {
-                // The key's turn goes with `queued`: the next acquisition of
-                // the key waits in the core until this guard lets go, and a
-                // release takes the turn again while its delete is on its way.
-                queued.disarm();
-                if let Some(revision) = revision_of_lease(&lease) {
-                    self.hold(&lease, session, revision);
-                }
-                Ok(Some(lease))
-            }
-            Some(Ok(Step::NotFirst)) => {
-                queued.finish().await;
-                Ok(None)
-            }
-            Some(Err(e)) => Err(e),
-            // The deadline passed: a timeout, unless the service was failing.
-            None => progress.at_deadline(self),
         }
     }
 }

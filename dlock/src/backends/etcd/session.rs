@@ -63,6 +63,11 @@ impl Inner {
         Ok(session)
     }
 
+    /// Whether `lease` is one of this backend's session leases.
+    pub(super) async fn is_our_lease(&self, lease: i64) -> bool {
+        self.sessions.lock().await.values().any(|s| s.id == lease)
+    }
+
     /// Makes sure `session` was refreshed recently enough that a guard taken
     /// now has most of its ttl ahead of it.
     pub(super) async fn fresh(&self, session: &Session, ttl: Duration) -> Result<Alive, LockError> {

@@ -1,0 +1,167 @@
+//! The mutex's line: one entry per session under the key's directory
+//! (`<prefix>/<escaped key>/<lease-hex>`, the layout of `etcdctl lock`),
+//! held by the oldest entry by create revision, each waiter behind the
+//! youngest entry older than its own.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+
+use super::client::{first_create_revision, revision_of};
+use super::queue::{Ahead, Enqueued, Line, STALE_TRIES};
+use super::session::Session;
+use super::Inner;
+use crate::backend::{AcquireRequest, Lease};
+use crate::{deadline, LockError};
+
+/// The line of a plain lock: `try_acquire` and `acquire` wait in it.
+struct MutexLine<'a>(&'a AcquireRequest);
+
+#[async_trait]
+impl Line for MutexLine<'_> {
+    fn key(&self) -> &str {
+        &self.0.key
+    }
+
+    fn ttl(&self) -> Duration {
+        self.0.ttl
+    }
+
+    fn entry(&self, inner: &Inner, session: &Session) -> String {
+        inner.entry_of(&self.0.key, session.id)
+    }
+
+    async fn enqueue(
+        &self,
+        inner: &Inner,
+        session: &Session,
+        entry: &str,
+    ) -> Result<Enqueued, LockError> {
+        inner.enqueue(&self.0.key, session, entry).await
+    }
+
+    async fn ahead(&self, inner: &Inner, entry: &str, mine: i64) -> Result<Ahead, LockError> {
+        inner.predecessor(&self.0.key, entry, mine).await
+    }
+
+    fn lease(&self, entry: String, revision: i64, session: &Session) -> Lease {
+        Lease {
+            key: self.0.key.clone(),
+            token: self.0.token.clone(),
+            ttl: self.0.ttl,
+            fencing_token: Some(revision as u64),
+            valid_until: session.deadline(self.0.ttl),
+            resource: entry,
+        }
+    }
+}
+
+impl Inner {
+    /// Takes the lock of `req.key` (`once`: only if it is free now), waiting
+    /// at most until `deadline`.
+    ///
+    /// The key's turn (see [`Inner::turns`]) is held from here until the
+    /// entry holds the lock or is gone from the server: the next
+    /// acquisition of the key waits in the core until the guard lets go, and
+    /// a release takes the turn again while its delete is on its way.
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> Result<Option<Lease>, LockError> {
+        let turn = if once {
+            match self.try_turn(&req.key) {
+                Some(turn) => turn,
+                // This backend already holds or queues for the key.
+                None => return Ok(None),
+            }
+        } else {
+            match deadline::until(deadline, self.turn(&req.key)).await {
+                Some(turn) => turn,
+                None => return Ok(None),
+            }
+        };
+        self.join(&MutexLine(req), Some(turn), deadline, once).await
+    }
+
+    /// Enqueues under `session`: creates our key, and reads the holder in the
+    /// same transaction.
+    ///
+    /// If a key of that name exists already, it is an older key of our
+    /// session: a release or cleanup whose delete has not landed (or never
+    /// will), or an enqueue cut off in flight. It is never adopted: its
+    /// revision was another guard's fencing token, and a delete of that
+    /// revision may still arrive and would take the key from under us. It
+    /// is deleted by its revision, and ours created anew.
+    pub(super) async fn enqueue(
+        &self,
+        key: &str,
+        session: &Session,
+        entry: &str,
+    ) -> Result<Enqueued, LockError> {
+        let owner = TxnOp::get(
+            self.dir_of(key),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend)
+                    .with_limit(1),
+            ),
+        );
+        let txn = Txn::new()
+            .when([Compare::create_revision(entry, CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
+                owner,
+            ])
+            .or_else([TxnOp::get(entry, None)]);
+        for _ in 0..STALE_TRIES {
+            let answer = self.txn(txn.clone()).await?;
+            let ops = answer.op_responses();
+            if answer.succeeded() {
+                let Some(mine) = revision_of(&answer) else {
+                    return Err(self.error(format!(
+                        "etcd answered the enqueue of `{entry}` without its revision"
+                    )));
+                };
+                let owner = first_create_revision(ops.get(1));
+                return Ok(Enqueued::Created {
+                    mine,
+                    first: owner == Some(mine),
+                });
+            }
+            // Gone since: try again.
+            let Some(stale) = first_create_revision(ops.first()) else {
+                continue;
+            };
+            if let Some(until) = self.live_until(entry, stale) {
+                return Ok(Enqueued::HeldHere { until });
+            }
+            self.delete_entry(entry, Some(stale)).await?;
+        }
+        Err(self.error(format!(
+            "the queue entry `{entry}` stayed taken by an older key of this backend"
+        )))
+    }
+
+    /// Reads the youngest entry older than ours (by create revision), and
+    /// checks ours still exists.
+    pub(super) async fn predecessor(
+        &self,
+        key: &str,
+        entry: &str,
+        mine: i64,
+    ) -> Result<Ahead, LockError> {
+        let older = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(mine - 1)
+            .with_limit(1)
+            .with_keys_only();
+        self.read_ahead(TxnOp::get(self.dir_of(key), Some(older)), entry, mine)
+            .await
+    }
+}

@@ -1,0 +1,242 @@
+//! Read-write locks on etcd, in the layout and by the rules of etcd's own
+//! recipe `RWMutex` (`client/v3/experimental/recipes`), so that a Go
+//! service using `recipe.NewRWMutex(session, "<prefix>-rw/<escaped key>")`
+//! and dlock's `RwLock` on the key exclude each other.
+//!
+//! - A reader or writer, waiting or holding, is the key
+//!   `<prefix>-rw/<escaped key>/read/<n>` or `.../write/<n>`, `<n>` the
+//!   nanoseconds since the Unix epoch (the recipe's name), with an empty
+//!   value, on the backend's session lease for the ttl. It is created by a
+//!   transaction `If(Version(key) == 0)`; a name that exists (another
+//!   client picked the same nanosecond) is never touched, a new one is
+//!   picked.
+//! - The create revision is the place in line. A reader waits for the
+//!   `write` key with the largest mod revision below its own revision to be
+//!   deleted, a writer for the key of either kind with the largest mod
+//!   revision below its own (the recipe's `WithLastRev` +
+//!   `WithMaxModRev(myRev - 1)`), each by a watch of that one key's delete;
+//!   then it reads again. The first read is in the creating transaction.
+//! - The fencing token is the own key's create revision, for readers and
+//!   writers alike (see the module docs of `etcd.rs` for why it orders
+//!   reads between writes).
+//! - The `-rw` root keeps these keys out of every plain lock's directory
+//!   (`<prefix>/<key>/`), and those out of these.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use etcd_client::{
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
+
+use super::client::revision_of;
+use super::queue::{Ahead, Enqueued, Line};
+use super::session::Session;
+use super::{names, EtcdBackend, Inner};
+use crate::backend::{Lease, LockBackend, Renewal, RwBackend, RwMode, RwRequest};
+use crate::LockError;
+
+impl EtcdBackend {
+    /// The prefix of the read-write lock of `key` (`<prefix>-rw/<escaped
+    /// key>`): a Go service with `recipe.NewRWMutex(session, prefix)` on it
+    /// takes the same read-write lock, and `etcdctl get --prefix` on it plus
+    /// `/` lists its readers and writers. It is apart from the plain lock
+    /// of `key` ([`queue_prefix`](EtcdBackend::queue_prefix)).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let etcd = dlock::backends::etcd::EtcdBackend::connect("etcd://127.0.0.1:2379").await?;
+    /// assert_eq!(etcd.rw_prefix("prices"), "dlock-rw/prices");
+    /// assert_eq!(etcd.rw_prefix("prices/eu"), "dlock-rw/prices%2Feu");
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_prefix(&self, key: &str) -> String {
+        self.inner.rw_prefix(key)
+    }
+}
+
+impl Inner {
+    pub(super) fn rw_prefix(&self, key: &str) -> String {
+        format!("{}-rw/{}", self.prefix, names::escape(key))
+    }
+
+    /// Takes a `req.mode` lease (`once`: only if nothing is in its way now),
+    /// waiting at most until `deadline`. No turn is needed: every entry has
+    /// a name of its own.
+    async fn acquire_rw(
+        self: &Arc<Self>,
+        req: &RwRequest,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> Result<Option<Lease>, LockError> {
+        let line = RwLine {
+            req,
+            dir: format!("{}/", self.rw_prefix(&req.key)),
+        };
+        self.join(&line, None, deadline, once).await
+    }
+}
+
+/// The last `<n>` this process gave an entry.
+static LAST_NAME: AtomicU64 = AtomicU64::new(0);
+
+/// The `<n>` of a new entry: the nanoseconds since the Unix epoch, as the
+/// recipe names its keys, made larger than the last one this process gave
+/// so that two entries of one process never pick one name (the clock's
+/// resolution may be coarser than a nanosecond, and it may step back).
+fn clock_name() -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let previous = LAST_NAME
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(now.max(last.saturating_add(1)))
+        })
+        .unwrap_or(now);
+    now.max(previous.saturating_add(1))
+}
+
+/// The line of one read-write lock request.
+struct RwLine<'a> {
+    req: &'a RwRequest,
+    /// `<prefix>-rw/<escaped key>/`.
+    dir: String,
+}
+
+impl RwLine<'_> {
+    /// The prefix of the keys in our way: every `write` key for a reader
+    /// (the recipe's `pfx + "write"`), every key for a writer.
+    fn in_the_way(&self) -> String {
+        match self.req.mode {
+            RwMode::Read => format!("{}write", self.dir),
+            RwMode::Write => self.dir.clone(),
+        }
+    }
+
+    /// The recipe's `WithLastRev`: the one key of the prefix with the
+    /// largest mod revision.
+    fn last_rev() -> GetOptions {
+        GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Mod, SortOrder::Descend)
+            .with_limit(1)
+            .with_keys_only()
+    }
+}
+
+#[async_trait]
+impl Line for RwLine<'_> {
+    fn key(&self) -> &str {
+        &self.req.key
+    }
+
+    fn ttl(&self) -> Duration {
+        self.req.ttl
+    }
+
+    fn entry(&self, _inner: &Inner, _session: &Session) -> String {
+        format!("{}{}/{}", self.dir, self.req.mode.as_str(), clock_name())
+    }
+
+    /// The read of the keys in our way comes before the put in the
+    /// transaction: it sees exactly the keys older than ours (all of them
+    /// have a mod revision below the transaction's, which is ours).
+    async fn enqueue(
+        &self,
+        inner: &Inner,
+        session: &Session,
+        entry: &str,
+    ) -> Result<Enqueued, LockError> {
+        let txn = Txn::new()
+            .when([Compare::version(entry, CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::get(self.in_the_way(), Some(Self::last_rev())),
+                TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
+            ]);
+        let answer = inner.txn(txn).await?;
+        if !answer.succeeded() {
+            return Ok(Enqueued::Taken);
+        }
+        let Some(mine) = revision_of(&answer) else {
+            return Err(inner.error(format!(
+                "etcd answered the creation of `{entry}` without its revision"
+            )));
+        };
+        let first = match answer.op_responses().first() {
+            Some(TxnOpResponse::Get(get)) => get.kvs().is_empty(),
+            _ => {
+                return Err(inner.error(format!(
+                    "etcd answered the creation of `{entry}` without the read of `{}`",
+                    self.in_the_way()
+                )))
+            }
+        };
+        Ok(Enqueued::Created { mine, first })
+    }
+
+    async fn ahead(&self, inner: &Inner, entry: &str, mine: i64) -> Result<Ahead, LockError> {
+        let older = Self::last_rev().with_max_mod_revision(mine - 1);
+        inner
+            .read_ahead(TxnOp::get(self.in_the_way(), Some(older)), entry, mine)
+            .await
+    }
+
+    fn lease(&self, entry: String, revision: i64, session: &Session) -> Lease {
+        Lease {
+            key: self.req.key.clone(),
+            token: self.req.token.clone(),
+            ttl: self.req.ttl,
+            fencing_token: Some(revision as u64),
+            valid_until: session.deadline(self.req.ttl),
+            resource: entry,
+        }
+    }
+}
+
+#[async_trait]
+impl RwBackend for EtcdBackend {
+    async fn try_acquire_rw(&self, req: &RwRequest) -> Result<Option<Lease>, LockError> {
+        self.inner.acquire_rw(req, None, true).await
+    }
+
+    async fn acquire_rw(
+        &self,
+        req: &RwRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        self.inner.acquire_rw(req, deadline, false).await
+    }
+
+    /// Read-write keys are session keys like lock keys: the same
+    /// keep-alive, and the same read of each key by its create revision.
+    async fn renew_rw(&self, _mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew(leases).await
+    }
+
+    /// Deletes the key if its create revision is still ours; if etcd fails
+    /// or this future is dropped first, the delete goes on in the
+    /// background (see `held.rs`). No turn: the name is never reused.
+    async fn release_rw(&self, _mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
+        self.inner.release_entry(lease, None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_names_are_nanoseconds_and_never_repeat_in_a_process() {
+        let before = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let names: Vec<u64> = (0..1000).map(|_| clock_name()).collect();
+        assert!(names[0] >= before, "{} < {before}", names[0]);
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "a name repeated");
+        // Within a few seconds of the clock: a Go reader of the name sees a time.
+        assert!(names[999] - before < 5_000_000_000);
+    }
+}
