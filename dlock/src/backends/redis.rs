@@ -58,6 +58,7 @@ mod for_redlock;
 mod permits;
 pub(crate) mod recheck;
 mod renew;
+mod rw;
 pub(crate) mod scripts;
 pub(crate) mod subscriber;
 mod unfinished;
@@ -79,7 +80,9 @@ use self::recheck::{keyspace_channel, notifies_releases, Recheck};
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
 use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
+use crate::backend::{
+    lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend,
+};
 use crate::LockError;
 
 /// The longest ttl: dlock's own [`MAX_TTL`], checked here
@@ -615,6 +618,10 @@ impl LockBackend for RedisBackend {
     }
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
         Some(self)
     }
 }
