@@ -1,8 +1,9 @@
 //! Redis read-write locks as the server sees them: the layout key by key
 //! (names, types, expiries, one hash slot), nothing left after the last
 //! release, waiters woken when an operator deletes the lease in their way,
-//! dropped and timed-out writers that do not keep readers out, and fences
-//! across a restart without persistence.
+//! waiting writers served in arrival order, dropped and timed-out writers
+//! that do not keep readers out, and fences across a restart without
+//! persistence.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use dlock::{LockBackend, LockError, LockGuard, RwLock};
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::redis::{rw_keys, RedisFixture};
 use dlock_tests::servers::control::ServerControl;
-use dlock_tests::servers::redis::RedisServer;
+use dlock_tests::servers::redis::{RedisOptions, RedisServer};
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
     Arc::new(
@@ -132,7 +133,7 @@ async fn the_layout_key_by_key_and_nothing_left_after_the_last_release() {
     assert!(pttl > 0.0 && pttl <= 10_000.0, "writer PTTL {pttl}");
     assert_eq!(
         live_keys(&fixture, key),
-        [writer.clone()],
+        std::slice::from_ref(&writer),
         "only the writer is left while it holds"
     );
     let write_fence = writer_guard.fencing_token().unwrap();
@@ -229,6 +230,57 @@ async fn an_operators_del_of_the_readers_or_the_writer_wakes_waiters() {
         waiter_after_operator_delete(&fixture, "del-writer", Mode::Write, Mode::Read, &writer_key)
             .await;
     reader.release().await.unwrap();
+}
+
+/// With the re-check off, only the keyspace notification of the `DEL` can
+/// wake the reader (its wait is a third of the writer's ttl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_keyspace_notifications_an_operators_del_wakes_waiters_without_rechecks() {
+    let fixture = RedisFixture::single_with(
+        RedisOptions::new().config(["--notify-keyspace-events", "Kgx"]),
+        "?recheck_ms=0",
+    );
+    let [_, writer_key, ..] = rw_keys("notified");
+    let reader =
+        waiter_after_operator_delete(&fixture, "notified", Mode::Write, Mode::Read, &writer_key)
+            .await;
+    reader.release().await.unwrap();
+}
+
+/// Two writers wait behind a reader, each from its own client; when the
+/// reader leaves, the one that waited first is served first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_writers_are_served_in_arrival_order() {
+    let fixture = RedisFixture::single();
+    let key = "writers-in-order";
+    let [_, _, waiting, ..] = rw_keys(key);
+    let reader = rw(&fixture.backend().await, key).read().await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut writers = Vec::new();
+    for name in ["first", "second"] {
+        let lock = rw(&fixture.backend().await, key).wait(Duration::from_secs(30));
+        let order_tx = order_tx.clone();
+        writers.push(tokio::spawn(async move {
+            let guard = lock.write().await.expect("a waiting writer");
+            order_tx.send(name).unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            guard.release().await.unwrap();
+        }));
+        let marks = writers.len().to_string();
+        let marked = until(Duration::from_secs(10), || {
+            fixture.redis_cli(&["ZCARD", &waiting]) == marks
+        });
+        assert!(marked.await, "writer {name} left no mark within 10 s");
+    }
+    reader.release().await.unwrap();
+    for writer in writers {
+        tokio::time::timeout(Duration::from_secs(20), writer)
+            .await
+            .expect("the writers were not served within 20 s")
+            .unwrap();
+    }
+    let served: Vec<&str> = std::iter::from_fn(|| order_rx.try_recv().ok()).collect();
+    assert_eq!(served, ["first", "second"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
