@@ -378,6 +378,47 @@ async fn acquisitions_dropped_in_flight_leave_nothing_behind() {
     assert!(clean, "leases or marks left behind: {left:?}");
 }
 
+/// Read and write leases are renewed in batches: one pipeline per mode
+/// per renewal tick, not one round trip per lease; all stay held on the
+/// server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_and_write_leases_are_renewed_in_batches() {
+    const EACH: usize = 50;
+    let server = RedisServer::start();
+    let redis = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    let backend: Arc<dyn LockBackend> = redis.clone();
+    let ttl = Duration::from_millis(1500);
+    let mut guards = Vec::new();
+    for i in 0..EACH {
+        guards.push(rw(&backend, "batched:read").ttl(ttl).read().await.unwrap());
+        let key = format!("batched:write:{i}");
+        guards.push(rw(&backend, &key).ttl(ttl).write().await.unwrap());
+    }
+    let before = redis.metrics().renew_round_trips;
+    tokio::time::sleep(ttl * 3).await;
+    let round_trips = redis.metrics().renew_round_trips - before;
+    assert!(guards.iter().all(|g| g.is_held()), "some leases lapsed");
+    let [readers, ..] = rw_keys("batched:read");
+    assert_eq!(server.redis_cli(&["ZCARD", &readers]), EACH.to_string());
+    let [_, writer, ..] = rw_keys(&format!("batched:write:{}", EACH - 1));
+    assert_eq!(server.redis_cli(&["EXISTS", &writer]), "1");
+    println!(
+        "renewal round trips for {} leases over 3 ttls: {round_trips}",
+        2 * EACH
+    );
+    // Three ttls are nine renewal ticks, two pipelines each (one per
+    // mode); allow for ticks split by timing, and stay far from one round
+    // trip per lease per tick (900).
+    assert!(
+        (3..=60).contains(&round_trips),
+        "{round_trips} renewal round trips for {} leases over 3 ttls",
+        2 * EACH
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
 /// Fences keep their order across a restart that loses every key: a read
 /// after it is not below the last write before it, and the next write is
 /// above both.
