@@ -186,14 +186,17 @@ impl RedisBackend {
 /// script took, a waiting mark) if dropped armed: the caller's future was
 /// dropped, or a request failed, with the outcome unknown. Queued on the
 /// same connection behind the acquire script, so Redis runs it after.
-struct AbandonIfDropped {
-    armed: Option<(Conn, RwNames, String)>,
+///
+/// It borrows what it needs and copies it only when it fires, so arming it
+/// on every acquisition costs no allocation.
+struct AbandonIfDropped<'a> {
+    armed: Option<(&'a Conn, &'a RwNames, &'a str)>,
 }
 
-impl AbandonIfDropped {
-    fn arm(backend: &RedisBackend, names: &RwNames, token: &str) -> Self {
+impl<'a> AbandonIfDropped<'a> {
+    fn arm(backend: &'a RedisBackend, names: &'a RwNames, token: &'a str) -> Self {
         AbandonIfDropped {
-            armed: Some((backend.conn.clone(), names.clone(), token.to_owned())),
+            armed: Some((&backend.conn, names, token)),
         }
     }
 
@@ -203,7 +206,7 @@ impl AbandonIfDropped {
     }
 }
 
-impl Drop for AbandonIfDropped {
+impl Drop for AbandonIfDropped<'_> {
     fn drop(&mut self) {
         let Some((conn, names, token)) = self.armed.take() else {
             return;
@@ -213,15 +216,16 @@ impl Drop for AbandonIfDropped {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let mut call = names.call(&ABANDON);
+        call.arg(token).arg(&names.channel);
+        let (conn, key) = (conn.clone(), names.writer.clone());
         runtime.spawn(async move {
-            let mut call = names.call(&ABANDON);
-            call.arg(&token).arg(&names.channel);
             let answer: redis::RedisResult<i64> = match conn {
                 Conn::Single(mut c) => run(&mut c, &ABANDON, &call).await,
                 Conn::Cluster(mut c) => run(&mut c, &ABANDON, &call).await,
             };
             if let Err(e) = answer {
-                tracing::debug!(key = %names.writer, error = %e,
+                tracing::debug!(%key, error = %e,
                     "could not clean up an abandoned read-write acquisition; it expires by itself");
             }
         });
