@@ -142,7 +142,7 @@ impl fmt::Debug for RwRequest {
 /// ```
 pub fn no_rw_locks(backend: &str) -> LockError {
     LockError::invalid_option(format!(
-        "the {backend} backend has no read-write locks yet; use a {} backend for `RwLock`",
+        "the {backend} backend has no read-write locks; use a {} backend for `RwLock`",
         crate::schemes::with_rw_locks_listed()
     ))
 }

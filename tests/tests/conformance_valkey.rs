@@ -6,3 +6,4 @@ use dlock_tests::fixtures::redis::RedisFixture;
 dlock_tests::conformance_suite!(RedisFixture::valkey());
 dlock_tests::segments_suite!(RedisFixture::valkey());
 dlock_tests::semaphore_suite!(RedisFixture::valkey());
+dlock_tests::rw_suite!(RedisFixture::valkey());

@@ -2,14 +2,15 @@
 //! minority killed, a majority killed, a frozen master, and masters
 //! restarted without their data while a lock is held (the known unsafety,
 //! and the restart quarantine that prevents it). Also what the masters see
-//! of a healthy set: where a lease lives, and a local hand-off.
+//! of a healthy set: where a lease lives, a local hand-off, and nothing at
+//! all of a read-write lock, which Redlock refuses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::redlock::RedlockBackend;
-use dlock::{Lock, LockBackend, LockError};
+use dlock::{Lock, LockBackend, LockError, RwLock};
 use dlock_tests::overlap::OverlapDetector;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::redis::RedisSet;
@@ -490,4 +491,50 @@ async fn cancelled_failed_rounds_leave_no_token_on_any_master() {
         "cancelled attempts left their tokens behind until the ttl:\n{}",
         left.join("\n")
     );
+}
+
+/// Redlock has no read-write locks: `read`, `write` and their `try_`
+/// forms fail with one `InvalidOption` that names the backend and the
+/// backends that have them, before any request reaches a master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_are_refused_without_touching_a_master() {
+    let set = RedisSet::start(3);
+    let backend: Arc<dyn LockBackend> = connect(&set).await;
+    let scripts_before: Vec<u64> = set
+        .servers()
+        .iter()
+        .map(|s| s.command_calls("evalsha"))
+        .collect();
+    let lock = RwLock::new("prices")
+        .wait(Duration::from_secs(5))
+        .with_backend(backend.clone());
+    let refusals = [
+        lock.read().await.map(drop).unwrap_err(),
+        lock.write().await.map(drop).unwrap_err(),
+        lock.try_read().await.map(drop).unwrap_err(),
+        lock.try_write().await.map(drop).unwrap_err(),
+    ];
+    for err in refusals {
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&backend.describe()),
+            "names the backend: {text}"
+        );
+        assert!(text.contains("the redlock://"), "{text}");
+        assert!(!text.contains("yet"), "Redlock will not have them: {text}");
+        assert!(
+            text.contains("redis://") && text.contains("memory://"),
+            "lists the backends that have read-write locks: {text}"
+        );
+        assert!(text.contains("`RwLock`"), "{text}");
+    }
+    for (i, server) in set.servers().iter().enumerate() {
+        assert_eq!(server.redis_cli(&["DBSIZE"]), "0", "master {i} has keys");
+        assert_eq!(
+            server.command_calls("evalsha"),
+            scripts_before[i],
+            "master {i} ran a script for a refused read-write lock"
+        );
+    }
 }

@@ -6,6 +6,7 @@
 //! server's clock, so it survives losing the counter; see below) · ✓ waiters woken by pub/sub
 //! · ✓ batched renewal (one pipeline per tick) · ✓ TLS and ACL users ·
 //! ✓ semaphores (a sorted set of permits, see `permits.rs`) ·
+//! ✓ read-write locks (see below and `rw.rs`) ·
 //! ✗ safety across a failover: Redis replicates asynchronously, so a lock
 //! written to a primary that dies before replicating it is gone on the new
 //! primary. Where that matters, use etcd or ZooKeeper (or Redlock, with its
@@ -41,6 +42,41 @@
 //!   that runs the same steps for each key, to spare the server the fixed
 //!   cost of a script per key (see `batching.rs` in the source).
 //!
+//! Read-write locks (`RwLock`; see `rw.rs` in the source for the table of
+//! keys): every key of one read-write lock shares the hash tag `{key}`, so
+//! each attempt is one script, also on a Cluster, apart from the plain
+//! lock of the same key:
+//! - readers: a sorted set `<prefix>:{key}:rw:readers`, token → expiry in
+//!   ms on the server's clock (`TIME`), so each reader expires on its own;
+//!   every script first drops the expired ones; the set expires with its
+//!   latest reader;
+//! - the writer: `<prefix>:{key}:rw:writer` holding its token, `PX` ttl;
+//! - writers do not starve: a writer that must wait puts a mark in
+//!   `<prefix>:{key}:rw:waiting` (token → mark expiry) and its arrival in
+//!   `<prefix>:{key}:rw:order` (token → `TIME` in µs); a reader gets in only
+//!   while no mark is live, and a writer only when it is the oldest live
+//!   mark (or none waits) and no reader is live. A waiting writer tries
+//!   again at least every third of its mark's lifetime (its ttl, within
+//!   0.3 s and 3 s), which refreshes the mark; one that gives up or is
+//!   dropped removes it at once (announced), one that crashes leaves it to
+//!   expire within that lifetime;
+//! - fencing: a write takes the next fence of `<prefix>:{key}:rw:fence` as
+//!   a lock does (`max(last + 1, now µs)`); a read's fence is the counter's
+//!   value, the last write's fence, or the clock in µs when the counter is
+//!   missing (then stored, so the next write is above it): at least every
+//!   write before it, below every write after it, across a restart
+//!   without persistence under the same clock assumption as a lock's;
+//! - renew: a reader's score is extended while it is live (the permit
+//!   renewal script), a writer's key by compare-and-`PEXPIRE` (or
+//!   `SET … IFEQ`), in the same pipelines as locks; release: `ZREM` (which
+//!   announces once no reader is left) or compare-and-`DEL` of the writer
+//!   (always announced), on `<prefix>:{key}:rw:released`;
+//! - waiting: as a lock's, on that channel, with a timer at the expiry of
+//!   the lease or mark in the way (the script says which) and a re-check of
+//!   that key for an operator's `DEL`. A dropped acquisition removes what
+//!   its token may hold or have marked, in the background. Nothing but the
+//!   fence counter is left after the last release.
+//!
 //! A ttl above [`MAX_TTL`] (365 days; `Duration::MAX` for
 //! "forever") is refused with [`LockError::InvalidOption`] naming the maximum.
 //!
@@ -59,6 +95,7 @@ mod for_redlock;
 mod permits;
 pub(crate) mod recheck;
 mod renew;
+mod rw;
 pub(crate) mod scripts;
 pub(crate) mod subscriber;
 mod unfinished;
@@ -82,6 +119,7 @@ use self::subscriber::Subscriber;
 use self::unfinished::ReleaseIfDropped;
 use crate::backend::{
     lease_deadline, AcquireRequest, AllKeysBackend, Lease, LockBackend, PermitBackend, Renewal,
+    RwBackend,
 };
 use crate::LockError;
 
@@ -631,5 +669,9 @@ impl LockBackend for RedisBackend {
     /// cannot (the keys of different locks live in different slots).
     fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
         matches!(self.conn, Conn::Single(_)).then_some(self as &dyn AllKeysBackend)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
     }
 }

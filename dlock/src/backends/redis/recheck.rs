@@ -18,6 +18,11 @@
 //!   turns it off). With notifications on it runs at the cap only, as a net
 //!   for what sends no event (`FLUSHALL`, a subscription lost meanwhile).
 //!
+//! A read-write lock's waiter does the same on the key in its way, as its
+//! last attempt named it: the writer key, the readers set, or (a reader's)
+//! the waiting writers' marks; its keyspace channels are those three keys'
+//! (see `rw/waiting.rs`).
+//!
 //! Why `PTTL` and not another try of the acquire: both are one round trip
 //! and both are correct (a `PTTL` that finds the key gone is followed by the
 //! real acquire, which decides), but almost every re-check finds the key

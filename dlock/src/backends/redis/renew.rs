@@ -1,6 +1,7 @@
-//! Renewal of Redis leases: every due lease in one pipeline on a single
-//! server (compare-and-`PEXPIRE` scripts, or `SET … IFEQ` where the server
-//! takes it), all in flight at once on a cluster.
+//! Renewal of Redis leases (locks, permits, read-write leases): every due
+//! lease in one pipeline on a single server (compare-and-`PEXPIRE`
+//! scripts, or `SET … IFEQ` where the server takes it), all in flight at
+//! once on a cluster.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -9,9 +10,10 @@ use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 
 use super::permits::{PermitNames, RENEW_PERMIT};
+use super::rw::RwNames;
 use super::scripts::{self, millis, KeyNames, RENEW};
 use super::{compare_set, Conn, RedisBackend};
-use crate::backend::{lease_deadline, Lease, Renewal};
+use crate::backend::{lease_deadline, Lease, Renewal, RwMode};
 use crate::LockError;
 
 impl RedisBackend {
@@ -26,6 +28,21 @@ impl RedisBackend {
         leases: &[Lease],
     ) -> Vec<Result<Renewal, LockError>> {
         self.renew_with(Renewed::Permits, leases).await
+    }
+
+    /// `renew_rw`: read leases are members of the lock's readers set (as
+    /// permits of a semaphore's), a write lease is the writer key (as a
+    /// lock's key).
+    pub(super) async fn renew_rw_leases(
+        &self,
+        mode: RwMode,
+        leases: &[Lease],
+    ) -> Vec<Result<Renewal, LockError>> {
+        let what = match mode {
+            RwMode::Read => Renewed::Readers,
+            RwMode::Write => Renewed::Writers,
+        };
+        self.renew_with(what, leases).await
     }
 
     async fn renew_with(&self, what: Renewed, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
@@ -73,10 +90,11 @@ impl RedisBackend {
 
     /// Whether renewals of `what` go without a script (see
     /// [`renews_without_scripts`](Self::renews_without_scripts)): locks
-    /// only; a permit is a member of a sorted set, which `SET` cannot
+    /// and writers only; a permit or a reader is a member of a sorted set,
+    /// which `SET` cannot
     /// compare.
     fn lua_free(&self, what: Renewed) -> bool {
-        self.set_ifeq && matches!(what, Renewed::Locks)
+        self.set_ifeq && matches!(what, Renewed::Locks | Renewed::Writers)
     }
 
     /// One renewal pipeline's answer (1 renewed, 0 refused, per lease) as
@@ -136,20 +154,27 @@ impl RedisBackend {
 }
 
 /// What a renewal batch renews. Both scripts take one key, the token and
-/// the ttl; they differ in the key and the script.
+/// the ttl; they differ in the key and the script. A read-write lock's
+/// leases reuse them: a reader is a member of a sorted set scored by
+/// expiry, as a permit is; the writer is a key holding its token, as a
+/// lock is.
 #[derive(Debug, Clone, Copy)]
 enum Renewed {
     /// Lock leases: compare-and-`PEXPIRE` on the lock key.
     Locks,
     /// Permit leases: compare-and-extend the member of the semaphore's set.
     Permits,
+    /// Read leases: compare-and-extend the member of the readers set.
+    Readers,
+    /// Write leases: compare-and-`PEXPIRE` on the writer key.
+    Writers,
 }
 
 impl Renewed {
     fn script(self) -> &'static Script {
         match self {
-            Renewed::Locks => &RENEW,
-            Renewed::Permits => &RENEW_PERMIT,
+            Renewed::Locks | Renewed::Writers => &RENEW,
+            Renewed::Permits | Renewed::Readers => &RENEW_PERMIT,
         }
     }
 
@@ -157,6 +182,8 @@ impl Renewed {
         match self {
             Renewed::Locks => KeyNames::new(prefix, &lease.key).lock,
             Renewed::Permits => PermitNames::new(prefix, &lease.key).set,
+            Renewed::Readers => RwNames::new(prefix, &lease.key).readers,
+            Renewed::Writers => RwNames::new(prefix, &lease.key).writer,
         }
     }
 }
