@@ -14,7 +14,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use super::scripts::{self, millis, KeyNames, ACQUIRE_ALL, RELEASE};
-use super::subscriber::waiting::{Try, Watched};
+use super::subscriber::waiting::{Pace, Try, Watched};
 use super::unfinished::ReleaseIfDropped;
 use super::{check_ttl, holder_left, RedisBackend};
 use crate::backend::{lease_deadline, AcquireRequest, AllKeysBackend, AllOrNone, Lease};
@@ -94,7 +94,7 @@ impl RedisBackend {
                     .filter(|&on| on < reqs.len())
                     .ok_or_else(malformed)?;
                 Ok(Try::Held {
-                    on,
+                    on: Some(on),
                     left: holder_left(pttl),
                 })
             }
@@ -115,7 +115,9 @@ impl RedisBackend {
 fn answer(waited: Try<Vec<Lease>>) -> AllOrNone {
     match waited {
         Try::Done(leases) => AllOrNone::Taken(leases),
-        Try::Held { on, .. } => AllOrNone::Held { index: on },
+        Try::Held { on, .. } => AllOrNone::Held {
+            index: on.unwrap_or(0),
+        },
     }
 }
 
@@ -141,19 +143,25 @@ impl AllKeysBackend for RedisBackend {
         let watched: Vec<Watched<'_>> = names
             .iter()
             .map(|names| Watched {
-                channel: &names.channel,
+                channel: Some(&names.channel),
                 key: Some(&names.lock),
             })
             .collect();
         // A key without expiry: retry after the ttl we ask for.
+        let pace = Pace {
+            unknown_expiry: reqs[0].ttl,
+            at_most: None,
+        };
         let waited = self
-            .wait_on_keys(&watched, deadline, reqs[0].ttl, || {
+            .wait_on_keys(&watched, deadline, pace, || {
                 self.within(deadline, self.attempt_all(reqs, &names))
             })
             .await?;
         Ok(match waited {
             Ok(leases) => AllOrNone::Taken(leases),
-            Err(index) => AllOrNone::Held { index },
+            Err(index) => AllOrNone::Held {
+                index: index.unwrap_or(0),
+            },
         })
     }
 }

@@ -8,19 +8,32 @@ use crate::backend::Lease;
 use crate::backends::redis::{jitter, Attempt, RedisBackend};
 use crate::LockError;
 
-/// One try of a waiting acquisition: done, or held by someone else, on the
-/// watched key at `on`, for `left` if the server knows.
+/// One try of a waiting acquisition: done, or held by someone else, by the
+/// watched key at `on` (`None`: nothing to re-check), for `left` if the
+/// server knows.
 pub(in crate::backends::redis) enum Try<T> {
     Done(T),
-    Held { on: usize, left: Option<Duration> },
+    Held {
+        on: Option<usize>,
+        left: Option<Duration>,
+    },
 }
 
-/// A key a waiter watches: its release channel, and its Redis key where a
-/// release that published nothing can be noticed (keyspace notifications,
-/// the re-check); `None` for semaphores.
+/// What a waiter watches: a release channel, and a Redis key whose
+/// disappearance can be noticed without a release message (keyspace
+/// notifications, the re-check). Semaphores have no key; a read-write
+/// lock's one channel goes with the first of its keys.
 pub(in crate::backends::redis) struct Watched<'a> {
-    pub(in crate::backends::redis) channel: &'a str,
+    pub(in crate::backends::redis) channel: Option<&'a str>,
     pub(in crate::backends::redis) key: Option<&'a str>,
+}
+
+/// How a waiter waits, besides what it watches.
+pub(in crate::backends::redis) struct Pace {
+    /// The nap after a try that found a holder of unknown expiry.
+    pub(in crate::backends::redis) unknown_expiry: Duration,
+    /// The longest nap between tries (a waiting writer refreshes its mark).
+    pub(in crate::backends::redis) at_most: Option<Duration>,
 }
 
 impl RedisBackend {
@@ -38,14 +51,21 @@ impl RedisBackend {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt, LockError>>,
     {
-        let watched = [Watched { channel, key }];
+        let watched = [Watched {
+            channel: Some(channel),
+            key,
+        }];
+        let pace = Pace {
+            unknown_expiry,
+            at_most: None,
+        };
         let waited = self
-            .wait_on_keys(&watched, deadline, unknown_expiry, || {
+            .wait_on_keys(&watched, deadline, pace, || {
                 let tried = attempt();
                 async move {
                     Ok(match tried.await? {
                         Attempt::Acquired(lease) => Try::Done(lease),
-                        Attempt::Held(left) => Try::Held { on: 0, left },
+                        Attempt::Held(left) => Try::Held { on: Some(0), left },
                     })
                 }
             })
@@ -54,7 +74,7 @@ impl RedisBackend {
     }
 
     /// Runs `attempt` until it is done or `deadline` passes (`Ok(Err(on))`,
-    /// `on` the watched key last found held).
+    /// `on` what the last try found in the way).
     ///
     /// A free key is taken without touching the subscriber: most
     /// acquisitions are uncontended, and a `SUBSCRIBE` round trip on each
@@ -66,14 +86,14 @@ impl RedisBackend {
     /// jitter, or a re-check that finds the key in the way gone (a release
     /// that published nothing: see `recheck.rs`), and try again. A holder
     /// of unknown expiry (a key without one) is retried after
-    /// `unknown_expiry`.
+    /// `pace.unknown_expiry`, and no nap is longer than `pace.at_most`.
     pub(in crate::backends::redis) async fn wait_on_keys<T, F, Fut>(
         &self,
         watched: &[Watched<'_>],
         deadline: Option<Instant>,
-        unknown_expiry: Duration,
+        pace: Pace,
         mut attempt: F,
-    ) -> Result<Result<T, usize>, LockError>
+    ) -> Result<Result<T, Option<usize>>, LockError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Try<T>, LockError>>,
@@ -83,7 +103,7 @@ impl RedisBackend {
         }
         let mut channels: Vec<String> = Vec::with_capacity(2 * watched.len());
         for one in watched {
-            channels.push(one.channel.to_owned());
+            channels.extend(one.channel.map(str::to_owned));
             channels.extend(one.key.and_then(|k| self.keyspace_channel(k)));
         }
         let mut released = self.subscriber.subscribe(&channels, deadline).await;
@@ -91,16 +111,19 @@ impl RedisBackend {
             released.mark_seen();
             let (on, left) = match attempt().await? {
                 Try::Done(done) => return Ok(Ok(done)),
-                Try::Held { on, left } => (on, left.unwrap_or(unknown_expiry)),
+                Try::Held { on, left } => (on, left.unwrap_or(pace.unknown_expiry)),
             };
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(Err(on));
             }
-            let nap = left.saturating_add(jitter(left / 10 + Duration::from_millis(2)));
+            let mut nap = left.saturating_add(jitter(left / 10 + Duration::from_millis(2)));
+            if let Some(at_most) = pace.at_most {
+                nap = nap.min(at_most);
+            }
             let expiry = nap_until(nap, deadline);
             tokio::pin!(expiry);
             // A new schedule per try: a new holder may be a foreign one.
-            let key = watched.get(on).and_then(|one| one.key);
+            let key = on.and_then(|on| watched.get(on)).and_then(|one| one.key);
             let mut rechecks = key.and_then(|key| Some((key, self.recheck()?)));
             loop {
                 let recheck = async {
