@@ -8,7 +8,7 @@ mod single {
     // Segments are ordinary locks: etcd has them.
     dlock_tests::segments_suite!(EtcdFixture::single());
     dlock_tests::semaphore_suite!(EtcdFixture::single());
-    dlock_tests::multi_suite!(EtcdFixture::single(), rounds = 200);
+    dlock_tests::multi_suite!(EtcdFixture::single(), rounds = 500);
     dlock_tests::rw_suite!(EtcdFixture::single());
 }
 
