@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use dlock::{Lock, LockError};
+use dlock::{Lock, LockError, MultiLock, RwLock};
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::memory::MemoryFixture;
 use dlock_tests::fixtures::redis::RedisFixture;
@@ -127,6 +127,21 @@ async fn known_sequence<F: Fixture>(fixture: &F, name: &str) {
         .await
         .expect("lost() fired");
     drop(doomed);
+
+    // One read and one write lease: kinds `read` and `write`.
+    let rw = RwLock::new(format!("observed-rw:{name}")).backend(name);
+    rw.read().await.unwrap().release().await.unwrap(); // acquired
+    rw.write().await.unwrap().release().await.unwrap(); // acquired
+                                                        // Two keys at once: one acquisition per key, also when a single Redis
+                                                        // server takes both in one script.
+    MultiLock::new([format!("observed-a:{name}"), format!("observed-b:{name}")])
+        .backend(name)
+        .acquire()
+        .await
+        .unwrap() // acquired, twice
+        .release()
+        .await
+        .unwrap();
     dlock::registry().unregister(name);
 }
 
@@ -137,16 +152,20 @@ fn check(all: &[Series], name: &str) {
         .filter(|s| s.label("backend") == Some(name))
         .collect();
     let outcome = |o| counter(&series, "dlock_acquire_total", ("outcome", o));
-    assert_eq!(outcome("acquired"), 2, "{name}");
+    assert_eq!(outcome("acquired"), 6, "{name}");
     assert_eq!(outcome("reentered"), 1, "{name}");
     assert_eq!(outcome("busy"), 1, "{name}");
     assert_eq!(outcome("timeout"), 1, "{name}");
     assert_eq!(outcome("error") + outcome("cancelled"), 0, "{name}");
     assert_eq!(
         counter(&series, "dlock_acquire_total", ("kind", "lock")),
-        5,
+        7,
         "{name}"
     );
+    for side in ["read", "write"] {
+        let taken = counter(&series, "dlock_acquire_total", ("kind", side));
+        assert_eq!(taken, 1, "{name}: {side}");
+    }
     let lost: u64 = [
         "refused",
         "deleted",
@@ -165,10 +184,10 @@ fn check(all: &[Series], name: &str) {
     assert!(renewals >= 1, "{name}: no renewal counted");
     assert_eq!(
         histogram_count(&series, "dlock_acquire_wait_seconds"),
-        3,
+        7,
         "{name}"
     );
-    assert_eq!(histogram_count(&series, "dlock_hold_seconds"), 2, "{name}");
+    assert_eq!(histogram_count(&series, "dlock_hold_seconds"), 6, "{name}");
     assert!(
         histogram_count(&series, "dlock_renew_seconds") >= 1,
         "{name}"
