@@ -239,11 +239,14 @@ together. `Duration::ZERO` tries each key once and fails with
                 Self::MAX_KEYS
             )));
         }
-        // Every key is checked before the first is taken: a bad last key
-        // must not cost a round trip per key before it.
+        // Every key is checked before the first is taken (a bad last key
+        // must not cost a round trip per key before it), and before the
+        // options, so a bad key is named whatever else is wrong, as for a
+        // `Lock`.
         for key in &self.keys {
-            self.options.with_key(key.clone()).check()?;
+            crate::key::validate(key)?;
         }
+        self.options.with_key(self.keys[0].clone()).check()?;
         Ok(())
     }
 }

@@ -1,4 +1,5 @@
-//! Values at the edges: `Lock`, `Semaphore` and `SegmentedLock` options and
+//! Values at the edges: `Lock`, `RwLock`, `MultiLock`, `Semaphore` and
+//! `SegmentedLock` options and
 //! keys driven through their whole ranges (durations 0..=MAX, keys of 0..600
 //! bytes of arbitrary UTF-8, counts 0..=usize::MAX) on the memory backend,
 //! and URLs with arbitrary passwords on every scheme. Each case must end in
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use dlock::backends::memory::MemoryBackend;
 use dlock::{
-    Lock, LockBackend, LockError, SegmentedLock, Semaphore, MAX_KEY_BYTES, MAX_TTL, MIN_TTL,
+    Lock, LockBackend, LockError, MultiLock, RwLock, SegmentedLock, Semaphore, MAX_KEY_BYTES,
+    MAX_TTL, MIN_TTL,
 };
 use proptest::prelude::*;
 
@@ -119,6 +121,55 @@ proptest! {
                     prop_assert!(!valid, "refused valid input: {e:?}");
                     assert_typed(&e, key_is_valid(&key));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn rw_options_give_a_read_or_write_guard_or_a_typed_error(
+        key in key(), ttl in duration(), wait in duration(), write in any::<bool>(),
+    ) {
+        let runtime = runtime();
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let lock = RwLock::new(key.clone()).ttl(ttl).wait(wait).with_backend(backend);
+        let valid = key_is_valid(&key) && ttl_is_valid(ttl);
+        let taken = if write {
+            bounded(&runtime, lock.write())
+        } else {
+            bounded(&runtime, lock.read())
+        };
+        match taken {
+            Ok(guard) => {
+                prop_assert!(valid, "accepted key {key:?} with ttl {ttl:?}");
+                prop_assert!(guard.fencing_token().is_some());
+                bounded(&runtime, guard.release()).unwrap();
+            }
+            Err(e) => {
+                prop_assert!(!valid, "refused valid input: {e:?}");
+                assert_typed(&e, key_is_valid(&key));
+            }
+        }
+    }
+
+    #[test]
+    fn multi_options_give_every_key_or_a_typed_error(
+        keys in proptest::collection::vec(key(), 0..5), ttl in duration(), wait in duration(),
+    ) {
+        let runtime = runtime();
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let lock = MultiLock::new(keys.clone()).ttl(ttl).wait(wait).with_backend(backend);
+        let keys_ok = !keys.is_empty() && keys.iter().all(|k| key_is_valid(k));
+        let valid = keys_ok && ttl_is_valid(ttl);
+        match bounded(&runtime, lock.acquire()) {
+            Ok(guard) => {
+                prop_assert!(valid, "accepted keys {keys:?} with ttl {ttl:?}");
+                prop_assert_eq!(guard.keys().count(), lock.keys().len());
+                bounded(&runtime, guard.release()).unwrap();
+            }
+            Err(e) => {
+                prop_assert!(!valid, "refused valid input: {e:?}");
+                // No keys is an option error; a bad key is named.
+                assert_typed(&e, keys_ok || keys.is_empty());
             }
         }
     }

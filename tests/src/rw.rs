@@ -43,6 +43,8 @@ macro_rules! rw_suite {
             try_read_and_try_write_answer_at_once,
             nested_leases_follow_the_reentrancy_rules,
             a_backend_without_read_write_locks_says_so,
+            writers_joined_in_one_task_contend,
+            a_cancelled_writer_does_not_keep_readers_out,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -429,4 +431,76 @@ pub async fn a_backend_without_read_write_locks_says_so<F: RwFixture>(fixture: &
         assert!(text.contains(&described), "{text}");
         assert!(text.contains("memory://"), "{text}");
     }
+}
+
+/// Two writes and a read joined in one task (`join!`, as ordinary code
+/// writes it) contend as if they came from three tasks: a task is not a
+/// holder, only a guard's scope is. Each section records who is inside; a
+/// writer must find nobody, and the two writes get distinct fences.
+pub async fn writers_joined_in_one_task_contend<F: RwFixture>(fixture: &F) {
+    let key = unique_key("rw-join");
+    let backend = fixture.backend().await;
+    let lock = rw(&backend, &key).wait(Duration::from_secs(30));
+    let inside = AtomicUsize::new(0);
+    let overlaps = AtomicUsize::new(0);
+    let section = |write: bool| {
+        let (lock, inside, overlaps) = (&lock, &inside, &overlaps);
+        async move {
+            let guard = if write {
+                lock.write().await
+            } else {
+                lock.read().await
+            }
+            .expect("take a lease");
+            let mine = if write { 1000 } else { 1 };
+            let before = inside.fetch_add(mine, Ordering::SeqCst);
+            if (write && before != 0) || (!write && before >= 1000) {
+                overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            inside.fetch_sub(mine, Ordering::SeqCst);
+            let fence = guard.fencing_token();
+            guard.release().await.expect("release");
+            fence
+        }
+    };
+    let (first, second, _) = tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(section(true), section(true), section(false))
+    })
+    .await
+    .expect("the joined sections deadlocked");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "a writer had company");
+    if fixture.fencing() {
+        assert_ne!(first, second, "two writes shared one lease");
+    }
+}
+
+/// A writer that waits behind a reader and is cancelled (its future
+/// dropped by a `timeout`, as a `select!` would) stops keeping new readers
+/// out: a reader asking right after gets in at once, or within the short
+/// time a backend takes to clear what the writer left (well below any ttl).
+pub async fn a_cancelled_writer_does_not_keep_readers_out<F: RwFixture>(fixture: &F) {
+    let key = unique_key("rw-cancel");
+    let (a, b, c) = (
+        fixture.backend().await,
+        fixture.backend().await,
+        fixture.backend().await,
+    );
+    let reader = rw(&a, &key).read().await.unwrap();
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), rw(&b, &key).write()).await;
+    assert!(cancelled.is_err(), "a writer got in beside a reader");
+    let late = rw(&c, &key)
+        .wait(Duration::from_secs(2))
+        .read()
+        .await
+        .expect("a cancelled writer kept a reader out");
+    late.release().await.unwrap();
+    reader.release().await.unwrap();
+    // And the key is free for a writer: nothing of the cancelled one is left.
+    let writer = rw(&b, &key).try_write().await.unwrap();
+    writer
+        .expect("the key is free once the readers are gone")
+        .release()
+        .await
+        .unwrap();
 }
