@@ -4,6 +4,7 @@
 //! opposite-order case (500 where a round is cheap, fewer on servers where
 //! 500 would take more than about ten seconds).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,7 @@ macro_rules! multi_suite {
                 fencing_tokens_strictly_increase_per_key,
                 inside_the_scope_each_key_is_reentrant,
                 bad_input_is_rejected,
+                joined_in_one_task_they_contend,
             );
         }
     };
@@ -306,4 +308,68 @@ pub async fn bad_input_is_rejected<F: Fixture>(fixture: &F) {
         is_free(&checker, &good).await,
         "a good key was taken before the bad one was seen"
     );
+}
+
+/// Two multi-key locks over a shared key, `join!`ed in one task (as
+/// ordinary code writes it) on one client, and a plain `Lock` of the shared
+/// key beside them: a task is not a holder, so the three take turns on the
+/// shared key (never two inside at once) and none deadlocks.
+pub async fn joined_in_one_task_they_contend<F: Fixture>(fixture: &F) {
+    let a = format!("{}:a", unique_key("multi-join"));
+    let b = a.replace(":a", ":b");
+    let c = a.replace(":a", ":c");
+    let backend = fixture.backend().await;
+    let inside = AtomicUsize::new(0);
+    let most = AtomicUsize::new(0);
+    let hold = |held: &AtomicUsize| {
+        let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+        most.fetch_max(now, Ordering::SeqCst);
+    };
+    let first = async {
+        let guard = multi(&backend, [a.as_str(), b.as_str()])
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("[a, b]");
+        hold(&inside);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        inside.fetch_sub(1, Ordering::SeqCst);
+        guard.release().await.expect("release [a, b]");
+    };
+    let second = async {
+        let guard = multi(&backend, [c.as_str(), b.as_str()])
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("[c, b]");
+        hold(&inside);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        inside.fetch_sub(1, Ordering::SeqCst);
+        guard.release().await.expect("release [c, b]");
+    };
+    let plain = async {
+        let guard = Lock::new(b.as_str())
+            .with_backend(backend.clone())
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("b alone");
+        hold(&inside);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        inside.fetch_sub(1, Ordering::SeqCst);
+        guard.release().await.expect("release b");
+    };
+    tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(first, second, plain)
+    })
+    .await
+    .expect("locks joined in one task deadlocked");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "two holders of the shared key at once in one task"
+    );
+    for key in [&a, &b, &c] {
+        assert!(is_free(&backend, key).await, "{key} left held");
+    }
 }
