@@ -47,6 +47,30 @@ enum Take {
     Lock,
     Read,
     Write,
+    /// One permit of a semaphore of 2, named by the key.
+    Permit,
+}
+
+/// What a [`Take`] holds.
+enum Held {
+    Guard(LockGuard),
+    Permit(dlock::Permit),
+}
+
+impl Held {
+    fn fencing_token(&self) -> Option<u64> {
+        match self {
+            Held::Guard(guard) => guard.fencing_token(),
+            Held::Permit(_) => None,
+        }
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Held::Guard(guard) => guard.release().await,
+            Held::Permit(permit) => permit.release().await,
+        }
+    }
 }
 
 impl Take {
@@ -55,11 +79,17 @@ impl Take {
         b: &Arc<ZooKeeperBackend>,
         key: &str,
         wait: Duration,
-    ) -> Result<LockGuard, LockError> {
+    ) -> Result<Held, LockError> {
         match self {
-            Take::Lock => lock(b, key).wait(wait).acquire().await,
-            Take::Read => rw_lock(b, key).wait(wait).read().await,
-            Take::Write => rw_lock(b, key).wait(wait).write().await,
+            Take::Lock => lock(b, key).wait(wait).acquire().await.map(Held::Guard),
+            Take::Read => rw_lock(b, key).wait(wait).read().await.map(Held::Guard),
+            Take::Write => rw_lock(b, key).wait(wait).write().await.map(Held::Guard),
+            Take::Permit => dlock::Semaphore::new(key, 2)
+                .with_backend(b.clone())
+                .wait(wait)
+                .acquire()
+                .await
+                .map(Held::Permit),
         }
     }
 
@@ -68,6 +98,7 @@ impl Take {
         match self {
             Take::Lock => fixture.contenders(key).await,
             Take::Read | Take::Write => fixture.rw_contenders(key).await,
+            Take::Permit => fixture.permit_contenders(key).await,
         }
     }
 }
@@ -812,6 +843,12 @@ async fn an_acquire_sent_on_a_session_expired_unknown_to_the_client_starts_over(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_sent_on_a_session_expired_unknown_to_the_client_starts_over() {
     starts_over_on_a_new_session(Take::Write).await;
+}
+
+/// The same for a semaphore's permit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_asked_on_a_session_expired_unknown_to_the_client_starts_over() {
+    starts_over_on_a_new_session(Take::Permit).await;
 }
 
 async fn starts_over_on_a_new_session(take: Take) {

@@ -11,6 +11,8 @@
 //!   so there is no single predecessor to watch) and looks again.
 //! - A dropped or timed-out acquisition deletes its node in the background,
 //!   as a lock's `try_acquire` does; the session's end removes it anyway.
+//! - A create that meets a session expired unknown to the client starts
+//!   over once on a new session, as a lock's acquisition does.
 //! - Renewal and release are those of lock nodes: a read of the node on its
 //!   session, and a delete.
 
@@ -39,8 +41,19 @@ fn among_first(children: &[String], own: &str, permits: usize) -> bool {
 }
 
 impl ZooKeeperBackend {
-    /// `/<prefix>-semaphores/<escaped name>`: the node of a semaphore.
-    fn semaphore_path(&self, name: &str) -> Result<String, LockError> {
+    /// `/<prefix>-semaphores/<escaped name>`: the node under which the
+    /// semaphore `name`'s contenders queue, apart from lock paths.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidKey`] if `name` is not a valid key.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let zk = dlock::backends::zookeeper::ZooKeeperBackend::connect("zk://127.0.0.1:2181").await?;
+    /// assert_eq!(zk.semaphore_path("exports")?, "/dlock-semaphores/exports");
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore_path(&self, name: &str) -> Result<String, LockError> {
         crate::key::validate(name)?;
         Ok(format!(
             "/{}-semaphores/{}",
@@ -58,28 +71,43 @@ impl ZooKeeperBackend {
         once: bool,
     ) -> Result<Option<Lease>, LockError> {
         let dir = self.semaphore_path(&req.name)?;
-        let session = self.session().await?;
-        let client = &session.client;
-        let state = client.state();
-        if once && !is_connected(state) {
-            // One attempt must not wait for a reconnect.
-            return Err(LockError::backend(
-                self.shown.clone(),
-                format!("ZooKeeper is unreachable (session {state})"),
-            ));
-        }
         let uuid = new_uuid()?;
-        // Armed before the create: dropped at any await, the node goes.
-        let mut cleanup = Cleanup::new(&session, &dir, &uuid);
-        let created = self
-            .create_protected(
-                client,
-                &dir,
-                (&uuid, LOCK_NAME),
-                req.token.as_bytes(),
-                false,
-            )
-            .await?;
+        // As for a lock (`acquire_queued`): a create that fails because the
+        // session expired unknown to this client took nothing, so the
+        // acquisition starts over, once, on a new session.
+        let mut started_over = false;
+        let (session, mut cleanup, created) = loop {
+            let session = self.session().await?;
+            let state = session.client.state();
+            if once && !is_connected(state) {
+                // One attempt must not wait for a reconnect.
+                return Err(LockError::backend(
+                    self.shown.clone(),
+                    format!("ZooKeeper is unreachable (session {state})"),
+                ));
+            }
+            // Armed before the create: dropped at any await, the node goes.
+            let mut cleanup = Cleanup::new(&session, &dir, &uuid);
+            let created = self
+                .create_protected(
+                    &session.client,
+                    &dir,
+                    (&uuid, LOCK_NAME),
+                    req.token.as_bytes(),
+                    false,
+                )
+                .await;
+            match created {
+                Ok(created) => break (session, cleanup, created),
+                Err(_) if !started_over && session.client.state().is_terminated() => {
+                    // Its node, if the create landed, went with the session.
+                    cleanup.disarm();
+                    started_over = true;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let client = &session.client;
         let (path, stat) = (created.path, created.stat);
         cleanup.set_path(&path);
         let name = path[dir.len() + 1..].to_owned();
