@@ -346,3 +346,53 @@ async fn one_waiting_key_costs_one_pttl_per_cap() {
         Err(LockError::Timeout { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_channels_refused_by_acl_leave_waiters_to_the_recheck_without_a_reconnect_loop() {
+    // A user allowed no channel at all: the subscriber is refused even
+    // dlock's release channels. It must keep its connection (not reconnect
+    // and be refused again, in a loop), and waiters still get the lock, by
+    // the re-check, soon after a release.
+    let server = RedisServer::start_with(RedisOptions::new().config([
+        "--user",
+        "app",
+        "on",
+        ">app-pw",
+        "~*",
+        "resetchannels",
+        "+@all",
+    ]));
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let (holder_side, waiter_side) = (connect(&url).await, connect(&url).await);
+    let connections = || -> u64 {
+        let stats = server.redis_cli(&["INFO", "stats"]);
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("total_connections_received in INFO stats")
+    };
+
+    let guard = Lock::new("acl-none")
+        .with_backend(holder_side)
+        .acquire()
+        .await
+        .expect("free");
+    let before = connections();
+    let waiter = wait_for("acl-none", waiter_side.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let opened = connections() - before;
+    assert!(
+        opened <= 3,
+        "the subscriber opened {opened} connections in 2 s: it reconnects in a loop"
+    );
+    assert!(
+        waiter_side.release_channels_refused(),
+        "the refusal is known to the backend"
+    );
+    let released = Instant::now();
+    guard.release().await.expect("release");
+    let (guard, late) = took(waiter, released, "dlock release, channels refused").await;
+    assert!(late < BY_RECHECK, "held the lock {late:?} after a release");
+    drop(guard);
+}

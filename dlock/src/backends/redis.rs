@@ -321,7 +321,26 @@ impl RedisBackend {
     /// Cluster, whose nodes each publish only their own keys' events: there
     /// waiters re-check instead.
     pub fn keyspace_notifications(&self) -> bool {
-        self.notifying_db.is_some() && !self.subscriber.keyspace_refused()
+        self.notifying_db.is_some()
+            && !self.subscriber.keyspace_refused()
+            && !self.subscriber.release_refused()
+    }
+
+    /// Whether the server refused dlock's release channels to this user
+    /// (an ACL that allows no `&dlock:*` channel): waiters then wake at the
+    /// holder's expiry or by re-checking the key, not at a release. Known
+    /// once a waiter has tried to subscribe; logged once as a warning.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let redis = dlock::backends::redis::RedisBackend::connect("redis://127.0.0.1:6379").await?;
+    /// if redis.release_channels_refused() {
+    ///     eprintln!("allow dlock's channels: ACL SETUSER <user> &dlock:*");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn release_channels_refused(&self) -> bool {
+        self.subscriber.release_refused()
     }
 
     /// Reads `notify-keyspace-events` (single servers only: see

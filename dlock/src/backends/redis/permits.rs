@@ -89,7 +89,7 @@ if not score then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('PUBLISH', ARGV[2], '1')
+redis.pcall('PUBLISH', ARGV[2], '1')
 if tonumber(score) > now then
   return 1
 end

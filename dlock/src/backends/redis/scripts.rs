@@ -104,12 +104,19 @@ return 0
 });
 
 /// Compare-and-`DEL`, then `PUBLISH` on the release channel so waiters wake.
+///
+/// Every release announces with `redis.pcall`, not `redis.call`: the
+/// announcement is a wake-up, not part of the release. A user whose ACL
+/// allows no `&dlock:*` channel gets an error from `PUBLISH`; with `call`
+/// that error would fail the release after its `DEL` (scripts do not roll
+/// back), so the caller would see an error for a lock it did release.
+/// Waiters of such a user wake by their timers and re-checks.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '1')
+  redis.pcall('PUBLISH', ARGV[2], '1')
   return 1
 end
 return 0
@@ -191,7 +198,7 @@ local out = {}
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
     redis.call('DEL', KEYS[i])
-    redis.call('PUBLISH', ARGV[2 * i], '1')
+    redis.pcall('PUBLISH', ARGV[2 * i], '1')
     out[i] = 1
   else
     out[i] = 0

@@ -15,7 +15,10 @@
 //! `&dlock:*`, say) must not cost the release channels, nor the connection:
 //! after such a refusal the release channels are subscribed alone, and
 //! keyspace channels are not asked for again on this backend; its waiters
-//! re-check instead.
+//! re-check instead. A server that refuses dlock's release channels too (a
+//! user allowed no channel at all) must not make the task reconnect in a
+//! loop: the refusal is logged once, nothing is subscribed again, and
+//! waiters wake by their timers and re-checks alone.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,12 +68,20 @@ impl Channels {
 pub(crate) struct Subscriber {
     client: redis::Client,
     channels: Arc<Mutex<Channels>>,
-    /// Set when the server refused a keyspace channel (ACL): none is asked
-    /// for again.
-    keyspace_refused: Arc<AtomicBool>,
+    /// What the server's ACL refused; never asked for again.
+    refused: Arc<Refused>,
     /// Started on first use, on the runtime of the first waiter; the task
     /// ends when this sender (and so the backend) is dropped.
     commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+}
+
+/// The channels the server refused (an ACL error reply, `NOPERM`).
+#[derive(Debug, Default)]
+struct Refused {
+    /// A keyspace channel was refused: none is asked for again.
+    keyspace: AtomicBool,
+    /// A release channel was refused, alone: nothing is subscribed again.
+    release: AtomicBool,
 }
 
 /// A waiter's subscription to one key's channels; unsubscribes its share on
@@ -87,7 +98,7 @@ impl Subscriber {
         Subscriber {
             client,
             channels: Arc::default(),
-            keyspace_refused: Arc::default(),
+            refused: Arc::default(),
             commands: Mutex::new(None),
         }
     }
@@ -101,7 +112,7 @@ impl Subscriber {
         tokio::spawn(run(
             self.client.clone(),
             self.channels.clone(),
-            self.keyspace_refused.clone(),
+            self.refused.clone(),
             rx,
         ));
         *commands = Some(tx.clone());
@@ -110,7 +121,13 @@ impl Subscriber {
 
     /// Whether the server refused a keyspace channel: none is asked for again.
     pub(crate) fn keyspace_refused(&self) -> bool {
-        self.keyspace_refused.load(Ordering::Relaxed)
+        self.refused.keyspace.load(Ordering::Relaxed)
+    }
+
+    /// Whether the server refused dlock's release channels: waiters wake by
+    /// their timers and re-checks alone.
+    pub(crate) fn release_refused(&self) -> bool {
+        self.refused.release.load(Ordering::Relaxed)
     }
 
     /// Subscribes to `names` (one key's channels), waiting (bounded) for the
@@ -204,37 +221,47 @@ impl Drop for Subscription {
 
 /// Subscribes to `names` in one `SUBSCRIBE`; `Err` when the connection
 /// failed. A server that refuses the keyspace channels among them (an ACL
-/// error reply, which refuses the whole command) sets `refused`, and the
-/// release channels are subscribed again alone: the waiters of the keyspace
-/// channels still have their re-check.
+/// error reply, which refuses the whole command) sets `refused.keyspace`,
+/// and the release channels are subscribed again alone: the waiters of the
+/// keyspace channels still have their re-check. A server that refuses the
+/// release channels alone sets `refused.release`: from then on nothing is
+/// subscribed, and the answer is `Ok` (the connection is fine; breaking it
+/// would only reconnect and be refused again, in a loop).
 async fn subscribe_on(
     sink: &mut PubSubSink,
     names: &[String],
-    refused: &AtomicBool,
+    refused: &Refused,
 ) -> Result<(), redis::RedisError> {
-    let skip_keyspace = refused.load(Ordering::Relaxed);
-    let names: Vec<&String> = names
+    if refused.release.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let skip_keyspace = refused.keyspace.load(Ordering::Relaxed);
+    let mut names: Vec<&String> = names
         .iter()
         .filter(|n| !(skip_keyspace && is_keyspace(n)))
         .collect();
-    if names.is_empty() {
-        return Ok(());
-    }
-    match sink.subscribe(&names).await {
-        // An error reply (`NOPERM`): the server refused, the connection is fine.
-        Err(e)
-            if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
-                && names.iter().any(|n| is_keyspace(n)) =>
-        {
-            tracing::debug!(error = %e, "the server refused keyspace channels; waiters re-check instead");
-            refused.store(true, Ordering::Relaxed);
-            let release: Vec<&String> = names.into_iter().filter(|n| !is_keyspace(n)).collect();
-            if release.is_empty() {
+    loop {
+        if names.is_empty() {
+            return Ok(());
+        }
+        match sink.subscribe(&names).await {
+            // An error reply (`NOPERM`): the server refused, the connection is fine.
+            Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
+                if names.iter().any(|n| is_keyspace(n)) {
+                    tracing::debug!(error = %e, "the server refused keyspace channels; waiters re-check instead");
+                    refused.keyspace.store(true, Ordering::Relaxed);
+                    names.retain(|n| !is_keyspace(n));
+                    continue;
+                }
+                tracing::warn!(
+                    error = %e,
+                    "the server refused dlock's release channels (allow them with an ACL rule such as `&dlock:*`); waiters now wake at the holder's expiry or by re-checking"
+                );
+                refused.release.store(true, Ordering::Relaxed);
                 return Ok(());
             }
-            sink.subscribe(&release).await
+            answer => return answer,
         }
-        answer => answer,
     }
 }
 
@@ -243,7 +270,7 @@ async fn subscribe_on(
 async fn run(
     client: redis::Client,
     channels: Arc<Mutex<Channels>>,
-    keyspace_refused: Arc<AtomicBool>,
+    refused: Arc<Refused>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut backoff = Duration::from_millis(50);
@@ -269,10 +296,7 @@ async fn run(
         };
         backoff = Duration::from_millis(50);
         let names: Vec<String> = lock(&channels).by_name.keys().cloned().collect();
-        if subscribe_on(&mut sink, &names, &keyspace_refused)
-            .await
-            .is_err()
-        {
+        if subscribe_on(&mut sink, &names, &refused).await.is_err() {
             continue;
         }
         // Releases during the outage were not heard: let every waiter retry.
@@ -293,7 +317,7 @@ async fn run(
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Subscribe(names, ack)) => {
-                        if subscribe_on(&mut sink, &names, &keyspace_refused).await.is_err() {
+                        if subscribe_on(&mut sink, &names, &refused).await.is_err() {
                             break;
                         }
                         let _ = ack.send(());

@@ -165,7 +165,7 @@ if not score then
 end
 redis.call('ZREM', readers, ARGV[1])
 if redis.call('EXISTS', readers) == 0 then
-  redis.call('PUBLISH', ARGV[2], 'read')
+  redis.pcall('PUBLISH', ARGV[2], 'read')
 end
 return 1
 ";
@@ -181,7 +181,7 @@ if redis.call('GET', writer) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', writer)
-redis.call('PUBLISH', ARGV[2], 'write')
+redis.pcall('PUBLISH', ARGV[2], 'write')
 return 1
 ";
     Script::new(&format!("{PRELUDE}{release}"))
@@ -202,7 +202,7 @@ if redis.call('GET', writer) == token then
   removed = removed + 1
 end
 if removed > 0 then
-  redis.call('PUBLISH', ARGV[2], 'abandon')
+  redis.pcall('PUBLISH', ARGV[2], 'abandon')
 end
 return removed
 ";
