@@ -475,9 +475,10 @@ pub trait PermitBackend: Send + Sync {
 /// transport failures, local deadlines) holds here too.
 ///
 /// Fencing: write leases get strictly increasing tokens per key; a read
-/// lease's `fencing_token` names the last write it follows: it is at least
-/// the token of every write lease granted on the key before it and below
-/// the token of every write lease granted after it.
+/// lease's `fencing_token` places it among the writes: it is at least the
+/// token of every write lease granted on the key before it and below the
+/// token of every write lease granted after it (the last write's token, or
+/// the read's own revision where the service numbers every entry).
 ///
 /// - **memory**: per key, a writer, a table of readers with deadlines, and
 ///   one FIFO queue of waiters of both modes.

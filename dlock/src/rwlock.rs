@@ -24,12 +24,14 @@ use crate::LockError;
 /// [`release`](LockGuard::release), released on drop.
 ///
 /// **Fencing**: write guards get strictly increasing tokens per key. A read
-/// guard's token names the last write it follows: it is at least the token
-/// of every write guard granted on the key before the read, and below the
-/// token of every write guard granted after it. A store that keeps the
-/// highest write token it has seen can so refuse a write from a writer that
-/// lost its lease, and tell a reader whether it reads what the writer it
-/// follows wrote.
+/// guard's token places it among the writes: it is at least the token of
+/// every write guard granted on the key before the read, and below the
+/// token of every write guard granted after it (memory and Redis give the
+/// last write's token; etcd and ZooKeeper the read's own revision, which
+/// lies between the same writes). A store that keeps the highest write
+/// token it has seen can so refuse a write from a writer that lost its
+/// lease, and tell a reader whether it reads what the writes before it
+/// wrote.
 ///
 /// **Reentrancy**, inside [`LockGuard::scope`] of a guard of this lock on
 /// this backend: a write holder's `read` or `write`, and a read holder's
@@ -40,8 +42,10 @@ use crate::LockError;
 /// second `read` waits behind a writer that waits for the first, until its
 /// `wait` runs out, so nest reads inside [`LockGuard::scope`].
 ///
-/// **Backends**: in progress; `memory://` has read-write locks, the others
-/// answer [`LockError::InvalidOption`] naming the backends that do.
+/// **Backends**: memory, Redis (single server and Cluster), etcd (the
+/// layout of its recipe `RWMutex`) and ZooKeeper (Curator's
+/// `InterProcessReadWriteLock` layout); Redlock answers
+/// [`LockError::InvalidOption`] naming the backends that have them.
 ///
 /// Options and defaults are [`Lock`](crate::Lock)'s.
 ///
