@@ -1,0 +1,141 @@
+//! The semaphore capability: what the core asks of a backend that has
+//! semaphores ([`PermitBackend`], offered through
+//! [`LockBackend::permits`](super::LockBackend::permits)), and the error of
+//! one that has none.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::{Lease, Renewal};
+use crate::LockError;
+
+/// What the core asks a backend to take: one permit of a counting semaphore.
+///
+/// A permit is held under its own token and leased on its own, so a crashed
+/// holder's permit comes back after its ttl.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PermitRequest {
+    /// The validated semaphore name, before the backend maps it into its namespace.
+    pub name: String,
+    /// How many holders the semaphore admits at once (at least 1). Every
+    /// user of one semaphore must give the same number.
+    pub permits: usize,
+    /// The permit's owner token (≥ 128 random bits, hex). Only this token may
+    /// renew or release the permit.
+    pub token: String,
+    /// The lease length the server should enforce.
+    pub ttl: Duration,
+}
+
+impl fmt::Debug for PermitRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitRequest")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The error of a backend that has no semaphores: what
+/// [`Semaphore`](crate::Semaphore) answers when
+/// [`LockBackend::permits`](super::LockBackend::permits) is `None`. It names the backend
+/// (`backend` is its [`describe`](super::LockBackend::describe) text) and the
+/// backends that have semaphores.
+///
+/// ```
+/// let e = dlock::backend::no_semaphores("zk://127.0.0.1:2181");
+/// assert!(matches!(e, dlock::LockError::InvalidOption { .. }));
+/// ```
+pub fn no_semaphores(backend: &str) -> LockError {
+    LockError::invalid_option(format!(
+        "the {backend} backend has no semaphores yet; use a {} backend for `Semaphore`",
+        crate::schemes::with_semaphores_listed()
+    ))
+}
+
+/// The semaphores of a backend that has them: the capability a
+/// [`LockBackend`](super::LockBackend) offers through [`permits`](super::LockBackend::permits).
+///
+/// A permit is an ordinary [`Lease`] (its `key` is the semaphore name, its
+/// `token` the permit's owner token, `resource` the backend's name for the
+/// permit; `fencing_token` is the backend's own business: a
+/// [`Permit`](crate::Permit) does not show it). The core remembers which
+/// leases are permits: the watchdog batches permit leases apart from lock
+/// leases and hands them to [`renew_permits`](PermitBackend::renew_permits),
+/// and a permit's guard releases through
+/// [`release_permit`](PermitBackend::release_permit). So
+/// [`LockBackend::renew`](super::LockBackend::renew) and
+/// [`LockBackend::release`](super::LockBackend::release) never see a permit
+/// lease. The contract of [`LockBackend`](super::LockBackend) (cancel
+/// safety, transport failures, local deadlines) holds here too.
+///
+/// - **memory**: a table of permit holders with deadlines, FIFO tickets.
+/// - **redis**: a sorted set of permit tokens scored by expiry on the
+///   server's clock; one script trims expired members, counts, and adds.
+/// - **etcd**: the first N keys by create revision under the semaphore's
+///   prefix hold permits; waiters watch the prefix for deletes.
+/// - **zookeeper**: the first N ephemeral sequential nodes under the
+///   semaphore's path hold permits; waiters watch the children.
+///
+/// # Example: a wrapping backend that passes semaphores through
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Instant;
+/// use dlock::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal};
+/// use dlock::{LockError, Semaphore};
+///
+/// #[derive(Debug)]
+/// struct Wrapped(Arc<dyn LockBackend>);
+///
+/// #[dlock::async_trait]
+/// impl LockBackend for Wrapped {
+///     fn describe(&self) -> String { self.0.describe() }
+///     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+///         self.0.try_acquire(req).await
+///     }
+///     async fn acquire(&self, req: &AcquireRequest, deadline: Option<Instant>)
+///         -> Result<Option<Lease>, LockError> { self.0.acquire(req, deadline).await }
+///     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+///         self.0.renew(leases).await
+///     }
+///     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+///         self.0.release(lease).await
+///     }
+///     // Semaphores exactly when the wrapped backend has them.
+///     fn permits(&self) -> Option<&dyn PermitBackend> { self.0.permits() }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), LockError> {
+/// let wrapped = Arc::new(Wrapped(dlock::connect("memory://").await?));
+/// let permit = Semaphore::new("exports", 2).with_backend(wrapped).acquire().await?;
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait PermitBackend: Send + Sync {
+    /// One attempt to take a permit of the semaphore `req.name`; never
+    /// waits. `Ok(None)` means all `req.permits` permits are held.
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError>;
+
+    /// Takes a permit, waiting until one is free or until `deadline`
+    /// (`None`: no limit). `Ok(None)` means the deadline passed. Waiting is
+    /// woken by the service, with a timer at the earliest permit expiry; it
+    /// must be cancel safe, as [`LockBackend::acquire`](super::LockBackend::acquire).
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError>;
+
+    /// Extends every permit lease in `leases`, as [`LockBackend::renew`](super::LockBackend::renew)
+    /// does for locks: one answer per lease, in order.
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>>;
+
+    /// Gives a permit back if it is still ours, and wakes waiters.
+    /// `Ok(false)` means it was no longer ours (expired).
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError>;
+}
