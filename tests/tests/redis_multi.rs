@@ -154,3 +154,42 @@ async fn only_a_single_server_offers_the_one_script_path() {
     let memory = dlock::connect("memory://").await.unwrap();
     assert!(memory.all_keys().is_none(), "memory takes keys one by one");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_asked_at_once_gets_its_own_ttl() {
+    // The capability is public: a caller may ask several keys at once with
+    // a ttl each, and the server must hold each for its own.
+    use dlock::backend::{AcquireRequest, AllOrNone};
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    let all = backend.all_keys().expect("a single server");
+    let ask = |key: &str, secs: u64| AcquireRequest {
+        key: key.to_owned(),
+        token: format!("{:032x}", secs),
+        ttl: Duration::from_secs(secs),
+    };
+    let reqs = [ask("ttl:short", 5), ask("ttl:long", 50)];
+    let AllOrNone::Taken(leases) = all.try_acquire_all(&reqs).await.unwrap() else {
+        panic!("both keys are free");
+    };
+    assert_eq!(leases.len(), 2);
+    let pttl = |key: &str| -> i64 {
+        server
+            .redis_cli(&["PTTL", &format!("dlock:{{{key}}}")])
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        (1..=5_000).contains(&pttl("ttl:short")),
+        "{}",
+        pttl("ttl:short")
+    );
+    assert!(
+        (5_001..=50_000).contains(&pttl("ttl:long")),
+        "{}",
+        pttl("ttl:long")
+    );
+    for lease in &leases {
+        assert!(backend.release(lease).await.unwrap());
+    }
+}

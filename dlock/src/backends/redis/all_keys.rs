@@ -48,8 +48,9 @@ impl RedisBackend {
         for req in reqs {
             call.arg(&req.token);
         }
-        // One ttl for all: a MultiLock's keys share its options.
-        call.arg(millis(reqs[0].ttl));
+        for req in reqs {
+            call.arg(millis(req.ttl));
+        }
         let sent = Instant::now();
         let answer: Vec<i64> = self.eval(&ACQUIRE_ALL, &call).await?;
         unfinished.iter_mut().for_each(ReleaseIfDropped::disarm);
@@ -147,9 +148,10 @@ impl AllKeysBackend for RedisBackend {
                 key: Some(&names.lock),
             })
             .collect();
-        // A key without expiry: retry after the ttl we ask for.
+        // A key without expiry: retry after the shortest ttl we ask for.
+        let shortest = reqs.iter().map(|req| req.ttl).min();
         let pace = Pace {
-            unknown_expiry: reqs[0].ttl,
+            unknown_expiry: shortest.unwrap_or(reqs[0].ttl),
             at_most: None,
         };
         let waited = self

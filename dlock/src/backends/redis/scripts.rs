@@ -164,7 +164,8 @@ return out
 });
 
 /// A `MultiLock`'s keys all or none, on one server (see `all_keys.rs`):
-/// KEYS are lock and fence pairs, ARGV each key's token, then the ttl. If a
+/// KEYS are lock and fence pairs, ARGV each key's token, then each key's
+/// ttl in ms. If a
 /// key is held under another token nothing is written and the answer is
 /// `{0, index, pttl}` (the key's position from 0, its holder's time left);
 /// else every key is taken as [`ACQUIRE`] takes one: `{1, fence, …}`, a
@@ -172,7 +173,6 @@ return out
 pub(crate) static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
     let all = r"
 local n = #KEYS / 2
-local ttl = ARGV[n + 1]
 for i = 1, n do
   local holder = redis.call('GET', KEYS[2 * i - 1])
   if holder and holder ~= ARGV[i] then
@@ -181,7 +181,7 @@ for i = 1, n do
 end
 local out = {1}
 for i = 1, n do
-  local _, fence = acquire(KEYS[2 * i - 1], KEYS[2 * i], ARGV[i], ttl)
+  local _, fence = acquire(KEYS[2 * i - 1], KEYS[2 * i], ARGV[i], ARGV[n + i])
   out[i + 1] = fence
 end
 return out
