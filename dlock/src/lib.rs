@@ -46,6 +46,8 @@ mod key;
 mod lease;
 mod local;
 mod lock;
+#[cfg(test)]
+mod locks_only;
 mod multi;
 mod multi_at_once;
 mod multi_guard;

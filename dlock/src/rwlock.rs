@@ -271,37 +271,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_backend_without_read_write_locks_says_so_once() {
-        #[derive(Debug)]
-        struct Plain(MemoryBackend);
-        #[async_trait::async_trait]
-        impl LockBackend for Plain {
-            fn describe(&self) -> String {
-                "plain://".to_owned()
-            }
-            async fn try_acquire(
-                &self,
-                req: &crate::backend::AcquireRequest,
-            ) -> Result<Option<crate::backend::Lease>, LockError> {
-                self.0.try_acquire(req).await
-            }
-            async fn acquire(
-                &self,
-                req: &crate::backend::AcquireRequest,
-                deadline: Option<std::time::Instant>,
-            ) -> Result<Option<crate::backend::Lease>, LockError> {
-                self.0.acquire(req, deadline).await
-            }
-            async fn renew(
-                &self,
-                leases: &[crate::backend::Lease],
-            ) -> Vec<Result<crate::backend::Renewal, LockError>> {
-                self.0.renew(leases).await
-            }
-            async fn release(&self, lease: &crate::backend::Lease) -> Result<bool, LockError> {
-                self.0.release(lease).await
-            }
-        }
-        let lock = RwLock::new("k").with_backend(Arc::new(Plain(MemoryBackend::new())));
+        let lock = RwLock::new("k").with_backend(Arc::new(crate::locks_only::LocksOnly::default()));
         for err in [
             lock.read().await.unwrap_err(),
             lock.try_write().await.unwrap_err(),
@@ -309,7 +279,7 @@ mod tests {
             assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
             let text = err.to_string();
             assert!(
-                text.contains("plain://") && text.contains("memory://"),
+                text.contains("locks-only://") && text.contains("memory://"),
                 "{text}"
             );
         }

@@ -213,7 +213,6 @@ impl Permit {
 mod tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
-    use crate::LockBackend;
     use std::sync::Arc;
     use std::time::Instant;
 
@@ -277,43 +276,9 @@ mod tests {
         held.release().await.unwrap();
     }
 
-    /// A backend that implements only the lock methods, as one without
-    /// semaphores yet does.
-    #[derive(Debug)]
-    struct LocksOnly(MemoryBackend);
-
-    #[async_trait::async_trait]
-    impl LockBackend for LocksOnly {
-        fn describe(&self) -> String {
-            "locks-only://".to_owned()
-        }
-        async fn try_acquire(
-            &self,
-            req: &crate::backend::AcquireRequest,
-        ) -> Result<Option<crate::backend::Lease>, LockError> {
-            self.0.try_acquire(req).await
-        }
-        async fn acquire(
-            &self,
-            req: &crate::backend::AcquireRequest,
-            deadline: Option<Instant>,
-        ) -> Result<Option<crate::backend::Lease>, LockError> {
-            self.0.acquire(req, deadline).await
-        }
-        async fn renew(
-            &self,
-            leases: &[crate::backend::Lease],
-        ) -> Vec<Result<crate::backend::Renewal, LockError>> {
-            self.0.renew(leases).await
-        }
-        async fn release(&self, lease: &crate::backend::Lease) -> Result<bool, LockError> {
-            self.0.release(lease).await
-        }
-    }
-
     #[tokio::test]
     async fn a_backend_without_semaphores_says_so() {
-        let backend = Arc::new(LocksOnly(MemoryBackend::new()));
+        let backend = Arc::new(crate::locks_only::LocksOnly::default());
         let s = Semaphore::new("exports", 2).with_backend(backend);
         for err in [
             s.acquire().await.unwrap_err(),
