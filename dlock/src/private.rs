@@ -54,14 +54,40 @@ where
 {
     let span = crate::observe::held_span(guard.key(), guard.fencing_token());
     let body = tracing::Instrument::instrument(guard.scope(body), span);
+    until_lost(
+        body,
+        on_lost,
+        || guard.lost(),
+        || {
+            fail(LockError::Lost {
+                key: guard.key().to_owned(),
+            })
+        },
+    )
+    .await
+}
+
+/// Runs `body` (already in its scope and span); with [`OnLost::Cancel`],
+/// the loss future `lost()` firing first drops the body where it is
+/// awaiting and yields `fail()`. `lost` is called only then: with
+/// [`OnLost::Continue`] nothing watches the lease.
+async fn until_lost<R, L>(
+    body: impl Future<Output = R>,
+    on_lost: OnLost,
+    lost: impl FnOnce() -> L,
+    fail: impl FnOnce() -> R,
+) -> R
+where
+    L: Future<Output = ()>,
+{
     match on_lost {
         OnLost::Continue => body.await,
         OnLost::Cancel => {
-            let lost = guard.lost();
+            let lost = lost();
             tokio::select! {
                 biased;
                 output = body => output,
-                () = lost => fail(LockError::Lost { key: guard.key().to_owned() }),
+                () = lost => fail(),
             }
         }
     }
@@ -94,17 +120,17 @@ where
 {
     let span = crate::observe::held_all_span(guard.guards());
     let body = tracing::Instrument::instrument(guard.scope(body), span);
-    match on_lost {
-        OnLost::Continue => body.await,
-        OnLost::Cancel => {
-            let lost = guard.lost();
-            tokio::select! {
-                biased;
-                output = body => output,
-                () = lost => fail(LockError::Lost { key: lost_key(guard) }),
-            }
-        }
-    }
+    until_lost(
+        body,
+        on_lost,
+        || guard.lost(),
+        || {
+            fail(LockError::Lost {
+                key: lost_key(guard),
+            })
+        },
+    )
+    .await
 }
 
 /// The first key of `guard` whose lease is no longer held.
