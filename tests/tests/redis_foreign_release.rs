@@ -25,6 +25,21 @@ async fn connect(url: &str) -> Arc<RedisBackend> {
     )
 }
 
+/// A server (with keyspace notifications if `notifying`) with the user
+/// `app` (password `app-pw`, every key) whose ACL ends with `rules`, and the
+/// URL that logs in as `app`.
+fn with_app_user(notifying: bool, rules: &[&str]) -> (RedisServer, String) {
+    let mut config = Vec::new();
+    if notifying {
+        config.extend(["--notify-keyspace-events", "Kgx"]);
+    }
+    config.extend(["--user", "app", "on", ">app-pw", "~*"]);
+    config.extend_from_slice(rules);
+    let server = RedisServer::start_with(RedisOptions::new().config(config));
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    (server, url)
+}
+
 fn notifying_server() -> RedisServer {
     RedisServer::start_with(RedisOptions::new().config(["--notify-keyspace-events", "Kgx"]))
 }
@@ -206,19 +221,7 @@ async fn recheck_off_without_notifications_wakes_only_at_the_holders_expiry() {
 async fn a_config_get_refused_by_acl_counts_as_no_notifications() {
     // A user who may not run CONFIG (as on managed Redis): connect works,
     // and the waiter falls back to the re-check.
-    let server = RedisServer::start_with(RedisOptions::new().config([
-        "--notify-keyspace-events",
-        "Kgx",
-        "--user",
-        "app",
-        "on",
-        ">app-pw",
-        "~*",
-        "&*",
-        "+@all",
-        "-config",
-    ]));
-    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let (server, url) = with_app_user(true, &["&*", "+@all", "-config"]);
     let backend = Arc::new(
         RedisBackend::connect(&url)
             .await
@@ -234,19 +237,7 @@ async fn keyspace_channels_refused_by_acl_leave_the_release_channel_working() {
     // The server notifies, but this user may only use dlock's channels: the
     // refused keyspace SUBSCRIBE must cost neither the release channel nor
     // the subscriber's connection, and the waiter falls back to the re-check.
-    let server = RedisServer::start_with(RedisOptions::new().config([
-        "--notify-keyspace-events",
-        "Kgx",
-        "--user",
-        "app",
-        "on",
-        ">app-pw",
-        "~*",
-        "resetchannels",
-        "&dlock:*",
-        "+@all",
-    ]));
-    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let (server, url) = with_app_user(true, &["resetchannels", "&dlock:*", "+@all"]);
     let (holder_side, waiter_side) = (connect(&url).await, connect(&url).await);
 
     // A dlock release still wakes a waiter at once, through its channel.
@@ -353,16 +344,7 @@ async fn release_channels_refused_by_acl_leave_waiters_to_the_recheck_without_a_
     // dlock's release channels. It must keep its connection (not reconnect
     // and be refused again, in a loop), and waiters still get the lock, by
     // the re-check, soon after a release.
-    let server = RedisServer::start_with(RedisOptions::new().config([
-        "--user",
-        "app",
-        "on",
-        ">app-pw",
-        "~*",
-        "resetchannels",
-        "+@all",
-    ]));
-    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let (server, url) = with_app_user(false, &["resetchannels", "+@all"]);
     let (holder_side, waiter_side) = (connect(&url).await, connect(&url).await);
     let connections = || -> u64 {
         let stats = server.redis_cli(&["INFO", "stats"]);
