@@ -38,6 +38,7 @@ macro_rules! multi_suite {
                 inside_the_scope_each_key_is_reentrant,
                 bad_input_is_rejected,
                 joined_in_one_task_they_contend,
+                a_guard_of_an_idle_runtime_lives_and_ends_with_it,
             );
         }
     };
@@ -372,4 +373,44 @@ pub async fn joined_in_one_task_they_contend<F: Fixture>(fixture: &F) {
     for key in [&a, &b, &c] {
         assert!(is_free(&backend, key).await, "{key} left held");
     }
+}
+
+/// A multi-key guard taken on a second runtime that then sits idle keeps
+/// every key (renewed by dlock's watchdog, not by that runtime); dropped
+/// with that runtime, it frees every key within its ttl.
+pub async fn a_guard_of_an_idle_runtime_lives_and_ends_with_it<F: Fixture>(fixture: &F) {
+    let a = format!("{}:a", unique_key("multi-runtime"));
+    let b = a.replace(":a", ":b");
+    let ttl = fixture.short_ttl();
+    let (mine, other) = (fixture.backend().await, fixture.backend().await);
+    let lock = multi(&mine, [a.as_str(), b.as_str()]).ttl(ttl);
+    let (guard, idle) =
+        crate::ordinary_code::on_a_second_runtime(async move { lock.acquire().await }).await;
+    let guard = guard.expect("both keys on the second runtime");
+    tokio::time::sleep(ttl * 3 + ttl / 2).await;
+    assert!(guard.is_held(), "a key of the idle runtime's guard lapsed");
+    for key in [&a, &b] {
+        assert!(
+            !is_free(&other, key).await,
+            "{key} was free under a live guard"
+        );
+    }
+    tokio::task::spawn_blocking(move || {
+        drop(idle);
+        drop(guard);
+    })
+    .await
+    .unwrap();
+    let start = Instant::now();
+    let next = multi(&other, [b.as_str(), a.as_str()])
+        .wait(ttl * 3 + Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("a guard dropped with its runtime never freed its keys");
+    let took = start.elapsed();
+    assert!(
+        took <= ttl + Duration::from_secs(2),
+        "freed after {took:?} (ttl {ttl:?})"
+    );
+    next.release().await.unwrap();
 }

@@ -153,6 +153,21 @@ async fn drop_runtime(runtime: Runtime) {
         .unwrap();
 }
 
+/// Runs `work` on a second current-thread runtime that is not driven once
+/// `work` returns; gives back what it made and the runtime.
+pub(crate) async fn on_a_second_runtime<T, W>(work: W) -> (T, Runtime)
+where
+    T: Send + 'static,
+    W: std::future::Future<Output = T> + Send + 'static,
+{
+    let runtime = second_runtime();
+    let handle = runtime.handle().clone();
+    let made = tokio::task::spawn_blocking(move || handle.block_on(work))
+        .await
+        .unwrap();
+    (made, runtime)
+}
+
 /// A lease taken on the test's runtime is renewed while the backend's first
 /// lease came from a second runtime that now sits idle.
 pub async fn a_lease_of_a_second_runtime_is_renewed<F: Fixture>(fixture: &F) {

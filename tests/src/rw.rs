@@ -45,6 +45,7 @@ macro_rules! rw_suite {
             a_backend_without_read_write_locks_says_so,
             writers_joined_in_one_task_contend,
             a_cancelled_writer_does_not_keep_readers_out,
+            a_read_lease_of_an_idle_runtime_lives_and_ends_with_it,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -503,4 +504,41 @@ pub async fn a_cancelled_writer_does_not_keep_readers_out<F: RwFixture>(fixture:
         .release()
         .await
         .unwrap();
+}
+
+/// A read lease taken on a second runtime that then sits idle is renewed
+/// (dlock's watchdog does not run on it) and keeps a writer out; dropped
+/// with that runtime, it frees the key within its ttl.
+pub async fn a_read_lease_of_an_idle_runtime_lives_and_ends_with_it<F: RwFixture>(fixture: &F) {
+    let key = unique_key("rw-runtime");
+    let ttl = fixture.short_ttl();
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let lock = rw(&a, &key).ttl(ttl);
+    let (reader, idle) =
+        crate::ordinary_code::on_a_second_runtime(async move { lock.read().await }).await;
+    let reader = reader.expect("read on the second runtime");
+    tokio::time::sleep(ttl * 3 + ttl / 2).await;
+    assert!(reader.is_held(), "a read lease of the idle runtime lapsed");
+    assert!(
+        rw(&b, &key).try_write().await.unwrap().is_none(),
+        "a writer got in beside a reader of the idle runtime"
+    );
+    tokio::task::spawn_blocking(move || {
+        drop(idle);
+        drop(reader);
+    })
+    .await
+    .unwrap();
+    let start = Instant::now();
+    let writer = rw(&b, &key)
+        .wait(ttl * 3 + Duration::from_secs(5))
+        .write()
+        .await
+        .expect("the read lease dropped with its runtime never freed the key");
+    let took = start.elapsed();
+    assert!(
+        took <= ttl + Duration::from_secs(2),
+        "freed after {took:?} (ttl {ttl:?})"
+    );
+    writer.release().await.unwrap();
 }
