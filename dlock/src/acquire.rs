@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{
-    no_rw_locks, no_semaphores, AcquireRequest, LockBackend, PermitRequest, RwMode, RwRequest,
+    no_rw_locks, no_semaphores, AcquireRequest, Lease, LockBackend, PermitRequest, RwMode,
+    RwRequest,
 };
 use crate::guard::LockGuard;
-use crate::lease::{LeaseKind, LeaseShared, NewLease};
-use crate::observe::{self, Acquisition, Kind};
+use crate::lease::{release_on, LeaseKind, LeaseShared, NewLease};
+use crate::observe::{self, Acquisition, Kind, StaleReason};
 use crate::options::LeaseOptions;
 use crate::{deadline, local, scope, LockError};
 
@@ -162,6 +163,12 @@ pub(crate) async fn rw_within(
 /// (so only the front local waiters talk to the service), then the backend
 /// call, then the watchdog's registration. Waits up to `wait` (zero: one
 /// attempt); `Ok(None)`: not acquired in time.
+///
+/// A lease is handed over only if it is live at that instant: a grant whose
+/// answer came after the lease's local deadline (a reply slower than the
+/// ttl; the server may have expired the key and granted it to another
+/// client meanwhile) is given back (compare-and-delete) and asked for again
+/// within `wait`, still holding the local turn.
 pub(crate) async fn take(
     options: &LeaseOptions,
     backend: Arc<dyn LockBackend>,
@@ -181,60 +188,33 @@ pub(crate) async fn take(
         return Ok(None);
     };
 
-    let token = new_token()?;
-    let (granted, kind) = match target {
-        Target::Lock => {
-            let request = AcquireRequest {
-                key: options.key.to_string(),
-                token,
-                ttl: options.ttl,
-            };
-            let granted = if once {
-                backend.try_acquire(&request).await
-            } else {
-                backend.acquire(&request, deadline).await
-            };
-            (granted, LeaseKind::Lock)
-        }
-        Target::Permit { permits } => {
-            // The one place a backend without semaphores is told so.
-            let Some(semaphores) = backend.permits() else {
-                return Err(no_semaphores(&backend.describe()));
-            };
-            let request = PermitRequest {
-                name: options.key.to_string(),
-                permits,
-                token,
-                ttl: options.ttl,
-            };
-            let granted = if once {
-                semaphores.try_acquire_permit(&request).await
-            } else {
-                semaphores.acquire_permit(&request, deadline).await
-            };
-            (granted, LeaseKind::Permit)
-        }
-        Target::Rw(mode) => {
-            // The one place a backend without read-write locks is told so.
-            let Some(rw) = backend.rw() else {
-                return Err(no_rw_locks(&backend.describe()));
-            };
-            let request = RwRequest {
-                key: options.key.to_string(),
-                mode,
-                token,
-                ttl: options.ttl,
-            };
-            let granted = if once {
-                rw.try_acquire_rw(&request).await
-            } else {
-                rw.acquire_rw(&request, deadline).await
-            };
-            (granted, LeaseKind::Rw(mode))
-        }
+    let kind = match target {
+        Target::Lock => LeaseKind::Lock,
+        Target::Permit { .. } => LeaseKind::Permit,
+        Target::Rw(mode) => LeaseKind::Rw(mode),
     };
-    let Some(lease) = granted? else {
-        return Ok(None);
+    let lease = loop {
+        let Some(lease) = ask(options, &*backend, target, once, deadline).await? else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        if now < lease.valid_until {
+            break lease;
+        }
+        observe::stale_grant(
+            &options.key,
+            &options.label(),
+            observed,
+            StaleReason::LateAnswer,
+            now - lease.valid_until,
+        );
+        // Ours to delete if the server still has it; a no-op if it expired
+        // there (compare-and-delete). A failure leaves it to its ttl, which
+        // is already over here.
+        let _ = release_on(&*backend, kind, &lease).await;
+        if once || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
     };
 
     let shared = LeaseShared::new(NewLease {
@@ -248,6 +228,66 @@ pub(crate) async fn take(
     });
     local.watchdog.register(&shared);
     Ok(Some(LockGuard::outer(shared, local.watchdog.clone())))
+}
+
+/// One backend call for a lease on `target` with a new owner token: one
+/// attempt (`once`), or waiting on the server up to `deadline`.
+async fn ask(
+    options: &LeaseOptions,
+    backend: &dyn LockBackend,
+    target: Target,
+    once: bool,
+    deadline: Option<Instant>,
+) -> Result<Option<Lease>, LockError> {
+    let token = new_token()?;
+    match target {
+        Target::Lock => {
+            let request = AcquireRequest {
+                key: options.key.to_string(),
+                token,
+                ttl: options.ttl,
+            };
+            if once {
+                backend.try_acquire(&request).await
+            } else {
+                backend.acquire(&request, deadline).await
+            }
+        }
+        Target::Permit { permits } => {
+            // The one place a backend without semaphores is told so.
+            let Some(semaphores) = backend.permits() else {
+                return Err(no_semaphores(&backend.describe()));
+            };
+            let request = PermitRequest {
+                name: options.key.to_string(),
+                permits,
+                token,
+                ttl: options.ttl,
+            };
+            if once {
+                semaphores.try_acquire_permit(&request).await
+            } else {
+                semaphores.acquire_permit(&request, deadline).await
+            }
+        }
+        Target::Rw(mode) => {
+            // The one place a backend without read-write locks is told so.
+            let Some(rw) = backend.rw() else {
+                return Err(no_rw_locks(&backend.describe()));
+            };
+            let request = RwRequest {
+                key: options.key.to_string(),
+                mode,
+                token,
+                ttl: options.ttl,
+            };
+            if once {
+                rw.try_acquire_rw(&request).await
+            } else {
+                rw.acquire_rw(&request, deadline).await
+            }
+        }
+    }
 }
 
 /// 128 random bits from the OS, hex encoded: the owner token.

@@ -92,6 +92,50 @@ impl LossReason {
     }
 }
 
+/// Why a lease that was granted was given back instead of being handed to
+/// the caller: the `reason` field and label of a stale grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StaleReason {
+    /// The backend's answer arrived after the lease's local deadline (a
+    /// reply slower than the ttl): the server may have expired it already.
+    LateAnswer,
+    /// One key of a [`MultiLock`](crate::MultiLock) was not live once every
+    /// key was taken: it lapsed or was lost while the acquisition waited
+    /// for another key, or its answer came late.
+    Lapsed,
+}
+
+impl StaleReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            StaleReason::LateAnswer => "late_answer",
+            StaleReason::Lapsed => "lapsed",
+        }
+    }
+}
+
+/// A lease was granted but not handed over, because it was no longer live
+/// at that instant (the rule in ARCHITECTURE.md's invariants): a `WARN`
+/// event and the `dlock_stale_grants_total` counter. The acquisition gives
+/// it back and tries again within its wait.
+pub(crate) fn stale_grant(
+    key: &str,
+    backend: &Arc<str>,
+    kind: Kind,
+    reason: StaleReason,
+    late_by: Duration,
+) {
+    tracing::warn!(
+        key = %key,
+        backend = &**backend,
+        kind = kind.as_str(),
+        reason = reason.as_str(),
+        late_by_ms = millis(late_by),
+        "dlock: a lease was no longer live when it would have been handed over; given back, trying again within the wait"
+    );
+    metrics::stale(backend, kind, reason);
+}
+
 /// The `backend` label of locks that use the registry's default backend.
 pub(crate) static DEFAULT_BACKEND: LazyLock<Arc<str>> =
     LazyLock::new(|| Arc::from(crate::registry::DEFAULT_NAME));
@@ -387,6 +431,13 @@ pub(crate) fn everything_once() {
     let holding = Holding::begin(backend.clone(), Kind::Segment);
     holding.end();
     holding.lost("quiet", Some(7), LossReason::Deleted);
+    stale_grant(
+        "quiet",
+        &backend,
+        Kind::Lock,
+        StaleReason::LateAnswer,
+        Duration::from_millis(3),
+    );
     let release = release_span("quiet", &backend, Kind::Lock);
     released(&release, &Ok(()));
     let renew = renew_span(&backend, 3);
@@ -419,7 +470,7 @@ mod metrics {
 
     use metrics::SharedString;
 
-    use super::{Kind, LossReason, Outcome, RenewCounts};
+    use super::{Kind, LossReason, Outcome, RenewCounts, StaleReason};
 
     fn label(backend: &Arc<str>) -> SharedString {
         SharedString::from_shared(backend.clone())
@@ -463,6 +514,14 @@ mod metrics {
         .increment(1);
     }
 
+    pub(super) fn stale(backend: &Arc<str>, kind: Kind, reason: StaleReason) {
+        metrics::counter!(
+            "dlock_stale_grants_total",
+            "backend" => label(backend), "kind" => kind.as_str(), "reason" => reason.as_str()
+        )
+        .increment(1);
+    }
+
     pub(super) fn renewals(backend: &Arc<str>, took: Duration, counts: RenewCounts) {
         metrics::histogram!("dlock_renew_seconds", "backend" => label(backend))
             .record(took.as_secs_f64());
@@ -485,12 +544,13 @@ mod metrics {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{Kind, LossReason, Outcome, RenewCounts};
+    use super::{Kind, LossReason, Outcome, RenewCounts, StaleReason};
 
     pub(super) fn waiting(_: &Arc<str>, _: Kind, _: f64) {}
     pub(super) fn acquired(_: &Arc<str>, _: Kind, _: Outcome, _: Duration) {}
     pub(super) fn held(_: &Arc<str>, _: Kind, _: f64) {}
     pub(super) fn hold_time(_: &Arc<str>, _: Kind, _: Duration) {}
     pub(super) fn lost(_: &Arc<str>, _: Kind, _: LossReason) {}
+    pub(super) fn stale(_: &Arc<str>, _: Kind, _: StaleReason) {}
     pub(super) fn renewals(_: &Arc<str>, _: Duration, _: RenewCounts) {}
 }
