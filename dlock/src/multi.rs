@@ -9,6 +9,7 @@ use tracing::{Instrument, Span};
 use crate::acquire::lock_watched;
 use crate::multi_at_once::{take_all, NotTaken};
 use crate::multi_guard::MultiGuard;
+use crate::observe::{Kind, StaleReason};
 use crate::options::{lease_option_setters, LeaseOptions};
 use crate::{deadline, observe, LockError, LockGuard};
 
@@ -175,8 +176,42 @@ together. `Duration::ZERO` tries each key once and fails with
         }
     }
 
-    /// Takes the keys one by one in canonical order through the core's
-    /// acquire path, within one deadline. On any failure the keys taken so
+    /// Takes every key within one deadline, and hands the guards over only
+    /// if every lease is live at that instant: a key taken early may lapse
+    /// (its ttl, with renewal off) or be lost (a refused renewal, a
+    /// failover, an operator's `DEL`) while the acquisition waits for a
+    /// later key. Then every key is given back and the whole acquisition
+    /// starts over within the wait (in canonical order again, so the
+    /// deadlock freedom holds); when the wait has run out, the lapsed key is
+    /// the one named.
+    async fn take_in_order(&self, wait: Option<Duration>) -> Result<Vec<LockGuard>, Blocked> {
+        let deadline = wait.and_then(deadline::after);
+        let once = wait == Some(Duration::ZERO);
+        loop {
+            let guards = self.take_each(left_of(once, deadline)).await?;
+            let Some(lapsed) = guards.iter().find(|g| !g.is_held()) else {
+                return Ok(guards);
+            };
+            let key = lapsed.key().to_owned();
+            let lease = lapsed.lease();
+            let late_by =
+                Instant::now().saturating_duration_since(lease.lock_state().lease.valid_until);
+            observe::stale_grant(
+                &key,
+                lease.label(),
+                Kind::Lock,
+                StaleReason::Lapsed,
+                late_by,
+            );
+            give_back(guards).await;
+            if once || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Blocked::By(key));
+            }
+        }
+    }
+
+    /// One pass over the keys, within `wait`: one by one in canonical order
+    /// through the core's acquire path. On any failure the keys taken so
     /// far are released (awaited, so a caller that checks right after sees
     /// them free); if this future is dropped, the guards it holds release
     /// on drop.
@@ -186,7 +221,7 @@ together. `Duration::ZERO` tries each key once and fails with
     /// [`AllKeysBackend`](crate::backend::AllKeysBackend)) is asked for
     /// them all at once, after the local turns (`multi_at_once.rs`);
     /// every other backend is asked key by key.
-    async fn take_in_order(&self, wait: Option<Duration>) -> Result<Vec<LockGuard>, Blocked> {
+    async fn take_each(&self, wait: Option<Duration>) -> Result<Vec<LockGuard>, Blocked> {
         // The keys were checked; the joined `options.key` is no key to check.
         let first = self.options.with_key(self.keys[0].clone());
         let backend = first
@@ -204,15 +239,9 @@ together. `Duration::ZERO` tries each key once and fails with
         let once = wait == Some(Duration::ZERO);
         let mut held: Vec<LockGuard> = Vec::with_capacity(self.keys.len());
         for key in &self.keys {
-            // Each key gets what is left of the one wait; a wait with no
-            // limit stays without one, a single attempt stays single.
-            let left = match (once, deadline) {
-                (true, _) => Some(Duration::ZERO),
-                (false, Some(deadline)) => Some(deadline.saturating_duration_since(Instant::now())),
-                (false, None) => None,
-            };
+            // Each key gets what is left of the pass's wait.
             let options = self.options.with_key(key.clone());
-            let blocked = match lock_watched(&options, left).await {
+            let blocked = match lock_watched(&options, left_of(once, deadline)).await {
                 Ok(Some(guard)) => {
                     held.push(guard);
                     continue;
@@ -248,6 +277,16 @@ together. `Duration::ZERO` tries each key once and fails with
         }
         self.options.with_key(self.keys[0].clone()).check()?;
         Ok(())
+    }
+}
+
+/// What is left of a wait that ends at `deadline`: a wait with no limit
+/// stays without one, a single attempt (`once`) stays single.
+fn left_of(once: bool, deadline: Option<Instant>) -> Option<Duration> {
+    match (once, deadline) {
+        (true, _) => Some(Duration::ZERO),
+        (false, Some(deadline)) => Some(deadline.saturating_duration_since(Instant::now())),
+        (false, None) => None,
     }
 }
 
