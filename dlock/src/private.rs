@@ -57,6 +57,7 @@ where
     until_lost(
         body,
         on_lost,
+        || guard.is_held(),
         || guard.lost(),
         || {
             fail(LockError::Lost {
@@ -67,27 +68,35 @@ where
     .await
 }
 
-/// Runs `body` (already in its scope and span); with [`OnLost::Cancel`],
-/// the loss future `lost()` firing first drops the body where it is
+/// Runs `body` (already in its scope and span) if the lease is live now
+/// (`held()`), else yields `fail()` without polling it: a lease is handed to
+/// a body only while it is held, whatever `on_lost` says, since a body does
+/// its work up to its first `.await` on the first poll. With
+/// [`OnLost::Cancel`], the loss future `lost()` is then polled before the
+/// body each time, so a loss that has fired drops the body where it is
 /// awaiting and yields `fail()`. `lost` is called only then: with
-/// [`OnLost::Continue`] nothing watches the lease.
+/// [`OnLost::Continue`] nothing watches the lease once the body runs.
 async fn until_lost<R, L>(
     body: impl Future<Output = R>,
     on_lost: OnLost,
+    held: impl FnOnce() -> bool,
     lost: impl FnOnce() -> L,
     fail: impl FnOnce() -> R,
 ) -> R
 where
     L: Future<Output = ()>,
 {
+    if !held() {
+        return fail();
+    }
     match on_lost {
         OnLost::Continue => body.await,
         OnLost::Cancel => {
             let lost = lost();
             tokio::select! {
                 biased;
-                output = body => output,
                 () = lost => fail(),
+                output = body => output,
             }
         }
     }
@@ -123,6 +132,7 @@ where
     until_lost(
         body,
         on_lost,
+        || guard.is_held(),
         || guard.lost(),
         || {
             fail(LockError::Lost {
@@ -157,4 +167,65 @@ pub async fn finish_multi<R>(guard: MultiGuard, output: R) -> R {
 /// that none of them allocates when nobody listens; not for users.
 pub fn observe_everything_once() {
     crate::observe::everything_once();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// A body whose lease is not held when it would start is never polled,
+    /// whatever `on_lost` says: its first step (before any `.await`) would
+    /// run without the lock.
+    #[tokio::test]
+    async fn a_body_is_not_started_without_its_lease() {
+        for on_lost in [OnLost::Cancel, OnLost::Continue] {
+            let ran = AtomicBool::new(false);
+            let body = async {
+                ran.store(true, Ordering::SeqCst);
+                "body"
+            };
+            let out = until_lost(body, on_lost, || false, std::future::pending, || "lost").await;
+            assert_eq!(out, "lost", "{on_lost:?}");
+            assert!(!ran.load(Ordering::SeqCst), "{on_lost:?}: the body ran");
+        }
+    }
+
+    /// A loss that has fired wins over a body that is ready at the same
+    /// poll: the lease is not handed to it.
+    #[tokio::test]
+    async fn a_loss_that_fired_wins_over_a_ready_body() {
+        let ran = AtomicBool::new(false);
+        let body = async {
+            ran.store(true, Ordering::SeqCst);
+            "body"
+        };
+        let out = until_lost(
+            body,
+            OnLost::Cancel,
+            || true,
+            || std::future::ready(()),
+            || "lost",
+        )
+        .await;
+        assert_eq!(out, "lost");
+        assert!(!ran.load(Ordering::SeqCst), "the body ran after the loss");
+    }
+
+    /// With the lease held and not lost, the body runs to its end.
+    #[tokio::test]
+    async fn a_held_lease_runs_the_body() {
+        for on_lost in [OnLost::Cancel, OnLost::Continue] {
+            let out = until_lost(
+                async { "body" },
+                on_lost,
+                || true,
+                std::future::pending,
+                || "lost",
+            )
+            .await;
+            assert_eq!(out, "body", "{on_lost:?}");
+        }
+    }
 }
