@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use dlock::{Lock, LockBackend, LockError, MultiLock};
 
 use crate::conformance::{unique_key, Fixture};
+pub use crate::multi_live::*;
 use crate::overlap::OverlapDetector;
 
 /// Expands to one `#[tokio::test]` per multi-key case.
@@ -39,6 +40,9 @@ macro_rules! multi_suite {
                 bad_input_is_rejected,
                 joined_in_one_task_they_contend,
                 a_guard_of_an_idle_runtime_lives_and_ends_with_it,
+                a_key_that_lapses_while_waiting_is_not_handed_over,
+                a_key_lost_while_waiting_is_not_handed_over,
+                a_body_never_starts_with_a_lapsed_key,
             );
         }
     };

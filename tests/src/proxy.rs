@@ -12,6 +12,9 @@
 //! - [`FaultProxy::drop_replies`]: bytes from the client reach the server, bytes from the
 //!   server are read and dropped: the server runs every request and the client hears nothing,
 //!   as when an answer is lost after the request was written. Connections stay open.
+//! - [`FaultProxy::delay_replies`]: bytes from the client reach the server at once, bytes
+//!   from the server reach the client after the given delay, in order: a slow path back, as
+//!   when the server ran a request at once and its answer arrives late.
 //! - [`FaultProxy::reset`]: every current connection is closed abruptly (`SO_LINGER` 0, so the
 //!   peer sees a TCP RST on both the client and the upstream side), and while the mode lasts
 //!   each new connection is accepted and immediately reset too (the peer sees a connection
@@ -20,10 +23,12 @@
 //! Dropping the proxy stops the listener and every connection task. Nothing busy-loops: each
 //! task waits on socket readiness or on a mode change.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -39,6 +44,8 @@ pub enum ProxyMode {
     Blackhole,
     /// Forward the client's bytes, drop the server's.
     DropReplies,
+    /// Forward the client's bytes at once, the server's after this delay.
+    DelayReplies(Duration),
     /// Reset current connections and every new one.
     Reset,
 }
@@ -125,6 +132,11 @@ impl FaultProxy {
         self.set_mode(ProxyMode::DropReplies);
     }
 
+    /// Let requests through at once and deliver every answer `delay` late, in order.
+    pub fn delay_replies(&self, delay: Duration) {
+        self.set_mode(ProxyMode::DelayReplies(delay));
+    }
+
     /// Reset all current connections and each new one until [`FaultProxy::pass`].
     pub fn reset(&self) {
         self.set_mode(ProxyMode::Reset);
@@ -188,6 +200,9 @@ async fn connection(
     let _ = server.set_nodelay(true);
     let mut from_client = vec![0u8; 16 * 1024];
     let mut from_server = vec![0u8; 16 * 1024];
+    // Answers held back by `DelayReplies`, each with when it is due; while any is held,
+    // later answers queue behind it, so the order is kept whatever the mode.
+    let mut delayed: VecDeque<(tokio::time::Instant, Vec<u8>)> = VecDeque::new();
     let reset = {
         let (mut client_read, mut client_write) = client.split();
         let (mut server_read, mut server_write) = server.split();
@@ -196,6 +211,7 @@ async fn connection(
             if current == ProxyMode::Reset {
                 break true;
             }
+            let next_due = delayed.front().map(|(due, _)| *due);
             tokio::select! {
                 n = client_read.read(&mut from_client) => match n {
                     Ok(0) | Err(_) => {
@@ -203,8 +219,10 @@ async fn connection(
                         break false;
                     }
                     Ok(n) => {
-                        let forward =
-                            matches!(*mode.borrow(), ProxyMode::Pass | ProxyMode::DropReplies);
+                        let forward = matches!(
+                            *mode.borrow(),
+                            ProxyMode::Pass | ProxyMode::DropReplies | ProxyMode::DelayReplies(_)
+                        );
                         if forward && server_write.write_all(&from_client[..n]).await.is_err()
                         {
                             break true;
@@ -217,9 +235,29 @@ async fn connection(
                         break false;
                     }
                     Ok(n) => {
-                        if *mode.borrow() == ProxyMode::Pass
-                            && client_write.write_all(&from_server[..n]).await.is_err()
-                        {
+                        let now = tokio::time::Instant::now();
+                        let due = match *mode.borrow() {
+                            ProxyMode::DelayReplies(delay) => Some(now + delay),
+                            ProxyMode::Pass if !delayed.is_empty() => Some(now),
+                            ProxyMode::Pass => None,
+                            _ => continue,
+                        };
+                        match due {
+                            Some(due) => {
+                                let due = delayed.back().map_or(due, |(last, _)| due.max(*last));
+                                delayed.push_back((due, from_server[..n].to_vec()));
+                            }
+                            None => {
+                                if client_write.write_all(&from_server[..n]).await.is_err() {
+                                    break true;
+                                }
+                            }
+                        }
+                    }
+                },
+                () = sleep_until_due(next_due) => {
+                    if let Some((_, bytes)) = delayed.pop_front() {
+                        if client_write.write_all(&bytes).await.is_err() {
                             break true;
                         }
                     }
@@ -235,5 +273,13 @@ async fn connection(
     if reset {
         abort_connection(&client);
         abort_connection(&server);
+    }
+}
+
+/// Sleeps until `due`, or for ever when nothing is held back.
+async fn sleep_until_due(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
     }
 }

@@ -237,6 +237,40 @@ mod proxy {
     }
 
     #[tokio::test]
+    async fn delay_replies_runs_requests_at_once_and_answers_late_in_order() {
+        let redis = RedisServer::start();
+        let proxy = FaultProxy::start(redis.addr()).await;
+        let mut conn = connect(proxy.addr()).await;
+        proxy.delay_replies(Duration::from_millis(400));
+        let sent = std::time::Instant::now();
+        conn.write_all(b"SET written-early 1\r\nPING\r\n")
+            .await
+            .unwrap();
+        // The server ran it at once; the answer is still on its way.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(redis.redis_cli(&["GET", "written-early"]), "1");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while got.len() < b"+OK\r\n+PONG\r\n".len() {
+            let n = timeout(Duration::from_secs(5), conn.read(&mut buf))
+                .await
+                .expect("the delayed answers never came")
+                .unwrap();
+            assert!(n > 0, "the connection closed");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, b"+OK\r\n+PONG\r\n", "answers out of order");
+        let late = sent.elapsed();
+        assert!(
+            late >= Duration::from_millis(400),
+            "answered after {late:?}"
+        );
+        // Back to pass: answers come at once again.
+        proxy.pass();
+        assert_eq!(ping(&mut conn).await.unwrap(), "+PONG\r\n");
+    }
+
+    #[tokio::test]
     async fn only_loopback_upstreams() {
         let err = FaultProxy::try_start("192.0.2.1:6379".parse().unwrap())
             .await

@@ -1,0 +1,133 @@
+//! An acquire whose answer arrives after its lease's deadline is never
+//! handed over (issue 23, case 3), on every backend reached through
+//! reply-delaying fault proxies: one Redis server, a Redis Cluster whose
+//! nodes announce the proxies, five Redlock masters, and ZooKeeper. The
+//! scenario is `dlock_tests::late_answer`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::redis::RedisBackend;
+use dlock::backends::redlock::RedlockBackend;
+use dlock::backends::zookeeper::ZooKeeperBackend;
+use dlock::LockBackend;
+use dlock_tests::fixtures::redis::lock_key;
+use dlock_tests::late_answer::{a_late_grant_is_not_handed_over, late_key};
+use dlock_tests::proxy::FaultProxy;
+use dlock_tests::servers::redis::{RedisCluster, RedisServer, RedisSet};
+use dlock_tests::servers::zookeeper::ZkServer;
+
+async fn redis(url: &str) -> Arc<dyn LockBackend> {
+    Arc::new(RedisBackend::connect(url).await.expect("connect to Redis"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_single_server() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let slow = redis(&format!("redis://{}", proxy.addr())).await;
+    let fast = redis(&server.url()).await;
+    a_late_grant_is_not_handed_over(&late_key(), slow, fast, &[proxy]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster() {
+    let cluster = RedisCluster::start(3);
+    // Each node announces its proxy's port to clients (the bus port stays its
+    // own), so the slow client's every connection goes through a proxy.
+    let mut proxies = Vec::new();
+    for node in cluster.nodes() {
+        let proxy = FaultProxy::start(node.addr()).await;
+        let bus = (node.port() + 10_000).to_string();
+        let port = proxy.addr().port().to_string();
+        node.redis_cli(&["CONFIG", "SET", "cluster-announce-bus-port", &bus]);
+        node.redis_cli(&["CONFIG", "SET", "cluster-announce-port", &port]);
+        proxies.push(proxy);
+    }
+    // Every node must have learned every other node's announced port.
+    let proxy_ports: Vec<String> = proxies
+        .iter()
+        .map(|p| p.addr().port().to_string())
+        .collect();
+    let started = Instant::now();
+    while !cluster.nodes().iter().all(|node| {
+        let slots = node.redis_cli(&["CLUSTER", "SLOTS"]);
+        proxy_ports
+            .iter()
+            .all(|port| slots.lines().any(|l| l.trim() == port))
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the nodes did not announce the proxies' ports within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let slow = redis(&format!("redis+cluster://{}", hosts.join(","))).await;
+    // The fast client talks straight to the node that owns the key's slot
+    // (the lock key and its fence share one hash tag): a cluster client
+    // would follow the announced ports through the proxies too.
+    let key = late_key();
+    let slot = cluster.redis_cli(&["CLUSTER", "KEYSLOT", &lock_key(&key)]);
+    let owner = owner_of(&cluster, slot.parse().expect("a slot number"));
+    let fast = redis(&owner.url()).await;
+    a_late_grant_is_not_handed_over(&key, slow, fast, &proxies).await;
+}
+
+/// The node whose own slot ranges (`CLUSTER NODES`, `myself`) hold `slot`.
+fn owner_of(cluster: &RedisCluster, slot: u16) -> &RedisServer {
+    cluster
+        .nodes()
+        .iter()
+        .find(|node| {
+            let nodes = node.redis_cli(&["CLUSTER", "NODES"]);
+            let me = nodes
+                .lines()
+                .find(|l| l.contains("myself"))
+                .expect("CLUSTER NODES names myself");
+            me.split_whitespace().skip(8).any(|range| {
+                let (from, to) = range.split_once('-').unwrap_or((range, range));
+                matches!((from.parse::<u16>(), to.parse::<u16>()), (Ok(a), Ok(b)) if a <= slot && slot <= b)
+            })
+        })
+        .expect("a node owns the slot")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_five_masters() {
+    let set = RedisSet::start(5);
+    let mut proxies = Vec::new();
+    for server in set.servers() {
+        proxies.push(FaultProxy::start(server.addr()).await);
+    }
+    let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let slow: Arc<dyn LockBackend> = Arc::new(
+        RedlockBackend::connect(&format!("redlock://{}", hosts.join(",")))
+            .await
+            .expect("connect to the masters through the proxies"),
+    );
+    let fast: Arc<dyn LockBackend> = Arc::new(
+        RedlockBackend::connect(&set.url())
+            .await
+            .expect("connect to the masters"),
+    );
+    a_late_grant_is_not_handed_over(&late_key(), slow, fast, &proxies).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper() {
+    let server = ZkServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    // A session that outlives the delayed heartbeats by far.
+    let slow: Arc<dyn LockBackend> = Arc::new(
+        ZooKeeperBackend::connect(&format!("zk://{}?session_timeout=20s", proxy.addr()))
+            .await
+            .expect("connect to ZooKeeper through the proxy"),
+    );
+    let fast: Arc<dyn LockBackend> = Arc::new(
+        ZooKeeperBackend::connect(&server.url())
+            .await
+            .expect("connect to ZooKeeper"),
+    );
+    a_late_grant_is_not_handed_over(&late_key(), slow, fast, &[proxy]).await;
+}
