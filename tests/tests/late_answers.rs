@@ -131,3 +131,129 @@ async fn zookeeper() {
     );
     a_late_grant_is_not_handed_over(&late_key(), slow, fast, &[proxy]).await;
 }
+
+/// What a subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The stale grant is a WARN event naming the key, the reason and how late
+/// the answer was (the operator's clue that replies are slower than ttls).
+#[tokio::test(flavor = "current_thread")]
+async fn a_late_grant_is_a_warn_event() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let slow = redis(&format!("redis://{}", proxy.addr())).await;
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer({
+            let captured = captured.clone();
+            move || captured.clone()
+        })
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    proxy.delay_replies(dlock_tests::late_answer::DELAY);
+    let key = late_key();
+    let late = dlock::Lock::new(&key)
+        .with_backend(slow)
+        .ttl(dlock_tests::late_answer::TTL)
+        .try_acquire()
+        .await
+        .expect("an answer, if late");
+    assert!(late.is_none());
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let event = text
+        .lines()
+        .find(|l| l.contains("no longer live when it would have been handed over"))
+        .unwrap_or_else(|| panic!("no stale-grant event in:\n{text}"));
+    for field in [
+        "WARN",
+        &format!("key={key}"),
+        "reason=\"late_answer\"",
+        "kind=\"lock\"",
+        "late_by_ms=",
+    ] {
+        assert!(event.contains(field), "{field} missing from: {event}");
+    }
+}
+
+/// Every kind of lease goes through the same hand-over: a permit, a read
+/// and a write lease, and a segment, each answered after its deadline, are
+/// given back, and a client on time then gets each at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_lease_is_checked_on_redis() {
+    use dlock::{RwLock, SegmentedLock, Semaphore};
+    use dlock_tests::late_answer::{DELAY, TTL};
+
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let slow = redis(&format!("redis://{}", proxy.addr())).await;
+    let fast = redis(&server.url()).await;
+    let key = late_key();
+    proxy.delay_replies(DELAY);
+    let permit = Semaphore::new(format!("{key}:permits"), 1)
+        .with_backend(slow.clone())
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .expect("a permit's answer");
+    assert!(permit.is_none(), "a late permit was handed over");
+    let read = RwLock::new(format!("{key}:rw-read"))
+        .with_backend(slow.clone())
+        .ttl(TTL)
+        .try_read()
+        .await
+        .expect("a read lease's answer");
+    assert!(read.is_none(), "a late read lease was handed over");
+    let write = RwLock::new(format!("{key}:rw-write"))
+        .with_backend(slow.clone())
+        .ttl(TTL)
+        .try_write()
+        .await
+        .expect("a write lease's answer");
+    assert!(write.is_none(), "a late write lease was handed over");
+    let segment = SegmentedLock::new(format!("{key}:segments"), 1)
+        .with_backend(slow)
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .expect("a segment's answer");
+    assert!(segment.is_none(), "a late segment was handed over");
+    // Nothing of them is left behind: a client on time gets each at once.
+    tokio::time::sleep(TTL).await;
+    let permit = Semaphore::new(format!("{key}:permits"), 1)
+        .with_backend(fast.clone())
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(permit.is_some(), "a late permit was left held");
+    let write = RwLock::new(format!("{key}:rw-write"))
+        .with_backend(fast.clone())
+        .try_write()
+        .await
+        .unwrap();
+    assert!(write.is_some(), "a late write lease was left held");
+    let read = RwLock::new(format!("{key}:rw-read"))
+        .with_backend(fast.clone())
+        .try_write()
+        .await
+        .unwrap();
+    assert!(read.is_some(), "a late read lease was left held");
+    let segment = SegmentedLock::new(format!("{key}:segments"), 1)
+        .with_backend(fast)
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(segment.is_some(), "a late segment was left held");
+}

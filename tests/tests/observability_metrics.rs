@@ -1,7 +1,8 @@
 //! The metrics an operator scrapes, counted exactly: a known sequence of
 //! acquisitions (2 acquired, 1 reentered, 1 busy, 1 timeout, 1 lost by
 //! deleting the lease behind the guard's back) on the memory backend and on
-//! a real Redis, read back through `metrics-util`'s debugging recorder.
+//! a real Redis, read back through `metrics-util`'s debugging recorder; and
+//! one grant answered after its deadline (a stale grant given back).
 //!
 //! The recorder is global (the watchdog records from dlock's own thread) and
 //! its snapshot resets every series, so one test runs the sequence on each
@@ -10,10 +11,14 @@
 
 use std::time::Duration;
 
+use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockError, MultiLock, RwLock};
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::memory::MemoryFixture;
 use dlock_tests::fixtures::redis::RedisFixture;
+use dlock_tests::late_answer;
+use dlock_tests::proxy::FaultProxy;
+use dlock_tests::servers::redis::RedisServer;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 
@@ -202,6 +207,29 @@ fn check(all: &[Series], name: &str) {
     }
 }
 
+/// A grant answered after its deadline (Redis behind a proxy that delays
+/// answers past the ttl), registered as `name`: one `try_acquire`, given
+/// back, `busy`.
+async fn a_late_grant(name: &str) -> RedisServer {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = RedisBackend::connect(&format!("redis://{}", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    dlock::registry().register(name, std::sync::Arc::new(backend));
+    proxy.delay_replies(late_answer::DELAY);
+    let late = Lock::new(format!("observed-late:{name}"))
+        .backend(name)
+        .ttl(late_answer::TTL)
+        .try_acquire()
+        .await
+        .expect("an answer, if late");
+    assert!(late.is_none(), "a late grant was handed over");
+    proxy.pass();
+    dlock::registry().unregister(name);
+    server
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_counts_a_known_sequence_on_memory_and_redis() {
     let recorder = DebuggingRecorder::new();
@@ -211,9 +239,36 @@ async fn every_metric_counts_a_known_sequence_on_memory_and_redis() {
         .expect("the only recorder of this test binary");
     known_sequence(&MemoryFixture::default(), "metrics-memory").await;
     known_sequence(&RedisFixture::single(), "metrics-redis").await;
+    let _server = a_late_grant("metrics-late").await;
     let all = read(&snapshotter);
     check(&all, "metrics-memory");
     check(&all, "metrics-redis");
+    for name in ["metrics-memory", "metrics-redis"] {
+        let series: Vec<&Series> = all
+            .iter()
+            .filter(|s| s.label("backend") == Some(name))
+            .collect();
+        let stale = counter(&series, "dlock_stale_grants_total", ("kind", "lock"));
+        assert_eq!(stale, 0, "{name}: no grant came late");
+    }
+    let late: Vec<&Series> = all
+        .iter()
+        .filter(|s| s.label("backend") == Some("metrics-late"))
+        .collect();
+    assert_eq!(
+        counter(&late, "dlock_stale_grants_total", ("reason", "late_answer")),
+        1,
+        "the late grant was not counted"
+    );
+    assert_eq!(
+        counter(&late, "dlock_acquire_total", ("outcome", "busy")),
+        1,
+        "the late grant's try_acquire is not busy"
+    );
+    assert_eq!(
+        counter(&late, "dlock_acquire_total", ("outcome", "acquired")),
+        0
+    );
     // Keys are unbounded: never a label.
     assert!(all
         .iter()
