@@ -238,3 +238,43 @@ async fn the_plain_api_reenters_inside_scope_only() {
     assert!(!released.is_reentrant());
     assert!(released.fencing_token() > fence);
 }
+
+/// Inside the scope of a lease that ran out (renewal off), an acquisition of
+/// the same key is not handed the dead lease as a reentrant guard: it takes
+/// a live lease of its own, with a greater fence, while another client that
+/// took the key meanwhile keeps it out until it lets go.
+#[tokio::test]
+async fn a_lapsed_lease_is_not_reentered() {
+    let backend = register("reenter-lapsed");
+    let lock = Lock::new("order:lapsed")
+        .backend("reenter-lapsed")
+        .ttl(Duration::from_millis(60))
+        .renew(false);
+    let outer = lock.acquire().await.unwrap();
+    let outer_fence = outer.fencing_token();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(!outer.is_held());
+    let other = Lock::new("order:lapsed")
+        .with_backend(backend)
+        .acquire()
+        .await
+        .expect("another caller takes the lapsed key");
+    let inner = outer
+        .scope(async {
+            let waiting = lock.clone().wait(Duration::ZERO).acquire().await;
+            assert!(
+                matches!(waiting, Err(LockError::Busy { .. })),
+                "inside a lapsed scope the key re-entered: {waiting:?}"
+            );
+            drop(other);
+            lock.clone()
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap()
+        })
+        .await;
+    assert!(!inner.is_reentrant(), "the dead lease was handed over");
+    assert!(inner.is_held());
+    assert!(inner.fencing_token() > outer_fence);
+}
