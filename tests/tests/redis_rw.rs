@@ -468,3 +468,48 @@ async fn turn(backend: &Arc<dyn LockBackend>, key: &str, write: bool) -> u64 {
     }
     panic!("no turn on {key} after 50 tries: {last_error:?}");
 }
+
+/// Issue 23, case 2, argued: on a Redis Cluster, could the client
+/// (redis-rs 1.8.1 `cluster_async`) send a writer's acquire again after the
+/// `ABANDON` its drop or failure queued, and leave the writer key (readers
+/// shut out) until its ttl? Not by a retry: a retry is dispatched only
+/// while its caller still waits (`Request::poll` and `dispatch_pending`
+/// skip a request whose answer channel is closed), and every copy sent
+/// before is on the node's connection ahead of the `ABANDON`. Here every
+/// node is paused for scripts while a writer tries: its acquire is on the
+/// wire, the request times out (200 ms), the acquisition fails with the
+/// outcome unknown and queues its `ABANDON`. Once the nodes run the
+/// acquire (which takes the free writer key) and then the `ABANDON`,
+/// nothing of the writer is left and a reader gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_writer_whose_acquire_ran_late_leaves_no_writer_key() {
+    let cluster = dlock_tests::servers::redis::RedisCluster::start(3);
+    let backend = connect(&format!("{}?timeout_ms=200", cluster.url())).await;
+    let key = "resent-writer";
+    let writer = rw_keys(key)[1].clone();
+    for node in cluster.nodes() {
+        node.redis_cli(&["CLIENT", "PAUSE", "2000", "WRITE"]);
+    }
+    let lock = rw(&backend, key)
+        .ttl(Duration::from_secs(60))
+        .wait(Duration::from_secs(30));
+    let attempt = tokio::time::timeout(Duration::from_secs(1), lock.write()).await;
+    assert!(
+        !matches!(attempt, Ok(Ok(_))),
+        "the writer got in through paused nodes: {attempt:?}"
+    );
+    // The pause ends within 2 s of its start; the queued copies and the
+    // ABANDON run then.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        cluster.redis_cli(&["EXISTS", &writer]),
+        "0",
+        "a failed writer's acquire ran after its ABANDON and kept the writer key"
+    );
+    let reader = rw(&backend, key)
+        .try_read()
+        .await
+        .unwrap()
+        .expect("readers are shut out by a dropped writer");
+    reader.release().await.unwrap();
+}

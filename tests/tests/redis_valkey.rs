@@ -91,3 +91,51 @@ async fn valkey_refuses_to_renew_a_key_that_is_someone_elses() {
         "the other owner's expiry was changed: {pttl} ms"
     );
 }
+
+/// Issue 23, case 3: the probe at connect is not the last word. Valkey 8.1
+/// (which takes `SET … IFEQ`) is replaced on the same address by Redis 7.0
+/// (which answers it with a syntax error) holding the lease, as after a
+/// failover to an older replica or in a rolling downgrade. Renewals must
+/// switch to the script at once and keep the lease for several ttls;
+/// before, every renewal failed and the lease was lost within one ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_fall_back_to_the_script_when_the_server_stops_taking_set_ifeq() {
+    let ttl = Duration::from_secs(2);
+    let valkey = RedisServer::start_with(RedisOptions::new().valkey());
+    let port = valkey.port();
+    let backend = Arc::new(RedisBackend::connect(&valkey.url()).await.unwrap());
+    assert!(backend.renews_without_scripts(), "Valkey 8.1 takes IFEQ");
+    let guard = Lock::new("downgraded")
+        .ttl(ttl)
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .unwrap();
+    let key = lock_key("downgraded");
+    let pttl = valkey.redis_cli(&["PTTL", &key]);
+    drop(valkey);
+    let redis = RedisServer::start_on(port, RedisOptions::new());
+    redis.redis_cli(&["SET", &key, guard.token(), "PX", &pttl]);
+
+    tokio::time::sleep(3 * ttl).await;
+    assert!(
+        guard.is_held(),
+        "the lease was lost once the server stopped taking SET … IFEQ"
+    );
+    assert_eq!(redis.redis_cli(&["GET", &key]), guard.token());
+    let pttl: u64 = redis.redis_cli(&["PTTL", &key]).parse().unwrap();
+    assert!(
+        pttl > 1_000,
+        "the key was not renewed: {pttl} ms left of a 2 s ttl"
+    );
+    assert!(
+        !backend.renews_without_scripts(),
+        "still claims Lua-free renewals after the server refused them"
+    );
+    assert!(
+        redis.command_calls("evalsha") >= 3,
+        "renewals did not run the script"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(redis.redis_cli(&["EXISTS", &key]), "0");
+}

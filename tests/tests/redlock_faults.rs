@@ -538,3 +538,104 @@ async fn read_write_locks_are_refused_without_touching_a_master() {
         );
     }
 }
+
+/// Issue 23, case 1: a failed round's undo on a master presumed down must
+/// not land behind the next round's acquire of the same token there.
+///
+/// Built with the masters' own pause (`CLIENT PAUSE … WRITE` holds every
+/// script of every client, in arrival order, until `CLIENT UNPAUSE`) on
+/// three masters A, B, C:
+/// 1. C is paused, and four releases of other keys are put on its
+///    connection (their deletes wait up to 3 s), which fills C's release
+///    batch slots: a fifth release there would be queued.
+/// 2. Round one of token T: A is held by someone else, B grants, C is
+///    silent for the per-node timeout (600 ms) and so presumed down. The
+///    round fails and undoes on B and C; C's undo is not waited for.
+/// 3. A is freed and paused (its vote pending, so the next round waits
+///    for it), and round two of T starts: B grants. Then C is unpaused: it
+///    runs the four releases, round one's acquire and round two's (granted:
+///    the key is T's), and round two has its quorum with B and C.
+///
+/// Before the fix the undo sat in C's release queue while round two's
+/// acquire went out alone; it went out once a release slot freed and
+/// deleted the key round two had just counted: an acquisition that
+/// returned `Ok` with the key on B only, one master of three. Now the undo
+/// is never queued, and round two does not ask C while it is unfinished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_never_counts_a_master_whose_undo_of_the_same_token_is_still_coming() {
+    let set = RedisSet::start(3);
+    let backend = connect(&set).await;
+    let (a, c) = (set.server(0), set.server(2));
+    let key = "undo-overtaken";
+    let lock_key = dlock_tests::fixtures::redis::lock_key(key);
+    // Per-node timeouts are ttl/100: 600 ms for the rounds, and the releases
+    // of 300 s leases wait 3 s.
+    let req = dlock::backend::AcquireRequest {
+        key: key.to_owned(),
+        token: "token-of-both-rounds".to_owned(),
+        ttl: Duration::from_secs(60),
+    };
+    let unpause_all = || {
+        for server in set.servers() {
+            server.redis_cli(&["CLIENT", "UNPAUSE"]);
+        }
+    };
+
+    c.redis_cli(&["CLIENT", "PAUSE", "20000", "WRITE"]);
+    let releases: Vec<_> = (0..4)
+        .map(|k| {
+            let backend = backend.clone();
+            tokio::spawn(async move {
+                let other = dlock::backend::Lease {
+                    key: format!("undo-overtaken:other:{k}"),
+                    token: "nobody".to_owned(),
+                    ttl: Duration::from_secs(300),
+                    fencing_token: None,
+                    valid_until: Instant::now(),
+                    resource: String::new(),
+                };
+                let _ = backend.release(&other).await;
+            })
+        })
+        .collect();
+    // Let the four deletes reach C's connection.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    a.redis_cli(&["SET", &lock_key, "someone-else", "PX", "60000"]);
+    let first = backend.try_acquire(&req).await;
+    assert!(
+        matches!(first, Ok(None)),
+        "round one: held on A, silent C: {first:?}"
+    );
+
+    a.redis_cli(&["DEL", &lock_key]);
+    a.redis_cli(&["CLIENT", "PAUSE", "20000", "WRITE"]);
+    let second = tokio::spawn({
+        let (backend, req) = (backend.clone(), req.clone());
+        async move { backend.try_acquire(&req).await }
+    });
+    // Round two's requests are out (B grants at once); now C answers.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.redis_cli(&["CLIENT", "UNPAUSE"]);
+    let second = second.await.expect("round two panicked");
+    // Let anything C still had coming run.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let holding: Vec<usize> = set
+        .servers()
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.redis_cli(&["GET", &lock_key]) == req.token)
+        .map(|(i, _)| i)
+        .collect();
+    unpause_all();
+    for release in releases {
+        release.await.expect("a release panicked");
+    }
+    if let Ok(Some(_)) = second {
+        assert!(
+            holding.len() >= 2,
+            "round two returned the lease, yet T is only on masters {holding:?} \
+             (A, B, C = 0, 1, 2): the undo of round one deleted it on C"
+        );
+    }
+}

@@ -100,7 +100,7 @@ pub(crate) mod scripts;
 pub(crate) mod subscriber;
 mod unfinished;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -172,7 +172,9 @@ pub struct RedisBackend {
     notifying_db: Option<i64>,
     /// Whether the server takes `SET … IFEQ` (Valkey 8.1+, Redis 8.4+; see
     /// `compare_set.rs`): lock renewals then use it instead of a script.
-    set_ifeq: bool,
+    /// Probed at connect; cleared for good when a server refuses it later
+    /// (a failover or a downgrade to one without it; see `renew.rs`).
+    set_ifeq: AtomicBool,
     metrics: Counters,
 }
 
@@ -282,7 +284,7 @@ impl RedisBackend {
             subscriber: Subscriber::new(first),
             options,
             notifying_db: None,
-            set_ifeq: false,
+            set_ifeq: AtomicBool::new(false),
             metrics: Counters::default(),
         };
         // Prove the connection and credentials now, not at the first lock;
@@ -295,7 +297,7 @@ impl RedisBackend {
         );
         loaded?;
         backend.notifying_db = notifying.then_some(db);
-        backend.set_ifeq = set_ifeq;
+        *backend.set_ifeq.get_mut() = set_ifeq;
         Ok(backend)
     }
 
@@ -373,10 +375,15 @@ impl RedisBackend {
     /// Whether lock renewals use `SET … IFEQ … PX` (one plain command)
     /// instead of the compare-and-`PEXPIRE` script: the server took the
     /// command when probed at connect (Valkey 8.1 and later, Redis 8.4 and
-    /// later). Same effect either way; the command spares the server a
-    /// script call per renewal.
+    /// later), and no server has refused it since. Same effect either way;
+    /// the command spares the server a script call per renewal.
+    ///
+    /// A server that answers it with a syntax error later (a failover or a
+    /// rolling downgrade to a version without it; on a Cluster, a node that
+    /// lacks it) turns this off for good: that renewal, and every one
+    /// after it, runs the script instead, which every server takes.
     pub fn renews_without_scripts(&self) -> bool {
-        self.set_ifeq
+        self.set_ifeq.load(Ordering::Relaxed)
     }
 
     async fn probe_set_ifeq(&self) -> bool {

@@ -162,7 +162,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use self::config::{check_count, parse_url};
-use self::quorum::{any_released, Outcome};
+use self::quorum::{any_released, Delete, Outcome, Undos};
 use crate::backend::{drift, lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
 use crate::backends::redis::recheck::Recheck;
 use crate::backends::redis::scripts::KeyNames;
@@ -219,6 +219,9 @@ pub struct RedlockBackend {
     /// Per master: until when it counts as down (it failed or timed out on
     /// its last request), so rounds do not wait for it.
     suspect_until: Vec<Mutex<Option<Instant>>>,
+    /// Failed rounds' undos still on their way, which the next round of the
+    /// same token waits out per master (see `quorum.rs`).
+    undos: Undos,
     quorum: usize,
     node_timeout: Option<Duration>,
     restart_quarantine: Option<Duration>,
@@ -352,6 +355,7 @@ impl RedlockBackend {
         }
         Ok(RedlockBackend {
             suspect_until: nodes.iter().map(|_| Mutex::new(None)).collect(),
+            undos: Undos::default(),
             quorum: nodes.len() / 2 + 1,
             nodes,
             node_timeout: None,
@@ -669,7 +673,9 @@ impl LockBackend for RedlockBackend {
         let timeout = self.node_timeout_for(lease.ttl).max(RELEASE_TIMEOUT);
         // Back to the caller once a quorum released: the slowest masters are
         // not waited for (their deletes complete in the background).
-        let (released, answered) = self.release_on(lease, timeout, &all, self.quorum).await;
+        let (released, answered) = self
+            .release_on(lease, timeout, &all, self.quorum, Delete::Release)
+            .await;
         if released >= self.quorum {
             Ok(true)
         } else if answered >= self.quorum {

@@ -176,6 +176,15 @@ impl RedisServer {
 
     single_server_accessors!(port, certs);
 
+    /// Starts a server with `options` on `port`, e.g. a different server
+    /// (Redis instead of Valkey) where one was just stopped, as after a
+    /// failover to an older replica behind the same address. Panics on
+    /// failure (a port taken by someone else included).
+    #[track_caller]
+    pub fn start_on(port: u16, options: RedisOptions) -> Self {
+        Self::try_start_on(port, options).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn try_start_on(port: u16, options: RedisOptions) -> HarnessResult<Self> {
         let server = if options.valkey {
             valkey_server()?

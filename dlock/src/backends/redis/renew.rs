@@ -71,8 +71,18 @@ impl RedisBackend {
                 pipe.add_command(compare_set::renew(&lock, &lease.token, millis(lease.ttl)));
             }
             let answer: RedisResult<Vec<Option<String>>> = pipe.query_async(&mut conn).await;
-            let answer = answer.map(|a| a.into_iter().map(compare_set::renewed).collect());
-            return self.renewals(answer, leases, sent);
+            match answer {
+                // The server no longer takes the command: the same batch
+                // goes again as scripts, at once, and counts from `sent`.
+                Err(e) if compare_set::refused(&e) => {
+                    self.set_ifeq_refused(&e);
+                    self.count();
+                }
+                answer => {
+                    let answer = answer.map(|a| a.into_iter().map(compare_set::renewed).collect());
+                    return self.renewals(answer, leases, sent);
+                }
+            }
         }
         let mut pipe = redis::pipe();
         for lease in leases {
@@ -94,7 +104,20 @@ impl RedisBackend {
     /// which `SET` cannot
     /// compare.
     fn lua_free(&self, what: Renewed) -> bool {
-        self.set_ifeq && matches!(what, Renewed::Locks | Renewed::Writers)
+        self.renews_without_scripts() && matches!(what, Renewed::Locks | Renewed::Writers)
+    }
+
+    /// A server answered `SET … IFEQ` with a syntax error (`error`): a
+    /// failover, or a rolling downgrade, to a server without it; on a
+    /// Cluster, a node without it. Renewals use the script from now on,
+    /// which every server and every node takes: cheaper than a probe per
+    /// node per renewal, and a server that takes `IFEQ` renews correctly
+    /// with the script too. Logged once.
+    fn set_ifeq_refused(&self, error: &redis::RedisError) {
+        if self.set_ifeq.swap(false, Ordering::Relaxed) {
+            tracing::warn!(backend = %self.options.shown, %error,
+                "the server refused SET … IFEQ; lock renewals use the script from now on");
+        }
     }
 
     /// One renewal pipeline's answer (1 renewed, 0 refused, per lease) as
@@ -139,8 +162,20 @@ impl RedisBackend {
             if self.lua_free(what) {
                 let lock = what.key(&self.options.prefix, lease);
                 let cmd = compare_set::renew(&lock, &lease.token, millis(lease.ttl));
-                let answer: Option<String> = self.query(&cmd).await?;
-                return Ok(renewal(compare_set::renewed(answer), sent, lease.ttl));
+                self.count();
+                let mut conn = self.conn.clone();
+                let answer: RedisResult<Option<String>> = match &mut conn {
+                    Conn::Cluster(c) => cmd.query_async(c).await,
+                    Conn::Single(c) => cmd.query_async(c).await,
+                };
+                match answer {
+                    // This lease's node does not take it: the script, now.
+                    Err(e) if compare_set::refused(&e) => self.set_ifeq_refused(&e),
+                    answer => {
+                        let answer = answer.map_err(|e| self.error(e))?;
+                        return Ok(renewal(compare_set::renewed(answer), sent, lease.ttl));
+                    }
+                }
             }
             let mut call = scripts::evalsha(script, 1);
             call.arg(what.key(&self.options.prefix, lease))

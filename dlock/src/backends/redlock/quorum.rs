@@ -2,7 +2,7 @@
 //! outcome is known, and unwind a partial acquisition; and the waiting on
 //! every master's release channel between rounds.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,9 @@ pub(super) enum Vote {
     /// Someone else holds the key there, for this much longer (`None`: unknown).
     Held(Option<Duration>),
     Silent,
+    /// Not asked: an undo of this token on that master is unfinished (see
+    /// [`Undos`]). Counts as silent, and surely not ours.
+    NotAsked,
 }
 
 /// How one acquisition round ended.
@@ -87,10 +90,20 @@ impl RedlockBackend {
             timeout,
             armed: true,
         };
+        // The token is reused round after round: an acquire with it must not
+        // reach a master while an earlier round's delete of it there may
+        // still land behind the acquire (see `Undos`).
+        let undoing: Vec<bool> = (0..n)
+            .map(|i| self.undos.unfinished(i, &req.token))
+            .collect();
         let mut votes: FuturesUnordered<_> = (0..n)
             .map(|i| {
                 let names = self.acquire_names(i, &req.key);
+                let undoing = undoing[i];
                 async move {
+                    if undoing {
+                        return (i, Vote::NotAsked);
+                    }
                     let node = &self.nodes[i];
                     let attempt = async {
                         match self.restart_quarantine {
@@ -127,7 +140,9 @@ impl RedlockBackend {
             if suspect[i] {
                 suspects_pending -= 1;
             }
-            self.set_suspect(i, matches!(vote, Vote::Silent));
+            if !matches!(vote, Vote::NotAsked) {
+                self.set_suspect(i, matches!(vote, Vote::Silent));
+            }
             match vote {
                 Vote::Won => won += 1,
                 Vote::Held(left) => {
@@ -135,6 +150,11 @@ impl RedlockBackend {
                     held.push(left);
                 }
                 Vote::Silent => silent += 1,
+                Vote::NotAsked => {
+                    // Nothing was sent there this round: nothing to undo.
+                    not_ours[i] = true;
+                    silent += 1;
+                }
             }
             if won >= self.quorum || held.len() + silent + suspects_pending > n - self.quorum {
                 break;
@@ -153,12 +173,14 @@ impl RedlockBackend {
         // Failed: undo on every master that may hold our token. The deletes
         // go out before anything else happens here and finish even if this
         // round is dropped while it waits (see `release_on`). The next round
-        // reuses the token, so it waits for the undo to be answered (a late
-        // delete must not remove the next round's key).
+        // reuses the token, and a late delete must not remove the key that
+        // round counts: this round waits for the masters not presumed down,
+        // and the next one does not ask a master whose undo is unfinished
+        // (`Delete::Undo`).
         lease.valid_until = Instant::now();
         let may_be_ours: Vec<bool> = not_ours.iter().map(|&surely_not| !surely_not).collect();
         if may_be_ours.contains(&true) {
-            self.release_on(&lease, timeout, &may_be_ours, usize::MAX)
+            self.release_on(&lease, timeout, &may_be_ours, usize::MAX, Delete::Undo)
                 .await;
         }
         let answered = won + held.len();
@@ -194,12 +216,16 @@ impl RedlockBackend {
     /// The caller waits for the masters not presumed down, each up to
     /// `timeout`, and goes on as soon as `enough` of them released; masters
     /// presumed down are counted if they answer meanwhile, never waited for.
+    ///
+    /// A [`Delete::Undo`] is sent alone, never queued in a master's release
+    /// batch, and is listed in [`Undos`] until its future ends.
     pub(super) async fn release_on(
         &self,
         lease: &Lease,
         timeout: Duration,
         send: &[bool],
         enough: usize,
+        kind: Delete,
     ) -> (usize, usize) {
         let now = Instant::now();
         let targets: Vec<usize> = (0..self.nodes.len()).filter(|&i| send[i]).collect();
@@ -224,8 +250,18 @@ impl RedlockBackend {
             .iter()
             .map(|&i| {
                 let (node, lease) = (self.nodes[i].clone(), lease.clone());
+                // Listed from before the delete is sent until its future ends.
+                let unfinished =
+                    matches!(kind, Delete::Undo).then(|| self.undos.start(i, &lease.token));
                 async move {
-                    let answer = tokio::time::timeout(timeout, node.release(&lease)).await;
+                    let delete = async {
+                        match kind {
+                            Delete::Undo => node.release_unbatched(&lease).await,
+                            Delete::Release => node.release(&lease).await,
+                        }
+                    };
+                    let answer = tokio::time::timeout(timeout, delete).await;
+                    drop(unfinished);
                     (i, answer.ok().and_then(Result::ok))
                 }
             })
@@ -317,6 +353,74 @@ impl RedlockBackend {
             }
         }
         free >= self.quorum
+    }
+}
+
+/// What a [`release_on`](RedlockBackend::release_on) deletes.
+#[derive(Clone, Copy)]
+pub(super) enum Delete {
+    /// A guard's lease: its token is never used again, so the deletes may
+    /// go out batched, in any order with later requests.
+    Release,
+    /// A failed round's partial acquisition, whose token the next round
+    /// reuses.
+    Undo,
+}
+
+/// The undos of a round's partial acquisition that are not finished yet,
+/// per master: `(master, token)`.
+///
+/// Why: a master presumed down is not waited for, so its undo may still be
+/// on its way when the next round of the same acquisition starts. Had that
+/// round's acquire reached the master first, the late delete would remove
+/// the key the round counted (a release batch of that master, busy with
+/// other keys' releases, kept the undo back while the acquire went out
+/// alone). So a round does not ask a master while an undo of its token
+/// there is listed here ([`Vote::NotAsked`]). An entry goes when the
+/// delete's future ends: answered, the delete ran; timed out, the future
+/// is dropped, and a delete that was sent is ahead of any later request on
+/// that master's connection while one that was not never will be (an undo
+/// is sent by its own future, never by a batch).
+#[derive(Default)]
+pub(super) struct Undos(Arc<Mutex<Vec<(usize, String)>>>);
+
+impl Undos {
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<(usize, String)>> {
+        // Pushes and removals only: a poisoned list is still consistent.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether an undo of `token` on master `i` is unfinished.
+    fn unfinished(&self, i: usize, token: &str) -> bool {
+        self.list().iter().any(|(m, t)| *m == i && t == token)
+    }
+
+    /// Lists an undo of `token` on master `i` until the returned value is
+    /// dropped.
+    fn start(&self, i: usize, token: &str) -> UndoInFlight {
+        self.list().push((i, token.to_owned()));
+        UndoInFlight {
+            undos: self.0.clone(),
+            entry: Some((i, token.to_owned())),
+        }
+    }
+}
+
+/// One listed undo; dropping it takes it off the list.
+pub(super) struct UndoInFlight {
+    undos: Arc<Mutex<Vec<(usize, String)>>>,
+    entry: Option<(usize, String)>,
+}
+
+impl Drop for UndoInFlight {
+    fn drop(&mut self) {
+        let Some(entry) = self.entry.take() else {
+            return;
+        };
+        let mut list = self.undos.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = list.iter().position(|e| *e == entry) {
+            list.swap_remove(at);
+        }
     }
 }
 
