@@ -15,8 +15,37 @@
 /// assert_eq!(dlock::url::redact("redis://:s3cret@host"), "redis://:***@host");
 /// assert_eq!(dlock::url::redact("redis://app:pa#ss/w@rd@host"), "redis://app:***@host");
 /// assert_eq!(dlock::url::redact("etcd://h1:2379,h2:2379"), "etcd://h1:2379,h2:2379");
+/// assert_eq!(
+///     dlock::url::redact("redis+sentinel://h1:26379,h2:26379/mm?sentinel_password=s3cret"),
+///     "redis+sentinel://h1:26379,h2:26379/mm?sentinel_password=***"
+/// );
 /// ```
+///
+/// A query parameter whose name ends in `password` is hidden the same way.
 pub fn redact(url: &str) -> String {
+    redact_query_passwords(&redact_userinfo(url))
+}
+
+/// Hides the value of every query parameter whose name ends in `password`
+/// (`?sentinel_password=…`).
+fn redact_query_passwords(url: &str) -> String {
+    let Some((before, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    if !query.contains("password") {
+        return url.to_owned();
+    }
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if name.ends_with("password") => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{before}?{}", pairs.join("&"))
+}
+
+fn redact_userinfo(url: &str) -> String {
     let rest_start = url.find("://").map_or(0, |end| end + 3);
     let rest = &url[rest_start..];
     let Some(at) = rest.rfind('@') else {
@@ -34,6 +63,31 @@ pub fn redact(url: &str) -> String {
         None => "***".to_owned(),
     };
     format!("{}{}{}", &url[..rest_start], redacted_userinfo, &rest[at..])
+}
+
+/// Decodes `%XX` escapes (for passwords and names holding `@`, `:`, `&`,
+/// `/`...). The error says what is wrong, without quoting `text`, which
+/// may be a password.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+pub(crate) fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| "a `%` escape must be followed by two hex digits".to_owned())?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "a `%` escape does not decode to UTF-8".to_owned())
 }
 
 /// The scheme of `url` (the part before `://`), if it has one.
@@ -77,6 +131,23 @@ mod tests {
             ("redis://us/er:pass@h", "redis://***@h"),
             ("zk://h:1/chroot?x=a@b", "zk://h:***@b"),
             ("redis//user:secret@h", "***@h"),
+        ] {
+            assert_eq!(redact(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn hides_password_parameters() {
+        for (url, want) in [
+            (
+                "redis+sentinel://h:1/mm?sentinel_password=a%26b&db=2",
+                "redis+sentinel://h:1/mm?sentinel_password=***&db=2",
+            ),
+            (
+                "redis+sentinel://u:p@h:1/mm?db=1&sentinel_user=s&sentinel_password=x",
+                "redis+sentinel://u:***@h:1/mm?db=1&sentinel_user=s&sentinel_password=***",
+            ),
+            ("redis://h:1?prefix=password", "redis://h:1?prefix=password"),
         ] {
             assert_eq!(redact(url), want, "{url}");
         }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use etcd_client::ConnectOptions;
 
+use crate::url::percent_decode;
 use crate::LockError;
 
 /// The port etcd clients use when the URL names none.
@@ -208,28 +209,6 @@ fn parse_timeout(value: &str) -> Result<Duration, String> {
             "`timeout={value}` is not a positive duration; write e.g. `timeout=5s` or `timeout=500ms`"
         )),
     }
-}
-
-/// Decodes `%XX` escapes (for passwords and paths holding `@`, `:`, `&`...).
-fn percent_decode(text: &str) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| "a `%` escape must be followed by two hex digits".to_owned())?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "a `%` escape does not decode to UTF-8".to_owned())
 }
 
 #[cfg(feature = "tls")]

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::url::percent_decode;
 use crate::LockError;
 
 /// The ZooKeeper client port used when a host names none.
@@ -218,26 +219,6 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
         return Err("must not be zero".into());
     }
     Ok(d)
-}
-
-fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| "a `%` not followed by two hex digits".to_owned())?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "percent-escapes that are not UTF-8".to_owned())
 }
 
 /// Characters ZooKeeper rejects in a path (`PathUtils.validatePath`): C0 and
