@@ -1,9 +1,10 @@
-//! The backend's configuration: the `redis://`, `rediss://` and
-//! `redis+cluster://` URL forms, and the clients (with TLS) they ask for.
+//! The backend's configuration: the `redis://`, `rediss://`,
+//! `redis+cluster://` and `redis+sentinel://` URL forms (each also with TLS),
+//! the replica acknowledgement they ask for, and the clients (with TLS).
 
 use std::time::Duration;
 
-use crate::url::redact;
+use crate::url::{percent_decode, redact};
 use crate::LockError;
 
 /// What a Redis URL says, split into what dlock reads and what the `redis`
@@ -23,9 +24,56 @@ pub(crate) struct RedisOptions {
     /// `?recheck_ms=N`: the longest pause between a waiter's re-checks of a
     /// held key (`None`: `recheck_ms=0`, no re-check; see `recheck.rs`).
     pub(crate) recheck: Option<Duration>,
+    /// `?replicas=auto|N`: how many replicas must acknowledge a write that
+    /// grants or extends a lease.
+    pub(crate) replicas: Replicas,
+    /// `?replica_timeout=<duration>`: how long to wait for them (`None`:
+    /// [`replica_timeout`] of the lease's ttl).
+    pub(crate) replica_timeout: Option<Duration>,
+    /// `redis+sentinel://`: where the sentinels are and which master to ask
+    /// them for.
+    pub(crate) sentinel: Option<SentinelTarget>,
     /// The URL as shown in errors and logs, password redacted.
     pub(crate) shown: String,
 }
+
+/// How many replicas must acknowledge (`WAIT`) each write that grants or
+/// extends a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replicas {
+    /// As many as are connected to the master (read from the master,
+    /// refreshed as it changes); none connected, no `WAIT`.
+    Auto,
+    /// Exactly this many; 0 turns acknowledgement off.
+    Exactly(u32),
+}
+
+/// The master a `redis+sentinel://` URL names, and how to reach it.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct SentinelTarget {
+    /// `host:port` of each sentinel, as written (port 26379 if none).
+    pub(crate) sentinels: Vec<(String, u16)>,
+    /// The master's name (`sentinel monitor <name> …`).
+    pub(crate) master: String,
+    /// `?db=N` on the master.
+    pub(crate) db: i64,
+    /// The data nodes' user and password (the URL's `user:password@`).
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    /// `?sentinel_user=` / `?sentinel_password=`: the sentinels' own.
+    pub(crate) sentinel_user: Option<String>,
+    pub(crate) sentinel_password: Option<String>,
+}
+
+/// The replica acknowledgement wait for a lease of `ttl` when the URL sets
+/// none: a tenth of the ttl, within 10 ms and 1 s. Short against the ttl,
+/// since the lease's time runs while the grant waits for its replicas.
+pub(crate) fn replica_timeout(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+/// The sentinels' default port.
+const SENTINEL_PORT: u16 = 26379;
 
 impl std::fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,11 +94,13 @@ impl RedisOptions {
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| bad("not a URL; write redis://host:port"))?;
-        let (cluster, tls, node_scheme) = match scheme {
-            "redis" => (false, false, "redis"),
-            "rediss" => (false, true, "rediss"),
-            "redis+cluster" => (true, false, "redis"),
-            "rediss+cluster" => (true, true, "rediss"),
+        let (cluster, sentinel, tls, node_scheme) = match scheme {
+            "redis" => (false, false, false, "redis"),
+            "rediss" => (false, false, true, "rediss"),
+            "redis+cluster" => (true, false, false, "redis"),
+            "rediss+cluster" => (true, false, true, "rediss"),
+            "redis+sentinel" => (false, true, false, "redis"),
+            "rediss+sentinel" => (false, true, true, "rediss"),
             other => return Err(bad(&format!("`{other}` is not a Redis scheme"))),
         };
         let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -58,10 +108,24 @@ impl RedisOptions {
         let mut prefix = DEFAULT_PREFIX.to_owned();
         let mut response_timeout = DEFAULT_RESPONSE_TIMEOUT;
         let mut recheck = Some(DEFAULT_RECHECK);
+        let mut replicas = Replicas::Auto;
+        let mut replica_timeout = None;
+        let mut sentinel_query = SentinelQuery::default();
         let mut passed_on = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match name {
+                "replicas" => replicas = parse_replicas(value).map_err(|why| bad(&why))?,
+                "replica_timeout" => {
+                    replica_timeout = Some(parse_duration(value).ok_or_else(|| {
+                        bad(&format!(
+                            "`replica_timeout={value}` is not a positive duration; write e.g. `replica_timeout=50ms` or `replica_timeout=1s`"
+                        ))
+                    })?);
+                }
+                "db" | "sentinel_user" | "sentinel_password" if sentinel => {
+                    sentinel_query.take(name, value).map_err(|why| bad(&why))?;
+                }
                 "ca" => ca_file = Some(value.to_owned()),
                 "prefix" if !value.is_empty() => prefix = value.to_owned(),
                 "prefix" => return Err(bad("`prefix` is empty; give a name, e.g. ?prefix=dlock")),
@@ -81,6 +145,12 @@ impl RedisOptions {
                     })?;
                     recheck = (ms > 0).then(|| Duration::from_millis(ms));
                 }
+                _ if sentinel => {
+                    return Err(bad(&format!(
+                        "`{name}` is not a parameter of a sentinel URL; it takes db, sentinel_user, sentinel_password, prefix, timeout_ms, recheck_ms, replicas, replica_timeout{}",
+                        if tls { " and ca" } else { "" }
+                    )))
+                }
                 _ => passed_on.push(pair),
             }
         }
@@ -92,7 +162,19 @@ impl RedisOptions {
         } else {
             format!("?{}", passed_on.join("&"))
         };
-        let nodes = if cluster {
+        let target = if sentinel {
+            Some(sentinel_target(before_query, sentinel_query).map_err(|why| bad(&why))?)
+        } else {
+            None
+        };
+        let nodes = if let Some(target) = &target {
+            // The sentinels, for the `redis` crate's sentinel client.
+            target
+                .sentinels
+                .iter()
+                .map(|(host, port)| format!("{node_scheme}://{host}:{port}"))
+                .collect()
+        } else if cluster {
             // `user:pass@h1:1,h2:2/db` → one URL per host, each with the credentials.
             let (auth, hosts) = match before_query.rsplit_once('@') {
                 Some((auth, hosts)) => (format!("{auth}@"), hosts),
@@ -132,9 +214,120 @@ impl RedisOptions {
             prefix,
             response_timeout,
             recheck,
+            replicas,
+            replica_timeout,
+            sentinel: target,
             shown,
         })
     }
+}
+
+/// `replicas=auto|N`.
+fn parse_replicas(value: &str) -> Result<Replicas, String> {
+    if value == "auto" {
+        return Ok(Replicas::Auto);
+    }
+    value.parse().map(Replicas::Exactly).map_err(|_| {
+        format!("`replicas={value}` is neither `auto` nor a number of replicas (0 turns acknowledgement off)")
+    })
+}
+
+/// A positive duration: `250ms`, `2s`, or a number of milliseconds.
+fn parse_duration(value: &str) -> Option<Duration> {
+    let (digits, unit_ms) = if let Some(ms) = value.strip_suffix("ms") {
+        (ms, 1)
+    } else if let Some(s) = value.strip_suffix('s') {
+        (s, 1000)
+    } else {
+        (value, 1)
+    };
+    let n: u64 = digits.parse().ok().filter(|n| *n > 0)?;
+    Some(Duration::from_millis(n.checked_mul(unit_ms)?))
+}
+
+/// A sentinel URL's own query parameters.
+#[derive(Default)]
+struct SentinelQuery {
+    db: i64,
+    user: Option<String>,
+    password: Option<String>,
+}
+
+impl SentinelQuery {
+    fn take(&mut self, name: &str, value: &str) -> Result<(), String> {
+        match name {
+            "db" => {
+                self.db = value
+                    .parse()
+                    .ok()
+                    .filter(|db| *db >= 0)
+                    .ok_or_else(|| format!("`db={value}` is not a database number"))?;
+            }
+            "sentinel_user" => {
+                self.user =
+                    Some(percent_decode(value).map_err(|e| format!("`sentinel_user`: {e}"))?);
+            }
+            _ => {
+                self.password =
+                    Some(percent_decode(value).map_err(|e| format!("`sentinel_password`: {e}"))?);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[user:password@]host:port,host:port/<master>` of a sentinel URL.
+fn sentinel_target(before_query: &str, query: SentinelQuery) -> Result<SentinelTarget, String> {
+    let (auth, rest) = match before_query.rsplit_once('@') {
+        Some((auth, rest)) => (Some(auth), rest),
+        None => (None, before_query),
+    };
+    let (user, password) = match auth {
+        None => (None, None),
+        Some(auth) => {
+            let (user, password) = auth.split_once(':').unwrap_or(("", auth));
+            let user = percent_decode(user).map_err(|e| format!("the user name: {e}"))?;
+            let password = percent_decode(password).map_err(|e| format!("the password: {e}"))?;
+            ((!user.is_empty()).then_some(user), Some(password))
+        }
+    };
+    let (hosts, master) = rest.split_once('/').ok_or(
+        "a sentinel URL names the master after the hosts: redis+sentinel://host:26379,host:26380/<master-name>",
+    )?;
+    let master = percent_decode(master).map_err(|e| format!("the master name: {e}"))?;
+    if master.is_empty() || master.contains('/') {
+        return Err(format!(
+            "`{master}` is not a master name; write redis+sentinel://host:26379/<master-name>"
+        ));
+    }
+    let sentinels = hosts
+        .split(',')
+        .map(|host| {
+            if host.is_empty() {
+                return Err(
+                    "an empty host in the sentinel list; write host:port,host:port".to_owned(),
+                );
+            }
+            match host.rsplit_once(':') {
+                Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
+                    let port = port
+                        .parse()
+                        .map_err(|_| format!("sentinel `{host}` has no valid port"))?;
+                    Ok((name.trim_matches(['[', ']']).to_owned(), port))
+                }
+                _ => Ok((host.trim_matches(['[', ']']).to_owned(), SENTINEL_PORT)),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(SentinelTarget {
+        sentinels,
+        master,
+        db: query.db,
+        user,
+        password,
+        sentinel_user: query.user,
+        sentinel_password: query.password,
+    })
 }
 
 pub(super) fn client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
@@ -256,6 +449,71 @@ mod tests {
     }
 
     #[test]
+    fn a_sentinel_url_names_the_sentinels_the_master_and_both_credentials() {
+        let o = RedisOptions::parse(
+            "redis+sentinel://app:p%40ss@127.0.0.1:26379,127.0.0.1:26380,h3/mm?db=2&sentinel_user=s&sentinel_password=x%26y&replicas=1&replica_timeout=50ms",
+        )
+        .unwrap();
+        let t = o.sentinel.as_ref().unwrap();
+        assert_eq!(
+            t.sentinels,
+            [
+                ("127.0.0.1".to_owned(), 26379),
+                ("127.0.0.1".to_owned(), 26380),
+                ("h3".to_owned(), 26379)
+            ]
+        );
+        assert_eq!(t.master, "mm");
+        assert_eq!(t.db, 2);
+        assert_eq!(t.user.as_deref(), Some("app"));
+        assert_eq!(t.password.as_deref(), Some("p@ss"));
+        assert_eq!(t.sentinel_user.as_deref(), Some("s"));
+        assert_eq!(t.sentinel_password.as_deref(), Some("x&y"));
+        assert_eq!(o.replicas, Replicas::Exactly(1));
+        assert_eq!(o.replica_timeout, Some(Duration::from_millis(50)));
+        assert!(!o.cluster && !o.tls);
+        assert!(
+            !o.shown.contains("p%40ss") && !o.shown.contains("x%26y"),
+            "{}",
+            o.shown
+        );
+        let o = RedisOptions::parse("rediss+sentinel://:pw@[::1]:26379/mm").unwrap();
+        assert!(o.tls);
+        let t = o.sentinel.unwrap();
+        assert_eq!(t.sentinels, [("::1".to_owned(), 26379)]);
+        assert_eq!((t.user, t.password.as_deref()), (None, Some("pw")));
+    }
+
+    #[test]
+    fn replicas_default_to_auto_on_every_form() {
+        for url in [
+            "redis://h:1",
+            "redis+cluster://h:1,h:2",
+            "redis+sentinel://h:1/mm",
+        ] {
+            let o = RedisOptions::parse(url).unwrap();
+            assert_eq!(o.replicas, Replicas::Auto, "{url}");
+            assert_eq!(o.replica_timeout, None, "{url}");
+        }
+        let o = RedisOptions::parse("redis://h:1?replicas=0&replica_timeout=2s").unwrap();
+        assert_eq!(o.replicas, Replicas::Exactly(0));
+        assert_eq!(o.replica_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(o.nodes, ["redis://h:1"], "not passed on to the client");
+        assert_eq!(
+            replica_timeout(Duration::from_secs(30)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            replica_timeout(Duration::from_millis(500)),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            replica_timeout(Duration::from_millis(30)),
+            Duration::from_millis(10)
+        );
+    }
+
+    #[test]
     fn bad_urls_say_what_to_write() {
         for (url, says) in [
             ("redis://h:1?ca=/x", "needs TLS"),
@@ -265,6 +523,25 @@ mod tests {
             ("redis://:secret@h:1?prefix=", "prefix"),
             ("redis://:secret@h:1?recheck_ms=soon", "recheck_ms=soon"),
             ("redis://:secret@h:1?recheck_ms=-1", "recheck_ms=-1"),
+            ("redis://:secret@h:1?replicas=all", "replicas=all"),
+            ("redis://:secret@h:1?replica_timeout=0", "replica_timeout=0"),
+            (
+                "redis://:secret@h:1?replica_timeout=soon",
+                "replica_timeout=soon",
+            ),
+            ("redis+sentinel://:secret@h:1", "master"),
+            ("redis+sentinel://:secret@h:1/", "master name"),
+            ("redis+sentinel://:secret@h:x/mm", "no valid port"),
+            ("redis+sentinel://:secret@h:1,,h:2/mm", "empty host"),
+            ("redis+sentinel://:secret@h:1/mm?db=-1", "db=-1"),
+            (
+                "redis+sentinel://:secret@h:1/mm?timeout=5",
+                "`timeout` is not a parameter",
+            ),
+            (
+                "redis+sentinel://:secret@h:1/mm?sentinel_password=%zz",
+                "sentinel_password",
+            ),
         ] {
             let msg = RedisOptions::parse(url).unwrap_err().to_string();
             assert!(msg.contains(says), "{url}: {msg}");
