@@ -84,6 +84,18 @@ pub enum LockError {
         /// How many masters a quorum needs.
         needed: usize,
     },
+    /// Redis: fewer replicas than asked (`?replicas=`) acknowledged the write
+    /// that granted the lease within `?replica_timeout=`. The grant was
+    /// undone: a failover could have lost it.
+    #[error("lock `{key}`: only {acknowledged} of the {needed} replicas asked for acknowledged the grant in time, so it was given back (a failover could have lost it); check the replicas' links, or lower `replicas` / raise `replica_timeout` in the URL")]
+    Replication {
+        /// The lock key.
+        key: String,
+        /// How many replicas acknowledged.
+        acknowledged: u32,
+        /// How many were asked for.
+        needed: u32,
+    },
     /// The coordination service failed: connection, protocol or server error.
     #[error("{backend} backend failed: {source}")]
     Backend {

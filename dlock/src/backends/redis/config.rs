@@ -365,6 +365,19 @@ fn ensure_crypto_provider() {
     }
 }
 
+/// The certificates `rediss` connections trust: `?ca=`'s, or `None` for
+/// the system roots. Installs the crypto provider TLS needs.
+#[cfg(feature = "tls")]
+pub(super) fn tls_certificates(
+    options: &RedisOptions,
+) -> Result<Option<redis::TlsCertificates>, LockError> {
+    ensure_crypto_provider();
+    Ok(read_ca(options)?.map(|root| redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(root),
+    }))
+}
+
 #[cfg(feature = "tls")]
 fn tls_client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
     ensure_crypto_provider();

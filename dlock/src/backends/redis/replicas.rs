@@ -1,0 +1,200 @@
+//! Replica acknowledgement: a write that grants or extends a lease counts
+//! only once enough replicas have it (`WAIT`), so a failover that promotes
+//! one of them keeps the lease.
+//!
+//! Why: Redis replicates asynchronously. A master that grants a lease and
+//! dies before the write reaches its replica leaves a promoted replica
+//! without the key, and a second client is granted the same lock. `WAIT n
+//! timeout` after the write blocks until `n` replicas acknowledged every
+//! write this connection sent before it (so the grant too, and anything
+//! pipelined with it), or the timeout passes, and answers how many did.
+//!
+//! How many (`?replicas=`): `auto` asks for as many replicas as the master
+//! has connected, read with `ROLE` (on a Cluster, of the key's shard
+//! master), cached for [`FRESH`] and read again at once when a `WAIT` falls
+//! short, so a replica that just went away lowers the count instead of
+//! failing every grant; a number asks for exactly that many; 0 (or `auto`
+//! with none connected) sends no `WAIT` at all.
+//!
+//! What it does not give: `WAIT` is not consensus. A failover can still
+//! promote a replica that had not acknowledged (one that was cut off and
+//! still counted as connected, with `replicas` below the number of
+//! replicas), and a write acknowledged by a replica that is then lost too is
+//! gone; see the README's Redis section.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::RedisResult;
+
+use super::config::{replica_timeout, Replicas};
+use super::Conn;
+
+/// How long a replica count read with `ROLE` is used before it is read again.
+pub(crate) const FRESH: Duration = Duration::from_secs(1);
+
+/// A grant or renewal that too few replicas acknowledged in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unacknowledged {
+    pub(crate) acknowledged: u32,
+    pub(crate) needed: u32,
+}
+
+/// The replica acknowledgement of one backend.
+#[derive(Debug)]
+pub(crate) struct ReplicaAck {
+    replicas: Replicas,
+    timeout: Option<Duration>,
+    /// `auto`'s replica counts and when each was read: one for a single
+    /// server (`None`), one per slot in use on a Cluster.
+    counts: Mutex<HashMap<Option<Slot>, (u32, Instant)>>,
+}
+
+impl ReplicaAck {
+    pub(crate) fn new(replicas: Replicas, timeout: Option<Duration>) -> Self {
+        ReplicaAck {
+            replicas,
+            timeout,
+            counts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether acknowledgement is off (`replicas=0`): no request at all.
+    pub(crate) fn is_off(&self) -> bool {
+        self.replicas == Replicas::Exactly(0)
+    }
+
+    /// Forgets every replica count (the master changed: a failover).
+    pub(crate) fn forget(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Slot>, (u32, Instant)>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until enough replicas acknowledged every write `conn` sent so
+    /// far to the master of `lock_key` (the key of the lease just granted or
+    /// extended, with its `ttl`). `Ok(Err(..))`: too few did in time.
+    pub(crate) async fn confirm(
+        &self,
+        conn: &Conn,
+        lock_key: &str,
+        ttl: Duration,
+    ) -> RedisResult<Result<(), Unacknowledged>> {
+        let needed = match self.replicas {
+            Replicas::Exactly(0) => return Ok(Ok(())),
+            Replicas::Exactly(n) => n,
+            Replicas::Auto => self.auto_count(conn, lock_key, false).await?,
+        };
+        if needed == 0 {
+            return Ok(Ok(()));
+        }
+        let timeout = self.timeout.unwrap_or_else(|| replica_timeout(ttl));
+        // `WAIT n 0` blocks for ever: at least a millisecond.
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(needed).arg(ms);
+        let acknowledged: u32 = route(conn, lock_key, wait).await?;
+        if acknowledged >= needed {
+            return Ok(Ok(()));
+        }
+        if self.replicas == Replicas::Auto {
+            // A replica may have gone away since the count was read: what
+            // counts is what is connected now.
+            let now_connected = self.auto_count(conn, lock_key, true).await?;
+            if acknowledged >= now_connected {
+                return Ok(Ok(()));
+            }
+        }
+        Ok(Err(Unacknowledged {
+            acknowledged,
+            needed,
+        }))
+    }
+
+    /// `auto`'s count for the master of `lock_key`: cached, or read with
+    /// `ROLE` when stale or when `fresh` is asked.
+    async fn auto_count(&self, conn: &Conn, lock_key: &str, fresh: bool) -> RedisResult<u32> {
+        let slot = matches!(conn, Conn::Cluster(_)).then(|| Slot::for_key(lock_key));
+        if !fresh {
+            if let Some((count, read)) = self.lock().get(&slot) {
+                if read.elapsed() < FRESH {
+                    return Ok(*count);
+                }
+            }
+        }
+        let role: redis::Value = route(conn, lock_key, redis::cmd("ROLE")).await?;
+        let count = connected_replicas(&role);
+        self.lock().insert(slot, (count, Instant::now()));
+        Ok(count)
+    }
+}
+
+/// Sends `cmd` (keyless) to the master that holds `lock_key`.
+async fn route<T: redis::FromRedisValue>(
+    conn: &Conn,
+    lock_key: &str,
+    cmd: redis::Cmd,
+) -> RedisResult<T> {
+    match conn.clone() {
+        Conn::Cluster(mut c) => {
+            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                Route::with_key(lock_key, SlotAddr::Master),
+            ));
+            let value = c.route_command(cmd, to).await?;
+            redis::from_redis_value(value).map_err(Into::into)
+        }
+        mut single => cmd.query_async(&mut single).await,
+    }
+}
+
+/// The replicas a `ROLE` answer lists: `["master", offset, [[ip, port,
+/// offset], ...]]`; 0 for any other role.
+fn connected_replicas(role: &redis::Value) -> u32 {
+    let redis::Value::Array(parts) = role else {
+        return 0;
+    };
+    let is_master = matches!(parts.first(), Some(redis::Value::BulkString(r)) if r == b"master")
+        || matches!(parts.first(), Some(redis::Value::SimpleString(r)) if r == "master");
+    match parts.get(2) {
+        Some(redis::Value::Array(replicas)) if is_master => {
+            u32::try_from(replicas.len()).unwrap_or(u32::MAX)
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn role_counts_the_master_s_replicas() {
+        let replica = Value::Array(vec![bulk("127.0.0.1"), bulk("6380"), bulk("42")]);
+        let master = Value::Array(vec![
+            bulk("master"),
+            Value::Int(42),
+            Value::Array(vec![replica.clone(), replica]),
+        ]);
+        assert_eq!(connected_replicas(&master), 2);
+        let alone = Value::Array(vec![bulk("master"), Value::Int(0), Value::Array(vec![])]);
+        assert_eq!(connected_replicas(&alone), 0);
+        let a_replica = Value::Array(vec![
+            bulk("slave"),
+            bulk("127.0.0.1"),
+            Value::Int(6379),
+            bulk("connected"),
+            Value::Int(42),
+        ]);
+        assert_eq!(connected_replicas(&a_replica), 0);
+        assert_eq!(connected_replicas(&Value::Nil), 0);
+    }
+}
