@@ -413,7 +413,9 @@ impl ZooKeeperBackend {
     }
 
     /// The live session, opening a new one if the last one ended or the
-    /// runtime it ran on is gone. A new session runs on the caller's runtime.
+    /// runtime it ran on is gone. A new session runs on dlock's background
+    /// runtime (see *Runtimes* in the module docs), whatever runtime the
+    /// caller is on.
     async fn session(&self) -> Result<Arc<Session>, LockError> {
         if let Some(s) = self.usable_session() {
             return Ok(s);
@@ -422,12 +424,6 @@ impl ZooKeeperBackend {
         if let Some(s) = self.usable_session() {
             return Ok(s);
         }
-        let runtime = Handle::try_current().map_err(|_| {
-            LockError::backend(
-                self.shown.clone(),
-                "a ZooKeeper session needs a tokio runtime to run on",
-            )
-        })?;
         let mut connector = Client::connector()
             .with_session_timeout(self.config.session_timeout)
             // Fail when every host refused, instead of retrying until the
@@ -436,8 +432,20 @@ impl ZooKeeperBackend {
         if let Some(digest) = &self.config.digest {
             connector = connector.with_auth("digest", digest.as_bytes());
         }
-        let session = Session::open(runtime, connector, &self.config.connect_string)
-            .await
+        let connect_string = self.config.connect_string.clone();
+        // `zookeeper-client` spawns the session's task where it connects.
+        let opened = crate::background::run(async move {
+            let runtime = Handle::try_current().ok()?;
+            Some(Session::open(runtime, connector, &connect_string).await)
+        })
+        .await;
+        let session = opened
+            .ok_or_else(|| {
+                LockError::backend(
+                    self.shown.clone(),
+                    "a ZooKeeper session needs a tokio runtime to run on",
+                )
+            })?
             .map_err(|e| self.error("cannot open a ZooKeeper session", e))?;
         let client = &session.client;
         let timeout = u64::try_from(client.session_timeout().as_millis()).unwrap_or(u64::MAX);
