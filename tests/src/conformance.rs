@@ -65,6 +65,7 @@ macro_rules! conformance_suite {
             a_guard_dropped_with_its_runtime_frees_the_key,
             cancelled_release_never_gives_two_holders,
             nested_keys_are_independent,
+            a_backend_connected_on_an_idle_runtime_keeps_renewing,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -301,3 +301,45 @@ async fn take_turn(backend: Arc<dyn LockBackend>, key: String, detector: Arc<Ove
         .await
         .expect("release after a cancelled release");
 }
+
+/// A synchronous program's pattern: one current-thread runtime connects the
+/// backend and takes a lease, then sits idle (not driven) while its thread
+/// does blocking work. The backend's connections and sessions must not live
+/// on that runtime: renewal keeps the key for three ttls, and another
+/// client is kept out.
+pub async fn a_backend_connected_on_an_idle_runtime_keeps_renewing<F: Fixture>(fixture: &F) {
+    let key = unique_key("idle-connect");
+    let ttl = fixture.short_ttl();
+    let other = fixture.backend().await;
+    // The test's own runtime is a multi-thread one: `block_in_place` lets
+    // this thread block and run a runtime of its own.
+    let (idle, guard) = tokio::task::block_in_place(|| {
+        let idle = second_runtime();
+        let backend = idle.block_on(fixture.backend());
+        let guard = idle
+            .block_on(lock(&backend, &key).ttl(ttl).acquire())
+            .expect("acquire on the connecting runtime");
+        // Synchronous work; `idle` is not driven meanwhile.
+        std::thread::sleep(ttl * 3);
+        (idle, guard)
+    });
+    assert!(
+        guard.is_held(),
+        "the lease lapsed while the runtime that connected the backend was idle"
+    );
+    assert!(
+        lock(&other, &key).try_acquire().await.unwrap().is_none(),
+        "another client took a key whose holder still believes it holds it"
+    );
+    tokio::task::block_in_place(|| {
+        idle.block_on(guard.release())
+            .expect("release on the connecting runtime");
+        drop(idle);
+    });
+    let next = lock(&other, &key)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the key is free after the release");
+    next.release().await.unwrap();
+}

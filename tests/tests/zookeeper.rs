@@ -580,7 +580,7 @@ async fn session_expiry_loses_every_guard_of_the_session() {
 /// A guard taken on a short-lived current-thread runtime (as a
 /// `#[tokio::test]` helper or a `block_on` in a thread makes one) and dropped
 /// as that runtime ends frees its key within the ttl, though the backend and
-/// its session live on (on the test's runtime): one guard dies with a task of
+/// its session live on (on dlock's runtime): one guard dies with a task of
 /// that runtime at its shutdown, the other is dropped after the runtime is
 /// gone. Neither can run its release on that runtime; the node must still go
 /// when the lease runs out, as the README promises.
@@ -643,12 +643,12 @@ async fn guards_dropped_with_their_runtime_free_the_key_within_the_ttl() {
 }
 
 /// A backend connected on a runtime that then ends (a backend made in one
-/// `#[tokio::test]` and kept in a static for the next) lost its session with
-/// that runtime: the next acquisition opens a new session instead of failing
-/// on the dead one, and the dead session's node goes when the server expires
-/// the session, one session timeout later.
+/// `#[tokio::test]` and kept in a static for the next) keeps its session,
+/// which runs on dlock's own runtime: a lease taken on the ended runtime is
+/// still renewed past the session timeout, and the next acquisition, on
+/// another runtime, uses the same session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backend_whose_runtime_ended_opens_a_new_session() {
+async fn a_backend_whose_runtime_ended_keeps_its_session() {
     let fixture = ZkFixture::start().await;
     let url = fixture.url().to_owned();
     let key = "orphaned-session";
@@ -658,39 +658,48 @@ async fn a_backend_whose_runtime_ended_opens_a_new_session() {
             .enable_all()
             .build()
             .expect("a helper runtime");
-        let backend = rt.block_on(async {
+        let (backend, guard) = rt.block_on(async {
             let backend = Arc::new(ZooKeeperBackend::connect(&url).await.expect("connect"));
             let guard = lock(&backend, key).acquire().await.expect("acquire");
-            std::mem::forget(guard);
-            backend
+            (backend, guard)
         });
         drop(rt);
-        let _ = done_tx.send((backend, Instant::now()));
+        let _ = done_tx.send((backend, guard));
     });
-    let (orphaned, runtime_ended) = tokio::time::timeout(Duration::from_secs(30), done_rx)
+    let (orphaned, guard) = tokio::time::timeout(Duration::from_secs(30), done_rx)
         .await
         .expect("the helper runtime did not finish within 30 s")
         .expect("the helper thread panicked");
+    let session = orphaned.client().expect("a live session").session_id();
 
-    let guard = lock(&orphaned, "fresh")
+    // Long enough for the server to expire a session nobody kept alive.
+    tokio::time::sleep(SESSION_TIMEOUT + Duration::from_secs(1)).await;
+    assert!(
+        guard.is_held(),
+        "the lease of the ended runtime lapsed: its session died with that runtime"
+    );
+    let other = backend(&fixture).await;
+    assert!(
+        lock(&other, key).try_acquire().await.unwrap().is_none(),
+        "another client took a key whose holder still believes it holds it"
+    );
+    let fresh = lock(&orphaned, "fresh")
         .wait(Duration::from_secs(10))
         .acquire()
         .await
-        .expect("the backend did not open a new session on this runtime");
+        .expect("acquire on the backend of the ended runtime");
+    assert_eq!(
+        orphaned.client().expect("a live session").session_id(),
+        session,
+        "the backend opened a new session"
+    );
+    fresh.release().await.unwrap();
     guard.release().await.unwrap();
-
-    let other = backend(&fixture).await;
-    let limit = SESSION_TIMEOUT + Duration::from_secs(3);
     let freed = lock(&other, key)
-        .wait(limit)
-        .acquire()
+        .try_acquire()
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "the dead session's node was still there {:?} after its runtime ended: {e}",
-                runtime_ended.elapsed()
-            )
-        });
+        .unwrap()
+        .expect("free after the release");
     freed.release().await.unwrap();
 }
 

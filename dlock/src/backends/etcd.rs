@@ -306,18 +306,21 @@ impl EtcdBackend {
         if config.tls {
             options = config::tls_options(options, &config, &shown)?;
         }
-        let client = tokio::time::timeout(
-            config.timeout,
-            Client::connect(&config.endpoints, Some(options)),
-        )
-        .await
-        .map_err(|_| {
-            LockError::backend(
-                shown.clone(),
-                format!("no etcd member answered within {:?}", config.timeout),
-            )
-        })?
-        .map_err(|e| LockError::backend(shown.clone(), e))?;
+        let endpoints = config.endpoints.clone();
+        // On dlock's background runtime: the client's channel spawns its
+        // workers (and they their connections) on the runtime it is made
+        // on, and renewals must not wait for the caller's to be driven.
+        let connecting =
+            crate::background::run(async move { Client::connect(&endpoints, Some(options)).await });
+        let client = tokio::time::timeout(config.timeout, connecting)
+            .await
+            .map_err(|_| {
+                LockError::backend(
+                    shown.clone(),
+                    format!("no etcd member answered within {:?}", config.timeout),
+                )
+            })?
+            .map_err(|e| LockError::backend(shown.clone(), e))?;
         let inner = Arc::new(Inner {
             client,
             shown,
@@ -473,18 +476,18 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         // Revoke the session leases so any key left on them goes now rather
-        // than after a ttl. Best effort: without a runtime they simply expire.
+        // than after a ttl. Best effort: if it cannot run, they expire.
         let ids: Vec<i64> = self.sessions.get_mut().values().map(|s| s.id).collect();
         if ids.is_empty() {
             return;
         }
         let mut leases = self.client.lease_client();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                for id in ids {
-                    let _ = tokio::time::timeout(Duration::from_secs(2), leases.revoke(id)).await;
-                }
-            });
-        }
+        // On dlock's background runtime, where the client's channel lives,
+        // whatever runtime (if any) drops the backend.
+        crate::background::spawn(async move {
+            for id in ids {
+                let _ = tokio::time::timeout(Duration::from_secs(2), leases.revoke(id)).await;
+            }
+        });
     }
 }

@@ -90,6 +90,7 @@ mod all_keys;
 mod batching;
 mod compare_set;
 mod config;
+mod connection;
 #[cfg(feature = "redlock")]
 mod for_redlock;
 mod permits;
@@ -104,13 +105,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, RedisResult, Script};
 
 use self::batching::ops::{AcquireOp, Acquires, ReleaseOp, Releases};
 use self::batching::{Batcher, Turn};
 use self::config::{client, tls_cluster, RedisOptions};
+use self::connection::Connection;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
 use self::recheck::{keyspace_channel, notifies_releases, Recheck};
@@ -178,9 +179,14 @@ pub struct RedisBackend {
     metrics: Counters,
 }
 
+/// The backend's one connection. Both kinds run on dlock's background
+/// runtime, whatever runtime connected (see `connection.rs`): a single
+/// server's through [`Connection`], a cluster's because it is created
+/// there, and its driver, which alone (re)connects to the nodes, stays
+/// there.
 #[derive(Clone)]
 enum Conn {
-    Single(ConnectionManager),
+    Single(Connection),
     Cluster(ClusterConnection),
 }
 
@@ -255,7 +261,11 @@ impl RedisBackend {
                 builder = tls_cluster(builder, &options)?;
             }
             let cluster = builder.build().map_err(fail)?;
-            Conn::Cluster(cluster.get_async_connection().await.map_err(fail)?)
+            // Created on the background runtime: the cluster connection
+            // spawns its driver where it is created.
+            let connected =
+                crate::background::run(async move { cluster.get_async_connection().await });
+            Conn::Cluster(connected.await.map_err(fail)?)
         } else {
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(2)))
@@ -263,8 +273,7 @@ impl RedisBackend {
                 .set_number_of_retries(2)
                 .set_max_delay(Duration::from_millis(500));
             Conn::Single(
-                first
-                    .get_connection_manager_with_config(config)
+                Connection::open(first.clone(), config)
                     .await
                     .map_err(fail)?,
             )

@@ -133,25 +133,26 @@
 //! # Runtimes
 //!
 //! `zookeeper-client` runs a session (requests, heartbeats) as a task on the
-//! tokio runtime that opened it: the one [`connect`](ZooKeeperBackend::connect)
-//! ran on, or, after the session ended, that of the acquisition that opened
-//! the next one. Guards taken on any other runtime use it through a channel.
+//! tokio runtime that opens it. This backend opens every session, the first
+//! (in [`connect`](ZooKeeperBackend::connect)) and each one after an expiry,
+//! on dlock's own background runtime, whatever runtime the caller is on;
+//! guards taken on any runtime use it through a channel.
 //!
-//! - What must outlive a caller's runtime runs on the session's runtime: the
-//!   deletion of a node whose local deadline passed, and the background
+//! - So the session's heartbeats and the watchdog's renewals go on while the
+//!   runtime that connected is idle (a synchronous program's `block_on`
+//!   runtime between calls) or gone.
+//! - What must outlive a caller's runtime runs on the session's runtime too:
+//!   the deletion of a node whose local deadline passed, and the background
 //!   delete of a dropped acquisition's node. So a guard dropped after its own
 //!   runtime ended (a `#[tokio::test]`, a `block_on` in a helper thread),
 //!   whose release cannot run there, still frees its key by its local
 //!   deadline, within the ttl of its last renewal.
-//! - If the session's runtime ends, the session's task ends with it: nothing
-//!   is sent any more, and the server expires the session, with its nodes, one
-//!   session timeout after the last heartbeat. The backend notices, forgets
-//!   those nodes, reports their guards lost at the next renewal, and opens a
-//!   new session on the runtime of the next acquisition.
-//! - Either way, a node whose guard is gone outlives the guard by at most
-//!   ttl + session timeout (the ttl until its deadline, if the session's
-//!   runtime ends just before that, the session timeout for the server to
-//!   expire the session), and by at most the ttl while that runtime runs.
+//! - Only if dlock's background runtime could not be started at all does a
+//!   session run on the runtime that opened it. Should that runtime end, the
+//!   session's task ends with it: nothing is sent any more, and the server
+//!   expires the session, with its nodes, one session timeout after the last
+//!   heartbeat. The backend notices, forgets those nodes, reports their
+//!   guards lost at the next renewal, and opens a new session.
 //!
 //! # URL
 //!
@@ -413,7 +414,9 @@ impl ZooKeeperBackend {
     }
 
     /// The live session, opening a new one if the last one ended or the
-    /// runtime it ran on is gone. A new session runs on the caller's runtime.
+    /// runtime it ran on is gone. A new session runs on dlock's background
+    /// runtime (see *Runtimes* in the module docs), whatever runtime the
+    /// caller is on.
     async fn session(&self) -> Result<Arc<Session>, LockError> {
         if let Some(s) = self.usable_session() {
             return Ok(s);
@@ -422,12 +425,6 @@ impl ZooKeeperBackend {
         if let Some(s) = self.usable_session() {
             return Ok(s);
         }
-        let runtime = Handle::try_current().map_err(|_| {
-            LockError::backend(
-                self.shown.clone(),
-                "a ZooKeeper session needs a tokio runtime to run on",
-            )
-        })?;
         let mut connector = Client::connector()
             .with_session_timeout(self.config.session_timeout)
             // Fail when every host refused, instead of retrying until the
@@ -436,8 +433,20 @@ impl ZooKeeperBackend {
         if let Some(digest) = &self.config.digest {
             connector = connector.with_auth("digest", digest.as_bytes());
         }
-        let session = Session::open(runtime, connector, &self.config.connect_string)
-            .await
+        let connect_string = self.config.connect_string.clone();
+        // `zookeeper-client` spawns the session's task where it connects.
+        let opened = crate::background::run(async move {
+            let runtime = Handle::try_current().ok()?;
+            Some(Session::open(runtime, connector, &connect_string).await)
+        })
+        .await;
+        let session = opened
+            .ok_or_else(|| {
+                LockError::backend(
+                    self.shown.clone(),
+                    "a ZooKeeper session needs a tokio runtime to run on",
+                )
+            })?
             .map_err(|e| self.error("cannot open a ZooKeeper session", e))?;
         let client = &session.client;
         let timeout = u64::try_from(client.session_timeout().as_millis()).unwrap_or(u64::MAX);

@@ -159,13 +159,14 @@ impl Drop for Releasing {
         }
         let (inner, entry, revision) = (self.inner.clone(), self.entry.clone(), self.revision);
         let turn = self.turn.take();
-        // Without a runtime the turn goes now: the next enqueue deletes the
+        // On dlock's background runtime: the turn it keeps holds back this
+        // backend's next acquisition of the key, on any runtime, so it must
+        // not wait for the dropping runtime to be driven (nor die with it).
+        // If it cannot run, the turn goes now: the next enqueue deletes the
         // old key by its revision before it creates its own.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                inner.clean_up(&entry, Some(revision), false).await;
-                drop(turn);
-            });
-        }
+        crate::background::spawn(async move {
+            inner.clean_up(&entry, Some(revision), false).await;
+            drop(turn);
+        });
     }
 }

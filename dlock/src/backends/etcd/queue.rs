@@ -578,14 +578,13 @@ impl Drop for Queued {
         // The turn moves into the cleanup: the next acquisition of this key
         // by this backend starts only after the entry is gone.
         let turn = self.turn.take();
-        // Never panic in Drop: without a runtime the entry stays until the
+        // On dlock's background runtime, for the reasons `held.rs`'s
+        // `Releasing` gives. If it cannot run, the entry stays until the
         // session lease expires, or until the next enqueue of the key deletes
         // it (by its revision, as it does any older key of its name).
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                inner.clean_up(&entry, revision, racing).await;
-                drop(turn);
-            });
-        }
+        crate::background::spawn(async move {
+            inner.clean_up(&entry, revision, racing).await;
+            drop(turn);
+        });
     }
 }

@@ -30,10 +30,10 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 use tokio::sync::oneshot;
 
+use super::connection::Connection;
 use super::scripts;
 
 /// How many requests of one kind go out unbatched before further ones queue.
@@ -62,7 +62,7 @@ pub(crate) trait BatchKind: Send + Sync + 'static {
     /// Called with the answer of an op whose caller went away while its
     /// batch was in flight.
     fn unclaimed(
-        conn: ConnectionManager,
+        conn: Connection,
         op: Self::Op,
         out: Self::Out,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -74,7 +74,7 @@ pub(crate) struct Batcher<K: BatchKind> {
 }
 
 struct Shared<K: BatchKind> {
-    conn: ConnectionManager,
+    conn: Connection,
     state: Mutex<State<K>>,
     batches: AtomicU64,
 }
@@ -105,7 +105,7 @@ pub(crate) struct InFlight<K: BatchKind> {
 }
 
 impl<K: BatchKind> Batcher<K> {
-    pub(crate) fn new(conn: ConnectionManager) -> Self {
+    pub(crate) fn new(conn: Connection) -> Self {
         Batcher {
             shared: Arc::new(Shared {
                 conn,
@@ -176,12 +176,13 @@ impl<K: BatchKind> Shared<K> {
         if batch.is_empty() {
             return;
         }
-        // No runtime (it is shutting down): dropping the batch wakes every
-        // caller with an error instead of leaving them waiting.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
+        // On dlock's background runtime, not the runtime whose request gave
+        // the slot back: the batch carries other callers' requests, which
+        // must not wait for that runtime to be driven (and there the
+        // connection is used in place). Should it not run at all, dropping
+        // the batch wakes every caller with an error instead of leaving
+        // them waiting.
+        crate::background::spawn(async move {
             slot.shared.send(batch).await;
             drop(slot);
         });

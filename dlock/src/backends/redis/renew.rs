@@ -6,9 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 
+use super::connection::Connection;
 use super::permits::{PermitNames, RENEW_PERMIT};
 use super::rw::RwNames;
 use super::scripts::{self, millis, KeyNames, RENEW};
@@ -54,7 +54,7 @@ impl RedisBackend {
 
     async fn renew_single(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Connection,
         what: Renewed,
         leases: &[Lease],
     ) -> Vec<Result<Renewal, LockError>> {

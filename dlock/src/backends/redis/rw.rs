@@ -211,15 +211,13 @@ impl Drop for AbandonIfDropped<'_> {
         let Some((conn, names, token)) = self.armed.take() else {
             return;
         };
-        // Outside a runtime there is nothing to run on: the ttl (and the
-        // mark's lifetime) is the backstop.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let mut call = names.call(&ABANDON);
         call.arg(token).arg(&names.channel);
         let (conn, key) = (conn.clone(), names.writer.clone());
-        runtime.spawn(async move {
+        // On dlock's background runtime, as `unfinished.rs` does and for
+        // the same reasons; if it cannot run, the ttl (and the mark's
+        // lifetime) is the backstop.
+        crate::background::spawn(async move {
             let answer: redis::RedisResult<i64> = match conn {
                 Conn::Single(mut c) => run(&mut c, &ABANDON, &call).await,
                 Conn::Cluster(mut c) => run(&mut c, &ABANDON, &call).await,

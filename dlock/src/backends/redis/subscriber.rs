@@ -70,8 +70,10 @@ pub(crate) struct Subscriber {
     channels: Arc<Mutex<Channels>>,
     /// What the server's ACL refused; never asked for again.
     refused: Arc<Refused>,
-    /// Started on first use, on the runtime of the first waiter; the task
-    /// ends when this sender (and so the backend) is dropped.
+    /// Started on first use, on dlock's background runtime (so waiters on
+    /// every runtime are woken, whichever runtime came first and whether
+    /// it is still driven); the task ends when this sender (and so the
+    /// backend) is dropped.
     commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
 }
 
@@ -109,7 +111,7 @@ impl Subscriber {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(
+        crate::background::spawn(run(
             self.client.clone(),
             self.channels.clone(),
             self.refused.clone(),

@@ -66,17 +66,18 @@ impl Drop for ReleaseIfDropped<'_> {
         let Some(armed) = self.armed.take() else {
             return;
         };
-        // Outside a runtime there is nothing to run on: the ttl is the backstop.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let (conn, script) = (armed.conn.clone(), armed.script);
         let (key, token, channel) = (
             armed.key.to_owned(),
             armed.token.to_owned(),
             armed.channel.to_owned(),
         );
-        runtime.spawn(async move {
+        // On dlock's background runtime, where the connection lives: the
+        // caller's runtime may be shutting down (the likely reason the
+        // acquire was dropped) or idle. Handed over after the acquire's own
+        // request, it reaches the connection behind it. If it cannot run at
+        // all, the ttl is the backstop.
+        crate::background::spawn(async move {
             match conn {
                 Conn::Single(mut c) => {
                     release_abandoned(&mut c, script, &key, &token, &channel).await

@@ -204,9 +204,10 @@ impl RedlockBackend {
     /// `send[i]`, in parallel, and returns (released, answered) of those
     /// heard before returning.
     ///
-    /// Every delete is put on its master's connection before the first
-    /// `Pending` and then driven by a task of its own, so each one is sent
-    /// and answered even if the caller goes on or is dropped meanwhile (a
+    /// The deletes are driven by a task of their own on dlock's background
+    /// runtime, and this returns only once that task put every one on its
+    /// master's connection, so each one is sent and answered even if the
+    /// caller goes on or is dropped meanwhile (a
     /// user's timeout, a `SegmentedLock` dropping the waits that lost: an
     /// undo cut short would leave our token on a minority of masters until
     /// its ttl). Sent first also means a later request of ours to the same
@@ -234,52 +235,56 @@ impl RedlockBackend {
             .collect();
         let mut awaited = waited_for.iter().filter(|&&w| w).count();
         let mut tally = Tally::default();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // Not on a tokio runtime: nothing could finish the deletes after
-            // we return, so wait for every one of them here.
-            let nodes: Vec<_> = targets.iter().map(|&i| self.nodes[i].clone()).collect();
-            let answers = release_all(&nodes, lease, timeout).await;
-            for (&i, answer) in targets.iter().zip(answers) {
-                self.count(&mut tally, i, answer);
-            }
-            return (tally.released, tally.answered);
-        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let lease = Arc::new(lease.clone());
-        let mut deletes: FuturesUnordered<_> = targets
+        let (sent, all_sent) = tokio::sync::oneshot::channel();
+        let nodes: Vec<(usize, Arc<RedisBackend>, Option<UndoInFlight>)> = targets
             .iter()
             .map(|&i| {
-                let (node, lease) = (self.nodes[i].clone(), lease.clone());
                 // Listed from before the delete is sent until its future ends.
                 let unfinished =
                     matches!(kind, Delete::Undo).then(|| self.undos.start(i, &lease.token));
-                async move {
+                (i, self.nodes[i].clone(), unfinished)
+            })
+            .collect();
+        let lease = lease.clone();
+        // The deletes are made and driven on dlock's background runtime,
+        // where the masters' connections live: on the caller's, a runtime
+        // that idles or shuts down would stall or drop them (and their
+        // timeouts' timers).
+        crate::background::spawn(async move {
+            let lease = &lease;
+            let mut deletes: FuturesUnordered<_> = nodes
+                .into_iter()
+                .map(|(i, node, unfinished)| async move {
                     let delete = async {
                         match kind {
-                            Delete::Undo => node.release_unbatched(&lease).await,
-                            Delete::Release => node.release(&lease).await,
+                            Delete::Undo => node.release_unbatched(lease).await,
+                            Delete::Release => node.release(lease).await,
                         }
                     };
                     let answer = tokio::time::timeout(timeout, delete).await;
                     drop(unfinished);
                     (i, answer.ok().and_then(Result::ok))
+                })
+                .collect();
+            // One poll puts every delete on its connection.
+            std::future::poll_fn(|cx| {
+                while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
+                    let _ = tx.send(answer);
                 }
+                Poll::Ready(())
             })
-            .collect();
-        // One poll puts every delete on its connection.
-        std::future::poll_fn(|cx| {
-            while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
-                let _ = tx.send(answer);
-            }
-            Poll::Ready(())
-        })
-        .await;
-        runtime.spawn(async move {
+            .await;
+            let _ = sent.send(());
             while let Some(answer) = deletes.next().await {
                 // The caller may have gone on; the delete was done anyway.
                 let _ = tx.send(answer);
             }
         });
+        // Returning only once every delete is on its connection keeps our
+        // later requests to each master behind it. (An error: the task
+        // could not run at all; nothing was sent, and `rx` ends at once.)
+        let _ = all_sent.await;
         while awaited > 0 && tally.released < enough {
             let Some((i, answer)) = rx.recv().await else {
                 break;
@@ -479,13 +484,13 @@ impl Drop for Unwind<'_> {
             return;
         }
         let lease = self.lease.clone();
-        // Outside a runtime nothing can be sent; the keys expire with the ttl.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let nodes = self.nodes.to_vec();
-            let timeout = self.timeout;
-            runtime.spawn(async move {
-                release_all(&nodes, &lease, timeout).await;
-            });
-        }
+        let nodes = self.nodes.to_vec();
+        let timeout = self.timeout;
+        // On dlock's background runtime, where the masters' connections
+        // live: the round was likely dropped by a runtime that is shutting
+        // down. If it cannot run at all, the keys expire with the ttl.
+        crate::background::spawn(async move {
+            release_all(&nodes, &lease, timeout).await;
+        });
     }
 }

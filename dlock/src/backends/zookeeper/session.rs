@@ -2,13 +2,16 @@
 //!
 //! `zookeeper-client` runs a session's connection (requests, heartbeats) as a
 //! task spawned on the runtime that opened it. Requests from any other
-//! runtime reach that task through a channel, so guards taken on a
-//! short-lived runtime share the backend's session; but work that must
-//! outlive its caller's runtime (deleting a node whose lease ran out, a
-//! background delete) has to run where the session runs. This module keeps
-//! that runtime with the session, and notices when it is gone: the session's
-//! task died with it, the server will expire the session (and its nodes)
-//! after the session timeout, and the backend must open another one.
+//! runtime reach that task through a channel, so guards taken on any runtime
+//! share the backend's session; but work that must outlive its caller's
+//! runtime (deleting a node whose lease ran out, a background delete) has to
+//! run where the session runs. The backend opens sessions on dlock's
+//! background runtime, which always runs; this module keeps that runtime
+//! with the session all the same, and notices when it is gone, for the one
+//! case where a session runs elsewhere (the background runtime could not be
+//! started): then the session's task died with its runtime, the server will
+//! expire the session (and its nodes) after the session timeout, and the
+//! backend must open another one.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,7 +43,8 @@ impl Drop for ClearOnDrop {
 
 impl Session {
     /// Opens a session; `runtime` must be the current runtime, the one
-    /// `zookeeper-client` spawns the session's task on.
+    /// `zookeeper-client` spawns the session's task on (dlock's background
+    /// runtime, see `ZooKeeperBackend::session`).
     pub(super) async fn open(
         runtime: Handle,
         connector: Connector,

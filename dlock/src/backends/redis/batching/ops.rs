@@ -4,10 +4,10 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use redis::aio::ConnectionManager;
 use redis::{Cmd, Script};
 
 use super::BatchKind;
+use crate::backends::redis::connection::Connection;
 use crate::backends::redis::scripts::{evalsha, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
 use crate::backends::redis::unfinished::release_abandoned;
 
@@ -52,7 +52,7 @@ impl BatchKind for Acquires {
     }
 
     fn unclaimed(
-        mut conn: ConnectionManager,
+        mut conn: Connection,
         op: AcquireOp,
         (won, _): (i64, i64),
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
@@ -98,7 +98,7 @@ impl BatchKind for Releases {
     }
 
     fn unclaimed(
-        _conn: ConnectionManager,
+        _conn: Connection,
         _op: ReleaseOp,
         _released: i64,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
