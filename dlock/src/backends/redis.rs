@@ -96,12 +96,15 @@ mod for_redlock;
 mod permits;
 pub(crate) mod recheck;
 mod renew;
+mod replicas;
 mod rw;
 pub(crate) mod scripts;
+mod sentinel;
 pub(crate) mod subscriber;
 mod unfinished;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -111,12 +114,14 @@ use redis::{RedisError, RedisResult, Script};
 use self::batching::ops::{AcquireOp, Acquires, ReleaseOp, Releases};
 use self::batching::{Batcher, Turn};
 use self::config::{client, tls_cluster, RedisOptions};
-use self::connection::Connection;
+use self::connection::{Connection, Server};
+use self::replicas::ReplicaAck;
+use self::sentinel::Sentinel;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
 use self::recheck::{keyspace_channel, notifies_releases, Recheck};
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
-use self::subscriber::Subscriber;
+use self::subscriber::{Source, Subscriber};
 use self::unfinished::ReleaseIfDropped;
 use crate::backend::{
     lease_deadline, AcquireRequest, AllKeysBackend, Lease, LockBackend, PermitBackend, Renewal,
@@ -166,6 +171,8 @@ pub struct RedisBackend {
     /// Request batching under load (see `batch.rs`); single servers only.
     batchers: Option<Batchers>,
     subscriber: Subscriber,
+    /// Replica acknowledgement of grants and renewals (`?replicas=`).
+    replicas: Arc<ReplicaAck>,
     options: RedisOptions,
     /// The database whose keyspace notifications wake waiters: `Some` when
     /// the server publishes generic and expired events on keyspace
@@ -186,7 +193,8 @@ pub struct RedisBackend {
 /// there.
 #[derive(Clone)]
 enum Conn {
-    Single(Connection),
+    /// One server, or the master of a Sentinel deployment.
+    Single(Server),
     Cluster(ClusterConnection),
 }
 
@@ -252,8 +260,22 @@ impl RedisBackend {
         let options = RedisOptions::parse(url)?;
         let fail = |e: RedisError| LockError::backend(options.shown.clone(), e);
         let first = client(&options, &options.nodes[0])?;
-        let db = first.get_connection_info().redis_settings().db();
-        let conn = if options.cluster {
+        let mut db = first.get_connection_info().redis_settings().db();
+        let replicas = Arc::new(ReplicaAck::new(options.replicas, options.replica_timeout));
+        let mut source = Source::Fixed(first.clone());
+        let conn = if let Some(target) = &options.sentinel {
+            // A failover moves the master: its replica counts are another's.
+            let on_switch = {
+                let replicas = replicas.clone();
+                Box::new(move || replicas.forget())
+            };
+            let sentinel =
+                Sentinel::connect(&options, target, connection_config(&options), on_switch)
+                    .await?;
+            db = target.db;
+            source = Source::Master(sentinel.clone());
+            Conn::Single(Server::Followed(sentinel))
+        } else if options.cluster {
             let mut builder = redis::cluster::ClusterClientBuilder::new(options.nodes.clone())
                 .connection_timeout(Duration::from_secs(2))
                 .response_timeout(options.response_timeout);
@@ -267,16 +289,11 @@ impl RedisBackend {
                 crate::background::run(async move { cluster.get_async_connection().await });
             Conn::Cluster(connected.await.map_err(fail)?)
         } else {
-            let config = redis::aio::ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(2)))
-                .set_response_timeout(Some(options.response_timeout))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500));
-            Conn::Single(
-                Connection::open(first.clone(), config)
+            Conn::Single(Server::One(
+                Connection::open(first.clone(), connection_config(&options))
                     .await
                     .map_err(fail)?,
-            )
+            ))
         };
         let batchers = match &conn {
             Conn::Single(c) => Some(Batchers {
@@ -290,7 +307,8 @@ impl RedisBackend {
             batchers,
             // In a cluster a PUBLISH reaches every node, so one subscriber
             // connection to any node hears every release.
-            subscriber: Subscriber::new(first),
+            subscriber: Subscriber::new(source),
+            replicas,
             options,
             notifying_db: None,
             set_ifeq: AtomicBool::new(false),
@@ -308,6 +326,26 @@ impl RedisBackend {
         backend.notifying_db = notifying.then_some(db);
         *backend.set_ifeq.get_mut() = set_ifeq;
         Ok(backend)
+    }
+
+    /// The address (`host:port`) of the master this backend writes to: for
+    /// a `redis+sentinel://` URL, the one the sentinels named last (it
+    /// changes with a failover); `None` for one server or a Cluster.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
+    /// let redis = dlock::backends::redis::RedisBackend::connect(
+    ///     "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+    /// )
+    /// .await?;
+    /// println!("writing to {:?}", redis.sentinel_master());
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_master(&self) -> Option<String> {
+        match &self.conn {
+            Conn::Single(Server::Followed(sentinel)) => Some(sentinel.master_addr()),
+            _ => None,
+        }
     }
 
     /// Request counts so far.
@@ -600,6 +638,20 @@ impl RedisBackend {
         Ok(Attempt::Held(holder_left(value)))
     }
 
+    /// The compare-and-delete of `lease`, sent by this future itself and
+    /// never queued in a release batch: on the connection at its first
+    /// poll (unless the connection is being re-established), and never sent
+    /// once the future is dropped. Redlock undoes a failed round with it,
+    /// so that the undo is not held back behind other keys' releases while
+    /// the next round's acquire of the same token goes out ahead of it.
+    pub(crate) async fn release_unbatched(&self, lease: &Lease) -> Result<bool, LockError> {
+        let names = KeyNames::new(&self.options.prefix, &lease.key);
+        let mut call = scripts::evalsha(&RELEASE, 1);
+        call.arg(&names.lock).arg(&lease.token).arg(&names.channel);
+        let released: i64 = self.eval(&RELEASE, &call).await?;
+        Ok(released == 1)
+    }
+
     /// [`attempt`](Self::attempt) for this backend's own `acquire` and
     /// `try_acquire`: if the future is dropped (or fails) with the script in
     /// flight, the lease it may have taken is released, not left to its ttl.
@@ -623,6 +675,16 @@ impl RedisBackend {
         unfinished.disarm();
         Ok(answer)
     }
+}
+
+/// How the connection to one server (or to a Sentinel deployment's master)
+/// connects and retries.
+fn connection_config(options: &RedisOptions) -> redis::aio::ConnectionManagerConfig {
+    redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(options.response_timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500))
 }
 
 /// A holder's time left from its key's `PTTL`: -2 the key vanished meanwhile
@@ -652,10 +714,18 @@ impl LockBackend for RedisBackend {
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key);
-        match self.attempt_or_release(req, &names).await? {
-            Attempt::Acquired(lease) => Ok(Some(lease)),
-            Attempt::Held(_) => Ok(None),
-        }
+        let ask = || async {
+            Ok(match self.attempt_or_release(req, &names).await? {
+                Attempt::Acquired(lease) => Some(lease),
+                Attempt::Held(_) => None,
+            })
+        };
+        let undo = |granted: Option<Lease>| async move {
+            if let Some(lease) = granted {
+                let _ = self.release_unbatched(&lease).await;
+            }
+        };
+        self.replicated(&req.key, None, true, ask, undo).await
     }
 
     async fn acquire(
@@ -666,10 +736,17 @@ impl LockBackend for RedisBackend {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key);
         // A key without expiry: retry after the ttl we ask for.
-        self.wait_for_release(&names.channel, Some(&names.lock), deadline, req.ttl, || {
-            self.within(deadline, self.attempt_or_release(req, &names))
-        })
-        .await
+        let ask = || {
+            self.wait_for_release(&names.channel, Some(&names.lock), deadline, req.ttl, || {
+                self.within(deadline, self.attempt_or_release(req, &names))
+            })
+        };
+        let undo = |granted: Option<Lease>| async move {
+            if let Some(lease) = granted {
+                let _ = self.release_unbatched(&lease).await;
+            }
+        };
+        self.replicated(&req.key, deadline, false, ask, undo).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

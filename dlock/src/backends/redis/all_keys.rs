@@ -129,7 +129,9 @@ impl AllKeysBackend for RedisBackend {
             return Ok(AllOrNone::Taken(Vec::new()));
         }
         let names = self.all_names(reqs)?;
-        Ok(answer(self.attempt_all(reqs, &names).await?))
+        let ask = || async { Ok(answer(self.attempt_all(reqs, &names).await?)) };
+        self.replicated(&reqs[0].key, None, true, ask, |granted| self.give_back_all(granted))
+            .await
     }
 
     async fn acquire_all(
@@ -140,6 +142,21 @@ impl AllKeysBackend for RedisBackend {
         if reqs.is_empty() {
             return Ok(AllOrNone::Taken(Vec::new()));
         }
+        let ask = || self.wait_for_all(reqs, deadline);
+        self.replicated(&reqs[0].key, deadline, false, ask, |granted| {
+            self.give_back_all(granted)
+        })
+        .await
+    }
+}
+
+impl RedisBackend {
+    /// Every key of `reqs` at once, waiting up to `deadline`.
+    async fn wait_for_all(
+        &self,
+        reqs: &[AcquireRequest],
+        deadline: Option<Instant>,
+    ) -> Result<AllOrNone, LockError> {
         let names = self.all_names(reqs)?;
         let watched: Vec<Watched<'_>> = names
             .iter()
@@ -165,5 +182,14 @@ impl AllKeysBackend for RedisBackend {
                 index: index.unwrap_or(0),
             },
         })
+    }
+
+    /// Gives back every lease of a grant that replicas did not acknowledge.
+    async fn give_back_all(&self, granted: AllOrNone) {
+        if let AllOrNone::Taken(leases) = granted {
+            for lease in &leases {
+                let _ = self.release_unbatched(lease).await;
+            }
+        }
     }
 }

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use redis::{RedisResult, Script};
 use tokio::sync::oneshot;
 
-use super::connection::Connection;
+use super::connection::Server;
 use super::scripts;
 
 /// How many requests of one kind go out unbatched before further ones queue.
@@ -62,7 +62,7 @@ pub(crate) trait BatchKind: Send + Sync + 'static {
     /// Called with the answer of an op whose caller went away while its
     /// batch was in flight.
     fn unclaimed(
-        conn: Connection,
+        conn: Server,
         op: Self::Op,
         out: Self::Out,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -74,7 +74,7 @@ pub(crate) struct Batcher<K: BatchKind> {
 }
 
 struct Shared<K: BatchKind> {
-    conn: Connection,
+    conn: Server,
     state: Mutex<State<K>>,
     batches: AtomicU64,
 }
@@ -105,7 +105,7 @@ pub(crate) struct InFlight<K: BatchKind> {
 }
 
 impl<K: BatchKind> Batcher<K> {
-    pub(crate) fn new(conn: Connection) -> Self {
+    pub(crate) fn new(conn: Server) -> Self {
         Batcher {
             shared: Arc::new(Shared {
                 conn,

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::scripts::{self, millis, KeyNames, ACQUIRE_GUARDED, RELEASE};
+use super::scripts::{self, millis, KeyNames, ACQUIRE_GUARDED};
 use super::subscriber::Subscriber;
 use super::{Attempt, RedisBackend};
-use crate::backend::{AcquireRequest, Lease};
+use crate::backend::AcquireRequest;
 use crate::LockError;
 
 pub(crate) use super::subscriber::waiting::nap_until;
@@ -53,19 +53,5 @@ impl RedisBackend {
             .arg(millis(quarantine));
         let (won, value): (i64, i64) = self.eval(&ACQUIRE_GUARDED, &call).await?;
         self.attempt_answer(req, names, sent, won, value)
-    }
-
-    /// The compare-and-delete of `lease`, sent by this future itself and
-    /// never queued in a release batch: on the connection at its first
-    /// poll (unless the connection is being re-established), and never sent
-    /// once the future is dropped. Redlock undoes a failed round with it,
-    /// so that the undo is not held back behind other keys' releases while
-    /// the next round's acquire of the same token goes out ahead of it.
-    pub(crate) async fn release_unbatched(&self, lease: &Lease) -> Result<bool, LockError> {
-        let names = KeyNames::new(&self.options.prefix, &lease.key);
-        let mut call = scripts::evalsha(&RELEASE, 1);
-        call.arg(&names.lock).arg(&lease.token).arg(&names.channel);
-        let released: i64 = self.eval(&RELEASE, &call).await?;
-        Ok(released == 1)
     }
 }

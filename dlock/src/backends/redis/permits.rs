@@ -188,10 +188,18 @@ impl PermitBackend for RedisBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.name, &self.options.shown)?;
         let names = PermitNames::new(&self.options.prefix, &req.name);
-        match self.attempt_permit(req, &names).await? {
-            Attempt::Acquired(lease) => Ok(Some(lease)),
-            Attempt::Held(_) => Ok(None),
-        }
+        let ask = || async {
+            Ok(match self.attempt_permit(req, &names).await? {
+                Attempt::Acquired(lease) => Some(lease),
+                Attempt::Held(_) => None,
+            })
+        };
+        let undo = |granted: Option<Lease>| async move {
+            if let Some(lease) = granted {
+                let _ = self.release_permit_now(&lease).await;
+            }
+        };
+        self.replicated(&req.name, None, true, ask, undo).await
     }
 
     async fn acquire_permit(
@@ -200,7 +208,19 @@ impl PermitBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.name, &self.options.shown)?;
-        self.wait_for_permit(req, deadline).await
+        let undo = |granted: Option<Lease>| async move {
+            if let Some(lease) = granted {
+                let _ = self.release_permit_now(&lease).await;
+            }
+        };
+        self.replicated(
+            &req.name,
+            deadline,
+            false,
+            || self.wait_for_permit(req, deadline),
+            undo,
+        )
+        .await
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

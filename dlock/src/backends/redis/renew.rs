@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Script};
 
-use super::connection::Connection;
+use super::connection::Server;
 use super::permits::{PermitNames, RENEW_PERMIT};
 use super::rw::RwNames;
 use super::scripts::{self, millis, KeyNames, RENEW};
@@ -45,16 +45,19 @@ impl RedisBackend {
         self.renew_with(what, leases).await
     }
 
+    /// Renews `leases`; a renewal counts once replicas acknowledged it
+    /// (`?replicas=`), else it is a failed one.
     async fn renew_with(&self, what: Renewed, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        match &self.conn {
+        let renewals = match &self.conn {
             Conn::Single(c) => self.renew_single(c.clone(), what, leases).await,
             Conn::Cluster(_) => self.renew_cluster(what, leases).await,
-        }
+        };
+        self.replicated_renewals(leases, renewals).await
     }
 
     async fn renew_single(
         &self,
-        mut conn: Connection,
+        mut conn: Server,
         what: Renewed,
         leases: &[Lease],
     ) -> Vec<Result<Renewal, LockError>> {

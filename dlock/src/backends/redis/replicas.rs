@@ -23,6 +23,7 @@
 //! gone; see the README's Redis section.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -31,15 +32,43 @@ use redis::RedisResult;
 
 use super::config::{replica_timeout, Replicas};
 use super::Conn;
+use crate::backend::{AllOrNone, Lease, Renewal};
+use crate::LockError;
 
 /// How long a replica count read with `ROLE` is used before it is read again.
 pub(crate) const FRESH: Duration = Duration::from_secs(1);
+
+/// The pause before a grant that too few replicas acknowledged is asked for
+/// again: a replica's link does not come back within microseconds.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// A grant or renewal that too few replicas acknowledged in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Unacknowledged {
     pub(crate) acknowledged: u32,
     pub(crate) needed: u32,
+}
+
+/// An answer to an acquisition that may hold a grant to acknowledge.
+pub(crate) trait Grant {
+    /// A lease granted by the write to acknowledge (any one of several
+    /// granted by one write); `None`: nothing was granted.
+    fn lease(&self) -> Option<&Lease>;
+}
+
+impl Grant for Option<Lease> {
+    fn lease(&self) -> Option<&Lease> {
+        self.as_ref()
+    }
+}
+
+impl Grant for AllOrNone {
+    fn lease(&self) -> Option<&Lease> {
+        match self {
+            AllOrNone::Taken(leases) => leases.first(),
+            AllOrNone::Held { .. } => None,
+        }
+    }
 }
 
 /// The replica acknowledgement of one backend.
@@ -147,7 +176,7 @@ async fn route<T: redis::FromRedisValue>(
             let value = c.route_command(cmd, to).await?;
             redis::from_redis_value(value).map_err(Into::into)
         }
-        mut single => cmd.query_async(&mut single).await,
+        Conn::Single(mut single) => cmd.query_async(&mut single).await,
     }
 }
 
@@ -196,5 +225,108 @@ mod tests {
         ]);
         assert_eq!(connected_replicas(&a_replica), 0);
         assert_eq!(connected_replicas(&Value::Nil), 0);
+    }
+}
+
+impl super::RedisBackend {
+    /// Whether enough replicas acknowledged the write that granted or
+    /// extended `lease` (and every write this backend sent before it).
+    async fn acknowledged(&self, lease: &Lease) -> Result<Result<(), Unacknowledged>, LockError> {
+        if self.replicas.is_off() {
+            return Ok(Ok(()));
+        }
+        self.replicas
+            .confirm(&self.conn, &lease.resource, lease.ttl)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    /// What `ask` granted, handed over only once replicas acknowledged it.
+    /// A grant they did not acknowledge is given back with `undo` (failing
+    /// that, it expires by its ttl; sent at
+    /// once, never batched: the next `ask` with the same token must not
+    /// overtake it) and asked for again until `deadline` (none: for ever);
+    /// with `once`, or when the time is up, the error says that replicas
+    /// did not acknowledge.
+    pub(super) async fn replicated<G, A, AF, U, UF>(
+        &self,
+        key: &str,
+        deadline: Option<Instant>,
+        once: bool,
+        mut ask: A,
+        undo: U,
+    ) -> Result<G, LockError>
+    where
+        G: Grant,
+        A: FnMut() -> AF,
+        AF: Future<Output = Result<G, LockError>>,
+        U: Fn(G) -> UF,
+        UF: Future<Output = ()>,
+    {
+        loop {
+            let granted = ask().await?;
+            let Some(lease) = granted.lease() else {
+                return Ok(granted);
+            };
+            let short = match self.acknowledged(lease).await? {
+                Ok(()) => return Ok(granted),
+                Err(short) => short,
+            };
+            tracing::debug!(key = %key, acknowledged = short.acknowledged, needed = short.needed,
+                "too few replicas acknowledged a grant; giving it back");
+            // A give-back that fails leaves the grant to its ttl.
+            undo(granted).await;
+            if once || deadline.is_some_and(|d| Instant::now() + RETRY_PAUSE >= d) {
+                return Err(LockError::Replication {
+                    key: key.to_owned(),
+                    acknowledged: short.acknowledged,
+                    needed: short.needed,
+                });
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// `renewals` of `leases`, each `Renewed` one kept only if replicas
+    /// acknowledged it: otherwise it is a failed renewal (the watchdog
+    /// tries again until the lease's deadline).
+    pub(super) async fn replicated_renewals(
+        &self,
+        leases: &[Lease],
+        mut renewals: Vec<Result<Renewal, LockError>>,
+    ) -> Vec<Result<Renewal, LockError>> {
+        if self.replicas.is_off() {
+            return renewals;
+        }
+        let renewed: Vec<usize> = (0..leases.len())
+            .filter(|&i| matches!(renewals.get(i), Some(Ok(Renewal::Renewed { .. }))))
+            .collect();
+        if renewed.is_empty() {
+            return renewals;
+        }
+        // One server: one WAIT covers every write before it. A Cluster:
+        // one per lease, each on its key's shard master, all at once.
+        let asked: Vec<usize> = if matches!(self.conn, Conn::Cluster(_)) {
+            renewed.clone()
+        } else {
+            vec![renewed[0]]
+        };
+        let answers =
+            futures_util::future::join_all(asked.iter().map(|&i| self.acknowledged(&leases[i])))
+                .await;
+        for (n, &i) in renewed.iter().enumerate() {
+            let answer = if asked.len() == 1 { &answers[0] } else { &answers[n] };
+            let failed = match answer {
+                Ok(Ok(())) => continue,
+                Ok(Err(short)) => LockError::Replication {
+                    key: leases[i].key.clone(),
+                    acknowledged: short.acknowledged,
+                    needed: short.needed,
+                },
+                Err(e) => LockError::backend(self.options.shown.clone(), e.to_string()),
+            };
+            renewals[i] = Err(failed);
+        }
+        renewals
     }
 }

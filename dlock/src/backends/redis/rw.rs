@@ -235,13 +235,21 @@ impl RwBackend for RedisBackend {
     async fn try_acquire_rw(&self, req: &RwRequest) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = RwNames::new(&self.options.prefix, &req.key);
-        let mut abandon = AbandonIfDropped::arm(self, &names, &req.token);
-        let answer = self.attempt_rw(req, &names, false).await?;
-        abandon.disarm();
-        Ok(match answer {
-            RwAttempt::Acquired(lease) => Some(lease),
-            RwAttempt::Blocked { .. } => None,
-        })
+        let ask = || async {
+            let mut abandon = AbandonIfDropped::arm(self, &names, &req.token);
+            let answer = self.attempt_rw(req, &names, false).await?;
+            abandon.disarm();
+            Ok(match answer {
+                RwAttempt::Acquired(lease) => Some(lease),
+                RwAttempt::Blocked { .. } => None,
+            })
+        };
+        let undo = |granted: Option<Lease>| async move {
+            if let Some(lease) = granted {
+                let _ = self.release_rw_now(req.mode, &lease).await;
+            }
+        };
+        self.replicated(&req.key, None, true, ask, undo).await
     }
 
     async fn acquire_rw(
@@ -250,6 +258,38 @@ impl RwBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
+        let undo = |granted: Option<Lease>| async move {
+            if let Some(lease) = granted {
+                let _ = self.release_rw_now(req.mode, &lease).await;
+            }
+        };
+        self.replicated(
+            &req.key,
+            deadline,
+            false,
+            || self.wait_for_rw(req, deadline),
+            undo,
+        )
+        .await
+    }
+
+    async fn renew_rw(&self, mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_rw_leases(mode, leases).await
+    }
+
+    async fn release_rw(&self, mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
+        self.release_rw_now(mode, lease).await
+    }
+}
+
+impl RedisBackend {
+    /// One read or write lease, waiting up to `deadline`; a writer that
+    /// gives up takes its mark away.
+    async fn wait_for_rw(
+        &self,
+        req: &RwRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
         let names = RwNames::new(&self.options.prefix, &req.key);
         let mut abandon = AbandonIfDropped::arm(self, &names, &req.token);
         let lease = self.wait_rw(req, &names, deadline).await?;
@@ -265,11 +305,8 @@ impl RwBackend for RedisBackend {
         Ok(lease)
     }
 
-    async fn renew_rw(&self, mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_rw_leases(mode, leases).await
-    }
-
-    async fn release_rw(&self, mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
+    /// Gives a read or write lease back (its release script, sent at once).
+    async fn release_rw_now(&self, mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
         let names = RwNames::new(&self.options.prefix, &lease.key);
         let script = match mode {
             RwMode::Read => &*RELEASE_READ,

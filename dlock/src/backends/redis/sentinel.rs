@@ -29,7 +29,10 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{
+    Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
+};
 
 use super::config::{RedisOptions, SentinelTarget};
 use super::connection::Connection;
@@ -138,13 +141,6 @@ impl Sentinel {
     pub(crate) fn master_addr(&self) -> String {
         self.inner.master().addr
     }
-
-    /// Asks the sentinels for the master again and follows it if it moved.
-    pub(crate) async fn refresh(&self) -> RedisResult<bool> {
-        let seen = self.inner.master().generation;
-        let inner = self.inner.clone();
-        background::run(async move { inner.switch(seen).await }).await
-    }
 }
 
 impl Inner {
@@ -231,7 +227,9 @@ impl ConnectionLike for Sentinel {
 /// Whether `e` says the node is no master any more, or not there: then the
 /// sentinels are asked again.
 fn master_is_gone(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::ReadOnly
+    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        // A script's write on a replica comes back as a script error.
+        || e.to_string().contains("READONLY")
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_io_error()

@@ -63,10 +63,36 @@ impl Channels {
     }
 }
 
+/// Where the subscriber connects: one server, or the master a Sentinel
+/// deployment names at each (re)connect, so it follows a failover.
+#[derive(Clone)]
+pub(crate) enum Source {
+    Fixed(redis::Client),
+    Master(super::sentinel::Sentinel),
+}
+
+impl Source {
+    fn client(&self) -> redis::Client {
+        match self {
+            Source::Fixed(client) => client.clone(),
+            Source::Master(sentinel) => sentinel.master_client(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Source::Fixed(_) => "Fixed",
+            Source::Master(_) => "Master",
+        })
+    }
+}
+
 /// The shared subscriber of one backend.
 #[derive(Debug)]
 pub(crate) struct Subscriber {
-    client: redis::Client,
+    source: Source,
     channels: Arc<Mutex<Channels>>,
     /// What the server's ACL refused; never asked for again.
     refused: Arc<Refused>,
@@ -96,9 +122,9 @@ pub(crate) struct Subscription {
 }
 
 impl Subscriber {
-    pub(crate) fn new(client: redis::Client) -> Self {
+    pub(crate) fn new(source: Source) -> Self {
         Subscriber {
-            client,
+            source,
             channels: Arc::default(),
             refused: Arc::default(),
             commands: Mutex::new(None),
@@ -112,7 +138,7 @@ impl Subscriber {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         crate::background::spawn(run(
-            self.client.clone(),
+            self.source.clone(),
             self.channels.clone(),
             self.refused.clone(),
             rx,
@@ -270,13 +296,14 @@ async fn subscribe_on(
 /// The subscriber task: (re)connects, keeps the server's subscriptions equal
 /// to the waited-on channels, and turns messages into generation bumps.
 async fn run(
-    client: redis::Client,
+    source: Source,
     channels: Arc<Mutex<Channels>>,
     refused: Arc<Refused>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
+        let client = source.client();
         let connected =
             tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub()).await;
         let (mut sink, mut stream) = match connected {

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use redis::{Cmd, Script};
 
 use super::BatchKind;
-use crate::backends::redis::connection::Connection;
+use crate::backends::redis::connection::Server;
 use crate::backends::redis::scripts::{evalsha, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
 use crate::backends::redis::unfinished::release_abandoned;
 
@@ -52,7 +52,7 @@ impl BatchKind for Acquires {
     }
 
     fn unclaimed(
-        mut conn: Connection,
+        mut conn: Server,
         op: AcquireOp,
         (won, _): (i64, i64),
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
@@ -98,7 +98,7 @@ impl BatchKind for Releases {
     }
 
     fn unclaimed(
-        _conn: Connection,
+        _conn: Server,
         _op: ReleaseOp,
         _released: i64,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
