@@ -125,7 +125,8 @@ pub fn registry() -> &'static Registry {
 /// Connects to the lock service named by `url` and returns it as a backend.
 ///
 /// Schemes: `memory://` always; `redis://`, `rediss://`, `redis+cluster://`,
-/// `rediss+cluster://`, `redlock://`, `etcd://`, `etcds://`, `zk://` with
+/// `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`,
+/// `redlock://`, `etcd://`, `etcds://`, `zk://` with
 /// their cargo features (the table in [`backends`](crate::backends)).
 ///
 /// # Errors

@@ -39,7 +39,14 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         backend: Backend::Memory,
     },
     Scheme {
-        names: &["redis", "rediss", "redis+cluster", "rediss+cluster"],
+        names: &[
+            "redis",
+            "rediss",
+            "redis+cluster",
+            "rediss+cluster",
+            "redis+sentinel",
+            "rediss+sentinel",
+        ],
         feature: Some("redis"),
         semaphores: true,
         rw_locks: true,

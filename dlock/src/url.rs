@@ -21,28 +21,30 @@
 /// );
 /// ```
 ///
-/// A query parameter whose name ends in `password` is hidden the same way.
+/// A query parameter whose name ends in `password` is hidden the same way,
+/// with the rest of the query after it.
 pub fn redact(url: &str) -> String {
     redact_query_passwords(&redact_userinfo(url))
 }
 
-/// Hides the value of every query parameter whose name ends in `password`
-/// (`?sentinel_password=…`).
+/// Hides the value of the first query parameter whose name ends in
+/// `password` (`?sentinel_password=…`) and everything after it: a password
+/// written with a raw `&` or `#` runs on past the next `&`.
 fn redact_query_passwords(url: &str) -> String {
     let Some((before, query)) = url.split_once('?') else {
         return url.to_owned();
     };
-    if !query.contains("password") {
-        return url.to_owned();
+    let mut shown = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some((name, _)) if name.ends_with("password") => {
+                shown.push(format!("{name}=***"));
+                return format!("{before}?{}", shown.join("&"));
+            }
+            _ => shown.push(pair.to_owned()),
+        }
     }
-    let pairs: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((name, _)) if name.ends_with("password") => format!("{name}=***"),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{before}?{}", pairs.join("&"))
+    url.to_owned()
 }
 
 fn redact_userinfo(url: &str) -> String {
@@ -140,12 +142,16 @@ mod tests {
     fn hides_password_parameters() {
         for (url, want) in [
             (
-                "redis+sentinel://h:1/mm?sentinel_password=a%26b&db=2",
-                "redis+sentinel://h:1/mm?sentinel_password=***&db=2",
+                "redis+sentinel://h:1/mm?db=2&sentinel_password=a%26b",
+                "redis+sentinel://h:1/mm?db=2&sentinel_password=***",
             ),
             (
                 "redis+sentinel://u:p@h:1/mm?db=1&sentinel_user=s&sentinel_password=x",
                 "redis+sentinel://u:***@h:1/mm?db=1&sentinel_user=s&sentinel_password=***",
+            ),
+            (
+                "redis+sentinel://h:1/mm?sentinel_password=ab&cd=ef&db=2",
+                "redis+sentinel://h:1/mm?sentinel_password=***",
             ),
             ("redis://h:1?prefix=password", "redis://h:1?prefix=password"),
         ] {

@@ -230,10 +230,10 @@ proptest! {
 fn schemes() -> Vec<&'static str> {
     let mut schemes = vec!["memory", "nosuchscheme"];
     if cfg!(feature = "redis") {
-        schemes.extend(["redis", "redis+cluster"]);
+        schemes.extend(["redis", "redis+cluster", "redis+sentinel"]);
     }
     if cfg!(all(feature = "redis", feature = "tls")) {
-        schemes.push("rediss");
+        schemes.extend(["rediss", "rediss+sentinel"]);
     }
     if cfg!(feature = "redlock") {
         schemes.push("redlock");
@@ -269,6 +269,7 @@ proptest! {
                 format!("{scheme}://user:{password}@127.0.0.1:1,127.0.0.1:2/0?timeout=300ms"),
                 format!("{scheme}://user:{password}@"),
                 format!("{scheme}:/user:{password}@127.0.0.1:1"),
+                format!("{scheme}://127.0.0.1:1/mm?sentinel_user=u&sentinel_password={password}&db=0"),
             ] {
                 let answer = runtime.block_on(async {
                     tokio::time::timeout(Duration::from_secs(20), dlock::connect(&url)).await
@@ -308,6 +309,14 @@ fn malformed_urls_get_clean_errors() {
         "redis://h:1?nosuchoption=1",
         "redis+cluster://",
         "redis+cluster://h:1,",
+        "redis+sentinel://",
+        "redis+sentinel://h:1",
+        "redis+sentinel://h:1/",
+        "redis+sentinel://h:x/mm",
+        "redis+sentinel://h:1/mm?db=x",
+        "redis+sentinel://h:1/mm?nosuchoption=1",
+        "redis+sentinel://127.0.0.1:1/mm",
+        "rediss+sentinel://h:1/mm?ca=",
         "rediss://h:1?ca=",
         "redlock://",
         "redlock://h:1",

@@ -7,7 +7,7 @@
 //! | backend | URL | feature | fencing token | semaphores | read-write locks |
 //! |---|---|---|---|---|---|
 //! | [`memory::MemoryBackend`] | `memory://` | always | per-process counter | yes | yes |
-//! | [`redis::RedisBackend`] | `redis://`, `rediss://`, `redis+cluster://`, `rediss+cluster://` | `redis` (default), `tls` | per-key counter | yes | yes (single server and Cluster) |
+//! | [`redis::RedisBackend`] | `redis://`, `rediss://`, `redis+cluster://`, `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://` | `redis` (default), `tls` | per-key counter | yes | yes (single server, Cluster and Sentinel) |
 //! | [`redlock::RedlockBackend`] | `redlock://h1:port,h2:port,h3:port` | `redlock` | none (see its docs) | no | no |
 //! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd`, `tls` for `etcds://` | the key's create revision | yes | yes (etcd's recipe `RWMutex` layout) |
 //! | `zookeeper::ZooKeeperBackend` | `zk://host:port[,host:port...][/chroot]` | `zookeeper` | the lock node's `czxid` | yes | yes (Curator's `InterProcessReadWriteLock` layout) |

@@ -1,5 +1,6 @@
-//! The Redis backend: one server or a Redis Cluster (`redis://`, `rediss://`,
-//! `redis+cluster://`).
+//! The Redis backend: one server, a Redis Cluster, or the master of a
+//! Sentinel deployment (`redis://`, `rediss://`, `redis+cluster://`,
+//! `redis+sentinel://`, `rediss+sentinel://`).
 //!
 //! Capabilities: ✓ mutual exclusion across processes and machines · ✓ lease
 //! expiry · ✓ fencing tokens (a per-key counter that never goes below the
@@ -7,10 +8,15 @@
 //! · ✓ batched renewal (one pipeline per tick) · ✓ TLS and ACL users ·
 //! ✓ semaphores (a sorted set of permits, see `permits.rs`) ·
 //! ✓ read-write locks (see below and `rw.rs`) ·
-//! ✗ safety across a failover: Redis replicates asynchronously, so a lock
+//! ✓ Sentinel: the master is found through the sentinels and followed across
+//! failovers (see `sentinel.rs`) ·
+//! ◐ safety across a failover: Redis replicates asynchronously, so a lock
 //! written to a primary that dies before replicating it is gone on the new
-//! primary. Where that matters, use etcd or ZooKeeper (or Redlock, with its
-//! own limits).
+//! primary. Every grant and renewal therefore waits for replica
+//! acknowledgement (`WAIT`, `?replicas=auto|N`, see `replicas.rs`) and an
+//! unacknowledged grant is given back; that is not consensus (a replica that
+//! had not acknowledged can still be promoted). Where that matters, use etcd
+//! or ZooKeeper (or Redlock, with its own limits).
 //!
 //! Protocol (see [`scripts`](self) in the source):
 //! - acquire: one Lua script does `SET <prefix>:{key} <token> NX PX <ttl>`
@@ -80,6 +86,12 @@
 //! A ttl above [`MAX_TTL`] (365 days; `Duration::MAX` for
 //! "forever") is refused with [`LockError::InvalidOption`] naming the maximum.
 //!
+//! Sentinel: `redis+sentinel://[user:password@]h1:p1,h2:p2/<master>[?db=N&sentinel_user=..&sentinel_password=..]`.
+//! Replica acknowledgement on every form: `?replicas=auto|N` (default
+//! `auto`: as many as are connected; 0: off) and `?replica_timeout=250ms`
+//! (default a tenth of the ttl, within 10 ms and 1 s); a grant too few
+//! replicas acknowledge is [`LockError::Replication`].
+//!
 //! URL parameters: `?prefix=name` (key namespace, default `dlock`),
 //! `?timeout_ms=N` (one request's time limit, default 5000),
 //! `?recheck_ms=N` (the cap of a waiter's re-checks, default 1000; `0`
@@ -115,12 +127,12 @@ use self::batching::ops::{AcquireOp, Acquires, ReleaseOp, Releases};
 use self::batching::{Batcher, Turn};
 use self::config::{client, tls_cluster, RedisOptions};
 use self::connection::{Connection, Server};
-use self::replicas::ReplicaAck;
-use self::sentinel::Sentinel;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
 use self::recheck::{keyspace_channel, notifies_releases, Recheck};
+use self::replicas::ReplicaAck;
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
+use self::sentinel::Sentinel;
 use self::subscriber::{Source, Subscriber};
 use self::unfinished::ReleaseIfDropped;
 use crate::backend::{
@@ -250,7 +262,10 @@ impl RedisBackend {
     ///
     /// Forms: `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS, needs
     /// the `tls` feature; `?ca=/path/ca.pem` to trust a private CA),
-    /// `redis+cluster://[user:pass@]host:port,host:port,…`.
+    /// `redis+cluster://[user:pass@]host:port,host:port,…`,
+    /// `redis+sentinel://[user:pass@]host:port,host:port/<master>[?db=N&sentinel_user=..&sentinel_password=..]`
+    /// (and `rediss+sentinel://`). Every form takes `?replicas=auto|N` and
+    /// `?replica_timeout=` (replica acknowledgement of grants and renewals).
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] for a malformed URL, naming it with the
@@ -262,7 +277,7 @@ impl RedisBackend {
         let first = client(&options, &options.nodes[0])?;
         let mut db = first.get_connection_info().redis_settings().db();
         let replicas = Arc::new(ReplicaAck::new(options.replicas, options.replica_timeout));
-        let mut source = Source::Fixed(first.clone());
+        let mut source = Source::Fixed(Box::new(first.clone()));
         let conn = if let Some(target) = &options.sentinel {
             // A failover moves the master: its replica counts are another's.
             let on_switch = {
@@ -270,8 +285,7 @@ impl RedisBackend {
                 Box::new(move || replicas.forget())
             };
             let sentinel =
-                Sentinel::connect(&options, target, connection_config(&options), on_switch)
-                    .await?;
+                Sentinel::connect(&options, target, connection_config(&options), on_switch).await?;
             db = target.db;
             source = Source::Master(sentinel.clone());
             Conn::Single(Server::Followed(sentinel))
@@ -652,6 +666,16 @@ impl RedisBackend {
         Ok(released == 1)
     }
 
+    /// A guard that releases the lock `names` for `token` if dropped
+    /// armed: an acquisition that may have been granted and was given up.
+    fn release_if_dropped<'a>(
+        &'a self,
+        names: &'a KeyNames,
+        token: &'a str,
+    ) -> ReleaseIfDropped<'a> {
+        ReleaseIfDropped::arm(&self.conn, &RELEASE, &names.lock, token, &names.channel)
+    }
+
     /// [`attempt`](Self::attempt) for this backend's own `acquire` and
     /// `try_acquire`: if the future is dropped (or fails) with the script in
     /// flight, the lease it may have taken is released, not left to its ttl.
@@ -664,13 +688,7 @@ impl RedisBackend {
         req: &AcquireRequest,
         names: &KeyNames,
     ) -> Result<Attempt, LockError> {
-        let mut unfinished = ReleaseIfDropped::arm(
-            &self.conn,
-            &RELEASE,
-            &names.lock,
-            &req.token,
-            &names.channel,
-        );
+        let mut unfinished = self.release_if_dropped(names, &req.token);
         let answer = self.attempt(req, names, true).await?;
         unfinished.disarm();
         Ok(answer)
@@ -725,7 +743,9 @@ impl LockBackend for RedisBackend {
                 let _ = self.release_unbatched(&lease).await;
             }
         };
-        self.replicated(&req.key, None, true, ask, undo).await
+        let arm = || self.release_if_dropped(&names, &req.token);
+        self.replicated(&req.key, (None, true), ask, arm, undo)
+            .await
     }
 
     async fn acquire(
@@ -746,7 +766,9 @@ impl LockBackend for RedisBackend {
                 let _ = self.release_unbatched(&lease).await;
             }
         };
-        self.replicated(&req.key, deadline, false, ask, undo).await
+        let arm = || self.release_if_dropped(&names, &req.token);
+        self.replicated(&req.key, (deadline, false), ask, arm, undo)
+            .await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

@@ -130,7 +130,9 @@ impl AllKeysBackend for RedisBackend {
         }
         let names = self.all_names(reqs)?;
         let ask = || async { Ok(answer(self.attempt_all(reqs, &names).await?)) };
-        self.replicated(&reqs[0].key, None, true, ask, |granted| self.give_back_all(granted))
+        let arm = || self.all_if_dropped(reqs, &names);
+        let undo = |granted| self.give_back_all(granted);
+        self.replicated(&reqs[0].key, (None, true), ask, arm, undo)
             .await
     }
 
@@ -142,11 +144,12 @@ impl AllKeysBackend for RedisBackend {
         if reqs.is_empty() {
             return Ok(AllOrNone::Taken(Vec::new()));
         }
-        let ask = || self.wait_for_all(reqs, deadline);
-        self.replicated(&reqs[0].key, deadline, false, ask, |granted| {
-            self.give_back_all(granted)
-        })
-        .await
+        let names = self.all_names(reqs)?;
+        let ask = || self.wait_for_all(reqs, &names, deadline);
+        let arm = || self.all_if_dropped(reqs, &names);
+        let undo = |granted| self.give_back_all(granted);
+        self.replicated(&reqs[0].key, (deadline, false), ask, arm, undo)
+            .await
     }
 }
 
@@ -155,9 +158,9 @@ impl RedisBackend {
     async fn wait_for_all(
         &self,
         reqs: &[AcquireRequest],
+        names: &[KeyNames],
         deadline: Option<Instant>,
     ) -> Result<AllOrNone, LockError> {
-        let names = self.all_names(reqs)?;
         let watched: Vec<Watched<'_>> = names
             .iter()
             .map(|names| Watched {
@@ -173,7 +176,7 @@ impl RedisBackend {
         };
         let waited = self
             .wait_on_keys(&watched, deadline, pace, || {
-                self.within(deadline, self.attempt_all(reqs, &names))
+                self.within(deadline, self.attempt_all(reqs, names))
             })
             .await?;
         Ok(match waited {
@@ -182,6 +185,18 @@ impl RedisBackend {
                 index: index.unwrap_or(0),
             },
         })
+    }
+
+    /// Guards that release every key of `reqs` if dropped armed.
+    fn all_if_dropped<'a>(
+        &'a self,
+        reqs: &'a [AcquireRequest],
+        names: &'a [KeyNames],
+    ) -> Vec<ReleaseIfDropped<'a>> {
+        reqs.iter()
+            .zip(names)
+            .map(|(req, names)| self.release_if_dropped(names, &req.token))
+            .collect()
     }
 
     /// Gives back every lease of a grant that replicas did not acknowledge.

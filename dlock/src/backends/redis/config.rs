@@ -146,10 +146,18 @@ impl RedisOptions {
                     recheck = (ms > 0).then(|| Duration::from_millis(ms));
                 }
                 _ if sentinel => {
+                    // After a password, a "parameter" may be the rest of a
+                    // password written with a raw `&`: not quoted.
+                    let what = if sentinel_query.password.is_some() {
+                        "a parameter after `sentinel_password` (percent-encode a `&` in a password)"
+                            .to_owned()
+                    } else {
+                        format!("`{name}`")
+                    };
                     return Err(bad(&format!(
-                        "`{name}` is not a parameter of a sentinel URL; it takes db, sentinel_user, sentinel_password, prefix, timeout_ms, recheck_ms, replicas, replica_timeout{}",
+                        "{what} is not a parameter of a sentinel URL; it takes db, sentinel_user, sentinel_password, prefix, timeout_ms, recheck_ms, replicas, replica_timeout{}",
                         if tls { " and ca" } else { "" }
-                    )))
+                    )));
                 }
                 _ => passed_on.push(pair),
             }

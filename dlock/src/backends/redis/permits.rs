@@ -173,6 +173,21 @@ impl RedisBackend {
         .await
     }
 
+    /// A guard that gives the permit of `token` back if dropped armed.
+    fn permit_if_dropped<'a>(
+        &'a self,
+        names: &'a PermitNames,
+        token: &'a str,
+    ) -> ReleaseIfDropped<'a> {
+        ReleaseIfDropped::arm(
+            &self.conn,
+            &RELEASE_PERMIT,
+            &names.set,
+            token,
+            &names.channel,
+        )
+    }
+
     /// Gives a permit back (the release script).
     pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<bool, LockError> {
         let names = PermitNames::new(&self.options.prefix, &lease.key);
@@ -199,7 +214,9 @@ impl PermitBackend for RedisBackend {
                 let _ = self.release_permit_now(&lease).await;
             }
         };
-        self.replicated(&req.name, None, true, ask, undo).await
+        let arm = || self.permit_if_dropped(&names, &req.token);
+        self.replicated(&req.name, (None, true), ask, arm, undo)
+            .await
     }
 
     async fn acquire_permit(
@@ -208,19 +225,16 @@ impl PermitBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.name, &self.options.shown)?;
+        let names = PermitNames::new(&self.options.prefix, &req.name);
         let undo = |granted: Option<Lease>| async move {
             if let Some(lease) = granted {
                 let _ = self.release_permit_now(&lease).await;
             }
         };
-        self.replicated(
-            &req.name,
-            deadline,
-            false,
-            || self.wait_for_permit(req, deadline),
-            undo,
-        )
-        .await
+        let arm = || self.permit_if_dropped(&names, &req.token);
+        let ask = || self.wait_for_permit(req, deadline);
+        self.replicated(&req.name, (deadline, false), ask, arm, undo)
+            .await
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

@@ -49,6 +49,18 @@ pub(crate) struct Unacknowledged {
     pub(crate) needed: u32,
 }
 
+/// A guard that gives a grant back when dropped, until disarmed.
+pub(crate) trait Disarm {
+    /// The caller owns the grant now.
+    fn disarm(&mut self);
+}
+
+impl<D: Disarm> Disarm for Vec<D> {
+    fn disarm(&mut self) {
+        self.iter_mut().for_each(Disarm::disarm);
+    }
+}
+
 /// An answer to an acquisition that may hold a grant to acknowledge.
 pub(crate) trait Grant {
     /// A lease granted by the write to acknowledge (any one of several
@@ -123,7 +135,9 @@ impl ReplicaAck {
         }
         let timeout = self.timeout.unwrap_or_else(|| replica_timeout(ttl));
         // `WAIT n 0` blocks for ever: at least a millisecond.
-        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
         let mut wait = redis::cmd("WAIT");
         wait.arg(needed).arg(ms);
         let acknowledged: u32 = route(conn, lock_key, wait).await?;
@@ -170,9 +184,10 @@ async fn route<T: redis::FromRedisValue>(
 ) -> RedisResult<T> {
     match conn.clone() {
         Conn::Cluster(mut c) => {
-            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                Route::with_key(lock_key, SlotAddr::Master),
-            ));
+            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+                lock_key,
+                SlotAddr::Master,
+            )));
             let value = c.route_command(cmd, to).await?;
             redis::from_redis_value(value).map_err(Into::into)
         }
@@ -196,38 +211,6 @@ fn connected_replicas(role: &redis::Value) -> u32 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use redis::Value;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn role_counts_the_master_s_replicas() {
-        let replica = Value::Array(vec![bulk("127.0.0.1"), bulk("6380"), bulk("42")]);
-        let master = Value::Array(vec![
-            bulk("master"),
-            Value::Int(42),
-            Value::Array(vec![replica.clone(), replica]),
-        ]);
-        assert_eq!(connected_replicas(&master), 2);
-        let alone = Value::Array(vec![bulk("master"), Value::Int(0), Value::Array(vec![])]);
-        assert_eq!(connected_replicas(&alone), 0);
-        let a_replica = Value::Array(vec![
-            bulk("slave"),
-            bulk("127.0.0.1"),
-            Value::Int(6379),
-            bulk("connected"),
-            Value::Int(42),
-        ]);
-        assert_eq!(connected_replicas(&a_replica), 0);
-        assert_eq!(connected_replicas(&Value::Nil), 0);
-    }
-}
-
 impl super::RedisBackend {
     /// Whether enough replicas acknowledged the write that granted or
     /// extended `lease` (and every write this backend sent before it).
@@ -242,24 +225,30 @@ impl super::RedisBackend {
     }
 
     /// What `ask` granted, handed over only once replicas acknowledged it.
-    /// A grant they did not acknowledge is given back with `undo` (failing
-    /// that, it expires by its ttl; sent at
-    /// once, never batched: the next `ask` with the same token must not
-    /// overtake it) and asked for again until `deadline` (none: for ever);
-    /// with `once`, or when the time is up, the error says that replicas
-    /// did not acknowledge.
-    pub(super) async fn replicated<G, A, AF, U, UF>(
+    ///
+    /// - While the acknowledgement is awaited, the guard `arm` makes gives
+    ///   the grant back if this future is dropped (or the `WAIT` fails), as
+    ///   the acquire's own guard did until its answer came.
+    /// - A grant they did not acknowledge is given back with `undo`, awaited
+    ///   (failing that, it expires by its ttl): sent at once and never
+    ///   batched, so the next `ask` with the same token cannot overtake it.
+    ///   It is asked for again until `deadline` (none: for ever); with
+    ///   `once`, or when the time is up, the error says that replicas did
+    ///   not acknowledge.
+    pub(super) async fn replicated<G, A, AF, M, D, U, UF>(
         &self,
         key: &str,
-        deadline: Option<Instant>,
-        once: bool,
+        (deadline, once): (Option<Instant>, bool),
         mut ask: A,
+        arm: M,
         undo: U,
     ) -> Result<G, LockError>
     where
         G: Grant,
         A: FnMut() -> AF,
         AF: Future<Output = Result<G, LockError>>,
+        M: Fn() -> D,
+        D: Disarm,
         U: Fn(G) -> UF,
         UF: Future<Output = ()>,
     {
@@ -268,13 +257,20 @@ impl super::RedisBackend {
             let Some(lease) = granted.lease() else {
                 return Ok(granted);
             };
+            if self.replicas.is_off() {
+                return Ok(granted);
+            }
+            let mut unclaimed = arm();
             let short = match self.acknowledged(lease).await? {
-                Ok(()) => return Ok(granted),
+                Ok(()) => {
+                    unclaimed.disarm();
+                    return Ok(granted);
+                }
                 Err(short) => short,
             };
+            unclaimed.disarm();
             tracing::debug!(key = %key, acknowledged = short.acknowledged, needed = short.needed,
                 "too few replicas acknowledged a grant; giving it back");
-            // A give-back that fails leaves the grant to its ttl.
             undo(granted).await;
             if once || deadline.is_some_and(|d| Instant::now() + RETRY_PAUSE >= d) {
                 return Err(LockError::Replication {
@@ -315,7 +311,11 @@ impl super::RedisBackend {
             futures_util::future::join_all(asked.iter().map(|&i| self.acknowledged(&leases[i])))
                 .await;
         for (n, &i) in renewed.iter().enumerate() {
-            let answer = if asked.len() == 1 { &answers[0] } else { &answers[n] };
+            let answer = if asked.len() == 1 {
+                &answers[0]
+            } else {
+                &answers[n]
+            };
             let failed = match answer {
                 Ok(Ok(())) => continue,
                 Ok(Err(short)) => LockError::Replication {
@@ -328,5 +328,37 @@ impl super::RedisBackend {
             renewals[i] = Err(failed);
         }
         renewals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn role_counts_the_master_s_replicas() {
+        let replica = Value::Array(vec![bulk("127.0.0.1"), bulk("6380"), bulk("42")]);
+        let master = Value::Array(vec![
+            bulk("master"),
+            Value::Int(42),
+            Value::Array(vec![replica.clone(), replica]),
+        ]);
+        assert_eq!(connected_replicas(&master), 2);
+        let alone = Value::Array(vec![bulk("master"), Value::Int(0), Value::Array(vec![])]);
+        assert_eq!(connected_replicas(&alone), 0);
+        let a_replica = Value::Array(vec![
+            bulk("slave"),
+            bulk("127.0.0.1"),
+            Value::Int(6379),
+            bulk("connected"),
+            Value::Int(42),
+        ]);
+        assert_eq!(connected_replicas(&a_replica), 0);
+        assert_eq!(connected_replicas(&Value::Nil), 0);
     }
 }

@@ -206,6 +206,12 @@ impl<'a> AbandonIfDropped<'a> {
     }
 }
 
+impl super::replicas::Disarm for AbandonIfDropped<'_> {
+    fn disarm(&mut self) {
+        AbandonIfDropped::disarm(self);
+    }
+}
+
 impl Drop for AbandonIfDropped<'_> {
     fn drop(&mut self) {
         let Some((conn, names, token)) = self.armed.take() else {
@@ -249,7 +255,9 @@ impl RwBackend for RedisBackend {
                 let _ = self.release_rw_now(req.mode, &lease).await;
             }
         };
-        self.replicated(&req.key, None, true, ask, undo).await
+        let arm = || AbandonIfDropped::arm(self, &names, &req.token);
+        self.replicated(&req.key, (None, true), ask, arm, undo)
+            .await
     }
 
     async fn acquire_rw(
@@ -258,19 +266,16 @@ impl RwBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
+        let names = RwNames::new(&self.options.prefix, &req.key);
         let undo = |granted: Option<Lease>| async move {
             if let Some(lease) = granted {
                 let _ = self.release_rw_now(req.mode, &lease).await;
             }
         };
-        self.replicated(
-            &req.key,
-            deadline,
-            false,
-            || self.wait_for_rw(req, deadline),
-            undo,
-        )
-        .await
+        let ask = || self.wait_for_rw(req, &names, deadline);
+        let arm = || AbandonIfDropped::arm(self, &names, &req.token);
+        self.replicated(&req.key, (deadline, false), ask, arm, undo)
+            .await
     }
 
     async fn renew_rw(&self, mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
@@ -288,15 +293,15 @@ impl RedisBackend {
     async fn wait_for_rw(
         &self,
         req: &RwRequest,
+        names: &RwNames,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let names = RwNames::new(&self.options.prefix, &req.key);
-        let mut abandon = AbandonIfDropped::arm(self, &names, &req.token);
-        let lease = self.wait_rw(req, &names, deadline).await?;
+        let mut abandon = AbandonIfDropped::arm(self, names, &req.token);
+        let lease = self.wait_rw(req, names, deadline).await?;
         if lease.is_none() && req.mode == RwMode::Write {
             // The wait ran out: take the mark away now, so that readers
             // come in at once. If that fails, the armed guard tries again.
-            if let Err(e) = self.abandon_rw(&names, &req.token).await {
+            if let Err(e) = self.abandon_rw(names, &req.token).await {
                 tracing::debug!(key = %req.key, error = %e, "could not remove a waiting writer's mark");
                 return Ok(None);
             }

@@ -145,7 +145,10 @@ impl Sentinel {
 
 impl Inner {
     fn master(&self) -> Master {
-        self.current.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Follows the master if the sentinels name another node than the one
@@ -246,8 +249,8 @@ fn sentinel_client(
         .iter()
         .map(|(host, port)| sentinel_addr(options, host, *port));
     let bad = |e: RedisError| LockError::invalid_option(format!("`{}`: {e}", options.shown));
-    let mut builder =
-        SentinelClientBuilder::new(addrs, &target.master, SentinelServerType::Master).map_err(bad)?;
+    let mut builder = SentinelClientBuilder::new(addrs, &target.master, SentinelServerType::Master)
+        .map_err(bad)?;
     builder = builder.set_client_to_redis_db(target.db);
     if let Some(user) = &target.user {
         builder = builder.set_client_to_redis_username(user);
@@ -379,7 +382,12 @@ async fn listen_for_switches(inner: &Weak<Inner>) {
         return;
     };
     let name = strong.target.master.clone();
-    let sentinel = strong.sentinels.lock().await.async_get_sentinel_client().await;
+    let sentinel = strong
+        .sentinels
+        .lock()
+        .await
+        .async_get_sentinel_client()
+        .await;
     drop(strong);
     let Ok(sentinel) = sentinel else {
         return;

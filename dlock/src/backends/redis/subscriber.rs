@@ -67,14 +67,14 @@ impl Channels {
 /// deployment names at each (re)connect, so it follows a failover.
 #[derive(Clone)]
 pub(crate) enum Source {
-    Fixed(redis::Client),
+    Fixed(Box<redis::Client>),
     Master(super::sentinel::Sentinel),
 }
 
 impl Source {
     fn client(&self) -> redis::Client {
         match self {
-            Source::Fixed(client) => client.clone(),
+            Source::Fixed(client) => (**client).clone(),
             Source::Master(sentinel) => sentinel.master_client(),
         }
     }

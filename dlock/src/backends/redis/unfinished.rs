@@ -61,6 +61,12 @@ impl<'a> ReleaseIfDropped<'a> {
     }
 }
 
+impl super::replicas::Disarm for ReleaseIfDropped<'_> {
+    fn disarm(&mut self) {
+        ReleaseIfDropped::disarm(self);
+    }
+}
+
 impl Drop for ReleaseIfDropped<'_> {
     fn drop(&mut self) {
         let Some(armed) = self.armed.take() else {
