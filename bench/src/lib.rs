@@ -9,6 +9,7 @@ pub mod observed;
 pub mod read_mostly;
 pub mod redis;
 pub mod redlock;
+pub mod replicas;
 pub mod rslock;
 pub mod segments;
 pub mod stats;

@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--observed-detail]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--observed-detail]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
@@ -10,6 +10,10 @@
 //! `--read-mostly` (any backend with read-write locks) runs the read-mostly
 //! workload instead: one key, 64 tasks, 95 % reads with 1 ms critical
 //! sections, an `RwLock` against a plain `Lock`.
+//!
+//! `--replicas` (Redis, a master with a replica) measures replica
+//! acknowledgement: the uncontended cycle and 64 tasks on distinct keys
+//! with `?replicas=1` against `?replicas=0`, in one run.
 //!
 //! The Redis suite ends with workload (b) with observability on (a
 //! Prometheus recorder and a `tracing` subscriber at INFO) against off;
@@ -27,6 +31,7 @@ type Suite = fn(String, Flags) -> Pin<Box<dyn Future<Output = Outcome>>>;
 struct Flags {
     segments: bool,
     read_mostly: bool,
+    replicas: bool,
     observed_detail: bool,
 }
 
@@ -40,6 +45,8 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
             Box::pin(async move {
                 if flags.segments {
                     dlock_bench::segments::run(&url).await
+                } else if flags.replicas {
+                    dlock_bench::replicas::run(&url).await
                 } else {
                     dlock_bench::redis::run(&url, flags.observed_detail).await
                 }
@@ -65,12 +72,13 @@ async fn main() -> ExitCode {
     let flags = Flags {
         segments: args.iter().any(|a| a == "--segments"),
         read_mostly: args.iter().any(|a| a == "--read-mostly"),
+        replicas: args.iter().any(|a| a == "--replicas"),
         observed_detail: args.iter().any(|a| a == "--observed-detail"),
     };
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
         eprintln!(
-            "usage: bench <url> [--segments] [--read-mostly] [--observed-detail]   ({})",
+            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--observed-detail]   ({})",
             examples.join(", ")
         );
         return ExitCode::FAILURE;

@@ -1,0 +1,281 @@
+//! Redis behind Sentinel (issue 24), against real servers: a master, its
+//! replica and three sentinels started by the harness
+//! (`dlock_tests::servers::sentinel`).
+//!
+//! - A holder survives a failover: its renewals follow the master to the
+//!   promoted replica, and another client is never granted the key while the
+//!   holder believes it holds it.
+//! - The classic failure (the master grants, dies before its replica has
+//!   the lease, the replica is promoted, a second client is granted the same
+//!   key): shown with `replicas=0`, prevented by the default acknowledgement.
+//! - Sentinel URL errors: no sentinel reachable, an unknown master, a wrong
+//!   sentinel password, each a clear error within the connect timeout.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::redis::RedisBackend;
+use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
+use dlock_tests::servers::ServerControl;
+
+async fn connect(url: &str) -> Arc<RedisBackend> {
+    Arc::new(
+        RedisBackend::connect(url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", dlock::url::redact(url))),
+    )
+}
+
+fn with_param(url: &str, param: &str) -> String {
+    let joint = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joint}{param}")
+}
+
+/// Runs blocking harness work (waits for the sentinels) off the runtime's
+/// worker.
+fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(work)
+}
+
+/// A holds with a fencing token; the master is killed and the sentinels
+/// promote the replica. A's guard stays held (its renewals reach the new
+/// master) or reports lost before B is granted the key; B, waiting the
+/// whole time, is never granted it while A holds; after A releases, B's
+/// fence is greater than A's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_survives_a_failover() {
+    let mut group = blocking(|| RedisSentinel::start(1));
+    let url = group.url();
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let key = "sentinel:failover:holder";
+    let ttl = Duration::from_secs(6);
+    let guard = Lock::new(key)
+        .with_backend(a.clone() as Arc<dyn LockBackend>)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("A acquires on the first master");
+    let fence_a = guard.fencing_token().expect("a fencing token");
+    let first_master = a.sentinel_master().expect("a sentinel backend names its master");
+
+    let waiting = tokio::spawn({
+        let lock = Lock::new(key)
+            .with_backend(b.clone() as Arc<dyn LockBackend>)
+            .ttl(ttl)
+            .wait(Duration::from_secs(60));
+        async move {
+            let guard = lock.acquire().await;
+            (Instant::now(), guard)
+        }
+    });
+    let lost = tokio::spawn({
+        let lost = guard.lost();
+        async move {
+            lost.await;
+            Instant::now()
+        }
+    });
+
+    let old = group.master_addr();
+    blocking(|| group.kill_master());
+    let promoted = blocking(|| group.wait_failover(old, Duration::from_secs(30)))
+        .expect("the sentinels promote the replica");
+    let started = Instant::now();
+    // A's renewals must reach the new master: held over several ttls.
+    while started.elapsed() < ttl * 2 {
+        assert!(
+            !waiting.is_finished() || !guard.is_held(),
+            "B was granted the key while A still held it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        guard.is_held(),
+        "A's lease did not follow the master to the promoted replica"
+    );
+    assert!(!lost.is_finished(), "A's lease was reported lost");
+    assert!(!waiting.is_finished(), "B was granted a held key");
+    assert_ne!(
+        a.sentinel_master().unwrap(),
+        first_master,
+        "A still writes to the dead master"
+    );
+    assert_eq!(
+        a.sentinel_master().unwrap(),
+        group.node(promoted).addr().to_string()
+    );
+
+    let released_at = Instant::now();
+    guard.release().await.expect("A releases on the new master");
+    let (granted_at, b_guard) = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("B was not granted the key after A released")
+        .expect("B's task panicked");
+    let b_guard = b_guard.expect("B acquires after A released");
+    assert!(granted_at >= released_at, "B was granted before A released");
+    let fence_b = b_guard.fencing_token().expect("a fencing token");
+    assert!(
+        fence_b > fence_a,
+        "B's fence {fence_b} is not above A's {fence_a}"
+    );
+    println!(
+        "failover: A kept its lease across the failover; B granted {:?} after A's release",
+        granted_at - released_at
+    );
+    b_guard.release().await.unwrap();
+}
+
+/// The documented failover case. The replica is paused; with the default
+/// `replicas=auto` the master's grant is not acknowledged and no guard is
+/// handed over (`Replication`); with `replicas=0` the same acquire
+/// succeeds, and once the master is killed and the paused replica (which
+/// never got the key) is promoted, B is granted the same key while A still
+/// believes it holds it: the failure acknowledgement prevents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgement_a_failover_gives_two_holders(
+) {
+    let mut group = blocking(|| RedisSentinel::start(1));
+    let url = group.url();
+    let acked = connect(&url).await;
+    let unacked = connect(&with_param(&url, "replicas=0")).await;
+    let key = "sentinel:classic";
+    let ttl = Duration::from_secs(10);
+    let replica = group.replica_indices()[0];
+    blocking(|| group.pause(replica));
+
+    // Acknowledgement asked for: refused, and nothing left on the master.
+    let started = Instant::now();
+    match Lock::new(key)
+        .with_backend(acked.clone() as Arc<dyn LockBackend>)
+        .ttl(ttl)
+        .try_acquire()
+        .await
+    {
+        Err(LockError::Replication {
+            key: named,
+            acknowledged,
+            needed,
+        }) => {
+            assert_eq!(named, key);
+            assert_eq!((acknowledged, needed), (0, 1));
+        }
+        other => panic!("expected a Replication error, got {other:?}"),
+    }
+    println!("an unacknowledged grant refused after {:?}", started.elapsed());
+    assert_eq!(
+        group.redis_cli_master(&["EXISTS", &format!("dlock:{{{key}}}")]),
+        "0",
+        "the unacknowledged grant was left on the master"
+    );
+    // A waiting acquire tries again within its wait, then says why.
+    match Lock::new(key)
+        .with_backend(acked.clone() as Arc<dyn LockBackend>)
+        .ttl(ttl)
+        .wait(Duration::from_millis(600))
+        .acquire()
+        .await
+    {
+        Err(LockError::Replication { .. }) => {}
+        other => panic!("expected a Replication error after the wait, got {other:?}"),
+    }
+
+    // Without acknowledgement the grant is handed over...
+    let a = Lock::new(key)
+        .with_backend(unacked.clone() as Arc<dyn LockBackend>)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("with replicas=0 the acquire succeeds");
+    // ...and lost with the master: the paused replica never got it.
+    let old = group.master_addr();
+    blocking(|| {
+        group.kill_master();
+        group.resume(replica);
+    });
+    blocking(|| group.wait_failover(old, Duration::from_secs(30)))
+        .expect("the sentinels promote the replica");
+    let b_backend = connect(&url).await;
+    let b = tokio::time::timeout(
+        Duration::from_secs(10),
+        Lock::new(key)
+            .with_backend(b_backend as Arc<dyn LockBackend>)
+            .ttl(ttl)
+            .wait(Duration::from_secs(5))
+            .acquire(),
+    )
+    .await
+    .expect("B's acquire hung")
+    .expect("the promoted replica does not have A's key: B is granted it");
+    assert!(
+        a.is_held(),
+        "A no longer believes it holds the key (the failure would not show)"
+    );
+    println!("replicas=0: B granted the key while A still believed it held it (the classic failure)");
+    drop((a, b));
+}
+
+/// Wrong sentinel URLs fail with an error that names what failed, within
+/// the connect timeout, and never show a password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_url_errors_say_what_failed() {
+    let group = blocking(|| {
+        RedisSentinel::try_start_with(1, SentinelOptions::new().sentinel_password("S3ntinelPw"))
+    })
+    .expect("a sentinel group with a sentinel password");
+    let hosts: Vec<String> = group
+        .sentinel_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let hosts = hosts.join(",");
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        addr
+    };
+    for (url, says) in [
+        (
+            format!("redis+sentinel://{closed}/mm?timeout_ms=2000&sentinel_password=x"),
+            "no sentinel could be reached",
+        ),
+        (
+            format!("redis+sentinel://{hosts}/nosuchmaster?timeout_ms=2000&sentinel_password=S3ntinelPw"),
+            "no sentinel knows a master named `nosuchmaster`",
+        ),
+        (
+            format!("redis+sentinel://{hosts}/{}?timeout_ms=2000&sentinel_password=Wr0ngPw", group.master_name()),
+            "sentinel",
+        ),
+    ] {
+        let started = Instant::now();
+        let error = match RedisBackend::connect(&url).await {
+            Ok(_) => panic!("{url}: connected"),
+            Err(e) => e,
+        };
+        let took = started.elapsed();
+        let text = error.to_string();
+        assert!(
+            matches!(error, LockError::Backend { .. }),
+            "{url}: {error:?}"
+        );
+        assert!(text.contains(says), "{url}: `{text}` does not say `{says}`");
+        assert!(
+            !text.contains("S3ntinelPw") && !text.contains("Wr0ngPw"),
+            "{url}: a password shows: {text}"
+        );
+        assert!(took < Duration::from_secs(5), "{url}: took {took:?}");
+        println!("{}: {text} ({took:?})", dlock::url::redact(&url));
+    }
+    // The right password connects.
+    let url = format!(
+        "redis+sentinel://{hosts}/{}?sentinel_password=S3ntinelPw",
+        group.master_name()
+    );
+    let backend = connect(&url).await;
+    assert_eq!(
+        backend.sentinel_master(),
+        Some(group.master_addr().to_string())
+    );
+}
