@@ -11,8 +11,13 @@
 //! [`RedisSentinel::start`] returns only once the group is ready for a failover: every
 //! replica reports `master_link_status:up`, the master `connected_slaves:N`, and every
 //! sentinel names the master, knows the other two sentinels and the N replicas (sentinels
-//! find each other through hello messages every 2 s, so this takes about 2 s). Every wait is
-//! bounded, and its error quotes the end of every log.
+//! find each other through hello messages). Every wait is bounded, and its error quotes the
+//! end of every log.
+//!
+//! The sentinels run with shorter periods than Redis' own, set with `SENTINEL DEBUG` (see
+//! [`SentinelOptions::tilt_period`]): a 3 s TILT instead of 30 s, `INFO` every 1 s, hello
+//! every 0.5 s. The protocol a client sees is unchanged; failovers and reconfigurations
+//! just come sooner and within a test's time.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -54,8 +59,9 @@ pub const DEFAULT_MASTER_NAME: &str = "mm";
 /// callers who have no better bound).
 pub const SENTINEL_READY_LIMIT: Duration = Duration::from_secs(20);
 /// Upper bound for [`RedisSentinel::restart_as_replica`]: a sentinel converts a returning
-/// old master only after it has reported itself master for 8 s (4 × the 2 s hello period)
-/// and the sentinel's next `INFO` (every 10 s), so this takes 8-20 s.
+/// old master at its first `INFO` after the node has reported itself master for 4 publish
+/// periods: 2-3 s with the harness's periods, 8-20 s with Redis' own (2 s, `INFO` every
+/// 10 s).
 pub const RESTART_AS_REPLICA_LIMIT: Duration = Duration::from_secs(30);
 /// Upper bound for one `redis-cli` run.
 const CLI_LIMIT: Duration = Duration::from_secs(10);
@@ -78,6 +84,7 @@ pub struct SentinelOptions {
     acl_user: Option<(String, String)>,
     sentinel_password: Option<String>,
     appendonly: bool,
+    periods: Vec<(&'static str, Duration)>,
 }
 
 impl Default for SentinelOptions {
@@ -90,13 +97,20 @@ impl Default for SentinelOptions {
             acl_user: None,
             sentinel_password: None,
             appendonly: false,
+            periods: vec![
+                ("tilt-period", Duration::from_secs(3)),
+                ("info-period", Duration::from_secs(1)),
+                ("publish-period", Duration::from_millis(500)),
+            ],
         }
     }
 }
 
 impl SentinelOptions {
     /// Master `mm`, `down-after-milliseconds` 1000, `failover-timeout` 4000, no
-    /// authentication, no persistence.
+    /// authentication, no persistence, and the shorter sentinel periods of
+    /// [`SentinelOptions::tilt_period`], [`SentinelOptions::info_period`] and
+    /// [`SentinelOptions::publish_period`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -148,6 +162,46 @@ impl SentinelOptions {
     pub fn appendonly(mut self, appendonly: bool) -> Self {
         self.appendonly = appendonly;
         self
+    }
+
+    /// How long a sentinel stays in TILT mode, where it starts no failover (Redis: 30 s;
+    /// here 3 s). A sentinel enters TILT when its 100 ms timer runs more than 2 s late: on
+    /// this shared 2-core machine, under parallel builds, all three sentinels did so at
+    /// once (a stalled machine, a slow `fsync` of the rewritten conf), and a failover then
+    /// waited the whole period. Set with `SENTINEL DEBUG tilt-period` once each sentinel
+    /// answers (again after a restart).
+    pub fn tilt_period(self, period: Duration) -> Self {
+        self.period("tilt-period", period)
+    }
+
+    /// How often a sentinel sends `INFO` to the nodes when no failover is under way
+    /// (Redis: 10 s; here 1 s): a returning old master is turned into a replica at the
+    /// first `INFO` after it has reported itself master for 4 publish periods, and a
+    /// sentinel learns new replicas from it. `SENTINEL DEBUG info-period`.
+    pub fn info_period(self, period: Duration) -> Self {
+        self.period("info-period", period)
+    }
+
+    /// How often a sentinel publishes its hello message (Redis: 2 s; here 0.5 s): the
+    /// sentinels find each other through them. `SENTINEL DEBUG publish-period`.
+    pub fn publish_period(self, period: Duration) -> Self {
+        self.period("publish-period", period)
+    }
+
+    fn period(mut self, name: &'static str, period: Duration) -> Self {
+        self.periods.retain(|(n, _)| *n != name);
+        self.periods.push((name, period));
+        self
+    }
+
+    /// The `SENTINEL DEBUG` arguments that set the periods.
+    fn debug_args(&self) -> Vec<String> {
+        let mut args = vec!["SENTINEL".to_string(), "DEBUG".to_string()];
+        for (name, period) in &self.periods {
+            args.push((*name).to_string());
+            args.push(period.as_millis().to_string());
+        }
+        args
     }
 
     /// The options of one data node; a replica of the node on `replica_of`.
@@ -246,6 +300,7 @@ pub struct SentinelNode {
     process: ServerProcess,
     port: u16,
     password: Option<String>,
+    debug_args: Vec<String>,
     cli: PathBuf,
     dir: TempDir,
 }
@@ -274,6 +329,7 @@ impl SentinelNode {
                 process: ServerProcess::spawn(spec)?,
                 port,
                 password: options.sentinel_password.clone(),
+                debug_args: options.debug_args(),
                 cli: cli.clone(),
                 dir,
             };
@@ -358,6 +414,8 @@ impl ServerControl for SentinelNode {
         &mut self.process
     }
 
+    /// Waits until the sentinel answers `PING`, then sets its periods (`SENTINEL DEBUG`,
+    /// which lives only as long as the process).
     fn wait_ready(&mut self) -> HarnessResult<()> {
         let (cli, mut args) = (
             self.cli.clone(),
@@ -368,7 +426,19 @@ impl ServerControl for SentinelNode {
             .wait_until("answering PING", SENTINEL_READY_LIMIT, || {
                 run_command(&cli, &args, &[], PROBE_LIMIT)
                     .is_ok_and(|out| out.stdout.trim() == "PONG")
-            })
+            })?;
+        let debug: Vec<&str> = self.debug_args.iter().map(String::as_str).collect();
+        let out = self.try_redis_cli(&debug)?;
+        if out.success() && out.stdout.trim() == "OK" {
+            Ok(())
+        } else {
+            Err(HarnessError::new(format!(
+                "{} refused {debug:?}: {}{}",
+                self.process.name(),
+                out.stdout,
+                out.stderr
+            )))
+        }
     }
 }
 
@@ -661,8 +731,8 @@ impl RedisSentinel {
     /// and every running sentinel lists it as a healthy replica.
     ///
     /// The sentinels reconfigure it (`+convert-to-slave`), not the harness: until then it
-    /// serves as a master of its own for 8-20 s (see [`RESTART_AS_REPLICA_LIMIT`]), which is
-    /// what a client that reaches it meanwhile sees.
+    /// serves as a master of its own for a few seconds (see [`RESTART_AS_REPLICA_LIMIT`]),
+    /// which is what a client that reaches it meanwhile sees.
     pub fn restart_as_replica(&mut self, index: usize) -> HarnessResult<()> {
         let master = self.try_master_index()?;
         if master == index {
