@@ -6,6 +6,7 @@
 //! | one Redis | [`RedisServer::start`], [`RedisServer::start_with`] (ACL user, password), [`RedisServer::start_tls`] | `url()`: `redis://` / `rediss://` |
 //! | Redlock set | [`RedisSet::start`] | `url()`: `redlock://a,b,c` |
 //! | Redis Cluster | [`RedisCluster::start`] | `url()`: `redis+cluster://a,b,c` |
+//! | Redis Sentinel (master, replicas, 3 sentinels) | [`RedisSentinel::start`], [`RedisSentinel::try_start_with`] (auth, sentinel password, AOF, timings) | `url()`: `redis+sentinel://a,b,c/mm` |
 //! | one etcd member | [`EtcdServer::start`], [`EtcdServer::start_tls`] | `url()`: `etcd://` / `etcds://` |
 //! | etcd cluster | [`EtcdCluster::start`] | `url()`: `etcd://a,b,c` |
 //! | ZooKeeper | [`ZkServer::start`], [`ZkServer::start_with`] (tick time, session bounds) | `url()`: `zk://` |
@@ -40,9 +41,11 @@ pub mod etcd;
 pub mod ports;
 pub mod process;
 pub mod redis;
+pub mod sentinel;
 pub mod zookeeper;
 
 pub use control::ServerControl;
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use redis::{RedisCluster, RedisOptions, RedisServer, RedisSet};
+pub use sentinel::{RedisSentinel, SentinelNode, SentinelOptions};
 pub use zookeeper::{ZkEnsemble, ZkOptions, ZkServer};

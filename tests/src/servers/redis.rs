@@ -280,7 +280,12 @@ impl RedisServer {
         self.cli_with_limit(args, CLI_LIMIT)
     }
 
-    fn cli_with_limit(&self, args: &[&str], limit: Duration) -> HarnessResult<CommandOutput> {
+    /// [`RedisServer::try_redis_cli`] with another time limit (probes use a short one).
+    pub(crate) fn cli_with_limit(
+        &self,
+        args: &[&str],
+        limit: Duration,
+    ) -> HarnessResult<CommandOutput> {
         let mut all = self.cli_connection_args();
         all.extend(args.iter().map(OsString::from));
         run_command(&self.cli, &all, &[], limit)
