@@ -71,16 +71,8 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         plain_rate += distinct_dlock(&round, &off, &off_id).await?;
     }
     let rows = [
-        Row::latency(
-            "(a) 1 task, acquire+release, p50",
-            acked.p50,
-            plain.p50,
-        ),
-        Row::latency(
-            "(a) 1 task, acquire+release, p99",
-            acked.p99,
-            plain.p99,
-        ),
+        Row::latency("(a) 1 task, acquire+release, p50", acked.p50, plain.p50),
+        Row::latency("(a) 1 task, acquire+release, p99", acked.p99, plain.p99),
         Row::throughput(
             "(b) 64 tasks, distinct keys",
             acked_rate / DISTINCT_ROUNDS as f64,

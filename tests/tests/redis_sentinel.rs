@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
-use dlock_tests::servers::ServerControl;
 
 async fn connect(url: &str) -> Arc<RedisBackend> {
     Arc::new(
@@ -57,7 +56,9 @@ async fn a_holder_survives_a_failover() {
         .await
         .expect("A acquires on the first master");
     let fence_a = guard.fencing_token().expect("a fencing token");
-    let first_master = a.sentinel_master().expect("a sentinel backend names its master");
+    let first_master = a
+        .sentinel_master()
+        .expect("a sentinel backend names its master");
 
     let waiting = tokio::spawn({
         let lock = Lock::new(key)
@@ -126,12 +127,13 @@ async fn a_holder_survives_a_failover() {
     b_guard.release().await.unwrap();
 }
 
-/// The documented failover case. The replica is paused; with the default
-/// `replicas=auto` the master's grant is not acknowledged and no guard is
-/// handed over (`Replication`); with `replicas=0` the same acquire
+/// The documented failover case. The replica is paused (SIGSTOP); with the
+/// default `replicas=auto` the master's grant is not acknowledged and no
+/// guard is handed over (`Replication`); with `replicas=0` the same acquire
 /// succeeds, and once the master is killed and the paused replica (which
-/// never got the key) is promoted, B is granted the same key while A still
-/// believes it holds it: the failure acknowledgement prevents.
+/// never got the key: a 32 MiB filler written first keeps the grant in the
+/// master's own buffer) is resumed and promoted, B is granted the same key
+/// while A still believes it holds it: the failure acknowledgement prevents.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgement_a_failover_gives_two_holders(
 ) {
@@ -162,7 +164,10 @@ async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgemen
         }
         other => panic!("expected a Replication error, got {other:?}"),
     }
-    println!("an unacknowledged grant refused after {:?}", started.elapsed());
+    println!(
+        "an unacknowledged grant refused after {:?}",
+        started.elapsed()
+    );
     assert_eq!(
         group.redis_cli_master(&["EXISTS", &format!("dlock:{{{key}}}")]),
         "0",
@@ -180,6 +185,16 @@ async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgemen
         other => panic!("expected a Replication error after the wait, got {other:?}"),
     }
 
+    // A paused replica still receives what the master sends until its
+    // socket buffers are full (the kernel reads for it): 32 MiB of filler
+    // fills them, so what the master writes next stays in the master's own
+    // output buffer, and dies with it.
+    group.redis_cli_master(&[
+        "EVAL",
+        "redis.call('SET', KEYS[1], string.rep('x', 33554432)) return 1",
+        "1",
+        "sentinel:filler",
+    ]);
     // Without acknowledgement the grant is handed over...
     let a = Lock::new(key)
         .with_backend(unacked.clone() as Arc<dyn LockBackend>)
@@ -211,7 +226,9 @@ async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgemen
         a.is_held(),
         "A no longer believes it holds the key (the failure would not show)"
     );
-    println!("replicas=0: B granted the key while A still believed it held it (the classic failure)");
+    println!(
+        "replicas=0: B granted the key while A still believed it held it (the classic failure)"
+    );
     drop((a, b));
 }
 
