@@ -495,6 +495,17 @@ impl RedisCluster {
     /// Fallible [`RedisCluster::start`] with per-node options (e.g. cluster node timeout,
     /// TLS: then the nodes share one CA and talk TLS on the cluster bus too).
     pub fn try_start_with(masters: usize, options: RedisOptions) -> HarnessResult<Self> {
+        Self::try_start_with_replicas(masters, 0, options)
+    }
+
+    /// A cluster of `masters` shards with `replicas` replicas each (`redis-cli --cluster
+    /// create --cluster-replicas`), ready once every node reports `cluster_state:ok` and
+    /// every replica its link to its master up. Nodes `0..masters` are the masters.
+    pub fn try_start_with_replicas(
+        masters: usize,
+        replicas: usize,
+        options: RedisOptions,
+    ) -> HarnessResult<Self> {
         if masters < 3 {
             return Err(HarnessError::new(format!(
                 "a Redis Cluster needs at least 3 masters, asked for {masters}"
@@ -503,7 +514,7 @@ impl RedisCluster {
         let mut options = options;
         options.cluster = true;
         let certs_dir = share_certs(&mut options)?;
-        let nodes = (0..masters)
+        let nodes = (0..masters * (1 + replicas))
             .map(|_| RedisServer::try_start_with(options.clone()))
             .collect::<HarnessResult<Vec<_>>>()?;
         let cluster = Self {
@@ -513,7 +524,8 @@ impl RedisCluster {
         let mut args: Vec<&str> = vec!["--cluster", "create"];
         let addrs: Vec<String> = cluster.nodes.iter().map(|n| n.addr().to_string()).collect();
         args.extend(addrs.iter().map(String::as_str));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let per_master = replicas.to_string();
+        args.extend(["--cluster-replicas", per_master.as_str(), "--cluster-yes"]);
         let out = cluster.nodes[0].cli_with_limit(&args, Duration::from_secs(30))?;
         if !out.success() {
             return Err(HarnessError::new(format!(
@@ -522,7 +534,82 @@ impl RedisCluster {
             )));
         }
         cluster.wait_cluster_ok(REDIS_READY_LIMIT)?;
+        if replicas > 0 {
+            cluster.wait_replicas_linked(REDIS_READY_LIMIT)?;
+        }
         Ok(cluster)
+    }
+
+    /// Waits until every running replica reports `master_link_status:up`.
+    pub fn wait_replicas_linked(&self, limit: Duration) -> HarnessResult<()> {
+        let started = std::time::Instant::now();
+        loop {
+            let linked = self.nodes.iter().all(|n| {
+                n.cli_with_limit(&["INFO", "replication"], PROBE_LIMIT)
+                    .is_ok_and(|out| {
+                        out.stdout.contains("role:master")
+                            || out.stdout.contains("master_link_status:up")
+                    })
+            });
+            if linked {
+                return Ok(());
+            }
+            if started.elapsed() >= limit {
+                return Err(HarnessError::new(format!(
+                    "cluster replicas not linked to their masters after {limit:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The index of the node that serves `slot` as master now, and the indices of its
+    /// replicas (`CLUSTER NODES` as the first running node sees it).
+    pub fn shard_of(&self, slot: u16) -> HarnessResult<(usize, Vec<usize>)> {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.process().pid().is_some())
+            .ok_or_else(|| HarnessError::new("no running node in the redis cluster"))?;
+        let table = node
+            .cli_with_limit(&["CLUSTER", "NODES"], PROBE_LIMIT)?
+            .stdout;
+        let index_of = |addr: &str| {
+            let port = addr
+                .split('@')
+                .next()?
+                .rsplit(':')
+                .next()?
+                .parse::<u16>()
+                .ok()?;
+            self.nodes.iter().position(|n| n.port() == port)
+        };
+        let mut master = None;
+        for line in table.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let serves = fields[8..].iter().any(|range| {
+                let (from, to) = range.split_once('-').unwrap_or((range, range));
+                matches!((from.parse::<u16>(), to.parse::<u16>()), (Ok(a), Ok(b)) if a <= slot && slot <= b)
+            });
+            if serves {
+                master = Some((fields[0].to_owned(), index_of(fields[1])));
+            }
+        }
+        let Some((id, Some(index))) = master else {
+            return Err(HarnessError::new(format!(
+                "no master serves slot {slot}:\n{table}"
+            )));
+        };
+        let replicas = table
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.len() > 3 && f[3] == id && !f[2].contains("fail"))
+            .filter_map(|f| index_of(f[1]))
+            .collect();
+        Ok((index, replicas))
     }
 
     /// Waits until every running node reports `cluster_state:ok` (e.g. after a node restart).

@@ -1,0 +1,170 @@
+//! Replica acknowledgement and failover on a Redis Cluster whose shards
+//! have replicas (issue 24): three masters with one replica each.
+//!
+//! - A grant waits for the replica of the key's own shard (`WAIT` goes to
+//!   the key's shard master): with that replica paused, nothing is handed
+//!   over (`Replication`); with `replicas=0` the grant is.
+//! - A holder survives the failover of its key's shard: the shard master is
+//!   killed, the cluster promotes its replica, the holder's renewals reach it,
+//!   and another client is never granted the key meanwhile.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::redis::RedisBackend;
+use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::fixtures::redis::lock_key;
+use dlock_tests::servers::{RedisCluster, RedisOptions, ServerControl};
+
+/// Three shards with a replica each; node timeout 1 s so a failover takes
+/// a few seconds.
+fn cluster() -> RedisCluster {
+    tokio::task::block_in_place(|| {
+        RedisCluster::try_start_with_replicas(
+            3,
+            1,
+            RedisOptions::new().cluster_node_timeout(Duration::from_millis(1000)),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+async fn connect(url: &str) -> Arc<dyn LockBackend> {
+    Arc::new(
+        RedisBackend::connect(url)
+            .await
+            .expect("connect to the cluster"),
+    )
+}
+
+/// The key's shard: its master's index and its replica's.
+fn shard(cluster: &RedisCluster, key: &str) -> (usize, usize) {
+    let slot: u16 = cluster
+        .redis_cli(&["CLUSTER", "KEYSLOT", &lock_key(key)])
+        .parse()
+        .expect("a slot number");
+    let (master, replicas) = cluster.shard_of(slot).unwrap_or_else(|e| panic!("{e}"));
+    (master, replicas[0])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_waits_for_the_replica_of_its_own_shard() {
+    let mut cluster = cluster();
+    let key = "cluster-replicas:ack";
+    let (_, replica) = shard(&cluster, key);
+    let acked = connect(&cluster.url()).await;
+    let unacked = connect(&format!("{}?replicas=0", cluster.url())).await;
+    // Healthy: acknowledged at once.
+    Lock::new(key)
+        .with_backend(acked.clone())
+        .acquire()
+        .await
+        .expect("acknowledged by the shard's replica")
+        .release()
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| cluster.node_mut(replica).pause());
+    let refused = Lock::new(key)
+        .with_backend(acked.clone())
+        .ttl(Duration::from_secs(5))
+        .try_acquire()
+        .await;
+    let other_key = (0..100)
+        .map(|i| format!("cluster-replicas:other:{i}"))
+        .find(|k| shard(&cluster, k).1 != replica)
+        .expect("a key on another shard");
+    // Another shard's grants are not held up by this shard's replica.
+    let elsewhere = Lock::new(&other_key)
+        .with_backend(acked.clone())
+        .acquire()
+        .await;
+    let plain = Lock::new(key).with_backend(unacked).try_acquire().await;
+    tokio::task::block_in_place(|| cluster.node_mut(replica).resume());
+    match refused {
+        Err(LockError::Replication {
+            acknowledged,
+            needed,
+            ..
+        }) => assert_eq!((acknowledged, needed), (0, 1)),
+        other => panic!("expected a Replication error, got {other:?}"),
+    }
+    elsewhere
+        .expect("a key on another shard is acknowledged by its own replica")
+        .release()
+        .await
+        .unwrap();
+    plain
+        .expect("with replicas=0 the grant is handed over")
+        .expect("the key is free")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_survives_the_failover_of_its_shard() {
+    let mut cluster = cluster();
+    let key = "cluster-replicas:failover";
+    let (master, replica) = shard(&cluster, key);
+    let (a, b) = (connect(&cluster.url()).await, connect(&cluster.url()).await);
+    let ttl = Duration::from_secs(6);
+    let guard = Lock::new(key)
+        .with_backend(a)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("A acquires");
+    let fence_a = guard.fencing_token().expect("a fence");
+    let waiting = tokio::spawn({
+        let lock = Lock::new(key)
+            .with_backend(b)
+            .ttl(ttl)
+            .wait(Duration::from_secs(60));
+        async move {
+            let guard = lock.acquire().await;
+            (Instant::now(), guard)
+        }
+    });
+    tokio::task::block_in_place(|| cluster.node_mut(master).kill9());
+    // The replica takes over the shard.
+    let started = Instant::now();
+    loop {
+        let info = cluster.node(replica).redis_cli(&["ROLE"]);
+        if info.starts_with("master") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the replica was not promoted within 30 s"
+        );
+        assert!(
+            !waiting.is_finished() || !guard.is_held(),
+            "B was granted the key while A held it"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("cluster failover took {:?}", started.elapsed());
+    let watched = Instant::now();
+    while watched.elapsed() < ttl * 2 {
+        assert!(
+            !waiting.is_finished() || !guard.is_held(),
+            "B was granted the key while A held it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        guard.is_held(),
+        "A's lease did not follow its shard to the promoted replica"
+    );
+    assert!(!waiting.is_finished(), "B was granted a held key");
+    let released_at = Instant::now();
+    guard.release().await.expect("A releases on the new master");
+    let (granted_at, b_guard) = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("B was not granted the key after A released")
+        .expect("B's task panicked");
+    let b_guard = b_guard.expect("B acquires after A released");
+    assert!(granted_at >= released_at);
+    assert!(b_guard.fencing_token().expect("a fence") > fence_a);
+    b_guard.release().await.unwrap();
+}
