@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
@@ -91,6 +91,41 @@ pub(crate) struct ReplicaAck {
     /// `auto`'s replica counts and when each was read: one for a single
     /// server (`None`), one per slot in use on a Cluster.
     counts: Mutex<HashMap<Option<Slot>, (u32, Instant)>>,
+    /// One server's `WAIT`s, shared by the grants that finished before each
+    /// was sent (see [`Shared`]).
+    shared: Arc<Shared>,
+}
+
+/// Group commit of `WAIT`s on one server's connection. A `WAIT` blocks the
+/// connection it is sent on until it returns, so one per grant would queue
+/// every request behind the previous grant's replicas. But a `WAIT` covers
+/// every write the connection sent before it: each grant whose answer has
+/// arrived when a `WAIT` is *sent* is covered by it. So at most one `WAIT`
+/// is in flight; grants that finish meanwhile wait for the next one, sent
+/// as soon as the current one returns, for all of them at once.
+#[derive(Debug)]
+struct Shared {
+    round: Mutex<Round>,
+    /// The last `WAIT` that returned: its number and its answer.
+    done: tokio::sync::watch::Sender<Done>,
+}
+
+/// The last `WAIT` that returned: its number and its answer.
+type Done = (u64, Option<RedisResult<u32>>);
+
+/// What the next `WAIT` must cover.
+#[derive(Debug, Default)]
+struct Round {
+    /// The number the next `WAIT` will have; a grant finished now is
+    /// covered by it (it is sent later) and by every later one.
+    next: u64,
+    /// A task is sending `WAIT`s.
+    sending: bool,
+    /// The most replicas and the longest wait asked of the next `WAIT`.
+    needed: u32,
+    timeout: Duration,
+    /// The highest `WAIT` number somebody waits for.
+    wanted: u64,
 }
 
 impl ReplicaAck {
@@ -99,6 +134,10 @@ impl ReplicaAck {
             replicas,
             timeout,
             counts: Mutex::new(HashMap::new()),
+            shared: Arc::new(Shared {
+                round: Mutex::new(Round::default()),
+                done: tokio::sync::watch::channel((0, None)).0,
+            }),
         }
     }
 
@@ -113,7 +152,7 @@ impl ReplicaAck {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Slot>, (u32, Instant)>> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.counts)
     }
 
     /// Waits until enough replicas acknowledged every write `conn` sent so
@@ -134,13 +173,10 @@ impl ReplicaAck {
             return Ok(Ok(()));
         }
         let timeout = self.timeout.unwrap_or_else(|| replica_timeout(ttl));
-        // `WAIT n 0` blocks for ever: at least a millisecond.
-        let ms = u64::try_from(timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(needed).arg(ms);
-        let acknowledged: u32 = route(conn, lock_key, wait).await?;
+        let acknowledged = match conn {
+            Conn::Cluster(_) => route(conn, lock_key, wait_cmd(needed, timeout)).await?,
+            Conn::Single(_) => Shared::wait(&self.shared, conn, needed, timeout).await?,
+        };
         if acknowledged >= needed {
             return Ok(Ok(()));
         }
@@ -174,6 +210,83 @@ impl ReplicaAck {
         self.lock().insert(slot, (count, Instant::now()));
         Ok(count)
     }
+}
+
+/// `WAIT needed timeout` (`WAIT n 0` blocks for ever: at least a
+/// millisecond).
+fn wait_cmd(needed: u32, timeout: Duration) -> redis::Cmd {
+    let ms = u64::try_from(timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(needed).arg(ms);
+    wait
+}
+
+impl Shared {
+    /// How many replicas acknowledged a `WAIT` sent after this call (so
+    /// covering every write the connection sent before it), asking for at
+    /// least `needed` within `timeout`.
+    async fn wait(
+        shared: &Arc<Shared>,
+        conn: &Conn,
+        needed: u32,
+        timeout: Duration,
+    ) -> RedisResult<u32> {
+        let mut done = shared.done.subscribe();
+        let (mine, lead) = {
+            let mut round = lock(&shared.round);
+            round.needed = round.needed.max(needed);
+            round.timeout = round.timeout.max(timeout);
+            round.wanted = round.wanted.max(round.next);
+            let lead = !std::mem::replace(&mut round.sending, true);
+            (round.next, lead)
+        };
+        if lead {
+            // A task of its own, on dlock's runtime: the grants waiting for
+            // it must not hang on a caller that went away.
+            crate::background::spawn(send_waits(shared.clone(), conn.clone()));
+        }
+        let answer = done
+            .wait_for(|(number, answer)| answer.is_some() && *number >= mine)
+            .await
+            .map_err(|_| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the replica acknowledgement ended unsent",
+                ))
+            })?;
+        answer.1.clone().unwrap_or(Ok(0))
+    }
+}
+
+/// Sends `WAIT`s one after the other while grants wait for one, each
+/// asking for the most replicas and the longest wait asked of it.
+async fn send_waits(shared: Arc<Shared>, conn: Conn) {
+    loop {
+        let (number, needed, timeout) = {
+            let mut round = lock(&shared.round);
+            if round.wanted < round.next {
+                // Every grant so far is covered.
+                round.sending = false;
+                return;
+            }
+            let sent = (round.next, round.needed, round.timeout);
+            round.next += 1;
+            round.needed = 0;
+            round.timeout = Duration::ZERO;
+            sent
+        };
+        let answer = match conn.clone() {
+            Conn::Single(mut c) => wait_cmd(needed, timeout).query_async(&mut c).await,
+            Conn::Cluster(_) => Ok(0),
+        };
+        shared.done.send_replace((number, Some(answer)));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Sends `cmd` (keyless) to the master that holds `lock_key`.

@@ -1,0 +1,124 @@
+//! Replica acknowledgement on one master with a replica, checked on the
+//! server (`INFO commandstats`): what `?replicas=` sends.
+//!
+//! - Concurrent grants share their `WAIT`s (one `WAIT` covers every write
+//!   the connection sent before it): 64 tasks × 8 grants send far fewer
+//!   `WAIT`s than grants, and every grant is on the replica when handed over.
+//! - `replicas=0` sends neither `WAIT` nor `ROLE`; `auto` on a master
+//!   without replicas sends no `WAIT`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::redis::RedisBackend;
+use dlock::{Lock, LockBackend};
+use dlock_tests::servers::{RedisOptions, RedisServer};
+
+/// A master and a replica of it, the replica's link up.
+fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(RedisOptions::new().config([
+        "--replicaof".to_owned(),
+        "127.0.0.1".to_owned(),
+        master.port().to_string(),
+    ]));
+    let started = Instant::now();
+    while !replica
+        .redis_cli(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the replica did not link up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (master, replica)
+}
+
+async fn connect(url: &str) -> Arc<dyn LockBackend> {
+    Arc::new(RedisBackend::connect(url).await.expect("connect"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_grants_share_their_waits_and_are_on_the_replica() {
+    const TASKS: usize = 64;
+    const CYCLES: usize = 8;
+    let (master, replica) = tokio::task::block_in_place(master_and_replica);
+    let backend = connect(&master.url()).await;
+    let before = master.command_calls("wait");
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let lock = Lock::new(format!("replicas:shared:{t}")).with_backend(backend.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..CYCLES {
+                let guard = lock.acquire().await.expect("acknowledged");
+                guard.release().await.expect("released");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a task panicked");
+    }
+    let waits = master.command_calls("wait") - before;
+    let grants = (TASKS * CYCLES) as u64;
+    println!("{grants} grants sent {waits} WAITs");
+    assert!(waits >= 1, "no WAIT was sent");
+    assert!(
+        waits <= grants / 2,
+        "{waits} WAITs for {grants} grants: they were not shared"
+    );
+    // A grant handed over is on the replica: checked while held.
+    let guard = Lock::new("replicas:on-the-replica")
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(
+        replica.redis_cli(&["GET", "dlock:{replicas:on-the-replica}"]),
+        guard.token(),
+        "the replica does not have a grant that was handed over"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_zero_sends_nothing_and_auto_without_replicas_sends_no_wait() {
+    let (master, _replica) = tokio::task::block_in_place(master_and_replica);
+    let off = connect(&format!("{}?replicas=0", master.url())).await;
+    for i in 0..20 {
+        Lock::new(format!("replicas:off:{i}"))
+            .with_backend(off.clone())
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert_eq!(master.command_calls("wait"), 0, "replicas=0 sent a WAIT");
+    assert_eq!(master.command_calls("role"), 0, "replicas=0 sent a ROLE");
+
+    let alone = RedisServer::start();
+    let auto = connect(&alone.url()).await;
+    for i in 0..20 {
+        Lock::new(format!("replicas:alone:{i}"))
+            .with_backend(auto.clone())
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        alone.command_calls("wait"),
+        0,
+        "a master without replicas was sent a WAIT"
+    );
+    let roles = alone.command_calls("role");
+    assert!(
+        (1..=3).contains(&roles),
+        "{roles} ROLEs: the replica count is read once a second"
+    );
+}
