@@ -727,8 +727,9 @@ impl RedisSentinel {
     }
 
     /// Starts node `index` again (after a kill: the old master, say) with its old command
-    /// line and waits until it replicates from the current master (`master_link_status:up`)
-    /// and every running sentinel lists it as a healthy replica.
+    /// line and waits until it replicates from the current master (as
+    /// [`RedisSentinel::wait_replicas_synced`], so every other running, unpaused replica
+    /// too) and every running sentinel lists it as a healthy replica.
     ///
     /// The sentinels reconfigure it (`+convert-to-slave`), not the harness: until then it
     /// serves as a master of its own for a few seconds (see [`RESTART_AS_REPLICA_LIMIT`]),
@@ -742,15 +743,10 @@ impl RedisSentinel {
         }
         self.nodes[index].process_mut().start()?;
         self.nodes[index].wait_ready()?;
-        let (master_port, replica_addr) = (self.nodes[master].port(), self.nodes[index].addr());
+        let replica_addr = self.nodes[index].addr();
         let name = self.options.master_name.clone();
         self.wait_for("reconfigured as a replica", RESTART_AS_REPLICA_LIMIT, |g| {
-            let info = g.info_replication(index)?;
-            if info_field(&info, "master_port") != Some(&master_port.to_string())
-                || info_field(&info, "master_link_status") != Some("up")
-            {
-                return Err(format!("node {index} ({replica_addr}) reports:\n{info}"));
-            }
+            g.synced_state(master)?;
             g.sentinels_see_replica(&name, replica_addr)
         })
     }
@@ -758,37 +754,45 @@ impl RedisSentinel {
     /// Waits until every running, unpaused node but the master replicates from it
     /// (`master_link_status:up`) and has acknowledged everything written so far (`WAIT` on
     /// the master).
+    ///
+    /// The acknowledgement matters: after a full sync, Redis 7.0 streams nothing to a
+    /// replica until its first `REPLCONF ACK` (sent every second), though both sides
+    /// already report the link up; a replica paused in that window never gets the writes
+    /// made meanwhile.
     pub fn wait_replicas_synced(&mut self, limit: Duration) -> HarnessResult<()> {
         let master = self.try_master_index()?;
+        self.wait_for("replicas synced", limit, |g| g.synced_state(master))
+    }
+
+    /// Ok once every running, unpaused node but `master` replicates from it with the link
+    /// up, and `WAIT` on the master counts them all.
+    fn synced_state(&self, master: usize) -> Result<(), String> {
         let master_port = self.nodes[master].port().to_string();
-        self.wait_for("replicas synced", limit, |g| {
-            let mut count = 0;
-            for i in 0..g.nodes.len() {
-                let node = &g.nodes[i];
-                if i == master || node.pid().is_none() || node.process().is_paused() {
-                    continue;
-                }
-                let info = g.info_replication(i)?;
-                if info_field(&info, "master_port") != Some(&master_port)
-                    || info_field(&info, "master_link_status") != Some("up")
-                {
-                    return Err(format!("node {i} ({}) reports:\n{info}", node.addr()));
-                }
-                count += 1;
+        let mut count = 0;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if i == master || node.pid().is_none() || node.process().is_paused() {
+                continue;
             }
-            if count == 0 {
-                return Ok(());
+            let info = self.info_replication(i)?;
+            if info_field(&info, "master_port") != Some(&master_port)
+                || info_field(&info, "master_link_status") != Some("up")
+            {
+                return Err(format!("node {i} ({}) reports:\n{info}", node.addr()));
             }
-            let acked = g.nodes[master]
-                .cli_with_limit(&["WAIT", &count.to_string(), "500"], PROBE_LIMIT)
-                .map(|out| out.stdout.trim().to_string())
-                .unwrap_or_default();
-            if acked.parse::<usize>().is_ok_and(|n| n >= count) {
-                Ok(())
-            } else {
-                Err(format!("WAIT {count} on the master answered {acked:?}"))
-            }
-        })
+            count += 1;
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let acked = self.nodes[master]
+            .cli_with_limit(&["WAIT", &count.to_string(), "500"], PROBE_LIMIT)
+            .map(|out| out.stdout.trim().to_string())
+            .unwrap_or_default();
+        if acked.parse::<usize>().is_ok_and(|n| n >= count) {
+            Ok(())
+        } else {
+            Err(format!("WAIT {count} on the master answered {acked:?}"))
+        }
     }
 
     /// `INFO replication` of node `i`, or why not.
@@ -808,8 +812,8 @@ impl RedisSentinel {
         }
     }
 
-    /// Ok once `replicas` replicas report their link to node `master` up, and it reports
-    /// `connected_slaves:N`.
+    /// Ok once `replicas` replicas report their link to node `master` up, it reports
+    /// `connected_slaves:N`, and they have acknowledged its stream.
     fn replication_state(&self, master: usize, replicas: usize) -> Result<(), String> {
         for i in (0..self.nodes.len()).filter(|&i| i != master) {
             let info = self.info_replication(i)?;
@@ -824,7 +828,7 @@ impl RedisSentinel {
         if info_field(&info, "connected_slaves") != Some(&replicas.to_string()) {
             return Err(format!("the master reports:\n{info}"));
         }
-        Ok(())
+        self.synced_state(master)
     }
 
     /// Ok once every sentinel names `master`, knows the other sentinels and `replicas`
