@@ -168,7 +168,7 @@ impl Inner {
             return Ok(false);
         }
         let conn = Connection::open(client.clone(), self.config.clone()).await?;
-        tracing::info!(backend = %self.shown, from = %now.addr, to = %addr, "dlock: following the Redis master after a failover");
+        tracing::info!(master = %self.target.master, from = %now.addr, to = %addr, "dlock: following the Redis master after a failover");
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Master {
             addr,
             client,
