@@ -18,6 +18,35 @@ use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
 
+/// What dlock logs at INFO and above in this test binary (a global
+/// subscriber: the failover event is emitted on dlock's own runtime).
+fn logged() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
+    static LOGGED: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGGED.get_or_init(|| {
+        let buffer = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        buffer
+    })
+}
+
+struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 async fn connect(url: &str) -> Arc<RedisBackend> {
     Arc::new(
         RedisBackend::connect(url)
@@ -44,6 +73,7 @@ fn blocking<T>(work: impl FnOnce() -> T) -> T {
 /// fence is greater than A's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_survives_a_failover() {
+    let logged = logged();
     let mut group = blocking(|| RedisSentinel::start(1));
     let url = group.url();
     let (a, b) = (connect(&url).await, connect(&url).await);
@@ -102,10 +132,22 @@ async fn a_holder_survives_a_failover() {
         first_master,
         "A still writes to the dead master"
     );
-    assert_eq!(
-        a.sentinel_master().unwrap(),
-        group.node(promoted).addr().to_string()
-    );
+    let promoted_addr = group.node(promoted).addr().to_string();
+    assert_eq!(a.sentinel_master().unwrap(), promoted_addr);
+    // Operators see the switch: an INFO event naming the master and both nodes.
+    let text = String::from_utf8(logged.lock().unwrap().clone()).unwrap();
+    let event = text
+        .lines()
+        .find(|l| l.contains("following the Redis master after a failover"))
+        .unwrap_or_else(|| panic!("no failover event in:\n{text}"));
+    for field in [
+        "INFO",
+        &format!("master={}", group.master_name()),
+        &format!("from={first_master}"),
+        &format!("to={promoted_addr}"),
+    ] {
+        assert!(event.contains(field), "{field} missing from: {event}");
+    }
 
     let released_at = Instant::now();
     guard.release().await.expect("A releases on the new master");
