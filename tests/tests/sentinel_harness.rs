@@ -194,7 +194,7 @@ fn credentials_sentinel_password_and_appendonly() {
     assert_eq!(
         group.url_with_credentials(),
         format!(
-            "redis+sentinel://locker:p%3Ass%2Fw%3Frd@{}/my%20master",
+            "redis+sentinel://locker:p%3Ass%2Fw%3Frd@{}/my%20master?sentinel_password=sentinel-pw",
             hosts.join(",")
         )
     );

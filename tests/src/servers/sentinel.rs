@@ -572,13 +572,12 @@ impl RedisSentinel {
         self.url_with_userinfo("")
     }
 
-    /// The URL with the data nodes' credentials, percent-encoded: the ACL user's
-    /// (`redis+sentinel://USER:PASS@.../NAME`), or else the `default` user's
-    /// (`redis+sentinel://:PASS@.../NAME`); [`RedisSentinel::url`] without either. The
-    /// sentinels' own password is not part of the URL: see
-    /// [`RedisSentinel::sentinel_password`].
+    /// The URL with every credential, percent-encoded: the data nodes' ACL user
+    /// (`redis+sentinel://USER:PASS@.../NAME`), or else their `default` user's password
+    /// (`redis+sentinel://:PASS@.../NAME`), and the sentinels' own password as the
+    /// backend's `?sentinel_password=`; [`RedisSentinel::url`] when there is none.
     pub fn url_with_credentials(&self) -> String {
-        match (&self.options.acl_user, &self.options.password) {
+        let mut url = match (&self.options.acl_user, &self.options.password) {
             (Some((user, password)), _) => self.url_with_userinfo(&format!(
                 "{}:{}@",
                 percent_encode(user),
@@ -588,7 +587,12 @@ impl RedisSentinel {
                 self.url_with_userinfo(&format!(":{}@", percent_encode(password)))
             }
             (None, None) => self.url(),
+        };
+        if let Some(password) = &self.options.sentinel_password {
+            url.push_str("?sentinel_password=");
+            url.push_str(&percent_encode(password));
         }
+        url
     }
 
     fn url_with_userinfo(&self, userinfo: &str) -> String {
