@@ -12,9 +12,12 @@
 //! How many (`?replicas=`): `auto` asks for as many replicas as the master
 //! has connected, read with `ROLE` (on a Cluster, of the key's shard
 //! master), cached for [`FRESH`] and read again at once when a `WAIT` falls
-//! short, so a replica that just went away lowers the count instead of
-//! failing every grant; a number asks for exactly that many; 0 (or `auto`
-//! with none connected) sends no `WAIT` at all.
+//! short. A higher count is believed at once; a lower one only once the
+//! master has shown it for [`LOWER_AFTER`] (and, behind Sentinel, while the
+//! sentinels still name that master), since a replica also goes away when
+//! it is promoted in place of a master that was cut off: meanwhile grants
+//! fail as unacknowledged. A number asks for exactly that many; 0 (or
+//! `auto` with none connected) sends no `WAIT` at all.
 //!
 //! What it does not give: `WAIT` is not consensus. A failover can still
 //! promote a replica that had not acknowledged (one that was cut off and
@@ -31,12 +34,28 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, Sl
 use redis::RedisResult;
 
 use super::config::{replica_timeout, Replicas};
+use super::connection::Server;
 use super::Conn;
 use crate::backend::{AllOrNone, Lease, Renewal};
 use crate::LockError;
 
 /// How long a replica count read with `ROLE` is used before it is read again.
 pub(crate) const FRESH: Duration = Duration::from_secs(1);
+
+/// How long a master must show fewer replicas than before for `auto` to
+/// ask for fewer (see `auto_count`): longer than the sentinels take to
+/// announce a new master once they promoted a replica.
+pub(crate) const LOWER_AFTER: Duration = Duration::from_secs(5);
+
+/// `auto`'s replica count of one master.
+#[derive(Debug, Clone, Copy)]
+struct Count {
+    count: u32,
+    /// When it was read.
+    read: Instant,
+    /// Since when the master has shown fewer replicas than `count`.
+    lower_since: Option<Instant>,
+}
 
 /// The pause before a grant that too few replicas acknowledged is asked for
 /// again: a replica's link does not come back within microseconds.
@@ -90,7 +109,7 @@ pub(crate) struct ReplicaAck {
     timeout: Option<Duration>,
     /// `auto`'s replica counts and when each was read: one for a single
     /// server (`None`), one per slot in use on a Cluster.
-    counts: Mutex<HashMap<Option<Slot>, (u32, Instant)>>,
+    counts: Mutex<HashMap<Option<Slot>, Count>>,
     /// One server's `WAIT`s, shared by the grants that finished before each
     /// was sent (see [`Shared`]).
     shared: Arc<Shared>,
@@ -151,7 +170,7 @@ impl ReplicaAck {
         self.lock().clear();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Slot>, (u32, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Slot>, Count>> {
         lock(&self.counts)
     }
 
@@ -182,7 +201,8 @@ impl ReplicaAck {
         }
         if self.replicas == Replicas::Auto {
             // A replica may have gone away since the count was read: what
-            // counts is what is connected now.
+            // counts is what is connected now (see `auto_count` for when a
+            // lower count is not believed).
             let now_connected = self.auto_count(conn, lock_key, true).await?;
             if acknowledged >= now_connected {
                 return Ok(Ok(()));
@@ -199,16 +219,62 @@ impl ReplicaAck {
     async fn auto_count(&self, conn: &Conn, lock_key: &str, fresh: bool) -> RedisResult<u32> {
         let slot = matches!(conn, Conn::Cluster(_)).then(|| Slot::for_key(lock_key));
         if !fresh {
-            if let Some((count, read)) = self.lock().get(&slot) {
-                if read.elapsed() < FRESH {
-                    return Ok(*count);
+            if let Some(known) = self.lock().get(&slot) {
+                if known.read.elapsed() < FRESH {
+                    return Ok(known.count);
                 }
             }
         }
         let role: redis::Value = route(conn, lock_key, redis::cmd("ROLE")).await?;
-        let count = connected_replicas(&role);
-        self.lock().insert(slot, (count, Instant::now()));
+        let seen = connected_replicas(&role);
+        let now = Instant::now();
+        let known = self.lock().get(&slot).copied();
+        let count = match known {
+            // Fewer replicas than before. A replica that went away is one
+            // thing; but a replica also goes away when it is promoted while
+            // this master was cut off: a paused master the sentinels
+            // replaced wakes up still a master, runs the writes queued for
+            // it, and would grant leases the new master never sees, with no
+            // replica left to wait for. So the lower count stands only once
+            // it has been seen for `LOWER_AFTER`, and, behind Sentinel, only
+            // while the sentinels still name this master (if they name
+            // another, requests follow it from now on).
+            Some(known) if seen < known.count => {
+                let since = known.lower_since.unwrap_or(now);
+                if now.duration_since(since) < LOWER_AFTER || !still_the_master(conn).await? {
+                    self.lock().insert(
+                        slot,
+                        Count {
+                            read: now,
+                            lower_since: Some(since),
+                            ..known
+                        },
+                    );
+                    return Ok(known.count);
+                }
+                seen
+            }
+            _ => seen,
+        };
+        self.lock().insert(
+            slot,
+            Count {
+                count,
+                read: now,
+                lower_since: None,
+            },
+        );
         Ok(count)
+    }
+}
+
+/// Whether the node `conn` writes to is still the master: behind Sentinel,
+/// whether the sentinels still name it (if not, requests follow the one
+/// they name from now on); elsewhere nothing says otherwise.
+async fn still_the_master(conn: &Conn) -> RedisResult<bool> {
+    match conn {
+        Conn::Single(Server::Followed(sentinel)) => Ok(!sentinel.refresh().await?),
+        _ => Ok(true),
     }
 }
 

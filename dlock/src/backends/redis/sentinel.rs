@@ -141,6 +141,14 @@ impl Sentinel {
     pub(crate) fn master_addr(&self) -> String {
         self.inner.master().addr
     }
+
+    /// Asks the sentinels for the master again and follows it if it moved:
+    /// `Ok(true)` if requests now go to another node.
+    pub(crate) async fn refresh(&self) -> RedisResult<bool> {
+        let seen = self.inner.master().generation;
+        let inner = self.inner.clone();
+        background::run(async move { inner.switch(seen).await }).await
+    }
 }
 
 impl Inner {
