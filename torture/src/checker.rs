@@ -327,7 +327,9 @@ fn losses(history: &History<'_>, fig: &mut Figures) {
                     && window_meets(f, h.start, until)
             });
             let restarted = history.faults.iter().any(|f| {
-                f.planned.kind == FaultKind::RestartServer && window_meets(f, h.start, until)
+                f.planned.kind == FaultKind::RestartServer
+                    && f.forgets_locks
+                    && window_meets(f, h.start, until)
             });
             if paused {
                 fig.lost_while_paused += 1;

@@ -25,6 +25,10 @@ pub enum FaultKind {
     /// Restart a Redis server (one master of a set) without persistence: it forgets its
     /// locks, a loss the README documents, counted apart as expected.
     RestartServer,
+    /// Redis Sentinel only: SIGKILL the current master, wait for the sentinels to promote
+    /// the replica, then start the old master again as a replica of the new one and wait
+    /// until it has synced, so that the next failover has a replica to promote.
+    Failover,
 }
 
 /// What a fault acts on, which decides where it can run.
@@ -43,7 +47,7 @@ pub enum FaultTarget {
 
 impl FaultKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::PauseWorkerShort,
         FaultKind::PauseWorkerLong,
         FaultKind::KillWorker,
@@ -53,6 +57,7 @@ impl FaultKind {
         FaultKind::PauseServerLong,
         FaultKind::KillLeader,
         FaultKind::RestartServer,
+        FaultKind::Failover,
     ];
 
     /// The name `--faults` and the report use.
@@ -67,6 +72,7 @@ impl FaultKind {
             FaultKind::PauseServerLong => "pause-server-long",
             FaultKind::KillLeader => "kill-leader",
             FaultKind::RestartServer => "restart-server",
+            FaultKind::Failover => "failover",
         }
     }
 
@@ -83,7 +89,9 @@ impl FaultKind {
             }
             FaultKind::Blackhole | FaultKind::Reset => FaultTarget::Proxy,
             FaultKind::PauseServerShort | FaultKind::PauseServerLong => FaultTarget::ServerSignal,
-            FaultKind::KillLeader | FaultKind::RestartServer => FaultTarget::ServerProcess,
+            FaultKind::KillLeader | FaultKind::RestartServer | FaultKind::Failover => {
+                FaultTarget::ServerProcess
+            }
         }
     }
 
@@ -102,6 +110,16 @@ impl FaultKind {
             FaultKind::KillLeader => (f(1.0), f(1.5)),
             // stop, then start again at once: the length is only the settling time after it
             FaultKind::RestartServer => (f(0.25), f(0.5)),
+            // The whole window budgeted for a failover, from the kill to the old master
+            // synced as a replica; whatever it leaves over is settling time. It is the
+            // sentinels' clock, not the leases': down-after 1 s, a vote and a promotion
+            // (2-3 s together), then 2-3 s before a sentinel converts the returning node
+            // and a full sync. So it is drawn from 6-8 s whatever the ttl, or 3-4 ttl if
+            // that is longer (the lost leases of a long ttl must show within the window).
+            FaultKind::Failover => (
+                f(3.0).max(Duration::from_secs(6)),
+                f(4.0).max(Duration::from_secs(8)),
+            ),
         }
     }
 }

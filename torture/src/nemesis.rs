@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock_tests::proxy::{FaultProxy, ProxyMode};
 use nix::sys::signal::Signal;
@@ -27,6 +27,13 @@ pub struct Injected {
     pub start_ns: u64,
     /// When it was undone.
     pub end_ns: u64,
+    /// Whether it made a server forget its locks (`restart-server` of a Redis master
+    /// without persistence): a late `lost()` in its window is excused as that documented
+    /// loss. Not a Sentinel replica's restart, which loses no lock.
+    pub forgets_locks: bool,
+    /// On Sentinel: the master before and after the fault, when they differ (a `failover`,
+    /// or a master paused past the sentinels' `down-after`).
+    pub failed_over: Option<(usize, usize)>,
     /// `Err` with the reason if it could not be injected or undone.
     pub outcome: Result<(), String>,
 }
@@ -44,9 +51,19 @@ impl fmt::Display for Injected {
             self.on,
             (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9,
             outcome
-        )
+        )?;
+        match self.failed_over {
+            Some((old, new)) if self.planned.kind != FaultKind::Failover => {
+                write!(f, " (the sentinels failed over: master {old} -> {new})")
+            }
+            _ => Ok(()),
+        }
     }
 }
+
+/// Bound of each step of a `failover` (the promotion; the old master's sync as a
+/// replica) and of the wait after a server fault on Sentinel for the group to heal.
+pub const SENTINEL_STEP_LIMIT: Duration = Duration::from_secs(20);
 
 /// What the nemesis acts on.
 pub struct Nemesis {
@@ -94,18 +111,31 @@ impl Nemesis {
                 | FaultKind::Reset
         )
         .then_some(planned.target);
-        let outcome = self.apply(planned, &mut on);
+        let mut forgets_locks = false;
+        let master_before = self.master();
+        let outcome = self.apply(planned, &mut on, &mut forgets_locks);
+        let failed_over = match (master_before, self.master()) {
+            (Some(a), Some(b)) if a != b => Some((a, b)),
+            _ => None,
+        };
         Injected {
             planned,
             on,
             worker,
             start_ns,
             end_ns: now_ns(),
+            forgets_locks,
+            failed_over,
             outcome,
         }
     }
 
-    fn apply(&mut self, planned: PlannedFault, on: &mut String) -> Result<(), String> {
+    fn apply(
+        &mut self,
+        planned: PlannedFault,
+        on: &mut String,
+        forgets_locks: &mut bool,
+    ) -> Result<(), String> {
         let i = planned.target;
         let length = planned.length;
         match planned.kind {
@@ -141,9 +171,12 @@ impl Nemesis {
             }
             FaultKind::PauseServerShort | FaultKind::PauseServerLong => match &mut self.servers {
                 ServerSide::Local(servers) => {
-                    servers.pause(i)?;
+                    let (node, name) = servers.server_for(planned.kind, i)?;
+                    *on = name;
+                    servers.pause(node)?;
                     thread::sleep(length);
-                    servers.resume(i)
+                    servers.resume(node)?;
+                    servers.settle(SENTINEL_STEP_LIMIT)
                 }
                 ServerSide::Pids(pids) => {
                     let (addr, pid) = pids
@@ -170,10 +203,36 @@ impl Nemesis {
                 let ServerSide::Local(servers) = &mut self.servers else {
                     return Err("restart-server needs `--local`".into());
                 };
-                servers.restart(i)?;
+                let (node, name) = servers.server_for(planned.kind, i)?;
+                *on = name;
+                *forgets_locks = servers.restart_forgets_locks();
+                servers.restart(node)?;
                 thread::sleep(length);
+                servers.settle(SENTINEL_STEP_LIMIT)
+            }
+            FaultKind::Failover => {
+                let ServerSide::Local(servers) = &mut self.servers else {
+                    return Err("failover needs `--local sentinel`".into());
+                };
+                *on = "the master".into();
+                let started = Instant::now();
+                let (old, new) = servers.failover(SENTINEL_STEP_LIMIT)?;
+                *on = format!(
+                    "master {old} -> {new}, whole in {:.1}s",
+                    started.elapsed().as_secs_f64()
+                );
+                // the rest of the planned window lets the group and the workers settle
+                thread::sleep(length.saturating_sub(started.elapsed()));
                 Ok(())
             }
+        }
+    }
+
+    /// The Sentinel master now (`None` elsewhere, or if no sentinel answers).
+    fn master(&self) -> Option<usize> {
+        match &self.servers {
+            ServerSide::Local(servers) => servers.master(),
+            ServerSide::Pids(_) => None,
         }
     }
 

@@ -12,7 +12,8 @@ use crate::faults::{parse_fault_list, FaultKind};
 pub const USAGE: &str = "\
 usage: torture <url> [options]          against your own servers
        torture --local <kind> [options] against servers it starts (kind: redis, cluster,
-                                        redlock, etcd, zk; needs the Debian server packages)
+                                        redlock, sentinel, etcd, zk; needs the Debian server
+                                        packages)
 options:
   --minutes M            run length (fractions allowed; default 1)
   --seconds S            run length in seconds instead
@@ -20,7 +21,7 @@ options:
   --seed S               seed of the fault plan and the workloads (default: from the clock, printed)
   --faults LIST          all (default), none, or a comma list of: pause-worker-short,
                          pause-worker-long, kill-worker, blackhole, reset, pause-server-short,
-                         pause-server-long, kill-leader, restart-server
+                         pause-server-long, kill-leader, restart-server, failover
   --ttl-ms T             lease ttl in ms (default 2000)
   --keys K               plain lock keys the workers share (default 3)
   --server-pid ADDR=PID  a server process the nemesis may SIGSTOP (repeat per server)
@@ -49,6 +50,8 @@ pub enum LocalKind {
     Cluster,
     /// 5 independent Redis masters for Redlock.
     Redlock,
+    /// Redis Sentinel: a master, one replica and three sentinels.
+    Sentinel,
     /// A 3-member etcd cluster.
     Etcd,
     /// A 3-node ZooKeeper ensemble.
@@ -62,6 +65,7 @@ impl LocalKind {
             LocalKind::Redis => "redis",
             LocalKind::Cluster => "cluster",
             LocalKind::Redlock => "redlock",
+            LocalKind::Sentinel => "sentinel",
             LocalKind::Etcd => "etcd",
             LocalKind::Zk => "zk",
         }
@@ -72,6 +76,7 @@ impl LocalKind {
             LocalKind::Redis,
             LocalKind::Cluster,
             LocalKind::Redlock,
+            LocalKind::Sentinel,
             LocalKind::Etcd,
             LocalKind::Zk,
         ]
@@ -79,7 +84,7 @@ impl LocalKind {
         .find(|k| k.name() == name)
         .ok_or_else(|| {
             OptionsError(format!(
-                "unknown `--local {name}`; write one of redis, cluster, redlock, etcd, zk"
+                "unknown `--local {name}`; write one of redis, cluster, redlock, sentinel, etcd, zk"
             ))
         })
     }
@@ -292,7 +297,7 @@ pub fn parse_run(args: &[String], clock_seed: u64) -> Result<RunOptions, Options
         }
         (None, None) => {
             return Err(OptionsError(
-                "no servers: give a URL (e.g. redis://127.0.0.1:6379) or `--local redis|cluster|redlock|etcd|zk`".to_string(),
+                "no servers: give a URL (e.g. redis://127.0.0.1:6379) or `--local redis|cluster|redlock|sentinel|etcd|zk`".to_string(),
             ))
         }
     };

@@ -131,6 +131,23 @@ impl Report<'_> {
         counts.sort();
         let counts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
         let _ = writeln!(out, "faults by kind: {}", counts.join(", "));
+        let failovers: Vec<&Injected> = self
+            .faults
+            .iter()
+            .filter(|i| i.failed_over.is_some())
+            .collect();
+        if !failovers.is_empty() {
+            let by_fault = failovers
+                .iter()
+                .filter(|i| i.planned.kind == FaultKind::Failover)
+                .count();
+            let _ = writeln!(
+                out,
+                "sentinel failovers: {} ({by_fault} by `failover`, {} by the sentinels during another server fault)",
+                failovers.len(),
+                failovers.len() - by_fault
+            );
+        }
         for (kind, why) in self.skipped {
             let _ = writeln!(out, "skipped {kind}: {why}");
         }

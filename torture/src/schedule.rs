@@ -38,8 +38,9 @@ pub struct PlannedFault {
     pub at: Duration,
     /// The fault.
     pub kind: FaultKind,
-    /// The worker or server member it acts on (ignored by `kill-leader`, which acts on
-    /// whichever member leads at that moment).
+    /// The worker or server member it acts on (ignored by `kill-leader` and `failover`,
+    /// which act on whichever member leads at that moment; on Sentinel a server fault's
+    /// target names a role, master or replica: see `LocalServers::server_for`).
     pub target: usize,
     /// How long it lasts.
     pub length: Duration,
@@ -52,6 +53,9 @@ impl fmt::Display for PlannedFault {
             FaultTarget::ServerSignal => format!("server {}", self.target),
             FaultTarget::ServerProcess if self.kind == FaultKind::KillLeader => {
                 "the leader".to_string()
+            }
+            FaultTarget::ServerProcess if self.kind == FaultKind::Failover => {
+                "the master".to_string()
             }
             FaultTarget::ServerProcess => format!("server {}", self.target),
         };

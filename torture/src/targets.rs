@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dlock_tests::servers::{
-    EtcdCluster, RedisCluster, RedisOptions, RedisServer, RedisSet, ServerControl, ZkEnsemble,
-    ZkOptions,
+    EtcdCluster, RedisCluster, RedisOptions, RedisSentinel, RedisServer, RedisSet, SentinelOptions,
+    ServerControl, ZkEnsemble, ZkOptions,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -234,6 +234,8 @@ pub enum LocalServers {
     Cluster(RedisCluster),
     /// 5 Redis masters for Redlock.
     Redlock(RedisSet),
+    /// Redis Sentinel: a master, one replica, three sentinels.
+    Sentinel(Box<RedisSentinel>),
     /// 3 etcd members.
     Etcd(EtcdCluster),
     /// 3 ZooKeeper nodes.
@@ -257,6 +259,8 @@ impl LocalServers {
             LocalKind::Redlock => {
                 RedisSet::try_start_with(5, RedisOptions::new()).map(Self::Redlock)
             }
+            LocalKind::Sentinel => RedisSentinel::try_start_with(1, SentinelOptions::new())
+                .map(|g| Self::Sentinel(Box::new(g))),
             LocalKind::Etcd => EtcdCluster::try_start(3).map(Self::Etcd),
             LocalKind::Zk => ZkEnsemble::try_start_with(3, ZkOptions::default()).map(Self::Zk),
         };
@@ -271,6 +275,9 @@ impl LocalServers {
             Self::Redis(s) => s.url(),
             Self::Cluster(c) => c.url(),
             Self::Redlock(s) => s.url(),
+            // the sentinels' addresses and the master's name; `replicas=auto` (the default):
+            // every grant and renewal waits for the replica's acknowledgement
+            Self::Sentinel(g) => g.url(),
             Self::Etcd(c) => c.url(),
             Self::Zk(z) => format!("{}?session_timeout={}ms", z.url(), ttl.as_millis() * 2),
         }
@@ -282,6 +289,8 @@ impl LocalServers {
             Self::Redis(_) => 1,
             Self::Cluster(c) => c.nodes().len(),
             Self::Redlock(s) => s.len(),
+            // the data nodes (the sentinels are not faulted): see `node`
+            Self::Sentinel(g) => g.len(),
             Self::Etcd(c) => c.len(),
             Self::Zk(z) => z.len(),
         }
@@ -292,6 +301,7 @@ impl LocalServers {
             Self::Redis(s) => s.as_mut(),
             Self::Cluster(c) => c.node_mut(i),
             Self::Redlock(s) => s.server_mut(i),
+            Self::Sentinel(g) => g.node_mut(i),
             Self::Etcd(c) => c.member_mut(i),
             Self::Zk(z) => z.node_mut(i),
         }
@@ -300,15 +310,121 @@ impl LocalServers {
     /// Why `kind` cannot run on these servers, if it cannot.
     pub fn not_applicable(&self, kind: FaultKind) -> Option<String> {
         let consensus = matches!(self, Self::Etcd(_) | Self::Zk(_));
+        let sentinel = matches!(self, Self::Sentinel(_));
         match kind {
+            FaultKind::KillLeader if sentinel => Some(
+                "killing the Sentinel master is the `failover` fault (the sentinels promote the replica; the old master comes back as a replica)".into(),
+            ),
             FaultKind::KillLeader if !consensus => {
                 Some("Redis has no leader to kill (kill-leader is for etcd and ZooKeeper)".into())
             }
             FaultKind::RestartServer if consensus => Some(
                 "etcd and ZooKeeper keep their data across a restart; restart-server is the Redis fault of losing it".into(),
             ),
+            FaultKind::Failover if !sentinel => Some(
+                "needs a Redis Sentinel deployment to promote a replica: only with `--local sentinel`".into(),
+            ),
             _ => None,
         }
+    }
+
+    /// The server process a server fault planned on `target` acts on, and how the report
+    /// names it; resolved once per fault, so that the node paused is the node resumed
+    /// even if the sentinels fail over meanwhile.
+    ///
+    /// Everywhere but Sentinel, `target` is the member. On Sentinel the two data nodes
+    /// trade roles at each failover, so `target` names a *role*, looked up (from the
+    /// sentinels) when the fault begins: an even target is the current master, an odd
+    /// one the current replica. Both stay meaningful there:
+    ///
+    /// - pausing the master for less than `down-after` (1 s) is a stall that every client
+    ///   waits out; for longer, the sentinels fail over to the replica while the old
+    ///   master is frozen with its clients' requests in its buffers, and it wakes up
+    ///   still a master until a sentinel converts it: the split-brain window that
+    ///   replica acknowledgement (`WAIT`) and fencing are there for;
+    /// - pausing the replica makes every grant and renewal wait for an acknowledgement
+    ///   that does not come (`replicas=auto` counts it as connected until the master
+    ///   drops its link), so leases cannot be renewed: an availability fault;
+    /// - `restart-server` restarts the current *replica* whatever the target: it loses
+    ///   its copy and syncs it again in full (meanwhile `replicas=auto` finds no replica
+    ///   connected and grants go unacknowledged). Not the master: a master without
+    ///   persistence that comes back empty before the sentinels notice wipes its replica
+    ///   too (the setup Redis' replication docs warn against, not a Sentinel fault), and
+    ///   the harness starts a node with its first command line, so a promoted node would
+    ///   come back as a replica of its own replica. Killing the master is `failover`.
+    ///
+    /// # Errors
+    /// No sentinel names a master.
+    pub fn server_for(&self, kind: FaultKind, target: usize) -> Result<(usize, String), String> {
+        let Self::Sentinel(g) = self else {
+            return Ok((target, format!("server {target}")));
+        };
+        let master = g.try_master_index().map_err(|e| e.to_string())?;
+        let replica = (0..g.len()).find(|&i| i != master).unwrap_or(master);
+        let restart = kind == FaultKind::RestartServer;
+        if target % 2 == 0 && !restart {
+            Ok((master, format!("server {master} (master)")))
+        } else {
+            Ok((replica, format!("server {replica} (replica)")))
+        }
+    }
+
+    /// The data node the sentinels name master now; `None` if these are not Sentinel or
+    /// no sentinel answers.
+    pub fn master(&self) -> Option<usize> {
+        match self {
+            Self::Sentinel(g) => g.try_master_index().ok(),
+            _ => None,
+        }
+    }
+
+    /// Whether `restart-server` on this member makes the servers forget locks (so that a
+    /// late `lost()` meanwhile is excused as the documented loss). On Sentinel it never
+    /// does: it restarts the replica, which syncs the locks again (see
+    /// [`LocalServers::server_for`]).
+    pub fn restart_forgets_locks(&self) -> bool {
+        !matches!(self, Self::Sentinel(_))
+    }
+
+    /// After a server fault on Sentinel: waits (up to `limit`) until every data node but
+    /// the master the sentinels name replicates from it and has acknowledged everything,
+    /// so that the next fault starts from a group that can fail over (a paused master may
+    /// have been replaced meanwhile and must be converted into a replica first).
+    /// Elsewhere: nothing to wait for.
+    ///
+    /// # Errors
+    /// The group did not heal within `limit`.
+    pub fn settle(&mut self, limit: Duration) -> Result<(), String> {
+        match self {
+            Self::Sentinel(g) => g.wait_replicas_synced(limit).map_err(|e| e.to_string()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The `failover` fault: SIGKILLs the master the sentinels name, waits (up to
+    /// `limit`) until they agree on the replica as the new master and it says so itself,
+    /// then starts the old master again, waits until the sentinels have converted it into
+    /// a replica of the new one and it has synced (each step bounded by the harness).
+    /// Returns the old and the new master's index.
+    ///
+    /// # Errors
+    /// Not Sentinel, or a step did not complete in its time (the harness's error quotes
+    /// the servers' logs).
+    pub fn failover(&mut self, limit: Duration) -> Result<(usize, usize), String> {
+        let Self::Sentinel(g) = self else {
+            return Err("failover needs `--local sentinel`".into());
+        };
+        let text = |e: dlock_tests::error::HarnessError| e.to_string();
+        let old_addr = g.try_master_addr().map_err(text)?;
+        let old = g.try_master_index().map_err(text)?;
+        g.node_mut(old)
+            .process_mut()
+            .kill9()
+            .map_err(|e| e.to_string())?;
+        let new = g.wait_failover(old_addr, limit).map_err(text)?;
+        g.restart_as_replica(old).map_err(text)?;
+        g.wait_replicas_synced(limit).map_err(text)?;
+        Ok((old, new))
     }
 
     /// SIGSTOPs member `i` (waits until it is stopped).
@@ -427,6 +543,11 @@ pub fn proxy_not_applicable(url: &ServiceUrl) -> Option<String> {
     if url.scheme == "redis+cluster" {
         return Some(
             "a Redis Cluster client connects to the node addresses the cluster announces (CLUSTER SLOTS), not to the ones in the URL, so a proxy per worker would not be on its path".into(),
+        );
+    }
+    if url.scheme.ends_with("+sentinel") {
+        return Some(
+            "a Sentinel client asks the sentinels in the URL for the master, then connects to the address they announce, so a proxy per worker would be on the path to the sentinels only, not to the data".into(),
         );
     }
     for host in &url.hosts {

@@ -41,6 +41,8 @@ fn fault(kind: FaultKind, worker: Option<usize>, from: u64, to: u64) -> Injected
         worker,
         start_ns: from * MS,
         end_ns: to * MS,
+        forgets_locks: kind == FaultKind::RestartServer,
+        failed_over: None,
         outcome: Ok(()),
     }
 }

@@ -49,11 +49,11 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
     // the kinds each local backend takes (the suite's runs use seed 15)
     let redis: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
-        .filter(|k| *k != FaultKind::KillLeader)
+        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::Failover))
         .collect();
     let consensus: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
-        .filter(|k| *k != FaultKind::RestartServer)
+        .filter(|k| !matches!(k, FaultKind::RestartServer | FaultKind::Failover))
         .collect();
     let cluster: Vec<FaultKind> = redis
         .iter()
@@ -71,13 +71,60 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
     }
 }
 
+/// The kinds `--local sentinel` takes: no proxy faults (the client connects to the master
+/// the sentinels announce), no kill-leader (that is `failover` there).
+fn sentinel_kinds() -> Vec<FaultKind> {
+    FaultKind::ALL
+        .into_iter()
+        .filter(|k| {
+            !matches!(
+                k,
+                FaultKind::Blackhole | FaultKind::Reset | FaultKind::KillLeader
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_sentinel_run_of_the_suite_has_a_failover_and_a_master_paused_past_down_after() {
+    // runs.rs `redis_sentinel`: 30 s, 4 workers, 2 data nodes, seed 166. A server fault's
+    // target names a role on Sentinel: even the master, odd the replica.
+    let planned = plan(
+        166,
+        &ScheduleParams {
+            members: 2,
+            ..params(sentinel_kinds())
+        },
+    );
+    for kind in sentinel_kinds() {
+        assert!(
+            planned.iter().any(|p| p.kind == kind),
+            "{kind} missing from {planned:#?}"
+        );
+    }
+    let on_master = |kind| planned.iter().any(|p| p.kind == kind && p.target % 2 == 0);
+    assert!(on_master(FaultKind::PauseServerLong), "{planned:#?}");
+    assert!(on_master(FaultKind::PauseServerShort), "{planned:#?}");
+    // the failover's window (6-8 s at ttl 2 s) fits, with room for the sentinels' slack
+    let last = planned.last().expect("a plan");
+    assert!(
+        last.at + last.length <= Duration::from_secs(28),
+        "{planned:#?}"
+    );
+}
+
 #[test]
 fn the_user_server_run_of_the_suite_has_its_kinds() {
     // runs.rs `a_users_server_by_url_and_pid`: 25 s, 3 workers, one server, seed 15, the
     // kinds that need no `--local`
     let kinds: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
-        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::RestartServer))
+        .filter(|k| {
+            !matches!(
+                k,
+                FaultKind::KillLeader | FaultKind::RestartServer | FaultKind::Failover
+            )
+        })
         .collect();
     let planned = plan(
         15,

@@ -49,6 +49,9 @@ fn good_command_lines() {
     .expect("valid");
     assert_eq!(run.server_pids, vec![("127.0.0.1:6379".to_string(), 4242)]);
     assert_eq!(run.out.to_str(), Some("torture-9"));
+    let run = parse_run(&args(&["--local", "sentinel", "--faults", "failover"]), 1).expect("valid");
+    assert_eq!(run.servers, Servers::Local(LocalKind::Sentinel));
+    assert_eq!(run.faults, vec![FaultKind::Failover]);
 }
 
 #[test]

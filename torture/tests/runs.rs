@@ -1,6 +1,6 @@
 //! The 30-second torture run on each backend, against servers the run starts itself
-//! (`--local`): single Redis, Redis Cluster, 5-master Redlock, 3-member etcd, 3-node
-//! ZooKeeper. Each must pass (exit 0) having injected every fault kind that applies to it;
+//! (`--local`): single Redis, Redis Cluster, 5-master Redlock, Redis Sentinel (master,
+//! replica, 3 sentinels), 3-member etcd, 3-node ZooKeeper. Each must pass (exit 0) having injected every fault kind that applies to it;
 //! the kinds that cannot apply are listed as skipped with their reason.
 //!
 //! The runs take turns (a lock in this file): five at once would starve each other on a
@@ -19,6 +19,10 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 const SEED: &str = "15";
 
 fn torture(kind: &str) -> String {
+    torture_with(kind, SEED)
+}
+
+fn torture_with(kind: &str, seed: &str) -> String {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_torture"))
@@ -30,7 +34,7 @@ fn torture(kind: &str) -> String {
             "--workers",
             "4",
             "--seed",
-            SEED,
+            seed,
         ])
         .arg("--out")
         .arg(dir.path())
@@ -91,7 +95,7 @@ fn assert_faults(report: &str, skipped: &[FaultKind]) {
 #[test]
 fn redis_single_server() {
     let report = torture("redis");
-    assert_faults(&report, &[FaultKind::KillLeader]);
+    assert_faults(&report, &[FaultKind::KillLeader, FaultKind::Failover]);
 }
 
 #[test]
@@ -103,6 +107,7 @@ fn redis_cluster() {
             FaultKind::KillLeader,
             FaultKind::Blackhole,
             FaultKind::Reset,
+            FaultKind::Failover,
         ],
     );
 }
@@ -110,7 +115,7 @@ fn redis_cluster() {
 #[test]
 fn redlock_five_masters() {
     let report = torture("redlock");
-    assert_faults(&report, &[FaultKind::KillLeader]);
+    assert_faults(&report, &[FaultKind::KillLeader, FaultKind::Failover]);
     // no fencing: overlaps are reported, not held against it
     assert!(
         report.contains("accepted (unsafe; this backend has no fencing)"),
@@ -121,13 +126,46 @@ fn redlock_five_masters() {
 #[test]
 fn etcd_three_members() {
     let report = torture("etcd");
-    assert_faults(&report, &[FaultKind::RestartServer]);
+    assert_faults(&report, &[FaultKind::RestartServer, FaultKind::Failover]);
 }
 
 #[test]
 fn zookeeper_three_nodes() {
     let report = torture("zk");
-    assert_faults(&report, &[FaultKind::RestartServer]);
+    assert_faults(&report, &[FaultKind::RestartServer, FaultKind::Failover]);
+}
+
+/// Sentinel: seed 166 kills the master at +2 s (`failover`: the replica is promoted, the
+/// old master rejoins as its replica and syncs), later pauses the master past the
+/// sentinels' `down-after` (a second failover, by the sentinels, with the old master frozen
+/// and then awake as a master until it is converted) and restarts the replica (checked by
+/// `nemesis.rs`). Every grant and renewal waits for the replica's acknowledgement
+/// (`replicas=auto`), so no failover may cost a lock: zero unsafe overlaps, no fence going
+/// back, no late `lost()`.
+#[test]
+fn redis_sentinel() {
+    let report = torture_with("sentinel", "166");
+    assert_faults(
+        &report,
+        &[
+            FaultKind::KillLeader,
+            FaultKind::Blackhole,
+            FaultKind::Reset,
+        ],
+    );
+    assert!(
+        report.contains(", 0 accepted (unsafe)"),
+        "an unsafe overlap across a failover:\n{report}"
+    );
+    assert!(report.contains("fence regressions: 0"), "{report}");
+    let failovers = report
+        .lines()
+        .find_map(|l| l.strip_prefix("sentinel failovers: "))
+        .unwrap_or_else(|| panic!("no failover counted:\n{report}"));
+    assert!(
+        failovers.contains("(1 by `failover`"),
+        "the failover fault did not change the master:\n{report}"
+    );
 }
 
 /// Pointed at "someone else's" server by URL, as a user would: the connection faults go
