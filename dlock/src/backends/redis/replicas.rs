@@ -397,8 +397,10 @@ impl super::RedisBackend {
         if self.replicas.is_off() {
             return Ok(Ok(()));
         }
-        self.replicas
-            .confirm(&self.conn, &lease.resource, lease.ttl)
+        // Boxed: the acknowledgement (a `WAIT`, perhaps a `ROLE` and a
+        // question to the sentinels) would otherwise nest its state in
+        // every acquire future, past rustc's layout depth.
+        Box::pin(self.replicas.confirm(&self.conn, &lease.resource, lease.ttl))
             .await
             .map_err(|e| self.error(e))
     }
