@@ -48,11 +48,12 @@ impl RedisBackend {
     /// Renews `leases`; a renewal counts once replicas acknowledged it
     /// (`?replicas=`), else it is a failed one.
     async fn renew_with(&self, what: Renewed, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let master = self.master_generation();
         let renewals = match &self.conn {
             Conn::Single(c) => self.renew_single(c.clone(), what, leases).await,
             Conn::Cluster(_) => self.renew_cluster(what, leases).await,
         };
-        self.replicated_renewals(leases, renewals).await
+        self.replicated_renewals(leases, master, renewals).await
     }
 
     async fn renew_single(

@@ -391,6 +391,14 @@ fn connected_replicas(role: &redis::Value) -> u32 {
 }
 
 impl super::RedisBackend {
+    /// Behind Sentinel, how many times requests moved to another master.
+    pub(super) fn master_generation(&self) -> Option<u64> {
+        match &self.conn {
+            Conn::Single(Server::Followed(sentinel)) => Some(sentinel.generation()),
+            _ => None,
+        }
+    }
+
     /// Whether enough replicas acknowledged the write that granted or
     /// extended `lease` (and every write this backend sent before it).
     async fn acknowledged(&self, lease: &Lease) -> Result<Result<(), Unacknowledged>, LockError> {
@@ -400,9 +408,12 @@ impl super::RedisBackend {
         // Boxed: the acknowledgement (a `WAIT`, perhaps a `ROLE` and a
         // question to the sentinels) would otherwise nest its state in
         // every acquire future, past rustc's layout depth.
-        Box::pin(self.replicas.confirm(&self.conn, &lease.resource, lease.ttl))
-            .await
-            .map_err(|e| self.error(e))
+        Box::pin(
+            self.replicas
+                .confirm(&self.conn, &lease.resource, lease.ttl),
+        )
+        .await
+        .map_err(|e| self.error(e))
     }
 
     /// What `ask` granted, handed over only once replicas acknowledged it.
@@ -434,15 +445,28 @@ impl super::RedisBackend {
         UF: Future<Output = ()>,
     {
         loop {
+            let master = self.master_generation();
             let granted = ask().await?;
             let Some(lease) = granted.lease() else {
                 return Ok(granted);
             };
-            if self.replicas.is_off() {
-                return Ok(granted);
-            }
             let mut unclaimed = arm();
-            let short = match self.acknowledged(lease).await? {
+            let answer = if self.replicas.is_off() {
+                Ok(())
+            } else {
+                self.acknowledged(lease).await?
+            };
+            // Behind Sentinel: a grant answered while requests moved to
+            // another master (a failover) may have been written by the old
+            // one, which the new one never saw: given back, asked again.
+            let answer = match answer {
+                Ok(()) if self.master_generation() != master => Err(Unacknowledged {
+                    acknowledged: 0,
+                    needed: 1,
+                }),
+                answer => answer,
+            };
+            let short = match answer {
                 Ok(()) => {
                     unclaimed.disarm();
                     return Ok(granted);
@@ -470,8 +494,23 @@ impl super::RedisBackend {
     pub(super) async fn replicated_renewals(
         &self,
         leases: &[Lease],
+        master: Option<u64>,
         mut renewals: Vec<Result<Renewal, LockError>>,
     ) -> Vec<Result<Renewal, LockError>> {
+        if self.master_generation() != master {
+            // Requests moved to another master while these were answered:
+            // the old one may have extended leases the new one never saw.
+            // Failed renewals: the watchdog asks the new master again.
+            for renewal in &mut renewals {
+                if matches!(renewal, Ok(Renewal::Renewed { .. })) {
+                    *renewal = Err(LockError::backend(
+                        self.options.shown.clone(),
+                        "the master changed (a failover) while the renewal was answered",
+                    ));
+                }
+            }
+            return renewals;
+        }
         if self.replicas.is_off() {
             return renewals;
         }

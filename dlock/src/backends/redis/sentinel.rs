@@ -137,6 +137,12 @@ impl Sentinel {
         self.inner.master().client
     }
 
+    /// Counts the switches to another master so far: a reply written by
+    /// the master of an older count may be one the new master never saw.
+    pub(crate) fn generation(&self) -> u64 {
+        self.inner.master().generation
+    }
+
     /// The current master's address (`host:port`).
     pub(crate) fn master_addr(&self) -> String {
         self.inner.master().addr
