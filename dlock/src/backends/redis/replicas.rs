@@ -10,7 +10,7 @@
 //! pipelined with it), or the timeout passes, and answers how many did.
 //!
 //! How many (`?replicas=`): `auto` asks for as many replicas as the master
-//! has connected, read with `ROLE` (on a Cluster, of the key's shard
+//! has connected, read with `INFO replication` (on a Cluster, of the key's shard
 //! master), cached for [`FRESH`] and read again at once when a `WAIT` falls
 //! short. A higher count is believed at once; a lower one only once the
 //! master has shown it for [`LOWER_AFTER`] (and, behind Sentinel, while the
@@ -39,7 +39,8 @@ use super::Conn;
 use crate::backend::{AllOrNone, Lease, Renewal};
 use crate::LockError;
 
-/// How long a replica count read with `ROLE` is used before it is read again.
+/// How long a replica count read with `INFO replication` is used before it
+/// is read again.
 pub(crate) const FRESH: Duration = Duration::from_secs(1);
 
 /// How long a master must show fewer replicas than before for `auto` to
@@ -48,13 +49,16 @@ pub(crate) const FRESH: Duration = Duration::from_secs(1);
 pub(crate) const LOWER_AFTER: Duration = Duration::from_secs(5);
 
 /// `auto`'s replica count of one master.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Count {
     count: u32,
     /// When it was read.
     read: Instant,
     /// Since when the master has shown fewer replicas than `count`.
     lower_since: Option<Instant>,
+    /// The master's replication id (`master_replid`): it changes when a
+    /// replica is promoted, so a new master is told from an old one.
+    replid: String,
 }
 
 /// The pause before a grant that too few replicas acknowledged is asked for
@@ -215,7 +219,7 @@ impl ReplicaAck {
     }
 
     /// `auto`'s count for the master of `lock_key`: cached, or read with
-    /// `ROLE` when stale or when `fresh` is asked.
+    /// `INFO replication` when stale or when `fresh` is asked.
     async fn auto_count(&self, conn: &Conn, lock_key: &str, fresh: bool) -> RedisResult<u32> {
         let slot = matches!(conn, Conn::Cluster(_)).then(|| Slot::for_key(lock_key));
         if !fresh {
@@ -225,10 +229,18 @@ impl ReplicaAck {
                 }
             }
         }
-        let role: redis::Value = route(conn, lock_key, redis::cmd("ROLE")).await?;
-        let seen = connected_replicas(&role);
+        let mut info = redis::cmd("INFO");
+        info.arg("replication");
+        let info: String = route(conn, lock_key, info).await?;
+        let (seen, replid) = replication(&info);
         let now = Instant::now();
-        let known = self.lock().get(&slot).copied();
+        // Another replication id: another master (a promoted replica takes
+        // a new one), whose own count is the one to go by.
+        let known = self
+            .lock()
+            .get(&slot)
+            .cloned()
+            .filter(|k| k.replid == replid);
         let count = match known {
             // Fewer replicas than before. A replica that went away is one
             // thing; but a replica also goes away when it is promoted while
@@ -242,6 +254,7 @@ impl ReplicaAck {
             Some(known) if seen < known.count => {
                 let since = known.lower_since.unwrap_or(now);
                 if now.duration_since(since) < LOWER_AFTER || !still_the_master(conn).await? {
+                    let count = known.count;
                     self.lock().insert(
                         slot,
                         Count {
@@ -250,7 +263,7 @@ impl ReplicaAck {
                             ..known
                         },
                     );
-                    return Ok(known.count);
+                    return Ok(count);
                 }
                 seen
             }
@@ -262,6 +275,7 @@ impl ReplicaAck {
                 count,
                 read: now,
                 lower_since: None,
+                replid,
             },
         );
         Ok(count)
@@ -374,20 +388,20 @@ async fn route<T: redis::FromRedisValue>(
     }
 }
 
-/// The replicas a `ROLE` answer lists: `["master", offset, [[ip, port,
-/// offset], ...]]`; 0 for any other role.
-fn connected_replicas(role: &redis::Value) -> u32 {
-    let redis::Value::Array(parts) = role else {
-        return 0;
+/// The replicas connected to a master and its replication id, from `INFO
+/// replication` (`role:master`, `connected_slaves:N`, `master_replid:…`);
+/// 0 replicas for any other role.
+fn replication(info: &str) -> (u32, String) {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.trim_end().strip_prefix(name))
+            .unwrap_or_default()
     };
-    let is_master = matches!(parts.first(), Some(redis::Value::BulkString(r)) if r == b"master")
-        || matches!(parts.first(), Some(redis::Value::SimpleString(r)) if r == "master");
-    match parts.get(2) {
-        Some(redis::Value::Array(replicas)) if is_master => {
-            u32::try_from(replicas.len()).unwrap_or(u32::MAX)
-        }
-        _ => 0,
+    let replid = field("master_replid:").to_owned();
+    if field("role:") != "master" {
+        return (0, replid);
     }
+    (field("connected_slaves:").parse().unwrap_or(0), replid)
 }
 
 impl super::RedisBackend {
@@ -405,7 +419,7 @@ impl super::RedisBackend {
         if self.replicas.is_off() {
             return Ok(Ok(()));
         }
-        // Boxed: the acknowledgement (a `WAIT`, perhaps a `ROLE` and a
+        // Boxed: the acknowledgement (a `WAIT`, perhaps an `INFO` and a
         // question to the sentinels) would otherwise nest its state in
         // every acquire future, past rustc's layout depth.
         Box::pin(
@@ -554,31 +568,16 @@ impl super::RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redis::Value;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
 
     #[test]
-    fn role_counts_the_master_s_replicas() {
-        let replica = Value::Array(vec![bulk("127.0.0.1"), bulk("6380"), bulk("42")]);
-        let master = Value::Array(vec![
-            bulk("master"),
-            Value::Int(42),
-            Value::Array(vec![replica.clone(), replica]),
-        ]);
-        assert_eq!(connected_replicas(&master), 2);
-        let alone = Value::Array(vec![bulk("master"), Value::Int(0), Value::Array(vec![])]);
-        assert_eq!(connected_replicas(&alone), 0);
-        let a_replica = Value::Array(vec![
-            bulk("slave"),
-            bulk("127.0.0.1"),
-            Value::Int(6379),
-            bulk("connected"),
-            Value::Int(42),
-        ]);
-        assert_eq!(connected_replicas(&a_replica), 0);
-        assert_eq!(connected_replicas(&Value::Nil), 0);
+    fn info_replication_gives_the_replicas_and_the_id() {
+        let master = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=1,state=online,offset=1,lag=0\r\nmaster_replid:abc\r\nmaster_replid2:000\r\n";
+        assert_eq!(replication(master), (2, "abc".to_owned()));
+        let alone = "role:master\nconnected_slaves:0\nmaster_replid:def\n";
+        assert_eq!(replication(alone), (0, "def".to_owned()));
+        let a_replica =
+            "role:slave\nmaster_host:127.0.0.1\nconnected_slaves:0\nmaster_replid:abc\n";
+        assert_eq!(replication(a_replica), (0, "abc".to_owned()));
+        assert_eq!(replication(""), (0, String::new()));
     }
 }
