@@ -130,3 +130,87 @@ async fn replicas_zero_sends_nothing_and_auto_without_replicas_sends_no_wait() {
         "{infos} INFOs: the replica count is read once a second"
     );
 }
+
+/// A Valkey 8.1 master and replica, both with `appendonly yes` (`WAITAOF`
+/// needs Redis 7.2 or Valkey; Debian's Redis 7.0 has none).
+fn aof_master_and_replica() -> (RedisServer, RedisServer) {
+    let aof = || {
+        RedisOptions::new()
+            .valkey()
+            .config(["--appendonly", "yes", "--appendfsync", "always"])
+    };
+    let master = RedisServer::start_with(aof());
+    let replica = RedisServer::start_with(aof().config([
+        "--replicaof".to_owned(),
+        "127.0.0.1".to_owned(),
+        master.port().to_string(),
+    ]));
+    let started = Instant::now();
+    while !replica
+        .redis_cli(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the replica did not link up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (master, replica)
+}
+
+/// `?aof=true`: grants wait for the master's own AOF fsync and the
+/// replica's (`WAITAOF`); a paused replica's missing fsync refuses the
+/// grant; a master without `appendonly` is a clear error, not a grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aof_waits_for_the_fsync_of_master_and_replica() {
+    use dlock::LockError;
+    use dlock_tests::servers::ServerControl;
+
+    let (master, mut replica) = tokio::task::block_in_place(aof_master_and_replica);
+    let backend = connect(&format!("{}?aof=true", master.url())).await;
+    for i in 0..10 {
+        Lock::new(format!("replicas:aof:{i}"))
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .expect("fsynced on both")
+            .release()
+            .await
+            .unwrap();
+    }
+    let waitaofs = master.command_calls("waitaof");
+    assert!(waitaofs >= 1, "no WAITAOF was sent");
+    assert_eq!(master.command_calls("wait"), 0, "WAIT instead of WAITAOF");
+
+    tokio::task::block_in_place(|| replica.pause());
+    let refused = Lock::new("replicas:aof:paused")
+        .with_backend(backend.clone())
+        .ttl(Duration::from_secs(2))
+        .try_acquire()
+        .await;
+    tokio::task::block_in_place(|| replica.resume());
+    match refused {
+        // The master's own fsync counts as one.
+        Err(LockError::Replication {
+            acknowledged,
+            needed,
+            ..
+        }) => assert_eq!((acknowledged, needed), (1, 2)),
+        other => panic!("expected a Replication error, got {other:?}"),
+    }
+
+    let plain = RedisServer::start_with(RedisOptions::new().valkey());
+    let backend = connect(&format!("{}?aof=true&replicas=0", plain.url())).await;
+    match Lock::new("replicas:aof:off")
+        .with_backend(backend)
+        .try_acquire()
+        .await
+    {
+        Err(LockError::Backend { source, .. }) => assert!(
+            source.to_string().contains("appendonly"),
+            "the error does not say why: {source}"
+        ),
+        other => panic!("expected the server's refusal, got {other:?}"),
+    }
+}

@@ -276,7 +276,11 @@ impl RedisBackend {
         let fail = |e: RedisError| LockError::backend(options.shown.clone(), e);
         let first = client(&options, &options.nodes[0])?;
         let mut db = first.get_connection_info().redis_settings().db();
-        let replicas = Arc::new(ReplicaAck::new(options.replicas, options.replica_timeout));
+        let replicas = Arc::new(ReplicaAck::new(
+            options.replicas,
+            options.replica_timeout,
+            options.aof,
+        ));
         let mut source = Source::Fixed(Box::new(first.clone()));
         let conn = if let Some(target) = &options.sentinel {
             // A failover moves the master: its replica counts are another's.

@@ -30,6 +30,9 @@ pub(crate) struct RedisOptions {
     /// `?replica_timeout=<duration>`: how long to wait for them (`None`:
     /// [`replica_timeout`] of the lease's ttl).
     pub(crate) replica_timeout: Option<Duration>,
+    /// `?aof=true`: `WAITAOF` instead of `WAIT`: the master's own AOF and
+    /// the replicas' fsynced (servers with `appendonly yes`, Redis 7.2+).
+    pub(crate) aof: bool,
     /// `redis+sentinel://`: where the sentinels are and which master to ask
     /// them for.
     pub(crate) sentinel: Option<SentinelTarget>,
@@ -110,12 +113,24 @@ impl RedisOptions {
         let mut recheck = Some(DEFAULT_RECHECK);
         let mut replicas = Replicas::Auto;
         let mut replica_timeout = None;
+        let mut aof = false;
         let mut sentinel_query = SentinelQuery::default();
         let mut passed_on = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match name {
                 "replicas" => replicas = parse_replicas(value).map_err(|why| bad(&why))?,
+                "aof" => {
+                    aof = match value {
+                        "true" | "1" => true,
+                        "false" | "0" => false,
+                        _ => {
+                            return Err(bad(&format!(
+                                "`aof={value}` is neither true nor false (true waits for the AOF fsync of the master and the replicas: WAITAOF)"
+                            )))
+                        }
+                    };
+                }
                 "replica_timeout" => {
                     replica_timeout = Some(parse_duration(value).ok_or_else(|| {
                         bad(&format!(
@@ -155,7 +170,7 @@ impl RedisOptions {
                         format!("`{name}`")
                     };
                     return Err(bad(&format!(
-                        "{what} is not a parameter of a sentinel URL; it takes db, sentinel_user, sentinel_password, prefix, timeout_ms, recheck_ms, replicas, replica_timeout{}",
+                        "{what} is not a parameter of a sentinel URL; it takes db, sentinel_user, sentinel_password, prefix, timeout_ms, recheck_ms, replicas, replica_timeout, aof{}",
                         if tls { " and ca" } else { "" }
                     )));
                 }
@@ -224,6 +239,7 @@ impl RedisOptions {
             recheck,
             replicas,
             replica_timeout,
+            aof,
             sentinel: target,
             shown,
         })
@@ -516,6 +532,10 @@ mod tests {
             assert_eq!(o.replicas, Replicas::Auto, "{url}");
             assert_eq!(o.replica_timeout, None, "{url}");
         }
+        let o = RedisOptions::parse("redis://h:1?aof=true").unwrap();
+        assert!(o.aof);
+        assert!(!RedisOptions::parse("redis://h:1").unwrap().aof);
+        assert!(RedisOptions::parse("redis://h:1?aof=maybe").is_err());
         let o = RedisOptions::parse("redis://h:1?replicas=0&replica_timeout=2s").unwrap();
         assert_eq!(o.replicas, Replicas::Exactly(0));
         assert_eq!(o.replica_timeout, Some(Duration::from_secs(2)));

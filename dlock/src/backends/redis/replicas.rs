@@ -111,6 +111,8 @@ impl Grant for AllOrNone {
 pub(crate) struct ReplicaAck {
     replicas: Replicas,
     timeout: Option<Duration>,
+    /// `?aof=true`: `WAITAOF`, the master's own fsync counting as one more.
+    aof: bool,
     /// `auto`'s replica counts and when each was read: one for a single
     /// server (`None`), one per slot in use on a Cluster.
     counts: Mutex<HashMap<Option<Slot>, Count>>,
@@ -128,6 +130,8 @@ pub(crate) struct ReplicaAck {
 /// as soon as the current one returns, for all of them at once.
 #[derive(Debug)]
 struct Shared {
+    /// `WAITAOF` instead of `WAIT`.
+    aof: bool,
     round: Mutex<Round>,
     /// The last `WAIT` that returned: its number and its answer.
     done: tokio::sync::watch::Sender<Done>,
@@ -152,21 +156,24 @@ struct Round {
 }
 
 impl ReplicaAck {
-    pub(crate) fn new(replicas: Replicas, timeout: Option<Duration>) -> Self {
+    pub(crate) fn new(replicas: Replicas, timeout: Option<Duration>, aof: bool) -> Self {
         ReplicaAck {
             replicas,
             timeout,
+            aof,
             counts: Mutex::new(HashMap::new()),
             shared: Arc::new(Shared {
+                aof,
                 round: Mutex::new(Round::default()),
                 done: tokio::sync::watch::channel((0, None)).0,
             }),
         }
     }
 
-    /// Whether acknowledgement is off (`replicas=0`): no request at all.
+    /// Whether acknowledgement is off (`replicas=0` without `aof`): no
+    /// request at all.
     pub(crate) fn is_off(&self) -> bool {
-        self.replicas == Replicas::Exactly(0)
+        self.replicas == Replicas::Exactly(0) && !self.aof
     }
 
     /// Forgets every replica count (the master changed: a failover).
@@ -187,18 +194,23 @@ impl ReplicaAck {
         lock_key: &str,
         ttl: Duration,
     ) -> RedisResult<Result<(), Unacknowledged>> {
-        let needed = match self.replicas {
-            Replicas::Exactly(0) => return Ok(Ok(())),
+        let replicas = match self.replicas {
             Replicas::Exactly(n) => n,
             Replicas::Auto => self.auto_count(conn, lock_key, false).await?,
         };
+        // With `aof`, the master's own fsync is one more acknowledgement.
+        let local = u32::from(self.aof);
+        let needed = replicas + local;
         if needed == 0 {
             return Ok(Ok(()));
         }
         let timeout = self.timeout.unwrap_or_else(|| replica_timeout(ttl));
         let acknowledged = match conn {
-            Conn::Cluster(_) => route(conn, lock_key, wait_cmd(needed, timeout)).await?,
-            Conn::Single(_) => Shared::wait(&self.shared, conn, needed, timeout).await?,
+            Conn::Cluster(_) => {
+                let answer = route(conn, lock_key, ack_cmd(self.aof, replicas, timeout)).await?;
+                acknowledgements(self.aof, &answer)?
+            }
+            Conn::Single(_) => Shared::wait(&self.shared, conn, replicas, timeout).await?,
         };
         if acknowledged >= needed {
             return Ok(Ok(()));
@@ -208,7 +220,7 @@ impl ReplicaAck {
             // counts is what is connected now (see `auto_count` for when a
             // lower count is not believed).
             let now_connected = self.auto_count(conn, lock_key, true).await?;
-            if acknowledged >= now_connected {
+            if acknowledged >= now_connected + local {
                 return Ok(Ok(()));
             }
         }
@@ -292,21 +304,47 @@ async fn still_the_master(conn: &Conn) -> RedisResult<bool> {
     }
 }
 
-/// `WAIT needed timeout` (`WAIT n 0` blocks for ever: at least a
-/// millisecond).
-fn wait_cmd(needed: u32, timeout: Duration) -> redis::Cmd {
+/// `WAIT replicas timeout`, or with `aof` `WAITAOF 1 replicas timeout`
+/// (the master's own AOF fsynced, and `replicas` replicas'); a timeout of
+/// 0 blocks for ever: at least a millisecond.
+fn ack_cmd(aof: bool, replicas: u32, timeout: Duration) -> redis::Cmd {
     let ms = u64::try_from(timeout.as_millis())
         .unwrap_or(u64::MAX)
         .max(1);
-    let mut wait = redis::cmd("WAIT");
-    wait.arg(needed).arg(ms);
+    let mut wait = if aof {
+        let mut cmd = redis::cmd("WAITAOF");
+        cmd.arg(1);
+        cmd
+    } else {
+        redis::cmd("WAIT")
+    };
+    wait.arg(replicas).arg(ms);
     wait
 }
 
+/// The acknowledgements an [`ack_cmd`] answered: `WAIT`'s count, or
+/// `WAITAOF`'s `[local, replicas]` added up (the local fsync counts as one).
+fn acknowledgements(aof: bool, answer: &redis::Value) -> RedisResult<u32> {
+    let count = |v: &redis::Value| match v {
+        redis::Value::Int(n) => u32::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    match answer {
+        redis::Value::Array(parts) if aof => Ok(parts.iter().take(2).map(count).sum()),
+        redis::Value::Int(_) if !aof => Ok(count(answer)),
+        other => Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "an unexpected answer to WAIT or WAITAOF",
+            format!("{other:?}"),
+        ))),
+    }
+}
+
 impl Shared {
-    /// How many replicas acknowledged a `WAIT` sent after this call (so
-    /// covering every write the connection sent before it), asking for at
-    /// least `needed` within `timeout`.
+    /// How many acknowledged a `WAIT` (or `WAITAOF`, counting the master's
+    /// own fsync) sent after this call, so covering every write the
+    /// connection sent before it, asking for at least `needed` replicas
+    /// within `timeout`.
     async fn wait(
         shared: &Arc<Shared>,
         conn: &Conn,
@@ -358,7 +396,10 @@ async fn send_waits(shared: Arc<Shared>, conn: Conn) {
             sent
         };
         let answer = match conn.clone() {
-            Conn::Single(mut c) => wait_cmd(needed, timeout).query_async(&mut c).await,
+            Conn::Single(mut c) => ack_cmd(shared.aof, needed, timeout)
+                .query_async::<redis::Value>(&mut c)
+                .await
+                .and_then(|answer| acknowledgements(shared.aof, &answer)),
             Conn::Cluster(_) => Ok(0),
         };
         shared.done.send_replace((number, Some(answer)));
