@@ -7,6 +7,7 @@ pub mod conformance;
 pub mod curator;
 pub mod error;
 pub mod etcd_recipe;
+pub mod failover;
 pub mod fixtures;
 pub mod foreign;
 pub mod holder;

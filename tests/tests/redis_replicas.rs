@@ -16,8 +16,14 @@ use dlock_tests::servers::{RedisOptions, RedisServer};
 
 /// A master and a replica of it, the replica's link up.
 fn master_and_replica() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_with(RedisOptions::new().config([
+    replicated(RedisOptions::new)
+}
+
+/// A master and a replica of it, both started with `options()`, once the
+/// replica's link is up.
+fn replicated(options: impl Fn() -> RedisOptions) -> (RedisServer, RedisServer) {
+    let master = RedisServer::start_with(options());
+    let replica = RedisServer::start_with(options().config([
         "--replicaof".to_owned(),
         "127.0.0.1".to_owned(),
         master.port().to_string(),
@@ -134,29 +140,11 @@ async fn replicas_zero_sends_nothing_and_auto_without_replicas_sends_no_wait() {
 /// A Valkey 8.1 master and replica, both with `appendonly yes` (`WAITAOF`
 /// needs Redis 7.2 or Valkey; Debian's Redis 7.0 has none).
 fn aof_master_and_replica() -> (RedisServer, RedisServer) {
-    let aof = || {
+    replicated(|| {
         RedisOptions::new()
             .valkey()
             .config(["--appendonly", "yes", "--appendfsync", "always"])
-    };
-    let master = RedisServer::start_with(aof());
-    let replica = RedisServer::start_with(aof().config([
-        "--replicaof".to_owned(),
-        "127.0.0.1".to_owned(),
-        master.port().to_string(),
-    ]));
-    let started = Instant::now();
-    while !replica
-        .redis_cli(&["INFO", "replication"])
-        .contains("master_link_status:up")
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the replica did not link up"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (master, replica)
+    })
 }
 
 /// `?aof=true`: grants wait for the master's own AOF fsync and the
