@@ -14,6 +14,9 @@
 //! find each other through hello messages). Every wait is bounded, and its error quotes the
 //! end of every log.
 //!
+//! With [`SentinelOptions::tls`], every node and sentinel is TLS-only on one throwaway CA,
+//! and [`RedisSentinel::url`] is a `rediss+sentinel://…?ca=` URL.
+//!
 //! The sentinels run with shorter periods than Redis' own, set with `SENTINEL DEBUG` (see
 //! [`SentinelOptions::tilt_period`]): a 3 s TILT instead of 30 s, `INFO` every 1 s, hello
 //! every 0.5 s. The protocol a client sees is unchanged; failovers and reconfigurations
@@ -178,7 +181,8 @@ impl SentinelOptions {
     /// What Redis 7.0 needs for this: a sentinel speaks TLS to the master, the replicas and
     /// the other sentinels only with `tls-replication yes` (without it, it connects in
     /// plain text and the TLS-only nodes drop it: `Error accepting a client connection:
-    /// ... wrong version number` in their logs, the sentinels never see the master). With
+    /// ... SSL routines::wrong version number` in the master's log, and the sentinel calls
+    /// the master `s_down,master,disconnected`; checked by hand with 7.0.15). With
     /// it, a sentinel announces its `tls-port` in its hello messages, and a replica
     /// announces its `tls-port` to its master (`REPLCONF listening-port`), so the
     /// addresses the sentinels learn and hand out are the TLS ports. As a TLS client, a
