@@ -47,9 +47,7 @@ async fn refused(url: &str) -> (String, Duration) {
     let took = started.elapsed();
     match result {
         Ok(_) => panic!("connected to {url}"),
-        Err(e @ LockError::Backend { .. }) => {
-            (format!("{e}: {:?}", std::error::Error::source(&e)), took)
-        }
+        Err(e @ LockError::Backend { .. }) => (e.to_string(), took),
         Err(e) => panic!("connecting to {url}: expected a backend error, got {e:?}"),
     }
 }
@@ -103,6 +101,8 @@ async fn a_wrong_ca_or_plain_text_fails_cleanly() {
     assert_ne!(wrong_url, url);
     let (error, took) = refused(&wrong_url).await;
     eprintln!("wrong CA refused in {took:?}: {error}");
+    assert!(error.contains("certificate"), "{error}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
 
     // Plain text to the TLS-only sentinels.
     let plain = url
@@ -113,6 +113,8 @@ async fn a_wrong_ca_or_plain_text_fails_cleanly() {
         .to_string();
     let (error, took) = refused(&plain).await;
     eprintln!("plain text refused in {took:?}: {error}");
+    assert!(error.contains("no sentinel could be reached"), "{error}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
 
     // The group is still fine for a client with the right CA.
     let backend = connect(&url).await;
