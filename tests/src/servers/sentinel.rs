@@ -14,6 +14,9 @@
 //! find each other through hello messages). Every wait is bounded, and its error quotes the
 //! end of every log.
 //!
+//! With [`SentinelOptions::tls`], every node and sentinel is TLS-only on one throwaway CA,
+//! and [`RedisSentinel::url`] is a `rediss+sentinel://…?ca=` URL.
+//!
 //! The sentinels run with shorter periods than Redis' own, set with `SENTINEL DEBUG` (see
 //! [`SentinelOptions::tilt_period`]): a 3 s TILT instead of 30 s, `INFO` every 1 s, hello
 //! every 0.5 s. The protocol a client sees is unchanged; failovers and reconfigurations
@@ -52,6 +55,7 @@ use crate::servers::process::{
     PROBE_INTERVAL,
 };
 use crate::servers::redis::{RedisOptions, RedisServer, REDIS_PACKAGES};
+use crate::tls::TestCerts;
 
 /// The master name the sentinels monitor unless [`SentinelOptions::master_name`] says another.
 pub const DEFAULT_MASTER_NAME: &str = "mm";
@@ -85,6 +89,8 @@ pub struct SentinelOptions {
     sentinel_password: Option<String>,
     appendonly: bool,
     periods: Vec<(&'static str, Duration)>,
+    tls: bool,
+    certs: Option<TestCerts>,
 }
 
 impl Default for SentinelOptions {
@@ -102,6 +108,8 @@ impl Default for SentinelOptions {
                 ("info-period", Duration::from_secs(1)),
                 ("publish-period", Duration::from_millis(500)),
             ],
+            tls: false,
+            certs: None,
         }
     }
 }
@@ -164,6 +172,30 @@ impl SentinelOptions {
         self
     }
 
+    /// TLS only, everywhere, with one throwaway CA ([`TestCerts`]) for the whole group:
+    /// the data nodes run `--port 0 --tls-port P` with `--tls-replication yes` (replicas
+    /// replicate over TLS) and `--tls-auth-clients no`, like [`RedisOptions::tls`]; the
+    /// sentinels run `port 0`, `tls-port S`, the same certificate, key and CA,
+    /// `tls-replication yes` and `tls-auth-clients no`.
+    ///
+    /// What Redis 7.0 needs for this: a sentinel speaks TLS to the master, the replicas and
+    /// the other sentinels only with `tls-replication yes` (without it, it connects in
+    /// plain text and the TLS-only nodes drop it: `Error accepting a client connection:
+    /// ... SSL routines::wrong version number` in the master's log, and the sentinel calls
+    /// the master `s_down,master,disconnected`; checked by hand with 7.0.15). With
+    /// it, a sentinel announces its `tls-port` in its hello messages, and a replica
+    /// announces its `tls-port` to its master (`REPLCONF listening-port`), so the
+    /// addresses the sentinels learn and hand out are the TLS ports. As a TLS client, a
+    /// sentinel or replica presents `tls-cert-file` (the test server certificate is also
+    /// a client certificate), which nobody asks for here anyway (`tls-auth-clients no`).
+    ///
+    /// [`RedisSentinel::url`] is then `rediss+sentinel://…/NAME?ca=<ca.crt>`, and the
+    /// harness's own `redis-cli` calls use `--tls --cacert <ca.crt>`.
+    pub fn tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// How long a sentinel stays in TILT mode, where it starts no failover (Redis: 30 s;
     /// here 3 s). A sentinel enters TILT when its 100 ms timer runs more than 2 s late: on
     /// this shared 2-core machine, under parallel builds, all three sentinels did so at
@@ -207,6 +239,11 @@ impl SentinelOptions {
     /// The options of one data node; a replica of the node on `replica_of`.
     fn node_options(&self, replica_of: Option<u16>) -> RedisOptions {
         let mut options = RedisOptions::new().config(["--repl-diskless-sync-delay", "0"]);
+        if let Some(certs) = self.tls_certs() {
+            options = options
+                .tls_with(certs.clone())
+                .config(["--tls-replication", "yes"]);
+        }
         if let Some(password) = &self.password {
             options = options
                 .password(password)
@@ -234,11 +271,27 @@ impl SentinelOptions {
         options
     }
 
+    /// The group's certificates, if it runs TLS (set by [`RedisSentinel::try_start_with`]).
+    fn tls_certs(&self) -> Option<&TestCerts> {
+        self.certs.as_ref().filter(|_| self.tls)
+    }
+
     /// The `sentinel.conf` of a sentinel on `port` with its dir `dir`.
     fn sentinel_conf(&self, port: u16, dir: &std::path::Path, master_port: u16) -> String {
         let name = conf_quote(&self.master_name);
+        let listen = match self.tls_certs() {
+            // See [`SentinelOptions::tls`] for why `tls-replication yes`.
+            Some(certs) => format!(
+                "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+                 tls-ca-cert-file {}\ntls-replication yes\ntls-auth-clients no",
+                conf_quote(&certs.server_cert_path().display().to_string()),
+                conf_quote(&certs.server_key_path().display().to_string()),
+                conf_quote(&certs.ca_cert_path().display().to_string()),
+            ),
+            None => format!("port {port}"),
+        };
         let mut conf = format!(
-            "port {port}\nbind 127.0.0.1\ndir {}\n\
+            "{listen}\nbind 127.0.0.1\ndir {}\n\
              sentinel monitor {name} 127.0.0.1 {master_port} {QUORUM}\n\
              sentinel down-after-milliseconds {name} {}\n\
              sentinel failover-timeout {name} {}\n\
@@ -300,6 +353,8 @@ pub struct SentinelNode {
     process: ServerProcess,
     port: u16,
     password: Option<String>,
+    /// The CA to trust with `redis-cli --tls`, for a TLS sentinel.
+    ca: Option<PathBuf>,
     debug_args: Vec<String>,
     cli: PathBuf,
     dir: TempDir,
@@ -329,6 +384,9 @@ impl SentinelNode {
                 process: ServerProcess::spawn(spec)?,
                 port,
                 password: options.sentinel_password.clone(),
+                ca: options
+                    .tls_certs()
+                    .map(|certs| certs.ca_cert_path().to_path_buf()),
                 debug_args: options.debug_args(),
                 cli: cli.clone(),
                 dir,
@@ -371,7 +429,7 @@ impl SentinelNode {
     }
 
     fn cli_with_limit(&self, args: &[&str], limit: Duration) -> HarnessResult<CommandOutput> {
-        let mut all = cli_args(self.port, self.password.as_deref());
+        let mut all = cli_args(self.port, self.password.as_deref(), self.ca.as_deref());
         all.extend(args.iter().map(OsString::from));
         run_command(&self.cli, &all, &[], limit)
     }
@@ -419,7 +477,7 @@ impl ServerControl for SentinelNode {
     fn wait_ready(&mut self) -> HarnessResult<()> {
         let (cli, mut args) = (
             self.cli.clone(),
-            cli_args(self.port, self.password.as_deref()),
+            cli_args(self.port, self.password.as_deref(), self.ca.as_deref()),
         );
         args.push("PING".into());
         self.process
@@ -442,14 +500,18 @@ impl ServerControl for SentinelNode {
     }
 }
 
-/// `redis-cli` arguments that reach (and log in to) a sentinel on `port`.
-fn cli_args(port: u16, password: Option<&str>) -> Vec<OsString> {
+/// `redis-cli` arguments that reach (and log in to) a sentinel on `port`, over TLS
+/// trusting `ca` if given.
+fn cli_args(port: u16, password: Option<&str>, ca: Option<&std::path::Path>) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
         "-h".into(),
         "127.0.0.1".into(),
         "-p".into(),
         port.to_string().into(),
     ];
+    if let Some(ca) = ca {
+        args.extend(["--tls".into(), "--cacert".into(), ca.into()]);
+    }
     if let Some(password) = password {
         args.extend(["-a".into(), password.into()]);
     }
@@ -494,6 +556,8 @@ pub struct RedisSentinel {
     sentinels: Vec<SentinelNode>,
     nodes: Vec<RedisServer>,
     options: SentinelOptions,
+    // Dropped after every process: the TLS group's certificates.
+    _certs_dir: Option<TempDir>,
 }
 
 impl RedisSentinel {
@@ -506,13 +570,25 @@ impl RedisSentinel {
     }
 
     /// Fallible [`RedisSentinel::start`] with `options`. Node 0 is the first master.
-    pub fn try_start_with(replicas: usize, options: SentinelOptions) -> HarnessResult<Self> {
+    pub fn try_start_with(replicas: usize, mut options: SentinelOptions) -> HarnessResult<Self> {
+        // One CA for every node and sentinel of a TLS group (they connect to each other).
+        let certs_dir = if options.tls && options.certs.is_none() {
+            let dir = tempfile::Builder::new()
+                .prefix("dlock-sentinel-certs-")
+                .tempdir()
+                .context(|| "create temp dir for sentinel certificates".to_string())?;
+            options.certs = Some(TestCerts::generate(dir.path())?);
+            Some(dir)
+        } else {
+            None
+        };
         let master = RedisServer::try_start_with(options.node_options(None))?;
         let master_port = master.port();
         let mut group = Self {
             sentinels: Vec::with_capacity(SENTINELS),
             nodes: vec![master],
             options,
+            _certs_dir: certs_dir,
         };
         for _ in 0..replicas {
             let replica =
@@ -567,9 +643,21 @@ impl RedisSentinel {
         self.options.sentinel_password.as_deref()
     }
 
-    /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/NAME`, without credentials.
+    /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/NAME`, without credentials;
+    /// for a TLS group (see [`SentinelOptions::tls`])
+    /// `rediss+sentinel://127.0.0.1:S1,…/NAME?ca=<ca.crt>`.
     pub fn url(&self) -> String {
         self.url_with_userinfo("")
+    }
+
+    /// The CA certificate (PEM file) of a TLS group, which every node and sentinel trusts.
+    pub fn ca_cert_path(&self) -> Option<&std::path::Path> {
+        self.options.tls_certs().map(TestCerts::ca_cert_path)
+    }
+
+    /// The certificates of a TLS group.
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.options.tls_certs()
     }
 
     /// The URL with every credential, percent-encoded: the data nodes' ACL user
@@ -589,7 +677,8 @@ impl RedisSentinel {
             (None, None) => self.url(),
         };
         if let Some(password) = &self.options.sentinel_password {
-            url.push_str("?sentinel_password=");
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str("sentinel_password=");
             url.push_str(&percent_encode(password));
         }
         url
@@ -601,11 +690,21 @@ impl RedisSentinel {
             .iter()
             .map(SocketAddr::to_string)
             .collect();
-        format!(
-            "redis+sentinel://{userinfo}{}/{}",
+        let url = format!(
+            "{}://{userinfo}{}/{}",
+            if self.options.tls {
+                "rediss+sentinel"
+            } else {
+                "redis+sentinel"
+            },
             hosts.join(","),
             percent_encode(&self.options.master_name)
-        )
+        );
+        match self.ca_cert_path() {
+            // dlock takes `ca` as written (no percent-decoding); temp paths need none.
+            Some(ca) => format!("{url}?ca={}", ca.display()),
+            None => url,
+        }
     }
 
     /// The master's address as the first running, unpaused sentinel that answers reports
