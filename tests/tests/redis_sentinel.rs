@@ -303,3 +303,38 @@ async fn sentinel_url_errors_say_what_failed() {
         Some(group.master_addr().to_string())
     );
 }
+
+/// A planned failover (`SENTINEL FAILOVER`, as in maintenance): the old
+/// master is demoted in place and answers writes with `READONLY`, and the
+/// sentinels announce `+switch-master`; either way the holder follows the
+/// new master, keeps its lease, and the waiter is never granted meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_follows_a_planned_failover() {
+    let group = blocking(|| RedisSentinel::start(1));
+    let url = group.url();
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let key = "sentinel:planned";
+    let ttl = Duration::from_secs(6);
+    let guard = Lock::new(key)
+        .with_backend(a.clone() as Arc<dyn LockBackend>)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("A acquires");
+    let waiting = wait_for(
+        Lock::new(key)
+            .with_backend(b as Arc<dyn LockBackend>)
+            .ttl(ttl)
+            .wait(Duration::from_secs(60)),
+    );
+    let old = group.master_index();
+    group.sentinel_cli(0, &["SENTINEL", "FAILOVER", group.master_name()]);
+    let switched = || group.try_master_index().is_ok_and(|now| now != old);
+    held_throughout(&guard, &waiting, switched, ttl * 2).await;
+    assert_eq!(
+        a.sentinel_master(),
+        Some(group.master_addr().to_string()),
+        "A does not write to the new master"
+    );
+    hands_over(guard, waiting).await;
+}
