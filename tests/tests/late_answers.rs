@@ -257,3 +257,71 @@ async fn every_kind_of_lease_is_checked_on_redis() {
         .unwrap();
     assert!(segment.is_some(), "a late segment was left held");
 }
+
+/// ZooKeeper: the listing that follows the create is cut by a lost
+/// connection (the proxy resets it while the answers are slow) and retried
+/// on the same session; by then the lease, counted from the create, has run
+/// out: it is given back, never handed over, and its node does not stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_listing_retried_after_a_lost_connection() {
+    use dlock::{Lock, LockError};
+    use dlock_tests::late_answer::TTL;
+
+    let server = ZkServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let slow: Arc<dyn LockBackend> = Arc::new(
+        ZooKeeperBackend::connect(&format!("zk://{}?session_timeout=20s", proxy.addr()))
+            .await
+            .expect("connect to ZooKeeper through the proxy"),
+    );
+    let fast: Arc<dyn LockBackend> = Arc::new(
+        ZooKeeperBackend::connect(&server.url())
+            .await
+            .expect("connect to ZooKeeper"),
+    );
+    let key = late_key();
+    let lock = Lock::new(&key).with_backend(slow).ttl(TTL);
+    // Once on time: the key's directory exists, the acquire is a create
+    // and a listing.
+    lock.acquire().await.unwrap().release().await.unwrap();
+    proxy.delay_replies(Duration::from_millis(400));
+    let trying = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_acquire().await }
+    });
+    // The create's answer comes at ~400 ms, the listing's would at ~800 ms:
+    // the connection is cut in between, then answers come at once again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    proxy.reset();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    proxy.pass();
+    let answer = tokio::time::timeout(Duration::from_secs(20), trying)
+        .await
+        .expect("the try_acquire hung")
+        .expect("the try_acquire panicked");
+    match answer {
+        Ok(None) | Err(LockError::Backend { .. }) => {}
+        Ok(Some(guard)) => panic!(
+            "a lease counted from a create 300 ms before was handed over after a retried listing (held: {})",
+            guard.is_held()
+        ),
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+    // Nothing of it stays: another client gets the key.
+    let started = std::time::Instant::now();
+    loop {
+        let other = Lock::new(&key)
+            .with_backend(fast.clone())
+            .try_acquire()
+            .await;
+        if let Ok(Some(guard)) = other {
+            guard.release().await.unwrap();
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the given-back node stayed: {other:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
