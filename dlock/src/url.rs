@@ -1,5 +1,10 @@
 //! Small URL helpers shared by `connect` and the backends.
 
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod parts;
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod prefix;
+
 /// Returns `url` with any password replaced by `***`, for `Debug`, errors and logs.
 ///
 /// Works on every URL form dlock accepts, including multi-host ones

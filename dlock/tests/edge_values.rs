@@ -285,6 +285,107 @@ proptest! {
     }
 }
 
+/// A password with a raw `?`, `/`, `#` or `?x=1&` in it, cut into two
+/// marked halves: no half may show in any error, on any scheme, in the
+/// one-host and the host-list forms; and dlock's own parser refuses it
+/// (`InvalidOption`, "percent-encode") before any network I/O, so no piece
+/// of it can go out as a host name to look up.
+#[test]
+fn no_piece_of_a_password_shows() {
+    let runtime = runtime();
+    let (head, tail) = ("Hunter2Secret", "Tail9Zz");
+    for scheme in schemes() {
+        for separator in ["?", "/", "#", "?x=1&"] {
+            let password = format!("{head}{separator}{tail}");
+            for url in [
+                format!("{scheme}://app:{password}@127.0.0.1:1"),
+                format!("{scheme}://{password}@127.0.0.1:1"),
+                format!("{scheme}://app:{password}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"),
+                format!("{scheme}://app:{password}@127.0.0.1:1,127.0.0.1:2/mm?db=0"),
+            ] {
+                let answer = runtime.block_on(async {
+                    tokio::time::timeout(Duration::from_secs(20), dlock::connect(&url)).await
+                });
+                let err = match answer {
+                    Ok(Ok(backend)) => {
+                        let shown = format!("{backend:?} {}", backend.describe());
+                        assert!(
+                            !shown.contains(head) && !shown.contains(tail),
+                            "{url:?}: {shown}"
+                        );
+                        assert_eq!(scheme, "memory", "{url:?} connected");
+                        continue;
+                    }
+                    Ok(Err(e)) => e,
+                    Err(_) => panic!("connect({url:?}) hung for 20 s"),
+                };
+                let shown = format!("{err} {err:?}");
+                assert!(
+                    !shown.contains(head) && !shown.contains(tail),
+                    "{url:?} showed a piece of its password: {shown}"
+                );
+                if !["memory", "nosuchscheme"].contains(&scheme) {
+                    assert!(
+                        matches!(err, LockError::InvalidOption { .. })
+                            && shown.contains("percent-encode the password"),
+                        "{url:?}: refused by dlock's parser before any I/O, got {shown}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A prefix that could spell a name of another namespace is refused at
+/// connect, the same on every backend that takes one, before any I/O: a `/`
+/// (a directory inside another prefix), braces (Redis Cluster's hash tag),
+/// an internal root's ending, a reserved name. Escapes decode first, so
+/// `%2F` is a `/` too.
+#[test]
+fn prefixes_that_reach_another_namespace_are_refused() {
+    let runtime = runtime();
+    let with_prefix: Vec<&str> = schemes()
+        .into_iter()
+        .filter(|scheme| !["memory", "nosuchscheme"].contains(scheme))
+        .collect();
+    for scheme in with_prefix {
+        let base = match scheme {
+            "redis+sentinel" | "rediss+sentinel" => format!("{scheme}://127.0.0.1:1/mm"),
+            "redis" | "rediss" => format!("{scheme}://127.0.0.1:1"),
+            _ => format!("{scheme}://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"),
+        };
+        for (prefix, says) in [
+            ("app/x", "`/`"),
+            ("app%2Fx", "`/`"),
+            ("{x}", "hash tag"),
+            ("a{}", "hash tag"),
+            ("{}", "hash tag"),
+            ("dlock-semaphores", "-semaphores"),
+            ("dlock-rw", "-rw"),
+            ("dlock-election", "-election"),
+            ("zookeeper", "keep for themselves"),
+            ("", "empty"),
+        ] {
+            let url = format!("{base}?prefix={prefix}");
+            let answer = runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(20), dlock::connect(&url)).await
+            });
+            match answer {
+                Ok(Err(err @ LockError::InvalidOption { .. })) => {
+                    let shown = err.to_string();
+                    assert!(
+                        shown.contains("prefix=") && shown.contains(says),
+                        "{url}: {shown}"
+                    );
+                }
+                Ok(Err(err)) => panic!("{url}: not refused as an option: {err}"),
+                Ok(Ok(_)) => panic!("{url}: connected"),
+                Err(_) => panic!("connect({url:?}) hung for 20 s"),
+            }
+        }
+    }
+}
+
 /// Malformed URLs of every scheme get a typed error naming what is wrong,
 /// never a panic or a hang (or they connect, where the form is valid).
 #[test]

@@ -59,54 +59,39 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let shown = crate::url::redact(url);
     let bad = |why: String| LockError::invalid_option(format!("etcd URL `{shown}`: {why}"));
 
-    let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
-        (false, rest)
-    } else if let Some(rest) = url.strip_prefix("etcds://") {
-        (true, rest)
-    } else {
-        return Err(bad(
-            "not an etcd URL; write `etcd://host:2379[,host:2379...]` or `etcds://` for TLS".into(),
-        ));
-    };
-
-    let (before_query, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
-    };
-    let (authority, path) = match before_query.find('/') {
-        Some(slash) => before_query.split_at(slash),
-        None => (before_query, ""),
-    };
-    if !path.is_empty() && path != "/" {
+    let parts = crate::url::parts::split(url).map_err(&bad)?;
+    let tls =
+        match parts.scheme {
+            "etcd" => false,
+            "etcds" => true,
+            _ => return Err(bad(
+                "not an etcd URL; write `etcd://host:2379[,host:2379...]` or `etcds://` for TLS"
+                    .into(),
+            )),
+        };
+    if !parts.path.is_empty() && parts.path != "/" {
         return Err(bad(format!(
-            "the path `{path}` means nothing to etcd; set the key namespace with `?prefix=...`"
+            "the path `{}` means nothing to etcd; set the key namespace with `?prefix=...`",
+            parts.path
         )));
     }
-
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
-        None => (None, authority),
-    };
-    let user = match userinfo {
+    let user = match parts.credentials {
         None => None,
-        Some(info) => {
-            let Some((name, password)) = info.split_once(':') else {
+        Some(credentials) => {
+            let Some(password) = credentials.password else {
                 return Err(bad(
                     "credentials need both parts: write `etcd://user:password@host:2379`".into(),
                 ));
             };
-            let name = percent_decode(name).map_err(&bad)?;
-            let password = percent_decode(password).map_err(&bad)?;
-            if name.is_empty() {
+            if credentials.user.is_empty() {
                 return Err(bad("the user name is empty".into()));
             }
-            Some((name, password))
+            Some((credentials.user, password))
         }
     };
-
     let scheme = if tls { "https" } else { "http" };
     let mut endpoints = Vec::new();
-    for host in hosts.split(',') {
+    for host in parts.hosts.split(',') {
         endpoints.push(format!("{scheme}://{}", host_port(host).map_err(&bad)?));
     }
 
@@ -119,19 +104,11 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         domain: None,
         timeout: DEFAULT_TIMEOUT,
     };
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value).map_err(&bad)?;
+    for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
+        let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(raw).map_err(&bad)?;
         match name {
-            "prefix" => {
-                let prefix = value.trim_end_matches('/');
-                if prefix.is_empty() || prefix.chars().any(char::is_control) {
-                    return Err(bad(format!(
-                        "`prefix={value}` must be a non-empty namespace without control characters, e.g. `prefix=dlock`"
-                    )));
-                }
-                config.prefix = prefix.to_owned();
-            }
+            "prefix" => config.prefix = crate::url::prefix::parse(raw).map_err(&bad)?,
             "ca" if !tls => {
                 return Err(bad(
                     "`ca=` only applies to TLS; write `etcds://` to connect with TLS".into(),
@@ -259,7 +236,7 @@ mod tests {
 
     #[test]
     fn many_hosts_default_port_options() {
-        let c = parse("etcd://a,b:1,[::1]:3,[::1]/?prefix=locks/&timeout=250ms").unwrap();
+        let c = parse("etcd://a,b:1,[::1]:3,[::1]/?prefix=locks&timeout=250ms").unwrap();
         assert_eq!(
             c.endpoints,
             [
@@ -295,7 +272,10 @@ mod tests {
             ("etcd://h,,g", "host is missing"),
             ("etcd://h/some/path", "path"),
             ("etcd://h?prefx=a", "unknown option `prefx`"),
-            ("etcd://h?prefix=", "non-empty"),
+            ("etcd://h?prefix=", "empty"),
+            ("etcd://h?prefix=app/x", "`/`"),
+            ("etcd://h?prefix=dlock-semaphores", "-semaphores"),
+            ("etcd://u:sec?ret@h", "percent-encode"),
             ("etcd://h?ca=/x", "only applies to TLS"),
             ("etcds://h", "?ca="),
             ("etcd://u:secret@h?timeout=soon", "timeout"),

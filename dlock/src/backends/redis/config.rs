@@ -94,9 +94,12 @@ impl RedisOptions {
     pub(crate) fn parse(url: &str) -> Result<Self, LockError> {
         let shown = redact(url);
         let bad = |why: &str| LockError::invalid_option(format!("`{shown}`: {why}"));
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| bad("not a URL; write redis://host:port"))?;
+        // dlock's own split first: it refuses a raw `/`, `?` or `#` in the
+        // credentials before the `redis` crate would read a piece of the
+        // password as a host name and look it up.
+        let parts = crate::url::parts::split(url).map_err(|why| bad(&why))?;
+        let scheme = parts.scheme;
+        let rest = &url[scheme.len() + "://".len()..];
         let (cluster, sentinel, tls, node_scheme) = match scheme {
             "redis" => (false, false, false, "redis"),
             "rediss" => (false, false, true, "rediss"),
@@ -141,9 +144,10 @@ impl RedisOptions {
                 "db" | "sentinel_user" | "sentinel_password" if sentinel => {
                     sentinel_query.take(name, value).map_err(|why| bad(&why))?;
                 }
-                "ca" => ca_file = Some(value.to_owned()),
-                "prefix" if !value.is_empty() => prefix = value.to_owned(),
-                "prefix" => return Err(bad("`prefix` is empty; give a name, e.g. ?prefix=dlock")),
+                "ca" => {
+                    ca_file = Some(percent_decode(value).map_err(|e| bad(&format!("`ca`: {e}")))?)
+                }
+                "prefix" => prefix = crate::url::prefix::parse(value).map_err(|why| bad(&why))?,
                 "timeout_ms" => {
                     let ms: u64 = value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
                         bad(&format!(

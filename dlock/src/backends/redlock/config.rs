@@ -28,6 +28,7 @@ pub(super) struct ParsedUrl {
 pub(super) fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
     let shown = crate::url::redact(url);
     let bad = |why: &str| LockError::invalid_option(format!("`{shown}`: {why}"));
+    crate::url::parts::split(url).map_err(|why| bad(&why))?;
     let rest = url
         .strip_prefix("redlock://")
         .ok_or_else(|| bad("not a Redlock URL; write redlock://host:port,host:port,host:port"))?;

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use crate::url::percent_decode;
 use crate::LockError;
 
 /// The ZooKeeper client port used when a host names none.
@@ -50,38 +49,25 @@ impl std::fmt::Debug for Config {
 pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let shown = crate::url::redact(url);
     let bad = |what: String| LockError::invalid_option(format!("`{shown}`: {what}"));
-    let Some(rest) = url.strip_prefix("zk://") else {
+    let parts = crate::url::parts::split(url).map_err(&bad)?;
+    if parts.scheme != "zk" {
         return Err(bad(
             "not a ZooKeeper URL; write `zk://host:port[,host:port...][/chroot]`".into(),
         ));
-    };
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, Some(q)),
-        None => (rest, None),
-    };
-    let (authority, chroot) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-        None => (None, authority),
-    };
-
-    let digest = match userinfo {
+    }
+    let (hosts, chroot, query) = (parts.hosts, parts.path, parts.query);
+    let digest = match parts.credentials {
         None => None,
-        Some(info) => {
-            let Some((user, pass)) = info.split_once(':') else {
+        Some(credentials) => {
+            let Some(pass) = credentials.password else {
                 return Err(bad(
                     "digest auth needs `user:password@`; the password is missing".into(),
                 ));
             };
-            let user = percent_decode(user).map_err(|e| bad(format!("user name: {e}")))?;
-            let pass = percent_decode(pass).map_err(|e| bad(format!("password: {e}")))?;
-            if user.is_empty() {
+            if credentials.user.is_empty() {
                 return Err(bad("digest auth needs a user name before `:`".into()));
             }
-            Some(format!("{user}:{pass}"))
+            Some(format!("{}:{pass}", credentials.user))
         }
     };
 
@@ -105,7 +91,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
 
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut prefix = DEFAULT_PREFIX.to_owned();
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
             "session_timeout" => {
@@ -122,13 +108,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                     })
                     .map_err(|e| bad(format!("session_timeout `{value}`: {e}")))?;
             }
-            "prefix" => {
-                let value =
-                    percent_decode(value).map_err(|e| bad(format!("prefix `{value}`: {e}")))?;
-                validate_prefix(&value, chroot.is_empty())
-                    .map_err(|e| bad(format!("prefix `{value}`: {e}")))?;
-                prefix = value;
-            }
+            "prefix" => prefix = crate::url::prefix::parse(value).map_err(&bad)?,
             other => {
                 return Err(bad(format!(
                     "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`) and `prefix` (a node name)"
@@ -189,19 +169,6 @@ fn validate_chroot(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn validate_prefix(prefix: &str, at_root: bool) -> Result<(), String> {
-    if prefix.is_empty() || prefix.contains('/') || prefix == "." || prefix == ".." {
-        return Err("must be one node name, without `/`, and not `.` or `..`".into());
-    }
-    if prefix.chars().any(forbidden_in_node_name) {
-        return Err("contains a character ZooKeeper does not allow in node names".into());
-    }
-    if at_root && prefix == "zookeeper" {
-        return Err("`/zookeeper` is reserved by the server; choose another prefix".into());
-    }
-    Ok(())
-}
-
 /// `10s`, `1500ms`, `2m`, or a bare number of milliseconds.
 fn parse_duration(value: &str) -> Result<Duration, String> {
     let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
@@ -257,7 +224,7 @@ pub(super) fn escape_key(key: &str) -> String {
 /// The inverse of [`escape_key`].
 #[cfg(test)]
 pub(super) fn unescape_key(name: &str) -> Option<String> {
-    percent_decode(name).ok()
+    crate::url::percent_decode(name).ok()
 }
 
 #[cfg(test)]
@@ -313,8 +280,10 @@ mod tests {
                 "zk://h:1?session_timeout=99999999999999999999m",
                 "not a duration",
             ),
-            ("zk://h:1?prefix=a/b", "one node name"),
-            ("zk://h:1?prefix=zookeeper", "reserved"),
+            ("zk://h:1?prefix=a/b", "`/`"),
+            ("zk://h:1?prefix=zookeeper", "keep for themselves"),
+            ("zk://h:1?prefix=dlock-rw", "-rw"),
+            ("zk://u:a/b@h:1", "percent-encode"),
             ("zk://h:1?colour=red", "unknown option `colour`"),
             ("zk://user@h:1", "password is missing"),
         ] {
