@@ -141,6 +141,7 @@ use crate::backend::{
 };
 use crate::LockError;
 
+pub(crate) use self::config::REDIS_PORT;
 /// The longest ttl: dlock's own [`MAX_TTL`], checked here
 /// too for callers of the backend trait itself. Below it everything the
 /// scripts compute from a ttl stays exact: `PX` (Redis takes up to 2^63 ms

@@ -108,6 +108,100 @@ pub(crate) fn split(url: &str) -> Result<UrlParts<'_>, String> {
     })
 }
 
+/// One `host[:port]` of a host list; an IPv6 address keeps its brackets.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct HostPort {
+    /// The host as written: a name, an IPv4 address or `[IPv6]`.
+    pub(crate) host: String,
+    pub(crate) port: u16,
+}
+
+impl HostPort {
+    /// The host without an IPv6 address's brackets, for clients that take
+    /// the address alone.
+    pub(crate) fn bare_host(&self) -> &str {
+        self.host.trim_start_matches('[').trim_end_matches(']')
+    }
+}
+
+impl std::fmt::Display for HostPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Reads a comma-separated host list (`h1:1,h2,[::1]:3`), giving each host
+/// without a port `default_port`. Errors quote the host they are about:
+/// text after the credentials, never a piece of them.
+pub(crate) fn hosts(list: &str, default_port: u16) -> Result<Vec<HostPort>, String> {
+    if list.is_empty() {
+        return Err(format!(
+            "no host; write at least one `host:port`, e.g. `127.0.0.1:{default_port}`"
+        ));
+    }
+    list.split(',')
+        .map(|host| host_port(host, default_port))
+        .collect()
+}
+
+fn host_port(text: &str, default_port: u16) -> Result<HostPort, String> {
+    if text.is_empty() {
+        return Err("an empty host in the host list; separate hosts with one `,`".into());
+    }
+    if text
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | '?' | '#' | '@'))
+    {
+        return Err(format!("`{text}` is not a host name or address"));
+    }
+    let (host, port) = if let Some(bracketed) = text.strip_prefix('[') {
+        let Some((address, after)) = bracketed.split_once(']') else {
+            return Err(format!(
+                "`{text}` opens an IPv6 address with `[` but never closes it"
+            ));
+        };
+        if address.is_empty() || !address.contains(':') {
+            return Err(format!("`{text}` has no IPv6 address between its brackets"));
+        }
+        let port = match after {
+            "" => None,
+            _ => match after.strip_prefix(':') {
+                Some(port) => Some(port),
+                None => return Err(format!("`{text}` has text after its IPv6 address")),
+            },
+        };
+        (&text[..address.len() + 2], port)
+    } else {
+        match text.rsplit_once(':') {
+            Some((_, _)) if text.matches(':').count() > 1 => {
+                return Err(format!(
+                    "`{text}` looks like an IPv6 address: write it in brackets, `[{text}]`"
+                ))
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("`{text}` has a port but no host"));
+    }
+    if !host.starts_with('[') && host.contains(['[', ']']) {
+        return Err(format!("`{text}` is not a host name or address"));
+    }
+    let port = match port {
+        None => default_port,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|port| *port != 0)
+            .ok_or_else(|| format!("`{port}` in `{text}` is not a port number (1-65535)"))?,
+    };
+    Ok(HostPort {
+        host: host.to_owned(),
+        port,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +253,38 @@ mod tests {
         let err = split("etcd://app:Hunter2%zzTail@h").unwrap_err();
         assert!(!err.contains("Hunter2") && !err.contains("Tail"), "{err}");
         assert!(err.contains("password"), "{err}");
+    }
+
+    #[test]
+    fn host_lists_take_names_addresses_and_default_ports() {
+        let list = hosts("a:1,b,[::1]:3,[::1],10.0.0.1:65535", 2379).unwrap();
+        let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            ["a:1", "b:2379", "[::1]:3", "[::1]:2379", "10.0.0.1:65535"]
+        );
+        assert_eq!(list[2].bare_host(), "::1");
+    }
+
+    #[test]
+    fn bad_hosts_are_named() {
+        for (list, says) in [
+            ("", "no host"),
+            ("a,,b", "empty host"),
+            ("a,", "empty host"),
+            ("h:0", "not a port"),
+            ("h:99999", "not a port"),
+            ("h:x", "not a port"),
+            (":1", "no host"),
+            ("[::1", "never closes"),
+            ("[]:1", "no IPv6 address"),
+            ("[::1]x", "text after"),
+            ("::1", "in brackets"),
+            ("a b", "not a host"),
+        ] {
+            let err = hosts(list, 1).unwrap_err();
+            assert!(err.contains(says), "{list:?}: {err}");
+        }
     }
 
     #[test]

@@ -91,8 +91,8 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     };
     let scheme = if tls { "https" } else { "http" };
     let mut endpoints = Vec::new();
-    for host in parts.hosts.split(',') {
-        endpoints.push(format!("{scheme}://{}", host_port(host).map_err(&bad)?));
+    for host in crate::url::parts::hosts(parts.hosts, DEFAULT_PORT).map_err(&bad)? {
+        endpoints.push(format!("{scheme}://{host}"));
     }
 
     let mut config = Config {
@@ -136,39 +136,6 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         ));
     }
     Ok(config)
-}
-
-/// Checks one `host[:port]` (IPv6 in brackets) and adds the default port.
-fn host_port(host: &str) -> Result<String, String> {
-    if host.is_empty() {
-        return Err("a host is missing; write `etcd://host:2379[,host:2379...]`".into());
-    }
-    if host
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | '?' | '#' | '@'))
-    {
-        return Err(format!("`{host}` is not a host name or address"));
-    }
-    // The port follows the last ':' unless that ':' is inside an IPv6 literal.
-    let port_start = match host.rfind(':') {
-        Some(colon) if !host[colon..].contains(']') => Some(colon),
-        _ => None,
-    };
-    match port_start {
-        Some(colon) => {
-            let (name, port) = (&host[..colon], &host[colon + 1..]);
-            if name.is_empty() {
-                return Err(format!("`{host}` has a port but no host"));
-            }
-            if port.parse::<u16>().map_or(true, |p| p == 0) {
-                return Err(format!(
-                    "`{port}` in `{host}` is not a port number (1-65535)"
-                ));
-            }
-            Ok(host.to_owned())
-        }
-        None => Ok(format!("{host}:{DEFAULT_PORT}")),
-    }
 }
 
 /// `250ms`, `5s`, or a bare number of milliseconds.
@@ -266,10 +233,10 @@ mod tests {
     #[test]
     fn bad_urls_name_the_problem_and_hide_the_password() {
         let cases = [
-            ("etcd://", "host is missing"),
+            ("etcd://", "no host"),
             ("etcd://h:0", "not a port"),
             ("etcd://h:x", "not a port"),
-            ("etcd://h,,g", "host is missing"),
+            ("etcd://h,,g", "empty host"),
             ("etcd://h/some/path", "path"),
             ("etcd://h?prefx=a", "unknown option `prefx`"),
             ("etcd://h?prefix=", "empty"),

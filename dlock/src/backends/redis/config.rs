@@ -77,6 +77,8 @@ pub(crate) fn replica_timeout(ttl: Duration) -> Duration {
 
 /// The sentinels' default port.
 const SENTINEL_PORT: u16 = 26379;
+/// A Redis server's default port.
+pub(crate) const REDIS_PORT: u16 = 6379;
 
 impl std::fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -213,24 +215,18 @@ impl RedisOptions {
                     "a cluster URL has no database number (clusters only have db 0)",
                 ));
             }
-            hosts
-                .split(',')
-                .map(|host| {
-                    if host.is_empty() {
-                        Err(bad(
-                            "an empty host in the host list; write host:port,host:port",
-                        ))
-                    } else {
-                        Ok(format!("{node_scheme}://{auth}{host}{query}"))
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()?
+            crate::url::parts::hosts(hosts, REDIS_PORT)
+                .map_err(|why| bad(&why))?
+                .iter()
+                .map(|host| format!("{node_scheme}://{auth}{host}{query}"))
+                .collect()
         } else {
-            if before_query.is_empty() || before_query.contains(',') {
+            if parts.hosts.contains(',') {
                 return Err(bad(
                     "give one host (host:port); for several use redis+cluster:// or redlock://",
                 ));
             }
+            crate::url::parts::hosts(parts.hosts, REDIS_PORT).map_err(|why| bad(&why))?;
             vec![format!("{node_scheme}://{before_query}{query}")]
         };
         Ok(RedisOptions {
@@ -328,25 +324,10 @@ fn sentinel_target(before_query: &str, query: SentinelQuery) -> Result<SentinelT
             "`{master}` is not a master name; write redis+sentinel://host:26379/<master-name>"
         ));
     }
-    let sentinels = hosts
-        .split(',')
-        .map(|host| {
-            if host.is_empty() {
-                return Err(
-                    "an empty host in the sentinel list; write host:port,host:port".to_owned(),
-                );
-            }
-            match host.rsplit_once(':') {
-                Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
-                    let port = port
-                        .parse()
-                        .map_err(|_| format!("sentinel `{host}` has no valid port"))?;
-                    Ok((name.trim_matches(['[', ']']).to_owned(), port))
-                }
-                _ => Ok((host.trim_matches(['[', ']']).to_owned(), SENTINEL_PORT)),
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let sentinels = crate::url::parts::hosts(hosts, SENTINEL_PORT)?
+        .into_iter()
+        .map(|host| (host.bare_host().to_owned(), host.port))
+        .collect();
     Ok(SentinelTarget {
         sentinels,
         master,
@@ -576,7 +557,7 @@ mod tests {
             ),
             ("redis+sentinel://:secret@h:1", "master"),
             ("redis+sentinel://:secret@h:1/", "master name"),
-            ("redis+sentinel://:secret@h:x/mm", "no valid port"),
+            ("redis+sentinel://:secret@h:x/mm", "not a port"),
             ("redis+sentinel://:secret@h:1,,h:2/mm", "empty host"),
             ("redis+sentinel://:secret@h:1/mm?db=-1", "db=-1"),
             (

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::backends::redis::MAX_TTL;
+use crate::backends::redis::{MAX_TTL, REDIS_PORT};
 use crate::LockError;
 
 pub(super) fn check_count(n: usize, shown: &str) -> Result<(), LockError> {
@@ -79,13 +79,8 @@ pub(super) fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
     };
     let mut seen = std::collections::HashSet::new();
     let mut nodes = Vec::new();
-    for host in hosts.split(',') {
-        if host.is_empty() {
-            return Err(bad(
-                "an empty host in the host list; write host:port,host:port,host:port",
-            ));
-        }
-        if !seen.insert(host) {
+    for host in crate::url::parts::hosts(hosts, REDIS_PORT).map_err(|why| bad(&why))? {
+        if !seen.insert(host.clone()) {
             return Err(bad(&format!(
                 "the master `{host}` is named twice; a repeated master would vote twice"
             )));

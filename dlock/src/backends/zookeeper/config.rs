@@ -71,15 +71,11 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         }
     };
 
-    if hosts.is_empty() {
-        return Err(bad(
-            "no host; write at least one `host:port`, e.g. `zk://127.0.0.1:2181`".into(),
-        ));
-    }
-    let mut servers = Vec::new();
-    for host in hosts.split(',') {
-        servers.push(parse_host(host).map_err(bad)?);
-    }
+    let servers: Vec<String> = crate::url::parts::hosts(hosts, DEFAULT_PORT)
+        .map_err(&bad)?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
 
     let chroot = match chroot {
         "" | "/" => "",
@@ -123,32 +119,6 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         session_timeout,
         prefix,
     })
-}
-
-fn parse_host(host: &str) -> Result<String, String> {
-    if host.is_empty() {
-        return Err("an empty host in the host list; separate hosts with one `,`".into());
-    }
-    let (name, port) = match host.rsplit_once(':') {
-        // A bracketed IPv6 address without a port has its last ':' inside the brackets.
-        Some((name, port)) if !port.contains(']') => (name, Some(port)),
-        _ => (host, None),
-    };
-    if name.is_empty() {
-        return Err(format!("host `{host}` has no name before the port"));
-    }
-    if name.contains(['/', '?', '#', '@', ' ']) {
-        return Err(format!("host `{host}` is not a host name"));
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(p) => p
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("host `{host}` has the invalid port `{p}` (1-65535)"))?,
-    };
-    Ok(format!("{name}:{port}"))
 }
 
 fn validate_chroot(path: &str) -> Result<(), String> {
@@ -263,7 +233,7 @@ mod tests {
             ("redis://h:1", "not a ZooKeeper URL"),
             ("zk://", "no host"),
             ("zk://a,,b", "empty host"),
-            ("zk://h:x", "invalid port"),
+            ("zk://h:x", "not a port"),
             ("zk://h:1/a//b", "empty path component"),
             ("zk://h:1/a/", "must not end"),
             ("zk://h:1?session_timeout=10h", "unknown unit"),
