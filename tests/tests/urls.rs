@@ -107,7 +107,7 @@ async fn locks(backend: &Arc<dyn LockBackend>, key: &str) {
 /// parser, and a wrong one (the right one with its ends swapped) by the
 /// server: neither shows either end of the password.
 async fn raw_and_wrong_passwords_are_refused(raw: &str, wrong: &str) {
-    let err = dlock::connect(raw).await.err().expect("refused");
+    let err = dlock::connect(raw).await.expect_err("refused");
     let shown = format!("{err} {err:?}");
     assert!(matches!(err, LockError::InvalidOption { .. }), "{shown}");
     assert!(shown.contains("percent-encode"), "{shown}");
@@ -186,8 +186,7 @@ async fn an_encoded_password_logs_in_on_zookeeper_and_a_raw_one_is_refused() {
     // protects them; here it must at least not show.
     let err = dlock::connect(&format!("zk://app:{PASSWORD}@{hosts}"))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     let shown = format!("{err} {err:?}");
     assert!(shown.contains("percent-encode"), "{shown}");
     assert!(ENDS.iter().all(|end| !shown.contains(end)), "{shown}");

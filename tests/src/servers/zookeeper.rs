@@ -49,6 +49,9 @@ pub struct ZkOptions {
     /// nothing from its leader goes on serving its clients' reads before it gives up on the
     /// leader and drops them.
     pub sync_limit: u32,
+    /// `-Djute.maxbuffer` in bytes (`None`: the server's default, 1 MiB): the largest
+    /// request the server takes; past it, it closes the connection ("Len error").
+    pub jute_max_buffer: Option<u32>,
 }
 
 impl Default for ZkOptions {
@@ -58,6 +61,7 @@ impl Default for ZkOptions {
             min_session_timeout_ms: 1000,
             max_session_timeout_ms: 60_000,
             sync_limit: 5,
+            jute_max_buffer: None,
         }
     }
 }
@@ -135,6 +139,11 @@ impl ZkServer {
             format!("zookeeper {} 127.0.0.1:{}", plan.id, plan.client_port),
             java,
             dir.path().join("zookeeper.log"),
+        )
+        .args(
+            options
+                .jute_max_buffer
+                .map(|bytes| format!("-Djute.maxbuffer={bytes}")),
         )
         .args([
             "-Xms64m",

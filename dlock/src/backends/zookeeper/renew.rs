@@ -1,6 +1,11 @@
-//! Renewal of ZooKeeper leases: one read of the held nodes per session,
+//! Renewal of ZooKeeper leases: a read of the held nodes per session,
 //! behind a `sync`, and each node's answer turned into a renewal. The
 //! session's heartbeat keeps the nodes; the read proves they are still ours.
+//!
+//! The read is cut into multi-reads of bounded size ([`MAX_READ_BYTES`],
+//! [`MAX_READ_NODES`]): the server closes the connection on a request or
+//! answer over its `jute.maxbuffer` (1 MiB by default), and one read of
+//! every node held once lost every lease past about 12,000 locks.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,10 +20,46 @@ use super::{lease, lock, ZooKeeperBackend};
 use crate::backend::{Lease, Renewal};
 use crate::LockError;
 
+/// The most one multi-read may carry, counting its request and its answer
+/// (see [`read_cost`]): an eighth of ZooKeeper's default `jute.maxbuffer`,
+/// so a server configured well below the default still takes it.
+pub(super) const MAX_READ_BYTES: usize = 128 * 1024;
+
+/// The most nodes in one multi-read, whatever their size.
+pub(super) const MAX_READ_NODES: usize = 1000;
+
+/// What reading one node adds to a multi-read, in bytes: its path in the
+/// request and its data (the owner token) with its 68-byte stat in the
+/// answer, each with the framing of one operation (generous).
+fn read_cost(lease: &Lease) -> usize {
+    lease.resource.len() + lease.token.len() + 68 + 48
+}
+
+/// Cuts `idx` (leases by index) into runs no read refuses.
+fn cut_into_reads(leases: &[Lease], idx: &[usize]) -> Vec<Vec<usize>> {
+    let mut reads: Vec<Vec<usize>> = Vec::new();
+    let mut bytes = 0;
+    for &i in idx {
+        let cost = read_cost(&leases[i]);
+        match reads.last_mut() {
+            Some(read) if read.len() < MAX_READ_NODES && bytes + cost <= MAX_READ_BYTES => {
+                read.push(i);
+                bytes += cost;
+            }
+            _ => {
+                reads.push(vec![i]);
+                bytes = cost;
+            }
+        }
+    }
+    reads
+}
+
 /// One answer per lease, filled in as they come.
 type Answers = Vec<Option<Result<Renewal, LockError>>>;
 
-/// The leases (by index) to read on each session.
+/// The leases (by index) to read on each session, in one multi-read each
+/// (several entries of one session when its nodes need several reads).
 type Groups = Vec<(Arc<Session>, Vec<usize>)>;
 
 /// A session's `sync` and multi-read, both sent: the read's answer once
@@ -99,6 +140,14 @@ impl ZooKeeperBackend {
             }
         }
         drop(dead);
+        let groups = groups
+            .into_iter()
+            .flat_map(|(session, idx)| {
+                cut_into_reads(leases, &idx)
+                    .into_iter()
+                    .map(move |read| (session.clone(), read))
+            })
+            .collect();
         (answers, groups)
     }
 
@@ -148,12 +197,21 @@ impl ZooKeeperBackend {
     }
 }
 
-/// Each session's read behind a sync (see `after_sync`), all sent before
-/// any answer is awaited.
+/// Each session's reads behind one sync (see `after_sync`), all sent
+/// before any answer is awaited. A session's requests are answered in the
+/// order they were sent, so every read of a session comes after its sync;
+/// its first read awaits the sync's answer and reports its failure (which
+/// a lost connection gives the later reads too).
 fn send_reads<'a>(leases: &[Lease], groups: &'a Groups) -> Vec<Read<'a>> {
     let mut reads: Vec<Read<'a>> = Vec::new();
+    let mut synced_sessions: Vec<&Arc<Session>> = Vec::new();
     for (session, idx) in groups {
-        let synced = session.client.sync("/");
+        let synced = if synced_sessions.iter().any(|s| Arc::ptr_eq(s, session)) {
+            None
+        } else {
+            synced_sessions.push(session);
+            Some(session.client.sync("/"))
+        };
         let mut reader = session.client.new_multi_reader();
         let mut bad = None;
         for &i in idx {
@@ -166,11 +224,47 @@ fn send_reads<'a>(leases: &[Lease], groups: &'a Groups) -> Vec<Read<'a>> {
             None => {
                 let commit = reader.commit();
                 Box::pin(async move {
-                    synced.await?;
+                    if let Some(synced) = synced {
+                        synced.await?;
+                    }
                     commit.await
                 })
             }
         });
     }
     reads
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn lease(key_len: usize) -> Lease {
+        Lease {
+            key: "k".repeat(key_len),
+            token: "t".repeat(36),
+            ttl: Duration::from_secs(3),
+            fencing_token: None,
+            valid_until: Instant::now(),
+            resource: format!("/dlock/{}/_c_x-lock-0000000001", "k".repeat(key_len)),
+        }
+    }
+
+    #[test]
+    fn reads_stay_within_their_bounds_and_keep_every_lease_once() {
+        for (count, key_len) in [(0, 1), (1, 1), (15_000, 10), (50_000, 40), (3_000, 512 * 3)] {
+            let leases: Vec<Lease> = (0..count).map(|_| lease(key_len)).collect();
+            let idx: Vec<usize> = (0..count).collect();
+            let reads = cut_into_reads(&leases, &idx);
+            let flat: Vec<usize> = reads.iter().flatten().copied().collect();
+            assert_eq!(flat, idx, "every lease once, in order");
+            for read in &reads {
+                assert!(!read.is_empty() && read.len() <= MAX_READ_NODES);
+                let bytes: usize = read.iter().map(|&i| read_cost(&leases[i])).sum();
+                assert!(bytes <= MAX_READ_BYTES, "{count} x {key_len}: {bytes}");
+            }
+        }
+    }
 }
