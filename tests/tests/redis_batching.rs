@@ -327,3 +327,52 @@ fn a_runtime_shut_down_with_batches_in_flight_does_not_hang() {
         "runtime shutdown hung with batches in flight"
     );
 }
+
+/// Renewal renews up to 100 leases in one script call, each checked on its
+/// own: of 250 held locks and 250 held permits, the ones whose data was
+/// deleted behind their guards' backs are lost, every other is renewed,
+/// and a renewal round costs three script calls per kind, not 250.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_renews_many_leases_per_script_call_each_on_its_own() {
+    let server = RedisServer::start();
+    let backend: Arc<dyn LockBackend> =
+        Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    let ttl = Duration::from_millis(1500);
+    let mut locks = Vec::new();
+    let mut permits = Vec::new();
+    for i in 0..250 {
+        let lock = Lock::new(format!("renew-many:{i}"))
+            .with_backend(backend.clone())
+            .ttl(ttl);
+        locks.push(lock.try_acquire().await.unwrap().expect("free"));
+        let semaphore = dlock::Semaphore::new(format!("renew-many-permits:{i}"), 2)
+            .with_backend(backend.clone())
+            .ttl(ttl);
+        permits.push(semaphore.try_acquire().await.unwrap().expect("free"));
+    }
+    // Every third of each: its data gone, as an operator's DEL does.
+    let mut deleted = vec!["DEL".to_owned()];
+    for i in (0..250).step_by(3) {
+        deleted.push(format!("dlock:{{renew-many:{i}}}"));
+        deleted.push(format!("dlock:{{renew-many-permits:{i}}}:permits"));
+    }
+    let deleted: Vec<&str> = deleted.iter().map(String::as_str).collect();
+    assert_eq!(server.redis_cli(&deleted), "168");
+    let evalsha_before = server.command_calls("evalsha");
+    // Two renewals (every ttl/3) and some margin.
+    tokio::time::sleep(ttl).await;
+    let rounds = server.command_calls("evalsha") - evalsha_before;
+    for i in 0..250 {
+        let deleted = i % 3 == 0;
+        assert_eq!(locks[i].is_held(), !deleted, "lock {i}");
+        assert_eq!(permits[i].is_held(), !deleted, "permit {i}");
+    }
+    // Each round: 3 calls for 250 locks and 3 for 250 permits, about 4
+    // rounds; one call per lease would be over 1,500.
+    assert!(
+        rounds < 250,
+        "{rounds} script calls for about 4 rounds of 500 leases"
+    );
+    drop(locks);
+    drop(permits);
+}

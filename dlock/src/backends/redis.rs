@@ -108,6 +108,7 @@ mod for_redlock;
 mod permits;
 pub(crate) mod recheck;
 mod renew;
+mod renew_many;
 mod replicas;
 mod rw;
 pub(crate) mod scripts;
@@ -131,7 +132,7 @@ use self::connection::{Connection, Server};
 pub(crate) use self::for_redlock::nap_until;
 use self::recheck::{keyspace_channel, notifies_releases, Recheck};
 use self::replicas::ReplicaAck;
-use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
+use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
 use self::sentinel::Sentinel;
 use self::subscriber::{Source, Subscriber};
 use self::unfinished::ReleaseIfDropped;
@@ -533,7 +534,7 @@ impl RedisBackend {
         // Polled together, the loads go out in one write.
         let loads = [
             &*ACQUIRE,
-            &*RENEW,
+            &*renew_many::RENEW_KEYS,
             &*RELEASE,
             &*ACQUIRE_MANY,
             &*RELEASE_MANY,

@@ -52,29 +52,6 @@ return {0, tonumber(first[2]) - now}
     )
 });
 
-/// Compare-and-extend: a live member gets a new expiry; an expired or
-/// missing one is refused (it may have been counted free already).
-///
-/// KEYS[1] the set; ARGV[1] token, ARGV[2] ttl in ms.
-pub(super) static RENEW_PERMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if score and tonumber(score) > now then
-  local expires = now + tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[1], 'XX', expires, ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIREAT', KEYS[1], expires)
-  end
-  return 1
-end
-return 0
-",
-    )
-});
-
 /// Remove the token; if it was there, announce the free permit. Returns 1
 /// only if the permit was still live (ours).
 ///

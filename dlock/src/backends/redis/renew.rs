@@ -1,7 +1,8 @@
 //! Renewal of Redis leases (locks, permits, read-write leases): every due
 //! lease in one pipeline on a single server (compare-and-`PEXPIRE`
-//! scripts, or `SET … IFEQ` where the server takes it), all in flight at
-//! once on a cluster.
+//! scripts that renew up to 100 leases a call, see `renew_many.rs`, or
+//! `SET … IFEQ` where the server takes it), all in flight at once on a
+//! cluster (one call per hash slot's leases).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -9,9 +10,10 @@ use std::time::{Duration, Instant};
 use redis::{RedisResult, Script};
 
 use super::connection::Server;
-use super::permits::{PermitNames, RENEW_PERMIT};
+use super::permits::PermitNames;
+use super::renew_many::{self, RENEW_KEYS, RENEW_MEMBERS};
 use super::rw::RwNames;
-use super::scripts::{self, millis, KeyNames, RENEW};
+use super::scripts::{self, millis, KeyNames};
 use super::{compare_set, Conn, RedisBackend};
 use crate::backend::{lease_deadline, Lease, Renewal, RwMode};
 use crate::LockError;
@@ -88,17 +90,18 @@ impl RedisBackend {
                 }
             }
         }
+        let keys: Vec<String> = leases
+            .iter()
+            .map(|lease| what.key(&self.options.prefix, lease))
+            .collect();
+        let calls = renew_many::calls(&keys, false);
         let mut pipe = redis::pipe();
-        for lease in leases {
-            pipe.cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(1)
-                .arg(what.key(&self.options.prefix, lease))
-                .arg(&lease.token)
-                .arg(millis(lease.ttl));
+        for call in &calls {
+            pipe.add_command(renew_call(script, &keys, leases, call));
         }
         // Reloads the script if the server lost its cache, as every call does.
-        let answer: RedisResult<Vec<i64>> = scripts::run(&mut conn, script, &pipe).await;
+        let answer: RedisResult<Vec<Vec<i64>>> = scripts::run(&mut conn, script, &pipe).await;
+        let answer = answer.and_then(|answers| spread(&calls, answers, leases.len()));
         self.renewals(answer, leases, sent)
     }
 
@@ -151,19 +154,21 @@ impl RedisBackend {
 
     /// A cluster cannot pipeline across slots; the cluster connection
     /// multiplexes concurrent requests per node instead, so all renewals are
-    /// in flight at once.
+    /// in flight at once: one script call per hash slot's leases (up to
+    /// 100), or one `SET … IFEQ` per lease where the nodes take it.
     async fn renew_cluster(
         &self,
         what: Renewed,
         leases: &[Lease],
     ) -> Vec<Result<Renewal, LockError>> {
-        let script = what.script();
         self.metrics
             .renew_round_trips
             .fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
-        let calls = leases.iter().map(|lease| async move {
-            if self.lua_free(what) {
+        let mut answers: Vec<Option<Result<Renewal, LockError>>> =
+            leases.iter().map(|_| None).collect();
+        if self.lua_free(what) {
+            let calls = leases.iter().map(|lease| async move {
                 let lock = what.key(&self.options.prefix, lease);
                 let cmd = compare_set::renew(&lock, &lease.token, millis(lease.ttl));
                 self.count();
@@ -173,23 +178,119 @@ impl RedisBackend {
                     Conn::Single(c) => cmd.query_async(c).await,
                 };
                 match answer {
-                    // This lease's node does not take it: the script, now.
-                    Err(e) if compare_set::refused(&e) => self.set_ifeq_refused(&e),
-                    answer => {
-                        let answer = answer.map_err(|e| self.error(e))?;
-                        return Ok(renewal(compare_set::renewed(answer), sent, lease.ttl));
+                    // This lease's node does not take it: the script, below.
+                    Err(e) if compare_set::refused(&e) => {
+                        self.set_ifeq_refused(&e);
+                        None
+                    }
+                    answer => Some(
+                        answer
+                            .map(|a| renewal(compare_set::renewed(a), sent, lease.ttl))
+                            .map_err(|e| self.error(e)),
+                    ),
+                }
+            });
+            let done = futures_util::future::join_all(calls).await;
+            for (answer, renewed) in answers.iter_mut().zip(done) {
+                *answer = renewed;
+            }
+        }
+        // The leases no `SET … IFEQ` answered, in one script call per slot.
+        let left: Vec<usize> = (0..leases.len())
+            .filter(|&i| answers[i].is_none())
+            .collect();
+        let keys: Vec<String> = left
+            .iter()
+            .map(|&i| what.key(&self.options.prefix, &leases[i]))
+            .collect();
+        let left_leases: Vec<Lease> = left.iter().map(|&i| leases[i].clone()).collect();
+        let script = what.script();
+        let calls = renew_many::calls(&keys, true);
+        let sent_calls = calls.iter().map(|call| {
+            let cmd = renew_call(script, &keys, &left_leases, call);
+            async move {
+                self.count();
+                let answer: RedisResult<Vec<i64>> = match self.conn.clone() {
+                    Conn::Single(mut c) => scripts::run(&mut c, script, &cmd).await,
+                    Conn::Cluster(mut c) => scripts::run(&mut c, script, &cmd).await,
+                };
+                answer
+            }
+        });
+        let done = futures_util::future::join_all(sent_calls).await;
+        for (call, answer) in calls.iter().zip(done) {
+            match answer {
+                Ok(renewed) if renewed.len() == call.len() => {
+                    for (&j, extended) in call.iter().zip(renewed) {
+                        let lease = &left_leases[j];
+                        answers[left[j]] = Some(Ok(renewal(extended, sent, lease.ttl)));
+                    }
+                }
+                Ok(_) => {
+                    for &j in call {
+                        answers[left[j]] = Some(Err(LockError::backend(
+                            self.options.shown.clone(),
+                            "a renewal script answered for fewer leases than it was given",
+                        )));
+                    }
+                }
+                Err(e) => {
+                    for &j in call {
+                        answers[left[j]] = Some(Err(self.error(e.clone())));
                     }
                 }
             }
-            let mut call = scripts::evalsha(script, 1);
-            call.arg(what.key(&self.options.prefix, lease))
-                .arg(&lease.token)
-                .arg(millis(lease.ttl));
-            let extended: i64 = self.eval(script, &call).await?;
-            Ok(renewal(extended, sent, lease.ttl))
-        });
-        futures_util::future::join_all(calls).await
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Err(LockError::backend(
+                        self.options.shown.clone(),
+                        "renewal got fewer answers than it asked for",
+                    ))
+                })
+            })
+            .collect()
     }
+}
+
+/// One renewal script call of the leases `call` (indexes into `keys` and
+/// `leases`): the keys, then each lease's token and ttl.
+fn renew_call(script: &Script, keys: &[String], leases: &[Lease], call: &[usize]) -> redis::Cmd {
+    let mut cmd = scripts::evalsha(script, call.len());
+    for &i in call {
+        cmd.arg(&keys[i]);
+    }
+    for &i in call {
+        cmd.arg(&leases[i].token).arg(millis(leases[i].ttl));
+    }
+    cmd
+}
+
+/// The answers of a pipeline of renewal calls, one list per call, as one
+/// answer per lease (`count` of them).
+fn spread(calls: &[Vec<usize>], answers: Vec<Vec<i64>>, count: usize) -> RedisResult<Vec<i64>> {
+    let mut per_lease = vec![0; count];
+    if answers.len() != calls.len() {
+        return Err(short_answer());
+    }
+    for (call, renewed) in calls.iter().zip(answers) {
+        if renewed.len() != call.len() {
+            return Err(short_answer());
+        }
+        for (&i, extended) in call.iter().zip(renewed) {
+            per_lease[i] = extended;
+        }
+    }
+    Ok(per_lease)
+}
+
+fn short_answer() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "a renewal script answered for fewer leases than it was given",
+    ))
 }
 
 /// What a renewal batch renews. Both scripts take one key, the token and
@@ -212,8 +313,8 @@ enum Renewed {
 impl Renewed {
     fn script(self) -> &'static Script {
         match self {
-            Renewed::Locks | Renewed::Writers => &RENEW,
-            Renewed::Permits | Renewed::Readers => &RENEW_PERMIT,
+            Renewed::Locks | Renewed::Writers => &RENEW_KEYS,
+            Renewed::Permits | Renewed::Readers => &RENEW_MEMBERS,
         }
     }
 

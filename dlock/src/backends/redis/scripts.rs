@@ -91,18 +91,6 @@ local won, value = acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 return {won, value}
 ";
 
-/// Compare-and-`PEXPIRE`: extends the lease only if the token still owns it.
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-",
-    )
-});
-
 /// Compare-and-`DEL`, then `PUBLISH` on the release channel so waiters wake.
 ///
 /// Every release announces with `redis.pcall`, not `redis.call`: the
