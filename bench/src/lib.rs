@@ -5,6 +5,7 @@
 //! shared machine mean little.
 
 pub mod etcd;
+pub mod held;
 pub mod observed;
 pub mod read_mostly;
 pub mod redis;

@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--observed-detail]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N]] [--observed-detail]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
@@ -10,6 +10,10 @@
 //! `--read-mostly` (any backend with read-write locks) runs the read-mostly
 //! workload instead: one key, 64 tasks, 95 % reads with 1 ms critical
 //! sections, an `RwLock` against a plain `Lock`.
+//!
+//! `--held[=N]` (Redis) holds N locks (default 50,000) at ttl 3 s and
+//! prints the Redis CPU each renewal costs, against one script call per
+//! lease.
 //!
 //! `--replicas` (Redis, a master with a replica) measures replica
 //! acknowledgement: the uncontended cycle and 64 tasks on distinct keys
@@ -33,6 +37,8 @@ struct Flags {
     read_mostly: bool,
     replicas: bool,
     observed_detail: bool,
+    /// `--held[=N]`: how many locks to hold.
+    held: Option<usize>,
 }
 
 /// The benchmark suite of each URL scheme, with an example URL: the usage
@@ -45,6 +51,8 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
             Box::pin(async move {
                 if flags.segments {
                     dlock_bench::segments::run(&url).await
+                } else if let Some(held) = flags.held {
+                    dlock_bench::held::run(&url, held).await
                 } else if flags.replicas {
                     dlock_bench::replicas::run(&url).await
                 } else {
@@ -74,6 +82,11 @@ async fn main() -> ExitCode {
         read_mostly: args.iter().any(|a| a == "--read-mostly"),
         replicas: args.iter().any(|a| a == "--replicas"),
         observed_detail: args.iter().any(|a| a == "--observed-detail"),
+        held: args.iter().find_map(|a| match a.strip_prefix("--held") {
+            Some("") => Some(dlock_bench::held::DEFAULT_HELD),
+            Some(n) => n.strip_prefix('=').and_then(|n| n.parse().ok()),
+            None => None,
+        }),
     };
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
