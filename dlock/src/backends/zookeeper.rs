@@ -187,6 +187,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acl;
 mod cleanup;
 mod config;
 mod held;

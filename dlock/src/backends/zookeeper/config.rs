@@ -22,6 +22,20 @@ pub(super) const MAX_SESSION_TIMEOUT: Duration = Duration::from_millis(i32::MAX 
 /// The node under which every lock directory lives when the URL names no `prefix`.
 pub(super) const DEFAULT_PREFIX: &str = "dlock";
 
+/// The ACL dlock gives every node it creates, and demands of every
+/// directory it queues in (`?acl=`; see `acl.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AclMode {
+    /// `creator_read`, the default with credentials: the URL's identity may
+    /// do everything, anyone may read (list and watch the queue).
+    CreatorRead,
+    /// `creator`: the URL's identity alone may do anything, reading included.
+    Creator,
+    /// `open`: anyone may do everything (`world:anyone:cdrwa`); the only
+    /// choice without credentials.
+    Open,
+}
+
 /// A parsed `zk://` URL.
 #[derive(Clone, PartialEq, Eq)]
 pub(super) struct Config {
@@ -33,6 +47,8 @@ pub(super) struct Config {
     pub(super) session_timeout: Duration,
     /// The first path component under the chroot (already a valid node name).
     pub(super) prefix: String,
+    /// The ACL of the nodes dlock creates and demands of its directories.
+    pub(super) acl: AclMode,
 }
 
 impl std::fmt::Debug for Config {
@@ -42,6 +58,7 @@ impl std::fmt::Debug for Config {
             .field("digest", &self.digest.as_ref().map(|_| "***"))
             .field("session_timeout", &self.session_timeout)
             .field("prefix", &self.prefix)
+            .field("acl", &self.acl)
             .finish()
     }
 }
@@ -105,6 +122,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
 
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut prefix = DEFAULT_PREFIX.to_owned();
+    let mut acl = None;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
@@ -129,19 +147,45 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                     .map_err(|e| bad(format!("prefix `{value}`: {e}")))?;
                 prefix = value;
             }
+            "acl" => {
+                acl = Some(match value {
+                    "creator_read" => AclMode::CreatorRead,
+                    "creator" => AclMode::Creator,
+                    "open" => AclMode::Open,
+                    other => {
+                        return Err(bad(format!(
+                            "acl `{other}`: write `creator_read` (the default with credentials), `creator` or `open`"
+                        )))
+                    }
+                });
+            }
             other => {
                 return Err(bad(format!(
-                    "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`) and `prefix` (a node name)"
+                    "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`), `prefix` (a node name) and `acl` (`creator_read`, `creator` or `open`)"
                 )))
             }
         }
     }
+    // Only an identity can own a node: without credentials, every client is
+    // `world:anyone`, so the one ACL there is is the open one.
+    let acl = match (acl, &digest) {
+        (Some(AclMode::Open), _) | (None, None) => AclMode::Open,
+        (None, Some(_)) => AclMode::CreatorRead,
+        (Some(mode), Some(_)) => mode,
+        (Some(_), None) => {
+            return Err(bad(
+                "`acl=creator_read` and `acl=creator` need credentials (`zk://user:password@host`): without them every client is `world:anyone`; use `acl=open` or add credentials"
+                    .into(),
+            ))
+        }
+    };
 
     Ok(Config {
         connect_string: format!("{}{chroot}", servers.join(",")),
         digest,
         session_timeout,
         prefix,
+        acl,
     })
 }
 
@@ -281,6 +325,18 @@ mod tests {
     }
 
     #[test]
+    fn the_acl_defaults_to_creator_read_with_credentials_and_open_without() {
+        assert_eq!(parse("zk://h:1").unwrap().acl, AclMode::Open);
+        assert_eq!(parse("zk://h:1?acl=open").unwrap().acl, AclMode::Open);
+        assert_eq!(parse("zk://a:b@h:1").unwrap().acl, AclMode::CreatorRead);
+        assert_eq!(
+            parse("zk://a:b@h:1?acl=creator").unwrap().acl,
+            AclMode::Creator
+        );
+        assert_eq!(parse("zk://a:b@h:1?acl=open").unwrap().acl, AclMode::Open);
+    }
+
+    #[test]
     fn digest_auth_is_decoded_and_never_shown() {
         let c = parse("zk://app:p%40ss@h:1").unwrap();
         assert_eq!(c.digest.as_deref(), Some("app:p@ss"));
@@ -317,6 +373,9 @@ mod tests {
             ("zk://h:1?prefix=zookeeper", "reserved"),
             ("zk://h:1?colour=red", "unknown option `colour`"),
             ("zk://user@h:1", "password is missing"),
+            ("zk://h:1?acl=creator", "need credentials"),
+            ("zk://h:1?acl=creator_read", "need credentials"),
+            ("zk://a:b@h:1?acl=world", "acl `world`"),
         ] {
             let err = parse(url).unwrap_err();
             assert!(matches!(err, LockError::InvalidOption { .. }), "{url}");
