@@ -1406,3 +1406,53 @@ async fn acl_open_gives_open_nodes_and_the_others_need_credentials() {
         assert!(err.to_string().contains("need credentials"), "{err}");
     }
 }
+
+/// Issue 31, case 6 (ZooKeeper): with `zk://h/app?prefix=x`, the key
+/// directory of `Lock("lock-0")` is `/app/x/lock-0`, a child of the
+/// directory where `zk://h?prefix=app` queues `Lock("x")`. It is no lock
+/// node (not `_c_<uuid>-lock-<10 digits>`), so it must not block `x`; the
+/// same for a read-write lock and a key directory named like a write node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_prefixs_key_directory_is_no_contender() {
+    let fixture = ZkFixture::start().await;
+    let admin = fixture.admin();
+    for chroot in ["/app", "/app-rw"] {
+        admin.create(chroot, b"", &open_acl()).await.unwrap();
+    }
+    let at = |chroot: &str, prefix: &str| {
+        format!(
+            "zk://{}{chroot}?prefix={prefix}&session_timeout={}ms",
+            fixture.connect_string(),
+            SESSION_TIMEOUT.as_millis()
+        )
+    };
+    let nested = Arc::new(ZooKeeperBackend::connect(&at("/app", "x")).await.unwrap());
+    let nested_rw = Arc::new(
+        ZooKeeperBackend::connect(&at("/app-rw", "x"))
+            .await
+            .unwrap(),
+    );
+    let outer = Arc::new(ZooKeeperBackend::connect(&at("", "app")).await.unwrap());
+
+    let inner = lock(&nested, "lock-0").acquire().await.unwrap();
+    let inner_rw = lock(&nested_rw, "__WRIT__0000000000")
+        .acquire()
+        .await
+        .unwrap();
+    let children = admin.list_children("/app/x").await.unwrap();
+    assert_eq!(children, ["lock-0"]);
+
+    let x = lock(&outer, "x").try_acquire().await.unwrap();
+    assert!(
+        x.is_some(),
+        "Lock(\"x\") is blocked by the directory /app/x/lock-0"
+    );
+    let read = rw_lock(&outer, "x").try_read().await.unwrap();
+    assert!(
+        read.is_some(),
+        "RwLock(\"x\") is blocked by /app-rw/x/__WRIT__0000000000"
+    );
+    drop((x, read));
+    inner.release().await.unwrap();
+    inner_rw.release().await.unwrap();
+}
