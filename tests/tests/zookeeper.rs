@@ -1456,3 +1456,50 @@ async fn a_nested_prefixs_key_directory_is_no_contender() {
     inner.release().await.unwrap();
     inner_rw.release().await.unwrap();
 }
+
+/// Issue 31, case 7: a key with characters above U+FFFF (which the Java
+/// server would see as surrogates, and refuse) is escaped per UTF-8 byte,
+/// and works for locks, read-write locks and semaphores alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_above_u_ffff_work_for_locks_rw_locks_and_semaphores() {
+    let fixture = ZkFixture::start().await;
+    let (a, b) = (backend(&fixture).await, backend(&fixture).await);
+    let key = "user:😀/𝄞";
+    assert_eq!(
+        a.lock_path(key).unwrap(),
+        "/dlock/user:%F0%9F%98%80%2F%F0%9D%84%9E"
+    );
+    let guard = lock(&a, key).acquire().await.unwrap();
+    assert_eq!(fixture.contenders(key).await.len(), 1);
+    assert!(lock(&b, key).try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+
+    let write = rw_lock(&a, key).write().await.unwrap();
+    assert_eq!(fixture.rw_contenders(key).await.len(), 1);
+    assert!(rw_lock(&b, key).try_read().await.unwrap().is_none());
+    write.release().await.unwrap();
+    let read = rw_lock(&a, key).read().await.unwrap();
+    let read_b = rw_lock(&b, key)
+        .try_read()
+        .await
+        .unwrap()
+        .expect("readers share");
+    read.release().await.unwrap();
+    read_b.release().await.unwrap();
+
+    let backend_a: Arc<dyn LockBackend> = a.clone();
+    let backend_b: Arc<dyn LockBackend> = b.clone();
+    let permit = dlock::Semaphore::new(key, 1)
+        .with_backend(backend_a)
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(fixture.permit_contenders(key).await.len(), 1);
+    let second = dlock::Semaphore::new(key, 1)
+        .with_backend(backend_b)
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(second.is_none());
+    permit.release().await.unwrap();
+}

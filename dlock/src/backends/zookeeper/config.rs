@@ -266,18 +266,20 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
 }
 
 /// Characters ZooKeeper rejects in a path (`PathUtils.validatePath`): C0 and
-/// C1 controls, DEL, the private-use block U+E000-U+F8FF (Rust strings hold no
-/// surrogates) and U+FFF0-U+FFFF.
+/// C1 controls, DEL, the private-use block U+E000-U+F8FF, U+FFF0-U+FFFF, and
+/// every character above U+FFFF: the Java server sees those as a UTF-16
+/// surrogate pair, and rejects surrogates (U+D800-U+DFFF, which a Rust
+/// string cannot hold itself) with "bad arguments".
 fn forbidden_in_node_name(c: char) -> bool {
     c <= '\u{1f}'
         || ('\u{7f}'..='\u{9f}').contains(&c)
         || ('\u{e000}'..='\u{f8ff}').contains(&c)
-        || ('\u{fff0}'..='\u{ffff}').contains(&c)
+        || c >= '\u{fff0}'
 }
 
 /// Maps a lock key to one node name that round-trips ([`unescape_key`]):
-/// `%`, `/` and every character ZooKeeper forbids become `%XX` per UTF-8
-/// byte, and the names `.` and `..` (which ZooKeeper rejects) become `%2E`
+/// `%`, `/` and every character ZooKeeper forbids (characters above U+FFFF
+/// included: `😀` becomes `%F0%9F%98%80`) become `%XX` per UTF-8 byte, and the names `.` and `..` (which ZooKeeper rejects) become `%2E`
 /// and `%2E%2E`. Everything else, `:` and non-ASCII letters included, stays
 /// as it is, so an operator recognises the key on the server.
 pub(super) fn escape_key(key: &str) -> String {
@@ -396,6 +398,8 @@ mod tests {
             "priv\u{e000}ate",
             "end\u{fff5}",
             "%2F",
+            "user:😀",
+            "\u{10000}\u{10ffff}",
         ] {
             let name = escape_key(key);
             assert!(!name.contains('/'), "{key:?} -> {name}");
@@ -408,5 +412,9 @@ mod tests {
         }
         assert_eq!(escape_key("order:42"), "order:42");
         assert_eq!(escape_key("a/b"), "a%2Fb");
+        // Keys that worked before astral characters were escaped keep their
+        // names; those are escaped per UTF-8 byte.
+        assert_eq!(escape_key("заказ é 日本"), "заказ é 日本");
+        assert_eq!(escape_key("user:😀"), "user:%F0%9F%98%80");
     }
 }
