@@ -198,6 +198,8 @@ mod queue;
 mod renew;
 mod rw;
 mod session;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -252,6 +254,10 @@ pub struct ZooKeeperBackend {
     /// Held nodes by path: the session each lives on, its local deadline,
     /// and what deletes it in the background if the lease is forgotten.
     held: Arc<Mutex<HeldMap>>,
+    /// `zks://`: the TLS options every session connects with, read from the
+    /// URL's files at `connect`.
+    #[cfg(feature = "tls")]
+    tls: Option<zookeeper_client::TlsOptions>,
 }
 
 impl fmt::Debug for ZooKeeperBackend {
@@ -328,13 +334,21 @@ impl ZooKeeperBackend {
     /// ```
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let config = config::parse(url)?;
+        let shown = crate::url::redact(url);
+        #[cfg(feature = "tls")]
+        let tls = match &config.tls {
+            Some(files) => Some(tls::options(files, &shown)?),
+            None => None,
+        };
         let backend = ZooKeeperBackend {
             config,
-            shown: crate::url::redact(url),
+            shown,
             current: Mutex::new(None),
             reopening: tokio::sync::Mutex::new(()),
             session_timeout_ms: AtomicU64::new(0),
             held: Arc::new(Mutex::new(HashMap::new())),
+            #[cfg(feature = "tls")]
+            tls,
         };
         backend.session().await?;
         Ok(backend)
@@ -434,11 +448,16 @@ impl ZooKeeperBackend {
         if let Some(digest) = &self.config.digest {
             connector = connector.with_auth("digest", digest.as_bytes());
         }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            connector = connector.with_tls(tls.clone());
+        }
+        let secure = self.config.tls.is_some();
         let connect_string = self.config.connect_string.clone();
         // `zookeeper-client` spawns the session's task where it connects.
         let opened = crate::background::run(async move {
             let runtime = Handle::try_current().ok()?;
-            Some(Session::open(runtime, connector, &connect_string).await)
+            Some(Session::open(runtime, connector, &connect_string, secure).await)
         })
         .await;
         let session = opened
@@ -448,7 +467,16 @@ impl ZooKeeperBackend {
                     "a ZooKeeper session needs a tokio runtime to run on",
                 )
             })?
-            .map_err(|e| self.error("cannot open a ZooKeeper session", e))?;
+            .map_err(|e| {
+                let what = if secure {
+                    // zookeeper-client reports a refused handshake as no
+                    // host available: say what TLS needs.
+                    "cannot open a ZooKeeper session over TLS (is the server's certificate signed by `?ca=`, does it name the host as the URL writes it, does the server want a client certificate: `?cert=` and `?key=`?)"
+                } else {
+                    "cannot open a ZooKeeper session"
+                };
+                self.error(what, e)
+            })?;
         let client = &session.client;
         let timeout = u64::try_from(client.session_timeout().as_millis()).unwrap_or(u64::MAX);
         self.session_timeout_ms.store(timeout, Ordering::Relaxed);

@@ -1,5 +1,6 @@
 //! Parsing of `zk://` URLs and escaping of keys into ZooKeeper node names.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::url::percent_decode;
@@ -49,6 +50,18 @@ pub(super) struct Config {
     pub(super) prefix: String,
     /// The ACL of the nodes dlock creates and demands of its directories.
     pub(super) acl: AclMode,
+    /// `zks://`: TLS to every server, with these files.
+    pub(super) tls: Option<TlsFiles>,
+}
+
+/// The PEM files of a `zks://` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TlsFiles {
+    /// The CA that signed the servers' certificates (`?ca=`).
+    pub(super) ca: PathBuf,
+    /// The client certificate and its key (`?cert=`, `?key=`), for servers
+    /// that ask for one (`ssl.clientAuth=need`).
+    pub(super) identity: Option<(PathBuf, PathBuf)>,
 }
 
 impl std::fmt::Debug for Config {
@@ -59,19 +72,29 @@ impl std::fmt::Debug for Config {
             .field("session_timeout", &self.session_timeout)
             .field("prefix", &self.prefix)
             .field("acl", &self.acl)
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
-/// Parses `zk://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=10s&prefix=dlock]`.
+/// Parses `zk[s]://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=10s&prefix=dlock&acl=..&ca=..&cert=..&key=..]`.
 pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let shown = crate::url::redact(url);
     let bad = |what: String| LockError::invalid_option(format!("`{shown}`: {what}"));
-    let Some(rest) = url.strip_prefix("zk://") else {
+    let (secure, rest) = if let Some(rest) = url.strip_prefix("zk://") {
+        (false, rest)
+    } else if let Some(rest) = url.strip_prefix("zks://") {
+        (true, rest)
+    } else {
         return Err(bad(
-            "not a ZooKeeper URL; write `zk://host:port[,host:port...][/chroot]`".into(),
+            "not a ZooKeeper URL; write `zk://host:port[,host:port...][/chroot]` (or `zks://` for TLS)".into(),
         ));
     };
+    if secure && !cfg!(feature = "tls") {
+        return Err(bad(
+            "zks:// needs TLS support; enable the `tls` feature of dlock".into(),
+        ));
+    }
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) => (r, Some(q)),
         None => (rest, None),
@@ -123,6 +146,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut prefix = DEFAULT_PREFIX.to_owned();
     let mut acl = None;
+    let (mut ca, mut cert, mut key) = (None, None, None);
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
@@ -159,9 +183,34 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                     }
                 });
             }
+            "ca" | "cert" | "key" | "domain" if !secure => {
+                return Err(bad(format!(
+                    "`{name}=` only applies to TLS; write `zks://` to connect with TLS"
+                )))
+            }
+            "ca" | "cert" | "key" => {
+                let value =
+                    percent_decode(value).map_err(|e| bad(format!("`{name}=`: {e}")))?;
+                if value.is_empty() {
+                    return Err(bad(format!("`{name}=` needs the path to a PEM file")));
+                }
+                let slot = match name {
+                    "ca" => &mut ca,
+                    "cert" => &mut cert,
+                    _ => &mut key,
+                };
+                *slot = Some(PathBuf::from(value));
+            }
+            // zookeeper-client checks a server's certificate against the
+            // host name it connects to, and has no separate name to check.
+            "domain" => {
+                return Err(bad(
+                    "`domain=` is not supported on zks://: each server's certificate is checked against the host name in the URL; write the hosts as their certificates name them".into(),
+                ))
+            }
             other => {
                 return Err(bad(format!(
-                    "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`), `prefix` (a node name) and `acl` (`creator_read`, `creator` or `open`)"
+                    "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`), `prefix` (a node name), `acl` (`creator_read`, `creator` or `open`), and with zks:// `ca`, `cert` and `key`"
                 )))
             }
         }
@@ -180,12 +229,33 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         }
     };
 
+    let tls = if secure {
+        let Some(ca) = ca else {
+            return Err(bad(
+                "zks:// needs the CA that signed the servers' certificates: add `?ca=/path/to/ca.pem`".into(),
+            ));
+        };
+        let identity = match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(bad(
+                    "a client certificate needs both `cert=` and `key=` (PEM files)".into(),
+                ))
+            }
+        };
+        Some(TlsFiles { ca, identity })
+    } else {
+        None
+    };
+
     Ok(Config {
         connect_string: format!("{}{chroot}", servers.join(",")),
         digest,
         session_timeout,
         prefix,
         acl,
+        tls,
     })
 }
 
@@ -338,6 +408,43 @@ mod tests {
         assert_eq!(parse("zk://a:b@h:1?acl=open").unwrap().acl, AclMode::Open);
     }
 
+    #[cfg(feature = "tls")]
+    #[test]
+    fn zks_takes_a_ca_and_a_client_certificate() {
+        let c = parse("zks://app:pw@h:1?ca=/etc/ca.pem&cert=/c.pem&key=/k%20ey.pem").unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.ca, PathBuf::from("/etc/ca.pem"));
+        assert_eq!(
+            tls.identity,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k ey.pem")))
+        );
+        assert_eq!(parse("zk://h:1").unwrap().tls, None);
+        for (url, says) in [
+            ("zks://h:1", "needs the CA"),
+            ("zks://h:1?ca=", "path to a PEM file"),
+            (
+                "zks://h:1?ca=/ca.pem&cert=/c.pem",
+                "both `cert=` and `key=`",
+            ),
+            (
+                "zks://h:1?ca=/ca.pem&domain=zk.local",
+                "not supported on zks://",
+            ),
+        ] {
+            let err = parse(url).unwrap_err();
+            assert!(matches!(err, LockError::InvalidOption { .. }), "{url}");
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn zks_without_the_tls_feature_says_so() {
+        let err = parse("zks://h:1?ca=/ca.pem").unwrap_err();
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+        assert!(err.to_string().contains("`tls` feature"), "{err}");
+    }
+
     #[test]
     fn digest_auth_is_decoded_and_never_shown() {
         let c = parse("zk://app:p%40ss@h:1").unwrap();
@@ -376,6 +483,8 @@ mod tests {
             ("zk://h:1?colour=red", "unknown option `colour`"),
             ("zk://user@h:1", "password is missing"),
             ("zk://h:1?acl=creator", "need credentials"),
+            ("zk://h:1?ca=/ca.pem", "only applies to TLS"),
+            ("zk://h:1?cert=/c.pem", "only applies to TLS"),
             ("zk://h:1?acl=creator_read", "need credentials"),
             ("zk://a:b@h:1?acl=world", "acl `world`"),
         ] {
