@@ -259,7 +259,7 @@ mod tests {
             AclMode::CreatorRead,
             &own
         ));
-        assert!(!may_change(&[impostor.clone()], &own));
+        assert!(!may_change(std::slice::from_ref(&impostor), &own));
         assert_eq!(shown(&[impostor]), "digest:app:…:cdrwa");
     }
 }
