@@ -1247,7 +1247,7 @@ fn open_to_anyone(acl: &[zookeeper_client::Acl]) -> bool {
 /// before it hands out the lock, so the anonymous client can neither delete
 /// the holder's node nor take the lock; a directory dlock's identity may
 /// not change is refused with an error naming the node and its ACL (and no
-/// password).
+/// password). The read-write lock's and the semaphore's directories alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_directory_made_by_anyone_is_tightened_or_refused() {
     let fixture = ZkFixture::start().await;
@@ -1268,6 +1268,35 @@ async fn an_open_directory_made_by_anyone_is_tightened_or_refused() {
     anonymous_cannot_take(&fixture, "p5", "victim").await;
     assert!(guard.is_held());
     guard.release().await.unwrap();
+
+    // The read-write lock's and the semaphore's directories alike.
+    for dir in [
+        "/p5-rw",
+        "/p5-rw/victim",
+        "/p5-semaphores",
+        "/p5-semaphores/victim",
+    ] {
+        anon.create(dir, b"", &open_acl()).await.unwrap();
+    }
+    let write = rw_lock(&authed, "victim").write().await.unwrap();
+    let backend: Arc<dyn LockBackend> = authed.clone();
+    let permit = dlock::Semaphore::new("victim", 2)
+        .with_backend(backend)
+        .acquire()
+        .await
+        .unwrap();
+    for dir in ["/p5-rw/victim", "/p5-semaphores/victim"] {
+        let (acl, _) = anon.get_acl(dir).await.unwrap();
+        assert!(!open_to_anyone(&acl), "{dir} still open: {acl:?}");
+        let node = anon.list_children(dir).await.unwrap().remove(0);
+        assert_eq!(
+            anon.delete(&format!("{dir}/{node}"), None).await,
+            Err(zookeeper_client::Error::NoAuth),
+            "{dir}"
+        );
+    }
+    write.release().await.unwrap();
+    permit.release().await.unwrap();
 
     // Open to anyone but for ADMIN: dlock may not tighten it, so it refuses.
     let no_admin = [zookeeper_client::Acl::new(
@@ -1349,18 +1378,25 @@ async fn a_directory_that_vanished_and_came_back_open_is_tightened_again() {
 }
 
 /// `?acl=creator`: nobody but the URL's identity may even read: an
-/// anonymous client cannot list the queue or read a holder's node, while a
+/// anonymous client cannot list the queue (nor the prefix, which it had
+/// made open itself: dlock tightened it) or read a holder's node, while a
 /// colleague with the same credentials contends normally.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_creator_hides_the_queue_from_everyone_else() {
     let fixture = ZkFixture::start().await;
+    // A prefix node someone made open is tightened when dlock creates a key
+    // directory under it.
+    let anon = anonymous(&fixture).await;
+    anon.create("/hidden", b"", &open_acl()).await.unwrap();
     let authed = backend_with(&fixture, Some("app:pw"), "prefix=hidden&acl=creator").await;
     let guard = lock(&authed, "secret").acquire().await.unwrap();
-    let anon = anonymous(&fixture).await;
-    assert_eq!(
-        anon.list_children("/hidden/secret").await,
-        Err(zookeeper_client::Error::NoAuth)
-    );
+    for dir in ["/hidden", "/hidden/secret"] {
+        assert_eq!(
+            anon.list_children(dir).await,
+            Err(zookeeper_client::Error::NoAuth),
+            "{dir}"
+        );
+    }
     let owner = authed.client().unwrap();
     let children = owner.list_children("/hidden/secret").await.unwrap();
     let node = format!("/hidden/secret/{}", children[0]);
