@@ -126,7 +126,7 @@ pub fn registry() -> &'static Registry {
 ///
 /// Schemes: `memory://` always; `redis://`, `rediss://`, `redis+cluster://`,
 /// `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`,
-/// `redlock://`, `etcd://`, `etcds://`, `zk://` with
+/// `redlock://`, `etcd://`, `etcds://`, `zk://`, `zks://` with
 /// their cargo features (the table in [`backends`](crate::backends)).
 ///
 /// # Errors

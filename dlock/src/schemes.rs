@@ -67,7 +67,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         backend: Backend::Etcd,
     },
     Scheme {
-        names: &["zk"],
+        names: &["zk", "zks"],
         feature: Some("zookeeper"),
         semaphores: true,
         rw_locks: true,
@@ -80,7 +80,7 @@ pub(crate) fn find(scheme: &str) -> Option<&'static Scheme> {
     SCHEMES.iter().find(|row| row.names.contains(&scheme))
 }
 
-/// Every scheme `connect` knows, as `memory://, redis://, … and zk://`.
+/// Every scheme `connect` knows, as `memory://, redis://, … and zks://`.
 pub(crate) fn all_listed() -> String {
     listed(SCHEMES.iter().flat_map(|row| row.names).copied(), "and")
 }
@@ -144,6 +144,6 @@ mod tests {
             "memory://, redis://, etcd:// or zk://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
-        assert!(all_listed().ends_with(", etcds:// and zk://"));
+        assert!(all_listed().ends_with(", etcds://, zk:// and zks://"));
     }
 }

@@ -247,6 +247,9 @@ fn schemes() -> Vec<&'static str> {
     if cfg!(feature = "zookeeper") {
         schemes.push("zk");
     }
+    if cfg!(all(feature = "zookeeper", feature = "tls")) {
+        schemes.push("zks");
+    }
     schemes
 }
 

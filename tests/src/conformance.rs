@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Lock, LockBackend, LockError, LockGuard};
 
+pub use crate::keys::*;
 pub use crate::nesting::*;
 pub use crate::ordinary_code::*;
 use crate::overlap::OverlapDetector;
@@ -66,6 +67,7 @@ macro_rules! conformance_suite {
             cancelled_release_never_gives_two_holders,
             nested_keys_are_independent,
             a_backend_connected_on_an_idle_runtime_keeps_renewing,
+            every_valid_key_round_trips,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -11,6 +11,7 @@ pub mod failover;
 pub mod fixtures;
 pub mod foreign;
 pub mod holder;
+pub mod keys;
 pub mod late_answer;
 pub mod multi;
 pub mod multi_live;

@@ -29,6 +29,17 @@ impl TestCerts {
     /// Generates the CA and both leaf certificates and writes them into `dir` as
     /// `ca.crt`, `server.crt`, `server.key`, `client.crt`, `client.key`.
     pub fn generate(dir: &Path) -> HarnessResult<Self> {
+        Self::generate_with(dir, None)
+    }
+
+    /// As [`TestCerts::generate`], but the server certificate names only
+    /// the host `dns_name` (no address): a client that connects to
+    /// `127.0.0.1` or `localhost` must refuse it (the wrong-host-name tests).
+    pub fn generate_for_host(dir: &Path, dns_name: &str) -> HarnessResult<Self> {
+        Self::generate_with(dir, Some(dns_name))
+    }
+
+    fn generate_with(dir: &Path, server_name: Option<&str>) -> HarnessResult<Self> {
         let mut ca_params = CertificateParams::default();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params.key_usages = vec![
@@ -50,11 +61,13 @@ impl TestCerts {
                 ExtendedKeyUsagePurpose::ClientAuth,
             ],
             &ca,
+            server_name,
         )?;
         let client = leaf(
             "dlock test client",
             vec![ExtendedKeyUsagePurpose::ClientAuth],
             &ca,
+            None,
         )?;
 
         let certs = Self {
@@ -110,20 +123,25 @@ fn name(common_name: &str) -> DistinguishedName {
     dn
 }
 
-/// A leaf certificate for the loopback names, signed by `ca`: (cert PEM, key PEM).
+/// A leaf certificate for the loopback names (or for `only` alone), signed
+/// by `ca`: (cert PEM, key PEM).
 fn leaf(
     common_name: &str,
     usages: Vec<ExtendedKeyUsagePurpose>,
     ca: &CertifiedIssuer<'_, KeyPair>,
+    only: Option<&str>,
 ) -> HarnessResult<(String, String)> {
-    let mut params = CertificateParams::new(vec!["localhost".to_string()])
+    let dns_name = only.unwrap_or("localhost").to_string();
+    let mut params = CertificateParams::new(vec![dns_name])
         .context(|| format!("certificate parameters for {common_name}"))?;
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+    if only.is_none() {
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+    }
     params.distinguished_name = name(common_name);
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,

@@ -19,6 +19,8 @@ use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
 use dlock_tests::poll::eventually;
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
+use dlock_tests::servers::zookeeper::{ZkServer, ZkTls};
+use dlock_tests::tls::TestCerts;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -1192,4 +1194,488 @@ async fn digest_auth_protects_the_lock_namespace() {
         .await
         .unwrap();
     next.release().await.unwrap();
+}
+
+/// A raw session without credentials: the anonymous client of the ACL tests.
+async fn anonymous(fixture: &ZkFixture) -> zookeeper_client::Client {
+    zookeeper_client::Client::connect(&fixture.connect_string())
+        .await
+        .expect("an anonymous session")
+}
+
+/// A dlock backend on the fixture's server with `prefix` and, if given,
+/// credentials and options.
+async fn backend_with(
+    fixture: &ZkFixture,
+    credentials: Option<&str>,
+    query: &str,
+) -> Arc<ZooKeeperBackend> {
+    let userinfo = credentials.map_or(String::new(), |c| format!("{c}@"));
+    let url = format!(
+        "zk://{userinfo}{}?session_timeout={}ms&{query}",
+        fixture.connect_string(),
+        SESSION_TIMEOUT.as_millis()
+    );
+    Arc::new(ZooKeeperBackend::connect(&url).await.unwrap())
+}
+
+/// Whether an anonymous dlock client fails to take `key` under `prefix`
+/// (busy, or refused by the server): it must never get it.
+async fn anonymous_cannot_take(fixture: &ZkFixture, prefix: &str, key: &str) {
+    let stranger = backend_with(fixture, None, &format!("prefix={prefix}")).await;
+    match lock(&stranger, key).try_acquire().await {
+        Ok(None) | Err(LockError::Backend { .. }) => {}
+        other => panic!("an anonymous client took {key}: {other:?}"),
+    }
+}
+
+fn open_acl() -> zookeeper_client::CreateOptions<'static> {
+    zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all())
+}
+
+/// Whether `acl` lets anyone (`world:anyone`) do more than read.
+fn open_to_anyone(acl: &[zookeeper_client::Acl]) -> bool {
+    acl.iter().any(|a| {
+        a.scheme() == "world"
+            && a.id() == "anyone"
+            && a.permission() != zookeeper_client::Permission::READ
+    })
+}
+
+/// Issue 31, case 3: an anonymous client pre-creates the prefix and the key
+/// directory open to anyone. dlock with credentials tightens the directory
+/// before it hands out the lock, so the anonymous client can neither delete
+/// the holder's node nor take the lock; a directory dlock's identity may
+/// not change is refused with an error naming the node and its ACL (and no
+/// password). The read-write lock's and the semaphore's directories alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_directory_made_by_anyone_is_tightened_or_refused() {
+    let fixture = ZkFixture::start().await;
+    let anon = anonymous(&fixture).await;
+    anon.create("/p5", b"", &open_acl()).await.unwrap();
+    anon.create("/p5/victim", b"", &open_acl()).await.unwrap();
+    let authed = backend_with(&fixture, Some("app:pw-Secret9"), "prefix=p5").await;
+    let guard = lock(&authed, "victim").acquire().await.unwrap();
+    let (acl, _) = anon.get_acl("/p5/victim").await.unwrap();
+    assert!(!open_to_anyone(&acl), "still open: {acl:?}");
+    let children = anon.list_children("/p5/victim").await.unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    let node = format!("/p5/victim/{}", children[0]);
+    assert_eq!(
+        anon.delete(&node, None).await,
+        Err(zookeeper_client::Error::NoAuth)
+    );
+    anonymous_cannot_take(&fixture, "p5", "victim").await;
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+
+    // The read-write lock's and the semaphore's directories alike.
+    for dir in [
+        "/p5-rw",
+        "/p5-rw/victim",
+        "/p5-semaphores",
+        "/p5-semaphores/victim",
+    ] {
+        anon.create(dir, b"", &open_acl()).await.unwrap();
+    }
+    let write = rw_lock(&authed, "victim").write().await.unwrap();
+    let backend: Arc<dyn LockBackend> = authed.clone();
+    let permit = dlock::Semaphore::new("victim", 2)
+        .with_backend(backend)
+        .acquire()
+        .await
+        .unwrap();
+    for dir in ["/p5-rw/victim", "/p5-semaphores/victim"] {
+        let (acl, _) = anon.get_acl(dir).await.unwrap();
+        assert!(!open_to_anyone(&acl), "{dir} still open: {acl:?}");
+        let node = anon.list_children(dir).await.unwrap().remove(0);
+        assert_eq!(
+            anon.delete(&format!("{dir}/{node}"), None).await,
+            Err(zookeeper_client::Error::NoAuth),
+            "{dir}"
+        );
+    }
+    write.release().await.unwrap();
+    permit.release().await.unwrap();
+
+    // Open to anyone but for ADMIN: dlock may not tighten it, so it refuses.
+    let no_admin = [zookeeper_client::Acl::new(
+        zookeeper_client::Permission::CREATE
+            | zookeeper_client::Permission::DELETE
+            | zookeeper_client::Permission::READ
+            | zookeeper_client::Permission::WRITE,
+        zookeeper_client::AuthId::anyone(),
+    )];
+    anon.create(
+        "/p5/stuck",
+        b"",
+        &zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(&no_admin)),
+    )
+    .await
+    .unwrap();
+    for err in [
+        lock(&authed, "stuck").try_acquire().await.unwrap_err(),
+        lock(&authed, "stuck")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+        assert!(text.contains("/p5/stuck"), "{text}");
+        assert!(text.contains("world:anyone:cdrw"), "{text}");
+        assert!(!text.contains("Secret9"), "{text}");
+    }
+    // The refused acquisitions left no node behind.
+    eventually(
+        "the refused nodes are deleted",
+        Duration::from_secs(5),
+        || async { anon.list_children("/p5/stuck").await.unwrap().is_empty() },
+    )
+    .await;
+}
+
+/// Issue 31, case 3, the other way in: the key directory (a container)
+/// vanishes between two acquisitions, as the server removes idle containers,
+/// and an anonymous client creates it again open. The next acquisition
+/// tightens it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_that_vanished_and_came_back_open_is_tightened_again() {
+    let fixture = ZkFixture::start().await;
+    let authed = backend_with(&fixture, Some("app:pw"), "prefix=p6").await;
+    lock(&authed, "victim")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // What the server's container reaper does to idle directories.
+    let owner = zookeeper_client::Client::connector()
+        .with_auth("digest", b"app:pw")
+        .connect(&fixture.connect_string())
+        .await
+        .unwrap();
+    owner.delete("/p6/victim", None).await.unwrap();
+    owner.delete("/p6", None).await.unwrap();
+    let anon = anonymous(&fixture).await;
+    anon.create("/p6", b"", &open_acl()).await.unwrap();
+    anon.create("/p6/victim", b"", &open_acl()).await.unwrap();
+
+    let guard = lock(&authed, "victim").acquire().await.unwrap();
+    let (acl, _) = anon.get_acl("/p6/victim").await.unwrap();
+    assert!(!open_to_anyone(&acl), "still open: {acl:?}");
+    let children = anon.list_children("/p6/victim").await.unwrap();
+    let node = format!("/p6/victim/{}", children[0]);
+    assert_eq!(
+        anon.delete(&node, None).await,
+        Err(zookeeper_client::Error::NoAuth)
+    );
+    anonymous_cannot_take(&fixture, "p6", "victim").await;
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
+
+/// `?acl=creator`: nobody but the URL's identity may even read: an
+/// anonymous client cannot list the queue (nor the prefix, which it had
+/// made open itself: dlock tightened it) or read a holder's node, while a
+/// colleague with the same credentials contends normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_creator_hides_the_queue_from_everyone_else() {
+    let fixture = ZkFixture::start().await;
+    // A prefix node someone made open is tightened when dlock creates a key
+    // directory under it.
+    let anon = anonymous(&fixture).await;
+    anon.create("/hidden", b"", &open_acl()).await.unwrap();
+    let authed = backend_with(&fixture, Some("app:pw"), "prefix=hidden&acl=creator").await;
+    let guard = lock(&authed, "secret").acquire().await.unwrap();
+    for dir in ["/hidden", "/hidden/secret"] {
+        assert_eq!(
+            anon.list_children(dir).await,
+            Err(zookeeper_client::Error::NoAuth),
+            "{dir}"
+        );
+    }
+    let owner = authed.client().unwrap();
+    let children = owner.list_children("/hidden/secret").await.unwrap();
+    let node = format!("/hidden/secret/{}", children[0]);
+    assert_eq!(
+        anon.get_data(&node).await.unwrap_err(),
+        zookeeper_client::Error::NoAuth
+    );
+    anonymous_cannot_take(&fixture, "hidden", "secret").await;
+    let colleague = backend_with(&fixture, Some("app:pw"), "prefix=hidden&acl=creator").await;
+    assert!(lock(&colleague, "secret")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    guard.release().await.unwrap();
+    let next = lock(&colleague, "secret").try_acquire().await.unwrap();
+    assert!(next.is_some());
+}
+
+/// `?acl=open` gives open nodes, credentials or not (documented: anyone may
+/// then delete a holder's node); `creator_read` and `creator` without
+/// credentials are an `InvalidOption` that says credentials are needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_open_gives_open_nodes_and_the_others_need_credentials() {
+    let fixture = ZkFixture::start().await;
+    let authed = backend_with(&fixture, Some("app:pw"), "prefix=public&acl=open").await;
+    let guard = lock(&authed, "shared").acquire().await.unwrap();
+    let anon = anonymous(&fixture).await;
+    let children = anon.list_children("/public/shared").await.unwrap();
+    let node = format!("/public/shared/{}", children[0]);
+    for path in ["/public", "/public/shared", node.as_str()] {
+        let (acl, _) = anon.get_acl(path).await.unwrap();
+        assert_eq!(acl, *zookeeper_client::Acls::anyone_all(), "{path}");
+    }
+    anon.delete(&node, None).await.unwrap();
+    let lost = guard.lost();
+    assert!(tokio::time::timeout(Duration::from_secs(10), lost)
+        .await
+        .is_ok());
+
+    for acl in ["creator_read", "creator"] {
+        let url = format!("{}&acl={acl}", fixture.url());
+        let err = ZooKeeperBackend::connect(&url).await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+        assert!(err.to_string().contains("need credentials"), "{err}");
+    }
+}
+
+/// Issue 31, case 6 (ZooKeeper): with `zk://h/app?prefix=x`, the key
+/// directory of `Lock("lock-0")` is `/app/x/lock-0`, a child of the
+/// directory where `zk://h?prefix=app` queues `Lock("x")`. It is no lock
+/// node (not `_c_<uuid>-lock-<10 digits>`), so it must not block `x`; the
+/// same for a read-write lock and a key directory named like a write node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_prefixs_key_directory_is_no_contender() {
+    let fixture = ZkFixture::start().await;
+    let admin = fixture.admin();
+    for chroot in ["/app", "/app-rw"] {
+        admin.create(chroot, b"", &open_acl()).await.unwrap();
+    }
+    let at = |chroot: &str, prefix: &str| {
+        format!(
+            "zk://{}{chroot}?prefix={prefix}&session_timeout={}ms",
+            fixture.connect_string(),
+            SESSION_TIMEOUT.as_millis()
+        )
+    };
+    let nested = Arc::new(ZooKeeperBackend::connect(&at("/app", "x")).await.unwrap());
+    let nested_rw = Arc::new(
+        ZooKeeperBackend::connect(&at("/app-rw", "x"))
+            .await
+            .unwrap(),
+    );
+    let outer = Arc::new(ZooKeeperBackend::connect(&at("", "app")).await.unwrap());
+
+    let inner = lock(&nested, "lock-0").acquire().await.unwrap();
+    let inner_rw = lock(&nested_rw, "__WRIT__0000000000")
+        .acquire()
+        .await
+        .unwrap();
+    let children = admin.list_children("/app/x").await.unwrap();
+    assert_eq!(children, ["lock-0"]);
+
+    let x = lock(&outer, "x").try_acquire().await.unwrap();
+    assert!(
+        x.is_some(),
+        "Lock(\"x\") is blocked by the directory /app/x/lock-0"
+    );
+    let read = rw_lock(&outer, "x").try_read().await.unwrap();
+    assert!(
+        read.is_some(),
+        "RwLock(\"x\") is blocked by /app-rw/x/__WRIT__0000000000"
+    );
+    drop((x, read));
+    inner.release().await.unwrap();
+    inner_rw.release().await.unwrap();
+}
+
+/// Issue 31, case 7: a key with characters above U+FFFF (which the Java
+/// server would see as surrogates, and refuse) is escaped per UTF-8 byte,
+/// and works for locks, read-write locks and semaphores alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_above_u_ffff_work_for_locks_rw_locks_and_semaphores() {
+    let fixture = ZkFixture::start().await;
+    let (a, b) = (backend(&fixture).await, backend(&fixture).await);
+    let key = "user:😀/𝄞";
+    assert_eq!(
+        a.lock_path(key).unwrap(),
+        "/dlock/user:%F0%9F%98%80%2F%F0%9D%84%9E"
+    );
+    let guard = lock(&a, key).acquire().await.unwrap();
+    assert_eq!(fixture.contenders(key).await.len(), 1);
+    assert!(lock(&b, key).try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+
+    let write = rw_lock(&a, key).write().await.unwrap();
+    assert_eq!(fixture.rw_contenders(key).await.len(), 1);
+    assert!(rw_lock(&b, key).try_read().await.unwrap().is_none());
+    write.release().await.unwrap();
+    let read = rw_lock(&a, key).read().await.unwrap();
+    let read_b = rw_lock(&b, key)
+        .try_read()
+        .await
+        .unwrap()
+        .expect("readers share");
+    read.release().await.unwrap();
+    read_b.release().await.unwrap();
+
+    let backend_a: Arc<dyn LockBackend> = a.clone();
+    let backend_b: Arc<dyn LockBackend> = b.clone();
+    let permit = dlock::Semaphore::new(key, 1)
+        .with_backend(backend_a)
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(fixture.permit_contenders(key).await.len(), 1);
+    let second = dlock::Semaphore::new(key, 1)
+        .with_backend(backend_b)
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(second.is_none());
+    permit.release().await.unwrap();
+}
+
+/// A standalone server with a TLS port serving `certs`' server certificate
+/// (and asking for a client certificate if `need_client_cert`).
+async fn tls_server(certs: &TestCerts, need_client_cert: bool) -> ZkServer {
+    let tls = ZkTls {
+        cert: certs.server_cert_path().to_owned(),
+        key: certs.server_key_path().to_owned(),
+        ca: certs.ca_cert_path().to_owned(),
+        need_client_cert,
+    };
+    tokio::task::spawn_blocking(move || ZkServer::start_tls(&tls))
+        .await
+        .expect("starting ZooKeeper with TLS panicked")
+}
+
+/// `zks://<host>:<TLS port>?ca=<ca>` plus `rest`.
+fn zks_url(server: &ZkServer, host: &str, ca: &std::path::Path, rest: &str) -> String {
+    format!(
+        "zks://{host}:{}?ca={}&session_timeout={}ms{rest}",
+        server.secure_port().expect("a TLS server"),
+        ca.display(),
+        SESSION_TIMEOUT.as_millis()
+    )
+}
+
+/// A `connect` that must fail, within a bound: the error.
+async fn refused(url: &str) -> LockError {
+    let answer = tokio::time::timeout(Duration::from_secs(20), ZooKeeperBackend::connect(url))
+        .await
+        .unwrap_or_else(|_| panic!("connect({url}) hung"));
+    match answer {
+        Ok(_) => panic!("{url} connected"),
+        Err(e) => e,
+    }
+}
+
+/// Issue 31, case 5: `zks://` locks over TLS (with digest credentials, which
+/// then never cross the wire in clear text, and a client certificate the
+/// server demands), with fencing tokens; without the client certificate the
+/// server refuses the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zks_locks_with_fencing_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(dir.path()).unwrap();
+    let server = tls_server(&certs, true).await;
+    let identity = format!(
+        "&cert={}&key={}",
+        certs.client_cert_path().display(),
+        certs.client_key_path().display()
+    );
+    let url = zks_url(&server, "127.0.0.1", certs.ca_cert_path(), &identity).replacen(
+        "zks://",
+        "zks://app:pw-over-tls@",
+        1,
+    );
+    let a = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    let b = Arc::new(ZooKeeperBackend::connect(&url).await.unwrap());
+    assert!(!a.describe().contains("pw-over-tls"), "{}", a.describe());
+    let first = lock(&a, "over-tls").acquire().await.unwrap();
+    let fence = first.fencing_token().expect("a fencing token");
+    assert!(lock(&b, "over-tls").try_acquire().await.unwrap().is_none());
+    first.release().await.unwrap();
+    let second = lock(&b, "over-tls").try_acquire().await.unwrap().unwrap();
+    assert!(second.fencing_token().unwrap() > fence);
+    second.release().await.unwrap();
+
+    let localhost = zks_url(&server, "localhost", certs.ca_cert_path(), &identity);
+    let by_name = ZooKeeperBackend::connect(&localhost).await.unwrap();
+    drop(by_name);
+    let no_cert = zks_url(&server, "127.0.0.1", certs.ca_cert_path(), "");
+    let err = refused(&no_cert).await;
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+}
+
+/// `zks://` refuses a server whose certificate an unknown CA signed, and one
+/// whose certificate names another host; a `zks://` URL without `?ca=` is an
+/// `InvalidOption` before any connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zks_refuses_an_unknown_ca_and_a_wrong_host_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(&dir.path().join("good").tap_mkdir()).unwrap();
+    let stranger = TestCerts::generate(&dir.path().join("stranger").tap_mkdir()).unwrap();
+    let server = tls_server(&certs, false).await;
+    let err = refused(&zks_url(&server, "127.0.0.1", stranger.ca_cert_path(), "")).await;
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("over TLS"), "{err}");
+
+    let elsewhere = TestCerts::generate_for_host(
+        &dir.path().join("elsewhere").tap_mkdir(),
+        "elsewhere.invalid",
+    )
+    .unwrap();
+    let misnamed = tls_server(&elsewhere, false).await;
+    for host in ["127.0.0.1", "localhost"] {
+        let err = refused(&zks_url(&misnamed, host, elsewhere.ca_cert_path(), "")).await;
+        assert!(matches!(err, LockError::Backend { .. }), "{host}: {err:?}");
+    }
+    // The servers saw the client end each handshake with an alert: the
+    // refusals are TLS's, not a server that was not there.
+    for server in [&server, &misnamed] {
+        let log = server.process().log_tail();
+        assert!(log.contains("Received fatal alert"), "{log}");
+    }
+    // The same CA and port, with the name checked right, connect: the
+    // refusals above are the CA's and the name's.
+    ZooKeeperBackend::connect(&zks_url(&server, "127.0.0.1", certs.ca_cert_path(), ""))
+        .await
+        .unwrap();
+
+    let port = server.secure_port().unwrap();
+    for (url, says) in [
+        (format!("zks://127.0.0.1:{port}"), "?ca="),
+        (format!("zks://app:pw@127.0.0.1:{port}?ca="), "PEM file"),
+        (
+            format!("zks://127.0.0.1:{port}?ca=/nonexistent/ca.pem"),
+            "cannot read the CA file",
+        ),
+    ] {
+        let err = refused(&url).await;
+        assert!(
+            matches!(err, LockError::InvalidOption { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(err.to_string().contains(says), "{url}: {err}");
+    }
+}
+
+/// Creates the directory (for certificates) and returns it.
+trait TapMkdir {
+    fn tap_mkdir(self) -> std::path::PathBuf;
+}
+
+impl TapMkdir for std::path::PathBuf {
+    fn tap_mkdir(self) -> std::path::PathBuf {
+        std::fs::create_dir_all(&self).unwrap();
+        self
+    }
 }

@@ -6,9 +6,10 @@
 //! expiry (the session timeout) · ✓ fencing tokens (the node's `czxid`) ·
 //! ✓ FIFO wake-up, each waiter woken by its predecessor's deletion only (no
 //! herd) · ✓ interoperates with Curator's `InterProcessMutex` on the same path ·
-//! ✓ chroot · ✓ digest auth · ✓ semaphores (see `permits.rs`) · ✓ read-write
-//! locks, interoperating with Curator's `InterProcessReadWriteLock` (see
-//! below and `rw.rs`) · ✗ TLS.
+//! ✓ chroot · ✓ digest auth, with ACLs that hold (see *Permissions*) ·
+//! ✓ semaphores (see `permits.rs`) · ✓ read-write locks, interoperating with
+//! Curator's `InterProcessReadWriteLock` (see below and `rw.rs`) · ✓ TLS
+//! (`zks://`, feature `tls`).
 //!
 //! Enable with the cargo feature `zookeeper`.
 //!
@@ -16,7 +17,11 @@
 //!
 //! - A key lives at `/<prefix>/<escaped key>` under the URL's chroot (default
 //!   prefix `dlock`). The key is escaped into one node name: `%`, `/` and what
-//!   ZooKeeper forbids become `%XX`; `.` and `..` become `%2E`, `%2E%2E`.
+//!   ZooKeeper forbids (characters above U+FFFF included, which the Java
+//!   server sees as UTF-16 surrogates and refuses) become `%XX` per UTF-8
+//!   byte; `.` and `..` become `%2E`, `%2E%2E`. Only children named exactly
+//!   `_c_<uuid>-lock-<10 digits>` are contenders (`order.rs`), so another
+//!   prefix's key directory nested in a key's directory blocks nothing.
 //!   Parents are created as container nodes, as Curator does, so the server
 //!   removes a key's directory once it stays empty.
 //! - A contender creates the EPHEMERAL_SEQUENTIAL child
@@ -156,16 +161,12 @@
 //!
 //! # URL
 //!
-//! `zk://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&prefix=dlock]`
+//! `zk[s]://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&prefix=dlock&acl=creator_read&ca=..&cert=..&key=..]`
 //!
-//! - `user:password@`: digest auth (`addauth digest user:password`). The
-//!   key directories and lock nodes dlock creates then get the ACL "the
-//!   creator's identity: all; anyone: read": only clients with the same
-//!   credentials can queue for (create children in) or delete from those
-//!   directories, while anyone can still list and watch the queue, as
-//!   waiters and Curator need. (ZooKeeper checks a delete against the
-//!   parent's ACL, so the directory's ACL is what protects a holder's node.)
-//!   The password never appears in `describe()`, `Debug` or errors.
+//! - `user:password@`: digest auth (`addauth digest user:password`); see
+//!   *Permissions* for the ACLs it brings. Over `zk://` the credentials
+//!   cross the network in clear text: use `zks://` where the network is not
+//!   trusted. The password never appears in `describe()`, `Debug` or errors.
 //! - `session_timeout`: asked of the server (default 30 s, at most
 //!   2^31 − 1 ms, which is all the protocol carries: a longer one is an
 //!   `InvalidOption` rather than a request that wraps around); the server
@@ -173,6 +174,43 @@
 //!   last at most 11/20 of it, whatever ttl was asked, `Duration::MAX`
 //!   included.
 //! - `prefix`: the top node (default `dlock`).
+//! - `acl`: `creator_read` (the default with credentials), `creator` or
+//!   `open` (the only one without credentials); see *Permissions*.
+//! - `zks://` (feature `tls`): TLS to every server (its `secureClientPort`).
+//!   `ca` (required) is a PEM file of the CA that signed the servers'
+//!   certificates; each certificate is checked against it and against the
+//!   host name as the URL writes it (`zookeeper-client` has no separate
+//!   name to check, so `domain` is an `InvalidOption`: write the hosts as
+//!   their certificates name them). `cert` and `key` (PEM files, both or
+//!   neither) give a client certificate, for servers with
+//!   `ssl.clientAuth=need`. `zks://` without the `tls` feature, or without
+//!   `ca`, is an `InvalidOption`.
+//!
+//! # Permissions
+//!
+//! ZooKeeper checks a delete against the *parent's* ACL, so a key
+//! directory's ACL is what protects a holder's node.
+//!
+//! - **Without credentials, every node is `world:anyone:cdrwa`** (Curator's
+//!   default too): any client of the ensemble can delete a holder's node,
+//!   and so take its lock, and read its owner token. Use credentials
+//!   (`zk://app:secret@…`, over `zks://`) and the default `creator_read`.
+//! - With credentials, every node dlock creates (the prefix, key
+//!   directories, lock, permit, read and write nodes) gets, by `acl`:
+//!   `creator_read`: the URL's identity `cdrwa`, anyone `r` (others can
+//!   list and watch the queue, as Curator's tools do, but not queue, delete
+//!   or change); `creator`: the identity alone; `open`: `world:anyone:cdrwa`.
+//! - A directory someone else made may be open. With `creator_read` or
+//!   `creator`, each acquisition reads its key directory's ACL right behind
+//!   the create of its node (pipelined: no round trip of its own), and
+//!   hands out no lease under a directory weaker than its `acl`: it
+//!   tightens it (`setACL`), or fails with a `Backend` error naming the node
+//!   and its ACL if its identity may not. Key directories stay containers
+//!   (see `acl.rs` for why a check on every acquisition rather than
+//!   persistent directories): one the server removed when idle and another
+//!   client created again open is tightened by the next acquisition. A
+//!   prefix node dlock finds when it creates a key directory is checked the
+//!   same way.
 //!
 //! ```no_run
 //! use dlock::{backends::zookeeper::ZooKeeperBackend, Lock};
@@ -187,6 +225,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acl;
 mod cleanup;
 mod config;
 mod held;
@@ -197,6 +236,8 @@ mod queue;
 mod renew;
 mod rw;
 mod session;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -251,6 +292,10 @@ pub struct ZooKeeperBackend {
     /// Held nodes by path: the session each lives on, its local deadline,
     /// and what deletes it in the background if the lease is forgotten.
     held: Arc<Mutex<HeldMap>>,
+    /// `zks://`: the TLS options every session connects with, read from the
+    /// URL's files at `connect`.
+    #[cfg(feature = "tls")]
+    tls: Option<zookeeper_client::TlsOptions>,
 }
 
 impl fmt::Debug for ZooKeeperBackend {
@@ -311,12 +356,14 @@ where
 impl ZooKeeperBackend {
     /// Connects to the ensemble named by `url` and opens a session.
     ///
-    /// URL: `zk://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&prefix=dlock]`
+    /// URL: `zk[s]://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&prefix=dlock&acl=..&ca=..&cert=..&key=..]`
     /// (see the [module docs](self)).
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] naming the URL (password redacted) if it
-    /// is malformed; [`LockError::Backend`] if no server can be reached.
+    /// is malformed, asks for an `acl` it cannot have, or names TLS files
+    /// that cannot be read; [`LockError::Backend`] if no server can be
+    /// reached (or, over `zks://`, none passed the TLS checks).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
@@ -327,13 +374,21 @@ impl ZooKeeperBackend {
     /// ```
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let config = config::parse(url)?;
+        let shown = crate::url::redact(url);
+        #[cfg(feature = "tls")]
+        let tls = match &config.tls {
+            Some(files) => Some(tls::options(files, &shown)?),
+            None => None,
+        };
         let backend = ZooKeeperBackend {
             config,
-            shown: crate::url::redact(url),
+            shown,
             current: Mutex::new(None),
             reopening: tokio::sync::Mutex::new(()),
             session_timeout_ms: AtomicU64::new(0),
             held: Arc::new(Mutex::new(HashMap::new())),
+            #[cfg(feature = "tls")]
+            tls,
         };
         backend.session().await?;
         Ok(backend)
@@ -433,11 +488,16 @@ impl ZooKeeperBackend {
         if let Some(digest) = &self.config.digest {
             connector = connector.with_auth("digest", digest.as_bytes());
         }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            connector = connector.with_tls(tls.clone());
+        }
+        let secure = self.config.tls.is_some();
         let connect_string = self.config.connect_string.clone();
         // `zookeeper-client` spawns the session's task where it connects.
         let opened = crate::background::run(async move {
             let runtime = Handle::try_current().ok()?;
-            Some(Session::open(runtime, connector, &connect_string).await)
+            Some(Session::open(runtime, connector, &connect_string, secure).await)
         })
         .await;
         let session = opened
@@ -447,7 +507,16 @@ impl ZooKeeperBackend {
                     "a ZooKeeper session needs a tokio runtime to run on",
                 )
             })?
-            .map_err(|e| self.error("cannot open a ZooKeeper session", e))?;
+            .map_err(|e| {
+                let what = if secure {
+                    // zookeeper-client reports a refused handshake as no
+                    // host available: say what TLS needs.
+                    "cannot open a ZooKeeper session over TLS (is the server's certificate signed by `?ca=`, does it name the host as the URL writes it, does the server want a client certificate: `?cert=` and `?key=`?)"
+                } else {
+                    "cannot open a ZooKeeper session"
+                };
+                self.error(what, e)
+            })?;
         let client = &session.client;
         let timeout = u64::try_from(client.session_timeout().as_millis()).unwrap_or(u64::MAX);
         self.session_timeout_ms.store(timeout, Ordering::Relaxed);

@@ -66,6 +66,28 @@ impl Default for ZkOptions {
     }
 }
 
+/// The Netty jars a TLS server needs beyond those the ZooKeeper jar's
+/// manifest names.
+const NETTY_JARS: [&str; 3] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
+
+/// How a server serves TLS: a `secureClientPort` with Netty, the server's
+/// certificate and key, and the CA it trusts for client certificates.
+#[derive(Debug, Clone)]
+pub struct ZkTls {
+    /// The server's certificate (PEM).
+    pub cert: std::path::PathBuf,
+    /// The server's private key (PEM, PKCS#8).
+    pub key: std::path::PathBuf,
+    /// The CA client certificates must be signed by (PEM).
+    pub ca: std::path::PathBuf,
+    /// Whether a client must present a certificate (`ssl.clientAuth=need`).
+    pub need_client_cert: bool,
+}
+
 /// One ZooKeeper node on 127.0.0.1, stopped on drop. Started alone it runs standalone;
 /// [`ZkEnsemble`] holds several.
 #[derive(Debug)]
@@ -74,6 +96,8 @@ pub struct ZkServer {
     process: ServerProcess,
     id: usize,
     client_port: u16,
+    /// The TLS port, for a server started with [`ZkServer::start_tls`].
+    secure_port: Option<u16>,
     dir: TempDir,
 }
 
@@ -117,7 +141,42 @@ impl ZkServer {
         Ok(server)
     }
 
+    /// Starts a standalone server that also serves TLS on a
+    /// `secureClientPort` (Netty), with `tls`'s certificate; the plain port
+    /// stays for the readiness probe. Panics on failure.
+    #[track_caller]
+    pub fn start_tls(tls: &ZkTls) -> Self {
+        retry_port_clash(|| {
+            let plan = NodePlan {
+                id: 1,
+                client_port: free_port()?,
+                quorum_port: 0,
+                election_port: 0,
+            };
+            let secure_port = free_port()?;
+            let mut server =
+                Self::spawn_with(plan, &[], ZkOptions::default(), Some((tls, secure_port)))?;
+            server.wait_ready()?;
+            Ok(server)
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The TLS port of a server started with [`ZkServer::start_tls`].
+    pub fn secure_port(&self) -> Option<u16> {
+        self.secure_port
+    }
+
     fn spawn(plan: NodePlan, ensemble: &[NodePlan], options: ZkOptions) -> HarnessResult<Self> {
+        Self::spawn_with(plan, ensemble, options, None)
+    }
+
+    fn spawn_with(
+        plan: NodePlan,
+        ensemble: &[NodePlan],
+        options: ZkOptions,
+        tls: Option<(&ZkTls, u16)>,
+    ) -> HarnessResult<Self> {
         let java = require_binary("java", ZK_PACKAGES)?;
         let zk_jar = require_file(Path::new(ZK_JAR), ZK_PACKAGES)?;
         let slf4j = require_file(Path::new(SLF4J_SIMPLE_JAR), ZK_PACKAGES)?;
@@ -128,13 +187,29 @@ impl ZkServer {
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).context(|| format!("create {}", data.display()))?;
         let cfg_path = dir.path().join("zoo.cfg");
-        std::fs::write(&cfg_path, zoo_cfg(&plan, ensemble, &data, options))
-            .context(|| format!("write {}", cfg_path.display()))?;
+        let mut cfg = zoo_cfg(&plan, ensemble, &data, options);
+        let mut class_path = format!("{}:{}", zk_jar.display(), slf4j.display());
+        if let Some((tls, port)) = tls {
+            for jar in NETTY_JARS {
+                let jar = require_file(Path::new(jar), ZK_PACKAGES)?;
+                let _ = write!(class_path, ":{}", jar.display());
+            }
+            // ZooKeeper reads a PEM key store as one file: key, then certificate.
+            let key_store = dir.path().join("server.pem");
+            let read =
+                |p: &Path| std::fs::read_to_string(p).context(|| format!("read {}", p.display()));
+            std::fs::write(
+                &key_store,
+                format!("{}{}", read(&tls.key)?, read(&tls.cert)?),
+            )
+            .context(|| format!("write {}", key_store.display()))?;
+            cfg.push_str(&tls_cfg(tls, port, &key_store));
+        }
+        std::fs::write(&cfg_path, cfg).context(|| format!("write {}", cfg_path.display()))?;
         if !ensemble.is_empty() {
             std::fs::write(data.join("myid"), format!("{}\n", plan.id))
                 .context(|| "write myid".to_string())?;
         }
-        let class_path = format!("{}:{}", zk_jar.display(), slf4j.display());
         let spec = ProcessSpec::new(
             format!("zookeeper {} 127.0.0.1:{}", plan.id, plan.client_port),
             java,
@@ -153,8 +228,12 @@ impl ZkServer {
             "-Djava.net.preferIPv4Stack=true",
             "-Dzookeeper.admin.enableServer=false",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-cp",
         ])
+        // The secure port needs Netty (the plain one then runs on it too).
+        .args(tls.map(|_| {
+            "-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"
+        }))
+        .arg("-cp")
         .arg(class_path)
         .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
         .arg(&cfg_path)
@@ -164,6 +243,7 @@ impl ZkServer {
             process,
             id: plan.id,
             client_port: plan.client_port,
+            secure_port: tls.map(|(_, port)| port),
             dir,
         })
     }
@@ -325,6 +405,20 @@ fn zoo_cfg(plan: &NodePlan, ensemble: &[NodePlan], data: &Path, options: ZkOptio
             node.id, node.quorum_port, node.election_port
         );
     }
+    cfg
+}
+
+/// The `zoo.cfg` lines of a TLS port: Netty, PEM key and trust stores.
+fn tls_cfg(tls: &ZkTls, port: u16, key_store: &Path) -> String {
+    let mut cfg = String::new();
+    let _ = writeln!(cfg, "secureClientPort={port}");
+    let _ = writeln!(cfg, "secureClientPortAddress=127.0.0.1");
+    let _ = writeln!(cfg, "ssl.keyStore.location={}", key_store.display());
+    let _ = writeln!(cfg, "ssl.keyStore.type=PEM");
+    let _ = writeln!(cfg, "ssl.trustStore.location={}", tls.ca.display());
+    let _ = writeln!(cfg, "ssl.trustStore.type=PEM");
+    let auth = if tls.need_client_cert { "need" } else { "none" };
+    let _ = writeln!(cfg, "ssl.clientAuth={auth}");
     cfg
 }
 

@@ -1,5 +1,6 @@
 //! Parsing of `zk://` URLs and escaping of keys into ZooKeeper node names.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::LockError;
@@ -21,6 +22,20 @@ pub(super) const MAX_SESSION_TIMEOUT: Duration = Duration::from_millis(i32::MAX 
 /// The node under which every lock directory lives when the URL names no `prefix`.
 pub(super) const DEFAULT_PREFIX: &str = "dlock";
 
+/// The ACL dlock gives every node it creates, and demands of every
+/// directory it queues in (`?acl=`; see `acl.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AclMode {
+    /// `creator_read`, the default with credentials: the URL's identity may
+    /// do everything, anyone may read (list and watch the queue).
+    CreatorRead,
+    /// `creator`: the URL's identity alone may do anything, reading included.
+    Creator,
+    /// `open`: anyone may do everything (`world:anyone:cdrwa`); the only
+    /// choice without credentials.
+    Open,
+}
+
 /// A parsed `zk://` URL.
 #[derive(Clone, PartialEq, Eq)]
 pub(super) struct Config {
@@ -32,6 +47,20 @@ pub(super) struct Config {
     pub(super) session_timeout: Duration,
     /// The first path component under the chroot (already a valid node name).
     pub(super) prefix: String,
+    /// The ACL of the nodes dlock creates and demands of its directories.
+    pub(super) acl: AclMode,
+    /// `zks://`: TLS to every server, with these files.
+    pub(super) tls: Option<TlsFiles>,
+}
+
+/// The PEM files of a `zks://` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TlsFiles {
+    /// The CA that signed the servers' certificates (`?ca=`).
+    pub(super) ca: PathBuf,
+    /// The client certificate and its key (`?cert=`, `?key=`), for servers
+    /// that ask for one (`ssl.clientAuth=need`).
+    pub(super) identity: Option<(PathBuf, PathBuf)>,
 }
 
 impl std::fmt::Debug for Config {
@@ -41,18 +70,29 @@ impl std::fmt::Debug for Config {
             .field("digest", &self.digest.as_ref().map(|_| "***"))
             .field("session_timeout", &self.session_timeout)
             .field("prefix", &self.prefix)
+            .field("acl", &self.acl)
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
-/// Parses `zk://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=10s&prefix=dlock]`.
+/// Parses `zk[s]://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=10s&prefix=dlock&acl=..&ca=..&cert=..&key=..]`.
 pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let shown = crate::url::redact(url);
     let bad = |what: String| LockError::invalid_option(format!("`{shown}`: {what}"));
     let parts = crate::url::parts::split(url).map_err(&bad)?;
-    if parts.scheme != "zk" {
+    let secure = match parts.scheme {
+        "zk" => false,
+        "zks" => true,
+        _ => {
+            return Err(bad(
+            "not a ZooKeeper URL; write `zk://host:port[,host:port...][/chroot]` (or `zks://` for TLS)".into(),
+        ));
+        }
+    };
+    if secure && !cfg!(feature = "tls") {
         return Err(bad(
-            "not a ZooKeeper URL; write `zk://host:port[,host:port...][/chroot]`".into(),
+            "zks:// needs TLS support; enable the `tls` feature of dlock".into(),
         ));
     }
     let (hosts, chroot, query) = (parts.hosts, parts.path, parts.query);
@@ -87,6 +127,8 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
 
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut prefix = DEFAULT_PREFIX.to_owned();
+    let mut acl = None;
+    let (mut ca, mut cert, mut key) = (None, None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
@@ -105,19 +147,91 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                     .map_err(|e| bad(format!("session_timeout `{value}`: {e}")))?;
             }
             "prefix" => prefix = crate::url::prefix::parse(value).map_err(&bad)?,
+            "acl" => {
+                acl = Some(match value {
+                    "creator_read" => AclMode::CreatorRead,
+                    "creator" => AclMode::Creator,
+                    "open" => AclMode::Open,
+                    other => {
+                        return Err(bad(format!(
+                            "acl `{other}`: write `creator_read` (the default with credentials), `creator` or `open`"
+                        )))
+                    }
+                });
+            }
+            "ca" | "cert" | "key" | "domain" if !secure => {
+                return Err(bad(format!(
+                    "`{name}=` only applies to TLS; write `zks://` to connect with TLS"
+                )))
+            }
+            "ca" | "cert" | "key" => {
+                let value =
+                    crate::url::percent_decode(value).map_err(|e| bad(format!("`{name}=`: {e}")))?;
+                if value.is_empty() {
+                    return Err(bad(format!("`{name}=` needs the path to a PEM file")));
+                }
+                let slot = match name {
+                    "ca" => &mut ca,
+                    "cert" => &mut cert,
+                    _ => &mut key,
+                };
+                *slot = Some(PathBuf::from(value));
+            }
+            // zookeeper-client checks a server's certificate against the
+            // host name it connects to, and has no separate name to check.
+            "domain" => {
+                return Err(bad(
+                    "`domain=` is not supported on zks://: each server's certificate is checked against the host name in the URL; write the hosts as their certificates name them".into(),
+                ))
+            }
             other => {
                 return Err(bad(format!(
-                    "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`) and `prefix` (a node name)"
+                    "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`), `prefix` (a node name), `acl` (`creator_read`, `creator` or `open`), and with zks:// `ca`, `cert` and `key`"
                 )))
             }
         }
     }
+    // Only an identity can own a node: without credentials, every client is
+    // `world:anyone`, so the one ACL there is is the open one.
+    let acl = match (acl, &digest) {
+        (Some(AclMode::Open), _) | (None, None) => AclMode::Open,
+        (None, Some(_)) => AclMode::CreatorRead,
+        (Some(mode), Some(_)) => mode,
+        (Some(_), None) => {
+            return Err(bad(
+                "`acl=creator_read` and `acl=creator` need credentials (`zk://user:password@host`): without them every client is `world:anyone`; use `acl=open` or add credentials"
+                    .into(),
+            ))
+        }
+    };
+
+    let tls = if secure {
+        let Some(ca) = ca else {
+            return Err(bad(
+                "zks:// needs the CA that signed the servers' certificates: add `?ca=/path/to/ca.pem`".into(),
+            ));
+        };
+        let identity = match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(bad(
+                    "a client certificate needs both `cert=` and `key=` (PEM files)".into(),
+                ))
+            }
+        };
+        Some(TlsFiles { ca, identity })
+    } else {
+        None
+    };
 
     Ok(Config {
         connect_string: format!("{}{chroot}", servers.join(",")),
         digest,
         session_timeout,
         prefix,
+        acl,
+        tls,
     })
 }
 
@@ -159,18 +273,20 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
 }
 
 /// Characters ZooKeeper rejects in a path (`PathUtils.validatePath`): C0 and
-/// C1 controls, DEL, the private-use block U+E000-U+F8FF (Rust strings hold no
-/// surrogates) and U+FFF0-U+FFFF.
+/// C1 controls, DEL, the private-use block U+E000-U+F8FF, U+FFF0-U+FFFF, and
+/// every character above U+FFFF: the Java server sees those as a UTF-16
+/// surrogate pair, and rejects surrogates (U+D800-U+DFFF, which a Rust
+/// string cannot hold itself) with "bad arguments".
 fn forbidden_in_node_name(c: char) -> bool {
     c <= '\u{1f}'
         || ('\u{7f}'..='\u{9f}').contains(&c)
         || ('\u{e000}'..='\u{f8ff}').contains(&c)
-        || ('\u{fff0}'..='\u{ffff}').contains(&c)
+        || c >= '\u{fff0}'
 }
 
 /// Maps a lock key to one node name that round-trips ([`unescape_key`]):
-/// `%`, `/` and every character ZooKeeper forbids become `%XX` per UTF-8
-/// byte, and the names `.` and `..` (which ZooKeeper rejects) become `%2E`
+/// `%`, `/` and every character ZooKeeper forbids (characters above U+FFFF
+/// included: `😀` becomes `%F0%9F%98%80`) become `%XX` per UTF-8 byte, and the names `.` and `..` (which ZooKeeper rejects) become `%2E`
 /// and `%2E%2E`. Everything else, `:` and non-ASCII letters included, stays
 /// as it is, so an operator recognises the key on the server.
 pub(super) fn escape_key(key: &str) -> String {
@@ -218,6 +334,55 @@ mod tests {
     }
 
     #[test]
+    fn the_acl_defaults_to_creator_read_with_credentials_and_open_without() {
+        assert_eq!(parse("zk://h:1").unwrap().acl, AclMode::Open);
+        assert_eq!(parse("zk://h:1?acl=open").unwrap().acl, AclMode::Open);
+        assert_eq!(parse("zk://a:b@h:1").unwrap().acl, AclMode::CreatorRead);
+        assert_eq!(
+            parse("zk://a:b@h:1?acl=creator").unwrap().acl,
+            AclMode::Creator
+        );
+        assert_eq!(parse("zk://a:b@h:1?acl=open").unwrap().acl, AclMode::Open);
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn zks_takes_a_ca_and_a_client_certificate() {
+        let c = parse("zks://app:pw@h:1?ca=/etc/ca.pem&cert=/c.pem&key=/k%20ey.pem").unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.ca, PathBuf::from("/etc/ca.pem"));
+        assert_eq!(
+            tls.identity,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k ey.pem")))
+        );
+        assert_eq!(parse("zk://h:1").unwrap().tls, None);
+        for (url, says) in [
+            ("zks://h:1", "needs the CA"),
+            ("zks://h:1?ca=", "path to a PEM file"),
+            (
+                "zks://h:1?ca=/ca.pem&cert=/c.pem",
+                "both `cert=` and `key=`",
+            ),
+            (
+                "zks://h:1?ca=/ca.pem&domain=zk.local",
+                "not supported on zks://",
+            ),
+        ] {
+            let err = parse(url).unwrap_err();
+            assert!(matches!(err, LockError::InvalidOption { .. }), "{url}");
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn zks_without_the_tls_feature_says_so() {
+        let err = parse("zks://h:1?ca=/ca.pem").unwrap_err();
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+        assert!(err.to_string().contains("`tls` feature"), "{err}");
+    }
+
+    #[test]
     fn digest_auth_is_decoded_and_never_shown() {
         let c = parse("zk://app:p%40ss@h:1").unwrap();
         assert_eq!(c.digest.as_deref(), Some("app:p@ss"));
@@ -256,6 +421,11 @@ mod tests {
             ("zk://u:a/b@h:1", "percent-encode"),
             ("zk://h:1?colour=red", "unknown option `colour`"),
             ("zk://user@h:1", "password is missing"),
+            ("zk://h:1?acl=creator", "need credentials"),
+            ("zk://h:1?ca=/ca.pem", "only applies to TLS"),
+            ("zk://h:1?cert=/c.pem", "only applies to TLS"),
+            ("zk://h:1?acl=creator_read", "need credentials"),
+            ("zk://a:b@h:1?acl=world", "acl `world`"),
         ] {
             let err = parse(url).unwrap_err();
             assert!(matches!(err, LockError::InvalidOption { .. }), "{url}");
@@ -276,6 +446,8 @@ mod tests {
             "priv\u{e000}ate",
             "end\u{fff5}",
             "%2F",
+            "user:😀",
+            "\u{10000}\u{10ffff}",
         ] {
             let name = escape_key(key);
             assert!(!name.contains('/'), "{key:?} -> {name}");
@@ -288,5 +460,9 @@ mod tests {
         }
         assert_eq!(escape_key("order:42"), "order:42");
         assert_eq!(escape_key("a/b"), "a%2Fb");
+        // Keys that worked before astral characters were escaped keep their
+        // names; those are escaped per UTF-8 byte.
+        assert_eq!(escape_key("заказ é 日本"), "заказ é 日本");
+        assert_eq!(escape_key("user:😀"), "user:%F0%9F%98%80");
     }
 }

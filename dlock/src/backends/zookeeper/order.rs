@@ -7,8 +7,10 @@
 //! appends. Curator sorts children by what follows the name (for a
 //! read-write lock, after `__READ__` or `__WRIT__`, which have the same
 //! length on purpose), so both kinds of a read-write lock share one order.
-//! Children that are not nodes of the queue (another name, no sequence) are
-//! not in it. Curator sorts such a child by its whole name, which puts
+//! Children that are not nodes of the queue are not in it: only the exact
+//! names dlock and Curator create count (`_c_<uuid>-<name><10 digits>`),
+//! so a key directory of a prefix nested here is never taken for one.
+//! Curator sorts such a child by its whole name, which puts
 //! protected names (`_c_…`) and names that start with a letter after every
 //! sequence: there too, a plain lock's node never stands in a read-write
 //! lock's way, nor the reverse.
@@ -97,23 +99,41 @@ impl Queue {
     }
 }
 
-/// The sequence number of a lock child, as Curator reads it: the digits
-/// after the last `lock-`. `None` for children that are not lock nodes.
+/// The sequence number of a lock child: `None` for any child that is not
+/// exactly `_c_<uuid>-lock-<10 digits>`, the name dlock and Curator's
+/// `InterProcessMutex` create. Curator itself takes the digits after the
+/// last `lock-` of any child; dlock is stricter, so a node of another kind
+/// that happens to sit in the directory (a key directory of a prefix that
+/// nests here, such as `lock-0`) is never mistaken for a contender.
 pub(super) fn sequence_of(name: &str) -> Option<i64> {
-    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
-    seq.parse().ok()
+    protected_sequence(name, LOCK_NAME)
 }
 
-/// The side and sequence of a read-write lock child: a write node if its
-/// name holds `__WRIT__` (Curator's test), else a read node if it holds
-/// `__READ__`; the sequence is what follows the last of that name. `None`
-/// for children that are neither.
+/// The sequence of `_c_<uuid>-<kind><10 digits>`, or `None` for a child of
+/// any other form.
+fn protected_sequence(child: &str, kind: &str) -> Option<i64> {
+    let rest = child.strip_prefix("_c_")?;
+    let (uuid, rest) = rest.split_at_checked(36)?;
+    let digits = rest.strip_prefix('-')?.strip_prefix(kind)?;
+    let is_uuid = uuid.char_indices().all(|(i, c)| match i {
+        8 | 13 | 18 | 23 => c == '-',
+        _ => c.is_ascii_hexdigit(),
+    });
+    let is_sequence = digits.len() == 10 && digits.bytes().all(|b| b.is_ascii_digit());
+    if is_uuid && is_sequence {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// The side and sequence of a read-write lock child: a write node
+/// `_c_<uuid>-__WRIT__<10 digits>` or a read node `_c_<uuid>-__READ__<10
+/// digits>`; `None` for any other child (strict as [`sequence_of`]).
 fn rw_node(name: &str) -> Option<(RwMode, i64)> {
-    let (mode, (_, seq)) = match name.rsplit_once(WRITE_NAME) {
-        Some(split) => (RwMode::Write, split),
-        None => (RwMode::Read, name.rsplit_once(READ_NAME)?),
-    };
-    Some((mode, seq.parse().ok()?))
+    protected_sequence(name, WRITE_NAME)
+        .map(|seq| (RwMode::Write, seq))
+        .or_else(|| protected_sequence(name, READ_NAME).map(|seq| (RwMode::Read, seq)))
 }
 
 /// The read-write lock children among `children`, with side and sequence.
@@ -130,9 +150,9 @@ mod tests {
     /// Three contenders out of sequence order, and a node that is not one.
     fn three_contenders() -> Vec<String> {
         [
-            "_c_bbb-lock-0000000007",
-            "_c_aaa-lock-0000000005",
-            "_c_ccc-lock-0000000009",
+            "_c_00000000-0000-4000-8000-000000626262-lock-0000000007",
+            "_c_00000000-0000-4000-8000-000000616161-lock-0000000005",
+            "_c_00000000-0000-4000-8000-000000636363-lock-0000000009",
             "unrelated",
         ]
         .map(String::from)
@@ -143,31 +163,60 @@ mod tests {
     fn a_lock_waits_for_the_next_lower_sequence() {
         let children = three_contenders();
         let turn = |own| Queue::Lock.turn(&children, own);
-        assert_eq!(turn("_c_aaa-lock-0000000005"), Some(Turn::Ours));
         assert_eq!(
-            turn("_c_bbb-lock-0000000007"),
-            Some(Turn::After("_c_aaa-lock-0000000005"))
+            turn("_c_00000000-0000-4000-8000-000000616161-lock-0000000005"),
+            Some(Turn::Ours)
         );
         assert_eq!(
-            turn("_c_ccc-lock-0000000009"),
-            Some(Turn::After("_c_bbb-lock-0000000007"))
+            turn("_c_00000000-0000-4000-8000-000000626262-lock-0000000007"),
+            Some(Turn::After(
+                "_c_00000000-0000-4000-8000-000000616161-lock-0000000005"
+            ))
+        );
+        assert_eq!(
+            turn("_c_00000000-0000-4000-8000-000000636363-lock-0000000009"),
+            Some(Turn::After(
+                "_c_00000000-0000-4000-8000-000000626262-lock-0000000007"
+            ))
         );
         assert_eq!(turn("garbage"), None);
-        assert_eq!(sequence_of("_c_x-lock-lock-0000000012"), Some(12));
+        // Only the exact names dlock and Curator create are lock nodes: a
+        // key directory named like a sequence node (another prefix's keys
+        // under this directory) is not one (issue 31).
+        for stray in [
+            "lock-0",
+            "lock-0000000001",
+            "_c_x-lock-0000000001",
+            "_c_00000000-0000-4000-8000-000000000078-lock-1",
+            "_c_00000000-0000-4000-8000-000000000078-lock-00000000012",
+            "_c_00000000-0000-4000-8000-000000000078-lock--000000012",
+            "_c_00000000-0000-4000-8000-000000000078-lock-lock-0000000012",
+            "_c_00000000-0000-4000-8000-000000000078-__READ__0000000012",
+            "x_c_00000000-0000-4000-8000-000000000078-lock-0000000012",
+            "_c_00000000-0000-4000-8000-00000000007g-lock-0000000012",
+        ] {
+            assert_eq!(sequence_of(stray), None, "{stray}");
+        }
+        assert_eq!(
+            sequence_of("_c_00000000-0000-4000-8000-000000000078-lock-0000000012"),
+            Some(12)
+        );
+        assert_eq!(rw_node("__WRIT__0000000003"), None);
+        assert_eq!(rw_node("_c_x-__READ__0000000003"), None);
     }
 
     /// Curator's interleaving example: R1 W2 R3 R4 W5 R6, listed shuffled,
     /// with a plain lock node and a stray node in the directory.
     fn mixed_queue() -> Vec<String> {
         [
-            "_c_r4-__READ__0000000004",
-            "_c_w2-__WRIT__0000000002",
-            "_c_r6-__READ__0000000006",
-            "_c_r1-__READ__0000000001",
-            "_c_m0-lock-0000000000",
-            "_c_w5-__WRIT__0000000005",
+            "_c_00000000-0000-4000-8000-000000007234-__READ__0000000004",
+            "_c_00000000-0000-4000-8000-000000007732-__WRIT__0000000002",
+            "_c_00000000-0000-4000-8000-000000007236-__READ__0000000006",
+            "_c_00000000-0000-4000-8000-000000007231-__READ__0000000001",
+            "_c_00000000-0000-4000-8000-000000006d30-lock-0000000000",
+            "_c_00000000-0000-4000-8000-000000007735-__WRIT__0000000005",
             "stray",
-            "_c_r3-__READ__0000000003",
+            "_c_00000000-0000-4000-8000-000000007233-__READ__0000000003",
         ]
         .map(String::from)
         .to_vec()
@@ -177,21 +226,29 @@ mod tests {
     fn a_reader_waits_only_for_the_first_write_ahead_of_it() {
         let children = mixed_queue();
         let turn = |own| Queue::Read.turn(&children, own);
-        assert_eq!(turn("_c_r1-__READ__0000000001"), Some(Turn::Ours));
+        assert_eq!(
+            turn("_c_00000000-0000-4000-8000-000000007231-__READ__0000000001"),
+            Some(Turn::Ours)
+        );
         // Behind W2: every later reader waits for W2, the first write, not
         // for its predecessor (R3 waits for W2, R6 too, not for W5).
         for reader in [
-            "_c_r3-__READ__0000000003",
-            "_c_r4-__READ__0000000004",
-            "_c_r6-__READ__0000000006",
+            "_c_00000000-0000-4000-8000-000000007233-__READ__0000000003",
+            "_c_00000000-0000-4000-8000-000000007234-__READ__0000000004",
+            "_c_00000000-0000-4000-8000-000000007236-__READ__0000000006",
         ] {
             assert_eq!(
                 turn(reader),
-                Some(Turn::After("_c_w2-__WRIT__0000000002")),
+                Some(Turn::After(
+                    "_c_00000000-0000-4000-8000-000000007732-__WRIT__0000000002"
+                )),
                 "{reader}"
             );
         }
-        assert_eq!(turn("_c_m0-lock-0000000000"), None);
+        assert_eq!(
+            turn("_c_00000000-0000-4000-8000-000000006d30-lock-0000000000"),
+            None
+        );
     }
 
     #[test]
@@ -199,16 +256,26 @@ mod tests {
         let children = mixed_queue();
         let turn = |own| Queue::Write.turn(&children, own);
         assert_eq!(
-            turn("_c_w2-__WRIT__0000000002"),
-            Some(Turn::After("_c_r1-__READ__0000000001"))
+            turn("_c_00000000-0000-4000-8000-000000007732-__WRIT__0000000002"),
+            Some(Turn::After(
+                "_c_00000000-0000-4000-8000-000000007231-__READ__0000000001"
+            ))
         );
         assert_eq!(
-            turn("_c_w5-__WRIT__0000000005"),
-            Some(Turn::After("_c_r4-__READ__0000000004"))
+            turn("_c_00000000-0000-4000-8000-000000007735-__WRIT__0000000005"),
+            Some(Turn::After(
+                "_c_00000000-0000-4000-8000-000000007234-__READ__0000000004"
+            ))
         );
-        let alone = vec!["_c_w7-__WRIT__0000000007".to_owned(), "stray".to_owned()];
+        let alone = vec![
+            "_c_00000000-0000-4000-8000-000000007737-__WRIT__0000000007".to_owned(),
+            "stray".to_owned(),
+        ];
         assert_eq!(
-            Queue::Write.turn(&alone, "_c_w7-__WRIT__0000000007"),
+            Queue::Write.turn(
+                &alone,
+                "_c_00000000-0000-4000-8000-000000007737-__WRIT__0000000007"
+            ),
             Some(Turn::Ours)
         );
     }
@@ -216,7 +283,7 @@ mod tests {
     #[test]
     fn readers_share_until_a_writer_comes() {
         let children: Vec<String> = (1..=3)
-            .map(|seq| format!("_c_r{seq}-__READ__{seq:010}"))
+            .map(|seq| format!("_c_00000000-0000-4000-8000-{seq:012}-__READ__{seq:010}"))
             .collect();
         for own in &children {
             assert_eq!(Queue::Read.turn(&children, own), Some(Turn::Ours));
@@ -224,13 +291,21 @@ mod tests {
         // A writer behind them waits for the last reader, and the lock
         // side's nodes are not in the read-write queue at all.
         let mut with_writer = children.clone();
-        with_writer.push("_c_w-__WRIT__0000000004".to_owned());
+        with_writer.push("_c_00000000-0000-4000-8000-000000000077-__WRIT__0000000004".to_owned());
         assert_eq!(
-            Queue::Write.turn(&with_writer, "_c_w-__WRIT__0000000004"),
-            Some(Turn::After("_c_r3-__READ__0000000003"))
+            Queue::Write.turn(
+                &with_writer,
+                "_c_00000000-0000-4000-8000-000000000077-__WRIT__0000000004"
+            ),
+            Some(Turn::After(
+                "_c_00000000-0000-4000-8000-000000000003-__READ__0000000003"
+            ))
         );
         assert_eq!(
-            Queue::Lock.turn(&with_writer, "_c_w-__WRIT__0000000004"),
+            Queue::Lock.turn(
+                &with_writer,
+                "_c_00000000-0000-4000-8000-000000000077-__WRIT__0000000004"
+            ),
             None
         );
     }

@@ -195,7 +195,7 @@ mod tests {
     fn the_first_n_sequences_hold_permits() {
         let children: Vec<String> = [3, 1, 2, 5]
             .iter()
-            .map(|s| format!("_c_x-lock-{s:010}"))
+            .map(|s| format!("_c_00000000-0000-4000-8000-{s:012}-lock-{s:010}"))
             .collect();
         assert!(among_first(&children, &children[1], 2)); // seq 1
         assert!(among_first(&children, &children[2], 2)); // seq 2

@@ -24,7 +24,7 @@
 
 use std::time::{Duration, Instant};
 
-use zookeeper_client::{Acl, Acls, Client, CreateMode, Error as ZkError, Permission, Stat};
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, Stat};
 
 use super::cleanup::{find_by_uuid, session_ended, Cleanup, MAX_RETRIES};
 use super::order::{Queue, Turn};
@@ -63,13 +63,6 @@ pub(super) struct Placed {
     /// the leader a round of its own.
     pub(super) created: (Instant, Instant),
 }
-
-/// With digest auth: the creator's identity may do everything, anyone may
-/// read (list and watch the queue).
-static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
-    Acl::new_const(Permission::ALL, "auth", ""),
-    Acl::new_const(Permission::READ, "world", "anyone"),
-];
 
 /// A node [`ZooKeeperBackend::create_protected`] made.
 pub(super) struct Created {
@@ -133,21 +126,26 @@ where
 }
 
 impl ZooKeeperBackend {
-    /// The ACL of every node dlock creates (see the module docs on digest auth).
+    /// The ACL of every node dlock creates (`?acl=`, see `acl.rs`).
     pub(super) fn node_acls(&self) -> Acls<'static> {
-        if self.config.digest.is_some() {
-            Acls::new(&CREATOR_ALL_ANYONE_READ)
-        } else {
-            Acls::anyone_all()
-        }
+        self.config.acl.acls()
     }
 
-    /// Creates the key's directory as container nodes.
+    /// Creates the key's directory as container nodes, and checks the ACL
+    /// of the prefix node above it, which someone else may have made.
     pub(super) async fn make_dir(&self, client: &Client, dir: &str) -> Result<(), LockError> {
         match client
             .mkdir(dir, &CreateMode::Container.with_acls(self.node_acls()))
             .await
         {
+            Ok(()) if self.guards_dirs() => {
+                let root = dir.rsplit_once('/').map_or("", |(root, _)| root);
+                if !root.is_empty() {
+                    self.guard_dir(client, root, client.get_acl(root).await)
+                        .await?;
+                }
+                Ok(())
+            }
             Ok(()) => Ok(()),
             Err(ZkError::NoNode) => Err(LockError::backend(
                 self.shown.clone(),
@@ -186,15 +184,23 @@ impl ZooKeeperBackend {
             // Sent at once, behind the create, on the same session: the
             // server answers a session's requests in the order they were
             // sent, so the listing sees our node and every node created
-            // before it, and costs no round trip of its own.
+            // before it, and costs no round trip of its own. So does the
+            // read of the directory's ACL (with credentials; see `acl.rs`),
+            // read once our node is in it.
+            let acl_read = self.guards_dirs().then(|| client.get_acl(dir));
             let listed = list.then(|| client.list_children(dir));
             match created.await {
                 Ok((stat, seq)) => {
                     let answered = Instant::now();
-                    // A failed listing is asked for again by the caller.
+                    let tightened = match acl_read {
+                        Some(read) => self.guard_dir(client, dir, read.await).await?,
+                        None => false,
+                    };
+                    // A failed listing is asked for again by the caller, as
+                    // is one sent before the ACL was tightened.
                     let children = match listed {
-                        Some(listed) => listed.await.ok(),
-                        None => None,
+                        Some(listed) if !tightened => listed.await.ok(),
+                        _ => None,
                     };
                     return Ok(Created {
                         path: format!("{prefix}{seq}"),
@@ -214,13 +220,17 @@ impl ZooKeeperBackend {
                     // A lost create made the node: the leader committed it
                     // after `sent`.
                     Ok(Some((path, stat))) => {
+                        if self.guards_dirs() {
+                            self.guard_dir(client, dir, client.get_acl(dir).await)
+                                .await?;
+                        }
                         return Ok(Created {
                             path,
                             stat,
                             children: None,
                             sent,
                             answered: Instant::now(),
-                        })
+                        });
                     }
                     Ok(None) => continue,
                     Err(e) => {
@@ -230,6 +240,7 @@ impl ZooKeeperBackend {
                         ))
                     }
                 },
+                Err(ZkError::NoAuth) => return Err(self.not_permitted(client, dir).await),
                 Err(e) => {
                     return Err(self.error(format_args!("cannot create a lock node under {dir}"), e))
                 }

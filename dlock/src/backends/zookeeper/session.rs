@@ -42,15 +42,28 @@ impl Drop for ClearOnDrop {
 }
 
 impl Session {
-    /// Opens a session; `runtime` must be the current runtime, the one
-    /// `zookeeper-client` spawns the session's task on (dlock's background
-    /// runtime, see `ZooKeeperBackend::session`).
+    /// Opens a session, over TLS to every server if `secure` (`zks://`;
+    /// the connector then carries the TLS options); `runtime` must be the
+    /// current runtime, the one `zookeeper-client` spawns the session's
+    /// task on (dlock's background runtime, see `ZooKeeperBackend::session`).
     pub(super) async fn open(
         runtime: Handle,
         connector: Connector,
         connect_string: &str,
+        secure: bool,
     ) -> Result<Self, ZkError> {
-        let client = connector.connect(connect_string).await?;
+        #[cfg(feature = "tls")]
+        let client = if secure {
+            connector.secure_connect(connect_string).await?
+        } else {
+            connector.connect(connect_string).await?
+        };
+        // Without the feature, the URL parser refuses `zks://`.
+        #[cfg(not(feature = "tls"))]
+        let client = {
+            debug_assert!(!secure, "zks:// without the tls feature");
+            connector.connect(connect_string).await?
+        };
         let alive = Arc::new(AtomicBool::new(true));
         let (watching, session_gone) = tokio::sync::oneshot::channel::<()>();
         let flag = ClearOnDrop(alive.clone());
