@@ -23,8 +23,8 @@
 //!   dlock/order:42` and Go's `concurrency.Mutex`, so their locks and ours
 //!   exclude each other. A key is escaped into one path segment (see
 //!   *Keys containing `/` or `%`* below).
-//! - The holder is the key with the smallest create revision under
-//!   `dlock/order:42/`. The same transaction that enqueues reads it, so an
+//! - The holder is the key with the smallest create revision directly
+//!   under `dlock/order:42/` (see *Only direct children contend*). The same transaction that enqueues reads it, so an
 //!   uncontended acquire is one round trip.
 //! - A waiter watches only its predecessor (the largest smaller create
 //!   revision) for its delete, from the revision after the read that found
@@ -91,11 +91,27 @@
 //!   `?prefix=dlock-rw` would put its plain locks among the read-write
 //!   locks of `?prefix=dlock`: do not name prefixes so.)
 //!
-//! Like the recipe, a Go writer waits for any key under the prefix, and a
-//! Go reader for any key under `<prefix>/write`: dlock writes no other key
-//! there, and waits for such keys in the same way. Unlike the recipe, a
+//! Like the recipe, a writer waits for every `read/<n>` and `write/<n>`
+//! key and a reader for every `write/<n>` key; unlike the recipe (which
+//! waits for any key under the prefix), a deeper key such as
+//! `<prefix>-rw/prices/eu/write/<n>` (another lock's) is never waited
+//! for (see *Only direct children contend* below). Unlike the recipe, a
 //! dlock waiter whose own key vanished (deleted, or its session expired)
 //! queues again at the end instead of going on.
+//!
+//! # Only direct children contend
+//!
+//! etcd has no directories: a range read of `dlock/tenant/` also returns
+//! `dlock/tenant/7/<lease>`, the key of `etcdctl lock dlock/tenant/7` (or of
+//! a backend whose prefix is `dlock/tenant`), which is another lock. So a
+//! key with a further `/` after a lock's directory is never its holder, nor
+//! the predecessor a waiter watches, nor a permit holder of a semaphore
+//! (`<prefix>-semaphores/<name>/<seg>` only), nor a reader or writer of a
+//! read-write lock (`<prefix>-rw/<key>/read/<n>` and `.../write/<n>` only),
+//! whoever wrote it. The reads skip such keys page by page (32 keys a
+//! read), so a directory shared with a few of them costs nothing more.
+//! (`etcdctl lock dlock/tenant` and Go's `concurrency.Mutex` do count
+//! them: they wait for `dlock/tenant/7`'s holders as well.)
 //!
 //! # One lease per backend and ttl
 //!
@@ -194,6 +210,7 @@
 
 mod client;
 mod config;
+mod contenders;
 mod held;
 mod mutex;
 mod names;
