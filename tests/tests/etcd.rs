@@ -1029,3 +1029,155 @@ async fn deeper_keys_of_a_raw_client_hold_no_permit() {
     }
     untouched(&mut raw, &foreign).await;
 }
+
+/// How many leases the server has (`LeaseLeases`).
+async fn leases_on(raw: &mut etcd_client::Client) -> usize {
+    tokio::time::timeout(Duration::from_secs(5), raw.leases())
+        .await
+        .expect("LeaseLeases within 5 s")
+        .expect("LeaseLeases")
+        .leases()
+        .len()
+}
+
+/// Polls (bounded by `limit`) until the server has at most `most` leases;
+/// returns the last count.
+async fn leases_fall_to(raw: &mut etcd_client::Client, most: usize, limit: Duration) -> usize {
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = leases_on(raw).await;
+        if n <= most || Instant::now() >= deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One lease per distinct ttl is kept only while it is used: after 100
+/// acquire/release cycles with ttls 3600…3699 s the server holds ~100
+/// leases, and once they have been idle for `SESSION_IDLE` it holds none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_leases_are_revoked() {
+    const TTLS: u64 = 100;
+    let fixture = EtcdFixture::single();
+    let mut raw = raw_client(&fixture).await;
+    let backend = connect(fixture.url()).await;
+    for i in 0..TTLS {
+        let guard = lock(&backend, &format!("ttl-{i}"))
+            .ttl(Duration::from_secs(3600 + i))
+            .acquire()
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    let used = leases_on(&mut raw).await;
+    println!("leases after {TTLS} distinct ttls: {used}");
+    assert!(used as u64 <= TTLS, "{used} leases for {TTLS} ttls");
+    let limit = dlock::backends::etcd::SESSION_IDLE + Duration::from_secs(3);
+    let left = leases_fall_to(&mut raw, 0, limit).await;
+    println!("leases {limit:?} later: {left}");
+    assert_eq!(
+        left, 0,
+        "idle session leases were not revoked within {limit:?}"
+    );
+    // The backend still works: a fresh session.
+    let guard = lock(&backend, "after").acquire().await.unwrap();
+    assert_eq!(leases_on(&mut raw).await, 1);
+    guard.release().await.unwrap();
+}
+
+/// A backend dropped where no runtime runs (its runtime shut down first, in
+/// a plain thread) revokes its session leases before the drop returns: the
+/// process may end right after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_dropped_outside_any_runtime_leaves_no_lease() {
+    let fixture = EtcdFixture::single();
+    let mut raw = raw_client(&fixture).await;
+    let url = fixture.url().to_owned();
+    // A plain thread: a blocking-pool thread of tokio's would be inside the
+    // test's runtime.
+    let dropped = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let backend = runtime.block_on(async {
+            let backend = connect(&url).await;
+            for ttl in [3600, 3601, 3602] {
+                let guard = lock(&backend, "shutdown")
+                    .ttl(Duration::from_secs(ttl))
+                    .acquire()
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+            backend
+        });
+        drop(runtime);
+        let started = Instant::now();
+        drop(backend);
+        started.elapsed()
+    });
+    let took = blocking(|| dropped.join().unwrap());
+    assert!(took < Duration::from_secs(3), "the drop took {took:?}");
+    let left = leases_on(&mut raw).await;
+    assert_eq!(left, 0, "{left} leases left after the drop returned");
+}
+
+/// Acquisitions that come just as their ttl's idle session is revoked
+/// (each ttl's second acquisition lands somewhere in a window around
+/// `SESSION_IDLE`) always get a live lease: the key is on the server, on
+/// a lease etcd still has, and the guard stays held through its renewals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_racing_an_idle_revoke_gets_a_live_lease() {
+    const TASKS: u64 = 24;
+    let fixture = EtcdFixture::single();
+    let backend = connect(fixture.url()).await;
+    let other = connect(fixture.url()).await;
+    let idle = dlock::backends::etcd::SESSION_IDLE;
+    let mut tasks = Vec::new();
+    for i in 0..TASKS {
+        let (backend, other, url) = (backend.clone(), other.clone(), fixture.url().to_owned());
+        tasks.push(tokio::spawn(async move {
+            let key = format!("race-{i}");
+            let ttl = Duration::from_secs(9 + i % 3);
+            let named = || lock(&backend, &key).ttl(ttl);
+            // ttls 9..=11 s (longer than the idle time: the sessions are
+            // revoked, not expired) shared by 8 tasks each.
+            named().acquire().await.unwrap().release().await.unwrap();
+            // 100 ms steps over [idle - 1.2 s, idle + 1.2 s].
+            let offset = Duration::from_millis(100 * i);
+            tokio::time::sleep(idle - Duration::from_millis(1200) + offset).await;
+            let guard = named().acquire().await.unwrap();
+            let entry = format!("dlock/{key}/");
+            let mut raw = etcd_client::Client::connect([url.trim_start_matches("etcd://")], None)
+                .await
+                .unwrap();
+            let got = raw
+                .get(
+                    entry.as_str(),
+                    Some(etcd_client::GetOptions::new().with_prefix()),
+                )
+                .await
+                .unwrap();
+            let kv = got
+                .kvs()
+                .first()
+                .unwrap_or_else(|| panic!("no key under {entry}"));
+            let alive = raw.lease_time_to_live(kv.lease(), None).await.unwrap();
+            assert!(alive.ttl() > 0, "{key}: the key is on a dead lease");
+            assert!(lock(&other, &key).try_acquire().await.unwrap().is_none());
+            // Through at least one renewal (every ttl/3).
+            tokio::time::sleep(ttl / 3 + Duration::from_millis(500)).await;
+            assert!(guard.is_held(), "{key}: lost after the acquire");
+            guard.release().await.unwrap();
+        }));
+    }
+    tokio::time::timeout(Duration::from_secs(20), async {
+        for task in tasks {
+            task.await.expect("a racing acquisition failed");
+        }
+    })
+    .await
+    .expect("the racing acquisitions did not finish within 20 s");
+}

@@ -141,6 +141,20 @@
 //! the guards that keep the session alive) while this process lives; if the
 //! process dies, the whole session expires with it.
 //!
+//! How long a session lives, so that the leases on the server are bounded
+//! by the ttls in use, not by every ttl ever seen:
+//!
+//! - A session no key uses (no held key, no acquisition under way) for
+//!   [`SESSION_IDLE`] (5 s; checked every second on dlock's background
+//!   runtime) is taken out of the backend and revoked. An acquisition that
+//!   comes at that moment never gets the revoked lease: it finds no session
+//!   and grants a fresh one (the decision and every hand-out are under one
+//!   lock; see `session.rs`). Counted by `dlock_etcd_idle_sessions_total`.
+//! - Dropping the backend revokes the sessions left. Inside a runtime the
+//!   revokes run on dlock's background runtime; outside any (after the
+//!   runtime shut down, in a plain thread, at the end of `main`) the drop
+//!   waits for them, at most about 2 s, since the process may end next.
+//!
 //! # Lease lengths
 //!
 //! etcd leases are whole seconds, and etcd raises short ones to its minimum
@@ -229,7 +243,8 @@ use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 
 use self::client::{first_create_revision, revision_of_lease};
 use self::held::Held;
-use self::session::{Alive, Session};
+pub use self::session::SESSION_IDLE;
+use self::session::{Alive, Session, SHUTDOWN_REVOKE};
 use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
 use crate::LockError;
 
@@ -268,7 +283,8 @@ struct Inner {
     shown: String,
     prefix: String,
     timeout: Duration,
-    /// One session lease per ttl in whole seconds.
+    /// One session lease per ttl in whole seconds, while it is used (see
+    /// `session.rs`'s `revoke_idle`).
     sessions: tokio::sync::Mutex<HashMap<u64, Arc<Session>>>,
     /// The keys this backend holds, by etcd key (see `held.rs`).
     held: Mutex<HashMap<String, Held>>,
@@ -357,6 +373,7 @@ impl EtcdBackend {
                 async move { kv.get(dir, Some(probe)).await }
             })
             .await?;
+        session::watch_idle(&inner);
         Ok(EtcdBackend { inner })
     }
 
@@ -492,19 +509,47 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Revoke the session leases so any key left on them goes now rather
-        // than after a ttl. Best effort: if it cannot run, they expire.
-        let ids: Vec<i64> = self.sessions.get_mut().values().map(|s| s.id).collect();
+        // Revoke the session leases left, so any key on them goes now
+        // rather than after a ttl (an hour's ttl would keep its lease for
+        // the hour).
+        let ids: Vec<i64> = self
+            .sessions
+            .get_mut()
+            .values()
+            .filter(|s| !s.is_dead())
+            .map(|s| s.id)
+            .collect();
         if ids.is_empty() {
             return;
         }
-        let mut leases = self.client.lease_client();
+        let leases = self.client.lease_client();
         // On dlock's background runtime, where the client's channel lives,
-        // whatever runtime (if any) drops the backend.
-        crate::background::spawn(async move {
+        // whatever runtime (if any) drops the backend; all at once, each
+        // bounded.
+        let revokes = async move {
+            let mut all = tokio::task::JoinSet::new();
             for id in ids {
-                let _ = tokio::time::timeout(Duration::from_secs(2), leases.revoke(id)).await;
+                let mut leases = leases.clone();
+                all.spawn(async move {
+                    let _ = tokio::time::timeout(SHUTDOWN_REVOKE, leases.revoke(id)).await;
+                });
             }
+            while all.join_next().await.is_some() {}
+        };
+        // Inside a runtime (or on dlock's own thread) the drop must not
+        // block it: the revokes go on in the background while the runtime
+        // lives on. Outside any runtime (after the runtime shut down, in a
+        // plain thread, at the end of `main`) nothing says the process
+        // lives long enough: wait for them, bounded.
+        if tokio::runtime::Handle::try_current().is_ok() || crate::background::is_current() {
+            crate::background::spawn(revokes);
+            return;
+        }
+        let (done, revoked) = std::sync::mpsc::channel();
+        crate::background::spawn(async move {
+            revokes.await;
+            let _ = done.send(());
         });
+        let _ = revoked.recv_timeout(SHUTDOWN_REVOKE + Duration::from_millis(500));
     }
 }
