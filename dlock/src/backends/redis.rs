@@ -190,6 +190,9 @@ pub struct RedisBackend {
     /// the server publishes generic and expired events on keyspace
     /// channels (read at connect; see `recheck.rs`).
     notifying_db: Option<i64>,
+    /// The database the keys live in; its release channels are its own
+    /// (see `scripts::db_channel`).
+    db: i64,
     /// Whether the server takes `SET … IFEQ` (Valkey 8.1+, Redis 8.4+; see
     /// `compare_set.rs`): lock renewals then use it instead of a script.
     /// Probed at connect; cleared for good when a server refuses it later
@@ -329,6 +332,7 @@ impl RedisBackend {
             replicas,
             options,
             notifying_db: None,
+            db,
             set_ifeq: AtomicBool::new(false),
             metrics: Counters::default(),
         };
@@ -663,7 +667,7 @@ impl RedisBackend {
     /// so that the undo is not held back behind other keys' releases while
     /// the next round's acquire of the same token goes out ahead of it.
     pub(crate) async fn release_unbatched(&self, lease: &Lease) -> Result<bool, LockError> {
-        let names = KeyNames::new(&self.options.prefix, &lease.key);
+        let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
         let mut call = scripts::evalsha(&RELEASE, 1);
         call.arg(&names.lock).arg(&lease.token).arg(&names.channel);
         let released: i64 = self.eval(&RELEASE, &call).await?;
@@ -735,7 +739,7 @@ impl LockBackend for RedisBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = KeyNames::new(&self.options.prefix, &req.key);
+        let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
         let ask = || async {
             Ok(match self.attempt_or_release(req, &names).await? {
                 Attempt::Acquired(lease) => Some(lease),
@@ -758,7 +762,7 @@ impl LockBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = KeyNames::new(&self.options.prefix, &req.key);
+        let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
         // A key without expiry: retry after the ttl we ask for.
         let ask = || {
             self.wait_for_release(&names.channel, Some(&names.lock), deadline, req.ttl, || {
@@ -780,7 +784,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let names = KeyNames::new(&self.options.prefix, &lease.key);
+        let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
         let turn = self.batchers.as_ref().map(|b| {
             b.release.enter(|| ReleaseOp {
                 lock: names.lock.clone(),
