@@ -1181,3 +1181,79 @@ async fn an_acquire_racing_an_idle_revoke_gets_a_live_lease() {
     .await
     .expect("the racing acquisitions did not finish within 20 s");
 }
+
+/// A user whose role may use `dlock/` only: locks work; a read-write lock
+/// and a semaphore are refused with an error that names them and the
+/// prefix the role lacks, with etcd's own message kept. A user with no
+/// grant at all is refused at connect, told the three prefixes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_names_the_key_and_the_missing_grant() {
+    let server = EtcdServer::start();
+    blocking(|| {
+        for args in [
+            &["user", "add", "root:root-pw"][..],
+            &["role", "add", "locks"],
+            &[
+                "role",
+                "grant-permission",
+                "--prefix=true",
+                "locks",
+                "readwrite",
+                "dlock/",
+            ],
+            &["user", "add", "app:app-pw"],
+            &["user", "grant-role", "app", "locks"],
+            &["user", "add", "nobody:nobody-pw"],
+            &["auth", "enable"],
+        ] {
+            server.etcdctl(args);
+        }
+    });
+    let url = format!("etcd://app:app-pw@{}", server.endpoint());
+    let backend = connect(&url).await;
+    let guard = lock(&backend, "jobs").acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    let err = dlock::RwLock::new("prices")
+        .with_backend(backend.clone())
+        .try_write()
+        .await
+        .unwrap_err();
+    let shown = err.to_string();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    for part in [
+        "read-write lock `prices`",
+        "`dlock-rw/`",
+        "permission denied",
+    ] {
+        assert!(shown.contains(part), "{part:?} not in: {shown}");
+    }
+    assert!(!shown.contains("app-pw"), "{shown}");
+
+    let err = dlock::Semaphore::new("exports", 2)
+        .with_backend(backend.clone())
+        .try_acquire()
+        .await
+        .unwrap_err();
+    let shown = err.to_string();
+    for part in [
+        "semaphore `exports`",
+        "`dlock-semaphores/`",
+        "permission denied",
+    ] {
+        assert!(shown.contains(part), "{part:?} not in: {shown}");
+    }
+
+    let nobody = format!("etcd://nobody:nobody-pw@{}", server.endpoint());
+    let err = EtcdBackend::connect(&nobody).await.unwrap_err();
+    let shown = err.to_string();
+    for part in [
+        "`dlock/`",
+        "`dlock-rw/`",
+        "`dlock-semaphores/`",
+        "permission denied",
+    ] {
+        assert!(shown.contains(part), "{part:?} not in: {shown}");
+    }
+    assert!(!shown.contains("nobody-pw"), "{shown}");
+}

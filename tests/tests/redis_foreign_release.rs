@@ -479,3 +479,70 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
         .await
         .unwrap();
 }
+
+/// An ACL user limited to the keys of one lock (`~dlock:{jobs}*`) but with
+/// every command dlock needs: that lock works; another lock, a semaphore
+/// and a read-write lock are refused with an error that names them, their
+/// keys and channel, and the ACL rule, with Redis's `NOPERM` kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_names_the_key_and_the_missing_grant() {
+    let mut rule = vec![
+        "--user",
+        "app",
+        "on",
+        ">app-pw",
+        "resetkeys",
+        "resetchannels",
+        "-@all",
+        "~dlock:{jobs}*",
+        "&dlock:*",
+    ];
+    rule.extend(dlock::backends::redis::ACL_COMMANDS.split_whitespace());
+    let server = RedisServer::start_with(RedisOptions::new().config(rule));
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let backend: Arc<dyn dlock::LockBackend> = connect(&url).await;
+    let lock = |key: &str| Lock::new(key).with_backend(backend.clone());
+    lock("jobs")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let expect = |err: LockError, parts: &[&str]| {
+        assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+        let shown = err.to_string();
+        for part in parts
+            .iter()
+            .chain(&["~dlock:* &dlock:*", "+evalsha", "no permissions"])
+        {
+            assert!(shown.contains(part), "{part:?} not in: {shown}");
+        }
+        assert!(!shown.contains("app-pw"), "{shown}");
+    };
+    let err = lock("orders").try_acquire().await.unwrap_err();
+    expect(
+        err,
+        &[
+            "lock `orders`",
+            "`dlock:{orders}`",
+            "`dlock:{orders}:released`",
+        ],
+    );
+    let err = dlock::Semaphore::new("exports", 2)
+        .with_backend(backend.clone())
+        .try_acquire()
+        .await
+        .unwrap_err();
+    expect(err, &["semaphore `exports`", "`dlock:{exports}:permits`"]);
+    let err = dlock::RwLock::new("prices")
+        .with_backend(backend.clone())
+        .try_read()
+        .await
+        .unwrap_err();
+    expect(
+        err,
+        &["read-write lock `prices`", "`dlock:{prices}:rw:readers`"],
+    );
+}

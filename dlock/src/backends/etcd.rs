@@ -230,6 +230,7 @@ mod mutex;
 mod names;
 mod permits;
 mod queue;
+mod refused;
 mod rw;
 mod session;
 
@@ -243,6 +244,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 
 use self::client::{first_create_revision, revision_of_lease};
 use self::held::Held;
+use self::refused::About;
 pub use self::session::SESSION_IDLE;
 use self::session::{Alive, Session, SHUTDOWN_REVOKE};
 use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
@@ -372,7 +374,8 @@ impl EtcdBackend {
                 let (dir, probe) = (inner.dir_of(""), probe.clone());
                 async move { kv.get(dir, Some(probe)).await }
             })
-            .await?;
+            .await
+            .map_err(|e| inner.name_connect_refusal(e))?;
         session::watch_idle(&inner);
         Ok(EtcdBackend { inner })
     }
@@ -402,7 +405,9 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
-        self.inner.acquire(req, None, true).await
+        let about = About::Lock(&req.key);
+        let answer = self.inner.acquire(req, None, true).await;
+        answer.map_err(|e| self.inner.name_refusal(e, about))
     }
 
     async fn acquire(
@@ -410,10 +415,37 @@ impl LockBackend for EtcdBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        self.inner.acquire(req, deadline, false).await
+        let about = About::Lock(&req.key);
+        let answer = self.inner.acquire(req, deadline, false).await;
+        answer.map_err(|e| self.inner.name_refusal(e, about))
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let renewed = self.renew_any(leases).await;
+        self.inner.name_refusals(leases, renewed, About::Lock)
+    }
+
+    /// Deletes the key if its create revision is still ours, keeping the
+    /// key's turn until etcd answered; if etcd fails, or this future is
+    /// dropped first, the delete goes on in the background (see `held.rs`).
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let answer = self.inner.release_entry(lease, Some(&lease.key)).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Lock(&lease.key)))
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+}
+
+impl EtcdBackend {
+    /// The renewal of session keys of any kind (locks, permits, read-write
+    /// leases): one keep-alive per session, one read of every key.
+    async fn renew_any(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
         let inner = &self.inner;
         let sent = Instant::now();
         let sessions: Vec<Option<Arc<Session>>> =
@@ -462,24 +494,24 @@ impl LockBackend for EtcdBackend {
             })
             .collect()
     }
-
-    /// Deletes the key if its create revision is still ours, keeping the
-    /// key's turn until etcd answered; if etcd fails, or this future is
-    /// dropped first, the delete goes on in the background (see `held.rs`).
-    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.inner.release_entry(lease, Some(&lease.key)).await
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-
-    fn rw(&self) -> Option<&dyn RwBackend> {
-        Some(self)
-    }
 }
 
 impl Inner {
+    /// Each failed renewal's error, explained if etcd refused it (see
+    /// `refused.rs`).
+    fn name_refusals<'a>(
+        &self,
+        leases: &'a [Lease],
+        renewed: Vec<Result<Renewal, LockError>>,
+        about: impl Fn(&'a str) -> About<'a>,
+    ) -> Vec<Result<Renewal, LockError>> {
+        renewed
+            .into_iter()
+            .zip(leases)
+            .map(|(r, lease)| r.map_err(|e| self.name_refusal(e, about(&lease.key))))
+            .collect()
+    }
+
     /// A renewal found `lease`'s key or session gone (`why`): nothing of it
     /// is left to delete, so its record goes now.
     fn refused(&self, lease: &Lease, why: Renewal) -> Renewal {

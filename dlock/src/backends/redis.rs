@@ -107,6 +107,8 @@ mod connection;
 mod for_redlock;
 mod permits;
 pub(crate) mod recheck;
+mod refused;
+pub use self::refused::ACL_COMMANDS;
 mod renew;
 mod replicas;
 mod rw;
@@ -130,6 +132,7 @@ use self::connection::{Connection, Server};
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
 use self::recheck::{keyspace_channel, notifies_releases, Recheck};
+use self::refused::About;
 use self::replicas::ReplicaAck;
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY, RENEW};
 use self::sentinel::Sentinel;
@@ -344,7 +347,7 @@ impl RedisBackend {
             backend.read_notifications(),
             backend.probe_set_ifeq()
         );
-        loaded?;
+        loaded.map_err(|e| backend.name_connect_refusal(e))?;
         backend.notifying_db = notifying.then_some(db);
         *backend.set_ifeq.get_mut() = set_ifeq;
         Ok(backend)
@@ -752,8 +755,10 @@ impl LockBackend for RedisBackend {
             }
         };
         let arm = || self.release_if_dropped(&names, &req.token);
-        self.replicated(&req.key, (None, true), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.key, (None, true), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
     }
 
     async fn acquire(
@@ -775,15 +780,40 @@ impl LockBackend for RedisBackend {
             }
         };
         let arm = || self.release_if_dropped(&names, &req.token);
-        self.replicated(&req.key, (deadline, false), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.key, (deadline, false), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_locks(leases).await
+        let renewed = self.renew_locks(leases).await;
+        self.name_refusals(leases, renewed, About::Lock)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let answer = self.release_lock(lease).await;
+        answer.map_err(|e| self.name_refusal(e, About::Lock(&lease.key)))
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    /// A single server takes a `MultiLock`'s keys in one script; a Cluster
+    /// cannot (the keys of different locks live in different slots).
+    fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
+        matches!(self.conn, Conn::Single(_)).then_some(self as &dyn AllKeysBackend)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+}
+
+impl RedisBackend {
+    /// A lock's compare-and-`DEL` (batched under load) and its `PUBLISH`.
+    async fn release_lock(&self, lease: &Lease) -> Result<bool, LockError> {
         let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
         let turn = self.batchers.as_ref().map(|b| {
             b.release.enter(|| ReleaseOp {
@@ -801,19 +831,5 @@ impl LockBackend for RedisBackend {
             }
         };
         Ok(released == 1)
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-
-    /// A single server takes a `MultiLock`'s keys in one script; a Cluster
-    /// cannot (the keys of different locks live in different slots).
-    fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
-        matches!(self.conn, Conn::Single(_)).then_some(self as &dyn AllKeysBackend)
-    }
-
-    fn rw(&self) -> Option<&dyn RwBackend> {
-        Some(self)
     }
 }

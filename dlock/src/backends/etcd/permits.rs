@@ -35,11 +35,12 @@ use etcd_client::{
 use super::client::revision_of;
 use super::contenders::{get_of, Contenders};
 use super::queue::{Queued, MAX_REQUEUES};
+use super::refused::About;
 use super::session::{after, Alive};
 use super::{names, EtcdBackend, Inner};
 use async_trait::async_trait;
 
-use crate::backend::{Lease, LockBackend, PermitBackend, PermitRequest, Renewal};
+use crate::backend::{Lease, PermitBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
 
 /// The create revision of our own key, as a get in a transaction returned it.
@@ -241,7 +242,8 @@ impl Inner {
 #[async_trait]
 impl PermitBackend for EtcdBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        self.inner.permit(req, true).await
+        let answer = self.inner.permit(req, true).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&req.name)))
     }
 
     async fn acquire_permit(
@@ -250,17 +252,20 @@ impl PermitBackend for EtcdBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         // Dropping the wait at the deadline deletes our key (`Queued`).
-        deadline::until(deadline, self.inner.permit(req, false))
+        let answer = deadline::until(deadline, self.inner.permit(req, false))
             .await
-            .unwrap_or(Ok(None))
+            .unwrap_or(Ok(None));
+        answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&req.name)))
     }
 
     /// Permit keys are session keys like lock keys: the same keep-alive and read.
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew(leases).await
+        let renewed = self.renew_any(leases).await;
+        self.inner.name_refusals(leases, renewed, About::Semaphore)
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.inner.release_entry(lease, None).await
+        let answer = self.inner.release_entry(lease, None).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&lease.key)))
     }
 }

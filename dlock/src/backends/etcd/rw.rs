@@ -32,9 +32,10 @@ use etcd_client::{Compare, CompareOp, PutOptions, SortOrder, SortTarget, Txn, Tx
 use super::client::revision_of;
 use super::contenders::{get_of, Contenders};
 use super::queue::{Ahead, Enqueued, Line};
+use super::refused::About;
 use super::session::Session;
 use super::{names, EtcdBackend, Inner};
-use crate::backend::{Lease, LockBackend, Renewal, RwBackend, RwMode, RwRequest};
+use crate::backend::{Lease, Renewal, RwBackend, RwMode, RwRequest};
 use crate::LockError;
 
 impl EtcdBackend {
@@ -202,7 +203,8 @@ impl Line for RwLine<'_> {
 #[async_trait]
 impl RwBackend for EtcdBackend {
     async fn try_acquire_rw(&self, req: &RwRequest) -> Result<Option<Lease>, LockError> {
-        self.inner.acquire_rw(req, None, true).await
+        let answer = self.inner.acquire_rw(req, None, true).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Rw(&req.key)))
     }
 
     async fn acquire_rw(
@@ -210,20 +212,23 @@ impl RwBackend for EtcdBackend {
         req: &RwRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        self.inner.acquire_rw(req, deadline, false).await
+        let answer = self.inner.acquire_rw(req, deadline, false).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Rw(&req.key)))
     }
 
     /// Read-write keys are session keys like lock keys: the same
     /// keep-alive, and the same read of each key by its create revision.
     async fn renew_rw(&self, _mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew(leases).await
+        let renewed = self.renew_any(leases).await;
+        self.inner.name_refusals(leases, renewed, About::Rw)
     }
 
     /// Deletes the key if its create revision is still ours; if etcd fails
     /// or this future is dropped first, the delete goes on in the
     /// background (see `held.rs`). No turn: the name is never reused.
     async fn release_rw(&self, _mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
-        self.inner.release_entry(lease, None).await
+        let answer = self.inner.release_entry(lease, None).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Rw(&lease.key)))
     }
 }
 

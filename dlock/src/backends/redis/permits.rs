@@ -21,6 +21,7 @@ use redis::Script;
 
 use async_trait::async_trait;
 
+use super::refused::About;
 use super::scripts::{db_channel, evalsha, millis, KeyNames};
 use super::unfinished::ReleaseIfDropped;
 use super::{check_ttl, Attempt, RedisBackend};
@@ -221,8 +222,10 @@ impl PermitBackend for RedisBackend {
             }
         };
         let arm = || self.permit_if_dropped(&names, &req.token);
-        self.replicated(&req.name, (None, true), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.name, (None, true), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Semaphore(&req.name)))
     }
 
     async fn acquire_permit(
@@ -239,16 +242,20 @@ impl PermitBackend for RedisBackend {
         };
         let arm = || self.permit_if_dropped(&names, &req.token);
         let ask = || self.wait_for_permit(req, deadline);
-        self.replicated(&req.name, (deadline, false), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.name, (deadline, false), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Semaphore(&req.name)))
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_permit_leases(leases).await
+        let renewed = self.renew_permit_leases(leases).await;
+        self.name_refusals(leases, renewed, About::Semaphore)
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release_permit_now(lease).await
+        let answer = self.release_permit_now(lease).await;
+        answer.map_err(|e| self.name_refusal(e, About::Semaphore(&lease.key)))
     }
 }
 

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use self::scripts::{ABANDON, ACQUIRE_READ, ACQUIRE_WRITE, RELEASE_READ, RELEASE_WRITE};
+use super::refused::About;
 use super::scripts::{db_channel, evalsha, millis, run, KeyNames};
 use super::{check_ttl, Conn, RedisBackend};
 use crate::backend::{lease_deadline, Lease, Renewal, RwBackend, RwMode, RwRequest};
@@ -262,8 +263,10 @@ impl RwBackend for RedisBackend {
             }
         };
         let arm = || AbandonIfDropped::arm(self, &names, &req.token);
-        self.replicated(&req.key, (None, true), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.key, (None, true), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Rw(&req.key)))
     }
 
     async fn acquire_rw(
@@ -280,16 +283,20 @@ impl RwBackend for RedisBackend {
         };
         let ask = || self.wait_for_rw(req, &names, deadline);
         let arm = || AbandonIfDropped::arm(self, &names, &req.token);
-        self.replicated(&req.key, (deadline, false), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.key, (deadline, false), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Rw(&req.key)))
     }
 
     async fn renew_rw(&self, mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_rw_leases(mode, leases).await
+        let renewed = self.renew_rw_leases(mode, leases).await;
+        self.name_refusals(leases, renewed, About::Rw)
     }
 
     async fn release_rw(&self, mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
-        self.release_rw_now(mode, lease).await
+        let answer = self.release_rw_now(mode, lease).await;
+        answer.map_err(|e| self.name_refusal(e, About::Rw(&lease.key)))
     }
 }
 
