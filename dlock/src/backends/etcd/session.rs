@@ -100,6 +100,10 @@ impl Inner {
     /// fresh one. (A clean-up of an abandoned entry may still run: its key
     /// goes with the lease.)
     pub(super) async fn revoke_idle(&self) {
+        // First the records of keys past their local deadline (guards
+        // dropped where their release could not run): they would keep
+        // their session in use for ever once nothing else renews it.
+        self.clear_expired().await;
         let idle: Vec<Arc<Session>> = {
             let mut sessions = self.sessions.lock().await;
             let now = Instant::now();
