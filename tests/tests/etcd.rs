@@ -1124,10 +1124,26 @@ async fn a_backend_dropped_outside_any_runtime_leaves_no_lease() {
     assert_eq!(left, 0, "{left} leases left after the drop returned");
 }
 
-/// Acquisitions that come just as their ttl's idle session is revoked
-/// (each ttl's second acquisition lands somewhere in a window around
-/// `SESSION_IDLE`) always get a live lease: the key is on the server, on
-/// a lease etcd still has, and the guard stays held through its renewals.
+/// The lease of the one key under `dir` (`dlock/<key>/`), read with a raw client.
+async fn lease_under(raw: &mut etcd_client::Client, dir: &str) -> i64 {
+    let got = raw
+        .get(dir, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let kv = got
+        .kvs()
+        .first()
+        .unwrap_or_else(|| panic!("no key under {dir}"));
+    kv.lease()
+}
+
+/// Acquisitions that come just as their session is revoked for idleness
+/// (each task its own ttl, so its own session; its second acquisition lands
+/// at one of 24 moments 100 ms apart around `SESSION_IDLE` after the first
+/// one's release, while the check runs every second) always get a live
+/// lease: the key is on the server on a lease etcd still has, and the guard
+/// stays held. Both sides of the race happen: some get the old session,
+/// some a fresh one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_racing_an_idle_revoke_gets_a_live_lease() {
     const TASKS: u64 = 24;
@@ -1137,49 +1153,47 @@ async fn an_acquire_racing_an_idle_revoke_gets_a_live_lease() {
     let idle = dlock::backends::etcd::SESSION_IDLE;
     let mut tasks = Vec::new();
     for i in 0..TASKS {
-        let (backend, other, url) = (backend.clone(), other.clone(), fixture.url().to_owned());
+        let (backend, other) = (backend.clone(), other.clone());
+        let mut raw = raw_client(&fixture).await;
         tasks.push(tokio::spawn(async move {
             let key = format!("race-{i}");
-            let ttl = Duration::from_secs(9 + i % 3);
+            // Longer than the idle time: the session is revoked, not expired.
+            let ttl = Duration::from_secs(6 + i);
             let named = || lock(&backend, &key).ttl(ttl);
-            // ttls 9..=11 s (longer than the idle time: the sessions are
-            // revoked, not expired) shared by 8 tasks each.
-            named().acquire().await.unwrap().release().await.unwrap();
-            // 100 ms steps over [idle - 1.2 s, idle + 1.2 s].
+            let dir = format!("dlock/{key}/");
+            let first = named().acquire().await.unwrap();
+            let old = lease_under(&mut raw, &dir).await;
+            first.release().await.unwrap();
+            // 100 ms steps over [idle - 0.6 s, idle + 1.8 s): the check
+            // runs every second, so the revoke comes between idle and
+            // idle + 1 s.
             let offset = Duration::from_millis(100 * i);
-            tokio::time::sleep(idle - Duration::from_millis(1200) + offset).await;
+            tokio::time::sleep(idle - Duration::from_millis(600) + offset).await;
             let guard = named().acquire().await.unwrap();
-            let entry = format!("dlock/{key}/");
-            let mut raw = etcd_client::Client::connect([url.trim_start_matches("etcd://")], None)
-                .await
-                .unwrap();
-            let got = raw
-                .get(
-                    entry.as_str(),
-                    Some(etcd_client::GetOptions::new().with_prefix()),
-                )
-                .await
-                .unwrap();
-            let kv = got
-                .kvs()
-                .first()
-                .unwrap_or_else(|| panic!("no key under {entry}"));
-            let alive = raw.lease_time_to_live(kv.lease(), None).await.unwrap();
+            let lease = lease_under(&mut raw, &dir).await;
+            let alive = raw.lease_time_to_live(lease, None).await.unwrap();
             assert!(alive.ttl() > 0, "{key}: the key is on a dead lease");
             assert!(lock(&other, &key).try_acquire().await.unwrap().is_none());
-            // Through at least one renewal (every ttl/3).
-            tokio::time::sleep(ttl / 3 + Duration::from_millis(500)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
             assert!(guard.is_held(), "{key}: lost after the acquire");
             guard.release().await.unwrap();
+            lease == old
         }));
     }
-    tokio::time::timeout(Duration::from_secs(20), async {
+    let reused = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut reused = 0;
         for task in tasks {
-            task.await.expect("a racing acquisition failed");
+            reused += usize::from(task.await.expect("a racing acquisition failed"));
         }
+        reused
     })
     .await
     .expect("the racing acquisitions did not finish within 20 s");
+    println!("{reused} of {TASKS} got their old session, the others a fresh one");
+    assert!(
+        reused > 0 && reused < TASKS as usize,
+        "the acquisitions did not straddle the revokes: {reused} of {TASKS} reused"
+    );
 }
 
 /// A user whose role may use `dlock/` only: locks work; a read-write lock
