@@ -1088,7 +1088,8 @@ async fn idle_session_leases_are_revoked() {
 
 /// A backend dropped where no runtime runs (its runtime shut down first, in
 /// a plain thread) revokes its session leases before the drop returns: the
-/// process may end right after it.
+/// process may end right after it. Dropped inside a runtime, it revokes them
+/// in the background at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_dropped_outside_any_runtime_leaves_no_lease() {
     let fixture = EtcdFixture::single();
@@ -1122,6 +1123,23 @@ async fn a_backend_dropped_outside_any_runtime_leaves_no_lease() {
     assert!(took < Duration::from_secs(3), "the drop took {took:?}");
     let left = leases_on(&mut raw).await;
     assert_eq!(left, 0, "{left} leases left after the drop returned");
+
+    // Inside a runtime the drop does not block: the revokes follow at once.
+    let backend = connect(fixture.url()).await;
+    lock(&backend, "inside")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(leases_on(&mut raw).await, 1);
+    drop(backend);
+    let left = leases_fall_to(&mut raw, 0, Duration::from_secs(2)).await;
+    assert_eq!(
+        left, 0,
+        "{left} leases left 2 s after a drop inside the runtime"
+    );
 }
 
 /// The lease of the one key under `dir` (`dlock/<key>/`), read with a raw client.
