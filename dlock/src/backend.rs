@@ -12,6 +12,7 @@ use crate::LockError;
 
 mod all_keys;
 mod permits;
+pub(crate) mod refusal;
 mod rw;
 pub use all_keys::{AllKeysBackend, AllOrNone};
 pub use permits::{no_semaphores, PermitBackend, PermitRequest};

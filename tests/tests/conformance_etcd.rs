@@ -1,15 +1,17 @@
-//! The conformance suite on etcd: one member, and a 3-member cluster whose
-//! URL names all members.
+//! The conformance suite on etcd: one member with auth on, reached as a user
+//! whose role has exactly the README's minimal grant
+//! (`EtcdFixture::restricted`), and a 3-member cluster whose URL names all
+//! members.
 
 mod single {
     use dlock_tests::fixtures::etcd::EtcdFixture;
 
-    dlock_tests::conformance_suite!(EtcdFixture::single());
+    dlock_tests::conformance_suite!(EtcdFixture::restricted());
     // Segments are ordinary locks: etcd has them.
-    dlock_tests::segments_suite!(EtcdFixture::single());
-    dlock_tests::semaphore_suite!(EtcdFixture::single());
-    dlock_tests::multi_suite!(EtcdFixture::single(), rounds = 500);
-    dlock_tests::rw_suite!(EtcdFixture::single());
+    dlock_tests::segments_suite!(EtcdFixture::restricted());
+    dlock_tests::semaphore_suite!(EtcdFixture::restricted());
+    dlock_tests::multi_suite!(EtcdFixture::restricted(), rounds = 500);
+    dlock_tests::rw_suite!(EtcdFixture::restricted());
 }
 
 mod cluster {

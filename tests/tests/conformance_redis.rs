@@ -1,9 +1,10 @@
-//! The conformance suite on one Redis server.
+//! The conformance suite on one Redis server, reached as an ACL user with
+//! exactly the README's minimal grant (`RedisFixture::restricted`).
 
 use dlock_tests::fixtures::redis::RedisFixture;
 
-dlock_tests::conformance_suite!(RedisFixture::single());
-dlock_tests::segments_suite!(RedisFixture::single());
-dlock_tests::semaphore_suite!(RedisFixture::single());
-dlock_tests::multi_suite!(RedisFixture::single(), rounds = 500);
-dlock_tests::rw_suite!(RedisFixture::single());
+dlock_tests::conformance_suite!(RedisFixture::restricted());
+dlock_tests::segments_suite!(RedisFixture::restricted());
+dlock_tests::semaphore_suite!(RedisFixture::restricted());
+dlock_tests::multi_suite!(RedisFixture::restricted(), rounds = 500);
+dlock_tests::rw_suite!(RedisFixture::restricted());

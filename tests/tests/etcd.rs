@@ -1,6 +1,7 @@
 //! etcd-specific behaviour on real etcd servers: FIFO fairness, interop with
-//! `etcdctl lock` both ways, a leader killed under a held lock, the whole
-//! cluster stopped, a holder process killed with SIGKILL, auth and TLS.
+//! `etcdctl lock` both ways, deeper keys (another resource's) ignored, a
+//! leader killed under a held lock, the whole cluster stopped, a holder
+//! process killed with SIGKILL, auth and TLS.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -866,4 +867,425 @@ async fn a_ttl_of_duration_max_never_overflows() {
         .release_permit(&second)
         .await
         .unwrap());
+}
+
+/// A raw etcd client on the fixture's member, as another program would use.
+async fn raw_client(fixture: &EtcdFixture) -> etcd_client::Client {
+    let endpoint = fixture.url().trim_start_matches("etcd://").to_owned();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        etcd_client::Client::connect([endpoint], None),
+    )
+    .await
+    .expect("connect within 5 s")
+    .expect("connect a raw etcd client")
+}
+
+/// `tenant` and `tenant/7` are different names: while `etcdctl lock
+/// dlock/tenant/7` holds (its key `dlock/tenant/7/<lease>` lies inside the
+/// range of `dlock/tenant/`), `Lock("tenant")` is free, and a waiter for
+/// `tenant` watches the holder of `tenant`, not etcdctl's younger, deeper
+/// key: it gets the lock at our release, while etcdctl still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeper_etcdctl_lock_is_another_resource() {
+    let fixture = EtcdFixture::single();
+    let endpoints = fixture.url().trim_start_matches("etcd://").to_owned();
+    let (first, second) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let held = lock(&first, "tenant").acquire().await.unwrap();
+    let mut theirs = Etcdctl::lock(&endpoints, "dlock/tenant/7");
+    let their_key = theirs
+        .acquired_within(Duration::from_secs(5))
+        .await
+        .expect("etcdctl lock dlock/tenant/7 is another lock than ours");
+    assert!(their_key.starts_with("dlock/tenant/7/"), "{their_key}");
+    // Our holder of `tenant` is first; etcdctl's deeper key is younger.
+    assert!(lock(&second, "tenant")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    let waiting = {
+        let second = second.clone();
+        tokio::spawn(async move {
+            let guard = lock(&second, "tenant")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await;
+            (Instant::now(), guard)
+        })
+    };
+    wait_for_queue(&fixture, "tenant", 3).await; // ours, etcdctl's (deeper), the waiter's
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (got_at, guard) = waiting.await.unwrap();
+    let guard = guard.expect("the waiter watched etcdctl's deeper key, not our holder");
+    assert!(
+        got_at - released < Duration::from_secs(2),
+        "took {:?}",
+        got_at - released
+    );
+    guard.release().await.unwrap();
+    // etcdctl still holds `tenant/7`: `tenant` is free.
+    let again = lock(&first, "tenant").try_acquire().await.unwrap();
+    assert!(
+        again.is_some(),
+        "etcdctl's lock of dlock/tenant/7 blocked `tenant`"
+    );
+    again.unwrap().release().await.unwrap();
+    theirs.unlock().await;
+}
+
+/// Writes `keys` with a raw client (no lease), as another program would.
+async fn put_foreign(fixture: &EtcdFixture, keys: &[String]) -> etcd_client::Client {
+    let mut raw = raw_client(fixture).await;
+    for key in keys {
+        raw.put(key.as_str(), "foreign", None).await.unwrap();
+    }
+    raw
+}
+
+/// The foreign keys are still there.
+async fn untouched(raw: &mut etcd_client::Client, keys: &[String]) {
+    for key in keys {
+        let got = raw.get(key.as_str(), None).await.unwrap();
+        assert_eq!(got.kvs().len(), 1, "{key} was deleted");
+    }
+}
+
+/// More keys one level deeper than a lock's entries than one read's page
+/// (a raw client's, another resource's): none holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeper_keys_of_a_raw_client_hold_no_lock() {
+    let fixture = EtcdFixture::single();
+    let foreign: Vec<String> = (0..40).map(|i| format!("dlock/jobs/x/{i:02}")).collect();
+    let mut raw = put_foreign(&fixture, &foreign).await;
+    let (backend, other) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let guard = lock(&backend, "jobs").try_acquire().await.unwrap();
+    let guard = guard.expect("deeper keys under dlock/jobs/ held `jobs`");
+    assert!(lock(&other, "jobs").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    untouched(&mut raw, &foreign).await;
+}
+
+/// A raw client's keys deeper than a read-write lock's entries
+/// (`<dir>eu/write/<n>`, and a key below a `write/<n>`) are no reader and
+/// no writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeper_keys_of_a_raw_client_hold_no_rw_lease() {
+    let fixture = EtcdFixture::single();
+    let foreign = [
+        "dlock-rw/prices/eu/write/1".to_owned(),
+        "dlock-rw/prices/write/1/read/2".to_owned(),
+    ];
+    let mut raw = put_foreign(&fixture, &foreign).await;
+    let backend = connect(fixture.url()).await;
+    let rw = || dlock::RwLock::new("prices").with_backend(backend.clone());
+    let read = rw().try_read().await.unwrap();
+    read.expect("a key below dlock-rw/prices/write/1 counted as a writer")
+        .release()
+        .await
+        .unwrap();
+    let write = rw().try_write().await.unwrap();
+    let write = write.expect("a deeper key under dlock-rw/prices/ counted as a reader or writer");
+    assert!(
+        rw().try_read().await.unwrap().is_none(),
+        "a read beside our write"
+    );
+    write.release().await.unwrap();
+    untouched(&mut raw, &foreign).await;
+}
+
+/// More of a raw client's keys one level deeper than a semaphore's entries
+/// than one read's page: none holds a permit, and a freed permit is found
+/// past them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeper_keys_of_a_raw_client_hold_no_permit() {
+    let fixture = EtcdFixture::single();
+    let foreign: Vec<String> = (0..40)
+        .map(|i| format!("dlock-semaphores/jobs/eu/{i:02}"))
+        .collect();
+    let mut raw = put_foreign(&fixture, &foreign).await;
+    let (backend, other) = (connect(fixture.url()).await, connect(fixture.url()).await);
+    let semaphore = dlock::Semaphore::new("jobs", 2).with_backend(backend.clone());
+    let one = semaphore.try_acquire().await.unwrap();
+    let two = semaphore.try_acquire().await.unwrap();
+    assert!(
+        one.is_some() && two.is_some(),
+        "deeper keys under dlock-semaphores/jobs/ took its permits"
+    );
+    let others = dlock::Semaphore::new("jobs", 2).with_backend(other.clone());
+    assert!(
+        others.try_acquire().await.unwrap().is_none(),
+        "a third permit"
+    );
+    one.unwrap().release().await.unwrap();
+    let three = others.try_acquire().await.unwrap();
+    assert!(
+        three.is_some(),
+        "a freed permit was not found past the deeper keys"
+    );
+    for permit in [two, three].into_iter().flatten() {
+        permit.release().await.unwrap();
+    }
+    untouched(&mut raw, &foreign).await;
+}
+
+/// How many leases the server has (`LeaseLeases`).
+async fn leases_on(raw: &mut etcd_client::Client) -> usize {
+    tokio::time::timeout(Duration::from_secs(5), raw.leases())
+        .await
+        .expect("LeaseLeases within 5 s")
+        .expect("LeaseLeases")
+        .leases()
+        .len()
+}
+
+/// Polls (bounded by `limit`) until the server has at most `most` leases;
+/// returns the last count.
+async fn leases_fall_to(raw: &mut etcd_client::Client, most: usize, limit: Duration) -> usize {
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = leases_on(raw).await;
+        if n <= most || Instant::now() >= deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One lease per distinct ttl is kept only while it is used: after 100
+/// acquire/release cycles with ttls 3600…3699 s the server holds ~100
+/// leases, and once they have been idle for `SESSION_IDLE` it holds none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_leases_are_revoked() {
+    const TTLS: u64 = 100;
+    let fixture = EtcdFixture::single();
+    let mut raw = raw_client(&fixture).await;
+    let backend = connect(fixture.url()).await;
+    for i in 0..TTLS {
+        let guard = lock(&backend, &format!("ttl-{i}"))
+            .ttl(Duration::from_secs(3600 + i))
+            .acquire()
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    let used = leases_on(&mut raw).await;
+    println!("leases after {TTLS} distinct ttls: {used}");
+    assert!(used as u64 <= TTLS, "{used} leases for {TTLS} ttls");
+    let limit = dlock::backends::etcd::SESSION_IDLE + Duration::from_secs(3);
+    let left = leases_fall_to(&mut raw, 0, limit).await;
+    println!("leases {limit:?} later: {left}");
+    assert_eq!(
+        left, 0,
+        "idle session leases were not revoked within {limit:?}"
+    );
+    // The backend still works: a fresh session.
+    let guard = lock(&backend, "after").acquire().await.unwrap();
+    assert_eq!(leases_on(&mut raw).await, 1);
+    guard.release().await.unwrap();
+}
+
+/// A backend dropped where no runtime runs (its runtime shut down first, in
+/// a plain thread) revokes its session leases before the drop returns: the
+/// process may end right after it. Dropped inside a runtime, it revokes them
+/// in the background at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_dropped_outside_any_runtime_leaves_no_lease() {
+    let fixture = EtcdFixture::single();
+    let mut raw = raw_client(&fixture).await;
+    let url = fixture.url().to_owned();
+    // A plain thread: a blocking-pool thread of tokio's would be inside the
+    // test's runtime.
+    let dropped = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let backend = runtime.block_on(async {
+            let backend = connect(&url).await;
+            for ttl in [3600, 3601, 3602] {
+                let guard = lock(&backend, "shutdown")
+                    .ttl(Duration::from_secs(ttl))
+                    .acquire()
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+            backend
+        });
+        drop(runtime);
+        let started = Instant::now();
+        drop(backend);
+        started.elapsed()
+    });
+    let took = blocking(|| dropped.join().unwrap());
+    assert!(took < Duration::from_secs(3), "the drop took {took:?}");
+    let left = leases_on(&mut raw).await;
+    assert_eq!(left, 0, "{left} leases left after the drop returned");
+
+    // Inside a runtime the drop does not block: the revokes follow at once.
+    let backend = connect(fixture.url()).await;
+    lock(&backend, "inside")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(leases_on(&mut raw).await, 1);
+    drop(backend);
+    let left = leases_fall_to(&mut raw, 0, Duration::from_secs(2)).await;
+    assert_eq!(
+        left, 0,
+        "{left} leases left 2 s after a drop inside the runtime"
+    );
+}
+
+/// The lease of the one key under `dir` (`dlock/<key>/`), read with a raw client.
+async fn lease_under(raw: &mut etcd_client::Client, dir: &str) -> i64 {
+    let got = raw
+        .get(dir, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let kv = got
+        .kvs()
+        .first()
+        .unwrap_or_else(|| panic!("no key under {dir}"));
+    kv.lease()
+}
+
+/// Acquisitions that come just as their session is revoked for idleness
+/// (each task its own ttl, so its own session; its second acquisition lands
+/// at one of 24 moments 100 ms apart around `SESSION_IDLE` after the first
+/// one's release, while the check runs every second) always get a live
+/// lease: the key is on the server on a lease etcd still has, and the guard
+/// stays held. Both sides of the race happen: some get the old session,
+/// some a fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_racing_an_idle_revoke_gets_a_live_lease() {
+    const TASKS: u64 = 24;
+    let fixture = EtcdFixture::single();
+    let backend = connect(fixture.url()).await;
+    let other = connect(fixture.url()).await;
+    let idle = dlock::backends::etcd::SESSION_IDLE;
+    let mut tasks = Vec::new();
+    for i in 0..TASKS {
+        let (backend, other) = (backend.clone(), other.clone());
+        let mut raw = raw_client(&fixture).await;
+        tasks.push(tokio::spawn(async move {
+            let key = format!("race-{i}");
+            // Longer than the idle time: the session is revoked, not expired.
+            let ttl = Duration::from_secs(6 + i);
+            let named = || lock(&backend, &key).ttl(ttl);
+            let dir = format!("dlock/{key}/");
+            let first = named().acquire().await.unwrap();
+            let old = lease_under(&mut raw, &dir).await;
+            first.release().await.unwrap();
+            // 100 ms steps over [idle - 0.6 s, idle + 1.8 s): the check
+            // runs every second, so the revoke comes between idle and
+            // idle + 1 s.
+            let offset = Duration::from_millis(100 * i);
+            tokio::time::sleep(idle - Duration::from_millis(600) + offset).await;
+            let guard = named().acquire().await.unwrap();
+            let lease = lease_under(&mut raw, &dir).await;
+            let alive = raw.lease_time_to_live(lease, None).await.unwrap();
+            assert!(alive.ttl() > 0, "{key}: the key is on a dead lease");
+            assert!(lock(&other, &key).try_acquire().await.unwrap().is_none());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(guard.is_held(), "{key}: lost after the acquire");
+            guard.release().await.unwrap();
+            lease == old
+        }));
+    }
+    let reused = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut reused = 0;
+        for task in tasks {
+            reused += usize::from(task.await.expect("a racing acquisition failed"));
+        }
+        reused
+    })
+    .await
+    .expect("the racing acquisitions did not finish within 20 s");
+    println!("{reused} of {TASKS} got their old session, the others a fresh one");
+    assert!(
+        reused > 0 && reused < TASKS as usize,
+        "the acquisitions did not straddle the revokes: {reused} of {TASKS} reused"
+    );
+}
+
+/// A user whose role may use `dlock/` only: locks work; a read-write lock
+/// and a semaphore are refused with an error that names them and the
+/// prefix the role lacks, with etcd's own message kept. A user with no
+/// grant at all is refused at connect, told the three prefixes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_names_the_key_and_the_missing_grant() {
+    let server = EtcdServer::start();
+    blocking(|| {
+        for args in [
+            &["user", "add", "root:root-pw"][..],
+            &["role", "add", "locks"],
+            &[
+                "role",
+                "grant-permission",
+                "--prefix=true",
+                "locks",
+                "readwrite",
+                "dlock/",
+            ],
+            &["user", "add", "app:app-pw"],
+            &["user", "grant-role", "app", "locks"],
+            &["user", "add", "nobody:nobody-pw"],
+            &["auth", "enable"],
+        ] {
+            server.etcdctl(args);
+        }
+    });
+    let url = format!("etcd://app:app-pw@{}", server.endpoint());
+    let backend = connect(&url).await;
+    let guard = lock(&backend, "jobs").acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    let err = dlock::RwLock::new("prices")
+        .with_backend(backend.clone())
+        .try_write()
+        .await
+        .unwrap_err();
+    let shown = err.to_string();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    for part in [
+        "read-write lock `prices`",
+        "`dlock-rw/`",
+        "permission denied",
+    ] {
+        assert!(shown.contains(part), "{part:?} not in: {shown}");
+    }
+    assert!(!shown.contains("app-pw"), "{shown}");
+
+    let err = dlock::Semaphore::new("exports", 2)
+        .with_backend(backend.clone())
+        .try_acquire()
+        .await
+        .unwrap_err();
+    let shown = err.to_string();
+    for part in [
+        "semaphore `exports`",
+        "`dlock-semaphores/`",
+        "permission denied",
+    ] {
+        assert!(shown.contains(part), "{part:?} not in: {shown}");
+    }
+
+    let nobody = format!("etcd://nobody:nobody-pw@{}", server.endpoint());
+    let err = EtcdBackend::connect(&nobody).await.unwrap_err();
+    let shown = err.to_string();
+    for part in [
+        "`dlock/`",
+        "`dlock-rw/`",
+        "`dlock-semaphores/`",
+        "permission denied",
+    ] {
+        assert!(shown.contains(part), "{part:?} not in: {shown}");
+    }
+    assert!(!shown.contains("nobody-pw"), "{shown}");
 }

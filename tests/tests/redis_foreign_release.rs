@@ -2,7 +2,8 @@
 //! nothing on dlock's channel (redis-py's `Lock.release`, `redis-cli DEL`,
 //! `FLUSHALL`), so the waiter must learn of it by itself — from the server's
 //! keyspace notifications when they are on, else by re-checking the key —
-//! instead of sleeping until the old holder's ttl.
+//! instead of sleeping until the old holder's ttl. And a waiter is not woken
+//! by releases on another database (pub/sub channels are server-wide).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -377,4 +378,171 @@ async fn release_channels_refused_by_acl_leave_waiters_to_the_recheck_without_a_
     let (guard, late) = took(waiter, released, "dlock release, channels refused").await;
     assert!(late < BY_RECHECK, "held the lock {late:?} after a release");
     drop(guard);
+}
+
+/// The release channels a waiter of `key` subscribed to, as the server
+/// lists them (`PUBSUB CHANNELS`).
+fn channels_of(server: &RedisServer, key: &str) -> Vec<String> {
+    let out = tokio::task::block_in_place(|| {
+        server.redis_cli(&["PUBSUB", "CHANNELS", &format!("dlock:{{{key}}}:*")])
+    });
+    let mut channels: Vec<String> = out.lines().map(str::to_owned).collect();
+    channels.sort();
+    channels
+}
+
+/// Pub/sub channels are global to a server, keys are per database: a waiter
+/// on database 2 is not woken by the releases of the same name on database
+/// 1 (its channel is `dlock:{k}:released:db2`; database 0 keeps
+/// `dlock:{k}:released`), and is still woken by its own database's release.
+/// Re-checks off, so every request of the waiter is a wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_not_woken_by_another_databases_releases() {
+    const CHURN: u64 = 100;
+    let server = RedisServer::start();
+    let db = |n: u32| format!("{}/{n}?recheck_ms=0", server.url());
+    let (holder, waiter) = (connect(&db(2)).await, connect(&db(2)).await);
+    let (churn, zero) = (connect(&db(1)).await, connect(&db(0)).await);
+    let key = "shared";
+    let lock = |backend: &Arc<RedisBackend>| {
+        Lock::new(key)
+            .with_backend(backend.clone())
+            .ttl(Duration::from_secs(30))
+    };
+    let held = lock(&holder).acquire().await.unwrap();
+    let held_zero = lock(&zero).acquire().await.unwrap();
+    let waiting = {
+        let waiter = lock(&waiter).wait(Duration::from_secs(20));
+        tokio::spawn(async move {
+            let guard = waiter.acquire().await;
+            (Instant::now(), guard)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while channels_of(&server, key).is_empty() {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = waiter.metrics().round_trips;
+    for _ in 0..CHURN {
+        lock(&churn)
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let woken = waiter.metrics().round_trips - before;
+    println!("wake-ups of the database-2 waiter by {CHURN} database-1 releases: {woken}");
+    assert!(
+        woken <= 1,
+        "{woken} wake-ups by {CHURN} releases on another database"
+    );
+
+    let zero_waiting = {
+        let waiter = lock(&connect(&db(0)).await).wait(Duration::from_secs(20));
+        tokio::spawn(async move { waiter.acquire().await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while channels_of(&server, key).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the database-0 waiter never subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        channels_of(&server, key),
+        ["dlock:{shared}:released", "dlock:{shared}:released:db2"],
+        "the channel layout"
+    );
+
+    // Its own database's release wakes it at once; database 0's waiter too.
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (got_at, guard) = waiting.await.unwrap();
+    let guard = guard.expect("the database-2 waiter did not get the lock");
+    assert!(
+        got_at - released < Duration::from_secs(1),
+        "took {:?}",
+        got_at - released
+    );
+    guard.release().await.unwrap();
+    held_zero.release().await.unwrap();
+    zero_waiting
+        .await
+        .unwrap()
+        .expect("the database-0 waiter did not get the lock")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// An ACL user limited to the keys of one lock (`~dlock:{jobs}*`) but with
+/// every command dlock needs: that lock works; another lock, a semaphore
+/// and a read-write lock are refused with an error that names them, their
+/// keys and channel, and the ACL rule, with Redis's `NOPERM` kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_names_the_key_and_the_missing_grant() {
+    let mut rule = vec![
+        "--user",
+        "app",
+        "on",
+        ">app-pw",
+        "resetkeys",
+        "resetchannels",
+        "-@all",
+        "~dlock:{jobs}*",
+        "&dlock:*",
+    ];
+    rule.extend(dlock::backends::redis::ACL_COMMANDS.split_whitespace());
+    let server = RedisServer::start_with(RedisOptions::new().config(rule));
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let backend: Arc<dyn dlock::LockBackend> = connect(&url).await;
+    let lock = |key: &str| Lock::new(key).with_backend(backend.clone());
+    lock("jobs")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let expect = |err: LockError, parts: &[&str]| {
+        assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+        let shown = err.to_string();
+        for part in parts
+            .iter()
+            .chain(&["~dlock:* &dlock:*", "+evalsha", "no permissions"])
+        {
+            assert!(shown.contains(part), "{part:?} not in: {shown}");
+        }
+        assert!(!shown.contains("app-pw"), "{shown}");
+    };
+    let err = lock("orders").try_acquire().await.unwrap_err();
+    expect(
+        err,
+        &[
+            "lock `orders`",
+            "`dlock:{orders}`",
+            "`dlock:{orders}:released`",
+        ],
+    );
+    let err = dlock::Semaphore::new("exports", 2)
+        .with_backend(backend.clone())
+        .try_acquire()
+        .await
+        .unwrap_err();
+    expect(err, &["semaphore `exports`", "`dlock:{exports}:permits`"]);
+    let err = dlock::RwLock::new("prices")
+        .with_backend(backend.clone())
+        .try_read()
+        .await
+        .unwrap_err();
+    expect(
+        err,
+        &["read-write lock `prices`", "`dlock:{prices}:rw:readers`"],
+    );
 }

@@ -23,8 +23,8 @@
 //!   dlock/order:42` and Go's `concurrency.Mutex`, so their locks and ours
 //!   exclude each other. A key is escaped into one path segment (see
 //!   *Keys containing `/` or `%`* below).
-//! - The holder is the key with the smallest create revision under
-//!   `dlock/order:42/`. The same transaction that enqueues reads it, so an
+//! - The holder is the key with the smallest create revision directly
+//!   under `dlock/order:42/` (see *Only direct children contend*). The same transaction that enqueues reads it, so an
 //!   uncontended acquire is one round trip.
 //! - A waiter watches only its predecessor (the largest smaller create
 //!   revision) for its delete, from the revision after the read that found
@@ -91,11 +91,27 @@
 //!   `?prefix=dlock-rw` would put its plain locks among the read-write
 //!   locks of `?prefix=dlock`: do not name prefixes so.)
 //!
-//! Like the recipe, a Go writer waits for any key under the prefix, and a
-//! Go reader for any key under `<prefix>/write`: dlock writes no other key
-//! there, and waits for such keys in the same way. Unlike the recipe, a
+//! Like the recipe, a writer waits for every `read/<n>` and `write/<n>`
+//! key and a reader for every `write/<n>` key; unlike the recipe (which
+//! waits for any key under the prefix), a deeper key such as
+//! `<prefix>-rw/prices/eu/write/<n>` (another lock's) is never waited
+//! for (see *Only direct children contend* below). Unlike the recipe, a
 //! dlock waiter whose own key vanished (deleted, or its session expired)
 //! queues again at the end instead of going on.
+//!
+//! # Only direct children contend
+//!
+//! etcd has no directories: a range read of `dlock/tenant/` also returns
+//! `dlock/tenant/7/<lease>`, the key of `etcdctl lock dlock/tenant/7` (or of
+//! a backend whose prefix is `dlock/tenant`), which is another lock. So a
+//! key with a further `/` after a lock's directory is never its holder, nor
+//! the predecessor a waiter watches, nor a permit holder of a semaphore
+//! (`<prefix>-semaphores/<name>/<seg>` only), nor a reader or writer of a
+//! read-write lock (`<prefix>-rw/<key>/read/<n>` and `.../write/<n>` only),
+//! whoever wrote it. The reads skip such keys page by page (32 keys a
+//! read), so a directory shared with a few of them costs nothing more.
+//! (`etcdctl lock dlock/tenant` and Go's `concurrency.Mutex` do count
+//! them: they wait for `dlock/tenant/7`'s holders as well.)
 //!
 //! # One lease per backend and ttl
 //!
@@ -124,6 +140,20 @@
 //! key leaves the server within about a ttl (plus the renewal interval of
 //! the guards that keep the session alive) while this process lives; if the
 //! process dies, the whole session expires with it.
+//!
+//! How long a session lives, so that the leases on the server are bounded
+//! by the ttls in use, not by every ttl ever seen:
+//!
+//! - A session no key uses (no held key, no acquisition under way) for
+//!   [`SESSION_IDLE`] (5 s; checked every second on dlock's background
+//!   runtime) is taken out of the backend and revoked. An acquisition that
+//!   comes at that moment never gets the revoked lease: it finds no session
+//!   and grants a fresh one (the decision and every hand-out are under one
+//!   lock; see `session.rs`). Counted by `dlock_etcd_idle_sessions_total`.
+//! - Dropping the backend revokes the sessions left. Inside a runtime the
+//!   revokes run on dlock's background runtime; outside any (after the
+//!   runtime shut down, in a plain thread, at the end of `main`) the drop
+//!   waits for them, at most about 2 s, since the process may end next.
 //!
 //! # Lease lengths
 //!
@@ -194,11 +224,13 @@
 
 mod client;
 mod config;
+mod contenders;
 mod held;
 mod mutex;
 mod names;
 mod permits;
 mod queue;
+mod refused;
 mod rw;
 mod session;
 
@@ -212,7 +244,9 @@ use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 
 use self::client::{first_create_revision, revision_of_lease};
 use self::held::Held;
-use self::session::{Alive, Session};
+use self::refused::About;
+pub use self::session::SESSION_IDLE;
+use self::session::{Alive, Session, SHUTDOWN_REVOKE};
 use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
 use crate::LockError;
 
@@ -251,7 +285,8 @@ struct Inner {
     shown: String,
     prefix: String,
     timeout: Duration,
-    /// One session lease per ttl in whole seconds.
+    /// One session lease per ttl in whole seconds, while it is used (see
+    /// `session.rs`'s `revoke_idle`).
     sessions: tokio::sync::Mutex<HashMap<u64, Arc<Session>>>,
     /// The keys this backend holds, by etcd key (see `held.rs`).
     held: Mutex<HashMap<String, Held>>,
@@ -339,7 +374,9 @@ impl EtcdBackend {
                 let (dir, probe) = (inner.dir_of(""), probe.clone());
                 async move { kv.get(dir, Some(probe)).await }
             })
-            .await?;
+            .await
+            .map_err(|e| inner.name_connect_refusal(e))?;
+        session::watch_idle(&inner);
         Ok(EtcdBackend { inner })
     }
 
@@ -368,7 +405,9 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
-        self.inner.acquire(req, None, true).await
+        let about = About::Lock(&req.key);
+        let answer = self.inner.acquire(req, None, true).await;
+        answer.map_err(|e| self.inner.name_refusal(e, about))
     }
 
     async fn acquire(
@@ -376,10 +415,37 @@ impl LockBackend for EtcdBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        self.inner.acquire(req, deadline, false).await
+        let about = About::Lock(&req.key);
+        let answer = self.inner.acquire(req, deadline, false).await;
+        answer.map_err(|e| self.inner.name_refusal(e, about))
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let renewed = self.renew_any(leases).await;
+        self.inner.name_refusals(leases, renewed, About::Lock)
+    }
+
+    /// Deletes the key if its create revision is still ours, keeping the
+    /// key's turn until etcd answered; if etcd fails, or this future is
+    /// dropped first, the delete goes on in the background (see `held.rs`).
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let answer = self.inner.release_entry(lease, Some(&lease.key)).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Lock(&lease.key)))
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+}
+
+impl EtcdBackend {
+    /// The renewal of session keys of any kind (locks, permits, read-write
+    /// leases): one keep-alive per session, one read of every key.
+    async fn renew_any(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
         let inner = &self.inner;
         let sent = Instant::now();
         let sessions: Vec<Option<Arc<Session>>> =
@@ -428,24 +494,24 @@ impl LockBackend for EtcdBackend {
             })
             .collect()
     }
-
-    /// Deletes the key if its create revision is still ours, keeping the
-    /// key's turn until etcd answered; if etcd fails, or this future is
-    /// dropped first, the delete goes on in the background (see `held.rs`).
-    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.inner.release_entry(lease, Some(&lease.key)).await
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-
-    fn rw(&self) -> Option<&dyn RwBackend> {
-        Some(self)
-    }
 }
 
 impl Inner {
+    /// Each failed renewal's error, explained if etcd refused it (see
+    /// `refused.rs`).
+    fn name_refusals<'a>(
+        &self,
+        leases: &'a [Lease],
+        renewed: Vec<Result<Renewal, LockError>>,
+        about: impl Fn(&'a str) -> About<'a>,
+    ) -> Vec<Result<Renewal, LockError>> {
+        renewed
+            .into_iter()
+            .zip(leases)
+            .map(|(r, lease)| r.map_err(|e| self.name_refusal(e, about(&lease.key))))
+            .collect()
+    }
+
     /// A renewal found `lease`'s key or session gone (`why`): nothing of it
     /// is left to delete, so its record goes now.
     fn refused(&self, lease: &Lease, why: Renewal) -> Renewal {
@@ -475,19 +541,47 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Revoke the session leases so any key left on them goes now rather
-        // than after a ttl. Best effort: if it cannot run, they expire.
-        let ids: Vec<i64> = self.sessions.get_mut().values().map(|s| s.id).collect();
+        // Revoke the session leases left, so any key on them goes now
+        // rather than after a ttl (an hour's ttl would keep its lease for
+        // the hour).
+        let ids: Vec<i64> = self
+            .sessions
+            .get_mut()
+            .values()
+            .filter(|s| !s.is_dead())
+            .map(|s| s.id)
+            .collect();
         if ids.is_empty() {
             return;
         }
-        let mut leases = self.client.lease_client();
+        let leases = self.client.lease_client();
         // On dlock's background runtime, where the client's channel lives,
-        // whatever runtime (if any) drops the backend.
-        crate::background::spawn(async move {
+        // whatever runtime (if any) drops the backend; all at once, each
+        // bounded.
+        let revokes = async move {
+            let mut all = tokio::task::JoinSet::new();
             for id in ids {
-                let _ = tokio::time::timeout(Duration::from_secs(2), leases.revoke(id)).await;
+                let mut leases = leases.clone();
+                all.spawn(async move {
+                    let _ = tokio::time::timeout(SHUTDOWN_REVOKE, leases.revoke(id)).await;
+                });
             }
+            while all.join_next().await.is_some() {}
+        };
+        // Inside a runtime (or on dlock's own thread) the drop must not
+        // block it: the revokes go on in the background while the runtime
+        // lives on. Outside any runtime (after the runtime shut down, in a
+        // plain thread, at the end of `main`) nothing says the process
+        // lives long enough: wait for them, bounded.
+        if tokio::runtime::Handle::try_current().is_ok() || crate::background::is_current() {
+            crate::background::spawn(revokes);
+            return;
+        }
+        let (done, revoked) = std::sync::mpsc::channel();
+        crate::background::spawn(async move {
+            revokes.await;
+            let _ = done.send(());
         });
+        let _ = revoked.recv_timeout(SHUTDOWN_REVOKE + Duration::from_millis(500));
     }
 }

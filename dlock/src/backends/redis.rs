@@ -107,6 +107,8 @@ mod connection;
 mod for_redlock;
 mod permits;
 pub(crate) mod recheck;
+mod refused;
+pub use self::refused::ACL_COMMANDS;
 mod renew;
 mod renew_many;
 mod replicas;
@@ -131,6 +133,7 @@ use self::connection::{Connection, Server};
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
 use self::recheck::{keyspace_channel, notifies_releases, Recheck};
+use self::refused::About;
 use self::replicas::ReplicaAck;
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
 use self::sentinel::Sentinel;
@@ -192,6 +195,9 @@ pub struct RedisBackend {
     /// the server publishes generic and expired events on keyspace
     /// channels (read at connect; see `recheck.rs`).
     notifying_db: Option<i64>,
+    /// The database the keys live in; its release channels are its own
+    /// (see `scripts::db_channel`).
+    db: i64,
     /// Whether the server takes `SET … IFEQ` (Valkey 8.1+, Redis 8.4+; see
     /// `compare_set.rs`): lock renewals then use it instead of a script.
     /// Probed at connect; cleared for good when a server refuses it later
@@ -331,6 +337,7 @@ impl RedisBackend {
             replicas,
             options,
             notifying_db: None,
+            db,
             set_ifeq: AtomicBool::new(false),
             metrics: Counters::default(),
         };
@@ -342,7 +349,7 @@ impl RedisBackend {
             backend.read_notifications(),
             backend.probe_set_ifeq()
         );
-        loaded?;
+        loaded.map_err(|e| backend.name_connect_refusal(e))?;
         backend.notifying_db = notifying.then_some(db);
         *backend.set_ifeq.get_mut() = set_ifeq;
         Ok(backend)
@@ -665,7 +672,7 @@ impl RedisBackend {
     /// so that the undo is not held back behind other keys' releases while
     /// the next round's acquire of the same token goes out ahead of it.
     pub(crate) async fn release_unbatched(&self, lease: &Lease) -> Result<bool, LockError> {
-        let names = KeyNames::new(&self.options.prefix, &lease.key);
+        let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
         let mut call = scripts::evalsha(&RELEASE, 1);
         call.arg(&names.lock).arg(&lease.token).arg(&names.channel);
         let released: i64 = self.eval(&RELEASE, &call).await?;
@@ -737,7 +744,7 @@ impl LockBackend for RedisBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = KeyNames::new(&self.options.prefix, &req.key);
+        let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
         let ask = || async {
             Ok(match self.attempt_or_release(req, &names).await? {
                 Attempt::Acquired(lease) => Some(lease),
@@ -750,8 +757,10 @@ impl LockBackend for RedisBackend {
             }
         };
         let arm = || self.release_if_dropped(&names, &req.token);
-        self.replicated(&req.key, (None, true), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.key, (None, true), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
     }
 
     async fn acquire(
@@ -760,7 +769,7 @@ impl LockBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = KeyNames::new(&self.options.prefix, &req.key);
+        let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
         // A key without expiry: retry after the ttl we ask for.
         let ask = || {
             self.wait_for_release(&names.channel, Some(&names.lock), deadline, req.ttl, || {
@@ -773,16 +782,41 @@ impl LockBackend for RedisBackend {
             }
         };
         let arm = || self.release_if_dropped(&names, &req.token);
-        self.replicated(&req.key, (deadline, false), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.key, (deadline, false), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_locks(leases).await
+        let renewed = self.renew_locks(leases).await;
+        self.name_refusals(leases, renewed, About::Lock)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let names = KeyNames::new(&self.options.prefix, &lease.key);
+        let answer = self.release_lock(lease).await;
+        answer.map_err(|e| self.name_refusal(e, About::Lock(&lease.key)))
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    /// A single server takes a `MultiLock`'s keys in one script; a Cluster
+    /// cannot (the keys of different locks live in different slots).
+    fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
+        matches!(self.conn, Conn::Single(_)).then_some(self as &dyn AllKeysBackend)
+    }
+
+    fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+}
+
+impl RedisBackend {
+    /// A lock's compare-and-`DEL` (batched under load) and its `PUBLISH`.
+    async fn release_lock(&self, lease: &Lease) -> Result<bool, LockError> {
+        let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
         let turn = self.batchers.as_ref().map(|b| {
             b.release.enter(|| ReleaseOp {
                 lock: names.lock.clone(),
@@ -799,19 +833,5 @@ impl LockBackend for RedisBackend {
             }
         };
         Ok(released == 1)
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-
-    /// A single server takes a `MultiLock`'s keys in one script; a Cluster
-    /// cannot (the keys of different locks live in different slots).
-    fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
-        matches!(self.conn, Conn::Single(_)).then_some(self as &dyn AllKeysBackend)
-    }
-
-    fn rw(&self) -> Option<&dyn RwBackend> {
-        Some(self)
     }
 }

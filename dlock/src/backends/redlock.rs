@@ -446,7 +446,7 @@ impl RedlockBackend {
     }
 
     fn names(&self, i: usize, key: &str) -> KeyNames {
-        KeyNames::new(self.nodes[i].prefix(), key)
+        self.nodes[i].key_names(key)
     }
 
     /// The keys of an acquire on master `i`: the lock's, without a fence

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::client::{first_create_revision, revision_of};
+use super::contenders::{get_of, Contenders};
 use super::queue::{Ahead, Enqueued, Line, STALE_TRIES};
 use super::session::Session;
 use super::Inner;
@@ -102,14 +103,18 @@ impl Inner {
         session: &Session,
         entry: &str,
     ) -> Result<Enqueued, LockError> {
+        let dir = self.dir_of(key);
+        let line = Contenders {
+            dir: &dir,
+            kinds: Contenders::DIRECT,
+        };
         let owner = TxnOp::get(
-            self.dir_of(key),
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, SortOrder::Ascend)
-                    .with_limit(1),
-            ),
+            dir.as_str(),
+            Some(Contenders::page(
+                SortTarget::Create,
+                SortOrder::Ascend,
+                None,
+            )),
         );
         let txn = Txn::new()
             .when([Compare::create_revision(entry, CompareOp::Equal, 0)])
@@ -127,11 +132,14 @@ impl Inner {
                         "etcd answered the enqueue of `{entry}` without its revision"
                     )));
                 };
-                let owner = first_create_revision(ops.get(1));
-                return Ok(Enqueued::Created {
-                    mine,
-                    first: owner == Some(mine),
-                });
+                // The oldest entry, skipping deeper keys (another
+                // resource's, see `contenders.rs`); ours is among the
+                // first page unless deeper keys filled it.
+                let first = match get_of(ops.get(1)).and_then(|page| line.first_in(page)) {
+                    Some(owner) => owner.create_revision() == mine,
+                    None => matches!(self.predecessor(key, entry, mine).await?, Ahead::First),
+                };
+                return Ok(Enqueued::Created { mine, first });
             }
             // Gone since: try again.
             let Some(stale) = first_create_revision(ops.first()) else {
@@ -147,21 +155,19 @@ impl Inner {
         )))
     }
 
-    /// Reads the youngest entry older than ours (by create revision), and
-    /// checks ours still exists.
+    /// Reads the youngest entry older than ours (by create revision; only
+    /// the directory's direct children count), and checks ours still exists.
     pub(super) async fn predecessor(
         &self,
         key: &str,
         entry: &str,
         mine: i64,
     ) -> Result<Ahead, LockError> {
-        let older = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_max_create_revision(mine - 1)
-            .with_limit(1)
-            .with_keys_only();
-        self.read_ahead(TxnOp::get(self.dir_of(key), Some(older)), entry, mine)
-            .await
+        let dir = self.dir_of(key);
+        let line = Contenders {
+            dir: &dir,
+            kinds: Contenders::DIRECT,
+        };
+        self.read_ahead(line, SortTarget::Create, entry, mine).await
     }
 }

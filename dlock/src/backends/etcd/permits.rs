@@ -1,5 +1,6 @@
-//! Semaphores on etcd: the first N keys by create revision under the
-//! semaphore's prefix hold its permits.
+//! Semaphores on etcd: the first N keys by create revision directly under
+//! the semaphore's prefix hold its permits (a deeper key is another
+//! resource's, see `contenders.rs`).
 //!
 //! - A permit (held or awaited) is the key
 //!   `<prefix>-semaphores/<escaped name>/<lease-hex>-<token>` on the
@@ -27,25 +28,24 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
     WatchOptions,
 };
 
 use super::client::revision_of;
+use super::contenders::{get_of, Contenders};
 use super::queue::{Queued, MAX_REQUEUES};
+use super::refused::About;
 use super::session::{after, Alive};
 use super::{names, EtcdBackend, Inner};
 use async_trait::async_trait;
 
-use crate::backend::{Lease, LockBackend, PermitBackend, PermitRequest, Renewal};
+use crate::backend::{Lease, PermitBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
 
-/// The create revisions of the keys a get in a transaction returned.
-fn create_revisions(op: Option<&TxnOpResponse>) -> Vec<i64> {
-    match op {
-        Some(TxnOpResponse::Get(get)) => get.kvs().iter().map(|kv| kv.create_revision()).collect(),
-        _ => Vec::new(),
-    }
+/// The create revision of our own key, as a get in a transaction returned it.
+fn own_revision(op: Option<&TxnOpResponse>) -> Option<i64> {
+    get_of(op).and_then(|get| get.kvs().first().map(|kv| kv.create_revision()))
 }
 
 impl Inner {
@@ -54,18 +54,65 @@ impl Inner {
         format!("{}-semaphores/{}/", self.prefix, names::escape(name))
     }
 
-    /// The first `permits` keys of `dir` by create revision.
-    fn first(dir: &str, permits: usize) -> TxnOp {
+    /// The first keys of `dir` by create revision (a page: see `holders`).
+    fn first(dir: &str) -> TxnOp {
         TxnOp::get(
             dir,
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, SortOrder::Ascend)
-                    .with_limit(i64::try_from(permits).unwrap_or(i64::MAX))
-                    .with_keys_only(),
-            ),
+            Some(Contenders::page(
+                SortTarget::Create,
+                SortOrder::Ascend,
+                None,
+            )),
         )
+    }
+
+    /// The create revisions of the first `permits` entries of `dir` (its
+    /// direct children: a deeper key is another resource's and holds no
+    /// permit, see `contenders.rs`), from `page` (the first page, read in
+    /// a transaction) and as many pages after it as it takes.
+    async fn holders(
+        &self,
+        dir: &str,
+        permits: usize,
+        page: Option<&GetResponse>,
+    ) -> Result<Vec<i64>, LockError> {
+        let line = Contenders {
+            dir,
+            kinds: Contenders::DIRECT,
+        };
+        let mut holders = Vec::new();
+        let mut next = page.cloned();
+        // Each page starts past the last one's youngest key: bounded by
+        // the number of keys under the directory.
+        while let Some(page) = next.take() {
+            holders.extend(
+                page.kvs()
+                    .iter()
+                    .filter(|kv| line.contains(kv.key()))
+                    .map(|kv| kv.create_revision()),
+            );
+            if holders.len() >= permits || !page.more() {
+                break;
+            }
+            let Some(last) = page.kvs().last() else {
+                break;
+            };
+            let options = Contenders::page(
+                SortTarget::Create,
+                SortOrder::Ascend,
+                Some(last.create_revision() + 1),
+            );
+            let answer = self
+                .rpc(|| {
+                    let mut kv = self.client.kv_client();
+                    let (dir, options) = (dir.to_owned(), options.clone());
+                    async move { kv.get(dir, Some(options)).await }
+                })
+                .await?;
+            next = Some(answer);
+        }
+        holders.truncate(permits);
+        Ok(holders)
     }
 
     /// Takes a permit: enqueue, and unless `once`, wait until our key is
@@ -103,7 +150,7 @@ impl Inner {
                         "",
                         Some(PutOptions::new().with_lease(session.id)),
                     ),
-                    Self::first(&dir, req.permits),
+                    Self::first(&dir),
                 ]);
             let answer = self.txn(txn).await?;
             queued.in_flight = false;
@@ -116,7 +163,9 @@ impl Inner {
                 }
             };
             queued.revision = Some(mine);
-            let mut holders = create_revisions(answer.op_responses().get(1));
+            let mut holders = self
+                .holders(&dir, req.permits, get_of(answer.op_responses().get(1)))
+                .await?;
             let mut read_at = mine;
             loop {
                 if holders.contains(&mine) {
@@ -145,18 +194,16 @@ impl Inner {
                     session.mark_dead();
                     break;
                 }
-                let txn = Txn::new().and_then([
-                    Self::first(&dir, req.permits),
-                    TxnOp::get(entry.as_str(), None),
-                ]);
+                let txn =
+                    Txn::new().and_then([Self::first(&dir), TxnOp::get(entry.as_str(), None)]);
                 let answer = self.txn(txn).await?;
                 let ops = answer.op_responses();
-                if create_revisions(ops.get(1)).first() != Some(&mine) {
+                if own_revision(ops.get(1)) != Some(mine) {
                     // Our key is gone (session expired, or deleted by
                     // someone): queue again at the end.
                     break;
                 }
-                holders = create_revisions(ops.first());
+                holders = self.holders(&dir, req.permits, get_of(ops.first())).await?;
                 read_at = revision_of(&answer).unwrap_or(read_at);
             }
         }
@@ -184,14 +231,19 @@ impl Inner {
                 async move { watches.watch(dir, Some(options)).await }
             })
             .await?;
-        self.await_delete(stream, until).await
+        let line = Contenders {
+            dir,
+            kinds: Contenders::DIRECT,
+        };
+        self.await_delete(stream, until, Some(line)).await
     }
 }
 
 #[async_trait]
 impl PermitBackend for EtcdBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        self.inner.permit(req, true).await
+        let answer = self.inner.permit(req, true).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&req.name)))
     }
 
     async fn acquire_permit(
@@ -200,17 +252,20 @@ impl PermitBackend for EtcdBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         // Dropping the wait at the deadline deletes our key (`Queued`).
-        deadline::until(deadline, self.inner.permit(req, false))
+        let answer = deadline::until(deadline, self.inner.permit(req, false))
             .await
-            .unwrap_or(Ok(None))
+            .unwrap_or(Ok(None));
+        answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&req.name)))
     }
 
     /// Permit keys are session keys like lock keys: the same keep-alive and read.
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew(leases).await
+        let renewed = self.renew_any(leases).await;
+        self.inner.name_refusals(leases, renewed, About::Semaphore)
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.inner.release_entry(lease, None).await
+        let answer = self.inner.release_entry(lease, None).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&lease.key)))
     }
 }

@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, EventType, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
+    Compare, CompareOp, EventType, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    WatchStream,
 };
 use tokio::sync::OwnedMutexGuard;
 
 use super::client::{first_create_revision, lease_not_found, revision_of};
+use super::contenders::{get_of, revision, Contenders};
 use super::session::{after, Alive, Session};
 use super::{lock, Inner};
 use crate::backend::Lease;
@@ -418,39 +420,58 @@ impl Inner {
                 };
                 // Waiting for the holder is not waiting for etcd.
                 progress.asking_since = None;
-                if let Err(e) = self.await_delete(stream, refresh_at).await {
+                if let Err(e) = self.await_delete(stream, refresh_at, None).await {
                     tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                 }
             }
         }
     }
 
-    /// Reads `older` (a get of at most one key: the youngest entry in the
-    /// way of ours) and, in the same transaction, whether our `entry` is
+    /// Reads the youngest entry of `line` older than ours (the largest
+    /// revision `by` below `mine`; deeper keys skipped, page by page, see
+    /// `contenders.rs`) and, in the same transaction, whether our `entry` is
     /// still the key created at `mine`.
     pub(super) async fn read_ahead(
         &self,
-        older: TxnOp,
+        line: Contenders<'_>,
+        by: SortTarget,
         entry: &str,
         mine: i64,
     ) -> Result<Ahead, LockError> {
-        let txn = Txn::new().and_then([older, TxnOp::get(entry, None)]);
-        let answer = self.txn(txn).await?;
-        let ops = answer.op_responses();
-        if first_create_revision(ops.get(1)) != Some(mine) {
-            return Ok(Ahead::Gone);
+        let prefix = line.prefix();
+        let mut below = mine - 1;
+        // Each page starts below the last one's oldest key: bounded by the
+        // number of keys under the directory.
+        loop {
+            let older = Contenders::page(by, SortOrder::Descend, Some(below));
+            let txn = Txn::new().and_then([
+                TxnOp::get(prefix.as_str(), Some(older)),
+                TxnOp::get(entry, None),
+            ]);
+            let answer = self.txn(txn).await?;
+            let ops = answer.op_responses();
+            if first_create_revision(ops.get(1)) != Some(mine) {
+                return Ok(Ahead::Gone);
+            }
+            let Some(page) = get_of(ops.first()) else {
+                return Ok(Ahead::First);
+            };
+            if let Some(kv) = line.first_in(page) {
+                return Ok(Ahead::Behind {
+                    key: kv.key().to_vec(),
+                    revision: revision_of(&answer).unwrap_or(0),
+                });
+            }
+            // A page of deeper keys only: read on below it. (Keys one
+            // transaction created share a revision; a line entry would not
+            // be created in a foreign key's transaction.)
+            match page.kvs().last() {
+                Some(last) if page.more() && revision(last, by) <= below => {
+                    below = revision(last, by) - 1;
+                }
+                _ => return Ok(Ahead::First),
+            }
         }
-        let in_the_way = match ops.first() {
-            Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.key().to_vec()),
-            _ => None,
-        };
-        Ok(match in_the_way {
-            None => Ahead::First,
-            Some(key) => Ahead::Behind {
-                key,
-                revision: revision_of(&answer).unwrap_or(0),
-            },
-        })
     }
 
     /// Stands in `line` until our entry is first (`once`: only if it is
@@ -512,12 +533,14 @@ impl Inner {
     }
 
     /// Waits until the watch sees a delete (the predecessor, or a permit
-    /// under the semaphore's prefix), or until `until` (time to refresh the
-    /// session). Either way the caller reads again.
+    /// under the semaphore's prefix: an entry of `only`, not a deeper key),
+    /// or until `until` (time to refresh the session). Either way the
+    /// caller reads again.
     pub(super) async fn await_delete(
         &self,
         mut stream: WatchStream,
         until: Instant,
+        only: Option<Contenders<'_>>,
     ) -> Result<(), LockError> {
         loop {
             let message = tokio::select! {
@@ -526,10 +549,11 @@ impl Inner {
             };
             match message {
                 Ok(Some(answer)) => {
-                    let deleted = answer
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete);
+                    let deleted = answer.events().iter().any(|e| {
+                        e.event_type() == EventType::Delete
+                            && only
+                                .is_none_or(|line| e.kv().is_some_and(|kv| line.contains(kv.key())))
+                    });
                     // Cancelled (compaction, lost leader): read again.
                     if deleted || answer.canceled() {
                         return Ok(());

@@ -27,15 +27,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-};
+use etcd_client::{Compare, CompareOp, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::client::revision_of;
+use super::contenders::{get_of, Contenders};
 use super::queue::{Ahead, Enqueued, Line};
+use super::refused::About;
 use super::session::Session;
 use super::{names, EtcdBackend, Inner};
-use crate::backend::{Lease, LockBackend, Renewal, RwBackend, RwMode, RwRequest};
+use crate::backend::{Lease, Renewal, RwBackend, RwMode, RwRequest};
 use crate::LockError;
 
 impl EtcdBackend {
@@ -106,23 +106,18 @@ struct RwLine<'a> {
 }
 
 impl RwLine<'_> {
-    /// The prefix of the keys in our way: every `write` key for a reader
-    /// (the recipe's `pfx + "write"`), every key for a writer.
-    fn in_the_way(&self) -> String {
-        match self.req.mode {
-            RwMode::Read => format!("{}write", self.dir),
-            RwMode::Write => self.dir.clone(),
+    /// The keys in our way: every `write/<n>` for a reader (the recipe
+    /// reads `pfx + "write"`), every `read/<n>` and `write/<n>` for a
+    /// writer (the recipe: every key under the prefix). A deeper key
+    /// (`<dir>eu/write/<n>`, another lock's) is never one (`contenders.rs`).
+    fn in_the_way(&self) -> Contenders<'_> {
+        Contenders {
+            dir: &self.dir,
+            kinds: match self.req.mode {
+                RwMode::Read => &["write/"],
+                RwMode::Write => &["read/", "write/"],
+            },
         }
-    }
-
-    /// The recipe's `WithLastRev`: the one key of the prefix with the
-    /// largest mod revision.
-    fn last_rev() -> GetOptions {
-        GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Mod, SortOrder::Descend)
-            .with_limit(1)
-            .with_keys_only()
     }
 }
 
@@ -152,7 +147,10 @@ impl Line for RwLine<'_> {
         let txn = Txn::new()
             .when([Compare::version(entry, CompareOp::Equal, 0)])
             .and_then([
-                TxnOp::get(self.in_the_way(), Some(Self::last_rev())),
+                TxnOp::get(
+                    self.in_the_way().prefix(),
+                    Some(Contenders::page(SortTarget::Mod, SortOrder::Descend, None)),
+                ),
                 TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
             ]);
         let answer = inner.txn(txn).await?;
@@ -164,22 +162,29 @@ impl Line for RwLine<'_> {
                 "etcd answered the creation of `{entry}` without its revision"
             )));
         };
-        let first = match answer.op_responses().first() {
-            Some(TxnOpResponse::Get(get)) => get.kvs().is_empty(),
-            _ => {
-                return Err(inner.error(format!(
-                    "etcd answered the creation of `{entry}` without the read of `{}`",
-                    self.in_the_way()
-                )))
-            }
+        let ops = answer.op_responses();
+        let Some(page) = get_of(ops.first()) else {
+            return Err(inner.error(format!(
+                "etcd answered the creation of `{entry}` without the read of `{}`",
+                self.in_the_way().prefix()
+            )));
+        };
+        // The recipe's `WithLastRev`, skipping deeper keys: a page of
+        // those alone is read on by `ahead`.
+        let first = if self.in_the_way().first_in(page).is_some() {
+            false
+        } else if page.more() {
+            matches!(self.ahead(inner, entry, mine).await?, Ahead::First)
+        } else {
+            true
         };
         Ok(Enqueued::Created { mine, first })
     }
 
     async fn ahead(&self, inner: &Inner, entry: &str, mine: i64) -> Result<Ahead, LockError> {
-        let older = Self::last_rev().with_max_mod_revision(mine - 1);
+        // The recipe's `WithLastRev` + `WithMaxModRev(myRev - 1)`.
         inner
-            .read_ahead(TxnOp::get(self.in_the_way(), Some(older)), entry, mine)
+            .read_ahead(self.in_the_way(), SortTarget::Mod, entry, mine)
             .await
     }
 
@@ -198,7 +203,8 @@ impl Line for RwLine<'_> {
 #[async_trait]
 impl RwBackend for EtcdBackend {
     async fn try_acquire_rw(&self, req: &RwRequest) -> Result<Option<Lease>, LockError> {
-        self.inner.acquire_rw(req, None, true).await
+        let answer = self.inner.acquire_rw(req, None, true).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Rw(&req.key)))
     }
 
     async fn acquire_rw(
@@ -206,20 +212,23 @@ impl RwBackend for EtcdBackend {
         req: &RwRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        self.inner.acquire_rw(req, deadline, false).await
+        let answer = self.inner.acquire_rw(req, deadline, false).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Rw(&req.key)))
     }
 
     /// Read-write keys are session keys like lock keys: the same
     /// keep-alive, and the same read of each key by its create revision.
     async fn renew_rw(&self, _mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew(leases).await
+        let renewed = self.renew_any(leases).await;
+        self.inner.name_refusals(leases, renewed, About::Rw)
     }
 
     /// Deletes the key if its create revision is still ours; if etcd fails
     /// or this future is dropped first, the delete goes on in the
     /// background (see `held.rs`). No turn: the name is never reused.
     async fn release_rw(&self, _mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
-        self.inner.release_entry(lease, None).await
+        let answer = self.inner.release_entry(lease, None).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Rw(&lease.key)))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The session leases: one etcd lease per ttl in whole seconds, shared by
-//! the keys of that ttl, granted on first use and kept alive by the
-//! renewals of its keys.
+//! the keys of that ttl, granted on first use, kept alive by the renewals of
+//! its keys, and revoked once no key uses it for [`SESSION_IDLE`] (see
+//! [`Inner::revoke_idle`]) or when the backend is dropped.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,7 +29,30 @@ pub(super) struct Session {
     /// so a keep-alive abandoned half-way (timeout, cancellation) never
     /// leaves a late answer to be mistaken for the next one's.
     pub(super) keeper: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    /// When a caller last had the session: handed out by
+    /// [`Inner::session`], or seen in use by [`Inner::revoke_idle`].
+    pub(super) used: Mutex<Instant>,
 }
+
+/// How long a session no key uses is kept before it is revoked.
+///
+/// Why a few seconds: long enough that a steady stream of acquisitions with
+/// one ttl (a job every second or two) keeps reusing its session instead of
+/// paying a grant (a raft write) per acquisition; short enough that a
+/// process that goes through many ttls keeps only the leases of the last few
+/// seconds on the server (a lease of an hour's ttl would otherwise stay for
+/// the hour, and for every ttl ever seen). Not a fraction of the ttl: a long
+/// ttl says how long a holder may be silent, not how long an unused lease
+/// should stay.
+pub const SESSION_IDLE: Duration = Duration::from_secs(5);
+
+/// How often the idle sessions are looked for: a session goes between
+/// [`SESSION_IDLE`] and this much later.
+pub(super) const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// How long a drop of the backend outside any runtime waits for its
+/// sessions' revokes (see `etcd.rs`'s `Drop for Inner`).
+pub(super) const SHUTDOWN_REVOKE: Duration = Duration::from_secs(2);
 
 /// The answer of etcd to a keep-alive.
 pub(super) enum Alive {
@@ -43,6 +67,7 @@ impl Inner {
         let secs = lease_seconds(ttl);
         let mut sessions = self.sessions.lock().await;
         if let Some(session) = sessions.get(&secs).filter(|s| !s.is_dead()) {
+            *lock(&session.used) = Instant::now();
             return Ok(session.clone());
         }
         let sent = Instant::now();
@@ -58,9 +83,66 @@ impl Inner {
             refreshed: Mutex::new(sent),
             dead: AtomicBool::new(false),
             keeper: tokio::sync::Mutex::new(None),
+            used: Mutex::new(Instant::now()),
         });
         sessions.insert(secs, session.clone());
         Ok(session)
+    }
+
+    /// Revokes the sessions no key has used for [`SESSION_IDLE`].
+    ///
+    /// In use means anyone but the map holds the session: a held key's
+    /// record, an acquisition between its [`Inner::session`] and its end,
+    /// a renewal. Every one of them got it from the map under the map's lock,
+    /// which this holds while it decides: a session it takes out is in no
+    /// one else's hands and can no longer be handed out, so an acquisition
+    /// never gets a lease being revoked; it finds no session and grants a
+    /// fresh one. (A clean-up of an abandoned entry may still run: its key
+    /// goes with the lease.)
+    pub(super) async fn revoke_idle(&self) {
+        // First the records of keys past their local deadline (guards
+        // dropped where their release could not run): they would keep
+        // their session in use for ever once nothing else renews it.
+        self.clear_expired().await;
+        let idle: Vec<Arc<Session>> = {
+            let mut sessions = self.sessions.lock().await;
+            let now = Instant::now();
+            let mut idle = Vec::new();
+            sessions.retain(|_, session| {
+                if Arc::strong_count(session) > 1 {
+                    *lock(&session.used) = now;
+                    return true;
+                }
+                if now.saturating_duration_since(*lock(&session.used)) < SESSION_IDLE {
+                    return true;
+                }
+                idle.push(session.clone());
+                false
+            });
+            idle
+        };
+        for session in idle {
+            if session.is_dead() {
+                continue;
+            }
+            session.mark_dead();
+            let id = session.id;
+            let revoked = self
+                .rpc(|| {
+                    let mut leases = self.client.lease_client();
+                    async move { leases.revoke(id).await }
+                })
+                .await;
+            // A failed revoke leaves the lease to expire by its ttl: nothing
+            // keeps it alive any more.
+            let outcome = match &revoked {
+                Ok(_) => "revoked",
+                Err(e) if lease_not_found(e) => "expired",
+                Err(_) => "failed",
+            };
+            tracing::debug!(lease = id, outcome, "revoked an idle etcd session lease");
+            count_idle_revoke(&self.shown, outcome);
+        }
     }
 
     /// Whether `lease` is one of this backend's session leases.
@@ -169,6 +251,38 @@ impl Session {
     }
 }
 
+/// `dlock_etcd_idle_sessions_total`: idle session leases given up, by
+/// `outcome` (`revoked`, `expired` before the revoke, `failed`).
+fn count_idle_revoke(backend: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "dlock_etcd_idle_sessions_total",
+        "backend" => backend.to_owned(), "outcome" => outcome
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (backend, outcome);
+}
+
+/// Looks for idle sessions every [`IDLE_CHECK`] on dlock's background
+/// runtime, for as long as the backend lives: the task holds it only
+/// weakly, and ends at the first check after its drop.
+pub(super) fn watch_idle(inner: &Arc<Inner>) {
+    let inner = Arc::downgrade(inner);
+    crate::background::spawn(async move {
+        let mut ticks = tokio::time::interval(IDLE_CHECK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            inner.revoke_idle().await;
+        }
+    });
+}
+
 /// The etcd lease length for a ttl: whole seconds, rounded up, so the server
 /// never expires a key before the deadline the caller was promised; at most
 /// etcd's maximum (a longer ttl gets a local deadline at that maximum).
@@ -215,6 +329,7 @@ mod tests {
             refreshed: Mutex::new(now),
             dead: AtomicBool::new(false),
             keeper: tokio::sync::Mutex::new(None),
+            used: Mutex::new(now),
         };
         assert!(session.deadline(Duration::MAX) > now);
     }

@@ -107,7 +107,7 @@ impl RedisBackend {
         reqs.iter()
             .map(|req| {
                 check_ttl(req.ttl, &req.key, &self.options.shown)?;
-                Ok(KeyNames::new(&self.options.prefix, &req.key))
+                Ok(KeyNames::new(&self.options.prefix, &req.key).in_db(self.db))
             })
             .collect()
     }

@@ -23,9 +23,10 @@ impl RedisBackend {
         &self.subscriber
     }
 
-    /// The key namespace (`?prefix=`).
-    pub(crate) fn prefix(&self) -> &str {
-        &self.options.prefix
+    /// The names of `key` on this master: its prefix, and the release
+    /// channel of its database.
+    pub(crate) fn key_names(&self, key: &str) -> KeyNames {
+        KeyNames::new(&self.options.prefix, key).in_db(self.db)
     }
 
     /// Whether this backend talks to a Redis Cluster (Redlock needs

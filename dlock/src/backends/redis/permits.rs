@@ -21,7 +21,8 @@ use redis::Script;
 
 use async_trait::async_trait;
 
-use super::scripts::{evalsha, millis, KeyNames};
+use super::refused::About;
+use super::scripts::{db_channel, evalsha, millis, KeyNames};
 use super::unfinished::ReleaseIfDropped;
 use super::{check_ttl, Attempt, RedisBackend};
 use crate::backend::{lease_deadline, Lease, PermitBackend, PermitRequest, Renewal};
@@ -90,6 +91,12 @@ impl PermitNames {
             channel: format!("{base}:permits:released"),
         }
     }
+
+    /// These names on database `db` (see [`db_channel`]).
+    pub(super) fn in_db(mut self, db: i64) -> Self {
+        db_channel(&mut self.channel, db);
+        self
+    }
 }
 
 impl RedisBackend {
@@ -142,7 +149,7 @@ impl RedisBackend {
         req: &PermitRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let names = PermitNames::new(&self.options.prefix, &req.name);
+        let names = PermitNames::new(&self.options.prefix, &req.name).in_db(self.db);
         // No re-check: a semaphore's waiters wake on releases and expiries.
         self.wait_for_release(&names.channel, None, deadline, req.ttl, || {
             self.within(deadline, self.attempt_permit(req, &names))
@@ -167,7 +174,7 @@ impl RedisBackend {
 
     /// Gives a permit back (the release script).
     pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<bool, LockError> {
-        let names = PermitNames::new(&self.options.prefix, &lease.key);
+        let names = PermitNames::new(&self.options.prefix, &lease.key).in_db(self.db);
         let mut call = evalsha(&RELEASE_PERMIT, 1);
         call.arg(&names.set).arg(&lease.token).arg(&names.channel);
         let released: i64 = self.eval(&RELEASE_PERMIT, &call).await?;
@@ -179,7 +186,7 @@ impl RedisBackend {
 impl PermitBackend for RedisBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.name, &self.options.shown)?;
-        let names = PermitNames::new(&self.options.prefix, &req.name);
+        let names = PermitNames::new(&self.options.prefix, &req.name).in_db(self.db);
         let ask = || async {
             Ok(match self.attempt_permit(req, &names).await? {
                 Attempt::Acquired(lease) => Some(lease),
@@ -192,8 +199,10 @@ impl PermitBackend for RedisBackend {
             }
         };
         let arm = || self.permit_if_dropped(&names, &req.token);
-        self.replicated(&req.name, (None, true), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.name, (None, true), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Semaphore(&req.name)))
     }
 
     async fn acquire_permit(
@@ -202,7 +211,7 @@ impl PermitBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.name, &self.options.shown)?;
-        let names = PermitNames::new(&self.options.prefix, &req.name);
+        let names = PermitNames::new(&self.options.prefix, &req.name).in_db(self.db);
         let undo = |granted: Option<Lease>| async move {
             if let Some(lease) = granted {
                 let _ = self.release_permit_now(&lease).await;
@@ -210,16 +219,20 @@ impl PermitBackend for RedisBackend {
         };
         let arm = || self.permit_if_dropped(&names, &req.token);
         let ask = || self.wait_for_permit(req, deadline);
-        self.replicated(&req.name, (deadline, false), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.name, (deadline, false), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Semaphore(&req.name)))
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_permit_leases(leases).await
+        let renewed = self.renew_permit_leases(leases).await;
+        self.name_refusals(leases, renewed, About::Semaphore)
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release_permit_now(lease).await
+        let answer = self.release_permit_now(lease).await;
+        answer.map_err(|e| self.name_refusal(e, About::Semaphore(&lease.key)))
     }
 }
 

@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use self::scripts::{ABANDON, ACQUIRE_READ, ACQUIRE_WRITE, RELEASE_READ, RELEASE_WRITE};
-use super::scripts::{evalsha, millis, run, KeyNames};
+use super::refused::About;
+use super::scripts::{db_channel, evalsha, millis, run, KeyNames};
 use super::{check_ttl, Conn, RedisBackend};
 use crate::backend::{lease_deadline, Lease, Renewal, RwBackend, RwMode, RwRequest};
 use crate::LockError;
@@ -77,6 +78,12 @@ impl RwNames {
             fence: named("fence"),
             channel: named("released"),
         }
+    }
+
+    /// These names on database `db` (see [`db_channel`]).
+    pub(crate) fn in_db(mut self, db: i64) -> Self {
+        db_channel(&mut self.channel, db);
+        self
     }
 
     /// The five keys every script takes, in its order.
@@ -240,7 +247,7 @@ impl Drop for AbandonIfDropped<'_> {
 impl RwBackend for RedisBackend {
     async fn try_acquire_rw(&self, req: &RwRequest) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = RwNames::new(&self.options.prefix, &req.key);
+        let names = RwNames::new(&self.options.prefix, &req.key).in_db(self.db);
         let ask = || async {
             let mut abandon = AbandonIfDropped::arm(self, &names, &req.token);
             let answer = self.attempt_rw(req, &names, false).await?;
@@ -256,8 +263,10 @@ impl RwBackend for RedisBackend {
             }
         };
         let arm = || AbandonIfDropped::arm(self, &names, &req.token);
-        self.replicated(&req.key, (None, true), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.key, (None, true), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Rw(&req.key)))
     }
 
     async fn acquire_rw(
@@ -266,7 +275,7 @@ impl RwBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = RwNames::new(&self.options.prefix, &req.key);
+        let names = RwNames::new(&self.options.prefix, &req.key).in_db(self.db);
         let undo = |granted: Option<Lease>| async move {
             if let Some(lease) = granted {
                 let _ = self.release_rw_now(req.mode, &lease).await;
@@ -274,16 +283,20 @@ impl RwBackend for RedisBackend {
         };
         let ask = || self.wait_for_rw(req, &names, deadline);
         let arm = || AbandonIfDropped::arm(self, &names, &req.token);
-        self.replicated(&req.key, (deadline, false), ask, arm, undo)
-            .await
+        let answer = self
+            .replicated(&req.key, (deadline, false), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Rw(&req.key)))
     }
 
     async fn renew_rw(&self, mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_rw_leases(mode, leases).await
+        let renewed = self.renew_rw_leases(mode, leases).await;
+        self.name_refusals(leases, renewed, About::Rw)
     }
 
     async fn release_rw(&self, mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
-        self.release_rw_now(mode, lease).await
+        let answer = self.release_rw_now(mode, lease).await;
+        answer.map_err(|e| self.name_refusal(e, About::Rw(&lease.key)))
     }
 }
 
@@ -312,7 +325,7 @@ impl RedisBackend {
 
     /// Gives a read or write lease back (its release script, sent at once).
     async fn release_rw_now(&self, mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
-        let names = RwNames::new(&self.options.prefix, &lease.key);
+        let names = RwNames::new(&self.options.prefix, &lease.key).in_db(self.db);
         let script = match mode {
             RwMode::Read => &*RELEASE_READ,
             RwMode::Write => &*RELEASE_WRITE,

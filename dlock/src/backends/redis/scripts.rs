@@ -2,9 +2,10 @@
 //!
 //! Keys: `<prefix>:{<key>}` holds the owner token (so `GET`/`PTTL` show who
 //! holds it and for how long), `<prefix>:{<key>}:fence` the fencing counter,
-//! and releases are announced on channel `<prefix>:{<key>}:released`. The
-//! braces are a hash tag: all of a lock's keys live in one cluster slot, which
-//! is what lets one script touch both.
+//! and releases are announced on channel `<prefix>:{<key>}:released`
+//! (`…:released:db<n>` on a database `n` other than 0, see [`db_channel`]).
+//! The braces are a hash tag: all of a lock's keys live in one cluster slot,
+//! which is what lets one script touch both.
 
 use std::sync::LazyLock;
 
@@ -303,6 +304,29 @@ impl KeyNames {
     }
 }
 
+impl KeyNames {
+    /// These names on database `db` (see [`db_channel`]).
+    pub(crate) fn in_db(mut self, db: i64) -> Self {
+        db_channel(&mut self.channel, db);
+        self
+    }
+}
+
+/// Makes a release channel `channel` the one of database `db`.
+///
+/// Pub/sub channels are global to a server, while keys are per database: a
+/// waiter on database 2 subscribed to `dlock:{k}:released` was woken by
+/// every release of `k` on database 1. So a channel of database `n` other
+/// than 0 ends with `:db<n>`; database 0 keeps the names of every earlier
+/// version (and a Cluster has only database 0). The scripts publish on the
+/// channel they are given, so they need no change.
+pub(crate) fn db_channel(channel: &mut String, db: i64) {
+    if db != 0 {
+        channel.push_str(":db");
+        channel.push_str(&db.to_string());
+    }
+}
+
 /// A whole number of milliseconds for `PX`/`PEXPIRE`, rounded up so the
 /// server never holds a lease for less than asked.
 pub(crate) fn millis(d: std::time::Duration) -> u64 {
@@ -322,6 +346,14 @@ mod tests {
 
     #[test]
     fn names_share_one_hash_tag() {
+        assert_eq!(
+            KeyNames::new("dlock", "k").in_db(0).channel,
+            "dlock:{k}:released"
+        );
+        assert_eq!(
+            KeyNames::new("dlock", "k").in_db(2).channel,
+            "dlock:{k}:released:db2"
+        );
         let n = KeyNames::new("dlock", "order:42");
         assert_eq!(n.lock, "dlock:{order:42}");
         assert_eq!(n.fence, "dlock:{order:42}:fence");

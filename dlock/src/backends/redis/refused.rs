@@ -1,0 +1,99 @@
+//! A request Redis refused for the ACL (`NOPERM`: a command, key or channel
+//! the user may not use) becomes an error that names the lock, its keys
+//! and channel, and the grant dlock needs.
+
+use super::permits::PermitNames;
+use super::rw::RwNames;
+use super::scripts::KeyNames;
+use super::RedisBackend;
+use crate::backend::refusal::{explain, says};
+use crate::LockError;
+
+/// The commands an ACL user of dlock needs, as `ACL SETUSER` takes them:
+/// what dlock sends directly and what its scripts call (the ACL checks a
+/// script's commands one by one). With `~<prefix>:*` and `&<prefix>:*`
+/// this is the whole grant (the README's Permissions section; the
+/// conformance, read-write and semaphore suites run with exactly it).
+///
+/// - `+info` and `+wait` are for replica acknowledgement: the default
+///   `?replicas=auto` counts replicas with `INFO replication` and waits
+///   for them with `WAIT` (`?replicas=0` needs neither; `?aof=` adds
+///   `+waitaof`). A database other than 0 adds `+select`.
+/// - Optional: `+config|get` lets dlock see whether the server sends
+///   keyspace notifications, and `&__keyspace@<db>__:<prefix>:*` lets it
+///   subscribe to them; without them waiters re-check instead.
+pub const ACL_COMMANDS: &str = "+ping +evalsha +script|load +get +set +del +exists +pttl +pexpire +pexpireat +time +zadd +zrem +zrange +zscore +zcard +zremrangebyscore +publish +subscribe +unsubscribe +info +wait";
+
+/// What a request was about: the lock, semaphore or read-write lock name.
+#[derive(Clone, Copy)]
+pub(super) enum About<'a> {
+    Lock(&'a str),
+    Semaphore(&'a str),
+    Rw(&'a str),
+}
+
+impl RedisBackend {
+    /// `error`, or, if Redis refused it (`NOPERM`), an error that names
+    /// `about`, its keys and channel, and the ACL rule dlock needs.
+    pub(super) fn name_refusal(&self, error: LockError, about: About<'_>) -> LockError {
+        explain(
+            error,
+            |source| says(source, "NOPERM") || says(source, "NoPerm"),
+            || {
+                let prefix = &self.options.prefix;
+                let (kind, name, keys, channel) = match about {
+                    About::Lock(key) => {
+                        let n = KeyNames::new(prefix, key).in_db(self.db);
+                        (
+                            "lock",
+                            key,
+                            format!("`{}`, `{}`", n.lock, n.fence),
+                            n.channel,
+                        )
+                    }
+                    About::Semaphore(name) => {
+                        let n = PermitNames::new(prefix, name).in_db(self.db);
+                        ("semaphore", name, format!("`{}`", n.set), n.channel)
+                    }
+                    About::Rw(key) => {
+                        let n = RwNames::new(prefix, key).in_db(self.db);
+                        let keys = format!("`{}`, `{}`, ...", n.readers, n.writer);
+                        ("read-write lock", key, keys, n.channel)
+                    }
+                };
+                format!(
+                    "Redis refused a request for the {kind} `{name}` (keys {keys}, channel `{channel}`): the ACL user needs `~{prefix}:* &{prefix}:* {ACL_COMMANDS}` (see the README's Permissions section)"
+                )
+            },
+        )
+    }
+
+    /// `error`, or, if Redis refused what `connect` sends (loading the
+    /// scripts, `PING`), an error that names the ACL rule dlock needs.
+    pub(super) fn name_connect_refusal(&self, error: LockError) -> LockError {
+        explain(
+            error,
+            |source| says(source, "NOPERM") || says(source, "NoPerm"),
+            || {
+                let prefix = &self.options.prefix;
+                format!(
+                    "Redis refused what dlock sends at connect: the ACL user needs `~{prefix}:* &{prefix}:* {ACL_COMMANDS}` (see the README's Permissions section)"
+                )
+            },
+        )
+    }
+
+    /// Each failed renewal's error, explained (see [`Self::name_refusal`]).
+    pub(super) fn name_refusals<'a>(
+        &self,
+        leases: &'a [crate::backend::Lease],
+        renewed: Vec<Result<crate::backend::Renewal, LockError>>,
+        about: impl Fn(&'a str) -> About<'a>,
+    ) -> Vec<Result<crate::backend::Renewal, LockError>> {
+        renewed
+            .into_iter()
+            .zip(leases)
+            .map(|(r, lease)| r.map_err(|e| self.name_refusal(e, about(&lease.key))))
+            .collect()
+    }
+}
