@@ -1,6 +1,8 @@
 //! Small URL helpers shared by `connect` and the backends.
 
 #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod options;
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod parts;
 #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod prefix;

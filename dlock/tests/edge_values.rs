@@ -389,6 +389,51 @@ fn prefixes_that_reach_another_namespace_are_refused() {
     }
 }
 
+/// No URL parameter is silently ignored, on any scheme: an unknown one, a
+/// typo and another backend's are `InvalidOption` errors naming it (a typo
+/// with the closest known name), before any I/O; durations take one syntax.
+#[test]
+fn no_url_parameter_is_ignored() {
+    let runtime = runtime();
+    for scheme in schemes() {
+        if scheme == "nosuchscheme" {
+            continue;
+        }
+        let base = match scheme {
+            "memory" => "memory://".to_owned(),
+            "redis" | "rediss" => format!("{scheme}://127.0.0.1:1"),
+            "redis+sentinel" | "rediss+sentinel" => format!("{scheme}://127.0.0.1:1/mm"),
+            _ => format!("{scheme}://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"),
+        };
+        let mut cases = vec![("nosuchoption=1", "nosuchoption".to_owned())];
+        if scheme != "memory" {
+            cases.push(("prefx=app", "did you mean `prefix`?".to_owned()));
+        }
+        let foreign = if scheme.starts_with("zk") {
+            "timeout_ms=5"
+        } else {
+            "session_timeout=5s"
+        };
+        if scheme != "memory" {
+            cases.push((foreign, "is a parameter of".to_owned()));
+        }
+        for (query, says) in cases {
+            let url = format!("{base}?{query}");
+            let answer = runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(20), dlock::connect(&url)).await
+            });
+            match answer {
+                Ok(Err(err @ LockError::InvalidOption { .. })) => {
+                    assert!(err.to_string().contains(&says), "{url}: {err}");
+                }
+                Ok(Err(err)) => panic!("{url}: not refused as an option: {err}"),
+                Ok(Ok(_)) => panic!("{url}: connected, ignoring `{query}`"),
+                Err(_) => panic!("connect({url:?}) hung for 20 s"),
+            }
+        }
+    }
+}
+
 /// Malformed URLs of every scheme get a typed error naming what is wrong,
 /// never a panic or a hang (or they connect, where the form is valid).
 #[test]

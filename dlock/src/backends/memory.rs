@@ -107,9 +107,17 @@ impl MemoryBackend {
     /// # Errors
     /// [`LockError::InvalidOption`] if the URL is not a `memory://` URL.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
-        if !url.starts_with("memory://") {
+        let Some(rest) = url.strip_prefix("memory://") else {
             return Err(LockError::invalid_option(format!(
                 "`{}` is not a memory URL; write `memory://`",
+                crate::url::redact(url)
+            )));
+        };
+        // Nothing is ignored: the memory backend has no address and no
+        // parameters (it lives in this process).
+        if !rest.is_empty() && rest != "/" {
+            return Err(LockError::invalid_option(format!(
+                "`{}`: the memory backend takes no host or parameters (it lives in this process); write `memory://`",
                 crate::url::redact(url)
             )));
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use etcd_client::ConnectOptions;
 
-use crate::url::percent_decode;
+use crate::url::{options, percent_decode};
 use crate::LockError;
 
 /// The port etcd clients use when the URL names none.
@@ -122,12 +122,8 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                 ))
             }
             "domain" => config.domain = Some(value),
-            "timeout" => config.timeout = parse_timeout(&value).map_err(&bad)?,
-            other => {
-                return Err(bad(format!(
-                    "unknown option `{other}`; etcd URLs take `prefix`, `timeout`, and with etcds:// `ca` and `domain`"
-                )))
-            }
+            "timeout" => config.timeout = options::duration(name, &value).map_err(&bad)?,
+            other => return Err(bad(options::unknown(other, "etcd", options::ETCD, false))),
         }
     }
     if tls && config.ca.is_none() {
@@ -136,23 +132,6 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         ));
     }
     Ok(config)
-}
-
-/// `250ms`, `5s`, or a bare number of milliseconds.
-fn parse_timeout(value: &str) -> Result<Duration, String> {
-    let (digits, unit_ms) = if let Some(ms) = value.strip_suffix("ms") {
-        (ms, 1)
-    } else if let Some(s) = value.strip_suffix('s') {
-        (s, 1000)
-    } else {
-        (value, 1)
-    };
-    match digits.parse::<u64>() {
-        Ok(n) if n > 0 => Ok(Duration::from_millis(n.saturating_mul(unit_ms))),
-        _ => Err(format!(
-            "`timeout={value}` is not a positive duration; write e.g. `timeout=5s` or `timeout=500ms`"
-        )),
-    }
 }
 
 #[cfg(feature = "tls")]
@@ -238,7 +217,15 @@ mod tests {
             ("etcd://h:x", "not a port"),
             ("etcd://h,,g", "empty host"),
             ("etcd://h/some/path", "path"),
-            ("etcd://h?prefx=a", "unknown option `prefx`"),
+            (
+                "etcd://h?prefx=a",
+                "unknown parameter `prefx`; did you mean `prefix`?",
+            ),
+            ("etcd://h?timeout=5", "is not a duration"),
+            (
+                "etcd://h?session_timeout=5s",
+                "is a parameter of ZooKeeper URLs",
+            ),
             ("etcd://h?prefix=", "empty"),
             ("etcd://h?prefix=app/x", "`/`"),
             ("etcd://h?prefix=dlock-semaphores", "-semaphores"),

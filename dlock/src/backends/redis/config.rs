@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::url::{percent_decode, redact};
+use crate::url::{options, percent_decode, redact};
 use crate::LockError;
 
 /// What a Redis URL says, split into what dlock reads and what the `redis`
@@ -137,11 +137,8 @@ impl RedisOptions {
                     };
                 }
                 "replica_timeout" => {
-                    replica_timeout = Some(parse_duration(value).ok_or_else(|| {
-                        bad(&format!(
-                            "`replica_timeout={value}` is not a positive duration; write e.g. `replica_timeout=50ms` or `replica_timeout=1s`"
-                        ))
-                    })?);
+                    replica_timeout =
+                        Some(options::duration(name, value).map_err(|why| bad(&why))?);
                 }
                 "db" | "sentinel_user" | "sentinel_password" if sentinel => {
                     sentinel_query.take(name, value).map_err(|why| bad(&why))?;
@@ -151,36 +148,28 @@ impl RedisOptions {
                 }
                 "prefix" => prefix = crate::url::prefix::parse(value).map_err(|why| bad(&why))?,
                 "timeout_ms" => {
-                    let ms: u64 = value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
-                        bad(&format!(
-                            "`timeout_ms={value}` is not a positive number of milliseconds"
-                        ))
-                    })?;
-                    response_timeout = Duration::from_millis(ms);
+                    response_timeout =
+                        options::millis(name, value, false).map_err(|why| bad(&why))?;
                 }
                 "recheck_ms" => {
-                    let ms: u64 = value.parse().map_err(|_| {
-                        bad(&format!(
-                            "`recheck_ms={value}` is not a number of milliseconds (0 turns the re-check off)"
-                        ))
-                    })?;
-                    recheck = (ms > 0).then(|| Duration::from_millis(ms));
+                    let every = options::millis(name, value, true).map_err(|why| bad(&why))?;
+                    recheck = (!every.is_zero()).then_some(every);
                 }
                 _ if sentinel => {
                     // After a password, a "parameter" may be the rest of a
                     // password written with a raw `&`: not quoted.
-                    let what = if sentinel_query.password.is_some() {
-                        "a parameter after `sentinel_password` (percent-encode a `&` in a password)"
-                            .to_owned()
-                    } else {
-                        format!("`{name}`")
-                    };
-                    return Err(bad(&format!(
-                        "{what} is not a parameter of a sentinel URL; it takes db, sentinel_user, sentinel_password, prefix, timeout_ms, recheck_ms, replicas, replica_timeout, aof{}",
-                        if tls { " and ca" } else { "" }
-                    )));
+                    let after_password = sentinel_query.password.is_some();
+                    let why = options::unknown(
+                        name,
+                        "Redis Sentinel",
+                        options::REDIS_SENTINEL,
+                        after_password,
+                    );
+                    return Err(bad(&why));
                 }
-                _ => passed_on.push(pair),
+                // The `redis` crate's own: RESP2 or RESP3.
+                "protocol" => passed_on.push(pair),
+                _ => return Err(bad(&options::unknown(name, "Redis", options::REDIS, false))),
             }
         }
         if ca_file.is_some() && !tls {
@@ -254,19 +243,6 @@ fn parse_replicas(value: &str) -> Result<Replicas, String> {
     value.parse().map(Replicas::Exactly).map_err(|_| {
         format!("`replicas={value}` is neither `auto` nor a number of replicas (0 turns acknowledgement off)")
     })
-}
-
-/// A positive duration: `250ms`, `2s`, or a number of milliseconds.
-fn parse_duration(value: &str) -> Option<Duration> {
-    let (digits, unit_ms) = if let Some(ms) = value.strip_suffix("ms") {
-        (ms, 1)
-    } else if let Some(s) = value.strip_suffix('s') {
-        (s, 1000)
-    } else {
-        (value, 1)
-    };
-    let n: u64 = digits.parse().ok().filter(|n| *n > 0)?;
-    Some(Duration::from_millis(n.checked_mul(unit_ms)?))
 }
 
 /// A sentinel URL's own query parameters.
@@ -562,7 +538,7 @@ mod tests {
             ("redis+sentinel://:secret@h:1/mm?db=-1", "db=-1"),
             (
                 "redis+sentinel://:secret@h:1/mm?timeout=5",
-                "`timeout` is not a parameter",
+                "unknown parameter `timeout`; did you mean `timeout_ms`?",
             ),
             (
                 "redis+sentinel://:secret@h:1/mm?sentinel_password=%zz",

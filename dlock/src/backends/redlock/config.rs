@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::backends::redis::{MAX_TTL, REDIS_PORT};
+use crate::url::options;
 use crate::LockError;
 
 pub(super) fn check_count(n: usize, shown: &str) -> Result<(), LockError> {
@@ -39,20 +40,13 @@ pub(super) fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("node_timeout_ms", value)) => {
-                let ms: u64 = value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
-                    bad(&format!(
-                        "`node_timeout_ms={value}` is not a positive number of milliseconds"
-                    ))
-                })?;
-                node_timeout = Some(Duration::from_millis(ms));
+                let timeout =
+                    options::millis("node_timeout_ms", value, false).map_err(|why| bad(&why))?;
+                node_timeout = Some(timeout);
             }
             Some(("restart_quarantine_ms", value)) => {
-                let ms: u64 = value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
-                    bad(&format!(
-                        "`restart_quarantine_ms={value}` is not a positive number of milliseconds"
-                    ))
-                })?;
-                let quarantine = Duration::from_millis(ms);
+                let quarantine = options::millis("restart_quarantine_ms", value, false)
+                    .map_err(|why| bad(&why))?;
                 if quarantine > MAX_TTL {
                     return Err(bad(&format!(
                         "`restart_quarantine_ms={value}` is longer than the maximum of {MAX_TTL:?}; give the longest ttl in use"

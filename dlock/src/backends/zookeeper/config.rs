@@ -133,18 +133,13 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
             "session_timeout" => {
-                session_timeout = parse_duration(value)
-                    .and_then(|d| {
-                        if d > MAX_SESSION_TIMEOUT {
-                            Err(format!(
-                                "longer than ZooKeeper can carry ({} ms, about 24.8 days)",
-                                MAX_SESSION_TIMEOUT.as_millis()
-                            ))
-                        } else {
-                            Ok(d)
-                        }
-                    })
-                    .map_err(|e| bad(format!("session_timeout `{value}`: {e}")))?;
+                session_timeout = crate::url::options::duration(name, value).map_err(&bad)?;
+                if session_timeout > MAX_SESSION_TIMEOUT {
+                    return Err(bad(format!(
+                        "`session_timeout={value}` is longer than ZooKeeper can carry ({} ms, about 24.8 days)",
+                        MAX_SESSION_TIMEOUT.as_millis()
+                    )));
+                }
             }
             "prefix" => prefix = crate::url::prefix::parse(value).map_err(&bad)?,
             "acl" => {
@@ -185,8 +180,11 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                 ))
             }
             other => {
-                return Err(bad(format!(
-                    "unknown option `{other}`; the known options are `session_timeout` (e.g. `10s`), `prefix` (a node name), `acl` (`creator_read`, `creator` or `open`), and with zks:// `ca`, `cert` and `key`"
+                return Err(bad(crate::url::options::unknown(
+                    other,
+                    "ZooKeeper",
+                    crate::url::options::ZOOKEEPER,
+                    false,
                 )))
             }
         }
@@ -253,25 +251,6 @@ fn validate_chroot(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `10s`, `1500ms`, `2m`, or a bare number of milliseconds.
-fn parse_duration(value: &str) -> Result<Duration, String> {
-    let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let unit = &value[digits.len()..];
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| "not a duration; write e.g. `10s` or `1500ms`".to_owned())?;
-    let d = match unit {
-        "" | "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        other => return Err(format!("unknown unit `{other}`; use `ms`, `s` or `m`")),
-    };
-    if d.is_zero() {
-        return Err("must not be zero".into());
-    }
-    Ok(d)
-}
-
 /// Characters ZooKeeper rejects in a path (`PathUtils.validatePath`): C0 and
 /// C1 controls, DEL, the private-use block U+E000-U+F8FF, U+FFF0-U+FFFF, and
 /// every character above U+FFFF: the Java server sees those as a UTF-16
@@ -328,7 +307,7 @@ mod tests {
         assert_eq!(c.connect_string, "127.0.0.1:2181");
         assert_eq!(c.session_timeout, DEFAULT_SESSION_TIMEOUT);
         assert_eq!(c.prefix, "dlock");
-        let c = parse("zk://h:1/?session_timeout=1500").unwrap();
+        let c = parse("zk://h:1/?session_timeout=1500ms").unwrap();
         assert_eq!(c.connect_string, "h:1");
         assert_eq!(c.session_timeout, Duration::from_millis(1500));
     }
@@ -401,16 +380,14 @@ mod tests {
             ("zk://h:x", "not a port"),
             ("zk://h:1/a//b", "empty path component"),
             ("zk://h:1/a/", "must not end"),
-            ("zk://h:1?session_timeout=10h", "unknown unit"),
+            ("zk://h:1?session_timeout=10x", "is not a duration"),
+            ("zk://h:1?session_timeout=1500", "is not a duration"),
             ("zk://h:1?session_timeout=0s", "zero"),
             (
-                "zk://h:1?session_timeout=2147483648",
+                "zk://h:1?session_timeout=2147483648ms",
                 "longer than ZooKeeper can carry",
             ),
-            (
-                "zk://h:1?session_timeout=18446744073709551615s",
-                "longer than",
-            ),
+            ("zk://h:1?session_timeout=30days", "longer than"),
             (
                 "zk://h:1?session_timeout=99999999999999999999m",
                 "not a duration",
@@ -419,7 +396,9 @@ mod tests {
             ("zk://h:1?prefix=zookeeper", "keep for themselves"),
             ("zk://h:1?prefix=dlock-rw", "-rw"),
             ("zk://u:a/b@h:1", "percent-encode"),
-            ("zk://h:1?colour=red", "unknown option `colour`"),
+            ("zk://h:1?colour=red", "unknown parameter `colour`"),
+            ("zk://h:1?prefx=a", "did you mean `prefix`?"),
+            ("zk://h:1?timeout_ms=5", "is a parameter of Redis URLs"),
             ("zk://user@h:1", "password is missing"),
             ("zk://h:1?acl=creator", "need credentials"),
             ("zk://h:1?ca=/ca.pem", "only applies to TLS"),
