@@ -166,6 +166,9 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 ///   created may be left on the server except what expires by itself with the
 ///   ttl; etcd and ZooKeeper remove their queue entry in the background.
 /// - Transport failures are [`LockError::Backend`], never "not acquired".
+///   A wait that runs out is `Ok(None)`, never `Backend`, even when a
+///   request was in flight at that instant (drop it, and give back what it
+///   may have taken).
 /// - Every returned [`Lease::valid_until`] comes from [`lease_deadline`] (or a
 ///   stricter rule, as Redlock's validity) on the instant the request was sent.
 /// - The core lets the next local waiter for the key start its `acquire` as

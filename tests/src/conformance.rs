@@ -15,6 +15,7 @@ use dlock::{Lock, LockBackend, LockError, LockGuard};
 pub use crate::nesting::*;
 pub use crate::ordinary_code::*;
 use crate::overlap::OverlapDetector;
+pub use crate::short_waits::*;
 
 /// A lock service under test.
 #[async_trait::async_trait]
@@ -66,6 +67,7 @@ macro_rules! conformance_suite {
             cancelled_release_never_gives_two_holders,
             nested_keys_are_independent,
             a_backend_connected_on_an_idle_runtime_keeps_renewing,
+            short_waits_time_out_never_fail,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

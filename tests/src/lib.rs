@@ -25,4 +25,5 @@ pub mod segments;
 pub mod semaphore;
 pub mod servers;
 pub mod shared;
+pub mod short_waits;
 pub mod tls;
