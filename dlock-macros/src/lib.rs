@@ -22,8 +22,10 @@
 //! | `segments` | positive integer: take any free one of N segments `<key>#0`..`<key>#N-1` (`dlock::SegmentedLock`) | one plain lock |
 //! | `mode` | `"read"` / `"write"`: one side of a read-write lock on `key` (`dlock::RwLock`) | one plain lock |
 //!
-//! - **`key`**: `{name}` and `{name.field.sub}` name the function's
-//!   parameters (those bound to a plain name), `{self.field}` works in
+//! - **`key`**: `{name}` and `{name.field.sub}` name any binding of the
+//!   parameters' patterns: `id: u64`, `Path(id): Path<u64>`,
+//!   `Json(req): Json<PayRequest>` (then `{req.order_id}`), and tuple,
+//!   struct, nested, `ref` and `mut` bindings; `{self.field}` works in
 //!   methods with a `self` receiver; tuple fields are `{pair.0}`. Each
 //!   placeholder is rendered with `Display`. `{{` and `}}` are literal
 //!   braces. Placeholders are checked at compile time, and so is the fixed
@@ -133,10 +135,13 @@
 //! message lists them), a bad duration, an unknown argument (with the
 //! closest valid one), a function that is not `async`, a return type that
 //! cannot carry a `LockError`, two `&LockGuard` parameters. On an error the
-//! function is emitted unchanged, so the error is not followed by a cascade.
+//! function is emitted as its callers would see it (without the
+//! `&LockGuard` parameter, its body kept), so the error is not followed by a
+//! cascade at call sites or where a web framework checks it.
 #![forbid(unsafe_code)]
 
 mod args;
+mod bindings;
 mod error;
 mod expand;
 mod key;
