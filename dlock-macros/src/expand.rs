@@ -578,6 +578,10 @@ impl Lock<'_> {
         if let Some(backend) = &self.args.backend {
             options.extend(quote!(.backend(#backend)));
         }
+        if let Some(at_least) = &self.args.hold_at_least {
+            let at_least = duration(at_least.value, at_least.span);
+            options.extend(quote!(.hold_at_least(#at_least)));
+        }
         options
     }
 }

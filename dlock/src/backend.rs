@@ -251,6 +251,21 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// waiters. `Ok(false)` means it was no longer ours (expired or taken).
     async fn release(&self, lease: &Lease) -> Result<bool, LockError>;
 
+    /// Gives the lease back so that its key stays taken `remaining` more
+    /// (a lock's `hold_at_least`): if it is still ours, its expiry on the
+    /// server becomes `remaining` from now, instead of a delete, and no
+    /// release is announced (waiters wake at its expiry). `Ok(Some(false))`:
+    /// no longer ours. The default, `Ok(None)`, says the backend cannot;
+    /// the core then keeps the lease, renewed, and releases it at the time.
+    async fn release_after(
+        &self,
+        lease: &Lease,
+        remaining: Duration,
+    ) -> Result<Option<bool>, LockError> {
+        let _ = (lease, remaining);
+        Ok(None)
+    }
+
     /// The backend's semaphores, if it has them: itself, as a
     /// [`PermitBackend`]. The default is `None`: no semaphores.
     fn permits(&self) -> Option<&dyn PermitBackend> {

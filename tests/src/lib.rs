@@ -10,6 +10,7 @@ pub mod etcd_recipe;
 pub mod failover;
 pub mod fixtures;
 pub mod foreign;
+pub mod hold_at_least;
 pub mod holder;
 pub mod late_answer;
 pub mod multi;

@@ -801,6 +801,21 @@ impl LockBackend for RedisBackend {
         Ok(released == 1)
     }
 
+    async fn release_after(
+        &self,
+        lease: &Lease,
+        remaining: Duration,
+    ) -> Result<Option<bool>, LockError> {
+        let names = KeyNames::new(&self.options.prefix, &lease.key);
+        // At least a millisecond: `PEXPIRE 0` would delete without a
+        // release message.
+        let ms = millis(remaining).max(1);
+        let mut call = scripts::evalsha(&scripts::KEEP_FOR, 1);
+        call.arg(&names.lock).arg(&lease.token).arg(ms);
+        let kept: i64 = self.eval(&scripts::KEEP_FOR, &call).await?;
+        Ok(Some(kept == 1))
+    }
+
     fn permits(&self) -> Option<&dyn PermitBackend> {
         Some(self)
     }
