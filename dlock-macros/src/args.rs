@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key` or `keys`, `ttl`, `wait`, `backend`,
-//! `renew`, `on_lost`, `segments`, `mode`.
+//! `renew`, `on_lost`, `segments`, `mode`, `hold_at_least`.
 //!
 //! Parsing never stops at the first mistake: every argument is checked and
 //! all errors are returned together, each spanned on the token to fix.
@@ -16,7 +16,16 @@ use crate::error::Errors;
 
 /// Every argument the attribute accepts, in the order the docs list them.
 pub(crate) const VALID: &[&str] = &[
-    "key", "keys", "ttl", "wait", "backend", "renew", "on_lost", "segments", "mode",
+    "key",
+    "keys",
+    "ttl",
+    "wait",
+    "backend",
+    "renew",
+    "on_lost",
+    "segments",
+    "mode",
+    "hold_at_least",
 ];
 
 /// The shortest ttl `dlock` accepts (`dlock::MIN_TTL`). The macro only knows
@@ -46,6 +55,9 @@ pub(crate) struct Args {
     pub(crate) segments: Option<Located<usize>>,
     /// `mode = "read" | "write"`: one side of an `RwLock` instead of a `Lock`.
     pub(crate) mode: Option<Located<Mode>>,
+    /// `hold_at_least = "50s"`: the key stays taken that long after the
+    /// acquisition, even when the body ends sooner.
+    pub(crate) hold_at_least: Option<Located<Duration>>,
 }
 
 /// Which side of a read-write lock the body holds.
@@ -95,6 +107,7 @@ struct Builder {
     on_lost: Option<OnLost>,
     segments: Option<Located<usize>>,
     mode: Option<Located<Mode>>,
+    hold_at_least: Option<Located<Duration>>,
 }
 
 impl Args {
@@ -131,6 +144,12 @@ impl Args {
                         "`mode` with `keys`: a multi-key lock takes every key as a plain lock; remove `mode`, or take one `key` in read or write mode",
                     ));
                 }
+                if let (Some(_), Some(at_least)) = (&seen.keys_whole, &seen.hold_at_least) {
+                    errors.push(syn::Error::new(
+                        at_least.span,
+                        "`hold_at_least` with `keys`: a multi-key lock has no minimum hold; remove it, or lock one `key`",
+                    ));
+                }
                 if let (Some(_), Some(mode)) = (&seen.segments, &seen.mode) {
                     errors.push(syn::Error::new(
                         mode.span,
@@ -152,6 +171,7 @@ impl Args {
             on_lost: seen.on_lost.unwrap_or(OnLost::Cancel),
             segments: seen.segments,
             mode: seen.mode,
+            hold_at_least: seen.hold_at_least,
         }
     }
 }
@@ -215,6 +235,17 @@ impl Builder {
                 let lit = string(&name, value)?;
                 let wait = duration(&name, &lit)?;
                 set(&mut self.wait, wait, &name, &whole)
+            }
+            "hold_at_least" => {
+                let lit = string(&name, value)?;
+                let at_least = duration(&name, &lit)?;
+                if at_least.value > MAX_TTL {
+                    return Err(syn::Error::new_spanned(
+                        &lit,
+                        "`hold_at_least` is longer than dlock's maximum of 365 days (`dlock::MAX_TTL`)",
+                    ));
+                }
+                set(&mut self.hold_at_least, at_least, &name, &whole)
             }
             "backend" => {
                 let lit = string(&name, value)?;
@@ -312,6 +343,7 @@ fn example(name: &str) -> &'static str {
         "renew" => "renew = false",
         "segments" => "segments = 5",
         "mode" => "mode = \"read\"",
+        "hold_at_least" => "hold_at_least = \"50s\"",
         _ => "on_lost = \"continue\"",
     }
 }
@@ -570,7 +602,7 @@ mod tests {
         let e = err(quote!(key = "k", tll = "30s"));
         assert_eq!(
             e,
-            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, keys, ttl, wait, backend, renew, on_lost, segments, mode"
+            "unknown argument `tll`; did you mean `ttl`? valid arguments: key, keys, ttl, wait, backend, renew, on_lost, segments, mode, hold_at_least"
         );
         assert!(err(quote!(key = "k", onlost = "cancel")).contains("did you mean `on_lost`?"));
         let e = err(quote!(key = "k", colour = "red"));

@@ -16,21 +16,49 @@ use syn::{
 };
 
 use crate::args::{Args, Mode, OnLost};
+use crate::bindings::bound_names;
 use crate::error::Errors;
 use crate::key::{Scope, Template};
 
 /// The attribute's entry point: the expanded function, or the errors
-/// together with the function unchanged (so the user sees our error, not a
-/// cascade of "cannot find function" at every call site).
+/// together with the function as callers see it (see [`stand_in`]), so the
+/// user sees our error, not a cascade of "cannot find function" at every
+/// call site or "not a `Handler`" where it is routed.
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     match expand(args, &item) {
         Ok(expanded) => expanded,
         Err(errors) => {
             let mut output = errors.to_compile_error();
-            output.extend(item);
+            output.extend(stand_in(item));
             output
         }
     }
+}
+
+/// The function beside a compile error: its signature as the expansion
+/// would have it (the `&LockGuard` parameter removed: callers do not pass
+/// it, and axum would say it is no extractor), its body unchanged behind a
+/// `let guard: &LockGuard = unreachable!()`, so the body's own errors still
+/// show but none of ours repeats. Anything the macro cannot read is
+/// emitted as written.
+fn stand_in(item: TokenStream) -> TokenStream {
+    let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
+        return item;
+    };
+    let Ok(Some(guard)) = find_guard(&func.sig) else {
+        return item;
+    };
+    remove_param(&mut func.sig, &guard);
+    let pat = &guard.pat;
+    let guard_type = &guard.guard_type;
+    let stmts = &func.block.stmts;
+    *func.block = syn::parse_quote!({
+        let #pat: &#guard_type = ::core::unreachable!();
+        #(#stmts)*
+    });
+    func.attrs
+        .push(syn::parse_quote!(#[allow(unreachable_code, unused_variables, unused_mut)]));
+    func.into_token_stream()
 }
 
 fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
@@ -57,7 +85,7 @@ fn expand(args: TokenStream, item: &TokenStream) -> syn::Result<TokenStream> {
         errors.keep(guard.fits(multi));
     }
     if let Some(guard) = &guard {
-        let params = param_names(&func.sig, guard.as_ref().map(|g| g.index));
+        let params = bound_names(&func.sig, guard.as_ref().map(|g| g.index));
         let guard_name = guard
             .as_ref()
             .and_then(|g| g.name.as_ref())
@@ -379,22 +407,6 @@ fn guard_kind(ty: &Type) -> Option<bool> {
     }
 }
 
-/// Names of the parameters a key may use: the ones bound to a plain name.
-fn param_names(sig: &Signature, guard: Option<usize>) -> Vec<String> {
-    sig.inputs
-        .iter()
-        .enumerate()
-        .filter(|(index, _)| Some(*index) != guard)
-        .filter_map(|(_, input)| match input {
-            FnArg::Typed(arg) => match &*arg.pat {
-                Pat::Ident(ident) => Some(ident.ident.to_string()),
-                _ => None,
-            },
-            FnArg::Receiver(_) => None,
-        })
-        .collect()
-}
-
 /// Removes the guard parameter (and async-trait's lifetime for it, which
 /// the trait's own signature does not have).
 fn remove_param(sig: &mut Signature, guard: &GuardParam) {
@@ -565,6 +577,10 @@ impl Lock<'_> {
         }
         if let Some(backend) = &self.args.backend {
             options.extend(quote!(.backend(#backend)));
+        }
+        if let Some(at_least) = &self.args.hold_at_least {
+            let at_least = duration(at_least.value, at_least.span);
+            options.extend(quote!(.hold_at_least(#at_least)));
         }
         options
     }

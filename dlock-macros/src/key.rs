@@ -54,7 +54,7 @@ impl Placeholder {
 
 /// What a template may refer to.
 pub(crate) struct Scope<'a> {
-    /// Parameters bound to a plain name, in order.
+    /// The names the parameters' patterns bind, in order.
     pub(crate) params: &'a [String],
     /// The function has a `self` receiver.
     pub(crate) has_receiver: bool,
@@ -314,7 +314,7 @@ fn check_placeholder(placeholder: &Placeholder, scope: &Scope) -> Result<(), Str
         ));
     }
     let mut message = format!(
-        "no parameter named `{}`; {}",
+        "no parameter binds `{}`; {}",
         placeholder.root,
         list_params(scope.params)
     );
@@ -328,10 +328,10 @@ fn check_placeholder(placeholder: &Placeholder, scope: &Scope) -> Result<(), Str
 
 fn list_params(params: &[String]) -> String {
     if params.is_empty() {
-        return "the function has no parameters to build the key from".into();
+        return "the function's parameters bind no names to build the key from".into();
     }
     let names: Vec<String> = params.iter().map(|p| format!("`{p}`")).collect();
-    format!("the parameters are: {}", names.join(", "))
+    format!("the parameters bind: {}", names.join(", "))
 }
 
 #[cfg(test)]
@@ -425,11 +425,11 @@ mod tests {
         assert!(check("{self.tenant}:{id}", &["id"], true).is_ok());
         assert_eq!(
             check("order:{x}", &["id", "user"], false).unwrap_err(),
-            "no parameter named `x`; the parameters are: `id`, `user`"
+            "no parameter binds `x`; the parameters bind: `id`, `user`"
         );
         assert_eq!(
             check("{x}", &[], false).unwrap_err(),
-            "no parameter named `x`; the function has no parameters to build the key from"
+            "no parameter binds `x`; the function's parameters bind no names to build the key from"
         );
         assert!(check("{tenant}", &[], true)
             .unwrap_err()

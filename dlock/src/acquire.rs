@@ -225,6 +225,7 @@ pub(crate) async fn take(
         turn,
         label: options.label(),
         observed,
+        hold_at_least: options.hold_at_least,
     });
     local.watchdog.register(&shared);
     Ok(Some(LockGuard::outer(shared, local.watchdog.clone())))

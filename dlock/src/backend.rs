@@ -167,6 +167,9 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 ///   created may be left on the server except what expires by itself with the
 ///   ttl; etcd and ZooKeeper remove their queue entry in the background.
 /// - Transport failures are [`LockError::Backend`], never "not acquired".
+///   A wait that runs out is `Ok(None)`, never `Backend`, even when a
+///   request was in flight at that instant (drop it, and give back what it
+///   may have taken).
 /// - Every returned [`Lease::valid_until`] comes from [`lease_deadline`] (or a
 ///   stricter rule, as Redlock's validity) on the instant the request was sent.
 /// - The core lets the next local waiter for the key start its `acquire` as
@@ -248,6 +251,21 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Gives the lease back if it is still ours (compare-and-delete) and wakes
     /// waiters. `Ok(false)` means it was no longer ours (expired or taken).
     async fn release(&self, lease: &Lease) -> Result<bool, LockError>;
+
+    /// Gives the lease back so that its key stays taken `remaining` more
+    /// (a lock's `hold_at_least`): if it is still ours, its expiry on the
+    /// server becomes `remaining` from now, instead of a delete, and no
+    /// release is announced (waiters wake at its expiry). `Ok(Some(false))`:
+    /// no longer ours. The default, `Ok(None)`, says the backend cannot;
+    /// the core then keeps the lease, renewed, and releases it at the time.
+    async fn release_after(
+        &self,
+        lease: &Lease,
+        remaining: Duration,
+    ) -> Result<Option<bool>, LockError> {
+        let _ = (lease, remaining);
+        Ok(None)
+    }
 
     /// The backend's semaphores, if it has them: itself, as a
     /// [`PermitBackend`]. The default is `None`: no semaphores.

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
@@ -68,6 +68,9 @@ pub(crate) struct LeaseShared {
     turns: Mutex<Vec<Turn>>,
     /// What operators see of the hold: its backend label, kind and start.
     holding: Holding,
+    /// `hold_at_least` after the acquisition: a release before then keeps
+    /// the key taken until then.
+    hold_until: Option<Instant>,
 }
 
 impl fmt::Debug for LeaseShared {
@@ -96,6 +99,8 @@ pub(crate) struct NewLease {
     pub(crate) label: Arc<str>,
     /// The `kind` label: a lock, a segment or a permit.
     pub(crate) observed: observe::Kind,
+    /// The lock's `hold_at_least`.
+    pub(crate) hold_at_least: Option<Duration>,
 }
 
 impl LeaseShared {
@@ -119,6 +124,9 @@ impl LeaseShared {
             runtime: Handle::current(),
             turns: Mutex::new(vec![parts.turn]),
             holding: Holding::begin(parts.label, parts.observed),
+            hold_until: parts
+                .hold_at_least
+                .map(|at_least| crate::deadline::saturating_add(Instant::now(), at_least)),
         })
     }
 
@@ -229,8 +237,84 @@ impl LeaseShared {
         result
     }
 
-    /// The release itself, handing the turn on after its first poll.
+    /// The release itself, handing the turn on after its first poll; before
+    /// `hold_until`, [`release_later`](Self::release_later).
     async fn send_release(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
+        let now = Instant::now();
+        match self.hold_until {
+            Some(until) if was_held && now < until => self.release_later(until).await,
+            _ => self.release_now(was_held).await,
+        }
+    }
+
+    /// A release before `hold_until`: the key stays taken until then. A lock
+    /// on a backend that can (Redis, Redlock) is left to expire on the
+    /// server at that time ([`LockBackend::release_after`]), which holds
+    /// even if this process dies; anything else stays held here, renewed,
+    /// and is released at that time by a task on dlock's background
+    /// runtime, this process's turn on the key kept until then.
+    async fn release_later(self: Arc<Self>, until: Instant) -> Result<(), LockError> {
+        if matches!(self.kind, LeaseKind::Lock) {
+            let lease = self.lock_state().lease.clone();
+            let remaining = until.saturating_duration_since(Instant::now());
+            if let Some(kept) = self.backend.release_after(&lease, remaining).await? {
+                tracing::debug!(key = %self.key, ?remaining, kept, "released, kept on the server for hold_at_least");
+                // Local waiters go to the server, which answers with the
+                // time left, and wake at the expiry.
+                self.give_up_turns();
+                return if kept {
+                    Ok(())
+                } else {
+                    Err(LockError::NotHeld {
+                        key: self.key.clone(),
+                    })
+                };
+            }
+        }
+        tracing::debug!(key = %self.key, remaining = ?until.saturating_duration_since(Instant::now()), "release deferred for hold_at_least");
+        crate::background::spawn(async move {
+            self.keep_until(until).await;
+            report_background(self.release_now(true).await);
+        });
+        Ok(())
+    }
+
+    /// Keeps a released lease alive until `until` (renewing it, if its
+    /// renewal is on, every ttl/3), or until the server says it is gone.
+    async fn keep_until(&self, until: Instant) {
+        loop {
+            let (lease, valid_until) = {
+                let state = self.lock_state();
+                (state.lease.clone(), state.lease.valid_until)
+            };
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            if !self.renew || valid_until >= until {
+                tokio::time::sleep_until(until.into()).await;
+                return;
+            }
+            let next = crate::deadline::saturating_add(now, lease.ttl / 3).min(until);
+            tokio::time::sleep_until(next.into()).await;
+            if Instant::now() >= until {
+                return;
+            }
+            let answer = renew_on(&*self.backend, self.kind, std::slice::from_ref(&lease)).await;
+            match answer.into_iter().next() {
+                Some(Ok(Renewal::Renewed { valid_until })) => {
+                    self.lock_state().lease.valid_until = valid_until;
+                }
+                // Unknown: try again at the next third, while it lasts.
+                Some(Err(_)) if Instant::now() < valid_until => {}
+                // Gone, or lapsed: the release says so (NotHeld, not logged).
+                _ => return,
+            }
+        }
+    }
+
+    /// The compare-and-delete, handing the turn on after its first poll.
+    async fn release_now(self: Arc<Self>, was_held: bool) -> Result<(), LockError> {
         let lease = self.lock_state().lease.clone();
         let mut release = std::pin::pin!(release_on(&*self.backend, self.kind, &lease));
         let mut first_poll = true;

@@ -36,6 +36,8 @@
 #![warn(missing_docs)]
 
 mod acquire;
+#[cfg(feature = "axum")]
+mod axum;
 pub mod backend;
 pub mod backends;
 mod background;
@@ -70,6 +72,22 @@ pub mod __private;
 
 pub use async_trait::async_trait;
 pub use backend::LockBackend;
+/// ```
+/// use dlock::{distributed_lock, LockError, LockGuard};
+///
+/// #[distributed_lock(key = "order:{id}", ttl = "30s", wait = "5s")]
+/// async fn pay(id: u64, guard: &LockGuard) -> Result<u64, LockError> {
+///     // Only one caller in the whole fleet runs this for a given `id` at a time.
+///     Ok(guard.fencing_token().unwrap_or(0))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), LockError> {
+/// dlock::registry().set_default(dlock::connect("memory://").await?);
+/// let fence = pay(42).await?; // callers do not pass the guard
+/// assert!(fence > 0);
+/// # Ok(()) }
+/// ```
+#[doc(inline)]
 pub use dlock_macros::distributed_lock;
 pub use error::LockError;
 pub use guard::LockGuard;

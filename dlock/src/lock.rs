@@ -5,7 +5,7 @@ use std::fmt;
 use crate::acquire::{self, lock_within};
 use crate::guard::LockGuard;
 use crate::observe::Kind;
-use crate::options::{lease_option_setters, LeaseOptions};
+use crate::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
 use crate::LockError;
 
 /// A distributed lock: a key and the options to take it with.
@@ -65,6 +65,27 @@ a wait too long to end (`Duration::MAX`) means no limit.",
         renew: "Renewal by the watchdog (on by default). Off: the lease ends after
     the ttl whatever the holder is doing, and `lost()` fires then.",
     }
+
+    hold_at_least_setter!(
+        "```
+use dlock::Lock;
+use std::time::Duration;
+
+# #[tokio::main(flavor = \"current_thread\")] async fn main() -> Result<(), dlock::LockError> {
+let backend = dlock::connect(\"memory://\").await?;
+// The nightly report: whichever replica runs it first, the others skip
+// this tick even if the report takes a second.
+let lock = Lock::new(\"report:nightly\")
+    .with_backend(backend)
+    .wait(Duration::ZERO)
+    .hold_at_least(Duration::from_secs(50));
+let guard = lock.acquire().await?;
+// ... the report, in less than 50 s ...
+guard.release().await?;
+assert!(lock.try_acquire().await?.is_none(), \"still taken for this tick\");
+# Ok(()) }
+```"
+    );
 
     /// The lock key.
     pub fn key(&self) -> &str {

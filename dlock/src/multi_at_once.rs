@@ -138,6 +138,7 @@ pub(crate) async fn take_all(
                     turn,
                     label: label.clone(),
                     observed: Kind::Lock,
+                    hold_at_least: options.hold_at_least,
                 });
                 local.watchdog.register(&shared);
                 let guard = LockGuard::outer(shared, local.watchdog.clone());

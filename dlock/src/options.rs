@@ -19,6 +19,9 @@ pub(crate) struct LeaseOptions {
     pub(crate) wait: Option<Duration>,
     pub(crate) renew: bool,
     pub(crate) backend: BackendChoice,
+    /// The key stays taken at least this long after the acquisition, even
+    /// when released sooner (`hold_at_least`).
+    pub(crate) hold_at_least: Option<Duration>,
 }
 
 #[derive(Clone)]
@@ -50,6 +53,7 @@ impl fmt::Debug for LeaseOptions {
             .field("ttl", &self.ttl)
             .field("wait", &self.wait)
             .field("renew", &self.renew)
+            .field("hold_at_least", &self.hold_at_least)
             .field("backend", &backend)
             .finish()
     }
@@ -64,6 +68,7 @@ impl LeaseOptions {
             wait: None,
             renew: true,
             backend: BackendChoice::Default,
+            hold_at_least: None,
         }
     }
 
@@ -99,6 +104,16 @@ impl LeaseOptions {
             return Err(LockError::invalid_option(format!(
                 "ttl {:?} for lock `{}` is longer than the maximum of {MAX_TTL:?} (365 days, dlock::MAX_TTL); with renewal on, a 30 s ttl already keeps the lock for as long as the guard lives",
                 self.ttl, self.key
+            )));
+        }
+        if self
+            .hold_at_least
+            .is_some_and(|at_least| at_least > MAX_TTL)
+        {
+            return Err(LockError::invalid_option(format!(
+                "hold_at_least {:?} for lock `{}` is longer than the maximum of {MAX_TTL:?} (dlock::MAX_TTL)",
+                self.hold_at_least.unwrap_or_default(),
+                self.key
             )));
         }
         match &self.backend {
@@ -146,3 +161,34 @@ macro_rules! lease_option_setters {
     };
 }
 pub(crate) use lease_option_setters;
+
+/// The `hold_at_least` setter of a type with a `options: LeaseOptions`
+/// field (locks, segmented locks, read-write locks: what a scheduled job
+/// takes); `$example` is its doc example.
+macro_rules! hold_at_least_setter {
+    ($example:expr) => {
+        /// Keeps the key taken at least `at_least` after the acquisition,
+        /// even when the guard is released (or dropped) sooner: the
+        /// `lockAtLeastFor` of a job that replicas run on a schedule, so a
+        /// replica whose tick comes a little later finds the key still
+        /// taken and skips the run, instead of running it again.
+        ///
+        /// - Redis and Redlock: the release sets the key's expiry to the
+        ///   time left (a compare-and-set of its `PEXPIRE`, token checked)
+        ///   instead of deleting it; the server keeps it, even if this
+        ///   process crashes, and waiters are woken by its expiry.
+        /// - memory, etcd, ZooKeeper: the release is deferred to that time,
+        ///   on dlock's background runtime, the lease renewed until then.
+        ///   A crash frees the key at the lease's expiry (etcd's lease, a
+        ///   ZooKeeper session), which may be sooner.
+        /// - A release after that time is an ordinary release. Default:
+        ///   none. Longer than `MAX_TTL` is `InvalidOption`.
+        ///
+        #[doc = $example]
+        pub fn hold_at_least(mut self, at_least: std::time::Duration) -> Self {
+            self.options.hold_at_least = Some(at_least);
+            self
+        }
+    };
+}
+pub(crate) use hold_at_least_setter;

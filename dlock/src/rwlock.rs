@@ -7,7 +7,7 @@ use crate::acquire::{self, rw_within};
 use crate::backend::RwMode;
 use crate::guard::LockGuard;
 use crate::observe::Kind;
-use crate::options::{lease_option_setters, LeaseOptions};
+use crate::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
 use crate::LockError;
 
 /// A distributed read-write lock: any number of readers, or one writer.
@@ -98,6 +98,23 @@ wait. `Duration::ZERO` makes one attempt and fails with
         renew: "Renewal by the watchdog (on by default). Off: each lease ends after
     the ttl whatever the holder is doing, and `lost()` fires then.",
     }
+
+    hold_at_least_setter!(
+        "```
+use dlock::RwLock;
+use std::time::Duration;
+
+# #[tokio::main(flavor = \"current_thread\")] async fn main() -> Result<(), dlock::LockError> {
+let backend = dlock::connect(\"memory://\").await?;
+// The nightly report: whichever replica runs it first, the others skip
+// this tick even if the report takes a second.
+let lock = RwLock::new(\"report:nightly\")
+    .with_backend(backend)
+    .wait(Duration::ZERO)
+    .hold_at_least(Duration::from_secs(50));
+# Ok(()) }
+```"
+    );
 
     /// The lock key.
     pub fn key(&self) -> &str {

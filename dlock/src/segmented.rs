@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::acquire::{self, held_here, lock_within};
 use crate::observe::Kind;
-use crate::options::{lease_option_setters, LeaseOptions};
+use crate::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
 use crate::{deadline, local, LockError, LockGuard};
 
 /// A lock on one resource split into `segments` parts, each guarded by its
@@ -103,6 +103,23 @@ impl SegmentedLock {
 [`LockError::Busy`].",
         renew: "Renewal by the watchdog (on by default; see [`Lock::renew`](crate::Lock::renew)).",
     }
+
+    hold_at_least_setter!(
+        "```
+use dlock::SegmentedLock;
+use std::time::Duration;
+
+# #[tokio::main(flavor = \"current_thread\")] async fn main() -> Result<(), dlock::LockError> {
+let backend = dlock::connect(\"memory://\").await?;
+// The nightly report: whichever replica runs it first, the others skip
+// this tick even if the report takes a second.
+let lock = SegmentedLock::new(\"report:nightly\", 4)
+    .with_backend(backend)
+    .wait(Duration::ZERO)
+    .hold_at_least(Duration::from_secs(50));
+# Ok(()) }
+```"
+    );
 
     /// The key the segments are named after.
     pub fn key(&self) -> &str {

@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 
 use dlock::{Lock, LockBackend, LockError, LockGuard};
 
+pub use crate::hold_at_least::*;
 pub use crate::keys::*;
 pub use crate::nesting::*;
 pub use crate::ordinary_code::*;
 use crate::overlap::OverlapDetector;
+pub use crate::short_waits::*;
 
 /// A lock service under test.
 #[async_trait::async_trait]
@@ -68,6 +70,8 @@ macro_rules! conformance_suite {
             nested_keys_are_independent,
             a_backend_connected_on_an_idle_runtime_keeps_renewing,
             every_valid_key_round_trips,
+            short_waits_time_out_never_fail,
+            hold_at_least_runs_once_per_tick,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

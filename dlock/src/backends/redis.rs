@@ -581,24 +581,22 @@ impl RedisBackend {
         answer.map_err(|e| self.error(e))
     }
 
-    /// Bounds one request by the caller's deadline. Running out of time
-    /// inside a request is the service's silence, not a busy lock: we never
-    /// learned whether the key was free.
+    /// Bounds one request by the caller's deadline: when the wait runs out
+    /// with the request in flight, the answer is `ran_out` (a "held" that
+    /// ends the wait, so the caller gets `Timeout`), not an error. The
+    /// server did not fail; the caller's time ended. The request is
+    /// dropped, and what it may have taken is given back by its own
+    /// release-if-dropped guard (`unfinished.rs`). An outage still shows:
+    /// a request that fails before the deadline is `Backend`.
     async fn within<T>(
         &self,
         deadline: Option<Instant>,
         request: impl std::future::Future<Output = Result<T, LockError>>,
+        ran_out: T,
     ) -> Result<T, LockError> {
-        match deadline {
-            None => request.await,
-            Some(d) => tokio::time::timeout_at(d.into(), request)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(LockError::backend(
-                        self.options.shown.clone(),
-                        "no answer before the wait ran out",
-                    ))
-                }),
+        match crate::deadline::until(deadline, request).await {
+            Some(answer) => answer,
+            None => Ok(ran_out),
         }
     }
 
@@ -773,7 +771,11 @@ impl LockBackend for RedisBackend {
         // A key without expiry: retry after the ttl we ask for.
         let ask = || {
             self.wait_for_release(&names.channel, Some(&names.lock), deadline, req.ttl, || {
-                self.within(deadline, self.attempt_or_release(req, &names))
+                self.within(
+                    deadline,
+                    self.attempt_or_release(req, &names),
+                    Attempt::Held(Some(Duration::ZERO)),
+                )
             })
         };
         let undo = |granted: Option<Lease>| async move {
@@ -796,6 +798,21 @@ impl LockBackend for RedisBackend {
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
         let answer = self.release_lock(lease).await;
         answer.map_err(|e| self.name_refusal(e, About::Lock(&lease.key)))
+    }
+
+    async fn release_after(
+        &self,
+        lease: &Lease,
+        remaining: Duration,
+    ) -> Result<Option<bool>, LockError> {
+        let names = KeyNames::new(&self.options.prefix, &lease.key);
+        // At least a millisecond: `PEXPIRE 0` would delete without a
+        // release message.
+        let ms = millis(remaining).max(1);
+        let mut call = scripts::evalsha(&scripts::KEEP_FOR, 1);
+        call.arg(&names.lock).arg(&lease.token).arg(ms);
+        let kept: i64 = self.eval(&scripts::KEEP_FOR, &call).await?;
+        Ok(Some(kept == 1))
     }
 
     fn permits(&self) -> Option<&dyn PermitBackend> {

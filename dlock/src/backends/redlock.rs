@@ -687,6 +687,36 @@ impl LockBackend for RedlockBackend {
             })
         }
     }
+
+    /// Each master keeps its key until `remaining` from now (the
+    /// single-server script); kept where a quorum kept it, so no other
+    /// client can win a quorum before then.
+    async fn release_after(
+        &self,
+        lease: &Lease,
+        remaining: Duration,
+    ) -> Result<Option<bool>, LockError> {
+        let timeout = self.node_timeout_for(lease.ttl).max(RELEASE_TIMEOUT);
+        let answers = self.nodes.iter().map(|node| async move {
+            match tokio::time::timeout(timeout, node.release_after(lease, remaining)).await {
+                Ok(Ok(kept)) => Some(kept == Some(true)),
+                _ => None,
+            }
+        });
+        let answers = futures_util::future::join_all(answers).await;
+        let kept = answers.iter().filter(|a| **a == Some(true)).count();
+        let answered = answers.iter().filter(|a| a.is_some()).count();
+        if kept >= self.quorum {
+            Ok(Some(true))
+        } else if answered >= self.quorum {
+            Ok(Some(false))
+        } else {
+            Err(LockError::Quorum {
+                reached: answered,
+                needed: self.quorum,
+            })
+        }
+    }
 }
 
 #[cfg(test)]

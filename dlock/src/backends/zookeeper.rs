@@ -263,6 +263,11 @@ use crate::{deadline, LockError};
 /// session).
 const CLEANUP_WAIT: Duration = Duration::from_secs(2);
 
+/// A session still opening after this long when the wait runs out means
+/// ZooKeeper is not answering (`Backend`); sooner, the wait was just short
+/// (`Timeout`). The same line as etcd's `STALLED`.
+const SESSION_STALLED: Duration = Duration::from_secs(1);
+
 /// A lock service on a ZooKeeper ensemble.
 ///
 /// One backend holds one ZooKeeper session at a time; every guard acquired
@@ -643,13 +648,22 @@ impl ZooKeeperBackend {
         let mut started_over = false;
         let (session, mut cleanup, waited) = loop {
             let opened = async { self.session().await };
+            let opening = Instant::now();
             let session = match deadline {
                 Some(d) => match tokio::time::timeout_at(d.into(), opened).await {
                     Ok(c) => c?,
+                    // A short wait that ends while a session opens is a
+                    // timeout (the caller's time ran out, not the server);
+                    // a session that took a second or more without an
+                    // answer is a server that does not answer.
+                    Err(_) if opening.elapsed() < SESSION_STALLED => return Ok(None),
                     Err(_) => {
                         return Err(LockError::backend(
                             self.shown.clone(),
-                            "could not open a ZooKeeper session before the wait ran out",
+                            format!(
+                                "could not open a ZooKeeper session in {:?}, when the wait ran out",
+                                opening.elapsed()
+                            ),
                         ))
                     }
                 },

@@ -9,7 +9,7 @@
 //! and tries again when any is released, when the key in the way expires,
 //! or when a re-check finds it gone (`subscriber/waiting.rs`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
@@ -176,7 +176,14 @@ impl RedisBackend {
         };
         let waited = self
             .wait_on_keys(&watched, deadline, pace, || {
-                self.within(deadline, self.attempt_all(reqs, names))
+                self.within(
+                    deadline,
+                    self.attempt_all(reqs, names),
+                    Try::Held {
+                        on: None,
+                        left: Some(Duration::ZERO),
+                    },
+                )
             })
             .await?;
         Ok(match waited {

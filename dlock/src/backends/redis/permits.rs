@@ -152,7 +152,11 @@ impl RedisBackend {
         let names = PermitNames::new(&self.options.prefix, &req.name).in_db(self.db);
         // No re-check: a semaphore's waiters wake on releases and expiries.
         self.wait_for_release(&names.channel, None, deadline, req.ttl, || {
-            self.within(deadline, self.attempt_permit(req, &names))
+            self.within(
+                deadline,
+                self.attempt_permit(req, &names),
+                Attempt::Held(Some(Duration::ZERO)),
+            )
         })
         .await
     }

@@ -311,13 +311,21 @@ impl RedisBackend {
     ) -> Result<Option<Lease>, LockError> {
         let mut abandon = AbandonIfDropped::arm(self, names, &req.token);
         let lease = self.wait_rw(req, names, deadline).await?;
-        if lease.is_none() && req.mode == RwMode::Write {
-            // The wait ran out: take the mark away now, so that readers
-            // come in at once. If that fails, the armed guard tries again.
-            if let Err(e) = self.abandon_rw(names, &req.token).await {
-                tracing::debug!(key = %req.key, error = %e, "could not remove a waiting writer's mark");
-                return Ok(None);
+        if lease.is_none() {
+            // The wait ran out. A writer takes its mark away now, so that
+            // readers come in at once; if that fails, the armed guard tries
+            // again. A reader's last try may have been cut off at the
+            // deadline with its grant on the way: the armed guard takes
+            // away whatever the token holds, in the background.
+            if req.mode == RwMode::Write {
+                match self.abandon_rw(names, &req.token).await {
+                    Ok(()) => abandon.disarm(),
+                    Err(e) => {
+                        tracing::debug!(key = %req.key, error = %e, "could not remove a waiting writer's mark");
+                    }
+                }
             }
+            return Ok(None);
         }
         abandon.disarm();
         Ok(lease)

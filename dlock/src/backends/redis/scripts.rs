@@ -113,6 +113,23 @@ return 0
     )
 });
 
+/// A release that keeps the key for a minimum time (`hold_at_least`): if
+/// the token still holds the key, its expiry becomes ARGV[2] ms from now
+/// (a compare-and-set of the expiry, not a delete), and nothing is
+/// published: waiters wake at the expiry (keyspace `expired` events, or
+/// the holder's time left that every refused try answers).
+pub(crate) static KEEP_FOR: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+",
+    )
+});
+
 /// [`ACQUIRE`] on a Redlock master that guards against its own restart
 /// (`RedlockBackend::restart_quarantine`). KEYS[3] is the master's boot
 /// marker, a key without expiry holding the server time (ms) until which

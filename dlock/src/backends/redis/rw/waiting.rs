@@ -2,7 +2,7 @@
 //! on the lock's one release channel and its three keys, plus a waiting
 //! writer's mark refresh.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{mark_ttl, Blocker, RedisBackend, RwAttempt, RwNames};
 use crate::backend::{Lease, RwMode, RwRequest};
@@ -49,7 +49,14 @@ impl RedisBackend {
         let waited = self
             .wait_on_keys(&watched, deadline, pace, || async move {
                 let tried = self
-                    .within(deadline, self.attempt_rw(req, names, writer))
+                    .within(
+                        deadline,
+                        self.attempt_rw(req, names, writer),
+                        RwAttempt::Blocked {
+                            left: Some(Duration::ZERO),
+                            by: Blocker::Writer,
+                        },
+                    )
                     .await?;
                 Ok(match tried {
                     RwAttempt::Acquired(lease) => Try::Done(lease),

@@ -98,8 +98,14 @@ impl RedisBackend {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Try<T>, LockError>>,
     {
-        if let Try::Done(done) = attempt().await? {
-            return Ok(Ok(done));
+        let first_on = match attempt().await? {
+            Try::Done(done) => return Ok(Ok(done)),
+            Try::Held { on, .. } => on,
+        };
+        // Out of time already (the first try was cut off at the deadline):
+        // no subscription, no second try.
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Ok(Err(first_on));
         }
         let mut channels: Vec<String> = Vec::with_capacity(2 * watched.len());
         for one in watched {
