@@ -12,6 +12,7 @@ use crate::LockError;
 
 mod all_keys;
 mod permits;
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) mod refusal;
 mod rw;
 pub use all_keys::{AllKeysBackend, AllOrNone};

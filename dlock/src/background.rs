@@ -68,6 +68,7 @@ where
 /// Whether the running code is on dlock's background runtime (its thread
 /// is the only one that runs it): there, work meant for that runtime can
 /// run in place.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) fn is_current() -> bool {
     ON_BACKGROUND.get()
 }
@@ -81,6 +82,7 @@ pub(crate) fn is_current() -> bool {
 /// - A panic in `task` is resumed in the caller.
 /// - Dropping the returned future aborts `task` (it stops at its next
 ///   `.await`), as dropping `task` itself would.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) async fn run<F>(task: F) -> F::Output
 where
     F: Future + Send + 'static,
@@ -104,8 +106,10 @@ where
 }
 
 /// Aborts the task when the future waiting for it is dropped.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();

@@ -145,6 +145,7 @@ use crate::backend::{
 };
 use crate::LockError;
 
+#[cfg(feature = "redlock")]
 pub(crate) use self::config::REDIS_PORT;
 /// The longest ttl: dlock's own [`MAX_TTL`], checked here
 /// too for callers of the backend trait itself. Below it everything the

@@ -134,6 +134,7 @@ pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
     }
 }
 
+#[cfg(feature = "redis")]
 /// A `…_ms` parameter: a number of milliseconds; `zero` says whether 0 is
 /// allowed (it turns something off).
 pub(crate) fn millis(name: &str, value: &str, zero: bool) -> Result<Duration, String> {

@@ -119,6 +119,7 @@ pub(crate) struct HostPort {
 impl HostPort {
     /// The host without an IPv6 address's brackets, for clients that take
     /// the address alone.
+    #[cfg(feature = "redis")]
     pub(crate) fn bare_host(&self) -> &str {
         self.host.trim_start_matches('[').trim_end_matches(']')
     }
