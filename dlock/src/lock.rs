@@ -66,6 +66,11 @@ a wait too long to end (`Duration::MAX`) means no limit.",
     the ttl whatever the holder is doing, and `lost()` fires then.",
     }
 
+    /// The options, for the operations of other modules.
+    pub(crate) fn options(&self) -> &LeaseOptions {
+        &self.options
+    }
+
     /// The lock key.
     pub fn key(&self) -> &str {
         &self.options.key

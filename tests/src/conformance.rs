@@ -14,6 +14,7 @@ use dlock::{Lock, LockBackend, LockError, LockGuard};
 
 pub use crate::keys::*;
 pub use crate::nesting::*;
+pub use crate::operations::*;
 pub use crate::ordinary_code::*;
 use crate::overlap::OverlapDetector;
 
@@ -68,6 +69,9 @@ macro_rules! conformance_suite {
             nested_keys_are_independent,
             a_backend_connected_on_an_idle_runtime_keeps_renewing,
             every_valid_key_round_trips,
+            inspect_shows_the_holder,
+            force_release_evicts_the_holder,
+            extend_lengthens_a_hard_lease,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -22,7 +22,7 @@ use crate::LockError;
 /// - Optional: `+config|get` lets dlock see whether the server sends
 ///   keyspace notifications, and `&__keyspace@<db>__:<prefix>:*` lets it
 ///   subscribe to them; without them waiters re-check instead.
-pub const ACL_COMMANDS: &str = "+ping +evalsha +script|load +get +set +del +exists +pttl +pexpire +pexpireat +time +zadd +zrem +zrange +zscore +zcard +zremrangebyscore +publish +subscribe +unsubscribe +info +wait";
+pub const ACL_COMMANDS: &str = "+ping +evalsha +script|load +get +mget +set +del +exists +pttl +pexpire +pexpireat +time +zadd +zrem +zrange +zscore +zcard +zremrangebyscore +publish +subscribe +unsubscribe +info +wait";
 
 /// What a request was about: the lock, semaphore or read-write lock name.
 #[derive(Clone, Copy)]
