@@ -170,13 +170,13 @@ async fn operation<T>(
 }
 
 #[cfg(feature = "metrics")]
-fn count(op: &'static str, backend: &str, outcome: &'static str) {
+pub(crate) fn count(op: &'static str, backend: &str, outcome: &'static str) {
     metrics::counter!("dlock_operations_total", "backend" => backend.to_owned(), "op" => op, "outcome" => outcome)
         .increment(1);
 }
 
 #[cfg(not(feature = "metrics"))]
-fn count(_: &'static str, _: &str, _: &'static str) {}
+pub(crate) fn count(_: &'static str, _: &str, _: &'static str) {}
 
 impl Lock {
     /// Who holds the key now, without taking it: `None` when it is free.
