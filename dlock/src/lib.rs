@@ -39,6 +39,7 @@ mod acquire;
 pub mod backend;
 pub mod backends;
 mod background;
+mod blocking;
 mod deadline;
 mod error;
 mod guard;
