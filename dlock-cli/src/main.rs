@@ -9,8 +9,8 @@
 //! | 75 (`--conflict-exit-code`) | `run`: the lock was held (`--wait` ran out); the command did not run |
 //! | 76 | `run`: the lease was lost while the command ran; it got SIGTERM (SIGKILL after `--grace`) |
 //! | 0 / 1 | `inspect`: held / free; `release --force`: freed / was free |
-//! | 69 | the service failed or refused (connection, permissions, an operation the backend lacks) |
-//! | 64 | a bad URL, key or option |
+//! | 69 | the service failed or refused (connection, permissions) |
+//! | 64 | a bad URL, key or option, or an operation the backend lacks (`list` but on Redis) |
 //! | 2 | bad arguments (clap) |
 #![forbid(unsafe_code)]
 
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use dlock::{Lock, LockBackend, LockError};
+use dlock::{Lock, LockBackend, LockError, LockInfo};
 
 /// `run`: the lease was lost while the command ran.
 const EXIT_LOST: u8 = 76;
@@ -44,7 +44,7 @@ Examples:
 
 Exit codes: the command's own (128+N after signal N); 75 lock busy (--conflict-exit-code);
 76 lease lost while the command ran; 0/1 held/free for inspect and release --force;
-69 service failed; 64 bad URL, key or option; 2 bad arguments.
+69 service failed; 64 bad URL, key or option, or an operation the backend lacks; 2 bad arguments.
 The command sees DLOCK_KEY and DLOCK_FENCING_TOKEN (absent on Redlock) in its environment.";
 
 /// Run a command under a distributed lock, and inspect or free locks.
@@ -90,7 +90,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List held locks with their holders (on backends that can list).
+    /// List held locks with their holders (a single Redis server or Sentinel master; others answer exit 64).
     List {
         /// Only keys that start with this.
         #[arg(long, default_value = "")]
@@ -162,40 +162,27 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
                 .with_backend(backend)
                 .inspect()
                 .await?;
-            if json {
-                let value = match &info {
-                    Some(i) => serde_json::json!({
-                        "key": key,
-                        "held": true,
-                        "holder": i.holder,
-                        "remaining_ms": u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX),
-                        "fencing_token": i.fencing_token,
-                    }),
-                    None => serde_json::json!({ "key": key, "held": false }),
-                };
-                println!("{value}");
-            } else {
-                match &info {
-                    Some(i) => println!(
-                        "{key}: held by {} for {} more (fencing token {})",
-                        i.holder.as_deref().unwrap_or("an unnamed holder"),
-                        humantime::format_duration(Duration::from_millis(
-                            u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX)
-                        )),
-                        i.fencing_token
-                            .map_or_else(|| "none".to_owned(), |t| t.to_string())
-                    ),
-                    None => println!("{key}: free"),
-                }
+            match (&info, json) {
+                (_, true) => println!("{}", info_json(&key, info.as_ref())),
+                (Some(i), false) => println!("{}", describe(&key, i)),
+                (None, false) => println!("{key}: free"),
             }
             Ok(if info.is_some() { 0 } else { 1 })
         }
         Command::List { prefix, json } => {
-            let _ = (prefix, json);
-            Err(LockError::backend(
-                backend.describe(),
-                "listing held locks is not supported by this backend yet; use `dlock inspect KEY`",
-            ))
+            let held = backend.list(&prefix).await?;
+            if json {
+                let items: Vec<_> = held
+                    .iter()
+                    .map(|(key, i)| info_json(key, Some(i)))
+                    .collect();
+                println!("{}", serde_json::Value::Array(items));
+            } else {
+                for (key, info) in &held {
+                    println!("{}", describe(key, info));
+                }
+            }
+            Ok(0)
         }
         Command::Release { force, key } => {
             debug_assert!(force);
@@ -207,6 +194,33 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
             Ok(if freed { 0 } else { 1 })
         }
     }
+}
+
+/// One held key as JSON (`held: false` when `info` is `None`).
+fn info_json(key: &str, info: Option<&LockInfo>) -> serde_json::Value {
+    match info {
+        Some(i) => serde_json::json!({
+            "key": key,
+            "held": true,
+            "holder": i.holder,
+            "remaining_ms": u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX),
+            "fencing_token": i.fencing_token,
+        }),
+        None => serde_json::json!({ "key": key, "held": false }),
+    }
+}
+
+/// One held key as a line.
+fn describe(key: &str, i: &LockInfo) -> String {
+    let remaining =
+        Duration::from_millis(u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX));
+    format!(
+        "{key}: held by {} for {} more (fencing token {})",
+        i.holder.as_deref().unwrap_or("an unnamed holder"),
+        humantime::format_duration(remaining),
+        i.fencing_token
+            .map_or_else(|| "none".to_owned(), |t| t.to_string())
+    )
 }
 
 /// `run`: take, spawn, watch the child, the lease and our own signals.

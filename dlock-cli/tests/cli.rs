@@ -84,6 +84,23 @@ fn run_exits_and_conflicts(url: &str, name: &str) {
     assert_eq!(code(&out), 75, "{}", text(&out));
     assert!(out.stdout.is_empty(), "the command ran: {}", text(&out));
 
+    let out = dlock(
+        url,
+        &["list", "--prefix", &format!("cli:{name}:"), "--json"],
+    );
+    if name == "redis" {
+        let listed = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        assert!(listed.contains(&format!("\"key\":\"{key}\"")), "{listed}");
+        assert!(listed.contains("\"holder\":\"cli-holder\""), "{listed}");
+        let out = dlock(url, &["list", "--prefix", "nothing-here:"]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        assert!(out.stdout.is_empty(), "{}", text(&out));
+    } else {
+        assert_eq!(code(&out), 64, "{}", text(&out));
+        assert!(text(&out).contains("not supported"), "{}", text(&out));
+    }
+
     let out = dlock(url, &["inspect", &key, "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let json = String::from_utf8_lossy(&out.stdout);

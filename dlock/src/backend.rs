@@ -297,4 +297,16 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
             "a forced release",
         ))
     }
+
+    /// The lock keys held now that start with `prefix`, each with what
+    /// [`inspect`](LockBackend::inspect) shows, sorted by key. The default
+    /// is an [`InvalidOption`](LockError::InvalidOption) error: not
+    /// supported (only a single Redis server lists today).
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
+        let _ = prefix;
+        Err(crate::inspect::not_supported(
+            &self.describe(),
+            "listing locks",
+        ))
+    }
 }

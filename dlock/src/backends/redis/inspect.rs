@@ -40,6 +40,9 @@ return 0
     )
 });
 
+/// The most `SCAN` calls of one listing.
+const MAX_SCANS: usize = 10_000;
+
 /// What [`INSPECT`] answers, read.
 type Answer = (i64, Option<String>, Option<i64>, Option<String>);
 
@@ -91,6 +94,80 @@ impl RedisBackend {
             .await
             .map_err(|e| self.name_refusal(e, About::Lock(key)))?;
         Ok(freed == 1)
+    }
+
+    /// The held lock keys starting with `prefix` on a single server (or
+    /// the Sentinel master): `SCAN` for `<prefix>:{…}` names, then each
+    /// inspected. A Cluster would need a scan per node: not supported.
+    pub(crate) async fn list_locks(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, LockInfo)>, LockError> {
+        if !matches!(self.conn, super::Conn::Single(_)) {
+            return Err(crate::inspect::not_supported(
+                &self.options.shown,
+                "listing locks on a Redis Cluster",
+            ));
+        }
+        let mut pattern = format!("{}:{{", self.options.prefix);
+        for c in KeyNames::new("", prefix).lock[2..]
+            .trim_end_matches('}')
+            .chars()
+        {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push_str("*}");
+        let mut keys = Vec::new();
+        let mut cursor = 0u64;
+        for _ in 0..MAX_SCANS {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let (next, found): (u64, Vec<String>) = self.query(&cmd).await?;
+            keys.extend(found.iter().filter_map(|k| self.key_of(k)));
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        if cursor != 0 {
+            return Err(self.error(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "too many keys to list; give a longer prefix",
+            ))));
+        }
+        keys.sort();
+        keys.dedup();
+        let mut held = Vec::new();
+        for key in keys {
+            if let Some(info) = self.inspect_lock(&key, true).await? {
+                held.push((key, info));
+            }
+        }
+        Ok(held)
+    }
+
+    /// The lock key of a lock's Redis name (`<prefix>:{<escaped key>}`).
+    fn key_of(&self, name: &str) -> Option<String> {
+        let inner = name
+            .strip_prefix(self.options.prefix.as_str())?
+            .strip_prefix(":{")?
+            .strip_suffix('}')?;
+        if inner.contains('{') || inner.contains('}') {
+            return None;
+        }
+        Some(
+            inner
+                .replace("%7B", "{")
+                .replace("%7D", "}")
+                .replace("%25", "%"),
+        )
     }
 
     /// The client name this backend writes.
