@@ -77,6 +77,14 @@ impl Lock {
     /// # Errors
     /// As [`acquire_blocking`](Lock::acquire_blocking), but never `Busy` or
     /// `Timeout`.
+    ///
+    /// ```
+    /// let backend = std::sync::Arc::new(dlock::backends::memory::MemoryBackend::new());
+    /// let lock = dlock::Lock::new("once").with_backend(backend);
+    /// let guard = lock.try_acquire_blocking()?.expect("free");
+    /// assert!(lock.try_acquire_blocking()?.is_none());
+    /// # drop(guard); Ok::<(), dlock::LockError>(())
+    /// ```
     pub fn try_acquire_blocking(&self) -> Result<Option<LockGuard>, LockError> {
         let lock = self.clone();
         block_on("try_acquire", async move { lock.try_acquire().await })
@@ -91,6 +99,14 @@ impl LockGuard {
     /// As [`release`](LockGuard::release); and
     /// [`LockError::InvalidOption`] inside an async runtime (the guard is
     /// then dropped, which releases in the background).
+    ///
+    /// ```
+    /// let backend = std::sync::Arc::new(dlock::backends::memory::MemoryBackend::new());
+    /// let guard = dlock::Lock::new("job").with_backend(backend.clone()).acquire_blocking()?;
+    /// guard.release_blocking()?;
+    /// assert!(backend.holder("job").is_none());
+    /// # Ok::<(), dlock::LockError>(())
+    /// ```
     pub fn release_blocking(self) -> Result<(), LockError> {
         block_on("release", self.release())
     }

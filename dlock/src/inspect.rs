@@ -57,6 +57,12 @@ pub struct LockInfo {
 
 impl LockInfo {
     /// A description of a held key, for backends outside this crate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let info = dlock::LockInfo::new(Duration::from_secs(3), Some(7), Some("cron:42".into()));
+    /// assert_eq!(info.fencing_token, Some(7));
+    /// ```
     pub fn new(remaining: Duration, fencing_token: Option<u64>, holder: Option<String>) -> Self {
         LockInfo {
             remaining,
@@ -70,6 +76,10 @@ impl LockInfo {
 const SEPARATOR: char = '@';
 
 /// The longest client name, in bytes.
+///
+/// ```
+/// assert!(dlock::inspect::check_client_name(&"a".repeat(dlock::inspect::MAX_CLIENT_NAME + 1)).is_err());
+/// ```
 pub const MAX_CLIENT_NAME: usize = 128;
 
 /// This process's client name when the URL gives none: `hostname:pid`.
@@ -105,6 +115,11 @@ fn allowed(c: char) -> bool {
 ///
 /// # Errors
 /// [`LockError::InvalidOption`] naming the value and what is allowed.
+///
+/// ```
+/// assert!(dlock::inspect::check_client_name("billing-7.eu:4412").is_ok());
+/// assert!(dlock::inspect::check_client_name("two words").is_err());
+/// ```
 pub fn check_client_name(name: &str) -> Result<String, LockError> {
     if name.is_empty() || name.len() > MAX_CLIENT_NAME || !name.chars().all(allowed) {
         return Err(LockError::invalid_option(format!(
@@ -138,7 +153,13 @@ pub(crate) fn owner_token(backend: &dyn LockBackend) -> Result<String, LockError
     Ok(token)
 }
 
-/// The error of an operation a backend cannot do.
+/// The error of an operation a backend cannot do (an
+/// [`InvalidOption`](LockError::InvalidOption) that names the backend).
+///
+/// ```
+/// let e = dlock::inspect::not_supported("my-store://", "listing locks");
+/// assert_eq!(e.to_string(), "invalid option: listing locks is not supported by my-store://");
+/// ```
 pub fn not_supported(backend: &str, what: &str) -> LockError {
     LockError::invalid_option(format!("{what} is not supported by {backend}"))
 }
