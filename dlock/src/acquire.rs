@@ -240,9 +240,9 @@ async fn ask(
     once: bool,
     deadline: Option<Instant>,
 ) -> Result<Option<Lease>, LockError> {
-    let token = new_token()?;
     match target {
         Target::Lock => {
+            let token = crate::inspect::owner_token(backend)?;
             let request = AcquireRequest {
                 key: options.key.to_string(),
                 token,
@@ -255,6 +255,7 @@ async fn ask(
             }
         }
         Target::Permit { permits } => {
+            let token = new_token()?;
             // The one place a backend without semaphores is told so.
             let Some(semaphores) = backend.permits() else {
                 return Err(no_semaphores(&backend.describe()));
@@ -272,6 +273,7 @@ async fn ask(
             }
         }
         Target::Rw(mode) => {
+            let token = new_token()?;
             // The one place a backend without read-write locks is told so.
             let Some(rw) = backend.rw() else {
                 return Err(no_rw_locks(&backend.describe()));

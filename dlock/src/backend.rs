@@ -286,4 +286,46 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
         None
     }
+
+    /// The client name this backend writes beside each lock lease it takes
+    /// (see [`crate::inspect`]): `?client_name=` from its URL, by default
+    /// [`default_client_name`](crate::default_client_name). `None`: none.
+    fn client_name(&self) -> Option<&str> {
+        Some(crate::inspect::default_client_name())
+    }
+
+    /// Who holds the lock `key` (not a semaphore or read-write lock of
+    /// that name): `None` when it is free. The default is an
+    /// [`InvalidOption`](LockError::InvalidOption) error: not supported.
+    async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
+        let _ = key;
+        Err(crate::inspect::not_supported(
+            &self.describe(),
+            "inspecting a lock",
+        ))
+    }
+
+    /// Removes the lease on the lock `key` whoever holds it, and wakes its
+    /// waiters: `true` if a lease was removed. The holder's next renewal
+    /// must be refused, and the next holder's fencing token must be greater.
+    /// The default is an [`InvalidOption`](LockError::InvalidOption) error.
+    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        let _ = key;
+        Err(crate::inspect::not_supported(
+            &self.describe(),
+            "a forced release",
+        ))
+    }
+
+    /// The lock keys held now that start with `prefix`, each with what
+    /// [`inspect`](LockBackend::inspect) shows, sorted by key. The default
+    /// is an [`InvalidOption`](LockError::InvalidOption) error: not
+    /// supported (only a single Redis server lists today).
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
+        let _ = prefix;
+        Err(crate::inspect::not_supported(
+            &self.describe(),
+            "listing locks",
+        ))
+    }
 }

@@ -65,6 +65,11 @@ where
     }
 }
 
+/// dlock's background runtime, if it could be started.
+pub(crate) fn handle() -> Option<&'static Handle> {
+    BACKGROUND.as_ref()
+}
+
 /// Whether the running code is on dlock's background runtime (its thread
 /// is the only one that runs it): there, work meant for that runtime can
 /// run in place.

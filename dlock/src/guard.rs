@@ -120,8 +120,10 @@ impl LockGuard {
         &self.shared.key
     }
 
-    /// The owner token: at least 128 random bits from the OS, hex encoded.
-    /// The server stores it, and only this token can renew or release.
+    /// The owner token: at least 128 random bits from the OS, hex encoded;
+    /// for a lock lease, followed by `@` and the backend's client name (what
+    /// [`Lock::inspect`](crate::Lock::inspect) shows as the holder). The
+    /// server stores it, and only this token can renew or release.
     pub fn token(&self) -> &str {
         &self.shared.token
     }

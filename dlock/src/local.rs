@@ -56,6 +56,13 @@ pub(crate) fn for_backend(backend: &Arc<dyn LockBackend>) -> Arc<BackendLocal> {
     local
 }
 
+/// The local state of every backend that still exists.
+pub(crate) fn all() -> Vec<Arc<BackendLocal>> {
+    let mut map = lock(&LOCALS);
+    map.retain(|_, l| l.backend.strong_count() > 0);
+    map.values().cloned().collect()
+}
+
 impl BackendLocal {
     /// How many key slots this process keeps for the backend.
     #[cfg(test)]

@@ -87,6 +87,11 @@ assert!(lock.try_acquire().await?.is_none(), \"still taken for this tick\");
 ```"
     );
 
+    /// The options, for the operations of other modules.
+    pub(crate) fn options(&self) -> &LeaseOptions {
+        &self.options
+    }
+
     /// The lock key.
     pub fn key(&self) -> &str {
         &self.options.key

@@ -109,6 +109,11 @@ impl Watchdog {
         self.lock_state().leases.remove(&id(lease));
     }
 
+    /// Stops watching every lease and returns them (`dlock::shutdown`).
+    pub(crate) fn take_all(&self) -> Vec<Arc<LeaseShared>> {
+        self.lock_state().leases.drain().map(|(_, l)| l).collect()
+    }
+
     /// How many leases this watchdog keeps alive.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

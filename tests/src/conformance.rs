@@ -15,6 +15,7 @@ use dlock::{Lock, LockBackend, LockError, LockGuard};
 pub use crate::hold_at_least::*;
 pub use crate::keys::*;
 pub use crate::nesting::*;
+pub use crate::operations::*;
 pub use crate::ordinary_code::*;
 use crate::overlap::OverlapDetector;
 pub use crate::short_waits::*;
@@ -72,6 +73,9 @@ macro_rules! conformance_suite {
             every_valid_key_round_trips,
             short_waits_time_out_never_fail,
             hold_at_least_runs_once_per_tick,
+            inspect_shows_the_holder,
+            force_release_evicts_the_holder,
+            extend_lengthens_a_hard_lease,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

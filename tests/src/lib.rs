@@ -17,6 +17,7 @@ pub mod late_answer;
 pub mod multi;
 pub mod multi_live;
 pub mod nesting;
+pub mod operations;
 pub mod ordinary_code;
 pub mod overlap;
 pub mod poll;

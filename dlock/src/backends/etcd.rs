@@ -226,6 +226,7 @@ mod client;
 mod config;
 mod contenders;
 mod held;
+mod inspect;
 mod mutex;
 mod names;
 mod permits;
@@ -284,6 +285,8 @@ struct Inner {
     /// The URL with the password redacted.
     shown: String,
     prefix: String,
+    /// The value of each lock entry: the holder name `inspect` shows.
+    client_name: String,
     timeout: Duration,
     /// One session lease per ttl in whole seconds, while it is used (see
     /// `session.rs`'s `revoke_idle`).
@@ -360,6 +363,9 @@ impl EtcdBackend {
             client,
             shown,
             prefix: config.prefix,
+            client_name: config
+                .client_name
+                .unwrap_or_else(|| crate::inspect::default_client_name().to_owned()),
             timeout: config.timeout,
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
@@ -439,6 +445,20 @@ impl LockBackend for EtcdBackend {
 
     fn rw(&self) -> Option<&dyn RwBackend> {
         Some(self)
+    }
+
+    fn client_name(&self) -> Option<&str> {
+        Some(&self.inner.client_name)
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
+        let answer = self.inner.inspect_lock(key).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Lock(key)))
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        let answer = self.inner.force_release_lock(key).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Lock(key)))
     }
 }
 

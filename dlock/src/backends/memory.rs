@@ -58,6 +58,8 @@ pub struct MemoryBackend {
     /// The read-write locks, apart from the locks: a read-write lock and a
     /// lock may share a key.
     rw: rw::RwTable,
+    /// `?client_name=`, written into each lock's owner token.
+    client_name: Option<String>,
 }
 
 #[derive(Debug)]
@@ -71,6 +73,7 @@ struct KeyState {
 #[derive(Debug, Clone)]
 struct Holder {
     token: String,
+    fence: u64,
     /// The server-side expiry, from when the request arrived.
     expires: Instant,
 }
@@ -103,6 +106,7 @@ impl MemoryBackend {
     }
 
     /// Connects to `memory://` (any path is ignored): a new, empty namespace.
+    /// `?client_name=` names the holder that [`Lock::inspect`](crate::Lock::inspect) shows.
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] if the URL is not a `memory://` URL.
@@ -121,7 +125,15 @@ impl MemoryBackend {
                 crate::url::redact(url)
             )));
         }
-        Ok(Self::new())
+        let mut backend = Self::new();
+        if let Some((_, query)) = url.split_once('?') {
+            for pair in query.split('&').filter(|p| !p.is_empty()) {
+                if let Some(name) = pair.strip_prefix("client_name=") {
+                    backend.client_name = Some(crate::inspect::check_client_name(name)?);
+                }
+            }
+        }
+        Ok(backend)
     }
 
     /// The token of the current holder of `key`, if the lease is live.
@@ -221,11 +233,12 @@ impl MemoryBackend {
         if ticket.is_some() {
             entry.queue.pop_front();
         }
+        let fence = self.fence.fetch_add(1, Ordering::Relaxed) + 1;
         entry.holder = Some(Holder {
             token: req.token.clone(),
+            fence,
             expires: saturating_add(now, req.ttl),
         });
-        let fence = self.fence.fetch_add(1, Ordering::Relaxed) + 1;
         Some(Lease {
             key: req.key.clone(),
             token: req.token.clone(),
@@ -370,6 +383,45 @@ impl LockBackend for MemoryBackend {
 
     fn rw(&self) -> Option<&dyn RwBackend> {
         Some(self)
+    }
+
+    fn client_name(&self) -> Option<&str> {
+        Some(
+            self.client_name
+                .as_deref()
+                .unwrap_or(crate::inspect::default_client_name()),
+        )
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
+        let now = Instant::now();
+        let state = self.lock_state();
+        Ok(state
+            .get(key)
+            .and_then(|e| e.holder.as_ref())
+            .filter(|h| h.expires > now)
+            .map(|h| {
+                crate::LockInfo::new(
+                    h.expires - now,
+                    Some(h.fence),
+                    crate::inspect::holder_of(&h.token).map(str::to_owned),
+                )
+            }))
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        let Some(entry) = state.get_mut(key) else {
+            return Ok(false);
+        };
+        entry.expire(now);
+        let removed = entry.holder.take().is_some();
+        entry.changed.notify_waiters();
+        if entry.is_idle() {
+            state.remove(key);
+        }
+        Ok(removed)
     }
 }
 

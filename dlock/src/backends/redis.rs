@@ -105,6 +105,7 @@ mod config;
 mod connection;
 #[cfg(feature = "redlock")]
 mod for_redlock;
+mod inspect;
 mod permits;
 pub(crate) mod recheck;
 mod refused;
@@ -828,6 +829,22 @@ impl LockBackend for RedisBackend {
 
     fn rw(&self) -> Option<&dyn RwBackend> {
         Some(self)
+    }
+
+    fn client_name(&self) -> Option<&str> {
+        Some(self.own_client_name())
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
+        self.inspect_lock(key, true).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        self.force_release_lock(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
+        self.list_locks(prefix).await
     }
 }
 

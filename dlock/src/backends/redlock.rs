@@ -717,6 +717,68 @@ impl LockBackend for RedlockBackend {
             })
         }
     }
+
+    fn client_name(&self) -> Option<&str> {
+        self.nodes.first().map(|n| n.own_client_name())
+    }
+
+    /// Held when a quorum of masters hold the key for one holder; the time
+    /// left is the least of theirs. No fencing token.
+    async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
+        crate::key::validate(key)?;
+        let answers =
+            futures_util::future::join_all(self.nodes.iter().map(|n| n.inspect_lock(key, false)))
+                .await;
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        if answered < self.quorum {
+            return Err(match answers.into_iter().find_map(Result::err) {
+                Some(e) if answered == 0 => e,
+                _ => LockError::Quorum {
+                    reached: answered,
+                    needed: self.quorum,
+                },
+            });
+        }
+        let held: Vec<crate::LockInfo> = answers.into_iter().flatten().flatten().collect();
+        let mut best: Option<(usize, &crate::LockInfo)> = None;
+        for info in &held {
+            let same = held.iter().filter(|o| o.holder == info.holder).count();
+            if best.is_none_or(|(n, _)| same > n) {
+                best = Some((same, info));
+            }
+        }
+        Ok(match best {
+            Some((votes, info)) if votes >= self.quorum => {
+                let remaining = held
+                    .iter()
+                    .filter(|o| o.holder == info.holder)
+                    .map(|o| o.remaining)
+                    .min()
+                    .unwrap_or_default();
+                Some(crate::LockInfo::new(remaining, None, info.holder.clone()))
+            }
+            _ => None,
+        })
+    }
+
+    /// Deletes the key on every master; `true` if any master held it.
+    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        crate::key::validate(key)?;
+        let answers =
+            futures_util::future::join_all(self.nodes.iter().map(|n| n.force_release_lock(key)))
+                .await;
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        if answered < self.quorum {
+            return Err(match answers.into_iter().find_map(Result::err) {
+                Some(e) if answered == 0 => e,
+                _ => LockError::Quorum {
+                    reached: answered,
+                    needed: self.quorum,
+                },
+            });
+        }
+        Ok(answers.into_iter().any(|a| matches!(a, Ok(true))))
+    }
 }
 
 #[cfg(test)]

@@ -229,6 +229,7 @@ mod acl;
 mod cleanup;
 mod config;
 mod held;
+mod inspect;
 mod lease;
 mod order;
 mod permits;
@@ -596,6 +597,23 @@ impl LockBackend for ZooKeeperBackend {
 
     fn rw(&self) -> Option<&dyn RwBackend> {
         Some(self)
+    }
+
+    fn client_name(&self) -> Option<&str> {
+        Some(
+            self.config
+                .client_name
+                .as_deref()
+                .unwrap_or(crate::inspect::default_client_name()),
+        )
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
+        self.inspect_lock(key).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        self.force_release_lock(key).await
     }
 }
 

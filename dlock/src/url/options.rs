@@ -18,6 +18,7 @@ const EVERY_BACKEND: &[(&str, &[&str])] = &[
 /// `redis://`, `rediss://` and the Cluster forms.
 pub(crate) const REDIS: &[&str] = &[
     "prefix",
+    "client_name",
     "timeout_ms",
     "recheck_ms",
     "replicas",
@@ -29,6 +30,7 @@ pub(crate) const REDIS: &[&str] = &[
 /// `redis+sentinel://` and `rediss+sentinel://`.
 pub(crate) const REDIS_SENTINEL: &[&str] = &[
     "prefix",
+    "client_name",
     "timeout_ms",
     "recheck_ms",
     "replicas",
@@ -44,6 +46,7 @@ pub(crate) const REDLOCK: &[&str] = &[
     "node_timeout_ms",
     "restart_quarantine_ms",
     "prefix",
+    "client_name",
     "timeout_ms",
     "recheck_ms",
     "replicas",
@@ -51,9 +54,17 @@ pub(crate) const REDLOCK: &[&str] = &[
     "aof",
 ];
 /// `etcd://` and `etcds://`.
-pub(crate) const ETCD: &[&str] = &["prefix", "timeout", "ca", "domain"];
+pub(crate) const ETCD: &[&str] = &["prefix", "client_name", "timeout", "ca", "domain"];
 /// `zk://` and `zks://`.
-pub(crate) const ZOOKEEPER: &[&str] = &["session_timeout", "prefix", "acl", "ca", "cert", "key"];
+pub(crate) const ZOOKEEPER: &[&str] = &[
+    "session_timeout",
+    "prefix",
+    "client_name",
+    "acl",
+    "ca",
+    "cert",
+    "key",
+];
 
 /// The error for a parameter `name` that `backend`'s URLs (taking `known`)
 /// do not take. A parameter after a `…password` one is not quoted: it may

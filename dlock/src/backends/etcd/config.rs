@@ -38,6 +38,8 @@ pub(super) struct Config {
     pub(super) domain: Option<String>,
     /// The bound on one request (`?timeout=`).
     pub(super) timeout: Duration,
+    /// `?client_name=`: the value of each lock entry (see `crate::inspect`).
+    pub(super) client_name: Option<String>,
 }
 
 impl std::fmt::Debug for Config {
@@ -103,12 +105,18 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         ca: None,
         domain: None,
         timeout: DEFAULT_TIMEOUT,
+        client_name: None,
     };
     for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
         let value = percent_decode(raw).map_err(&bad)?;
         match name {
             "prefix" => config.prefix = crate::url::prefix::parse(raw).map_err(&bad)?,
+            "client_name" => {
+                config.client_name = Some(
+                    crate::inspect::check_client_name(&value).map_err(|e| bad(e.to_string()))?,
+                )
+            }
             "ca" if !tls => {
                 return Err(bad(
                     "`ca=` only applies to TLS; write `etcds://` to connect with TLS".into(),

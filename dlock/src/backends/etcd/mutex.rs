@@ -119,7 +119,11 @@ impl Inner {
         let txn = Txn::new()
             .when([Compare::create_revision(entry, CompareOp::Equal, 0)])
             .and_then([
-                TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
+                TxnOp::put(
+                    entry,
+                    self.client_name.as_str(),
+                    Some(PutOptions::new().with_lease(session.id)),
+                ),
                 owner,
             ])
             .or_else([TxnOp::get(entry, None)]);

@@ -19,6 +19,9 @@ pub(crate) struct RedisOptions {
     pub(crate) ca_file: Option<String>,
     /// `?prefix=name`: the namespace of the keys (default `dlock`).
     pub(crate) prefix: String,
+    /// `?client_name=`: the holder name written into each lock's owner
+    /// token (default `hostname:pid`; see `crate::inspect`).
+    pub(crate) client_name: Option<String>,
     /// `?timeout_ms=N`: how long one request may take before it counts as failed.
     pub(crate) response_timeout: Duration,
     /// `?recheck_ms=N`: the longest pause between a waiter's re-checks of a
@@ -114,6 +117,7 @@ impl RedisOptions {
         let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
         let mut ca_file = None;
         let mut prefix = DEFAULT_PREFIX.to_owned();
+        let mut client_name = None;
         let mut response_timeout = DEFAULT_RESPONSE_TIMEOUT;
         let mut recheck = Some(DEFAULT_RECHECK);
         let mut replicas = Replicas::Auto;
@@ -147,6 +151,12 @@ impl RedisOptions {
                     ca_file = Some(percent_decode(value).map_err(|e| bad(&format!("`ca`: {e}")))?)
                 }
                 "prefix" => prefix = crate::url::prefix::parse(value).map_err(|why| bad(&why))?,
+                "client_name" => {
+                    client_name = Some(
+                        crate::inspect::check_client_name(value)
+                            .map_err(|e| bad(&e.to_string()))?,
+                    )
+                }
                 "timeout_ms" => {
                     response_timeout =
                         options::millis(name, value, false).map_err(|why| bad(&why))?;
@@ -224,6 +234,7 @@ impl RedisOptions {
             tls,
             ca_file,
             prefix,
+            client_name,
             response_timeout,
             recheck,
             replicas,

@@ -51,6 +51,9 @@ pub(super) struct Config {
     pub(super) acl: AclMode,
     /// `zks://`: TLS to every server, with these files.
     pub(super) tls: Option<TlsFiles>,
+    /// `?client_name=`: the holder name in each lock node's data (see
+    /// `crate::inspect`).
+    pub(super) client_name: Option<String>,
 }
 
 /// The PEM files of a `zks://` URL.
@@ -128,6 +131,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut prefix = DEFAULT_PREFIX.to_owned();
     let mut acl = None;
+    let mut client_name = None;
     let (mut ca, mut cert, mut key) = (None, None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -142,6 +146,10 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                 }
             }
             "prefix" => prefix = crate::url::prefix::parse(value).map_err(&bad)?,
+            "client_name" => {
+                client_name =
+                    Some(crate::inspect::check_client_name(value).map_err(|e| bad(e.to_string()))?)
+            }
             "acl" => {
                 acl = Some(match value {
                     "creator_read" => AclMode::CreatorRead,
@@ -230,6 +238,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         prefix,
         acl,
         tls,
+        client_name,
     })
 }
 

@@ -1,0 +1,294 @@
+//! `dlock`: run a command under a distributed lock, and inspect or free
+//! locks, on any backend of dlock's `full` feature but the in-process one.
+//!
+//! Exit codes (also in `dlock --help` and the README's "Operating dlock"):
+//!
+//! | code | when |
+//! |---|---|
+//! | the command's | `run`: the command exited (128 + N if a signal N ended it) |
+//! | 75 (`--conflict-exit-code`) | `run`: the lock was held (`--wait` ran out); the command did not run |
+//! | 76 | `run`: the lease was lost while the command ran; it got SIGTERM (SIGKILL after `--grace`) |
+//! | 0 / 1 | `inspect`: held / free; `release --force`: freed / was free |
+//! | 69 | the service failed or refused (connection, permissions) |
+//! | 64 | a bad URL, key or option, or an operation the backend lacks (`list` but on Redis) |
+//! | 2 | bad arguments (clap) |
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use dlock::{Lock, LockBackend, LockError, LockInfo};
+
+/// `run`: the lease was lost while the command ran.
+const EXIT_LOST: u8 = 76;
+/// The service failed or refused.
+const EXIT_UNAVAILABLE: u8 = 69;
+/// A bad URL, key or option.
+const EXIT_USAGE: u8 = 64;
+
+const EXAMPLES: &str = "\
+Examples:
+  # one nightly job across the fleet; a second copy exits 75 at once
+  DLOCK_URL=redis://redis.internal:6379 dlock run nightly-report -- ./report.sh --full
+
+  # wait up to 10 minutes for the lock, hold it with a 1-minute lease renewed while it runs
+  dlock --url etcd://10.0.0.5:2379 run --wait 10m --ttl 1m db-migrate -- make migrate
+
+  # who holds it? (exit 0: held, 1: free)
+  dlock inspect nightly-report --json
+
+  # free a stuck lock: its holder's guard reports the loss at its next renewal
+  dlock release --force nightly-report
+
+Exit codes: the command's own (128+N after signal N); 75 lock busy (--conflict-exit-code);
+76 lease lost while the command ran; 0/1 held/free for inspect and release --force;
+69 service failed; 64 bad URL, key or option, or an operation the backend lacks; 2 bad arguments.
+The command sees DLOCK_KEY and DLOCK_FENCING_TOKEN (absent on Redlock) in its environment.";
+
+/// Run a command under a distributed lock, and inspect or free locks.
+#[derive(Debug, Parser)]
+#[command(name = "dlock", version, after_help = EXAMPLES)]
+struct Cli {
+    /// The backend's URL (redis://, rediss://, redis+cluster://, redis+sentinel://,
+    /// redlock://, etcd://, etcds://, zk://, zks://); `?client_name=` names this holder.
+    #[arg(long, env = "DLOCK_URL", global = true, hide_env_values = true)]
+    url: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Take the lock, run CMD while renewing it, release it when CMD exits, exit with CMD's code.
+    Run {
+        /// The lock key.
+        key: String,
+        /// The lease length; renewed every ttl/3 while CMD runs.
+        #[arg(long, default_value = "30s", value_parser = duration)]
+        ttl: Duration,
+        /// How long to wait for the lock; 0s: one attempt.
+        #[arg(long, default_value = "0s", value_parser = duration)]
+        wait: Duration,
+        /// The exit code when the lock is busy (CMD does not run).
+        #[arg(long, default_value_t = 75)]
+        conflict_exit_code: u8,
+        /// After a lost lease, how long CMD has between SIGTERM and SIGKILL.
+        #[arg(long, default_value = "5s", value_parser = duration)]
+        grace: Duration,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Show who holds KEY: holder, time left, fencing token. Exit 0 if held, 1 if free.
+    Inspect {
+        /// The lock key.
+        key: String,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List held locks with their holders (a single Redis server or Sentinel master; others answer exit 64).
+    List {
+        /// Only keys that start with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Free KEY whoever holds it. Exit 0 if a lease was removed, 1 if it was free.
+    Release {
+        /// Required: a forced release evicts the holder, which learns it at its next renewal.
+        #[arg(long, required = true)]
+        force: bool,
+        /// The lock key.
+        key: String,
+    },
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 30s, 5m, 1h"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("dlock: {e}");
+            ExitCode::from(match e {
+                LockError::InvalidKey { .. } | LockError::InvalidOption { .. } => EXIT_USAGE,
+                _ => EXIT_UNAVAILABLE,
+            })
+        }
+    }
+}
+
+async fn connect(url: Option<String>) -> Result<Arc<dyn LockBackend>, LockError> {
+    let Some(url) = url else {
+        return Err(LockError::invalid_option(
+            "no backend: pass --url or set DLOCK_URL (e.g. redis://127.0.0.1:6379)",
+        ));
+    };
+    if url.starts_with("memory://") {
+        return Err(LockError::invalid_option(
+            "memory:// locks live inside one process, so another `dlock` never sees them; use a server (redis://, etcd://, zk://, ...)",
+        ));
+    }
+    dlock::connect(&url).await
+}
+
+async fn run(cli: Cli) -> Result<u8, LockError> {
+    let backend = connect(cli.url).await?;
+    match cli.command {
+        Command::Run {
+            key,
+            ttl,
+            wait,
+            conflict_exit_code,
+            grace,
+            command,
+        } => {
+            let lock = Lock::new(key).ttl(ttl).wait(wait).with_backend(backend);
+            run_locked(lock, conflict_exit_code, grace, command).await
+        }
+        Command::Inspect { key, json } => {
+            let info = Lock::new(key.clone())
+                .with_backend(backend)
+                .inspect()
+                .await?;
+            match (&info, json) {
+                (_, true) => println!("{}", info_json(&key, info.as_ref())),
+                (Some(i), false) => println!("{}", describe(&key, i)),
+                (None, false) => println!("{key}: free"),
+            }
+            Ok(if info.is_some() { 0 } else { 1 })
+        }
+        Command::List { prefix, json } => {
+            let held = backend.list(&prefix).await?;
+            if json {
+                let items: Vec<_> = held
+                    .iter()
+                    .map(|(key, i)| info_json(key, Some(i)))
+                    .collect();
+                println!("{}", serde_json::Value::Array(items));
+            } else {
+                for (key, info) in &held {
+                    println!("{}", describe(key, info));
+                }
+            }
+            Ok(0)
+        }
+        Command::Release { force, key } => {
+            debug_assert!(force);
+            let freed = Lock::new(key.clone())
+                .with_backend(backend)
+                .force_release()
+                .await?;
+            println!("{key}: {}", if freed { "released" } else { "was free" });
+            Ok(if freed { 0 } else { 1 })
+        }
+    }
+}
+
+/// One held key as JSON (`held: false` when `info` is `None`).
+fn info_json(key: &str, info: Option<&LockInfo>) -> serde_json::Value {
+    match info {
+        Some(i) => serde_json::json!({
+            "key": key,
+            "held": true,
+            "holder": i.holder,
+            "remaining_ms": u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX),
+            "fencing_token": i.fencing_token,
+        }),
+        None => serde_json::json!({ "key": key, "held": false }),
+    }
+}
+
+/// One held key as a line.
+fn describe(key: &str, i: &LockInfo) -> String {
+    let remaining =
+        Duration::from_millis(u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX));
+    format!(
+        "{key}: held by {} for {} more (fencing token {})",
+        i.holder.as_deref().unwrap_or("an unnamed holder"),
+        humantime::format_duration(remaining),
+        i.fencing_token
+            .map_or_else(|| "none".to_owned(), |t| t.to_string())
+    )
+}
+
+/// `run`: take, spawn, watch the child, the lease and our own signals.
+async fn run_locked(
+    lock: Lock,
+    conflict: u8,
+    grace: Duration,
+    command: Vec<String>,
+) -> Result<u8, LockError> {
+    let guard = match lock.acquire().await {
+        Ok(guard) => guard,
+        Err(LockError::Busy { key }) | Err(LockError::Timeout { key, .. }) => {
+            eprintln!("dlock: `{key}` is held by another holder; not running the command");
+            return Ok(conflict);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut child_cmd = tokio::process::Command::new(&command[0]);
+    child_cmd.args(&command[1..]).env("DLOCK_KEY", guard.key());
+    match guard.fencing_token() {
+        Some(t) => child_cmd.env("DLOCK_FENCING_TOKEN", t.to_string()),
+        None => child_cmd.env_remove("DLOCK_FENCING_TOKEN"),
+    };
+    let mut child = match child_cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("dlock: cannot run `{}`: {e}", command[0]);
+            let _ = guard.release().await;
+            return Ok(127);
+        }
+    };
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let signal_child = |sig: nix::sys::signal::Signal| {
+        if let Some(pid) = pid {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
+    };
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupts = signal(SignalKind::interrupt()).map_err(io_error)?;
+    let mut terminates = signal(SignalKind::terminate()).map_err(io_error)?;
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status.map_err(io_error)?,
+            _ = interrupts.recv() => signal_child(nix::sys::signal::Signal::SIGINT),
+            _ = terminates.recv() => signal_child(nix::sys::signal::Signal::SIGTERM),
+            _ = &mut lost => {
+                eprintln!("dlock: the lease on `{}` was lost; stopping the command", guard.key());
+                signal_child(nix::sys::signal::Signal::SIGTERM);
+                if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                    let _ = child.kill().await;
+                }
+                return Ok(EXIT_LOST);
+            }
+        }
+    };
+    if let Err(e) = guard.release().await {
+        eprintln!("dlock: releasing the lock: {e}");
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        _ => 1,
+    })
+}
+
+fn io_error(e: std::io::Error) -> LockError {
+    LockError::backend("dlock-cli", e)
+}

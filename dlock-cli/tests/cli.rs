@@ -1,0 +1,209 @@
+//! The built `dlock` binary against real servers the harness starts.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock_tests::servers::etcd::EtcdServer;
+use dlock_tests::servers::redis::RedisServer;
+
+const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
+
+fn dlock(url: &str, args: &[&str]) -> Output {
+    Command::new(DLOCK)
+        .env("DLOCK_URL", url)
+        .args(args)
+        .output()
+        .expect("run dlock")
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("dlock exited by a signal")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits (bounded) until `inspect KEY` gives `want`.
+fn await_inspect(url: &str, key: &str, want: i32, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let out = dlock(url, &["inspect", key]);
+        if code(&out) == want {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "inspect {key} never gave {want} within {within:?}: {}",
+            text(&out)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The command's exit code, its environment, busy → 75, inspect, release --force.
+fn run_exits_and_conflicts(url: &str, name: &str) {
+    let key = format!("cli:{name}:{}", std::process::id());
+    let out = dlock(url, &["run", &key, "--", "sh", "-c", "exit 3"]);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+
+    let out = dlock(
+        url,
+        &[
+            "run",
+            &key,
+            "--",
+            "sh",
+            "-c",
+            "echo \"$DLOCK_KEY $DLOCK_FENCING_TOKEN\"",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let (k, fence) = printed.trim().split_once(' ').expect("key and fence");
+    assert_eq!(k, key);
+    assert!(fence.parse::<u64>().is_ok(), "{printed}");
+
+    // A holder that runs for a while; a second `run` with --wait 0s exits 75 without running.
+    let mut holder = Command::new(DLOCK)
+        .env("DLOCK_URL", url)
+        .args(["--url", &format!("{url}?client_name=cli-holder")])
+        .args(["run", &key, "--ttl", "2s", "--", "sleep", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn the holder");
+    await_inspect(url, &key, 0, Duration::from_secs(10));
+    let out = dlock(
+        url,
+        &["run", &key, "--wait", "0s", "--", "sh", "-c", "echo ran"],
+    );
+    assert_eq!(code(&out), 75, "{}", text(&out));
+    assert!(out.stdout.is_empty(), "the command ran: {}", text(&out));
+
+    let out = dlock(
+        url,
+        &["list", "--prefix", &format!("cli:{name}:"), "--json"],
+    );
+    if name == "redis" {
+        let listed = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        assert!(listed.contains(&format!("\"key\":\"{key}\"")), "{listed}");
+        assert!(listed.contains("\"holder\":\"cli-holder\""), "{listed}");
+        let out = dlock(url, &["list", "--prefix", "nothing-here:"]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        assert!(out.stdout.is_empty(), "{}", text(&out));
+    } else {
+        assert_eq!(code(&out), 64, "{}", text(&out));
+        assert!(text(&out).contains("not supported"), "{}", text(&out));
+    }
+
+    let out = dlock(url, &["inspect", &key, "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(json.contains("\"held\":true"), "{json}");
+    assert!(json.contains("\"holder\":\"cli-holder\""), "{json}");
+
+    // kill -9 of the holder: the key is free within its ttl (2 s).
+    holder.kill().expect("kill -9 the holder");
+    holder.wait().unwrap();
+    let freed = await_inspect(url, &key, 1, Duration::from_secs(5));
+    assert!(
+        freed <= Duration::from_millis(2500),
+        "freed after {freed:?}"
+    );
+
+    // release --force evicts a running holder: it stops its command and exits 76.
+    let holder = Command::new(DLOCK)
+        .env("DLOCK_URL", url)
+        .args([
+            "run", &key, "--ttl", "1s", "--grace", "1s", "--", "sleep", "30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    await_inspect(url, &key, 0, Duration::from_secs(10));
+    let out = dlock(url, &["release", "--force", &key]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let start = Instant::now();
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(code(&out), 76, "{}", text(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let out = dlock(url, &["release", "--force", &key]);
+    assert_eq!(code(&out), 1, "nothing left to release: {}", text(&out));
+}
+
+#[test]
+fn redis() {
+    let server = RedisServer::start();
+    run_exits_and_conflicts(&server.url(), "redis");
+}
+
+/// SIGTERM to `dlock` goes to the command; the lock is released after it exits.
+#[test]
+fn a_signal_to_dlock_reaches_the_command() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let key = format!("cli:signal:{}", std::process::id());
+    let holder = Command::new(DLOCK)
+        .env("DLOCK_URL", &url)
+        .args([
+            "run",
+            &key,
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 7' TERM; sleep 30 & wait",
+        ])
+        .stdout(Stdio::null())
+        // The shell's `sleep` outlives it: no pipe it could hold open.
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the holder");
+    await_inspect(&url, &key, 0, Duration::from_secs(10));
+    // Let the shell install its trap.
+    std::thread::sleep(Duration::from_millis(200));
+    let status = Command::new("kill")
+        .args(["-TERM", &holder.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut holder = holder;
+    let status = holder.wait().unwrap();
+    assert_eq!(status.code(), Some(7), "{status:?}");
+    let out = dlock(&url, &["inspect", &key]);
+    assert_eq!(
+        code(&out),
+        1,
+        "released after the command exited: {}",
+        text(&out)
+    );
+}
+
+#[test]
+fn etcd() {
+    let server = EtcdServer::start();
+    run_exits_and_conflicts(&server.url(), "etcd");
+}
+
+#[test]
+fn memory_is_refused_and_a_missing_url_is_named() {
+    let out = dlock("memory://", &["inspect", "k"]);
+    assert_eq!(code(&out), 64, "{}", text(&out));
+    assert!(text(&out).contains("inside one process"), "{}", text(&out));
+    let out = Command::new(DLOCK)
+        .env_remove("DLOCK_URL")
+        .args(["inspect", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 64, "{}", text(&out));
+    assert!(text(&out).contains("DLOCK_URL"), "{}", text(&out));
+}

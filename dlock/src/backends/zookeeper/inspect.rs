@@ -1,0 +1,64 @@
+//! An operator's view of a lock key: the lock node with the lowest sequence
+//! in the key's directory holds it; its data is the holder's owner token
+//! (only its client name is shown), its `czxid` the fence. The node lives
+//! as long as its holder's session, whose timeout a reader cannot see: the
+//! time left reported is this client's session timeout. A forced release
+//! deletes that node, which wakes the next node's watch.
+
+use zookeeper_client::Error as ZkError;
+
+use super::order::sequence_of;
+use super::{fence_of, ZooKeeperBackend};
+use crate::{LockError, LockInfo};
+
+impl ZooKeeperBackend {
+    /// The path of the node that holds the lock `key`, if any.
+    async fn owner_of(&self, key: &str) -> Result<Option<String>, LockError> {
+        let dir = self.lock_path(key)?;
+        let session = self.session().await?;
+        let children = match session.client.list_children(&dir).await {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => return Ok(None),
+            Err(e) => return Err(self.error(format_args!("cannot list {dir}"), e)),
+        };
+        Ok(children
+            .iter()
+            .filter_map(|c| Some((sequence_of(c)?, c)))
+            .min_by_key(|(seq, _)| *seq)
+            .map(|(_, c)| format!("{dir}/{c}")))
+    }
+
+    pub(super) async fn inspect_lock(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        let Some(path) = self.owner_of(key).await? else {
+            return Ok(None);
+        };
+        let session = self.session().await?;
+        let (data, stat) = match session.client.get_data(&path).await {
+            Ok(found) => found,
+            // Released between the reads.
+            Err(ZkError::NoNode) => return Ok(None),
+            Err(e) => return Err(self.error(format_args!("cannot read {path}"), e)),
+        };
+        let holder = std::str::from_utf8(&data)
+            .ok()
+            .and_then(crate::inspect::holder_of)
+            .map(str::to_owned);
+        Ok(Some(LockInfo::new(
+            session.client.session_timeout(),
+            fence_of(&stat),
+            holder,
+        )))
+    }
+
+    pub(super) async fn force_release_lock(&self, key: &str) -> Result<bool, LockError> {
+        let Some(path) = self.owner_of(key).await? else {
+            return Ok(false);
+        };
+        let session = self.session().await?;
+        match session.client.delete(&path, None).await {
+            Ok(()) => Ok(true),
+            Err(ZkError::NoNode) => Ok(false),
+            Err(e) => Err(self.error(format_args!("cannot delete {path}"), e)),
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! Operating a lock: who holds a key ([`LockInfo`], [`Lock::inspect`]), an
+//! operator's release ([`Lock::force_release`]), a guard's time left and its
+//! extension ([`LockGuard::remaining`], [`LockGuard::extend`]), and the
+//! holder's identity that every lock lease carries.
+//!
+//! # The holder's identity
+//!
+//! A lock's owner token is `<32 hex digits>@<client name>`: the random part
+//! is the capability to renew and release, the client name (default
+//! `hostname:pid`, set with `?client_name=` on the backend's URL) is what
+//! [`LockInfo::holder`] shows. Every backend already stores the owner token
+//! with the lease (the Redis value, the ZooKeeper node's data), so the
+//! identity needs no extra key and no change to the protocol other clients
+//! see; etcd, which stores no token, writes the client name as the key's
+//! value. [`holder_of`] reads the name back and never returns the random
+//! part; a value written by another client (redis-py, Curator) has no name.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::backend::LockBackend;
+use crate::guard::LockGuard;
+use crate::lease::{renew_on, Status};
+use crate::lock::Lock;
+use crate::LockError;
+
+/// What [`Lock::inspect`] sees of a held key.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+/// let backend = dlock::connect("memory://?client_name=billing-7").await?;
+/// let lock = dlock::Lock::new("invoice:9").with_backend(backend);
+/// assert!(lock.inspect().await?.is_none()); // free
+/// let guard = lock.acquire().await?;
+/// let info = lock.inspect().await?.expect("held");
+/// assert_eq!(info.holder.as_deref(), Some("billing-7"));
+/// assert_eq!(info.fencing_token, guard.fencing_token());
+/// assert!(info.remaining <= std::time::Duration::from_secs(30));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// How long the server keeps the lease if nobody renews it (ZooKeeper:
+    /// the session timeout of this client's session, an upper bound: a
+    /// node lives as long as its holder's session).
+    pub remaining: Duration,
+    /// The holder's fencing token, where the backend gives one (not Redlock).
+    pub fencing_token: Option<u64>,
+    /// The client name the holder wrote (`hostname:pid` by default,
+    /// `?client_name=` on its URL); `None` for a holder that is not dlock or
+    /// wrote none. Never the owner token.
+    pub holder: Option<String>,
+}
+
+impl LockInfo {
+    /// A description of a held key, for backends outside this crate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let info = dlock::LockInfo::new(Duration::from_secs(3), Some(7), Some("cron:42".into()));
+    /// assert_eq!(info.fencing_token, Some(7));
+    /// ```
+    pub fn new(remaining: Duration, fencing_token: Option<u64>, holder: Option<String>) -> Self {
+        LockInfo {
+            remaining,
+            fencing_token,
+            holder,
+        }
+    }
+}
+
+/// Between the random part of an owner token and the client name.
+const SEPARATOR: char = '@';
+
+/// The longest client name, in bytes.
+///
+/// ```
+/// assert!(dlock::inspect::check_client_name(&"a".repeat(dlock::inspect::MAX_CLIENT_NAME + 1)).is_err());
+/// ```
+pub const MAX_CLIENT_NAME: usize = 128;
+
+/// This process's client name when the URL gives none: `hostname:pid`.
+///
+/// ```
+/// let name = dlock::default_client_name();
+/// assert!(name.ends_with(&format!(":{}", std::process::id())));
+/// ```
+pub fn default_client_name() -> &'static str {
+    static NAME: LazyLock<String> = LazyLock::new(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| std::env::var("COMPUTERNAME").ok())
+            .unwrap_or_default();
+        let host: String = host.trim().chars().filter(|c| allowed(*c)).collect();
+        let host = if host.is_empty() {
+            "localhost".into()
+        } else {
+            host
+        };
+        format!("{host}:{}", std::process::id())
+    });
+    &NAME
+}
+
+fn allowed(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '/' | '+')
+}
+
+/// Checks a `?client_name=` value: 1..=[`MAX_CLIENT_NAME`] bytes of ASCII
+/// letters, digits and `. _ - : / +`.
+///
+/// # Errors
+/// [`LockError::InvalidOption`] naming the value and what is allowed.
+///
+/// ```
+/// assert!(dlock::inspect::check_client_name("billing-7.eu:4412").is_ok());
+/// assert!(dlock::inspect::check_client_name("two words").is_err());
+/// ```
+pub fn check_client_name(name: &str) -> Result<String, LockError> {
+    if name.is_empty() || name.len() > MAX_CLIENT_NAME || !name.chars().all(allowed) {
+        return Err(LockError::invalid_option(format!(
+            "`?client_name={name}` is not a client name: use 1 to {MAX_CLIENT_NAME} ASCII letters, digits and `. _ - : / +`"
+        )));
+    }
+    Ok(name.to_owned())
+}
+
+/// The client name in a stored owner token, if it has one: what follows the
+/// `@` after 32 hex digits. The random part is never returned.
+///
+/// ```
+/// assert_eq!(dlock::inspect::holder_of("0123456789abcdef0123456789abcdef@cron:42"), Some("cron:42"));
+/// assert_eq!(dlock::inspect::holder_of("0123456789abcdef0123456789abcdef"), None);
+/// ```
+pub fn holder_of(stored: &str) -> Option<&str> {
+    let (random, name) = stored.split_once(SEPARATOR)?;
+    (random.len() == 32 && random.bytes().all(|b| b.is_ascii_hexdigit()) && !name.is_empty())
+        .then_some(name)
+}
+
+/// A new owner token for a lock lease on `backend`: random, then the
+/// backend's client name.
+pub(crate) fn owner_token(backend: &dyn LockBackend) -> Result<String, LockError> {
+    let mut token = crate::acquire::new_token()?;
+    if let Some(name) = backend.client_name() {
+        token.push(SEPARATOR);
+        token.push_str(name);
+    }
+    Ok(token)
+}
+
+/// The error of an operation a backend cannot do (an
+/// [`InvalidOption`](LockError::InvalidOption) that names the backend).
+///
+/// ```
+/// let e = dlock::inspect::not_supported("my-store://", "listing locks");
+/// assert_eq!(e.to_string(), "invalid option: listing locks is not supported by my-store://");
+/// ```
+pub fn not_supported(backend: &str, what: &str) -> LockError {
+    LockError::invalid_option(format!("{what} is not supported by {backend}"))
+}
+
+/// Runs one operator operation in its `dlock.<name>` span and counts it
+/// (`dlock_operations_total{backend, op, outcome}`).
+async fn operation<T>(
+    name: &'static str,
+    key: &str,
+    backend: &str,
+    work: impl std::future::Future<Output = Result<T, LockError>>,
+    outcome: impl Fn(&T) -> &'static str,
+) -> Result<T, LockError> {
+    let span = tracing::debug_span!(
+        "dlock.operation",
+        op = name,
+        key = %key,
+        backend,
+        outcome = tracing::field::Empty
+    );
+    let result = work.instrument(span.clone()).await;
+    let out = match &result {
+        Ok(v) => outcome(v),
+        Err(_) => "error",
+    };
+    span.record("outcome", out);
+    count(name, backend, out);
+    result
+}
+
+#[cfg(feature = "metrics")]
+pub(crate) fn count(op: &'static str, backend: &str, outcome: &'static str) {
+    metrics::counter!("dlock_operations_total", "backend" => backend.to_owned(), "op" => op, "outcome" => outcome)
+        .increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn count(_: &'static str, _: &str, _: &'static str) {}
+
+impl Lock {
+    /// Who holds the key now, without taking it: `None` when it is free.
+    ///
+    /// Reads the server once; the answer may be stale by the time it
+    /// arrives. The `dlock.operation` span (`op = "inspect"`).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidKey`], [`LockError::NoBackend`],
+    /// [`LockError::Backend`] when the service fails.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let lock = dlock::Lock::new("report").with_backend(dlock::connect("memory://").await?);
+    /// let _guard = lock.acquire().await?;
+    /// let info = lock.inspect().await?.expect("held");
+    /// assert_eq!(info.holder.as_deref(), Some(dlock::default_client_name()));
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self) -> Result<Option<LockInfo>, LockError> {
+        let options = self.options();
+        let backend = options.check()?;
+        let label = options.label();
+        operation(
+            "inspect",
+            &options.key,
+            &label,
+            backend.inspect(&options.key),
+            |i| {
+                if i.is_some() {
+                    "held"
+                } else {
+                    "free"
+                }
+            },
+        )
+        .await
+    }
+
+    /// Frees the key whoever holds it, as an operator would: `true` if a
+    /// lease was removed.
+    ///
+    /// The evicted holder's guard reports the loss ([`LockGuard::lost`]) at
+    /// its next renewal; the next holder's fencing token is greater than
+    /// the evicted one's, so fenced writes of the old holder are refused.
+    /// Waiters are woken. The `dlock.operation` span (`op =
+    /// "force_release"`).
+    ///
+    /// # Errors
+    /// As [`inspect`](Lock::inspect).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let lock = dlock::Lock::new("stuck").with_backend(dlock::connect("memory://").await?);
+    /// let stuck = lock.acquire().await?;
+    /// assert!(lock.force_release().await?);
+    /// let next = lock.acquire().await?;
+    /// assert!(next.fencing_token() > stuck.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release(&self) -> Result<bool, LockError> {
+        let options = self.options();
+        let backend = options.check()?;
+        let label = options.label();
+        operation(
+            "force_release",
+            &options.key,
+            &label,
+            backend.force_release(&options.key),
+            |freed| if *freed { "released" } else { "free" },
+        )
+        .await
+    }
+}
+
+impl LockGuard {
+    /// Time left to the lease's local deadline (zero once it is released,
+    /// lost or past it): the least the server still keeps it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let ttl = std::time::Duration::from_secs(10);
+    /// let guard = dlock::Lock::new("job").ttl(ttl).with_backend(dlock::connect("memory://").await?).acquire().await?;
+    /// assert!(guard.remaining() <= ttl && guard.remaining() > ttl / 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        if !self.is_held() {
+            return Duration::ZERO;
+        }
+        let state = self.lease().lock_state();
+        state
+            .lease
+            .valid_until
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Renews the lease now with a new `ttl`; the watchdog (if renewal is
+    /// on) keeps renewing it with that ttl afterwards. The way to lengthen a
+    /// lease taken with `renew(false)`.
+    ///
+    /// Backends whose lease is a session's (etcd, ZooKeeper) renew the
+    /// session: the lease then lasts at most the session's own ttl from now.
+    /// The `dlock.operation` span (`op = "extend"`).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for a ttl outside
+    /// [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL);
+    /// [`LockError::NotHeld`] if the lease was released, lost, or the server
+    /// refused the renewal (it is then marked lost); [`LockError::Backend`]
+    /// when the service fails (the lease is unchanged).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let lock = dlock::Lock::new("import").ttl(Duration::from_secs(5)).renew(false);
+    /// let guard = lock.with_backend(dlock::connect("memory://").await?).acquire().await?;
+    /// guard.extend(Duration::from_secs(60)).await?;
+    /// assert!(guard.remaining() > Duration::from_secs(30));
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        let shared = self.lease().clone();
+        if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&ttl) {
+            return Err(LockError::invalid_option(format!(
+                "ttl {ttl:?} for extending lock `{}` is outside {:?}..={:?}",
+                shared.key,
+                crate::MIN_TTL,
+                crate::MAX_TTL
+            )));
+        }
+        let label = shared.label().clone();
+        let key = shared.key.clone();
+        operation("extend", &key, &label, extend(shared, ttl), |_| "extended").await
+    }
+}
+
+async fn extend(shared: Arc<crate::lease::LeaseShared>, ttl: Duration) -> Result<(), LockError> {
+    let not_held = || LockError::NotHeld {
+        key: shared.key.clone(),
+    };
+    let mut lease = {
+        let state = shared.lock_state();
+        if state.status != Status::Held || Instant::now() >= state.lease.valid_until {
+            return Err(not_held());
+        }
+        state.lease.clone()
+    };
+    lease.ttl = ttl;
+    let sent = Instant::now();
+    let answer = renew_on(&*shared.backend, shared.kind, std::slice::from_ref(&lease))
+        .await
+        .pop()
+        .unwrap_or_else(|| Err(not_held()))?;
+    match answer {
+        crate::backend::Renewal::Renewed { valid_until } => {
+            let mut state = shared.lock_state();
+            if state.status != Status::Held {
+                return Err(not_held());
+            }
+            state.lease.ttl = ttl;
+            state.lease.valid_until = valid_until;
+            state.next_renew = crate::deadline::saturating_add(sent, ttl / 3);
+            Ok(())
+        }
+        _ => {
+            shared.mark_lost(crate::observe::LossReason::Refused);
+            Err(not_held())
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The operator's cases of the conformance suite, on every backend:
+//! `Lock::inspect`, `Lock::force_release`, `LockGuard::remaining` and
+//! `LockGuard::extend`.
+
+use std::time::{Duration, Instant};
+
+use dlock::LockError;
+
+use crate::conformance::{lock, unique_key, Fixture};
+
+/// Free: `None`. Held: the holder's client name (never its token), time left
+/// within the ttl, the guard's fence; `remaining()` goes down while a
+/// lease is not renewed.
+pub async fn inspect_shows_the_holder<F: Fixture>(fixture: &F) {
+    let key = unique_key("inspect");
+    // Whole seconds, so an etcd lease is granted exactly this; a ZooKeeper
+    // node reports its session timeout (4 s in the fixture), below it.
+    let ttl = Duration::from_secs(5);
+    let a = fixture.backend().await;
+    let b = fixture.backend().await;
+    assert_eq!(lock(&b, &key).inspect().await.unwrap(), None, "free");
+    let guard = lock(&a, &key)
+        .ttl(ttl)
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let info = lock(&b, &key)
+        .inspect()
+        .await
+        .unwrap()
+        .expect("held, seen by another client");
+    assert_eq!(info.holder.as_deref(), a.client_name());
+    assert!(
+        info.holder
+            .as_deref()
+            .is_some_and(|h| !h.contains(guard.token())),
+        "{info:?}"
+    );
+    assert!(info.remaining <= ttl, "{info:?}");
+    assert!(info.remaining > Duration::ZERO, "{info:?}");
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    // ZooKeeper caps a lease at 11/20 of its session timeout.
+    let first = guard.remaining();
+    assert!(first <= ttl && first > Duration::ZERO, "{first:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(guard.remaining() < first, "remaining() did not go down");
+    guard.release().await.unwrap();
+    assert_eq!(lock(&b, &key).inspect().await.unwrap(), None, "released");
+}
+
+/// A forced release frees the key whoever holds it: the holder's `lost()`
+/// fires at its next renewal, the next holder's fence is greater, and a
+/// second forced release finds nothing.
+pub async fn force_release_evicts_the_holder<F: Fixture>(fixture: &F) {
+    let key = unique_key("force");
+    let ttl = fixture.short_ttl();
+    let a = fixture.backend().await;
+    let operator = fixture.backend().await;
+    let evicted = lock(&a, &key).ttl(ttl).acquire().await.unwrap();
+    let lost = evicted.lost();
+    assert!(lock(&operator, &key).force_release().await.unwrap());
+    let bound = ttl + Duration::from_secs(2);
+    tokio::time::timeout(bound, lost)
+        .await
+        .unwrap_or_else(|_| panic!("the evicted guard's lost() did not fire within {bound:?}"));
+    let next = lock(&operator, &key)
+        .ttl(ttl)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("free after the forced release");
+    if fixture.fencing() {
+        assert!(
+            next.fencing_token() > evicted.fencing_token(),
+            "{:?} after {:?}",
+            next.fencing_token(),
+            evicted.fencing_token()
+        );
+    }
+    let err = evicted.release().await.unwrap_err();
+    assert!(matches!(err, LockError::NotHeld { .. }), "{err:?}");
+    next.release().await.unwrap();
+    assert!(!lock(&operator, &key).force_release().await.unwrap());
+}
+
+/// `extend` lengthens a lease taken with `renew(false)` past its ttl.
+pub async fn extend_lengthens_a_hard_lease<F: Fixture>(fixture: &F) {
+    let key = unique_key("extend");
+    let ttl = fixture.short_ttl();
+    let a = fixture.backend().await;
+    let start = Instant::now();
+    let guard = lock(&a, &key)
+        .ttl(ttl)
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl / 2).await;
+    guard.extend(ttl * 3).await.expect("extend");
+    tokio::time::sleep_until((start + ttl + ttl / 3).into()).await;
+    assert!(guard.is_held(), "lost past the original ttl after extend");
+    let other = fixture.backend().await;
+    assert!(
+        lock(&other, &key).try_acquire().await.unwrap().is_none(),
+        "another client took the extended key"
+    );
+    guard.release().await.unwrap();
+    let err = lock(&a, &key)
+        .acquire()
+        .await
+        .unwrap()
+        .extend(Duration::ZERO)
+        .await;
+    assert!(
+        matches!(err, Err(LockError::InvalidOption { .. })),
+        "{err:?}"
+    );
+}
