@@ -1,13 +1,35 @@
 //! The synchronous API, for programs without an async runtime:
-//! [`Lock::acquire_blocking`], [`Lock::try_acquire_blocking`] and
-//! [`LockGuard::release_blocking`]. Each runs its async twin on dlock's
+//! [`connect_blocking`], [`Lock::acquire_blocking`],
+//! [`Lock::try_acquire_blocking`] and [`LockGuard::release_blocking`]. Each runs its async twin on dlock's
 //! background runtime (the one that renews every lease) and waits for it on
 //! the calling thread, so the lease is renewed while that thread does
 //! anything at all, sleeping included.
 
 use std::future::Future;
 
-use crate::{Lock, LockError, LockGuard};
+use std::sync::Arc;
+
+use crate::{Lock, LockBackend, LockError, LockGuard};
+
+/// [`connect`](crate::connect) for synchronous code: connects to the lock
+/// service at `url` on dlock's background runtime (where the connection
+/// lives in any case) and waits for it on the calling thread.
+///
+/// # Errors
+/// As [`connect`](crate::connect); and [`LockError::InvalidOption`] when
+/// called inside an async runtime (use `connect(url).await` there).
+///
+/// ```
+/// // A plain `main`: no async runtime anywhere.
+/// let backend = dlock::connect_blocking("memory://")?;
+/// let guard = dlock::Lock::new("migration").with_backend(backend).acquire_blocking()?;
+/// guard.release_blocking()?;
+/// # Ok::<(), dlock::LockError>(())
+/// ```
+pub fn connect_blocking(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
+    let url = url.to_owned();
+    block_on("connect", async move { crate::connect(&url).await })
+}
 
 /// Runs `work` on dlock's background runtime and waits for its output.
 ///

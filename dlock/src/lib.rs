@@ -75,6 +75,7 @@ pub mod __private;
 
 pub use async_trait::async_trait;
 pub use backend::LockBackend;
+pub use blocking::connect_blocking;
 /// ```
 /// use dlock::{distributed_lock, LockError, LockGuard};
 ///

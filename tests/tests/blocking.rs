@@ -7,13 +7,7 @@ use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::servers::redis::RedisServer;
 
 fn connect(url: &str) -> Arc<dyn LockBackend> {
-    // `connect` is async; its connections live on dlock's own runtime, so a
-    // runtime made just for the call may go away afterwards.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(dlock::connect(url)).unwrap()
+    dlock::connect_blocking(url).unwrap()
 }
 
 #[test]
@@ -46,4 +40,41 @@ async fn inside_a_runtime_it_is_a_clear_error_not_a_panic() {
     let guard = lock.acquire().await.unwrap();
     let err = guard.release_blocking().unwrap_err();
     assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+}
+
+/// The blocking example (`examples/examples/blocking_migration.rs`, a plain
+/// `fn main()`), two instances at once against one Redis: one migrates,
+/// holding the lock through 3.2 s of blocking steps with a 1 s ttl; the
+/// other finds it held and exits 75 without doing anything.
+#[test]
+fn the_blocking_example_migrates_once_across_two_instances() {
+    let server = RedisServer::start();
+    let mut dir = std::env::current_exe().unwrap();
+    dir.pop();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let example = dir.join("examples").join("blocking_migration");
+    assert!(
+        example.exists(),
+        "{} is missing: build it with `cargo build -p dlock-examples --example blocking_migration`",
+        example.display()
+    );
+    let run = || {
+        std::process::Command::new(&example)
+            .env("DLOCK_URL", server.url())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the example")
+    };
+    let first = run();
+    std::thread::sleep(Duration::from_millis(500));
+    let second = run();
+    let second = second.wait_with_output().unwrap();
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(second.status.code(), Some(75), "{second:?}");
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let said = String::from_utf8_lossy(&first.stdout);
+    assert!(said.contains("held throughout"), "{said}");
 }
