@@ -41,7 +41,12 @@ async fn three_keys_are_taken_in_one_script_each_with_its_own_token_and_fence() 
     let mut tokens = Vec::new();
     for key in ["acct:a", "acct:b", "acct:c"] {
         let token = server.redis_cli(&["GET", &format!("dlock:{{{key}}}")]);
-        assert_eq!(token.len(), 32, "{key} holds an owner token: {token:?}");
+        // `<32 hex digits>@<client name>` (the name is what `inspect` shows).
+        let (secret, name) = token.split_once('@').unwrap_or((&token, ""));
+        assert!(
+            secret.len() == 32 && secret.chars().all(|c| c.is_ascii_hexdigit()) && !name.is_empty(),
+            "{key} holds an owner token: {token:?}"
+        );
         let pttl: i64 = server
             .redis_cli(&["PTTL", &format!("dlock:{{{key}}}")])
             .parse()
