@@ -105,11 +105,12 @@ impl MemoryBackend {
         Self::default()
     }
 
-    /// Connects to `memory://` (any path is ignored): a new, empty namespace.
+    /// Connects to `memory://`: a new, empty namespace.
     /// `?client_name=` names the holder that [`Lock::inspect`](crate::Lock::inspect) shows.
     ///
     /// # Errors
-    /// [`LockError::InvalidOption`] if the URL is not a `memory://` URL.
+    /// [`LockError::InvalidOption`] if the URL is not a `memory://` URL, or
+    /// names a host or a parameter other than `client_name`.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let Some(rest) = url.strip_prefix("memory://") else {
             return Err(LockError::invalid_option(format!(
@@ -117,19 +118,25 @@ impl MemoryBackend {
                 crate::url::redact(url)
             )));
         };
-        // Nothing is ignored: the memory backend has no address and no
-        // parameters (it lives in this process).
-        if !rest.is_empty() && rest != "/" {
+        // Nothing is ignored: the memory backend has no address (it lives
+        // in this process), and `client_name` is its one parameter.
+        let shown = crate::url::redact(url);
+        let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if !address.is_empty() && address != "/" {
             return Err(LockError::invalid_option(format!(
-                "`{}`: the memory backend takes no host or parameters (it lives in this process); write `memory://`",
-                crate::url::redact(url)
+                "`{shown}`: the memory backend takes no host (it lives in this process); write `memory://`"
             )));
         }
         let mut backend = Self::new();
-        if let Some((_, query)) = url.split_once('?') {
-            for pair in query.split('&').filter(|p| !p.is_empty()) {
-                if let Some(name) = pair.strip_prefix("client_name=") {
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=').unwrap_or((pair, "")) {
+                ("client_name", name) => {
                     backend.client_name = Some(crate::inspect::check_client_name(name)?);
+                }
+                (other, _) => {
+                    return Err(LockError::invalid_option(format!(
+                        "`{shown}`: unknown parameter `{other}`; memory URLs take client_name"
+                    )))
                 }
             }
         }
