@@ -16,10 +16,6 @@ use super::percent_decode;
 pub(crate) struct UrlParts<'a> {
     /// The text before `://`.
     pub(crate) scheme: &'a str,
-    /// The text before the last `@`, as written (checked: no raw `/`, `?` or
-    /// `#`, and its `%` escapes decode), for a backend that hands it on to
-    /// another client; `None` without an `@`.
-    pub(crate) userinfo: Option<&'a str>,
     /// The credentials, decoded.
     pub(crate) credentials: Option<Credentials>,
     /// The host list, as written: from after the credentials to the first
@@ -100,7 +96,6 @@ pub(crate) fn split(url: &str) -> Result<UrlParts<'_>, String> {
     };
     Ok(UrlParts {
         scheme,
-        userinfo,
         credentials,
         hosts,
         path,
@@ -211,7 +206,6 @@ mod tests {
     fn splits_every_part() {
         let p = split("etcd://app:p%40ss@h1:1,h2:2/db?prefix=x&a=b").unwrap();
         assert_eq!(p.scheme, "etcd");
-        assert_eq!(p.userinfo, Some("app:p%40ss"));
         let c = p.credentials.unwrap();
         assert_eq!(
             (c.user.as_str(), c.password.as_deref()),
@@ -224,8 +218,8 @@ mod tests {
 
         let p = split("zk://h:1?x=1").unwrap();
         assert_eq!(
-            (p.userinfo, p.hosts, p.path, p.query),
-            (None, "h:1", "", "x=1")
+            (p.credentials.is_none(), p.hosts, p.path, p.query),
+            (true, "h:1", "", "x=1")
         );
         let p = split("redis://secret@h").unwrap();
         let c = p.credentials.unwrap();

@@ -203,7 +203,7 @@ impl RedisBackend {
             .iter()
             .map(|&i| what.key(&self.options.prefix, &leases[i]))
             .collect();
-        let left_leases: Vec<Lease> = left.iter().map(|&i| leases[i].clone()).collect();
+        let left_leases: Vec<&Lease> = left.iter().map(|&i| &leases[i]).collect();
         let script = what.script();
         let calls = renew_many::calls(&keys, true);
         let sent_calls = calls.iter().map(|call| {
@@ -257,13 +257,19 @@ impl RedisBackend {
 
 /// One renewal script call of the leases `call` (indexes into `keys` and
 /// `leases`): the keys, then each lease's token and ttl.
-fn renew_call(script: &Script, keys: &[String], leases: &[Lease], call: &[usize]) -> redis::Cmd {
+fn renew_call<L: std::borrow::Borrow<Lease>>(
+    script: &Script,
+    keys: &[String],
+    leases: &[L],
+    call: &[usize],
+) -> redis::Cmd {
     let mut cmd = scripts::evalsha(script, call.len());
     for &i in call {
         cmd.arg(&keys[i]);
     }
     for &i in call {
-        cmd.arg(&leases[i].token).arg(millis(leases[i].ttl));
+        let lease = leases[i].borrow();
+        cmd.arg(&lease.token).arg(millis(lease.ttl));
     }
     cmd
 }
