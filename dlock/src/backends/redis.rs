@@ -118,6 +118,7 @@ pub(crate) mod scripts;
 mod sentinel;
 pub(crate) mod subscriber;
 mod unfinished;
+mod waiter_queue;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -770,16 +771,8 @@ impl LockBackend for RedisBackend {
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
-        // A key without expiry: retry after the ttl we ask for.
-        let ask = || {
-            self.wait_for_release(&names.channel, Some(&names.lock), deadline, req.ttl, || {
-                self.within(
-                    deadline,
-                    self.attempt_or_release(req, &names),
-                    Attempt::Held(Some(Duration::ZERO)),
-                )
-            })
-        };
+        let ticket = waiter_queue::ticket_of(&req.token);
+        let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
         let undo = |granted: Option<Lease>| async move {
             if let Some(lease) = granted {
                 let _ = self.release_unbatched(&lease).await;

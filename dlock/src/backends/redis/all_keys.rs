@@ -175,7 +175,7 @@ impl RedisBackend {
             at_most: None,
         };
         let waited = self
-            .wait_on_keys(&watched, deadline, pace, || {
+            .wait_on_keys(&watched, None, deadline, pace, || {
                 self.within(
                     deadline,
                     self.attempt_all(reqs, names),

@@ -11,6 +11,8 @@ use std::sync::LazyLock;
 
 use redis::{RedisResult, Script};
 
+use super::waiter_queue::QUEUE_FUNCTIONS;
+
 /// `SET NX PX` and, on success, the next fence (see [`ACQUIRE_FUNCTIONS`]):
 /// returns `{1, fence}`, or `{0, pttl}` with the holder's remaining time.
 pub(crate) static ACQUIRE: LazyLock<Script> =
@@ -53,7 +55,7 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// ttl from now, as the caller's local deadline does. Without this the
 /// retry answered "held" by the caller's own token, and the key blocked
 /// everyone, its owner included, until its ttl.
-const ACQUIRE_FUNCTIONS: &str = r"
+pub(crate) const ACQUIRE_FUNCTIONS: &str = r"
 local now
 local function fence(counter)
   if counter == '' then
@@ -92,25 +94,27 @@ local won, value = acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 return {won, value}
 ";
 
-/// Compare-and-`DEL`, then `PUBLISH` on the release channel so waiters wake.
+/// Compare-and-delete: if ARGV[1] (the token) holds KEYS[1], the key is
+/// vacated (see `waiter_queue.rs`): handed to the first queued waiter as its
+/// turn, which only that waiter hears of, or deleted. A deletion is
+/// announced (`PUBLISH` of `1` on ARGV[2], the release channel) only when a
+/// listener waits: with nobody waiting a release is `GET`, `EXISTS`, `DEL`.
 ///
-/// Every release announces with `redis.pcall`, not `redis.call`: the
-/// announcement is a wake-up, not part of the release. A user whose ACL
-/// allows no `&dlock:*` channel gets an error from `PUBLISH`; with `call`
-/// that error would fail the release after its `DEL` (scripts do not roll
-/// back), so the caller would see an error for a lock it did release.
-/// Waiters of such a user wake by their timers and re-checks.
+/// Every announcement uses `redis.pcall`, not `redis.call`: it is a
+/// wake-up, not part of the release. A user whose ACL allows no `&dlock:*`
+/// channel gets an error from `PUBLISH`; with `call` that error would fail
+/// the release after its write (scripts do not roll back), so the caller
+/// would see an error for a lock it did release. Waiters of such a user
+/// wake by their timers and re-checks.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    let release = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', ARGV[2], '1')
+  vacate(KEYS[1], ARGV[2])
   return 1
 end
 return 0
-",
-    )
+";
+    Script::new(&format!("{QUEUE_FUNCTIONS}{release}"))
 });
 
 /// A release that keeps the key for a minimum time (`hold_at_least`): if
@@ -152,7 +156,18 @@ local quarantine = tonumber(marker) - now
 if quarantine > 0 then
   return {0, quarantine}
 end";
-    Script::new(&format!("{quarantine}{ACQUIRE_FUNCTIONS}{ACQUIRE_ONE}"))
+    // A refused try listens (Redlock does not queue: see `waiter_queue.rs`),
+    // so the key's release on this master announces itself.
+    let listening = r"
+local won, value = acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if won == 0 then
+  wait_in_line(KEYS[1], 'listen:' .. ARGV[1], false, life_for(value, ARGV[2]))
+end
+return {won, value}
+";
+    Script::new(&format!(
+        "{quarantine}{ACQUIRE_FUNCTIONS}{QUEUE_FUNCTIONS}{listening}"
+    ))
 });
 
 /// [`ACQUIRE`] for many keys in one call (see `batch.rs`): KEYS are lock and
@@ -175,14 +190,19 @@ return out
 /// key is held under another token nothing is written and the answer is
 /// `{0, index, pttl}` (the key's position from 0, its holder's time left);
 /// else every key is taken as [`ACQUIRE`] takes one: `{1, fence, …}`, a
-/// fence per key. The first pass only reads, so a busy key costs no write.
+/// fence per key. The first pass only reads, so a busy key costs no write
+/// but the caller's registration as a listener of the key in its way (it
+/// does not queue: see `waiter_queue.rs`), which makes the key's release
+/// announce itself.
 pub(crate) static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
     let all = r"
 local n = #KEYS / 2
 for i = 1, n do
   local holder = redis.call('GET', KEYS[2 * i - 1])
   if holder and holder ~= ARGV[i] then
-    return {0, i - 1, redis.call('PTTL', KEYS[2 * i - 1])}
+    local left = redis.call('PTTL', KEYS[2 * i - 1])
+    wait_in_line(KEYS[2 * i - 1], 'listen:' .. ARGV[i], false, life_for(left, ARGV[n + i]))
+    return {0, i - 1, left}
   end
 end
 local out = {1}
@@ -192,27 +212,25 @@ for i = 1, n do
 end
 return out
 ";
-    Script::new(&format!("{ACQUIRE_FUNCTIONS}{all}"))
+    Script::new(&format!("{ACQUIRE_FUNCTIONS}{QUEUE_FUNCTIONS}{all}"))
 });
 
 /// [`RELEASE`] for many keys in one call: KEYS are lock keys, ARGV token and
 /// channel pairs; returns one answer per key.
 pub(crate) static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    let many = r"
 local out = {}
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
-    redis.call('DEL', KEYS[i])
-    redis.pcall('PUBLISH', ARGV[2 * i], '1')
+    vacate(KEYS[i], ARGV[2 * i])
     out[i] = 1
   else
     out[i] = 0
   end
 end
 return out
-",
-    )
+";
+    Script::new(&format!("{QUEUE_FUNCTIONS}{many}"))
 });
 
 /// `EVALSHA <sha1> <numkeys>`: the start of a call of `script`; the caller

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use redis::ErrorKind;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 pub(crate) mod waiting;
 
@@ -43,6 +43,9 @@ enum Command {
 struct Channels {
     /// Channel name → (number of waiters, generation).
     by_name: HashMap<String, (usize, watch::Sender<u64>)>,
+    /// Queued waiters' tickets → their wake-up (see `waiter_queue.rs`): a
+    /// turn message wakes its ticket's waiter alone, not the channel.
+    tickets: HashMap<String, Arc<Notify>>,
 }
 
 fn lock(m: &Mutex<Channels>) -> MutexGuard<'_, Channels> {
@@ -53,6 +56,17 @@ impl Channels {
     fn bump(&self, name: &str) {
         if let Some((_, generation)) = self.by_name.get(name) {
             generation.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// A turn message (`turn:<ticket>`): wakes that ticket's waiter if it
+    /// waits here (a permit is stored if it is between two waits).
+    fn give_turn(&self, ticket: &[u8]) {
+        let Ok(ticket) = std::str::from_utf8(ticket) else {
+            return;
+        };
+        if let Some(turn) = self.tickets.get(ticket) {
+            turn.notify_one();
         }
     }
 
@@ -117,6 +131,8 @@ struct Refused {
 pub(crate) struct Subscription {
     /// Channel name and its generation, per channel.
     generations: Vec<(String, watch::Receiver<u64>)>,
+    /// A queued waiter's ticket and its wake-up.
+    ticket: Option<(String, Arc<Notify>)>,
     channels: Arc<Mutex<Channels>>,
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -187,6 +203,7 @@ impl Subscriber {
         }
         let subscription = Subscription {
             generations,
+            ticket: None,
             channels: self.channels.clone(),
             commands: commands.clone(),
         };
@@ -203,6 +220,23 @@ impl Subscriber {
 }
 
 impl Subscription {
+    /// Registers `ticket`: a turn message for it now wakes this waiter (see
+    /// [`turned`](Self::turned)). Before the waiter's first queued try, so
+    /// a turn given right after it is not missed.
+    pub(crate) fn queue_as(&mut self, ticket: &str) {
+        let turn = Arc::new(Notify::new());
+        lock(&self.channels)
+            .tickets
+            .insert(ticket.to_owned(), turn.clone());
+        self.ticket = Some((ticket.to_owned(), turn));
+    }
+
+    /// What resolves when this waiter's ticket is given its turn: see
+    /// [`turned`].
+    pub(crate) fn turn(&self) -> Option<Arc<Notify>> {
+        self.ticket.as_ref().map(|(_, turn)| turn.clone())
+    }
+
     /// Remembers the current generations: a later `changed` waits for a newer one.
     pub(crate) fn mark_seen(&mut self) {
         for (_, generation) in &mut self.generations {
@@ -228,9 +262,21 @@ impl Subscription {
     }
 }
 
+/// Resolves when `turn` (a [`Subscription::turn`]) is given; never
+/// without one.
+pub(crate) async fn turned(turn: Option<&Notify>) {
+    match turn {
+        Some(turn) => turn.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = lock(&self.channels);
+        if let Some((ticket, _)) = &self.ticket {
+            channels.tickets.remove(ticket);
+        }
         let mut unwanted = Vec::new();
         for (name, _) in &self.generations {
             if let Some(entry) = channels.by_name.get_mut(name) {
@@ -335,9 +381,17 @@ async fn run(
                 message = stream.next() => match message {
                     Some(message) => {
                         let name = message.get_channel_name();
+                        let payload = message.get_payload_bytes();
                         // A keyspace event wakes only if it may have freed
-                        // the key: the holder's renewals are events too.
-                        if !is_keyspace(name) || frees_the_key(message.get_payload_bytes()) {
+                        // the key: the holder's renewals are events too. A
+                        // turn wakes its ticket's waiter alone.
+                        if is_keyspace(name) {
+                            if frees_the_key(payload) {
+                                lock(&channels).bump(name);
+                            }
+                        } else if let Some(ticket) = payload.strip_prefix(b"turn:") {
+                            lock(&channels).give_turn(ticket);
+                        } else {
                             lock(&channels).bump(name);
                         }
                     }

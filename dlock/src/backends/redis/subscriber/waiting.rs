@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use super::turned;
 use crate::backend::Lease;
 use crate::backends::redis::{jitter, Attempt, RedisBackend};
 use crate::LockError;
@@ -38,11 +39,13 @@ pub(in crate::backends::redis) struct Pace {
 
 impl RedisBackend {
     /// Runs `attempt` until it acquires or `deadline` passes (`Ok(None)`):
-    /// [`wait_on_keys`](Self::wait_on_keys) for one key.
+    /// [`wait_on_keys`](Self::wait_on_keys) for one key, queued as `ticket`
+    /// if given.
     pub(in crate::backends::redis) async fn wait_for_release<F, Fut>(
         &self,
         channel: &str,
         key: Option<&str>,
+        ticket: Option<&str>,
         deadline: Option<Instant>,
         unknown_expiry: Duration,
         mut attempt: F,
@@ -60,7 +63,7 @@ impl RedisBackend {
             at_most: None,
         };
         let waited = self
-            .wait_on_keys(&watched, deadline, pace, || {
+            .wait_on_keys(&watched, ticket, deadline, pace, || {
                 let tried = attempt();
                 async move {
                     Ok(match tried.await? {
@@ -87,9 +90,14 @@ impl RedisBackend {
     /// that published nothing: see `recheck.rs`), and try again. A holder
     /// of unknown expiry (a key without one) is retried after
     /// `pace.unknown_expiry`, and no nap is longer than `pace.at_most`.
+    ///
+    /// A waiter with a `ticket` (a lock's, see `waiter_queue.rs`) registers
+    /// it before its second try, which is the one that queues it: a turn
+    /// given to the ticket wakes this waiter, and nobody else.
     pub(in crate::backends::redis) async fn wait_on_keys<T, F, Fut>(
         &self,
         watched: &[Watched<'_>],
+        ticket: Option<&str>,
         deadline: Option<Instant>,
         pace: Pace,
         mut attempt: F,
@@ -113,6 +121,10 @@ impl RedisBackend {
             channels.extend(one.key.and_then(|k| self.keyspace_channel(k)));
         }
         let mut released = self.subscriber.subscribe(&channels, deadline).await;
+        if let Some(ticket) = ticket {
+            released.queue_as(ticket);
+        }
+        let turn = released.turn();
         loop {
             released.mark_seen();
             let (on, left) = match attempt().await? {
@@ -141,6 +153,7 @@ impl RedisBackend {
                 };
                 tokio::select! {
                     () = released.changed() => break,
+                    () = turned(turn.as_deref()) => break,
                     () = &mut expiry => break,
                     free = recheck => match free {
                         Ok(true) => break,
