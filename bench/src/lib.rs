@@ -7,6 +7,7 @@
 pub mod etcd;
 pub mod held;
 pub mod observed;
+pub mod processes;
 pub mod read_mostly;
 pub mod redis;
 pub mod redlock;

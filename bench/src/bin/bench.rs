@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N]] [--observed-detail]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N]] [--processes[=P,…]] [--observed-detail]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
@@ -14,6 +14,11 @@
 //! `--held[=N]` (Redis) holds N locks (default 50,000) at ttl 3 s and
 //! prints the Redis CPU each renewal costs, against one script call per
 //! lease.
+//!
+//! `--processes[=P,…]` (any backend) runs P processes (separate backends)
+//! in turns on one key, for P = 1, 10 and 50 unless listed: critical
+//! sections per second, waits, fairness between processes, and on Redis
+//! the server's commands and CPU per critical section.
 //!
 //! `--replicas` (Redis, a master with a replica) measures replica
 //! acknowledgement: the uncontended cycle and 64 tasks on distinct keys
@@ -91,12 +96,24 @@ async fn main() -> ExitCode {
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
         eprintln!(
-            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--observed-detail]   ({})",
+            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N]] [--processes[=P,…]] [--observed-detail]   ({})",
             examples.join(", ")
         );
         return ExitCode::FAILURE;
     };
-    let result = if flags.read_mostly {
+    let processes = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--processes"))
+        .map(|counts| {
+            dlock_bench::processes::parse_counts(counts)
+                .ok_or("--processes takes a list of process counts, e.g. --processes=1,10,50")
+        });
+    let result = if let Some(counts) = processes {
+        match counts {
+            Ok(counts) => dlock_bench::processes::run(&url, &counts).await,
+            Err(e) => Err(e.into()),
+        }
+    } else if flags.read_mostly {
         dlock_bench::read_mostly::run(&url).await
     } else {
         let scheme = dlock::url::scheme(&url).unwrap_or("").to_owned();

@@ -485,13 +485,27 @@ impl RedisBackend {
         Recheck::new(self.options.recheck, self.keyspace_notifications())
     }
 
-    /// One re-check: whether the lock key `lock` is gone (`PTTL` = -2).
-    pub(crate) async fn key_is_free(&self, lock: &str) -> Result<bool, LockError> {
+    /// One re-check: whether the key `lock` is gone (`PTTL` = -2), or, for
+    /// a queued waiter with `ticket`, gone or holding that ticket's turn (a
+    /// `GET`: a turn whose announcement was not heard, because the server
+    /// refused the channel or the subscription was down, is noticed here
+    /// instead of lapsing).
+    pub(crate) async fn key_is_free(
+        &self,
+        lock: &str,
+        ticket: Option<&str>,
+    ) -> Result<bool, LockError> {
         self.metrics.rechecks.fetch_add(1, Ordering::Relaxed);
-        let mut cmd = redis::cmd("PTTL");
+        let Some(ticket) = ticket else {
+            let mut cmd = redis::cmd("PTTL");
+            cmd.arg(lock);
+            let pttl: i64 = self.query(&cmd).await?;
+            return Ok(pttl == -2);
+        };
+        let mut cmd = redis::cmd("GET");
         cmd.arg(lock);
-        let pttl: i64 = self.query(&cmd).await?;
-        Ok(pttl == -2)
+        let holder: Option<String> = self.query(&cmd).await?;
+        Ok(holder.is_none_or(|h| h.strip_prefix("turn:") == Some(ticket)))
     }
 
     /// Sends one plain command, on whichever connection this backend has.

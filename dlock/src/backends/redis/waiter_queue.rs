@@ -172,18 +172,22 @@ if holder == token then
   redis.call('ZREM', lock .. ':waiters', ticket)
   return {acquire(lock, KEYS[2], token, ttl)}
 end
+-- A turn was taken out of the queue when it was given.
 local mine = holder == 'turn:' .. ticket
 if not holder then
   local head = head_of(lock)
-  if head == nil or head == ticket then
+  if head == ticket then
+    redis.call('ZREM', lock .. ':queue', ticket)
+    redis.call('ZREM', lock .. ':waiters', ticket)
+    mine = true
+  elseif head == nil then
+    redis.call('ZREM', lock .. ':waiters', ticket)
     mine = true
   else
     give_turn(lock, head, channel)
   end
 end
 if mine then
-  redis.call('ZREM', lock .. ':queue', ticket)
-  redis.call('ZREM', lock .. ':waiters', ticket)
   redis.call('SET', lock, token, 'PX', ttl)
   return {1, fence(KEYS[2])}
 end

@@ -340,7 +340,7 @@ impl RedlockBackend {
                 let lock = self.names(i, key).lock;
                 async move {
                     let free =
-                        tokio::time::timeout(timeout, self.nodes[i].key_is_free(&lock)).await;
+                        tokio::time::timeout(timeout, self.nodes[i].key_is_free(&lock, None)).await;
                     matches!(free, Ok(Ok(true)))
                 }
             })

@@ -149,7 +149,7 @@ impl RedisBackend {
                         return std::future::pending().await;
                     };
                     tokio::time::sleep(schedule.pause()).await;
-                    self.key_is_free(key).await
+                    self.key_is_free(key, ticket).await
                 };
                 tokio::select! {
                     () = released.changed() => break,

@@ -1,0 +1,198 @@
+//! `--processes[=P,P,…]` (any backend): P processes taking turns on one key.
+//!
+//! Each "process" is a backend of its own (`dlock::connect`: its own
+//! connections, subscriber and local queue, as a separate OS process has),
+//! looping acquire → 1 ms → release on one key for a window. Printed per P
+//! (default 1, 10 and 50): critical sections per second, the wait for the
+//! lock (p50 / p99 / max, and p99 against the ideal FIFO wait: P − 1
+//! critical sections of the measured mean length), per-process max / min
+//! of critical sections (1.0 is perfectly even), and on Redis the server's
+//! commands (`INFO commandstats`, the calls scripts make included),
+//! `EVALSHA`s and CPU per critical section. The P = 1 row is the baseline
+//! the others are read against.
+
+use std::time::{Duration, Instant};
+
+use dlock::Lock;
+
+use super::stats::{fmt_duration, Summary};
+use super::workloads::BoxError;
+
+/// The P values when `--processes` names none.
+pub const DEFAULT_PROCESSES: &[usize] = &[1, 10, 50];
+const WINDOW: Duration = Duration::from_secs(10);
+const CRITICAL_SECTION: Duration = Duration::from_millis(1);
+
+/// What one process did: its waits.
+struct Process {
+    waits: Vec<Duration>,
+}
+
+/// A Redis server's counters: CPU seconds, commands, `EVALSHA`s.
+#[derive(Clone, Copy, Default)]
+struct ServerCounters {
+    cpu: f64,
+    commands: u64,
+    evalshas: u64,
+}
+
+async fn redis_counters(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<ServerCounters, BoxError> {
+    let cpu: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let seconds = |name: &str| {
+        cpu.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    let calls = |line: &str| -> u64 {
+        line.split_once("calls=")
+            .and_then(|(_, rest)| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    // The two INFO calls of each reading are left out.
+    let commands = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .map(calls)
+        .sum();
+    let evalshas = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .map_or(0, calls);
+    Ok(ServerCounters {
+        cpu: seconds("used_cpu_user:") + seconds("used_cpu_sys:"),
+        commands,
+        evalshas,
+    })
+}
+
+/// One round: `processes` backends on one key for [`WINDOW`].
+async fn round(
+    url: &str,
+    key: &str,
+    processes: usize,
+) -> Result<(Vec<Process>, Duration), BoxError> {
+    let mut locks = Vec::with_capacity(processes);
+    for _ in 0..processes {
+        let backend = dlock::connect(url).await?;
+        locks.push(
+            Lock::new(key)
+                .ttl(Duration::from_secs(10))
+                .with_backend(backend),
+        );
+    }
+    let started = Instant::now();
+    let stop = started + WINDOW;
+    let mut running = Vec::with_capacity(processes);
+    for lock in locks {
+        running.push(tokio::spawn(async move {
+            let mut waits = Vec::new();
+            while Instant::now() < stop {
+                let asked = Instant::now();
+                let guard = lock.acquire().await?;
+                waits.push(asked.elapsed());
+                tokio::time::sleep(CRITICAL_SECTION).await;
+                guard.release().await?;
+            }
+            Ok::<_, dlock::LockError>(Process { waits })
+        }));
+    }
+    let mut done = Vec::with_capacity(processes);
+    for process in running {
+        done.push(process.await??);
+    }
+    Ok((done, started.elapsed()))
+}
+
+/// Runs the rounds against `url` and prints the table.
+pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
+    let mut stats_conn = if matches!(dlock::url::scheme(url), Some("redis" | "rediss")) {
+        let plain = url.split('?').next().unwrap_or(url);
+        Some(
+            redis::Client::open(plain)?
+                .get_multiplexed_async_connection()
+                .await?,
+        )
+    } else {
+        None
+    };
+    println!(
+        "\n### P processes on one key ({}), acquire → {CRITICAL_SECTION:?} → release for {WINDOW:?}\n",
+        dlock::url::redact(url)
+    );
+    println!("| P | critical sections/s | wait p50 / p99 / max | p99 vs ideal FIFO | per-process max / min | server commands per CS | `EVALSHA` per CS | server CPU per CS |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let run_id = std::process::id();
+    for &p in counts {
+        let key = format!("bench:{run_id}:processes:{p}");
+        let before = match stats_conn.as_mut() {
+            Some(conn) => Some(redis_counters(conn).await?),
+            None => None,
+        };
+        let (processes, took) = round(url, &key, p).await?;
+        let after = match stats_conn.as_mut() {
+            Some(conn) => Some(redis_counters(conn).await?),
+            None => None,
+        };
+        let counts: Vec<usize> = processes.iter().map(|p| p.waits.len()).collect();
+        let sections: usize = counts.iter().sum();
+        let mut waits: Vec<Duration> = processes.into_iter().flat_map(|p| p.waits).collect();
+        let max_wait = waits.iter().max().copied().unwrap_or_default();
+        let Some(summary) = Summary::of(&mut waits) else {
+            return Err(format!("no critical section at P = {p}").into());
+        };
+        let per_second = sections as f64 / took.as_secs_f64();
+        // Ideal FIFO: each waiter waits for the P − 1 others' sections.
+        let mean_section = took / sections.max(1) as u32;
+        let ideal = mean_section * (p.saturating_sub(1) as u32).max(1);
+        let spread = match (counts.iter().max(), counts.iter().min()) {
+            (Some(&max), Some(&min)) if p > 1 => {
+                format!("{max} / {min} = {:.2}", max as f64 / min.max(1) as f64)
+            }
+            _ => "–".to_owned(),
+        };
+        let server = match (before, after) {
+            (Some(b), Some(a)) => {
+                let per = |n: u64| n as f64 / sections.max(1) as f64;
+                (
+                    format!("{:.1}", per(a.commands - b.commands)),
+                    format!("{:.1}", per(a.evalshas - b.evalshas)),
+                    fmt_duration(Duration::from_secs_f64(
+                        ((a.cpu - b.cpu) / sections.max(1) as f64).max(0.0),
+                    )),
+                )
+            }
+            _ => ("–".to_owned(), "–".to_owned(), "–".to_owned()),
+        };
+        println!(
+            "| {p} | {per_second:.0} | {} / {} / {} | {:.2}× | {spread} | {} | {} | {} |",
+            fmt_duration(summary.p50),
+            fmt_duration(summary.p99),
+            fmt_duration(max_wait),
+            summary.p99.as_secs_f64() / ideal.as_secs_f64(),
+            server.0,
+            server.1,
+            server.2,
+        );
+    }
+    Ok(())
+}
+
+/// The P values of `--processes[=P,P,…]`.
+pub fn parse_counts(arg: &str) -> Option<Vec<usize>> {
+    match arg {
+        "" => Some(DEFAULT_PROCESSES.to_vec()),
+        list => list
+            .strip_prefix('=')?
+            .split(',')
+            .map(|n| n.trim().parse().ok().filter(|&n: &usize| n > 0))
+            .collect(),
+    }
+}
