@@ -4,8 +4,9 @@
 //! holds it and for how long), `<prefix>:{<key>}:fence` the fencing counter,
 //! and releases are announced on channel `<prefix>:{<key>}:released`
 //! (`…:released:db<n>` on a database `n` other than 0, see [`db_channel`]).
-//! The braces are a hash tag: all of a lock's keys live in one cluster slot,
-//! which is what lets one script touch both.
+//! Waiters queue in `<prefix>:{<key>}:queue` and `…:waiters` (see
+//! `waiter_queue.rs`). The braces are a hash tag: all of a lock's keys live
+//! in one cluster slot, which is what lets one script touch them all.
 
 use std::sync::LazyLock;
 
@@ -88,7 +89,7 @@ local function acquire(lock, counter, token, ttl)
 end
 ";
 
-/// The call of [`ACQUIRE`] and [`ACQUIRE_GUARDED`]: one key.
+/// The call of [`ACQUIRE`]: one key.
 const ACQUIRE_ONE: &str = r"
 local won, value = acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 return {won, value}
