@@ -16,7 +16,7 @@ mod permits;
 pub(crate) mod refusal;
 mod rw;
 pub use all_keys::{AllKeysBackend, AllOrNone};
-pub use permits::{no_semaphores, PermitBackend, PermitRequest};
+pub use permits::{no_semaphores, permit_count_differs, PermitBackend, PermitRequest};
 pub use rw::{no_rw_locks, RwBackend, RwMode, RwRequest};
 
 /// What the core asks a backend to take: a key, the owner token and the lease length.

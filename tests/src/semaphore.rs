@@ -24,6 +24,8 @@ macro_rules! semaphore_suite {
             release_wakes_a_waiter_promptly,
             an_expired_permit_lets_local_waiters_in,
             zero_permits_is_rejected,
+            another_permit_count_is_refused_with_both_numbers,
+            the_count_may_change_once_every_permit_is_back,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -175,6 +177,89 @@ pub async fn an_expired_permit_lets_local_waiters_in<F: Fixture>(fixture: &F) {
     assert!(!expiring.is_held());
     next.release().await.unwrap();
     drop(expiring);
+}
+
+/// Asserts that `answer` is the refusal of a caller asking `asked`
+/// permits of a semaphore stored with `stored`.
+fn refused_count<T: std::fmt::Debug>(answer: Result<T, LockError>, stored: usize, asked: usize) {
+    let err = answer.expect_err("a permit for another count");
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "has {stored} permits on the server, this caller asked for {asked}"
+        )),
+        "{text}"
+    );
+}
+
+/// The first holder's count is the semaphore's: another count is refused
+/// with both numbers, whether it tries once or waits, from another process
+/// or the same one, and the refused caller takes no place (the holders'
+/// count still fills up); the same count is served as usual.
+pub async fn another_permit_count_is_refused_with_both_numbers<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-count");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let first = semaphore(&a, &name, 3).try_acquire().await.unwrap();
+    let first = first.expect("a free permit");
+    refused_count(semaphore(&b, &name, 1).try_acquire().await, 3, 1);
+    refused_count(
+        semaphore(&b, &name, 5)
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .await,
+        3,
+        5,
+    );
+    refused_count(semaphore(&a, &name, 2).try_acquire().await, 3, 2);
+    let second = semaphore(&b, &name, 3).try_acquire().await.unwrap();
+    let third = semaphore(&b, &name, 3).try_acquire().await.unwrap();
+    assert!(
+        second.is_some() && third.is_some(),
+        "the refused callers took no permit"
+    );
+    assert!(
+        semaphore(&a, &name, 3)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "3 permits, all out"
+    );
+    for permit in [Some(first), second, third].into_iter().flatten() {
+        permit.release().await.unwrap();
+    }
+}
+
+/// Once every permit is back, the stored count goes with them: a caller
+/// with a new count is served, and that count is the semaphore's now.
+pub async fn the_count_may_change_once_every_permit_is_back<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-recount");
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let permit = semaphore(&a, &name, 3).try_acquire().await.unwrap();
+        held.push(permit.expect("a free permit"));
+    }
+    refused_count(semaphore(&b, &name, 1).try_acquire().await, 3, 1);
+    held.pop().unwrap().release().await.unwrap();
+    refused_count(semaphore(&b, &name, 1).try_acquire().await, 3, 1);
+    held.pop().unwrap().release().await.unwrap();
+    let only = semaphore(&b, &name, 1)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("every permit is back: a new count is served");
+    refused_count(semaphore(&a, &name, 3).try_acquire().await, 1, 3);
+    assert!(
+        semaphore(&a, &name, 1)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "1 permit, out"
+    );
+    only.release().await.unwrap();
 }
 
 pub async fn zero_permits_is_rejected<F: Fixture>(fixture: &F) {

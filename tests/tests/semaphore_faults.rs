@@ -41,7 +41,12 @@ async fn a_killed_holders_permit_comes_back_after_its_ttl() {
         "the permit came back after {took:?}, ttl {ttl:?}"
     );
     let members = server.redis_cli(&["ZCARD", "dlock:{crash-permits}:permits"]);
-    assert_eq!(members, "1", "only the new permit is in the set");
+    assert_eq!(
+        members, "2",
+        "only the new permit (and the count) is in the set"
+    );
+    let count = server.redis_cli(&["ZSCORE", "dlock:{crash-permits}:permits", "permits"]);
+    assert_eq!(count, "-1", "the count, stored as minus its value");
     permit.release().await.unwrap();
     let members = server.redis_cli(&["EXISTS", "dlock:{crash-permits}:permits"]);
     assert_eq!(members, "0", "the last release leaves no set behind");

@@ -20,7 +20,9 @@ pub struct PermitRequest {
     /// The validated semaphore name, before the backend maps it into its namespace.
     pub name: String,
     /// How many holders the semaphore admits at once (at least 1). Every
-    /// user of one semaphore must give the same number.
+    /// user of one semaphore must give the same number: the backend stores
+    /// it with the semaphore's first holder and refuses another count with
+    /// [`permit_count_differs`] while any permit is out.
     pub permits: usize,
     /// The permit's owner token (≥ 128 random bits, hex). Only this token may
     /// renew or release the permit.
@@ -53,6 +55,26 @@ pub fn no_semaphores(backend: &str) -> LockError {
     LockError::invalid_option(format!(
         "the {backend} backend has no semaphores yet; use a {} backend for `Semaphore`",
         crate::schemes::with_semaphores_listed()
+    ))
+}
+
+/// The error of a caller whose permit count is not the one stored on the
+/// server: the semaphore `name` has `stored` permits there (written by its
+/// first holder), and this caller asked for `asked`. A
+/// [`LockError::InvalidOption`] naming both numbers, instead of a permit:
+/// two counts at once would let more holders in than either expects. The
+/// stored count goes away with the semaphore's last permit, so a new
+/// deployment may change the count once every holder is gone.
+///
+/// ```
+/// let e = dlock::backend::permit_count_differs("exports", 3, 1);
+/// assert!(matches!(e, dlock::LockError::InvalidOption { .. }));
+/// assert!(e.to_string().contains("has 3 permits on the server, this caller asked for 1"));
+/// ```
+pub fn permit_count_differs(name: &str, stored: usize, asked: usize) -> LockError {
+    LockError::invalid_option(format!(
+        "semaphore `{name}` has {stored} permits on the server, this caller asked for {asked}: \
+         use the same count everywhere, or another name (the stored count goes away with the last permit)"
     ))
 }
 
@@ -118,7 +140,11 @@ pub fn no_semaphores(backend: &str) -> LockError {
 #[async_trait]
 pub trait PermitBackend: Send + Sync {
     /// One attempt to take a permit of the semaphore `req.name`; never
-    /// waits. `Ok(None)` means all `req.permits` permits are held.
+    /// waits. `Ok(None)` means all `req.permits` permits are held. A
+    /// backend stores `req.permits` with the semaphore's first holder and
+    /// answers [`permit_count_differs`] to a request with another count
+    /// while a permit is out (here and in
+    /// [`acquire_permit`](Self::acquire_permit)).
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError>;
 
     /// Takes a permit, waiting until one is free or until `deadline`

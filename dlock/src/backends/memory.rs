@@ -436,7 +436,7 @@ impl LockBackend for MemoryBackend {
 #[async_trait]
 impl PermitBackend for MemoryBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        Ok(self.permits.try_acquire(req))
+        self.permits.try_acquire(req)
     }
 
     async fn acquire_permit(
@@ -444,7 +444,7 @@ impl PermitBackend for MemoryBackend {
         req: &PermitRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        Ok(self.permits.acquire(req, deadline).await)
+        self.permits.acquire(req, deadline).await
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

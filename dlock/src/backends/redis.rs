@@ -32,7 +32,11 @@
 //!   `allkeys-*` eviction, a flush — provided the clock of the server that
 //!   issues the next fence is not behind the one that issued the last fence
 //!   by more than the time between them (slewing clocks never are). Fences
-//!   stay below 2^53, exact in JSON, until the year 2255;
+//!   stay below 2^53, exact in JSON, until the year 2255. So the counter
+//!   may expire on purpose: it is kept `?fence_retention=` (default one
+//!   day; at least the lease's ttl) after its last fence, and a key locked
+//!   once leaves nothing on the server after that, under the same clock
+//!   assumption;
 //! - renew: compare-and-`PEXPIRE`, all due leases in one pipeline;
 //! - release: compare-and-`DEL`, then `PUBLISH <prefix>:{key}:released`;
 //! - waiting: subscribe to the release channel on the backend's one shared
@@ -81,7 +85,8 @@
 //!   the lease or mark in the way (the script says which) and a re-check of
 //!   that key for an operator's `DEL`. A dropped acquisition removes what
 //!   its token may hold or have marked, in the background. Nothing but the
-//!   fence counter is left after the last release.
+//!   fence counter is left after the last release, and it expires
+//!   `?fence_retention=` after the last write.
 //!
 //! A ttl above [`MAX_TTL`] (365 days; `Duration::MAX` for
 //! "forever") is refused with [`LockError::InvalidOption`] naming the maximum.
@@ -95,7 +100,8 @@
 //! URL parameters: `?prefix=name` (key namespace, default `dlock`),
 //! `?timeout_ms=N` (one request's time limit, default 5000),
 //! `?recheck_ms=N` (the cap of a waiter's re-checks, default 1000; `0`
-//! turns them off), and for
+//! turns them off), `?fence_retention=1d` (how long a key's fence counter
+//! is kept after its last fence, default one day, at most 365 days), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
 mod all_keys;
@@ -634,6 +640,7 @@ impl RedisBackend {
                 fence: names.fence.clone(),
                 token: req.token.clone(),
                 ttl_ms: millis(req.ttl),
+                retention_ms: self.fence_retention_ms(),
                 release_unclaimed: release_unclaimed.then(|| names.channel.clone()),
             })
         });
@@ -644,11 +651,18 @@ impl RedisBackend {
                 call.arg(&names.lock)
                     .arg(&names.fence)
                     .arg(&req.token)
-                    .arg(millis(req.ttl));
+                    .arg(millis(req.ttl))
+                    .arg(self.fence_retention_ms());
                 self.eval(&ACQUIRE, &call).await?
             }
         };
         self.attempt_answer(req, names, sent, won, value)
+    }
+
+    /// The last argument of every script that issues fences: how long a
+    /// fencing counter outlives its last fence, in ms (`?fence_retention=`).
+    pub(crate) fn fence_retention_ms(&self) -> u64 {
+        millis(self.options.fence_retention)
     }
 
     /// Reads the acquire scripts' answer: `{1, fence}` or `{0, pttl}`.

@@ -26,6 +26,7 @@ pub(crate) const REDIS: &[&str] = &[
     "aof",
     "ca",
     "protocol",
+    "fence_retention",
 ];
 /// `redis+sentinel://` and `rediss+sentinel://`.
 pub(crate) const REDIS_SENTINEL: &[&str] = &[
@@ -40,6 +41,7 @@ pub(crate) const REDIS_SENTINEL: &[&str] = &[
     "db",
     "sentinel_user",
     "sentinel_password",
+    "fence_retention",
 ];
 /// `redlock://`: its own, and each master's Redis ones.
 pub(crate) const REDLOCK: &[&str] = &[

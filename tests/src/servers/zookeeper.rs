@@ -52,6 +52,12 @@ pub struct ZkOptions {
     /// `-Djute.maxbuffer` in bytes (`None`: the server's default, 1 MiB): the largest
     /// request the server takes; past it, it closes the connection ("Len error").
     pub jute_max_buffer: Option<u32>,
+    /// `-Dznode.container.checkIntervalMs` (`None`: the server's default,
+    /// 60 000): how often the server deletes empty container nodes (dlock's
+    /// key directories). When set, `-Dznode.container.maxPerMinute` is
+    /// lifted too (default 10 000 deletions a minute), so a test of many
+    /// keys sees every directory go within one interval or two.
+    pub container_check_interval_ms: Option<u32>,
 }
 
 impl Default for ZkOptions {
@@ -62,6 +68,7 @@ impl Default for ZkOptions {
             max_session_timeout_ms: 60_000,
             sync_limit: 5,
             jute_max_buffer: None,
+            container_check_interval_ms: None,
         }
     }
 }
@@ -219,6 +226,17 @@ impl ZkServer {
             options
                 .jute_max_buffer
                 .map(|bytes| format!("-Djute.maxbuffer={bytes}")),
+        )
+        .args(
+            options
+                .container_check_interval_ms
+                .into_iter()
+                .flat_map(|ms| {
+                    [
+                        format!("-Dznode.container.checkIntervalMs={ms}"),
+                        "-Dznode.container.maxPerMinute=10000000".to_owned(),
+                    ]
+                }),
         )
         .args([
             "-Xms64m",

@@ -12,6 +12,15 @@
 //!   semaphore.
 //! - One transaction creates the key and reads the first N keys of the
 //!   directory by create revision: if ours is among them, we hold a permit.
+//! - The permit count: each key's value is the count its acquirer gave.
+//!   Right after creating its key, an acquirer reads the keys created
+//!   before it (the transaction's first page, with values, and as many
+//!   pages after it as it takes); if one of them has another count, it
+//!   deletes its own key and answers [`permit_count_differs`]. So no two
+//!   live keys with different counts both pass: whichever of them was
+//!   created later read the other. The count goes with the last key; a
+//!   caller may be refused for the count of a key that is itself about to
+//!   be refused (two counts racing in), never let in beside one.
 //!   Entries are ordered by arrival, so waiters are served first come, first
 //!   served (a waiter's key holds its place).
 //! - A waiter watches the directory for deletes from the revision after its
@@ -28,8 +37,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use etcd_client::{
-    Compare, CompareOp, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    WatchOptions,
+    Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, WatchOptions,
 };
 
 use super::client::revision_of;
@@ -40,7 +49,7 @@ use super::session::{after, Alive};
 use super::{names, EtcdBackend, Inner};
 use async_trait::async_trait;
 
-use crate::backend::{Lease, PermitBackend, PermitRequest, Renewal};
+use crate::backend::{permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal};
 use crate::{deadline, LockError};
 
 /// The create revision of our own key, as a get in a transaction returned it.
@@ -64,6 +73,67 @@ impl Inner {
                 None,
             )),
         )
+    }
+
+    /// The first keys of `dir` by create revision, with their values (each
+    /// holds its acquirer's permit count), from revision `from` on.
+    fn first_with_values(from: Option<i64>) -> GetOptions {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(super::contenders::PAGE);
+        match from {
+            Some(min) => options.with_min_create_revision(min),
+            None => options,
+        }
+    }
+
+    /// The permit count of an entry of `dir` created before `mine` that
+    /// is not `permits`, if there is one, read from `page` (the first page
+    /// with values, read in a transaction) and as many pages after it as
+    /// it takes. An entry without a count (written by an earlier dlock)
+    /// agrees with any.
+    async fn other_count(
+        &self,
+        dir: &str,
+        (mine, permits): (i64, usize),
+        page: Option<&GetResponse>,
+    ) -> Result<Option<usize>, LockError> {
+        let line = Contenders {
+            dir,
+            kinds: Contenders::DIRECT,
+        };
+        let mut next = page.cloned();
+        while let Some(page) = next.take() {
+            for kv in page.kvs() {
+                if kv.create_revision() >= mine {
+                    return Ok(None);
+                }
+                let count = std::str::from_utf8(kv.value())
+                    .ok()
+                    .and_then(|v| v.parse::<usize>().ok());
+                match count {
+                    Some(count) if count != permits && line.contains(kv.key()) => {
+                        return Ok(Some(count))
+                    }
+                    _ => {}
+                }
+            }
+            let Some(last) = page.kvs().last().filter(|_| page.more()) else {
+                break;
+            };
+            let options = Self::first_with_values(Some(last.create_revision() + 1))
+                .with_max_create_revision(mine - 1);
+            let answer = self
+                .rpc(|| {
+                    let mut kv = self.client.kv_client();
+                    let (dir, options) = (dir.to_owned(), options.clone());
+                    async move { kv.get(dir, Some(options)).await }
+                })
+                .await?;
+            next = Some(answer);
+        }
+        Ok(None)
     }
 
     /// The create revisions of the first `permits` entries of `dir` (its
@@ -147,10 +217,10 @@ impl Inner {
                 .and_then([
                     TxnOp::put(
                         entry.as_str(),
-                        "",
+                        req.permits.to_string(),
                         Some(PutOptions::new().with_lease(session.id)),
                     ),
-                    Self::first(&dir),
+                    TxnOp::get(dir.as_str(), Some(Self::first_with_values(None))),
                 ]);
             let answer = self.txn(txn).await?;
             queued.in_flight = false;
@@ -163,6 +233,12 @@ impl Inner {
                 }
             };
             queued.revision = Some(mine);
+            let ops = answer.op_responses();
+            let first = get_of(ops.get(1));
+            if let Some(stored) = self.other_count(&dir, (mine, req.permits), first).await? {
+                queued.finish().await;
+                return Err(permit_count_differs(&req.name, stored, req.permits));
+            }
             let mut holders = self
                 .holders(&dir, req.permits, get_of(answer.op_responses().get(1)))
                 .await?;

@@ -1,5 +1,6 @@
 //! The semaphores of the in-process backend: per name, a table of permit
-//! holders with server-side deadlines, and FIFO tickets for waiters.
+//! holders with server-side deadlines, the permit count its first holder
+//! gave, and FIFO tickets for waiters.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +10,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::ticket::{changed_or_until, Queued, Ticket};
-use crate::backend::{lease_deadline, Lease, PermitRequest, Renewal};
+use crate::backend::{lease_deadline, permit_count_differs, Lease, PermitRequest, Renewal};
 use crate::deadline::saturating_add;
 use crate::LockError;
 
@@ -26,6 +27,10 @@ struct SemaphoreState {
     holders: HashMap<String, Instant>,
     /// Waiting tickets in arrival order; only the front may take a free permit.
     queue: VecDeque<u64>,
+    /// The permit count the holders took their permits with: set by the
+    /// first holder, binding while any permit is live (see
+    /// [`permit_count_differs`]).
+    permits: usize,
     changed: Arc<Notify>,
 }
 
@@ -34,6 +39,7 @@ impl SemaphoreState {
         SemaphoreState {
             holders: HashMap::new(),
             queue: VecDeque::new(),
+            permits: 0,
             changed: Arc::new(Notify::new()),
         }
     }
@@ -70,39 +76,44 @@ impl PermitTable {
     }
 
     /// Takes a permit if one is free and `ticket` may take it (front of the
-    /// queue, or no queue and no ticket).
+    /// queue, or no queue and no ticket). A count other than the live
+    /// holders' is refused.
     fn take_if_free(
         entry: &mut SemaphoreState,
         req: &PermitRequest,
         ticket: Option<u64>,
         sent: Instant,
-    ) -> Option<Lease> {
+    ) -> Result<Option<Lease>, LockError> {
         let now = Instant::now();
         entry.expire(now);
+        if !entry.holders.is_empty() && entry.permits != req.permits {
+            return Err(permit_count_differs(&req.name, entry.permits, req.permits));
+        }
         let my_turn = match ticket {
             Some(t) => entry.queue.front() == Some(&t),
             None => entry.queue.is_empty(),
         };
         if entry.holders.len() >= req.permits || !my_turn {
-            return None;
+            return Ok(None);
         }
         if ticket.is_some() {
             entry.queue.pop_front();
         }
+        entry.permits = req.permits;
         entry
             .holders
             .insert(req.token.clone(), saturating_add(now, req.ttl));
-        Some(Lease {
+        Ok(Some(Lease {
             key: req.name.clone(),
             token: req.token.clone(),
             ttl: req.ttl,
             fencing_token: None,
             valid_until: lease_deadline(sent, req.ttl),
             resource: resource(req),
-        })
+        }))
     }
 
-    pub(super) fn try_acquire(&self, req: &PermitRequest) -> Option<Lease> {
+    pub(super) fn try_acquire(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
         let sent = Instant::now();
         let mut state = self.lock_state();
         let entry = state
@@ -119,7 +130,7 @@ impl PermitTable {
         &self,
         req: &PermitRequest,
         deadline: Option<Instant>,
-    ) -> Option<Lease> {
+    ) -> Result<Option<Lease>, LockError> {
         let ticket = Ticket {
             state: &self.state,
             name: &req.name,
@@ -149,16 +160,16 @@ impl PermitTable {
                 let entry = state
                     .entry(req.name.clone())
                     .or_insert_with(SemaphoreState::new);
-                if let Some(lease) = Self::take_if_free(entry, req, Some(ticket.id), sent) {
+                if let Some(lease) = Self::take_if_free(entry, req, Some(ticket.id), sent)? {
                     // The next ticket is now at the front; there may be
                     // another free permit for it.
                     entry.changed.notify_waiters();
-                    return Some(lease);
+                    return Ok(Some(lease));
                 }
                 entry.earliest_expiry()
             };
             if deadline.is_some_and(|d| d <= Instant::now()) {
-                return None;
+                return Ok(None);
             }
             changed_or_until(notified.as_mut(), earliest, deadline).await;
         }
@@ -258,21 +269,40 @@ mod tests {
     #[test]
     fn counts_permits_and_expires_them() {
         let t = PermitTable::default();
-        let a = t.try_acquire(&req("s", "a", 2, 40)).unwrap();
-        assert!(t.try_acquire(&req("s", "b", 2, 5_000)).is_some());
-        assert!(t.try_acquire(&req("s", "c", 2, 5_000)).is_none());
+        let a = t.try_acquire(&req("s", "a", 2, 40)).unwrap().unwrap();
+        assert!(t.try_acquire(&req("s", "b", 2, 5_000)).unwrap().is_some());
+        assert!(t.try_acquire(&req("s", "c", 2, 5_000)).unwrap().is_none());
         assert_eq!(t.held("s"), 2);
         std::thread::sleep(Duration::from_millis(50));
         assert!(!t.release(&a), "an expired permit is not ours any more");
-        assert!(t.try_acquire(&req("s", "c", 2, 5_000)).is_some());
+        assert!(t.try_acquire(&req("s", "c", 2, 5_000)).unwrap().is_some());
         assert_eq!(t.force_expire("s"), 2);
         assert_eq!(t.held("s"), 0);
+    }
+
+    #[test]
+    fn the_first_holders_count_binds_until_the_last_permit_goes() {
+        let t = PermitTable::default();
+        let a = t.try_acquire(&req("s", "a", 3, 5_000)).unwrap().unwrap();
+        let err = t
+            .try_acquire(&req("s", "b", 1, 5_000))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("semaphore `s` has 3 permits on the server, this caller asked for 1"),
+            "{err}"
+        );
+        assert!(t.try_acquire(&req("s", "c", 3, 5_000)).unwrap().is_some());
+        assert!(t.release(&a));
+        assert!(t.try_acquire(&req("s", "d", 1, 5_000)).is_err(), "c holds");
+        assert_eq!(t.force_expire("s"), 1);
+        assert!(t.try_acquire(&req("s", "e", 1, 5_000)).unwrap().is_some());
     }
 
     #[tokio::test]
     async fn a_dropped_waiter_leaves_no_ticket() {
         let t = PermitTable::default();
-        let held = t.try_acquire(&req("s", "h", 1, 5_000)).unwrap();
+        let held = t.try_acquire(&req("s", "h", 1, 5_000)).unwrap().unwrap();
         let waited = tokio::time::timeout(
             Duration::from_millis(20),
             t.acquire(&req("s", "w", 1, 100), None),
@@ -280,15 +310,15 @@ mod tests {
         .await;
         assert!(waited.is_err());
         assert!(t.release(&held));
-        assert!(t.try_acquire(&req("s", "x", 1, 100)).is_some());
+        assert!(t.try_acquire(&req("s", "x", 1, 100)).unwrap().is_some());
     }
 
     #[tokio::test]
     async fn a_waiter_wakes_at_the_earliest_expiry() {
         let t = PermitTable::default();
-        let _held = t.try_acquire(&req("s", "h", 1, 60)).unwrap();
+        let _held = t.try_acquire(&req("s", "h", 1, 60)).unwrap().unwrap();
         let start = Instant::now();
-        let got = t.acquire(&req("s", "w", 1, 5_000), None).await;
+        let got = t.acquire(&req("s", "w", 1, 5_000), None).await.unwrap();
         assert!(got.is_some());
         assert!(start.elapsed() < Duration::from_millis(500));
     }

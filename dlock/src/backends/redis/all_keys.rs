@@ -51,6 +51,7 @@ impl RedisBackend {
         for req in reqs {
             call.arg(millis(req.ttl));
         }
+        call.arg(self.fence_retention_ms());
         let sent = Instant::now();
         let answer: Vec<i64> = self.eval(&ACQUIRE_ALL, &call).await?;
         unfinished.iter_mut().for_each(ReleaseIfDropped::disarm);

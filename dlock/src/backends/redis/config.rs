@@ -33,6 +33,10 @@ pub(crate) struct RedisOptions {
     /// `?replica_timeout=<duration>`: how long to wait for them (`None`:
     /// [`replica_timeout`] of the lease's ttl).
     pub(crate) replica_timeout: Option<Duration>,
+    /// `?fence_retention=<duration>`: how long a key's fencing counter
+    /// outlives the fence it last issued (default [`DEFAULT_FENCE_RETENTION`];
+    /// see `scripts.rs`'s `ACQUIRE_FUNCTIONS` for why it may expire).
+    pub(crate) fence_retention: Duration,
     /// `?aof=true`: `WAITAOF` instead of `WAIT`: the master's own AOF and
     /// the replicas' fsynced (servers with `appendonly yes`, Redis 7.2+).
     pub(crate) aof: bool,
@@ -94,6 +98,13 @@ const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default cap of a waiter's re-checks: a release that announced itself
 /// nowhere is noticed within about this long.
 pub(crate) const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
+/// How long a fencing counter is kept after it last issued a fence, when
+/// the URL sets no `?fence_retention=`: one day.
+pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest `?fence_retention=`: dlock's `MAX_TTL` (365 days). Past a
+/// year a counter is as good as kept for ever, and below it the `PX` of
+/// the counter stays exact.
+pub(crate) const MAX_FENCE_RETENTION: Duration = crate::ttl::MAX_TTL;
 
 impl RedisOptions {
     pub(crate) fn parse(url: &str) -> Result<Self, LockError> {
@@ -123,6 +134,7 @@ impl RedisOptions {
         let mut replicas = Replicas::Auto;
         let mut replica_timeout = None;
         let mut aof = false;
+        let mut fence_retention = DEFAULT_FENCE_RETENTION;
         let mut sentinel_query = SentinelQuery::default();
         let mut passed_on = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -139,6 +151,9 @@ impl RedisOptions {
                             )))
                         }
                     };
+                }
+                "fence_retention" => {
+                    fence_retention = parse_fence_retention(value).map_err(|why| bad(&why))?;
                 }
                 "replica_timeout" => {
                     replica_timeout =
@@ -239,6 +254,7 @@ impl RedisOptions {
             recheck,
             replicas,
             replica_timeout,
+            fence_retention,
             aof,
             sentinel: target,
             shown,
@@ -254,6 +270,18 @@ fn parse_replicas(value: &str) -> Result<Replicas, String> {
     value.parse().map(Replicas::Exactly).map_err(|_| {
         format!("`replicas={value}` is neither `auto` nor a number of replicas (0 turns acknowledgement off)")
     })
+}
+
+/// `fence_retention=<duration>`: humantime, longer than zero, at most
+/// [`MAX_FENCE_RETENTION`].
+fn parse_fence_retention(value: &str) -> Result<Duration, String> {
+    let retention = options::duration("fence_retention", value)?;
+    if retention > MAX_FENCE_RETENTION {
+        return Err(format!(
+            "`fence_retention={value}` is longer than the maximum of 365 days; give e.g. `fence_retention=1d` (the default) or `fence_retention=7d`"
+        ));
+    }
+    Ok(retention)
 }
 
 /// A sentinel URL's own query parameters.
@@ -434,6 +462,28 @@ mod tests {
     }
 
     #[test]
+    fn fence_retention_defaults_to_a_day_on_every_form() {
+        for url in [
+            "redis://h:1",
+            "rediss://h:1",
+            "redis+cluster://h:1,h:2",
+            "redis+sentinel://h:1/mm",
+        ] {
+            let o = RedisOptions::parse(url).unwrap();
+            assert_eq!(o.fence_retention, Duration::from_secs(86_400), "{url}");
+            let o = RedisOptions::parse(&format!("{url}?fence_retention=1h%2030m")).unwrap();
+            assert_eq!(o.fence_retention, Duration::from_secs(5400), "{url}");
+            assert!(
+                o.nodes.iter().all(|n| !n.contains("fence_retention")),
+                "not passed on to the client: {:?}",
+                o.nodes
+            );
+        }
+        let o = RedisOptions::parse("redis://h:1?fence_retention=365d").unwrap();
+        assert_eq!(o.fence_retention, MAX_FENCE_RETENTION);
+    }
+
+    #[test]
     fn recheck_ms_sets_the_cap_and_zero_turns_it_off() {
         let o = RedisOptions::parse("redis://h:1/3?recheck_ms=250").unwrap();
         assert_eq!(o.recheck, Some(Duration::from_millis(250)));
@@ -541,6 +591,26 @@ mod tests {
             (
                 "redis://:secret@h:1?replica_timeout=soon",
                 "replica_timeout=soon",
+            ),
+            (
+                "redis://:secret@h:1?fence_retention=0s",
+                "`fence_retention=0s` must be longer than zero",
+            ),
+            (
+                "redis://:secret@h:1?fence_retention=0",
+                "`fence_retention=0` must be longer than zero",
+            ),
+            (
+                "redis+cluster://:secret@h:1?fence_retention=soon",
+                "`fence_retention=soon` is not a duration",
+            ),
+            (
+                "redis://:secret@h:1?fence_retention=400days",
+                "`fence_retention=400days` is longer than the maximum of 365 days",
+            ),
+            (
+                "redis://:secret@h:1?fence_retention_ms=5000",
+                "did you mean `fence_retention`?",
             ),
             ("redis+sentinel://:secret@h:1", "master"),
             ("redis+sentinel://:secret@h:1/", "master name"),

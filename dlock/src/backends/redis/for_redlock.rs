@@ -51,7 +51,8 @@ impl RedisBackend {
             .arg(format!("{}:boot", self.options.prefix))
             .arg(&req.token)
             .arg(millis(req.ttl))
-            .arg(millis(quarantine));
+            .arg(millis(quarantine))
+            .arg(self.fence_retention_ms());
         let (won, value): (i64, i64) = self.eval(&ACQUIRE_GUARDED, &call).await?;
         self.attempt_answer(req, names, sent, won, value)
     }

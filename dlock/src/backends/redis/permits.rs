@@ -7,6 +7,15 @@
 //! from a lock's (`<prefix>:{<name>}`, `…:fence`, `…:released`), so a lock and
 //! a semaphore may share a name.
 //!
+//! The permit count: the set also holds the member `permits`, scored by
+//! minus the count its first holder gave (expiries are positive, so the
+//! count never counts as a permit nor expires as one). While a permit is
+//! live, a caller asking another count is refused with both numbers
+//! ([`permit_count_differs`]); with none live, the next holder's count
+//! replaces it. The member lives in the set, so it expires with the set
+//! (the set's expiry follows its latest permit, renewals included), and
+//! the release of the last permit deletes the set.
+//!
 //! Clock: every score is computed inside the scripts from `TIME`, the
 //! server's clock, so clients with skewed clocks agree on which permits have
 //! expired, exactly as they agree on a lock key's `PX` expiry (also the
@@ -25,12 +34,15 @@ use super::refused::About;
 use super::scripts::{db_channel, evalsha, millis, KeyNames};
 use super::unfinished::ReleaseIfDropped;
 use super::{check_ttl, Attempt, RedisBackend};
-use crate::backend::{lease_deadline, Lease, PermitBackend, PermitRequest, Renewal};
+use crate::backend::{
+    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
+};
 use crate::LockError;
 
 /// Trim expired members, count, and add the token if fewer than `permits`
-/// are held: returns `{1, 0}`, or `{0, ms until the earliest expiry}`. The
-/// set itself expires with its last permit, so an abandoned semaphore
+/// are held: returns `{1, 0}`, `{0, ms until the earliest expiry}`, or
+/// `{2, stored count}` when live permits were taken with another count.
+/// The set itself expires with its last permit, so an abandoned semaphore
 /// leaves nothing behind.
 ///
 /// KEYS[1] the set; ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] permits.
@@ -39,22 +51,33 @@ pub(super) static ACQUIRE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+local permits = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', now)
+local stored = redis.call('ZSCORE', KEYS[1], 'permits')
+local held = redis.call('ZCARD', KEYS[1])
+if stored then
+  stored = -tonumber(stored)
+  held = held - 1
+  if held > 0 and stored ~= permits then
+    return {2, stored}
+  end
+end
+if held < permits then
   local expires = now + tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[1], expires, ARGV[1])
+  redis.call('ZADD', KEYS[1], expires, ARGV[1], -permits, 'permits')
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', KEYS[1], last[2])
   return {1, 0}
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGE', KEYS[1], '(0', '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
 return {0, tonumber(first[2]) - now}
 ",
     )
 });
 
 /// Remove the token; if it was there, announce the free permit. Returns 1
-/// only if the permit was still live (ours).
+/// only if the permit was still live (ours). Once no live permit is left,
+/// the set goes, with the count it held.
 ///
 /// KEYS[1] the set; ARGV[1] token, ARGV[2] the release channel.
 pub(super) static RELEASE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
@@ -67,6 +90,10 @@ if not score then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '(0', now)
+if redis.call('ZCARD', KEYS[1]) <= 1 and redis.call('ZSCORE', KEYS[1], 'permits') then
+  redis.call('DEL', KEYS[1])
+end
 redis.pcall('PUBLISH', ARGV[2], '1')
 if tonumber(score) > now then
   return 1
@@ -123,6 +150,10 @@ impl RedisBackend {
             .arg(req.permits);
         let (won, left): (i64, i64) = self.eval(&ACQUIRE_PERMIT, &call).await?;
         unfinished.disarm();
+        if won == 2 {
+            let stored = usize::try_from(left).unwrap_or(0);
+            return Err(permit_count_differs(&req.name, stored, req.permits));
+        }
         if won == 1 {
             return Ok(Attempt::Acquired(Lease {
                 key: req.name.clone(),

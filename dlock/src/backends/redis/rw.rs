@@ -11,7 +11,7 @@
 //! | `dlock:{key}:rw:writer` | string | the writer's token | `PX` ttl |
 //! | `dlock:{key}:rw:waiting` | sorted set | waiting writer token → mark expiry (ms) | the latest mark's |
 //! | `dlock:{key}:rw:order` | sorted set | waiting writer token → arrival (µs) | the latest mark's |
-//! | `dlock:{key}:rw:fence` | string | the last write's fence | none (as a lock's) |
+//! | `dlock:{key}:rw:fence` | string | the last write's fence | `?fence_retention=` after its last write (or read that set it), at least the ttl (as a lock's) |
 //!
 //! Releases are announced on `dlock:{key}:rw:released`.
 //!
@@ -148,6 +148,7 @@ impl RedisBackend {
         if req.mode == RwMode::Write {
             call.arg(if mark { millis(mark_ttl(req.ttl)) } else { 0 });
         }
+        call.arg(self.fence_retention_ms());
         let (won, value, blocker): (i64, i64, i64) = self.eval(script, &call).await?;
         if won == 1 {
             let fence = u64::try_from(value).map_err(|_| {

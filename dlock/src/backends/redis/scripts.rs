@@ -1,8 +1,9 @@
 //! The Lua scripts and key names of the Redis protocol, shared with Redlock.
 //!
 //! Keys: `<prefix>:{<key>}` holds the owner token (so `GET`/`PTTL` show who
-//! holds it and for how long), `<prefix>:{<key>}:fence` the fencing counter,
-//! and releases are announced on channel `<prefix>:{<key>}:released`
+//! holds it and for how long), `<prefix>:{<key>}:fence` the fencing counter
+//! (kept for `?fence_retention=` after its last fence, see
+//! [`ACQUIRE_FUNCTIONS`]), and releases are announced on channel `<prefix>:{<key>}:released`
 //! (`…:released:db<n>` on a database `n` other than 0, see [`db_channel`]).
 //! Waiters queue in `<prefix>:{<key>}:queue` and `…:waiters` (see
 //! `waiter_queue.rs`). The braces are a hash tag: all of a lock's keys live
@@ -16,6 +17,7 @@ use super::waiter_queue::QUEUE_FUNCTIONS;
 
 /// `SET NX PX` and, on success, the next fence (see [`ACQUIRE_FUNCTIONS`]):
 /// returns `{1, fence}`, or `{0, pttl}` with the holder's remaining time.
+/// KEYS lock, counter; ARGV token, ttl ms, the counter's retention ms.
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{ACQUIRE_FUNCTIONS}{ACQUIRE_ONE}")));
 
@@ -39,6 +41,20 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// Redis 5 and later replicate scripts by their effects, which is what lets
 /// a write follow `TIME`.
 ///
+/// Retention: because of that floor the counter may also go away on
+/// purpose, so a service that locks a key per order or job does not keep a
+/// counter per key for ever. Every script that issues fences takes the
+/// counter's retention in ms (`?fence_retention=`, default one day) as its
+/// **last** argument, and each fence stores the counter with
+/// `PX max(retention, ttl)`: it lives at least as long as the lease it
+/// fenced was first granted for, and `retention` after the last fence. An
+/// expired counter is a lost one: the next fence is the clock, above every
+/// fence issued before under the assumption above (the clock of the next
+/// fence-issuer is not behind the last one's by more than the time between
+/// them). The retention moves that assumption from "the counter was lost
+/// by accident" to "the counter expired on purpose"; it assumes nothing
+/// new.
+///
 /// Cost: one `SET … GET` of the counter per fence (it reads the last fence
 /// and stores the new one in one call), and one `TIME` per script run, not
 /// per key: every key of a batch is a different lock, so they may share one
@@ -58,7 +74,8 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// everyone, its owner included, until its ttl.
 pub(crate) const ACQUIRE_FUNCTIONS: &str = r"
 local now
-local function fence(counter)
+local retention = tonumber(ARGV[#ARGV])
+local function fence(counter, ttl)
   if counter == '' then
     return 0
   end
@@ -66,16 +83,17 @@ local function fence(counter)
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local last = tonumber(redis.call('SET', counter, now, 'GET'))
+  local keep = math.max(retention, tonumber(ttl))
+  local last = tonumber(redis.call('SET', counter, now, 'PX', keep, 'GET'))
   if last and last >= now then
-    redis.call('SET', counter, last + 1)
+    redis.call('SET', counter, last + 1, 'PX', keep)
     return last + 1
   end
   return now
 end
 local function acquire(lock, counter, token, ttl)
   if redis.call('SET', lock, token, 'NX', 'PX', ttl) then
-    return 1, fence(counter)
+    return 1, fence(counter, ttl)
   end
   if redis.call('GET', lock) == token then
     redis.call('PEXPIRE', lock, ttl)
@@ -83,7 +101,7 @@ local function acquire(lock, counter, token, ttl)
     if issued then
       return 1, issued
     end
-    return 1, fence(counter)
+    return 1, fence(counter, ttl)
   end
   return 0, redis.call('PTTL', lock)
 end
@@ -136,7 +154,8 @@ return 0
 });
 
 /// [`ACQUIRE`] on a Redlock master that guards against its own restart
-/// (`RedlockBackend::restart_quarantine`). KEYS[3] is the master's boot
+/// (`RedlockBackend::restart_quarantine`). ARGV token, ttl ms, quarantine
+/// ms, retention ms (unused: Redlock's counter is empty). KEYS[3] is the master's boot
 /// marker, a key without expiry holding the server time (ms) until which
 /// it refuses to vote. A master that lost its data (a restart without
 /// persistence, a flush) has no marker: it writes one for now + ARGV[3] ms
@@ -172,8 +191,8 @@ return {won, value}
 });
 
 /// [`ACQUIRE`] for many keys in one call (see `batch.rs`): KEYS are lock and
-/// fence pairs, ARGV token and ttl pairs; returns the flat list of each
-/// key's two answers.
+/// fence pairs, ARGV token and ttl pairs, then the counters' retention in
+/// ms; returns the flat list of each key's two answers.
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
     let many = r"
 local out = {}
@@ -187,7 +206,7 @@ return out
 
 /// A `MultiLock`'s keys all or none, on one server (see `all_keys.rs`):
 /// KEYS are lock and fence pairs, ARGV each key's token, then each key's
-/// ttl in ms. If a
+/// ttl in ms, then the counters' retention in ms. If a
 /// key is held under another token nothing is written and the answer is
 /// `{0, index, pttl}` (the key's position from 0, its holder's time left);
 /// else every key is taken as [`ACQUIRE`] takes one: `{1, fence, …}`, a

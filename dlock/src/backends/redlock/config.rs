@@ -54,6 +54,11 @@ pub(super) fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
                 }
                 restart_quarantine = Some(quarantine);
             }
+            Some(("fence_retention", _)) => {
+                return Err(bad(
+                    "`fence_retention` does not apply to Redlock: it issues no fencing tokens, so it keeps no fence counter; remove the parameter",
+                ));
+            }
             _ => passed_on.push(pair),
         }
     }
@@ -136,6 +141,10 @@ mod tests {
                 "restart_quarantine_ms=soon",
             ),
             ("redis://:secret@h1:1", "not a Redlock URL"),
+            (
+                "redlock://:secret@h1:1,h2:2,h3:3?fence_retention=1h",
+                "`fence_retention` does not apply to Redlock",
+            ),
         ] {
             let msg = parse_url(url).unwrap_err().to_string();
             assert!(msg.contains(says), "{url}: {msg}");

@@ -15,6 +15,17 @@
 //!   over once on a new session, as a lock's acquisition does.
 //! - Renewal and release are those of lock nodes: a read of the node on its
 //!   session, and a delete.
+//! - The permit count is the data of the semaphore's node (a container):
+//!   once our node is in it (so the directory cannot go), the first
+//!   contender to find it empty writes its count (a compare-and-set on the
+//!   node's version); the others compare theirs. Another count is refused
+//!   ([`permit_count_differs`]) unless the directory turns out empty once
+//!   our node has left: then nobody holds a permit, the directory is
+//!   deleted (a delete refused while any node is in it), and the
+//!   acquisition starts over in a new one with this caller's count. The
+//!   count lives as long as the directory: until its last node goes, and
+//!   then until the next caller with another count, or the server's
+//!   container clean-up, removes it.
 
 use std::time::Instant;
 
@@ -22,10 +33,13 @@ use async_trait::async_trait;
 
 use super::cleanup::Cleanup;
 use super::order::{sequence_of, LOCK_NAME};
-use super::queue::new_uuid;
+use super::queue::{new_uuid, retrying};
 use super::{after_sync, config, is_connected, representable, ZooKeeperBackend};
-use crate::backend::{AcquireRequest, Lease, PermitBackend, PermitRequest, Renewal};
+use crate::backend::{
+    permit_count_differs, AcquireRequest, Lease, PermitBackend, PermitRequest, Renewal,
+};
 use crate::{deadline, LockError};
+use zookeeper_client::Error as ZkError;
 
 /// Whether fewer than `permits` of `children` have a smaller sequence than `own`.
 fn among_first(children: &[String], own: &str, permits: usize) -> bool {
@@ -64,12 +78,80 @@ impl ZooKeeperBackend {
 
     /// Takes a permit: create our node, and unless `once`, wait until fewer
     /// than `req.permits` nodes are ahead of it. The caller bounds this by its
-    /// deadline; dropping it deletes our node in the background.
+    /// deadline; dropping it deletes our node in the background. A count
+    /// other than the directory's is refused, unless the directory was
+    /// empty: then it is deleted and this starts over, once.
     pub(super) async fn permit(
         &self,
         req: &PermitRequest,
         once: bool,
     ) -> Result<Option<Lease>, LockError> {
+        let mut stored = 0;
+        for _ in 0..2 {
+            match self.permit_counted(req, once).await? {
+                Counted::Done(lease) => return Ok(lease),
+                Counted::Cleared(count) => stored = count,
+            }
+        }
+        Err(permit_count_differs(&req.name, stored, req.permits))
+    }
+
+    /// The semaphore directory `dir`'s permit count, written with
+    /// `permits` if it has none yet: `None` if it is `permits`, else the
+    /// other count. Our node must be in `dir` (so `dir` cannot be deleted
+    /// meanwhile).
+    async fn agree_on_count(
+        &self,
+        client: &zookeeper_client::Client,
+        dir: &str,
+        permits: usize,
+    ) -> Result<Option<usize>, LockError> {
+        let ours = permits.to_string();
+        // Each turn either ends or sees a write of the count by another
+        // contender, after which the count is there: two turns suffice.
+        for _ in 0..3 {
+            let (data, stat) = retrying(client, || client.get_data(dir))
+                .await
+                .map_err(|e| self.error(format_args!("cannot read {dir}"), e))?;
+            if data.is_empty() {
+                // A set whose answer was lost and is sent again meets
+                // BadVersion, and the next turn reads our count.
+                let set = retrying(client, || {
+                    client.set_data(dir, ours.as_bytes(), Some(stat.version))
+                })
+                .await;
+                match set {
+                    Ok(_) => return Ok(None),
+                    Err(ZkError::BadVersion) => continue,
+                    Err(e) => {
+                        return Err(
+                            self.error(format_args!("cannot write the permit count into {dir}"), e)
+                        )
+                    }
+                }
+            }
+            let stored = std::str::from_utf8(&data)
+                .ok()
+                .and_then(|text| text.parse::<usize>().ok())
+                .ok_or_else(|| {
+                    LockError::backend(
+                        self.shown.clone(),
+                        format!(
+                            "the semaphore node {dir} holds data dlock did not write ({} bytes); is another program using the `-semaphores` root?",
+                            data.len()
+                        ),
+                    )
+                })?;
+            return Ok((stored != permits).then_some(stored));
+        }
+        Err(LockError::backend(
+            self.shown.clone(),
+            format!("the permit count of {dir} kept changing; try again"),
+        ))
+    }
+
+    /// [`permit`](Self::permit) once.
+    async fn permit_counted(&self, req: &PermitRequest, once: bool) -> Result<Counted, LockError> {
         let dir = self.semaphore_path(&req.name)?;
         let uuid = new_uuid()?;
         // As for a lock (`acquire_queued`): a create that fails because the
@@ -110,6 +192,19 @@ impl ZooKeeperBackend {
         let client = &session.client;
         let (path, stat) = (created.path, created.stat);
         cleanup.set_path(&path);
+        if let Some(stored) = self.agree_on_count(client, &dir, req.permits).await? {
+            cleanup
+                .leave()
+                .await
+                .map_err(|e| self.error(format_args!("cannot delete own permit node {path}"), e))?;
+            // Refused while any node is in it: a holder, or a contender
+            // (which compares its count as we did).
+            return match client.delete(&dir, None).await {
+                Ok(()) | Err(ZkError::NoNode) => Ok(Counted::Cleared(stored)),
+                Err(ZkError::NotEmpty) => Err(permit_count_differs(&req.name, stored, req.permits)),
+                Err(e) => Err(self.error(format_args!("cannot delete the empty {dir}"), e)),
+            };
+        }
         let name = path[dir.len() + 1..].to_owned();
         let as_lock = AcquireRequest {
             key: req.name.clone(),
@@ -134,12 +229,12 @@ impl ZooKeeperBackend {
             if among_first(&children, &name, req.permits) {
                 let lease = self.lease(&as_lock, client, &path, &stat, listed)?;
                 self.remember(&lease, &session, cleanup);
-                return Ok(Some(lease));
+                return Ok(Counted::Done(Some(lease)));
             }
             if once {
                 // Leave now, so our node does not hold a place in the queue.
                 return match cleanup.leave().await {
-                    Ok(()) => Ok(None),
+                    Ok(()) => Ok(Counted::Done(None)),
                     Err(e) => {
                         Err(self.error(format_args!("cannot delete own permit node {path}"), e))
                     }
@@ -148,6 +243,15 @@ impl ZooKeeperBackend {
             watcher.changed().await;
         }
     }
+}
+
+/// How one [`ZooKeeperBackend::permit_counted`] ended.
+enum Counted {
+    /// A permit, or none free (`once`).
+    Done(Option<Lease>),
+    /// Another count was stored in an empty directory, now deleted: try
+    /// again. Carries that count.
+    Cleared(usize),
 }
 
 #[async_trait]

@@ -108,7 +108,7 @@ fn name_of(path: &str) -> &str {
 /// Runs `op` again after a lost connection, for as long as the session
 /// lives, pausing a little longer each time: while disconnected, requests
 /// wait for the reconnection or fail at once, and a waiter must not spin.
-async fn retrying<T, F, Fut>(client: &Client, mut op: F) -> Result<T, ZkError>
+pub(super) async fn retrying<T, F, Fut>(client: &Client, mut op: F) -> Result<T, ZkError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, ZkError>>,

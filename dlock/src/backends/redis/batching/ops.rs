@@ -19,6 +19,9 @@ pub(crate) struct AcquireOp {
     pub(crate) fence: String,
     pub(crate) token: String,
     pub(crate) ttl_ms: u64,
+    /// The fencing counter's retention in ms (`?fence_retention=`): one
+    /// value for a backend, so a batch sends the first op's.
+    pub(crate) retention_ms: u64,
     /// The release channel, if a lease taken for a caller that went away is
     /// to be released at once. Redlock says no: it retries with the same
     /// token, and a late release could delete the retry's lease; its own
@@ -44,6 +47,7 @@ impl BatchKind for Acquires {
         for op in ops {
             call.arg(&op.token).arg(op.ttl_ms);
         }
+        call.arg(ops.iter().map(|op| op.retention_ms).max().unwrap_or(0));
         call
     }
 
@@ -135,6 +139,7 @@ mod tests {
                 fence: "p:{a}:fence".into(),
                 token: "t1".into(),
                 ttl_ms: 100,
+                retention_ms: 5000,
                 release_unclaimed: None,
             },
             AcquireOp {
@@ -142,6 +147,7 @@ mod tests {
                 fence: "p:{b}:fence".into(),
                 token: "t2".into(),
                 ttl_ms: 200,
+                retention_ms: 5000,
                 release_unclaimed: None,
             },
         ];
@@ -164,7 +170,8 @@ mod tests {
                 "t1",
                 "100",
                 "t2",
-                "200"
+                "200",
+                "5000"
             ]
         );
         assert_eq!(words[0], "EVALSHA");

@@ -6,7 +6,13 @@
 //! waiting writers' marks (sorted set: token → mark expiry, ms), KEYS[4]
 //! the waiting writers' order (sorted set: token → arrival, µs), KEYS[5]
 //! the fence counter. Each reads the server's clock once (`TIME`), so
-//! clients with skewed clocks agree on what has expired.
+//! clients with skewed clocks agree on what has expired. Every key expires:
+//! the readers and marks with the latest of their scores, the writer with
+//! its `PX`, and the counter `?fence_retention=` after the fence it last
+//! stored (at least the ttl), which is safe for the reason a lock's
+//! counter may expire (`super::scripts`'s `ACQUIRE_FUNCTIONS`): a write's
+//! fence is `max(last + 1, now µs)`, and a read's is the counter or, when
+//! it is gone, the clock.
 
 use std::sync::LazyLock;
 
@@ -59,7 +65,8 @@ local function unmark(token)
 end
 ";
 
-/// A reader's attempt. ARGV[1] token, ARGV[2] ttl in ms.
+/// A reader's attempt. ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] the fence
+/// counter's retention in ms.
 ///
 /// Admitted when no writer holds and no writer's mark is live: the set
 /// gets the token with its expiry, and the fence is the counter's value
@@ -71,14 +78,14 @@ end
 /// attempt whose answer was lost) is admitted again.
 pub(super) static ACQUIRE_READ: LazyLock<Script> = LazyLock::new(|| {
     let read = r"
-local token, ttl = ARGV[1], tonumber(ARGV[2])
+local token, ttl, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local function admit()
   redis.call('ZADD', readers, now + ttl, token)
   expire_at_last(readers)
   local fence = tonumber(redis.call('GET', counter))
   if not fence then
     fence = now_us
-    redis.call('SET', counter, fence)
+    redis.call('SET', counter, fence, 'PX', math.max(retention, ttl))
   end
   return {1, fence, 0}
 end
@@ -98,7 +105,8 @@ return admit()
 });
 
 /// A writer's attempt. ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] the
-/// waiting mark's lifetime in ms (0: a one-shot try, which never marks).
+/// waiting mark's lifetime in ms (0: a one-shot try, which never marks),
+/// ARGV[4] the fence counter's retention in ms.
 ///
 /// Admitted when no writer holds, no reader is live, and no other writer
 /// waits ahead of it (the oldest live mark is its own, or there is none):
@@ -113,13 +121,14 @@ return admit()
 pub(super) static ACQUIRE_WRITE: LazyLock<Script> = LazyLock::new(|| {
     let write = r"
 local token, ttl, mark_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local retention = tonumber(ARGV[4])
 local function next_fence()
   local last = tonumber(redis.call('GET', counter))
   local fence = now_us
   if last and last >= now_us then
     fence = last + 1
   end
-  redis.call('SET', counter, fence)
+  redis.call('SET', counter, fence, 'PX', math.max(retention, ttl))
   return fence
 end
 local function wait(ms, blocker)
