@@ -155,7 +155,8 @@ end
 ";
 
 /// A waiter's try after its first: KEYS lock and fence; ARGV token, ttl in
-/// ms, release channel, ticket. Answers as `ACQUIRE` does: `{1, fence}` or
+/// ms, release channel, ticket, and last the fence counter's retention in
+/// ms (as every script with `fence`). Answers as `ACQUIRE` does: `{1, fence}` or
 /// `{0, pttl}`.
 ///
 /// The key is this waiter's when it holds its turn, or when it is free and
@@ -189,7 +190,7 @@ if not holder then
 end
 if mine then
   redis.call('SET', lock, token, 'PX', ttl)
-  return {1, fence(KEYS[2])}
+  return {1, fence(KEYS[2], ttl)}
 end
 local left = redis.call('PTTL', lock)
 wait_in_line(lock, ticket, true, life_for(left, ttl))
@@ -299,7 +300,8 @@ impl RedisBackend {
             .arg(&req.token)
             .arg(millis(req.ttl))
             .arg(&names.channel)
-            .arg(ticket);
+            .arg(ticket)
+            .arg(self.fence_retention_ms());
         let (won, value): (i64, i64) = self.eval(&ACQUIRE_QUEUED, &call).await?;
         self.attempt_answer(req, names, sent, won, value)
     }
