@@ -266,3 +266,55 @@ async fn a_foreign_del_and_a_client_that_does_not_queue() {
     assert!(guard.is_held());
     guard.release().await.unwrap();
 }
+
+/// The `calls` of `command` in the server's `INFO commandstats`.
+fn calls(fixture: &RedisFixture, command: &str) -> u64 {
+    let stats = fixture.redis_cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A process that waits for a key again within a second of its last wait
+/// is still subscribed to the key's channel: no `SUBSCRIBE`, and its first
+/// try queues at once (one try to queue, one to take its turn, one
+/// release: no plain try first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_again_soon_reuses_the_subscription_and_queues_at_once() {
+    let fixture = RedisFixture::single_with(RedisOptions::new(), "?recheck_ms=0");
+    let key = "queue-warm";
+    let a = lock(key, backend(fixture.url()).await);
+    let b_backend = backend(fixture.url()).await;
+    let b = lock(key, b_backend.clone());
+    for round in 0..2 {
+        let held = a.acquire().await.unwrap();
+        let subscribes = tokio::task::block_in_place(|| calls(&fixture, "subscribe"));
+        let sent = b_backend.metrics().round_trips;
+        let b = b.clone();
+        let waiter = tokio::spawn(async move {
+            let guard = b.acquire().await?;
+            guard.release().await
+        });
+        until_queued(&fixture, key, 1).await;
+        held.release().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter is served")
+            .unwrap()
+            .unwrap();
+        let subscribed = tokio::task::block_in_place(|| calls(&fixture, "subscribe")) - subscribes;
+        let sent = b_backend.metrics().round_trips - sent;
+        if round == 0 {
+            // (Twice on a subscriber's first use: its connection subscribes
+            // to what is waited on, then the waiter's own request comes.)
+            assert!(subscribed >= 1, "the first wait subscribes");
+            assert_eq!(sent, 4, "plain try, queued try, the turn's try, release");
+        } else {
+            assert_eq!(subscribed, 0, "a wait within the linger needs no SUBSCRIBE");
+            assert_eq!(sent, 3, "queued try, the turn's try, release: no plain try");
+        }
+    }
+}

@@ -176,7 +176,7 @@ impl RedisBackend {
             at_most: None,
         };
         let waited = self
-            .wait_on_keys(&watched, None, deadline, pace, || {
+            .wait_on_keys(&watched, None, deadline, pace, |_| {
                 self.within(
                     deadline,
                     self.attempt_all(reqs, names),

@@ -182,7 +182,7 @@ impl RedisBackend {
     ) -> Result<Option<Lease>, LockError> {
         let names = PermitNames::new(&self.options.prefix, &req.name).in_db(self.db);
         // No re-check: a semaphore's waiters wake on releases and expiries.
-        self.wait_for_release(&names.channel, None, None, deadline, req.ttl, || {
+        self.wait_for_release(&names.channel, None, None, deadline, req.ttl, |_| {
             self.within(
                 deadline,
                 self.attempt_permit(req, &names),

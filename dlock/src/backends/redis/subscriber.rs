@@ -7,9 +7,9 @@
 //! `watch`), bumped by every message that may mean a release, and a waiter
 //! waits for a generation to move past the one it saw before its try. A
 //! channel is subscribed on the server for its first waiter and unsubscribed
-//! after its last. When the connection breaks, the task reconnects,
-//! subscribes again and wakes every waiter once, because releases during the
-//! outage were not heard.
+//! [`LINGER`] after its last (unless a waiter came back meanwhile). When the
+//! connection breaks, the task reconnects, subscribes again and wakes every
+//! waiter once, because releases during the outage were not heard.
 //!
 //! A server whose ACL refuses the keyspace channels (a user limited to
 //! `&dlock:*`, say) must not cost the release channels, nor the connection:
@@ -41,8 +41,9 @@ enum Command {
 
 #[derive(Debug, Default)]
 struct Channels {
-    /// Channel name → (number of waiters, generation).
-    by_name: HashMap<String, (usize, watch::Sender<u64>)>,
+    /// Channel name → its waiters and generation. A channel without
+    /// waiters stays subscribed for [`LINGER`] (see [`Entry::idle_since`]).
+    by_name: HashMap<String, Entry>,
     /// Queued waiters' tickets → their wake-up (see `waiter_queue.rs`): a
     /// turn message wakes its ticket's waiter alone, not the channel.
     tickets: HashMap<String, Arc<Notify>>,
@@ -52,10 +53,52 @@ fn lock(m: &Mutex<Channels>) -> MutexGuard<'_, Channels> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// One subscribed channel.
+#[derive(Debug)]
+struct Entry {
+    /// Waiters subscribed to it now.
+    waiters: usize,
+    /// Bumped by every message that may mean a release.
+    generation: watch::Sender<u64>,
+    /// Since when it has had no waiter: it stays subscribed for [`LINGER`]
+    /// after its last waiter, so a key that is waited for again and again
+    /// (a hot key's processes taking turns) costs no `SUBSCRIBE` and
+    /// `UNSUBSCRIBE` per wait, and its waiter may queue at its first try
+    /// (see [`Subscriber::is_subscribed`]).
+    idle_since: Option<Instant>,
+}
+
+impl Entry {
+    fn new() -> Self {
+        Entry {
+            waiters: 0,
+            generation: watch::channel(0).0,
+            idle_since: None,
+        }
+    }
+}
+
+/// How long a channel stays subscribed after its last waiter.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
+
 impl Channels {
+    /// Drops `name` if it has been idle for [`LINGER`]: whether it did
+    /// (and is to be unsubscribed on the server).
+    fn forget_if_idle(&mut self, name: &str) -> bool {
+        let idle = self
+            .by_name
+            .get(name)
+            .and_then(|entry| entry.idle_since)
+            .is_some_and(|since| since.elapsed() >= LINGER);
+        if idle {
+            self.by_name.remove(name);
+        }
+        idle
+    }
+
     fn bump(&self, name: &str) {
-        if let Some((_, generation)) = self.by_name.get(name) {
-            generation.send_modify(|g| *g += 1);
+        if let Some(entry) = self.by_name.get(name) {
+            entry.generation.send_modify(|g| *g += 1);
         }
     }
 
@@ -71,8 +114,8 @@ impl Channels {
     }
 
     fn bump_all(&self) {
-        for (_, generation) in self.by_name.values() {
-            generation.send_modify(|g| *g += 1);
+        for entry in self.by_name.values() {
+            entry.generation.send_modify(|g| *g += 1);
         }
     }
 }
@@ -163,6 +206,13 @@ impl Subscriber {
         tx
     }
 
+    /// Whether `channel` is subscribed (waited on, or lingering after its
+    /// last waiter): a waiter that subscribes to it now needs no round
+    /// trip, so it may queue at its first try without missing its turn.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        !self.release_refused() && lock(&self.channels).by_name.contains_key(channel)
+    }
+
     /// Whether the server refused a keyspace channel: none is asked for again.
     pub(crate) fn keyspace_refused(&self) -> bool {
         self.refused.keyspace.load(Ordering::Relaxed)
@@ -190,15 +240,17 @@ impl Subscriber {
         {
             let mut channels = lock(&self.channels);
             for name in names.iter().filter(|n| !(skip_keyspace && is_keyspace(n))) {
+                // A lingering channel is still subscribed on the server.
+                if !channels.by_name.contains_key(name) {
+                    first.push(name.clone());
+                }
                 let entry = channels
                     .by_name
                     .entry(name.clone())
-                    .or_insert_with(|| (0, watch::channel(0).0));
-                entry.0 += 1;
-                generations.push((name.clone(), entry.1.subscribe()));
-                if entry.0 == 1 {
-                    first.push(name.clone());
-                }
+                    .or_insert_with(Entry::new);
+                entry.waiters += 1;
+                entry.idle_since = None;
+                generations.push((name.clone(), entry.generation.subscribe()));
             }
         }
         let subscription = Subscription {
@@ -277,18 +329,23 @@ impl Drop for Subscription {
         if let Some((ticket, _)) = &self.ticket {
             channels.tickets.remove(ticket);
         }
-        let mut unwanted = Vec::new();
+        let mut idle = Vec::new();
         for (name, _) in &self.generations {
             if let Some(entry) = channels.by_name.get_mut(name) {
-                entry.0 -= 1;
-                if entry.0 == 0 {
-                    channels.by_name.remove(name);
-                    unwanted.push(name.clone());
+                entry.waiters -= 1;
+                if entry.waiters == 0 {
+                    entry.idle_since = Some(Instant::now());
+                    idle.push(name.clone());
                 }
             }
         }
-        if !unwanted.is_empty() {
-            let _ = self.commands.send(Command::Unsubscribe(unwanted));
+        if !idle.is_empty() {
+            // Unsubscribed after the linger, unless a waiter came back.
+            let commands = self.commands.clone();
+            crate::background::spawn(async move {
+                tokio::time::sleep(LINGER).await;
+                let _ = commands.send(Command::Unsubscribe(idle));
+            });
         }
     }
 }
@@ -408,8 +465,8 @@ async fn run(
                     Some(Command::Unsubscribe(names)) => {
                         // A waiter may have come back for a channel meanwhile.
                         let unwanted: Vec<String> = {
-                            let channels = lock(&channels);
-                            names.into_iter().filter(|n| !channels.by_name.contains_key(n)).collect()
+                            let mut channels = lock(&channels);
+                            names.into_iter().filter(|n| channels.forget_if_idle(n)).collect()
                         };
                         if !unwanted.is_empty() && sink.unsubscribe(&unwanted).await.is_err() {
                             break;

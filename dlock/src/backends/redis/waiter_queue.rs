@@ -238,7 +238,6 @@ impl RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let mut leaving: Option<Leaving> = None;
-        let mut first = true;
         let waited = self
             .wait_for_release(
                 &names.channel,
@@ -247,8 +246,7 @@ impl RedisBackend {
                 deadline,
                 // A key without expiry: retry after the ttl we ask for.
                 req.ttl,
-                || {
-                    let queued = !std::mem::replace(&mut first, false);
+                |queued| {
                     if queued && leaving.is_none() {
                         leaving = Some(self.leave_on_drop(names, ticket.to_owned()));
                     }

@@ -47,7 +47,7 @@ impl RedisBackend {
             at_most: writer.then(|| mark_ttl(req.ttl) / 3),
         };
         let waited = self
-            .wait_on_keys(&watched, None, deadline, pace, || async move {
+            .wait_on_keys(&watched, None, deadline, pace, |_| async move {
                 let tried = self
                     .within(
                         deadline,

@@ -40,7 +40,7 @@ pub(in crate::backends::redis) struct Pace {
 impl RedisBackend {
     /// Runs `attempt` until it acquires or `deadline` passes (`Ok(None)`):
     /// [`wait_on_keys`](Self::wait_on_keys) for one key, queued as `ticket`
-    /// if given.
+    /// if given (`attempt(true)`: this try may queue).
     pub(in crate::backends::redis) async fn wait_for_release<F, Fut>(
         &self,
         channel: &str,
@@ -51,7 +51,7 @@ impl RedisBackend {
         mut attempt: F,
     ) -> Result<Option<Lease>, LockError>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(bool) -> Fut,
         Fut: Future<Output = Result<Attempt, LockError>>,
     {
         let watched = [Watched {
@@ -63,8 +63,8 @@ impl RedisBackend {
             at_most: None,
         };
         let waited = self
-            .wait_on_keys(&watched, ticket, deadline, pace, || {
-                let tried = attempt();
+            .wait_on_keys(&watched, ticket, deadline, pace, |queued| {
+                let tried = attempt(queued);
                 async move {
                     Ok(match tried.await? {
                         Attempt::Acquired(lease) => Try::Done(lease),
@@ -92,8 +92,13 @@ impl RedisBackend {
     /// `pace.unknown_expiry`, and no nap is longer than `pace.at_most`.
     ///
     /// A waiter with a `ticket` (a lock's, see `waiter_queue.rs`) registers
-    /// it before its second try, which is the one that queues it: a turn
-    /// given to the ticket wakes this waiter, and nobody else.
+    /// it with its subscription, and every try after that is told it may
+    /// queue (`attempt(true)`): a turn given to the ticket then wakes this
+    /// waiter, and nobody else. When its key's channel is subscribed
+    /// already (another waiter of this process, or one that left within
+    /// the subscriber's linger), subscribing costs no round trip, so the
+    /// waiter subscribes first and its first try queues: a key that
+    /// processes take in turns costs no plain try per wait.
     pub(in crate::backends::redis) async fn wait_on_keys<T, F, Fut>(
         &self,
         watched: &[Watched<'_>],
@@ -103,17 +108,24 @@ impl RedisBackend {
         mut attempt: F,
     ) -> Result<Result<T, Option<usize>>, LockError>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(bool) -> Fut,
         Fut: Future<Output = Result<Try<T>, LockError>>,
     {
-        let first_on = match attempt().await? {
-            Try::Done(done) => return Ok(Ok(done)),
-            Try::Held { on, .. } => on,
-        };
-        // Out of time already (the first try was cut off at the deadline):
-        // no subscription, no second try.
-        if deadline.is_some_and(|d| d <= Instant::now()) {
-            return Ok(Err(first_on));
+        let warm = ticket.is_some()
+            && watched
+                .first()
+                .and_then(|one| one.channel)
+                .is_some_and(|channel| self.subscriber.is_subscribed(channel));
+        if !warm {
+            let first_on = match attempt(false).await? {
+                Try::Done(done) => return Ok(Ok(done)),
+                Try::Held { on, .. } => on,
+            };
+            // Out of time already (the first try was cut off at the
+            // deadline): no subscription, no second try.
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(Err(first_on));
+            }
         }
         let mut channels: Vec<String> = Vec::with_capacity(2 * watched.len());
         for one in watched {
@@ -127,7 +139,7 @@ impl RedisBackend {
         let turn = released.turn();
         loop {
             released.mark_seen();
-            let (on, left) = match attempt().await? {
+            let (on, left) = match attempt(ticket.is_some()).await? {
                 Try::Done(done) => return Ok(Ok(done)),
                 Try::Held { on, left } => (on, left.unwrap_or(pace.unknown_expiry)),
             };
