@@ -124,16 +124,20 @@ impl Inner {
             };
             let options = Self::first_with_values(Some(last.create_revision() + 1))
                 .with_max_create_revision(mine - 1);
-            let answer = self
-                .rpc(|| {
-                    let mut kv = self.client.kv_client();
-                    let (dir, options) = (dir.to_owned(), options.clone());
-                    async move { kv.get(dir, Some(options)).await }
-                })
-                .await?;
-            next = Some(answer);
+            next = Some(self.read_page(dir, options).await?);
         }
         Ok(None)
+    }
+
+    /// One page of `dir`'s keys as `options` ask (a range read, retried as
+    /// every request of this backend).
+    async fn read_page(&self, dir: &str, options: GetOptions) -> Result<GetResponse, LockError> {
+        self.rpc(|| {
+            let mut kv = self.client.kv_client();
+            let (dir, options) = (dir.to_owned(), options.clone());
+            async move { kv.get(dir, Some(options)).await }
+        })
+        .await
     }
 
     /// The create revisions of the first `permits` entries of `dir` (its
@@ -172,14 +176,7 @@ impl Inner {
                 SortOrder::Ascend,
                 Some(last.create_revision() + 1),
             );
-            let answer = self
-                .rpc(|| {
-                    let mut kv = self.client.kv_client();
-                    let (dir, options) = (dir.to_owned(), options.clone());
-                    async move { kv.get(dir, Some(options)).await }
-                })
-                .await?;
-            next = Some(answer);
+            next = Some(self.read_page(dir, options).await?);
         }
         holders.truncate(permits);
         Ok(holders)
