@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N]] [--processes[=P,…]] [--observed-detail]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
@@ -11,9 +11,12 @@
 //! workload instead: one key, 64 tasks, 95 % reads with 1 ms critical
 //! sections, an `RwLock` against a plain `Lock`.
 //!
-//! `--held[=N]` (Redis) holds N locks (default 50,000) at ttl 3 s and
-//! prints the Redis CPU each renewal costs, against one script call per
-//! lease.
+//! `--held[=N,…]` (Redis, etcd, ZooKeeper) holds N locks at ttl 3 s for a
+//! window (`--window=SECS`, default 10), for N = 1,000, 10,000 and 50,000
+//! unless listed, acquiring at most `--in-flight` (default 500) at once:
+//! acquire rate, leases lost, the server's requests and CPU per held lock,
+//! the bench's CPU and RSS per lock. With one N on Redis, also the Redis
+//! CPU each renewal costs against one script call per lease.
 //!
 //! `--processes[=P,…]` (any backend) runs P processes (separate backends)
 //! in turns on one key, for P = 1, 10 and 50 unless listed: critical
@@ -42,8 +45,6 @@ struct Flags {
     read_mostly: bool,
     replicas: bool,
     observed_detail: bool,
-    /// `--held[=N]`: how many locks to hold.
-    held: Option<usize>,
 }
 
 /// The benchmark suite of each URL scheme, with an example URL: the usage
@@ -56,8 +57,6 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
             Box::pin(async move {
                 if flags.segments {
                     dlock_bench::segments::run(&url).await
-                } else if let Some(held) = flags.held {
-                    dlock_bench::held::run(&url, held).await
                 } else if flags.replicas {
                     dlock_bench::replicas::run(&url).await
                 } else {
@@ -87,16 +86,11 @@ async fn main() -> ExitCode {
         read_mostly: args.iter().any(|a| a == "--read-mostly"),
         replicas: args.iter().any(|a| a == "--replicas"),
         observed_detail: args.iter().any(|a| a == "--observed-detail"),
-        held: args.iter().find_map(|a| match a.strip_prefix("--held") {
-            Some("") => Some(dlock_bench::held::DEFAULT_HELD),
-            Some(n) => n.strip_prefix('=').and_then(|n| n.parse().ok()),
-            None => None,
-        }),
     };
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
         eprintln!(
-            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N]] [--processes[=P,…]] [--observed-detail]   ({})",
+            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail]   ({})",
             examples.join(", ")
         );
         return ExitCode::FAILURE;
@@ -108,7 +102,16 @@ async fn main() -> ExitCode {
             dlock_bench::processes::parse_counts(counts)
                 .ok_or("--processes takes a list of process counts, e.g. --processes=1,10,50")
         });
-    let result = if let Some(counts) = processes {
+    let held = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--held"))
+        .map(|counts| held_options(&args, counts));
+    let result = if let Some(options) = held {
+        match options {
+            Ok(options) => dlock_bench::held::run(&url, &options).await,
+            Err(e) => Err(e.into()),
+        }
+    } else if let Some(counts) = processes {
         match counts {
             Ok(counts) => dlock_bench::processes::run(&url, &counts).await,
             Err(e) => Err(e.into()),
@@ -126,6 +129,30 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--held[=N,…]` with `--window=SECS` and `--in-flight=N`.
+fn held_options(args: &[String], counts: &str) -> Result<dlock_bench::held::Options, String> {
+    let counts = dlock_bench::held::parse_counts(counts)
+        .ok_or("--held takes a list of lock counts, e.g. --held=1000,10000,50000")?;
+    let number = |flag: &str| -> Result<Option<u64>, String> {
+        args.iter()
+            .find_map(|a| a.strip_prefix(flag))
+            .map(|n| {
+                n.parse()
+                    .map_err(|_| format!("{flag} takes a whole number"))
+            })
+            .transpose()
+    };
+    Ok(dlock_bench::held::Options {
+        counts,
+        window: number("--window=")?.map_or(
+            dlock_bench::held::DEFAULT_WINDOW,
+            std::time::Duration::from_secs,
+        ),
+        in_flight: number("--in-flight=")?
+            .map_or(dlock_bench::held::DEFAULT_IN_FLIGHT, |n| n.max(1) as usize),
+    })
 }
 
 /// Runs the suite of `scheme`, or says which schemes have one.
