@@ -799,7 +799,7 @@ impl LockBackend for RedisBackend {
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
-        let ticket = waiter_queue::ticket_of(&req.token);
+        let ticket = waiter_queue::Ticket::of(&req.token);
         let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
         let undo = |granted: Option<Lease>| async move {
             if let Some(lease) = granted {

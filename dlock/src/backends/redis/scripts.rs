@@ -125,15 +125,25 @@ return {won, value}
 /// the release after its write (scripts do not roll back), so the caller
 /// would see an error for a lock it did release. Waiters of such a user
 /// wake by their timers and re-checks.
+///
+/// The common case, nobody waiting, returns before the queue's Lua is even
+/// defined: each `local function` of a script is a closure built on every
+/// run, and the uncontended cycle should not pay for them.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    let release = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  vacate(KEYS[1], ARGV[2])
+    let uncontended = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if redis.call('EXISTS', KEYS[1] .. ':waiters') == 0 then
+  redis.call('DEL', KEYS[1])
   return 1
 end
-return 0
 ";
-    Script::new(&format!("{QUEUE_FUNCTIONS}{release}"))
+    let waited_for = r"
+vacate(KEYS[1], ARGV[2])
+return 1
+";
+    Script::new(&format!("{uncontended}{QUEUE_FUNCTIONS}{waited_for}"))
 });
 
 /// A release that keeps the key for a minimum time (`hold_at_least`): if

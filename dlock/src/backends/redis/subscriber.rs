@@ -21,7 +21,7 @@
 //! waiters wake by their timers and re-checks alone.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,10 @@ struct Channels {
     /// Queued waiters' tickets → their wake-up (see `waiter_queue.rs`): a
     /// turn message wakes its ticket's waiter alone, not the channel.
     tickets: HashMap<String, Arc<Notify>>,
+    /// `by_name`'s length, readable without the lock: the uncontended
+    /// acquire asks [`Subscriber::is_subscribed`] on every wait, and with
+    /// nothing subscribed it must not take a lock every task shares.
+    subscribed: Arc<AtomicUsize>,
 }
 
 fn lock(m: &Mutex<Channels>) -> MutexGuard<'_, Channels> {
@@ -92,6 +96,7 @@ impl Channels {
             .is_some_and(|since| since.elapsed() >= LINGER);
         if idle {
             self.by_name.remove(name);
+            self.subscribed.store(self.by_name.len(), Ordering::Relaxed);
         }
         idle
     }
@@ -151,6 +156,8 @@ impl std::fmt::Debug for Source {
 pub(crate) struct Subscriber {
     source: Source,
     channels: Arc<Mutex<Channels>>,
+    /// How many channels are subscribed (see `Channels::subscribed`).
+    subscribed: Arc<AtomicUsize>,
     /// What the server's ACL refused; never asked for again.
     refused: Arc<Refused>,
     /// Started on first use, on dlock's background runtime (so waiters on
@@ -182,9 +189,11 @@ pub(crate) struct Subscription {
 
 impl Subscriber {
     pub(crate) fn new(source: Source) -> Self {
+        let channels = Channels::default();
         Subscriber {
             source,
-            channels: Arc::default(),
+            subscribed: channels.subscribed.clone(),
+            channels: Arc::new(Mutex::new(channels)),
             refused: Arc::default(),
             commands: Mutex::new(None),
         }
@@ -210,7 +219,9 @@ impl Subscriber {
     /// last waiter): a waiter that subscribes to it now needs no round
     /// trip, so it may queue at its first try without missing its turn.
     pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
-        !self.release_refused() && lock(&self.channels).by_name.contains_key(channel)
+        self.subscribed.load(Ordering::Relaxed) > 0
+            && !self.release_refused()
+            && lock(&self.channels).by_name.contains_key(channel)
     }
 
     /// Whether the server refused a keyspace channel: none is asked for again.
@@ -251,6 +262,8 @@ impl Subscriber {
                 entry.waiters += 1;
                 entry.idle_since = None;
                 generations.push((name.clone(), entry.generation.subscribe()));
+                let count = channels.by_name.len();
+                channels.subscribed.store(count, Ordering::Relaxed);
             }
         }
         let subscription = Subscription {

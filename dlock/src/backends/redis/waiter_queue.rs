@@ -57,7 +57,7 @@
 //! agreement protocol.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::Script;
@@ -219,9 +219,32 @@ return 1
 /// reveal it; derived rather than drawn, so an uncontended acquire (which
 /// never queues) costs no randomness for it, and a retry with the same
 /// token keeps its place.
-pub(crate) fn ticket_of(token: &str) -> String {
+fn ticket_of(token: &str) -> String {
     static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
     format!("{:016x}", KEY.hash_one(token))
+}
+
+/// A waiter's ticket, derived from its token (see [`ticket_of`]) the
+/// first time it is asked for: an acquire that takes a free key at its
+/// first try never needs one.
+pub(crate) struct Ticket<'a> {
+    token: &'a str,
+    derived: OnceLock<String>,
+}
+
+impl<'a> Ticket<'a> {
+    /// The ticket of the waiter with owner token `token`.
+    pub(crate) fn of(token: &'a str) -> Self {
+        Ticket {
+            token,
+            derived: OnceLock::new(),
+        }
+    }
+
+    /// The ticket itself.
+    pub(crate) fn get(&self) -> &str {
+        self.derived.get_or_init(|| ticket_of(self.token))
+    }
 }
 
 impl RedisBackend {
@@ -234,7 +257,7 @@ impl RedisBackend {
         &self,
         req: &AcquireRequest,
         names: &KeyNames,
-        ticket: &str,
+        ticket: &Ticket<'_>,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let mut leaving: Option<Leaving> = None;
@@ -248,9 +271,9 @@ impl RedisBackend {
                 req.ttl,
                 |queued| {
                     if queued && leaving.is_none() {
-                        leaving = Some(self.leave_on_drop(names, ticket.to_owned()));
+                        leaving = Some(self.leave_on_drop(names, ticket.get().to_owned()));
                     }
-                    let ticket = queued.then_some(ticket);
+                    let ticket = queued.then(|| ticket.get());
                     self.within(
                         deadline,
                         self.try_in_line(req, names, ticket),

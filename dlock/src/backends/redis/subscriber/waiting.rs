@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::turned;
 use crate::backend::Lease;
+use crate::backends::redis::waiter_queue::Ticket;
 use crate::backends::redis::{jitter, Attempt, RedisBackend};
 use crate::LockError;
 
@@ -45,7 +46,7 @@ impl RedisBackend {
         &self,
         channel: &str,
         key: Option<&str>,
-        ticket: Option<&str>,
+        ticket: Option<&Ticket<'_>>,
         deadline: Option<Instant>,
         unknown_expiry: Duration,
         mut attempt: F,
@@ -102,7 +103,7 @@ impl RedisBackend {
     pub(in crate::backends::redis) async fn wait_on_keys<T, F, Fut>(
         &self,
         watched: &[Watched<'_>],
-        ticket: Option<&str>,
+        ticket: Option<&Ticket<'_>>,
         deadline: Option<Instant>,
         pace: Pace,
         mut attempt: F,
@@ -134,7 +135,7 @@ impl RedisBackend {
         }
         let mut released = self.subscriber.subscribe(&channels, deadline).await;
         if let Some(ticket) = ticket {
-            released.queue_as(ticket);
+            released.queue_as(ticket.get());
         }
         let turn = released.turn();
         loop {
@@ -161,7 +162,7 @@ impl RedisBackend {
                         return std::future::pending().await;
                     };
                     tokio::time::sleep(schedule.pause()).await;
-                    self.key_is_free(key, ticket).await
+                    self.key_is_free(key, ticket.map(Ticket::get)).await
                 };
                 tokio::select! {
                     () = released.changed() => break,
