@@ -26,14 +26,35 @@ pub(super) fn escape(key: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The inverse of [`escape`], read left to right: `%2F` → `/`, `%25` → `%`
+/// (any other `%` stays, as a key written by another client may have it).
+pub(super) fn unescape(segment: &str) -> String {
+    if !segment.contains('%') {
+        return segment.to_owned();
+    }
+    let mut out = String::with_capacity(segment.len());
+    let mut rest = segment;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let escape = &rest[at..];
+        if escape.starts_with("%2F") {
+            out.push('/');
+            rest = &escape[3..];
+        } else if escape.starts_with("%25") {
+            out.push('%');
+            rest = &escape[3..];
+        } else {
+            out.push('%');
+            rest = &escape[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The inverse of [`escape`], to show it is injective.
-    fn unescape(segment: &str) -> String {
-        segment.replace("%2F", "/").replace("%25", "%")
-    }
 
     #[test]
     fn keys_without_slash_or_percent_keep_their_layout() {
