@@ -39,7 +39,7 @@ Examples:
   # who holds it? (exit 0: held, 1: free)
   dlock inspect nightly-report --json
 
-  # every held lock whose key starts with "nightly-", with its holder (any backend)
+  # every held lock whose key starts with nightly-, with its holder (any backend)
   dlock list --prefix nightly- --json
 
   # free a stuck lock: its holder's guard reports the loss at its next renewal
