@@ -224,6 +224,7 @@ pub async fn list_locks(
     backend: &dyn LockBackend,
     prefix: &str,
 ) -> Result<Vec<(String, LockInfo)>, LockError> {
+    crate::background::check()?;
     if !prefix.is_empty() {
         crate::key::validate(prefix)?;
     }
@@ -403,6 +404,7 @@ impl LockGuard {
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         let shared = self.lease().clone();
+        crate::background::check()?;
         if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&ttl) {
             return Err(LockError::invalid_option(format!(
                 "ttl {ttl:?} for extending lock `{}` is outside {:?}..={:?}",
