@@ -34,6 +34,8 @@ static BACKGROUND: LazyLock<Option<Background>> = LazyLock::new(start);
 
 /// Set by [`close`]: nothing new may start (acquisitions, connections).
 static CLOSED: AtomicBool = AtomicBool::new(false);
+/// Set when the runtime is first asked for.
+static STARTED: AtomicBool = AtomicBool::new(false);
 /// Set by [`stop`]: the runtime is gone or going; nothing runs on it.
 static STOPPED: AtomicBool = AtomicBool::new(false);
 
@@ -55,6 +57,7 @@ thread_local! {
 }
 
 fn start() -> Option<Background> {
+    STARTED.store(true, Ordering::SeqCst);
     let runtime = match Builder::new_current_thread()
         .enable_all()
         .thread_name("dlock-blocking")
@@ -153,8 +156,11 @@ pub(crate) fn check() -> Result<(), LockError> {
 pub(crate) async fn stop() {
     CLOSED.store(true, Ordering::SeqCst);
     STOPPED.store(true, Ordering::SeqCst);
-    // Not `BACKGROUND` itself: a runtime never started is not started now.
-    let Some(background) = LazyLock::get(&BACKGROUND).and_then(Option::as_ref) else {
+    // A runtime never started is not started now.
+    if !STARTED.load(Ordering::SeqCst) {
+        return;
+    }
+    let Some(background) = &*BACKGROUND else {
         return;
     };
     if let Some(stop) = lock(&background.stop).take() {
@@ -218,7 +224,7 @@ pub(crate) trait ShutDownOutput {
 }
 
 /// The text of a client library's error for work refused after shutdown.
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) const SHUT_DOWN: &str =
     "dlock was shut down (`dlock::shutdown()`): its background runtime, where connections live, is stopped";
 

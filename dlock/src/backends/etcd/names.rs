@@ -37,12 +37,12 @@ pub(super) fn unescape(segment: &str) -> String {
     while let Some(at) = rest.find('%') {
         out.push_str(&rest[..at]);
         let escape = &rest[at..];
-        if escape.starts_with("%2F") {
+        if let Some(after) = escape.strip_prefix("%2F") {
             out.push('/');
-            rest = &escape[3..];
-        } else if escape.starts_with("%25") {
+            rest = after;
+        } else if let Some(after) = escape.strip_prefix("%25") {
             out.push('%');
-            rest = &escape[3..];
+            rest = after;
         } else {
             out.push('%');
             rest = &escape[1..];
@@ -81,6 +81,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for key in keys {
             let segment = escape(key);
+            assert_eq!(unescape(&segment), key);
             assert!(!segment.contains('/'), "{key:?} -> {segment}");
             assert_eq!(unescape(&segment), key, "{segment}");
             assert!(seen.insert(segment.into_owned()), "two keys map to one");
