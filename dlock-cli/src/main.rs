@@ -10,7 +10,7 @@
 //! | 76 | `run`: the lease was lost while the command ran; it got SIGTERM (SIGKILL after `--grace`) |
 //! | 0 / 1 | `inspect`: held / free; `release --force`: freed / was free |
 //! | 69 | the service failed or refused (connection, permissions) |
-//! | 64 | a bad URL, key or option, or an operation the backend lacks (`list` but on Redis) |
+//! | 64 | a bad URL, key or option (a `list --prefix` that matches more than 10,000 keys) |
 //! | 2 | bad arguments (clap) |
 #![forbid(unsafe_code)]
 
@@ -39,12 +39,15 @@ Examples:
   # who holds it? (exit 0: held, 1: free)
   dlock inspect nightly-report --json
 
+  # every held lock whose key starts with nightly-, with its holder (any backend)
+  dlock list --prefix nightly- --json
+
   # free a stuck lock: its holder's guard reports the loss at its next renewal
   dlock release --force nightly-report
 
 Exit codes: the command's own (128+N after signal N); 75 lock busy (--conflict-exit-code);
 76 lease lost while the command ran; 0/1 held/free for inspect and release --force;
-69 service failed; 64 bad URL, key or option, or an operation the backend lacks; 2 bad arguments.
+69 service failed; 64 bad URL, key or option (or a list prefix matching over 10,000 keys); 2 bad arguments.
 The command sees DLOCK_KEY and DLOCK_FENCING_TOKEN (absent on Redlock) in its environment.";
 
 /// Run a command under a distributed lock, and inspect or free locks.
@@ -90,7 +93,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List held locks with their holders (a single Redis server or Sentinel master; others answer exit 64).
+    /// List held locks (not semaphores or read-write locks) with their holders, on every backend; exit 0.
     List {
         /// Only keys that start with this.
         #[arg(long, default_value = "")]
@@ -170,7 +173,7 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
             Ok(if info.is_some() { 0 } else { 1 })
         }
         Command::List { prefix, json } => {
-            let held = backend.list(&prefix).await?;
+            let held = dlock::list_locks(&*backend, &prefix).await?;
             if json {
                 let items: Vec<_> = held
                     .iter()

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use dlock_tests::servers::etcd::EtcdServer;
 use dlock_tests::servers::redis::RedisServer;
+use dlock_tests::servers::zookeeper::ZkServer;
 
 const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
 
@@ -88,18 +89,13 @@ fn run_exits_and_conflicts(url: &str, name: &str) {
         url,
         &["list", "--prefix", &format!("cli:{name}:"), "--json"],
     );
-    if name == "redis" {
-        let listed = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(code(&out), 0, "{}", text(&out));
-        assert!(listed.contains(&format!("\"key\":\"{key}\"")), "{listed}");
-        assert!(listed.contains("\"holder\":\"cli-holder\""), "{listed}");
-        let out = dlock(url, &["list", "--prefix", "nothing-here:"]);
-        assert_eq!(code(&out), 0, "{}", text(&out));
-        assert!(out.stdout.is_empty(), "{}", text(&out));
-    } else {
-        assert_eq!(code(&out), 64, "{}", text(&out));
-        assert!(text(&out).contains("not supported"), "{}", text(&out));
-    }
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(listed.contains(&format!("\"key\":\"{key}\"")), "{listed}");
+    assert!(listed.contains("\"holder\":\"cli-holder\""), "{listed}");
+    let out = dlock(url, &["list", "--prefix", "nothing-here:"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(out.stdout.is_empty(), "{}", text(&out));
 
     let out = dlock(url, &["inspect", &key, "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
@@ -192,6 +188,70 @@ fn a_signal_to_dlock_reaches_the_command() {
 fn etcd() {
     let server = EtcdServer::start();
     run_exits_and_conflicts(&server.url(), "etcd");
+}
+
+/// `list` on ZooKeeper: two held keys under a prefix, in text and JSON,
+/// with their holder; none once the holders exit.
+#[test]
+fn list_on_zookeeper() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let prefix = format!("cli:list:{}:", std::process::id());
+    let keys = [format!("{prefix}a"), format!("{prefix}b/c")];
+    let named = if url.contains('?') {
+        format!("{url}&client_name=lister-7")
+    } else {
+        format!("{url}?client_name=lister-7")
+    };
+    let holders: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            Command::new(DLOCK)
+                .args(["--url", &named, "run", key, "--", "sleep", "30"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn a holder")
+        })
+        .collect();
+    for key in &keys {
+        await_inspect(&url, key, 0, Duration::from_secs(10));
+    }
+    let out = dlock(&url, &["list", "--prefix", &prefix]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (line, key) in lines.iter().zip(&keys) {
+        assert!(
+            line.starts_with(&format!("{key}: held by lister-7 for ")),
+            "{line}"
+        );
+    }
+    let out = dlock(&url, &["list", "--prefix", &prefix, "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        json.trim().starts_with('[') && json.contains("\"holder\":\"lister-7\""),
+        "{json}"
+    );
+    assert!(json.contains(&format!("\"key\":\"{}\"", keys[1])), "{json}");
+    // SIGTERM goes to `sleep`; each `dlock` releases and exits.
+    for mut holder in holders {
+        Command::new("kill")
+            .args(["-TERM", &holder.id().to_string()])
+            .status()
+            .unwrap();
+        holder.wait().unwrap();
+    }
+    let out = dlock(&url, &["list", "--prefix", &prefix, "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+    // A prefix no key can start with is a usage error.
+    let out = dlock(&url, &["list", "--prefix", "bad\u{7}"]);
+    assert_eq!(code(&out), 64, "{}", text(&out));
 }
 
 #[test]

@@ -217,6 +217,12 @@ pub(crate) async fn take(
         }
     };
 
+    let settling = crate::background::Settling::enter();
+    if settling.closed() {
+        // `dlock::shutdown` began: its collection of leases may be over.
+        let _ = release_on(&*backend, kind, &lease).await;
+        return Err(LockError::ShutDown);
+    }
     let shared = LeaseShared::new(NewLease {
         backend,
         lease,
@@ -228,6 +234,7 @@ pub(crate) async fn take(
         hold_at_least: options.hold_at_least,
     });
     local.watchdog.register(&shared);
+    drop(settling);
     Ok(Some(LockGuard::outer(shared, local.watchdog.clone())))
 }
 

@@ -38,7 +38,8 @@ impl LockError {
             | LockError::NotHeld { .. } => StatusCode::CONFLICT,
             LockError::Backend { .. }
             | LockError::Quorum { .. }
-            | LockError::Replication { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | LockError::Replication { .. }
+            | LockError::ShutDown => StatusCode::SERVICE_UNAVAILABLE,
             LockError::NoBackend { .. }
             | LockError::InvalidKey { .. }
             | LockError::InvalidOption { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -60,6 +61,7 @@ impl LockError {
             LockError::Backend { .. }
             | LockError::Quorum { .. }
             | LockError::Replication { .. } => "the lock service is unavailable",
+            LockError::ShutDown => "the service is shutting down",
             LockError::NoBackend { .. }
             | LockError::InvalidKey { .. }
             | LockError::InvalidOption { .. } => "internal error",

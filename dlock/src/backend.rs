@@ -318,9 +318,12 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     }
 
     /// The lock keys held now that start with `prefix`, each with what
-    /// [`inspect`](LockBackend::inspect) shows, sorted by key. The default
-    /// is an [`InvalidOption`](LockError::InvalidOption) error: not
-    /// supported (only a single Redis server lists today).
+    /// [`inspect`](LockBackend::inspect) shows, sorted by key, at most
+    /// [`MAX_LISTED`](crate::inspect::MAX_LISTED) of them (more:
+    /// [`too_many_to_list`](crate::inspect::too_many_to_list)). Called
+    /// through [`list_locks`](crate::list_locks), which checks the prefix.
+    /// Every backend of this crate lists; the default is an
+    /// [`InvalidOption`](LockError::InvalidOption) error: not supported.
     async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
         let _ = prefix;
         Err(crate::inspect::not_supported(

@@ -12,21 +12,57 @@
 //! a connection whose driver sits on an idle runtime is never sent. One small
 //! current-thread runtime on a thread of its own always runs.
 
+//!
+//! [`crate::shutdown`] ends it: [`close`] first (new acquisitions, inspections
+//! and connections are refused with [`LockError::ShutDown`], while the
+//! releases of held leases still run here), then [`stop`], which shuts the
+//! runtime down (every task on it dropped: the watchdog, connections,
+//! subscribers, sessions) and waits for its thread to exit.
+
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
 
 use tokio::runtime::{Builder, Handle};
+use tokio::sync::{oneshot, Notify};
 
-static BACKGROUND: LazyLock<Option<Handle>> = LazyLock::new(start);
+use crate::LockError;
+
+static BACKGROUND: LazyLock<Option<Background>> = LazyLock::new(start);
+
+/// Set by [`close`]: nothing new may start (acquisitions, connections).
+static CLOSED: AtomicBool = AtomicBool::new(false);
+/// Set when the runtime is first asked for.
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// Set by [`stop`]: the runtime is gone or going; nothing runs on it.
+static STOPPED: AtomicBool = AtomicBool::new(false);
+
+/// How long stopping waits for blocking tasks of the runtime (none of
+/// dlock's own; a client library's DNS lookup, say) before leaving them.
+const STOP_BLOCKING_WAIT: Duration = Duration::from_secs(1);
+
+struct Background {
+    handle: Handle,
+    /// Ends the thread's `block_on`.
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+    /// The thread, and the signal it sends once its runtime is shut down.
+    thread: Mutex<Option<(std::thread::JoinHandle<()>, oneshot::Receiver<()>)>>,
+}
 
 thread_local! {
     /// Set on the thread `dlock-background`, which alone drives its runtime.
     static ON_BACKGROUND: Cell<bool> = const { Cell::new(false) };
 }
 
-fn start() -> Option<Handle> {
-    let runtime = match Builder::new_current_thread().enable_all().build() {
+fn start() -> Option<Background> {
+    STARTED.store(true, Ordering::SeqCst);
+    let runtime = match Builder::new_current_thread()
+        .enable_all()
+        .thread_name("dlock-blocking")
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             tracing::error!(error = %e, "dlock could not build its background runtime; leases are renewed on the runtime that took them");
@@ -34,16 +70,24 @@ fn start() -> Option<Handle> {
         }
     };
     let handle = runtime.handle().clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (done, finished) = oneshot::channel::<()>();
     let spawned = std::thread::Builder::new()
         .name("dlock-background".into())
-        // The thread lives as long as the process; it holds no lock and owns
-        // nothing that needs an orderly shutdown.
+        // The thread lives until `dlock::shutdown` (or the process's end);
+        // it holds no lock.
         .spawn(move || {
             ON_BACKGROUND.set(true);
-            runtime.block_on(std::future::pending::<()>())
+            let _ = runtime.block_on(stopped);
+            runtime.shutdown_timeout(STOP_BLOCKING_WAIT);
+            let _ = done.send(());
         });
     match spawned {
-        Ok(_) => Some(handle),
+        Ok(thread) => Some(Background {
+            handle,
+            stop: Mutex::new(Some(stop)),
+            thread: Mutex::new(Some((thread, finished))),
+        }),
         Err(e) => {
             tracing::error!(error = %e, "dlock could not start its background thread; leases are renewed on the runtime that took them");
             None
@@ -51,31 +95,160 @@ fn start() -> Option<Handle> {
     }
 }
 
+/// Acquisitions between their grant and their registration (or give-back).
+static SETTLING: AtomicUsize = AtomicUsize::new(0);
+static SETTLED: Notify = Notify::const_new();
+
+/// Refuses what starts new work from now on (see [`check`]), and waits for
+/// every acquisition that was between its grant and its registration: each
+/// is registered (so `shutdown` finds its lease) or given back by then.
+pub(crate) async fn close() {
+    CLOSED.store(true, Ordering::SeqCst);
+    loop {
+        let settled = SETTLED.notified();
+        if SETTLING.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        settled.await;
+    }
+}
+
+/// Held by an acquisition from its grant until its lease is registered or
+/// given back; [`Settling::closed`] tells it which. (`SETTLING` is raised
+/// before `CLOSED` is read, and `close` sets `CLOSED` before it reads
+/// `SETTLING`: one of the two sees the other.)
+pub(crate) struct Settling(());
+
+impl Settling {
+    pub(crate) fn enter() -> Self {
+        SETTLING.fetch_add(1, Ordering::SeqCst);
+        Settling(())
+    }
+
+    /// Whether `shutdown` began: give the lease back instead of registering.
+    pub(crate) fn closed(&self) -> bool {
+        CLOSED.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        if SETTLING.fetch_sub(1, Ordering::SeqCst) == 1 {
+            SETTLED.notify_waiters();
+        }
+    }
+}
+
+/// `Err(`[`LockError::ShutDown`]`)` once [`crate::shutdown`] has begun: the
+/// check of every acquisition, inspection, listing, extension and connect.
+pub(crate) fn check() -> Result<(), LockError> {
+    if CLOSED.load(Ordering::SeqCst) {
+        Err(LockError::ShutDown)
+    } else {
+        Ok(())
+    }
+}
+
+/// Shuts the background runtime down (its tasks dropped, each at its next
+/// `.await`) and waits until its thread has exited. Called on the
+/// background runtime itself (which cannot wait for its own end), it only
+/// asks for the stop. A second call does nothing.
+pub(crate) async fn stop() {
+    CLOSED.store(true, Ordering::SeqCst);
+    STOPPED.store(true, Ordering::SeqCst);
+    // A runtime never started is not started now.
+    if !STARTED.load(Ordering::SeqCst) {
+        return;
+    }
+    let Some(background) = &*BACKGROUND else {
+        return;
+    };
+    if let Some(stop) = lock(&background.stop).take() {
+        let _ = stop.send(());
+    }
+    if is_current() {
+        return;
+    }
+    let Some((thread, finished)) = lock(&background.thread).take() else {
+        return;
+    };
+    // The thread signals after its runtime is shut down, then returns:
+    // the join waits for that return only.
+    let _ = finished.await;
+    let _ = thread.join();
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Runs `task` on dlock's background runtime or, if that could not be
 /// started, on the caller's runtime. Never panics: outside any runtime and
 /// without the background one, `task` is dropped unrun.
+///
+/// After [`crate::shutdown`] stopped the runtime, `task` is dropped unrun.
 pub(crate) fn spawn<F>(task: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    if let Some(handle) = &*BACKGROUND {
-        drop(handle.spawn(task));
+    if STOPPED.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Some(background) = &*BACKGROUND {
+        drop(background.handle.spawn(task));
     } else if let Ok(handle) = Handle::try_current() {
         drop(handle.spawn(task));
     }
 }
 
-/// dlock's background runtime, if it could be started.
-pub(crate) fn handle() -> Option<&'static Handle> {
-    BACKGROUND.as_ref()
+/// dlock's background runtime, if it could be started: `Err` once
+/// [`crate::shutdown`] has begun.
+pub(crate) fn handle() -> Result<Option<&'static Handle>, LockError> {
+    check()?;
+    Ok(BACKGROUND.as_ref().map(|b| &b.handle))
 }
 
 /// Whether the running code is on dlock's background runtime (its thread
 /// is the only one that runs it): there, work meant for that runtime can
 /// run in place.
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) fn is_current() -> bool {
     ON_BACKGROUND.get()
+}
+
+/// What [`run`] answers for a task that cannot run because dlock was shut
+/// down: the task's own kind of error.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+pub(crate) trait ShutDownOutput {
+    /// The output that says dlock was shut down.
+    fn shut_down() -> Self;
+}
+
+/// The text of a client library's error for work refused after shutdown.
+#[cfg(any(feature = "redis", feature = "etcd"))]
+pub(crate) const SHUT_DOWN: &str =
+    "dlock was shut down (`dlock::shutdown()`): its background runtime, where connections live, is stopped";
+
+#[cfg(feature = "redis")]
+impl<T> ShutDownOutput for redis::RedisResult<T> {
+    fn shut_down() -> Self {
+        Err(redis::RedisError::from((redis::ErrorKind::Io, SHUT_DOWN)))
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl<T> ShutDownOutput for Result<T, etcd_client::Error> {
+    fn shut_down() -> Self {
+        Err(etcd_client::Error::IoError(std::io::Error::other(
+            SHUT_DOWN,
+        )))
+    }
+}
+
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+impl<T> ShutDownOutput for Option<T> {
+    fn shut_down() -> Self {
+        None
+    }
 }
 
 /// Runs `task` on dlock's background runtime and returns its output, so
@@ -87,14 +260,19 @@ pub(crate) fn is_current() -> bool {
 /// - A panic in `task` is resumed in the caller.
 /// - Dropping the returned future aborts `task` (it stops at its next
 ///   `.await`), as dropping `task` itself would.
+/// - After [`crate::shutdown`] stopped the runtime (or while it stops it,
+///   cancelling `task`), the output is [`ShutDownOutput::shut_down`].
 #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) async fn run<F>(task: F) -> F::Output
 where
     F: Future + Send + 'static,
-    F::Output: Send + 'static,
+    F::Output: ShutDownOutput + Send + 'static,
 {
+    if STOPPED.load(Ordering::SeqCst) {
+        return F::Output::shut_down();
+    }
     let handle = match &*BACKGROUND {
-        Some(handle) if !is_current() => handle,
+        Some(background) if !is_current() => &background.handle,
         _ => return task.await,
     };
     let mut running = AbortOnDrop(handle.spawn(task));
@@ -103,9 +281,9 @@ where
         Err(e) => match e.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),
             // Only an abort (ours happens when this future is dropped, so
-            // it is never seen here) or a runtime shutdown cancels a task;
-            // the background runtime is never shut down.
-            Err(e) => unreachable!("dlock's background runtime cancelled a task: {e}"),
+            // it is never seen here) or the runtime's shutdown cancels a
+            // task.
+            Err(_) => F::Output::shut_down(),
         },
     }
 }
@@ -121,23 +299,23 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "redis", feature = "etcd", feature = "zookeeper")))]
 mod tests {
     use super::*;
 
     #[tokio::test(flavor = "current_thread")]
     async fn run_moves_the_task_to_the_background_thread_and_back() {
         assert!(!is_current());
-        let name = run(async { std::thread::current().name().map(str::to_owned) }).await;
-        assert_eq!(name.as_deref(), Some("dlock-background"));
+        let name = run(async { Some(std::thread::current().name().map(str::to_owned)) }).await;
+        assert_eq!(name.flatten().as_deref(), Some("dlock-background"));
         // From the background thread itself, in place.
-        let nested = run(async { run(async { is_current() }).await }).await;
-        assert!(nested);
+        let nested = run(async { run(async { Some(is_current()) }).await }).await;
+        assert_eq!(nested, Some(true));
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_panic_in_the_task_reaches_the_caller() {
-        let caught = tokio::spawn(run(async { panic!("boom") })).await;
+        let caught = tokio::spawn(run(async { panic!("boom") as Option<()> })).await;
         let panic = caught.unwrap_err().into_panic();
         assert_eq!(panic.downcast_ref::<&str>(), Some(&"boom"));
     }

@@ -96,6 +96,12 @@ pub enum LockError {
         /// How many were asked for.
         needed: u32,
     },
+    /// [`dlock::shutdown`](crate::shutdown) ran in this process: its
+    /// leases were given back and its background runtime stopped, so no
+    /// lease can be taken, and no lock inspected, listed or connected to,
+    /// any more.
+    #[error("dlock was shut down in this process (`dlock::shutdown()` ran): locks can no longer be taken, inspected or connected to here; call `dlock::shutdown()` only once the work that needs locks is done, as the last step before exit")]
+    ShutDown,
     /// The coordination service failed: connection, protocol or server error.
     #[error("{backend} backend failed: {source}")]
     Backend {

@@ -164,6 +164,89 @@ pub fn not_supported(backend: &str, what: &str) -> LockError {
     LockError::invalid_option(format!("{what} is not supported by {backend}"))
 }
 
+/// The most lock keys one listing returns (and inspects). A prefix that
+/// matches more is refused with [`too_many_to_list`]: list a longer one.
+///
+/// ```
+/// assert_eq!(dlock::inspect::MAX_LISTED, 10_000);
+/// ```
+pub const MAX_LISTED: usize = 10_000;
+
+/// The error of a listing whose `prefix` matches more than [`MAX_LISTED`]
+/// lock keys on `backend` (an [`InvalidOption`](LockError::InvalidOption):
+/// the caller narrows the prefix).
+///
+/// ```
+/// let e = dlock::inspect::too_many_to_list("redis://127.0.0.1:6379", "order:");
+/// assert!(e.to_string().contains("more than 10000 lock keys start with `order:`"));
+/// ```
+pub fn too_many_to_list(backend: &str, prefix: &str) -> LockError {
+    LockError::invalid_option(format!(
+        "more than {MAX_LISTED} lock keys start with `{prefix}` on {backend}; list a longer prefix (e.g. `{prefix}<first characters of the keys you want>`)"
+    ))
+}
+
+/// The lock keys held now on `backend` that start with `prefix` (every key
+/// for `""`), each with what [`Lock::inspect`] shows, sorted by key.
+///
+/// - Only plain locks (and a [`SegmentedLock`](crate::SegmentedLock)'s
+///   segments, which are locks): not semaphores or read-write locks.
+/// - What each backend reads: memory its table; a Redis server, Sentinel
+///   master or every Cluster master `SCAN`s (Redlock: every master, a key
+///   listed when a quorum holds it for one holder, as `inspect` says); etcd a
+///   range read of the prefix; ZooKeeper the children of its prefix node.
+///   Each key found is then inspected, so the answer is a series of reads,
+///   not one snapshot: a key taken or freed meanwhile may be missing or
+///   extra.
+/// - At most [`MAX_LISTED`] keys; more is an error (narrow the prefix).
+/// - The `dlock.operation` span (`op = "list"`, `key` = the prefix) and
+///   `dlock_operations_total`.
+///
+/// # Errors
+/// [`LockError::InvalidKey`] for a prefix no key starts with (a control
+/// character, longer than [`MAX_KEY_BYTES`](crate::MAX_KEY_BYTES));
+/// [`LockError::InvalidOption`] past [`MAX_LISTED`] keys, or on a backend
+/// that cannot list (one from outside this crate);
+/// [`LockError::Backend`] when the service fails.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+/// let backend = dlock::connect("memory://?client_name=cron-3").await?;
+/// let _a = dlock::Lock::new("report:daily").with_backend(backend.clone()).acquire().await?;
+/// let _b = dlock::Lock::new("invoice:9").with_backend(backend.clone()).acquire().await?;
+/// let held = dlock::list_locks(&*backend, "report:").await?;
+/// assert_eq!(held.len(), 1);
+/// assert_eq!(held[0].0, "report:daily");
+/// assert_eq!(held[0].1.holder.as_deref(), Some("cron-3"));
+/// # Ok(()) }
+/// ```
+pub async fn list_locks(
+    backend: &dyn LockBackend,
+    prefix: &str,
+) -> Result<Vec<(String, LockInfo)>, LockError> {
+    crate::background::check()?;
+    if !prefix.is_empty() {
+        crate::key::validate(prefix)?;
+    }
+    let described = backend.describe();
+    let label = crate::url::scheme(&described).unwrap_or("custom");
+    operation(
+        "list",
+        prefix,
+        label,
+        async {
+            let mut held = backend.list(prefix).await?;
+            if held.len() > MAX_LISTED {
+                return Err(too_many_to_list(&described, prefix));
+            }
+            held.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(held)
+        },
+        |held| if held.is_empty() { "none" } else { "listed" },
+    )
+    .await
+}
+
 /// Runs one operator operation in its `dlock.<name>` span and counts it
 /// (`dlock_operations_total{backend, op, outcome}`).
 async fn operation<T>(
@@ -321,6 +404,7 @@ impl LockGuard {
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         let shared = self.lease().clone();
+        crate::background::check()?;
         if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&ttl) {
             return Err(LockError::invalid_option(format!(
                 "ttl {ttl:?} for extending lock `{}` is outside {:?}..={:?}",

@@ -95,7 +95,7 @@ pub use blocking::connect_blocking;
 pub use dlock_macros::distributed_lock;
 pub use error::LockError;
 pub use guard::LockGuard;
-pub use inspect::{default_client_name, LockInfo};
+pub use inspect::{default_client_name, list_locks, LockInfo};
 pub use key::MAX_KEY_BYTES;
 pub use lock::Lock;
 pub use multi::MultiLock;

@@ -121,6 +121,14 @@ pub(crate) async fn take_all(
         Err(error) => return Err(fail_all(pending, asked[0], error)),
     };
 
+    // Registered before `dlock::shutdown` collects leases, or given back.
+    let settling = crate::background::Settling::enter();
+    if settling.closed() {
+        for lease in &leases {
+            let _ = crate::lease::release_on(&**backend, LeaseKind::Lock, lease).await;
+        }
+        return Err(fail_all(pending, asked[0], LockError::ShutDown));
+    }
     let mut leases = leases.into_iter();
     let mut guards = Vec::with_capacity(keys.len());
     for one in pending {

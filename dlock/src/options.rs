@@ -93,6 +93,7 @@ impl LeaseOptions {
 
     /// Validates the key and ttl and finds the backend.
     pub(crate) fn check(&self) -> Result<Arc<dyn LockBackend>, LockError> {
+        crate::background::check()?;
         crate::key::validate(&self.key)?;
         if self.ttl < MIN_TTL {
             return Err(LockError::invalid_option(format!(

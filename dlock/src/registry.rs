@@ -132,7 +132,8 @@ pub fn registry() -> &'static Registry {
 /// # Errors
 /// [`LockError::InvalidOption`] naming the URL (password redacted) if the
 /// scheme is unknown, its feature is off, or the URL is malformed;
-/// [`LockError::Backend`] if the service cannot be reached.
+/// [`LockError::Backend`] if the service cannot be reached;
+/// [`LockError::ShutDown`] after [`dlock::shutdown`](crate::shutdown).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -143,6 +144,7 @@ pub fn registry() -> &'static Registry {
 /// # }
 /// ```
 pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
+    crate::background::check()?;
     let shown = crate::url::redact(url);
     let Some(scheme) = crate::url::scheme(url) else {
         return Err(LockError::invalid_option(format!(

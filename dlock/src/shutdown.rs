@@ -1,33 +1,58 @@
-//! `dlock::shutdown`: give back every lease this process holds, for a
-//! SIGTERM handler.
+//! `dlock::shutdown`: give back every lease this process holds and stop
+//! dlock's background runtime, for a SIGTERM handler.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use crate::lease::LeaseShared;
 
 /// Releases every lease this process holds (locks, segments, permits, read
-/// and write leases, on every backend) and stops renewing them; returns how
-/// many it released.
+/// and write leases, on every backend), then stops dlock's background
+/// runtime; returns how many leases it released. The last dlock call of a
+/// process that is about to exit (a SIGTERM handler).
 ///
-/// - Each lease is released by compare-and-delete, all at once, and this
-///   future ends when every answer is in (a lease whose service does not
-///   answer expires by its ttl).
-/// - Guards of these leases stay valid objects: [`is_held`](crate::LockGuard::is_held)
-///   is false, dropping one does nothing, and `release()` answers
-///   [`NotHeld`](crate::LockError::NotHeld). Their `lost()` does not fire: the
-///   leases were given back, not lost.
-/// - Leases taken after the call are held and renewed as usual.
+/// - From the call on, dlock takes nothing new: every acquisition
+///   (`acquire`, `try_acquire`, the blocking API, the attribute),
+///   [`Lock::inspect`](crate::Lock::inspect),
+///   [`force_release`](crate::Lock::force_release),
+///   [`list_locks`](crate::list_locks),
+///   [`extend`](crate::LockGuard::extend) and [`connect`](crate::connect)
+///   fail fast with [`LockError::ShutDown`](crate::LockError::ShutDown), in
+///   this and every later call. An acquisition already waiting that is
+///   granted meanwhile gives its lease back and answers `ShutDown` too.
+/// - Each held lease is released by compare-and-delete, all at once, and the
+///   releases are awaited (a lease whose service does not answer expires by
+///   its ttl). A lease whose guard was already released but that is kept on
+///   the server until its [`hold_at_least`](crate::Lock::hold_at_least) is
+///   left to expire by its ttl.
+/// - Then the background runtime is shut down: the watchdog, every backend's
+///   connections, sessions and subscribers are dropped, and this future ends
+///   once the thread `dlock-background` has exited. No dlock thread is left.
+/// - Guards of the released leases stay valid objects:
+///   [`is_held`](crate::LockGuard::is_held) is false, dropping one does
+///   nothing, and `release()` answers [`NotHeld`](crate::LockError::NotHeld).
+///   Their `lost()` does not fire: the leases were given back, not lost.
+/// - Calling it again does nothing and returns 0. Never panics.
 /// - One `dlock.operation` span (`op = "shutdown"`) and `dlock_operations_total`.
+///
+/// # Cancel safety
+/// Dropping the future before it ends leaves dlock shut down (nothing new
+/// is taken) with the releases sent so far; the runtime keeps running
+/// until the process exits.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
 /// let backend = dlock::connect("memory://").await?;
 /// let guard = dlock::Lock::new("job").with_backend(backend.clone()).acquire().await?;
 /// // in the SIGTERM handler:
-/// dlock::shutdown().await;
+/// assert_eq!(dlock::shutdown().await, 1);
 /// assert!(!guard.is_held());
-/// assert!(dlock::Lock::new("job").with_backend(backend).try_acquire().await?.is_some());
 /// drop(guard); // does nothing
+/// // dlock takes nothing after it:
+/// let late = dlock::Lock::new("job").with_backend(backend).try_acquire().await;
+/// assert!(matches!(late, Err(dlock::LockError::ShutDown)));
 /// # Ok(()) }
 /// ```
 pub async fn shutdown() -> usize {
@@ -36,20 +61,38 @@ pub async fn shutdown() -> usize {
         op = "shutdown",
         released = tracing::field::Empty
     );
+    crate::background::close().await;
     let leases: Vec<Arc<LeaseShared>> = crate::local::all()
         .iter()
         .flat_map(|local| local.watchdog.take_all())
         .collect();
-    let mut releases = tokio::task::JoinSet::new();
-    for lease in leases {
-        if let Ok(was_held) = lease.begin_release() {
-            releases.spawn(async move { lease.finish_release(was_held).await.is_ok() });
-        }
-    }
+    // Polled here, not spawned: the caller may be on any executor.
+    let mut releases: Vec<Pin<Box<dyn Future<Output = bool> + Send>>> = leases
+        .into_iter()
+        .filter_map(|lease| {
+            let was_held = lease.begin_release().ok()?;
+            let release: Pin<Box<dyn Future<Output = bool> + Send>> =
+                Box::pin(async move { lease.finish_release(was_held).await.is_ok() });
+            Some(release)
+        })
+        .collect();
     let mut released = 0;
-    while let Some(done) = releases.join_next().await {
-        released += usize::from(matches!(done, Ok(true)));
-    }
+    std::future::poll_fn(|cx| {
+        releases.retain_mut(|release| match release.as_mut().poll(cx) {
+            Poll::Ready(ok) => {
+                released += usize::from(ok);
+                false
+            }
+            Poll::Pending => true,
+        });
+        if releases.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    crate::background::stop().await;
     span.record("released", released);
     crate::inspect::count("shutdown", "all", "released");
     released

@@ -76,6 +76,7 @@ macro_rules! conformance_suite {
             inspect_shows_the_holder,
             force_release_evicts_the_holder,
             extend_lengthens_a_hard_lease,
+            list_shows_the_held_keys,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -1,6 +1,6 @@
 //! The operator's cases of the conformance suite, on every backend:
-//! `Lock::inspect`, `Lock::force_release`, `LockGuard::remaining` and
-//! `LockGuard::extend`.
+//! `Lock::inspect`, `Lock::force_release`, `dlock::list_locks`,
+//! `LockGuard::remaining` and `LockGuard::extend`.
 
 use std::time::{Duration, Instant};
 
@@ -115,5 +115,103 @@ pub async fn extend_lengthens_a_hard_lease<F: Fixture>(fixture: &F) {
     assert!(
         matches!(err, Err(LockError::InvalidOption { .. })),
         "{err:?}"
+    );
+}
+
+/// `list_locks` shows exactly the held lock keys under a prefix, each as
+/// `inspect` shows it (escaped characters included), not a released key,
+/// a key outside the prefix, a semaphore or a read-write lock of the name;
+/// a prefix no key can start with is `InvalidKey`.
+pub async fn list_shows_the_held_keys<F: Fixture>(fixture: &F) {
+    let base = unique_key("list");
+    let ttl = Duration::from_secs(10);
+    let a = fixture.backend().await;
+    let operator = fixture.backend().await;
+    let prefix = format!("{base}:");
+    let one = format!("{prefix}one");
+    // `/`, `%` and braces: escaped by etcd, ZooKeeper and Redis.
+    let odd = format!("{prefix}a/b%25{{c}}");
+    let gone = format!("{prefix}gone");
+    let outside = format!("{base}-outside");
+    assert_eq!(
+        dlock::list_locks(&*operator, &prefix).await.unwrap(),
+        vec![],
+        "nothing held yet"
+    );
+    let mut guards = Vec::new();
+    for key in [&one, &odd, &gone, &outside] {
+        guards.push(lock(&a, key).ttl(ttl).acquire().await.unwrap());
+    }
+    let released = guards.remove(2);
+    released.release().await.unwrap();
+    // Other kinds of lease of a listed name are not locks.
+    let _permit = match a.permits() {
+        Some(_) => dlock::Semaphore::new(format!("{prefix}sem"), 2)
+            .with_backend(a.clone())
+            .try_acquire()
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
+    let _read = match a.rw() {
+        Some(_) => dlock::RwLock::new(format!("{prefix}rw"))
+            .with_backend(a.clone())
+            .try_read()
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
+
+    let listed = dlock::list_locks(&*operator, &prefix).await.unwrap();
+    let keys: Vec<&str> = listed.iter().map(|(k, _)| k.as_str()).collect();
+    let mut expected = vec![odd.as_str(), one.as_str()];
+    expected.sort();
+    assert_eq!(keys, expected, "{listed:?}");
+    for ((key, info), guard) in listed.iter().zip([&guards[1], &guards[0]]) {
+        assert_eq!(key, guard.key());
+        assert_eq!(info.holder.as_deref(), a.client_name(), "{key}: {info:?}");
+        assert_eq!(info.fencing_token, guard.fencing_token(), "{key}");
+        assert!(
+            info.remaining > Duration::ZERO && info.remaining <= ttl,
+            "{info:?}"
+        );
+        assert_eq!(
+            lock(&operator, key)
+                .inspect()
+                .await
+                .unwrap()
+                .map(|i| i.holder),
+            Some(info.holder.clone())
+        );
+    }
+    // The whole namespace holds ours too (other cases may hold more).
+    let all = dlock::list_locks(&*operator, "").await.unwrap();
+    for key in [&one, &odd, &outside] {
+        assert!(
+            all.iter().any(|(k, _)| k == key),
+            "{key} missing from {all:?}"
+        );
+    }
+    // A longer prefix narrows; a prefix that matches nothing lists nothing.
+    let narrowed = dlock::list_locks(&*operator, &one).await.unwrap();
+    assert_eq!(narrowed.len(), 1, "{narrowed:?}");
+    assert!(dlock::list_locks(&*operator, &format!("{base}:none"))
+        .await
+        .unwrap()
+        .is_empty());
+    let err = dlock::list_locks(&*operator, "bad\u{7}prefix")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(
+        dlock::list_locks(&*operator, &prefix).await.unwrap(),
+        vec![],
+        "released"
     );
 }

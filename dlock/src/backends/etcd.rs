@@ -473,6 +473,11 @@ impl LockBackend for EtcdBackend {
         answer.map_err(|e| self.inner.name_refusal(e, About::Lock(key)))
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
+        let answer = self.inner.list_locks(prefix).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Lock(prefix)))
+    }
+
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {
         let answer = self.inner.force_release_lock(key).await;
         answer.map_err(|e| self.inner.name_refusal(e, About::Lock(key)))

@@ -416,6 +416,29 @@ impl LockBackend for MemoryBackend {
             }))
     }
 
+    /// The held keys of the table, read under its lock: one snapshot.
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
+        let now = Instant::now();
+        let state = self.lock_state();
+        let mut held = Vec::new();
+        for (key, entry) in state.iter().filter(|(k, _)| k.starts_with(prefix)) {
+            let Some(h) = entry.holder.as_ref().filter(|h| h.expires > now) else {
+                continue;
+            };
+            if held.len() == crate::inspect::MAX_LISTED {
+                return Err(crate::inspect::too_many_to_list(&self.describe(), prefix));
+            }
+            let info = crate::LockInfo::new(
+                h.expires - now,
+                Some(h.fence),
+                crate::inspect::holder_of(&h.token).map(str::to_owned),
+            );
+            held.push((key.clone(), info));
+        }
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(held)
+    }
+
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {
         let now = Instant::now();
         let mut state = self.lock_state();

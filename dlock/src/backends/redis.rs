@@ -115,7 +115,7 @@ mod inspect;
 mod permits;
 pub(crate) mod recheck;
 mod refused;
-pub use self::refused::ACL_COMMANDS;
+pub use self::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
 mod renew;
 mod renew_many;
 mod replicas;
@@ -865,7 +865,8 @@ impl LockBackend for RedisBackend {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
-        self.list_locks(prefix).await
+        let answer = self.list_locks(prefix).await;
+        answer.map_err(|e| self.name_list_refusal(e, prefix))
     }
 }
 

@@ -761,6 +761,38 @@ impl LockBackend for RedlockBackend {
         })
     }
 
+    /// The keys some master holds, each listed when
+    /// [`inspect`](LockBackend::inspect) finds a quorum of masters holding
+    /// it for one holder. A quorum of masters must answer the scans.
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
+        let answers =
+            futures_util::future::join_all(self.nodes.iter().map(|n| n.lock_keys(prefix))).await;
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        if answered < self.quorum {
+            return Err(match answers.into_iter().find_map(Result::err) {
+                Some(e) if answered == 0 => e,
+                _ => LockError::Quorum {
+                    reached: answered,
+                    needed: self.quorum,
+                },
+            });
+        }
+        let mut keys = std::collections::BTreeSet::new();
+        for found in answers.into_iter().flatten() {
+            keys.extend(found);
+            if keys.len() > crate::inspect::MAX_LISTED {
+                return Err(crate::inspect::too_many_to_list(&self.describe(), prefix));
+            }
+        }
+        let mut held = Vec::new();
+        for key in keys {
+            if let Some(info) = self.inspect(&key).await? {
+                held.push((key, info));
+            }
+        }
+        Ok(held)
+    }
+
     /// Deletes the key on every master; `true` if any master held it.
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {
         crate::key::validate(key)?;

@@ -615,6 +615,10 @@ impl LockBackend for ZooKeeperBackend {
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {
         self.force_release_lock(key).await
     }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
+        self.list_locks(prefix).await
+    }
 }
 
 impl ZooKeeperBackend {

@@ -3,6 +3,11 @@
 //! `etcdctl lock` holder), its create revision the fence, its lease's time
 //! to live the time left. A forced release deletes that entry (compared by
 //! its create revision), which wakes the next entry's watch.
+//!
+//! A listing reads the keys of the range `<prefix>/<escaped listing
+//! prefix>` by pages in key order; each directory with a direct entry is a
+//! lock key (deeper keys, another resource's, are skipped, as
+//! `contenders.rs` says), and each is then inspected.
 
 use std::time::Duration;
 
@@ -14,6 +19,26 @@ use crate::{LockError, LockInfo};
 
 /// The most pages read for an owner among deeper keys.
 const MAX_PAGES: usize = 64;
+
+/// How many keys one page of a listing reads.
+const LIST_PAGE: i64 = 512;
+
+/// The most pages one listing reads.
+const MAX_LIST_PAGES: usize = 2_000;
+
+/// The end of the key range of every key that starts with `start`
+/// (etcd's prefix end: the last byte below 0xff increased, the rest cut).
+fn range_end(start: &[u8]) -> Vec<u8> {
+    let mut end = start.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte 0xff: to the end of the keyspace.
+    vec![0]
+}
 
 impl Inner {
     /// The entry that holds the lock `key`, with its value.
@@ -81,6 +106,92 @@ impl Inner {
             remaining,
             u64::try_from(owner.create_revision()).ok(),
             holder,
+        )))
+    }
+
+    /// The held lock keys that start with `prefix`, each inspected.
+    pub(super) async fn list_locks(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, LockInfo)>, LockError> {
+        let mut held = Vec::new();
+        for key in self.lock_keys(prefix).await? {
+            if let Some(info) = self.inspect_lock(&key).await? {
+                held.push((key, info));
+            }
+        }
+        Ok(held)
+    }
+
+    /// The keys whose directory under `<prefix>/` has a direct entry and
+    /// that start with `prefix`, sorted; at most
+    /// [`MAX_LISTED`](crate::inspect::MAX_LISTED).
+    async fn lock_keys(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let root = format!("{}/", self.prefix);
+        let first = format!("{root}{}", super::names::escape(prefix));
+        let end = range_end(first.as_bytes());
+        let mut from = first.into_bytes();
+        let mut keys = Vec::new();
+        for _ in 0..MAX_LIST_PAGES {
+            let options = GetOptions::new()
+                .with_range(end.clone())
+                .with_sort(SortTarget::Key, SortOrder::Ascend)
+                .with_limit(LIST_PAGE)
+                .with_keys_only();
+            let answer = self
+                .txn(Txn::new().and_then([TxnOp::get(from.clone(), Some(options))]))
+                .await?;
+            let ops = answer.op_responses();
+            let Some(page) = super::contenders::get_of(ops.first()) else {
+                return Ok(keys);
+            };
+            let mut next = None;
+            for kv in page.kvs() {
+                let Some(rest) = kv.key().strip_prefix(root.as_bytes()) else {
+                    continue;
+                };
+                // `<escaped key>/<entry>`, the entry without a further `/`.
+                let direct = rest.iter().position(|b| *b == b'/').and_then(|slash| {
+                    let entry = &rest[slash + 1..];
+                    (!entry.is_empty() && !entry.contains(&b'/')).then_some(&rest[..slash])
+                });
+                match direct {
+                    Some(segment) => {
+                        let key = std::str::from_utf8(segment)
+                            .ok()
+                            .map(super::names::unescape)
+                            .filter(|k| k.starts_with(prefix) && crate::key::validate(k).is_ok());
+                        if let Some(key) = key {
+                            if keys.last() != Some(&key) {
+                                keys.push(key);
+                            }
+                        }
+                        // Past the whole directory: `<root><segment>0`
+                        // (`0` follows `/`).
+                        let mut past = root.as_bytes().to_vec();
+                        past.extend_from_slice(segment);
+                        past.push(b'0');
+                        next = Some(past);
+                    }
+                    None => {
+                        let mut past = kv.key().to_vec();
+                        past.push(0);
+                        next = Some(past);
+                    }
+                }
+                if keys.len() > crate::inspect::MAX_LISTED {
+                    return Err(crate::inspect::too_many_to_list(&self.shown, prefix));
+                }
+            }
+            match next {
+                Some(next) if page.kvs().len() as i64 >= LIST_PAGE => from = next,
+                _ => return Ok(keys),
+            }
+        }
+        Err(LockError::invalid_option(format!(
+            "listing the locks that start with `{prefix}` on {} read more than {} keys; list a longer prefix",
+            self.shown,
+            MAX_LIST_PAGES as i64 * LIST_PAGE
         )))
     }
 

@@ -26,14 +26,35 @@ pub(super) fn escape(key: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The inverse of [`escape`], read left to right: `%2F` → `/`, `%25` → `%`
+/// (any other `%` stays, as a key written by another client may have it).
+pub(super) fn unescape(segment: &str) -> String {
+    if !segment.contains('%') {
+        return segment.to_owned();
+    }
+    let mut out = String::with_capacity(segment.len());
+    let mut rest = segment;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let escape = &rest[at..];
+        if let Some(after) = escape.strip_prefix("%2F") {
+            out.push('/');
+            rest = after;
+        } else if let Some(after) = escape.strip_prefix("%25") {
+            out.push('%');
+            rest = after;
+        } else {
+            out.push('%');
+            rest = &escape[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The inverse of [`escape`], to show it is injective.
-    fn unescape(segment: &str) -> String {
-        segment.replace("%2F", "/").replace("%25", "%")
-    }
 
     #[test]
     fn keys_without_slash_or_percent_keep_their_layout() {
@@ -60,6 +81,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for key in keys {
             let segment = escape(key);
+            assert_eq!(unescape(&segment), key);
             assert!(!segment.contains('/'), "{key:?} -> {segment}");
             assert_eq!(unescape(&segment), key, "{segment}");
             assert!(seen.insert(segment.into_owned()), "two keys map to one");

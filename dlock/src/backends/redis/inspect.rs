@@ -6,7 +6,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{RedisError, Script, Value};
 
 use super::refused::About;
 use super::scripts::{self, KeyNames};
@@ -40,7 +42,7 @@ return 0
     )
 });
 
-/// The most `SCAN` calls of one listing.
+/// The most `SCAN` calls of one listing (over every master of a Cluster).
 const MAX_SCANS: usize = 10_000;
 
 /// What [`INSPECT`] answers, read.
@@ -96,19 +98,53 @@ impl RedisBackend {
         Ok(freed == 1)
     }
 
-    /// The held lock keys starting with `prefix` on a single server (or
-    /// the Sentinel master): `SCAN` for `<prefix>:{…}` names, then each
-    /// inspected. A Cluster would need a scan per node: not supported.
+    /// The held lock keys starting with `prefix`, each inspected (see
+    /// [`lock_keys`](Self::lock_keys)).
     pub(crate) async fn list_locks(
         &self,
         prefix: &str,
     ) -> Result<Vec<(String, LockInfo)>, LockError> {
-        if !matches!(self.conn, super::Conn::Single(_)) {
-            return Err(crate::inspect::not_supported(
-                &self.options.shown,
-                "listing locks on a Redis Cluster",
-            ));
+        let mut held = Vec::new();
+        for key in self.lock_keys(prefix).await? {
+            if let Some(info) = self.inspect_lock(&key, true).await? {
+                held.push((key, info));
+            }
         }
+        Ok(held)
+    }
+
+    /// The lock keys starting with `prefix` that have a lock value now,
+    /// sorted: `SCAN` for `<prefix>:{…}` names on the server (or the
+    /// Sentinel master), or on every master of a Cluster. At most
+    /// [`MAX_LISTED`](crate::inspect::MAX_LISTED) keys and [`MAX_SCANS`]
+    /// `SCAN` calls.
+    pub(crate) async fn lock_keys(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let pattern = self.scan_pattern(prefix);
+        let mut keys = std::collections::BTreeSet::new();
+        let mut scans = 0;
+        match self.conn.clone() {
+            super::Conn::Single(_) => {
+                self.scan(&pattern, prefix, None, &mut scans, &mut keys)
+                    .await?
+            }
+            super::Conn::Cluster(mut c) => {
+                for slot in self.cluster_masters(&mut c).await? {
+                    self.scan(
+                        &pattern,
+                        prefix,
+                        Some((&mut c, slot)),
+                        &mut scans,
+                        &mut keys,
+                    )
+                    .await?;
+                }
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    /// `<prefix>:{<escaped listing prefix>*}`, glob characters escaped.
+    fn scan_pattern(&self, prefix: &str) -> String {
         let mut pattern = format!("{}:{{", self.options.prefix);
         for c in KeyNames::new("", prefix).lock[2..]
             .trim_end_matches('}')
@@ -120,37 +156,90 @@ impl RedisBackend {
             pattern.push(c);
         }
         pattern.push_str("*}");
-        let mut keys = Vec::new();
+        pattern
+    }
+
+    /// One whole `SCAN` of one server (on a Cluster, the master that serves
+    /// `slot`), adding the lock keys it names to `keys`.
+    async fn scan(
+        &self,
+        pattern: &str,
+        prefix: &str,
+        mut node: Option<(&mut ClusterConnection, u16)>,
+        scans: &mut usize,
+        keys: &mut std::collections::BTreeSet<String>,
+    ) -> Result<(), LockError> {
         let mut cursor = 0u64;
-        for _ in 0..MAX_SCANS {
+        loop {
+            if *scans == MAX_SCANS {
+                return Err(LockError::invalid_option(format!(
+                    "listing the locks that start with `{prefix}` on {} took more than {MAX_SCANS} `SCAN` calls; list a longer prefix",
+                    self.options.shown
+                )));
+            }
+            *scans += 1;
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
                 .arg("MATCH")
-                .arg(&pattern)
+                .arg(pattern)
                 .arg("COUNT")
                 .arg(1000);
-            let (next, found): (u64, Vec<String>) = self.query(&cmd).await?;
+            let (next, found): (u64, Vec<String>) = match node.as_mut() {
+                None => self.query(&cmd).await?,
+                Some((c, slot)) => {
+                    self.count();
+                    let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        Route::new(*slot, SlotAddr::Master),
+                    ));
+                    let answer = c.route_command(cmd, to).await.map_err(|e| self.error(e))?;
+                    redis::from_redis_value(answer).map_err(|e| self.error(RedisError::from(e)))?
+                }
+            };
             keys.extend(found.iter().filter_map(|k| self.key_of(k)));
+            if keys.len() > crate::inspect::MAX_LISTED {
+                return Err(crate::inspect::too_many_to_list(
+                    &self.options.shown,
+                    prefix,
+                ));
+            }
             cursor = next;
             if cursor == 0 {
-                break;
+                return Ok(());
             }
         }
-        if cursor != 0 {
-            return Err(self.error(redis::RedisError::from((
+    }
+
+    /// One slot of each master of a Cluster (the first of its ranges in
+    /// `CLUSTER SLOTS`), to route a `SCAN` to that master.
+    async fn cluster_masters(&self, c: &mut ClusterConnection) -> Result<Vec<u16>, LockError> {
+        self.count();
+        let answer: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(c)
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut masters = std::collections::BTreeMap::new();
+        if let Value::Array(ranges) = answer {
+            for range in ranges {
+                let Value::Array(parts) = range else { continue };
+                if let (Some(Value::Int(start)), Some(Value::Array(master))) =
+                    (parts.first(), parts.get(2))
+                {
+                    // Host and port name the master.
+                    let node = format!("{:?}", &master[..master.len().min(2)]);
+                    if let Ok(slot) = u16::try_from(*start) {
+                        masters.entry(node).or_insert(slot);
+                    }
+                }
+            }
+        }
+        if masters.is_empty() {
+            return Err(self.error(RedisError::from((
                 redis::ErrorKind::Io,
-                "too many keys to list; give a longer prefix",
+                "`CLUSTER SLOTS` named no master: the cluster is not serving slots",
             ))));
         }
-        keys.sort();
-        keys.dedup();
-        let mut held = Vec::new();
-        for key in keys {
-            if let Some(info) = self.inspect_lock(&key, true).await? {
-                held.push((key, info));
-            }
-        }
-        Ok(held)
+        Ok(masters.into_values().collect())
     }
 
     /// The lock key of a lock's Redis name (`<prefix>:{<escaped key>}`).

@@ -24,6 +24,16 @@ use crate::LockError;
 ///   subscribe to them; without them waiters re-check instead.
 pub const ACL_COMMANDS: &str = "+ping +evalsha +script|load +get +mget +set +del +exists +pttl +pexpire +pexpireat +time +zadd +zrem +zrange +zscore +zcard +zremrangebyscore +publish +subscribe +unsubscribe +info +wait";
 
+/// What listing locks ([`list_locks`](crate::list_locks), `dlock list`)
+/// adds to [`ACL_COMMANDS`]: `SCAN`, which names the database's keys (not
+/// their values) whatever the key patterns, so grant it where an operator
+/// lists; a Cluster's client also needs `+cluster|slots`.
+///
+/// ```
+/// assert_eq!(dlock::backends::redis::ACL_LIST_COMMANDS, "+scan");
+/// ```
+pub const ACL_LIST_COMMANDS: &str = "+scan";
+
 /// What a request was about: the lock, semaphore or read-write lock name.
 #[derive(Clone, Copy)]
 pub(super) enum About<'a> {
@@ -78,6 +88,21 @@ impl RedisBackend {
                 let prefix = &self.options.prefix;
                 format!(
                     "Redis refused what dlock sends at connect: the ACL user needs `~{prefix}:* &{prefix}:* {ACL_COMMANDS}` (see the README's Permissions section)"
+                )
+            },
+        )
+    }
+
+    /// `error`, or, if Redis refused a listing, an error that names the
+    /// prefix and the grant a listing adds.
+    pub(super) fn name_list_refusal(&self, error: LockError, prefix: &str) -> LockError {
+        explain(
+            error,
+            |source| says(source, "NOPERM") || says(source, "NoPerm"),
+            || {
+                let names = &self.options.prefix;
+                format!(
+                    "Redis refused to list the locks that start with `{prefix}`: the ACL user needs `~{names}:* &{names}:* {ACL_COMMANDS} {ACL_LIST_COMMANDS}` (see the README's Permissions section)"
                 )
             },
         )

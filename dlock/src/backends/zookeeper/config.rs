@@ -296,7 +296,6 @@ pub(super) fn escape_key(key: &str) -> String {
 }
 
 /// The inverse of [`escape_key`].
-#[cfg(test)]
 pub(super) fn unescape_key(name: &str) -> Option<String> {
     crate::url::percent_decode(name).ok()
 }

@@ -4,6 +4,11 @@
 //! as long as its holder's session, whose timeout a reader cannot see: the
 //! time left reported is this client's session timeout. A forced release
 //! deletes that node, which wakes the next node's watch.
+//!
+//! A listing reads the children of the prefix node `/<prefix>` (one key
+//! directory each, a container that may outlive its last lock node for a
+//! while), keeps the keys that start with the listing's prefix and inspects
+//! each: an empty directory is a free key.
 
 use zookeeper_client::Error as ZkError;
 
@@ -48,6 +53,39 @@ impl ZooKeeperBackend {
             fence_of(&stat),
             holder,
         )))
+    }
+
+    /// The held lock keys that start with `prefix`, each inspected.
+    pub(super) async fn list_locks(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, LockInfo)>, LockError> {
+        let root = format!("/{}", self.config.prefix);
+        let session = self.session().await?;
+        let children = match session.client.list_children(&root).await {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(self.error(format_args!("cannot list {root}"), e)),
+        };
+        let mut keys: Vec<String> = children
+            .iter()
+            .filter_map(|name| super::config::unescape_key(name))
+            .filter(|key| key.starts_with(prefix) && crate::key::validate(key).is_ok())
+            .collect();
+        if keys.len() > crate::inspect::MAX_LISTED {
+            return Err(crate::inspect::too_many_to_list(
+                &crate::LockBackend::describe(self),
+                prefix,
+            ));
+        }
+        keys.sort();
+        let mut held = Vec::new();
+        for key in keys {
+            if let Some(info) = self.inspect_lock(&key).await? {
+                held.push((key, info));
+            }
+        }
+        Ok(held)
     }
 
     pub(super) async fn force_release_lock(&self, key: &str) -> Result<bool, LockError> {
