@@ -28,6 +28,7 @@ use dlock::{Lock, LockBackend, LockGuard};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
+use super::redis_info::RedisInfo;
 use super::stats::{print_table, Row};
 use super::workloads::BoxError;
 
@@ -140,29 +141,11 @@ impl Server {
         match self.kind {
             Kind::Redis => {
                 let conn = self.redis.as_mut().ok_or("no Redis connection")?;
-                let cpu: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-                let seconds = |name: &str| {
-                    cpu.lines()
-                        .find_map(|l| l.strip_prefix(name))
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                        .unwrap_or(0.0)
-                };
-                let stats: String = redis::cmd("INFO")
-                    .arg("commandstats")
-                    .query_async(conn)
-                    .await?;
-                let calls = |name: &str| -> u64 {
-                    stats
-                        .lines()
-                        .find_map(|l| l.strip_prefix(name))
-                        .and_then(|rest| rest.split(',').next())
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(0)
-                };
+                let info = RedisInfo::read(conn).await?;
                 Ok(Counters {
-                    requests: calls("cmdstat_evalsha:calls="),
-                    pexpires: calls("cmdstat_pexpire:calls="),
-                    redis_cpu: seconds("used_cpu_user:") + seconds("used_cpu_sys:"),
+                    requests: info.calls("evalsha"),
+                    pexpires: info.calls("pexpire"),
+                    redis_cpu: info.cpu_seconds,
                 })
             }
             Kind::Etcd => {

@@ -10,6 +10,7 @@ pub mod observed;
 pub mod processes;
 pub mod read_mostly;
 pub mod redis;
+pub mod redis_info;
 pub mod redlock;
 pub mod replicas;
 pub mod rslock;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use dlock::Lock;
 
+use super::redis_info::RedisInfo;
 use super::stats::{fmt_duration, Summary};
 use super::workloads::BoxError;
 
@@ -39,37 +40,11 @@ struct ServerCounters {
 async fn redis_counters(
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> Result<ServerCounters, BoxError> {
-    let cpu: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    let seconds = |name: &str| {
-        cpu.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
-    let calls = |line: &str| -> u64 {
-        line.split_once("calls=")
-            .and_then(|(_, rest)| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    // The two INFO calls of each reading are left out.
-    let commands = stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
-        .map(calls)
-        .sum();
-    let evalshas = stats
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .map_or(0, calls);
+    let info = RedisInfo::read(conn).await?;
     Ok(ServerCounters {
-        cpu: seconds("used_cpu_user:") + seconds("used_cpu_sys:"),
-        commands,
-        evalshas,
+        cpu: info.cpu_seconds,
+        commands: info.all_calls(),
+        evalshas: info.calls("evalsha"),
     })
 }
 

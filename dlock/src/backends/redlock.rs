@@ -240,6 +240,25 @@ impl std::fmt::Debug for RedlockBackend {
 }
 
 impl RedlockBackend {
+    /// The answers of the masters that answered, if a quorum did: else the
+    /// one error when none answered, or `Quorum` with how many did.
+    fn answered_by_quorum<T>(
+        &self,
+        answers: Vec<Result<T, LockError>>,
+    ) -> Result<Vec<T>, LockError> {
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        if answered < self.quorum {
+            return Err(match answers.into_iter().find_map(Result::err) {
+                Some(e) if answered == 0 => e,
+                _ => LockError::Quorum {
+                    reached: answered,
+                    needed: self.quorum,
+                },
+            });
+        }
+        Ok(answers.into_iter().filter_map(Result::ok).collect())
+    }
+
     /// Connects to the masters named by a `redlock://` URL (see the
     /// [module docs](self#url)).
     ///
@@ -729,17 +748,11 @@ impl LockBackend for RedlockBackend {
         let answers =
             futures_util::future::join_all(self.nodes.iter().map(|n| n.inspect_lock(key, false)))
                 .await;
-        let answered = answers.iter().filter(|a| a.is_ok()).count();
-        if answered < self.quorum {
-            return Err(match answers.into_iter().find_map(Result::err) {
-                Some(e) if answered == 0 => e,
-                _ => LockError::Quorum {
-                    reached: answered,
-                    needed: self.quorum,
-                },
-            });
-        }
-        let held: Vec<crate::LockInfo> = answers.into_iter().flatten().flatten().collect();
+        let held: Vec<crate::LockInfo> = self
+            .answered_by_quorum(answers)?
+            .into_iter()
+            .flatten()
+            .collect();
         let mut best: Option<(usize, &crate::LockInfo)> = None;
         for info in &held {
             let same = held.iter().filter(|o| o.holder == info.holder).count();
@@ -767,18 +780,8 @@ impl LockBackend for RedlockBackend {
     async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
         let answers =
             futures_util::future::join_all(self.nodes.iter().map(|n| n.lock_keys(prefix))).await;
-        let answered = answers.iter().filter(|a| a.is_ok()).count();
-        if answered < self.quorum {
-            return Err(match answers.into_iter().find_map(Result::err) {
-                Some(e) if answered == 0 => e,
-                _ => LockError::Quorum {
-                    reached: answered,
-                    needed: self.quorum,
-                },
-            });
-        }
         let mut keys = std::collections::BTreeSet::new();
-        for found in answers.into_iter().flatten() {
+        for found in self.answered_by_quorum(answers)? {
             keys.extend(found);
             if keys.len() > crate::inspect::MAX_LISTED {
                 return Err(crate::inspect::too_many_to_list(&self.describe(), prefix));
@@ -799,17 +802,10 @@ impl LockBackend for RedlockBackend {
         let answers =
             futures_util::future::join_all(self.nodes.iter().map(|n| n.force_release_lock(key)))
                 .await;
-        let answered = answers.iter().filter(|a| a.is_ok()).count();
-        if answered < self.quorum {
-            return Err(match answers.into_iter().find_map(Result::err) {
-                Some(e) if answered == 0 => e,
-                _ => LockError::Quorum {
-                    reached: answered,
-                    needed: self.quorum,
-                },
-            });
-        }
-        Ok(answers.into_iter().any(|a| matches!(a, Ok(true))))
+        Ok(self
+            .answered_by_quorum(answers)?
+            .into_iter()
+            .any(|freed| freed))
     }
 }
 
