@@ -114,7 +114,12 @@ fn a_set_on_the_master_reaches_the_replicas() {
 /// would), and the paused replica cannot reconnect before the master is gone.
 #[test]
 fn failover_loses_a_write_the_replica_never_received() {
-    let mut group = RedisSentinel::start(1);
+    // Slower down-detection than the default 1 s: this test restarts the old master and
+    // waits for the sentinels to make it a replica, and under CPU load (CI's 2 cores) a
+    // sentinel that saw the new master silent for 1 s once failed over a second time,
+    // back to the restarted node.
+    let options = SentinelOptions::new().down_after(Duration::from_secs(3));
+    let mut group = RedisSentinel::try_start_with(1, options).unwrap_or_else(|e| panic!("{e}"));
     let (old, replica) = (group.master_index(), 1);
     let old_addr = group.master_addr();
 
