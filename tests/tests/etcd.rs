@@ -592,6 +592,68 @@ async fn many_guards_share_one_session_and_stay_held() {
         .is_some());
 }
 
+/// Past 128 keys a renewal checks the held keys through one watch of the
+/// namespace's deletes instead of reading each (`deletions.rs`): a lock key and
+/// a read lease's key deleted behind their holders' backs among 150 of each are
+/// reported lost in time, and no other lease is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_deleted_among_many_held_are_lost_and_no_other() {
+    use dlock_tests::conformance::Fixture;
+    use dlock_tests::rw::RwFixture;
+    const EACH: usize = 150;
+    let fixture = EtcdFixture::single();
+    let backend = connect(fixture.url()).await;
+    let ttl = Duration::from_secs(2);
+    let locks = futures_util::future::join_all((0..EACH).map(|i| {
+        let lock = lock(&backend, &format!("watched:{i}")).ttl(ttl);
+        async move { lock.acquire().await.unwrap() }
+    }))
+    .await;
+    let reads = futures_util::future::join_all((0..EACH).map(|i| {
+        let rw = dlock::RwLock::new(format!("watched-rw:{i}"))
+            .with_backend(backend.clone())
+            .ttl(ttl);
+        async move { rw.read().await.unwrap() }
+    }))
+    .await;
+    // Past one renewal, so the watch is running before the deletes.
+    tokio::time::sleep(ttl / 2).await;
+    fixture.steal("watched:7").await;
+    fixture.steal_rw("watched-rw:9").await;
+    let bound = ttl + Duration::from_secs(1);
+    tokio::time::timeout(bound, locks[7].lost())
+        .await
+        .unwrap_or_else(|_| panic!("the deleted lock was not lost within {bound:?}"));
+    tokio::time::timeout(bound, reads[9].lost())
+        .await
+        .unwrap_or_else(|_| panic!("the deleted read lease was not lost within {bound:?}"));
+    // Two more ttls: every other lease stays held.
+    tokio::time::sleep(ttl * 2).await;
+    for (i, guard) in locks.iter().enumerate() {
+        assert_eq!(guard.is_held(), i != 7, "lock watched:{i}");
+    }
+    for (i, guard) in reads.iter().enumerate() {
+        assert_eq!(guard.is_held(), i != 9, "read lease watched-rw:{i}");
+    }
+    let other = connect(fixture.url()).await;
+    assert!(lock(&other, "watched:7")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
+    assert!(lock(&other, "watched:8")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    for guard in locks {
+        let _ = guard.release().await;
+    }
+    for guard in reads {
+        let _ = guard.release().await;
+    }
+}
+
 /// A paused (SIGSTOP) member answers nothing and closes nothing: the guard is
 /// lost by its local deadline, and a waiting `acquire` ends with `Backend`
 /// (etcd silent), not `Timeout` (lock busy), within its wait.

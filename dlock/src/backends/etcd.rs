@@ -225,6 +225,7 @@
 mod client;
 mod config;
 mod contenders;
+mod deletions;
 mod held;
 mod inspect;
 mod mutex;
@@ -244,6 +245,7 @@ use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 
 use self::client::{first_create_revision, revision_of_lease};
+use self::deletions::DeleteWatch;
 use self::held::Held;
 use self::refused::About;
 pub use self::session::SESSION_IDLE;
@@ -310,6 +312,9 @@ struct Inner {
     sessions: tokio::sync::Mutex<HashMap<u64, Arc<Session>>>,
     /// The keys this backend holds, by etcd key (see `held.rs`).
     held: Mutex<HashMap<String, Held>>,
+    /// The watch of deletes that renewals of many keys ask instead of reading
+    /// every key (see `deletions.rs`).
+    delete_watch: tokio::sync::Mutex<DeleteWatch>,
     /// One turn per lock key: an acquisition holds it from its first request
     /// until it holds the key or its entry is gone from the server (cleaned
     /// up after a timeout or cancellation), and a release from its first
@@ -386,6 +391,7 @@ impl EtcdBackend {
             timeout: config.timeout,
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
+            delete_watch: tokio::sync::Mutex::new(DeleteWatch::default()),
             turns: Mutex::new(HashMap::new()),
         });
         // The client connects lazily; one read proves a member answers and
@@ -498,8 +504,9 @@ impl EtcdBackend {
                 distinct.push(session.clone());
             }
         }
-        // One keep-alive per session, and one read of every held key in the
-        // same moment: a live lease does not prove the key is still there.
+        // One keep-alive per session, and a check of every held key in the
+        // same moment (reads, or the watch of deletes for many keys): a live
+        // lease does not prove the key is still there.
         let keep_alives = async {
             let mut answers = Vec::with_capacity(distinct.len());
             for session in &distinct {
@@ -507,7 +514,7 @@ impl EtcdBackend {
             }
             answers
         };
-        let (alive, present) = tokio::join!(keep_alives, inner.read_revisions(leases));
+        let (alive, present) = tokio::join!(keep_alives, inner.present_revisions(leases));
         leases
             .iter()
             .zip(&sessions)

@@ -27,10 +27,13 @@ use crate::LockError;
 pub(super) struct Held {
     pub(super) session: Arc<Session>,
     /// The key's create revision (its fencing token).
-    revision: i64,
+    pub(super) revision: i64,
     /// The lease's local deadline as the core last heard it: past it, the
     /// core no longer counts on the key, and nor may we.
     valid_until: Instant,
+    /// The watch of deletes saw this key's name deleted after its create
+    /// revision (see `deletions.rs`).
+    pub(super) deleted: bool,
 }
 
 impl Inner {
@@ -42,6 +45,7 @@ impl Inner {
                 session,
                 revision,
                 valid_until: lease.valid_until,
+                deleted: false,
             },
         );
     }
