@@ -427,6 +427,7 @@ impl Leadership {
         let (label, name, term) = (self.label.clone(), self.name.clone(), self.term);
         crate::background::spawn(async move {
             tokio::select! {
+                biased;
                 () = lost => observe::leadership_ended(&label, &name, term, "lost"),
                 () = ended.cancelled() => {}
             }
