@@ -16,6 +16,11 @@
 //! Redis server takes them all in one script
 //! ([`AllKeysBackend`](crate::backend::AllKeysBackend)), the others one by
 //! one in canonical order.
+//!
+//! Leader election ([`Election`](crate::Election),
+//! [`ElectionBackend`](crate::backend::ElectionBackend)) runs on memory and
+//! Redis (single server, Cluster and Sentinel); the others refuse it with
+//! [`no_elections`](crate::backend::no_elections).
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
