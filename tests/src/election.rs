@@ -35,6 +35,7 @@ macro_rules! election_suite {
             a_removed_lease_ends_the_leadership,
             a_dropped_campaign_leaves_no_leadership,
             a_dropped_leadership_resigns,
+            campaigns_cancelled_at_any_point_leave_nothing,
             bad_input_is_refused_clearly,
         );
     };
@@ -443,6 +444,39 @@ pub async fn a_dropped_leadership_resigns<F: Fixture>(fixture: &F) {
     let second = b.campaign("b").await.unwrap();
     assert!(second.term() > term);
     second.resign().await.unwrap();
+}
+
+/// 40 campaigns cut short after 0 to 1.75 ms (some while waiting for the
+/// lock, some between the grant and the record, some elected and then
+/// dropped): with a 30 s ttl, another client's candidate is still elected
+/// within 3 s, and `leader()` shows it.
+pub async fn campaigns_cancelled_at_any_point_leave_nothing<F: Fixture>(fixture: &F) {
+    let name = unique_key("cancelled");
+    let a = election(&fixture.backend().await, &name).ttl(Duration::from_secs(30));
+    let b = election(&fixture.backend().await, &name).wait(Duration::from_secs(10));
+    let mut elected = 0;
+    for i in 0..40u64 {
+        let cut = Duration::from_micros(250 * (i % 8));
+        if let Ok(won) = tokio::time::timeout(cut, a.campaign("a")).await {
+            drop(won.expect("a campaign that ended in time"));
+            elected += 1;
+        }
+    }
+    let started = Instant::now();
+    let leadership = b.campaign("b").await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the election stayed taken {:?} after {elected} of 40 cut campaigns won",
+        started.elapsed()
+    );
+    assert_eq!(
+        a.leader().await.unwrap(),
+        Some(Leader {
+            value: "b".into(),
+            term: leadership.term()
+        })
+    );
+    leadership.resign().await.unwrap();
 }
 
 /// An empty name, a value over the backend's limit and a backend without
