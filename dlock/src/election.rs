@@ -147,8 +147,13 @@ someone leads; by default it waits until elected.",
             }
             // Never reentrant: a campaign inside a held lock of the same
             // name would otherwise share that lock's lease.
+            let target = if elections.own_layout() {
+                Target::Election { value: &value }
+            } else {
+                Target::Lock
+            };
             let guard = acquire::acquire(&options, Kind::Lock, |wait| {
-                take(&options, backend.clone(), Target::Lock, wait, Kind::Lock)
+                take(&options, backend.clone(), target, wait, Kind::Lock)
             })
             .await?;
             let Some(term) = guard.fencing_token() else {
@@ -165,7 +170,8 @@ someone leads; by default it waits until elected.",
                 label: self.options.label(),
                 ended: CancellationToken::new(),
             };
-            if elections.proclaim(&lease, &value).await? && leadership.is_leader() {
+            let published = elections.own_layout() || elections.proclaim(&lease, &value).await?;
+            if published && leadership.is_leader() {
                 return Ok(leadership);
             }
             // Lost between the grant and the record (a lease that lapsed

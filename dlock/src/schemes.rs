@@ -69,7 +69,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: Some("etcd"),
         semaphores: true,
         rw_locks: true,
-        elections: false,
+        elections: true,
         backend: Backend::Etcd,
     },
     Scheme {
@@ -161,7 +161,7 @@ mod tests {
             with_rw_locks_listed(),
             "memory://, redis://, etcd:// or zk://"
         );
-        assert_eq!(with_elections_listed(), "memory:// or redis://");
+        assert_eq!(with_elections_listed(), "memory://, redis:// or etcd://");
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
         assert!(all_listed().ends_with(", etcds://, zk:// and zks://"));
     }

@@ -53,6 +53,17 @@ macro_rules! election_suite {
     };
 }
 
+/// A lock service whose elections the suite can tamper with.
+#[async_trait::async_trait]
+pub trait ElectionFixture: Fixture {
+    /// Removes the leader's lease of the election `name` behind its back,
+    /// as an operator would. By default the lock of the name
+    /// ([`Fixture::steal`]): where the election is that lock.
+    async fn steal_leader(&self, name: &str) {
+        self.steal(name).await;
+    }
+}
+
 fn election(backend: &Arc<dyn LockBackend>, name: &str) -> Election {
     Election::new(name).with_backend(backend.clone())
 }
@@ -67,7 +78,7 @@ async fn within<T>(limit: Duration, what: &str, work: impl std::future::Future<O
 /// 3 clients × 2 candidates each win 3 terms apiece: never two leaders at
 /// once, every term greater than the one before, and `leader()` from a
 /// client that does not campaign shows each leader's value and term.
-pub async fn one_leader_among_candidates_with_increasing_terms<F: Fixture>(fixture: &F) {
+pub async fn one_leader_among_candidates_with_increasing_terms<F: ElectionFixture>(fixture: &F) {
     const CLIENTS: usize = 3;
     const PER_CLIENT: usize = 2;
     const TERMS_EACH: usize = 3;
@@ -183,7 +194,9 @@ impl LockBackend for Stalling {
 /// `is_leader()` turns false and `lost()` fires before the candidate of
 /// another client is elected, with a greater term, once the server expired
 /// the lease.
-pub async fn a_stalled_leader_knows_before_its_successor_is_elected<F: Fixture>(fixture: &F) {
+pub async fn a_stalled_leader_knows_before_its_successor_is_elected<F: ElectionFixture>(
+    fixture: &F,
+) {
     let name = unique_key("stalled");
     let ttl = fixture.short_ttl();
     let stalling = Stalling::wrap(fixture.backend().await);
@@ -247,7 +260,7 @@ pub async fn a_stalled_leader_knows_before_its_successor_is_elected<F: Fixture>(
 /// With a ttl of 30 s (so no expiry can be the cause), the waiting
 /// candidate of another client is elected within 2 s of the leader's
 /// resignation: woken by the server.
-pub async fn resign_elects_the_next_candidate_at_once<F: Fixture>(fixture: &F) {
+pub async fn resign_elects_the_next_candidate_at_once<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("resign");
     let ttl = Duration::from_secs(30);
     let a = election(&fixture.backend().await, &name).ttl(ttl);
@@ -285,7 +298,7 @@ pub async fn resign_elects_the_next_candidate_at_once<F: Fixture>(fixture: &F) {
 /// An observer on a third client sees, in order: nobody, then for each of
 /// 4 terms the leader, its proclaimed value (same term), and nobody after
 /// its resignation; every term greater than the last.
-pub async fn observe_sees_every_term_in_order<F: Fixture>(fixture: &F) {
+pub async fn observe_sees_every_term_in_order<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("observe");
     let clients = [fixture.backend().await, fixture.backend().await];
     let observer = election(&fixture.backend().await, &name);
@@ -339,7 +352,7 @@ async fn next_change(
 
 /// `proclaim` changes what `leader()` shows on another client, and keeps
 /// the term; the `Leadership` reports the new value.
-pub async fn proclaim_changes_the_value_not_the_term<F: Fixture>(fixture: &F) {
+pub async fn proclaim_changes_the_value_not_the_term<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("proclaim");
     let leading = election(&fixture.backend().await, &name);
     let other = election(&fixture.backend().await, &name);
@@ -358,12 +371,12 @@ pub async fn proclaim_changes_the_value_not_the_term<F: Fixture>(fixture: &F) {
 /// An operator removes the leader's lease: `lost()` fires, `is_leader()`
 /// turns false, `leader()` shows nobody, `proclaim` is `NotHeld`, and the
 /// next campaign gets a greater term.
-pub async fn a_removed_lease_ends_the_leadership<F: Fixture>(fixture: &F) {
+pub async fn a_removed_lease_ends_the_leadership<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("removed");
     let a = election(&fixture.backend().await, &name).ttl(fixture.short_ttl());
     let b = election(&fixture.backend().await, &name).wait(Duration::from_secs(10));
     let first = a.campaign("a").await.unwrap();
-    fixture.steal(&name).await;
+    fixture.steal_leader(&name).await;
     within(Duration::from_secs(10), "lost()", first.lost()).await;
     assert!(!first.is_leader());
     assert_eq!(b.leader().await.unwrap(), None);
@@ -380,7 +393,7 @@ pub async fn a_removed_lease_ends_the_leadership<F: Fixture>(fixture: &F) {
 /// A campaign dropped while it waits leaves nothing: after the leader
 /// resigns, a later candidate is elected at once and `leader()` shows it,
 /// not the dropped one.
-pub async fn a_dropped_campaign_leaves_no_leadership<F: Fixture>(fixture: &F) {
+pub async fn a_dropped_campaign_leaves_no_leadership<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("dropped-campaign");
     let a = election(&fixture.backend().await, &name);
     let b = election(&fixture.backend().await, &name);
@@ -410,7 +423,7 @@ pub async fn a_dropped_campaign_leaves_no_leadership<F: Fixture>(fixture: &F) {
 
 /// Dropping a `Leadership` resigns in the background: observers see nobody
 /// lead, and the next candidate is elected without waiting for the ttl.
-pub async fn a_dropped_leadership_resigns<F: Fixture>(fixture: &F) {
+pub async fn a_dropped_leadership_resigns<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("dropped-leadership");
     let a = election(&fixture.backend().await, &name).ttl(Duration::from_secs(30));
     let b = election(&fixture.backend().await, &name).wait(Duration::from_secs(5));
@@ -450,7 +463,7 @@ pub async fn a_dropped_leadership_resigns<F: Fixture>(fixture: &F) {
 /// lock, some between the grant and the record, some elected and then
 /// dropped): with a 30 s ttl, another client's candidate is still elected
 /// within 3 s, and `leader()` shows it.
-pub async fn campaigns_cancelled_at_any_point_leave_nothing<F: Fixture>(fixture: &F) {
+pub async fn campaigns_cancelled_at_any_point_leave_nothing<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("cancelled");
     let a = election(&fixture.backend().await, &name).ttl(Duration::from_secs(30));
     let b = election(&fixture.backend().await, &name).wait(Duration::from_secs(10));
@@ -481,7 +494,7 @@ pub async fn campaigns_cancelled_at_any_point_leave_nothing<F: Fixture>(fixture:
 
 /// An empty name, a value over the backend's limit and a backend without
 /// leader election are refused at once with errors that say what is wrong.
-pub async fn bad_input_is_refused_clearly<F: Fixture>(fixture: &F) {
+pub async fn bad_input_is_refused_clearly<F: ElectionFixture>(fixture: &F) {
     let backend = fixture.backend().await;
     let empty = election(&backend, "").campaign("a").await.unwrap_err();
     assert!(

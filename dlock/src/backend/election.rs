@@ -70,10 +70,42 @@ pub trait ElectionBackend: Send + Sync {
         MAX_VALUE_BYTES
     }
 
+    /// Whether the backend keeps elections in a layout of its own (etcd's
+    /// `concurrency.Election`) rather than as the lock of the election's
+    /// name. Then the core takes the leader's lease by
+    /// [`campaign`](Self::campaign), not by
+    /// [`LockBackend::acquire`](super::LockBackend::acquire); it is renewed
+    /// and released as a lock lease on the entry named in its `resource`,
+    /// and its fencing token is the term. The default is `false`.
+    fn own_layout(&self) -> bool {
+        false
+    }
+
+    /// Campaigns for the election `req.key` with `value` in the backend's
+    /// own layout (only called when [`own_layout`](Self::own_layout)):
+    /// the leader's lease once elected, `Ok(None)` when `deadline` passed
+    /// first (`once`: a single attempt, never waiting). Cancel safe, as
+    /// [`LockBackend::acquire`](super::LockBackend::acquire). The default
+    /// refuses: the backend's elections are the lock of the name.
+    async fn campaign(
+        &self,
+        req: &super::AcquireRequest,
+        value: &str,
+        deadline: Option<std::time::Instant>,
+        once: bool,
+    ) -> Result<Option<Lease>, LockError> {
+        let _ = (req, value, deadline, once);
+        Err(LockError::invalid_option(
+            "this backend's elections are the lock of their name; it has no campaign of its own",
+        ))
+    }
+
     /// Publishes `value` as the leader of the election `lease.key`, with
     /// the lease's fencing token as its term, if the lease still holds the
     /// key (checked in the same atomic step as the write), and announces it.
     /// `Ok(false)`: the lease no longer holds the key; nothing was written.
+    /// With [`own_layout`](Self::own_layout), the campaign wrote the first
+    /// value; this changes it.
     async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool, LockError>;
 
     /// Removes the leader's record published under `lease`, if it is still

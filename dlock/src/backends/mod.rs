@@ -18,9 +18,10 @@
 //! one in canonical order.
 //!
 //! Leader election ([`Election`](crate::Election),
-//! [`ElectionBackend`](crate::backend::ElectionBackend)) runs on memory and
-//! Redis (single server, Cluster and Sentinel); the others refuse it with
-//! [`no_elections`](crate::backend::no_elections).
+//! [`ElectionBackend`](crate::backend::ElectionBackend)) runs on memory,
+//! Redis (single server, Cluster and Sentinel) and etcd (in the layout of
+//! etcd's `concurrency.Election`, so `etcdctl elect` takes part); the others
+//! refuse it with [`no_elections`](crate::backend::no_elections).
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
