@@ -501,8 +501,11 @@ impl Observer {
             let Some((backend, changes)) = self.watching.as_mut() else {
                 continue;
             };
-            if !reread {
-                changes.changed().await;
+            if !reread && !changes.changed().await {
+                // The watch ended (its session did): watch anew, then read.
+                self.watching = None;
+                reread = true;
+                continue;
             }
             let elections = backend.election()?;
             match elections.leader(self.election.name()).await {

@@ -77,7 +77,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: Some("zookeeper"),
         semaphores: true,
         rw_locks: true,
-        elections: false,
+        elections: true,
         backend: Backend::ZooKeeper,
     },
 ];
@@ -161,7 +161,10 @@ mod tests {
             with_rw_locks_listed(),
             "memory://, redis://, etcd:// or zk://"
         );
-        assert_eq!(with_elections_listed(), "memory://, redis:// or etcd://");
+        assert_eq!(
+            with_elections_listed(),
+            "memory://, redis://, etcd:// or zk://"
+        );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
         assert!(all_listed().ends_with(", etcds://, zk:// and zks://"));
     }

@@ -49,8 +49,9 @@ pub trait LeaderChanges: Send + Sync {
     /// Resolves when the leader may have changed since the last call (or
     /// since the watch was made): a new leader, a new value, a resignation,
     /// or a reconnection after which changes may have been missed. The
-    /// caller reads [`ElectionBackend::leader`] then.
-    async fn changed(&mut self);
+    /// caller reads [`ElectionBackend::leader`] then. `false`: the watch
+    /// has ended (its session did); the caller asks for a new one.
+    async fn changed(&mut self) -> bool;
 }
 
 /// The elections of a backend that has them: the capability a

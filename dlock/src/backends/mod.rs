@@ -19,9 +19,10 @@
 //!
 //! Leader election ([`Election`](crate::Election),
 //! [`ElectionBackend`](crate::backend::ElectionBackend)) runs on memory,
-//! Redis (single server, Cluster and Sentinel) and etcd (in the layout of
-//! etcd's `concurrency.Election`, so `etcdctl elect` takes part); the others
-//! refuse it with [`no_elections`](crate::backend::no_elections).
+//! Redis (single server, Cluster and Sentinel), etcd (in the layout of
+//! etcd's `concurrency.Election`, so `etcdctl elect` takes part) and
+//! ZooKeeper (Curator's `LeaderLatch`); Redlock refuses it with
+//! [`no_elections`](crate::backend::no_elections).
 
 #[cfg(feature = "etcd")]
 pub mod etcd;

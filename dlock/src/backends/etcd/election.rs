@@ -169,7 +169,7 @@ struct Changes {
 
 #[async_trait]
 impl LeaderChanges for Changes {
-    async fn changed(&mut self) {
+    async fn changed(&mut self) -> bool {
         loop {
             let stream = match self.stream.as_mut() {
                 Some(stream) => stream,
@@ -179,7 +179,7 @@ impl LeaderChanges for Changes {
                         tracing::debug!(error = %e, dir = %self.dir, "watching an etcd election failed; trying again in 1 s");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         // Changes may have been missed: read again.
-                        return;
+                        return true;
                     }
                 },
             };
@@ -194,19 +194,19 @@ impl LeaderChanges for Changes {
                     };
                     if answer.canceled() {
                         self.stream = None;
-                        return;
+                        return true;
                     }
                     if answer
                         .events()
                         .iter()
                         .any(|e| e.kv().is_some_and(|kv| line.contains(kv.key())))
                     {
-                        return;
+                        return true;
                     }
                 }
                 Ok(None) | Err(_) => {
                     self.stream = None;
-                    return;
+                    return true;
                 }
             }
         }

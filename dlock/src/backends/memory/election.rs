@@ -55,12 +55,13 @@ struct Changes(watch::Receiver<u64>);
 
 #[async_trait]
 impl LeaderChanges for Changes {
-    async fn changed(&mut self) {
+    async fn changed(&mut self) -> bool {
         if self.0.changed().await.is_err() {
             // The table outlives its observers' receivers only with the
             // backend; a dropped backend announces nothing more.
             std::future::pending::<()>().await;
         }
+        true
     }
 }
 

@@ -98,9 +98,10 @@ struct Changes(Subscription);
 
 #[async_trait]
 impl LeaderChanges for Changes {
-    async fn changed(&mut self) {
+    async fn changed(&mut self) -> bool {
         self.0.changed().await;
         self.0.mark_seen();
+        true
     }
 }
 
