@@ -104,9 +104,14 @@ pub(crate) async fn lock_watched(
 
 /// What a lease is taken on.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Target {
+pub(crate) enum Target<'a> {
     /// The options' key, as a lock.
     Lock,
+    /// The election named by the options' key, with this value, on a
+    /// backend that keeps elections in a layout of its own
+    /// ([`ElectionBackend::own_layout`](crate::backend::ElectionBackend::own_layout)):
+    /// a lock lease on the entry the backend names in `resource`.
+    Election { value: &'a str },
     /// A permit of the semaphore named by the options' key.
     Permit { permits: usize },
     /// A read or a write lease on the read-write lock of the options' key.
@@ -172,7 +177,7 @@ pub(crate) async fn rw_within(
 pub(crate) async fn take(
     options: &LeaseOptions,
     backend: Arc<dyn LockBackend>,
-    target: Target,
+    target: Target<'_>,
     wait: Option<Duration>,
     observed: Kind,
 ) -> Result<Option<LockGuard>, LockError> {
@@ -180,7 +185,7 @@ pub(crate) async fn take(
     let once = wait == Some(Duration::ZERO);
     let deadline = wait.and_then(deadline::after);
     let (slot, weight) = match target {
-        Target::Lock => (local.queue.slot(&options.key), 1),
+        Target::Lock | Target::Election { .. } => (local.queue.slot(&options.key), 1),
         Target::Permit { permits } => (local.queue.semaphore_slot(&options.key, permits), 1),
         Target::Rw(mode) => local.queue.rw_slot(&options.key, mode),
     };
@@ -189,7 +194,7 @@ pub(crate) async fn take(
     };
 
     let kind = match target {
-        Target::Lock => LeaseKind::Lock,
+        Target::Lock | Target::Election { .. } => LeaseKind::Lock,
         Target::Permit { .. } => LeaseKind::Permit,
         Target::Rw(mode) => LeaseKind::Rw(mode),
     };
@@ -243,7 +248,7 @@ pub(crate) async fn take(
 async fn ask(
     options: &LeaseOptions,
     backend: &dyn LockBackend,
-    target: Target,
+    target: Target<'_>,
     once: bool,
     deadline: Option<Instant>,
 ) -> Result<Option<Lease>, LockError> {
@@ -260,6 +265,19 @@ async fn ask(
             } else {
                 backend.acquire(&request, deadline).await
             }
+        }
+        Target::Election { value } => {
+            let token = crate::inspect::owner_token(backend)?;
+            let Some(elections) = backend.election() else {
+                return Err(crate::backend::no_elections(&backend.describe()));
+            };
+            let request = AcquireRequest {
+                key: options.key.to_string(),
+                token,
+                ttl: options.ttl,
+            };
+            let deadline = if once { Some(Instant::now()) } else { deadline };
+            elections.campaign(&request, value, deadline, once).await
         }
         Target::Permit { permits } => {
             let token = new_token()?;

@@ -1,7 +1,8 @@
 //! The seam between the core and a coordination service: [`LockBackend`] and
 //! the small values that cross it. The capabilities some backends add have
 //! a file each: semaphores (`permits.rs`), read-write locks (`rw.rs`),
-//! several keys in one call (`all_keys.rs`).
+//! several keys in one call (`all_keys.rs`), leader election
+//! (`election.rs`).
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -11,11 +12,13 @@ use async_trait::async_trait;
 use crate::LockError;
 
 mod all_keys;
+mod election;
 mod permits;
 #[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) mod refusal;
 mod rw;
 pub use all_keys::{AllKeysBackend, AllOrNone};
+pub use election::{no_elections, ElectionBackend, Leader, LeaderChanges, MAX_VALUE_BYTES};
 pub use permits::{no_semaphores, permit_count_differs, PermitBackend, PermitRequest};
 pub use rw::{no_rw_locks, RwBackend, RwMode, RwRequest};
 
@@ -277,6 +280,13 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// The backend's read-write locks, if it has them: itself, as a
     /// [`RwBackend`]. The default is `None`: no read-write locks.
     fn rw(&self) -> Option<&dyn RwBackend> {
+        None
+    }
+
+    /// The backend's leader elections, if it has them: itself, as an
+    /// [`ElectionBackend`]. The default is `None`: no elections
+    /// ([`no_elections`]).
+    fn election(&self) -> Option<&dyn ElectionBackend> {
         None
     }
 

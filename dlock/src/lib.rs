@@ -30,7 +30,8 @@
 //!
 //! The same without the macro: [`Lock`]. Several keys held at once, in an
 //! order that cannot deadlock: [`MultiLock`]. Shared readers and one writer:
-//! [`RwLock`]. Backends: [`backends`]; the
+//! [`RwLock`]. One leader at a time, with a term that fences:
+//! [`Election`]. Backends: [`backends`]; the
 //! contract a backend implements: [`LockBackend`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -43,6 +44,7 @@ pub mod backends;
 mod background;
 mod blocking;
 mod deadline;
+mod election;
 mod error;
 mod guard;
 pub mod inspect;
@@ -74,7 +76,7 @@ mod watchdog;
 pub mod __private;
 
 pub use async_trait::async_trait;
-pub use backend::LockBackend;
+pub use backend::{Leader, LockBackend};
 pub use blocking::connect_blocking;
 /// ```
 /// use dlock::{distributed_lock, LockError, LockGuard};
@@ -93,6 +95,7 @@ pub use blocking::connect_blocking;
 /// ```
 #[doc(inline)]
 pub use dlock_macros::distributed_lock;
+pub use election::{Election, Leadership};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use inspect::{default_client_name, list_locks, LockInfo};

@@ -406,6 +406,49 @@ impl std::fmt::Display for HeldKeys<'_> {
     }
 }
 
+/// The `dlock.campaign` span of one [`Election::campaign`](crate::Election::campaign).
+pub(crate) fn campaign_span(election: &str, backend: &str) -> Span {
+    tracing::debug_span!(
+        "dlock.campaign",
+        election = %election,
+        backend,
+        outcome = Empty,
+        term = Empty,
+    )
+}
+
+/// How a campaign ended: its span's `outcome` and `term`; when elected, an
+/// `INFO` event, `dlock_leader` = 1, `dlock_elections_total` + 1 and
+/// `dlock_leader_term` = the term.
+pub(crate) fn campaigned(span: &Span, backend: &Arc<str>, election: &str, term: Option<u64>) {
+    if !span.is_disabled() {
+        span.record("outcome", if term.is_some() { "elected" } else { "error" });
+        if let Some(term) = term {
+            span.record("term", term);
+        }
+    }
+    if let Some(term) = term {
+        tracing::info!(election = %election, term, backend = &**backend, "dlock: elected leader");
+        metrics::elected(backend, election, term);
+    }
+}
+
+/// A leadership ended (`reason`: `resigned` or `lost`): an `INFO` event
+/// (`WARN` for a loss) and `dlock_leader` = 0.
+pub(crate) fn leadership_ended(
+    backend: &Arc<str>,
+    election: &str,
+    term: u64,
+    reason: &'static str,
+) {
+    if reason == "lost" {
+        tracing::warn!(election = %election, term, backend = &**backend, reason, "dlock: leadership lost; stop acting as the leader");
+    } else {
+        tracing::info!(election = %election, term, backend = &**backend, reason, "dlock: leadership ended");
+    }
+    metrics::leader(backend, election, 0.0);
+}
+
 /// Emits every span, event and metric of this module once, as the core
 /// does: for the test that no heap allocation happens when nobody listens
 /// (`dlock/tests/quiet_observability.rs`, through `__private`).
@@ -537,6 +580,21 @@ mod metrics {
             }
         }
     }
+
+    /// An election's name is its label: elections are few and named in
+    /// code, unlike lock keys.
+    pub(super) fn elected(backend: &Arc<str>, election: &str, term: u64) {
+        leader(backend, election, 1.0);
+        metrics::counter!("dlock_elections_total", "backend" => label(backend), "election" => election.to_owned())
+            .increment(1);
+        metrics::counter!("dlock_leader_term", "backend" => label(backend), "election" => election.to_owned())
+            .absolute(term);
+    }
+
+    pub(super) fn leader(backend: &Arc<str>, election: &str, value: f64) {
+        metrics::gauge!("dlock_leader", "backend" => label(backend), "election" => election.to_owned())
+            .set(value);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -553,4 +611,6 @@ mod metrics {
     pub(super) fn lost(_: &Arc<str>, _: Kind, _: LossReason) {}
     pub(super) fn stale(_: &Arc<str>, _: Kind, _: StaleReason) {}
     pub(super) fn renewals(_: &Arc<str>, _: Duration, _: RenewCounts) {}
+    pub(super) fn elected(_: &Arc<str>, _: &str, _: u64) {}
+    pub(super) fn leader(_: &Arc<str>, _: &str, _: f64) {}
 }

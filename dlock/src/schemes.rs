@@ -1,6 +1,6 @@
 //! The scheme table: every URL scheme `connect` knows, the backend and the
-//! cargo feature behind it, and whether that backend has semaphores and
-//! read-write locks.
+//! cargo feature behind it, and whether that backend has semaphores,
+//! read-write locks and leader election.
 //! `connect`, its errors, `backend::no_semaphores` and
 //! `backend::no_rw_locks` read it; the table in `backends`' docs shows it.
 
@@ -15,6 +15,8 @@ pub(crate) struct Scheme {
     pub(crate) semaphores: bool,
     /// Whether the backend has read-write locks (implements `RwBackend`).
     pub(crate) rw_locks: bool,
+    /// Whether the backend has leader election (implements `ElectionBackend`).
+    pub(crate) elections: bool,
     /// Which backend `connect` builds for it.
     pub(crate) backend: Backend,
 }
@@ -36,6 +38,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: None,
         semaphores: true,
         rw_locks: true,
+        elections: true,
         backend: Backend::Memory,
     },
     Scheme {
@@ -50,6 +53,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: Some("redis"),
         semaphores: true,
         rw_locks: true,
+        elections: true,
         backend: Backend::Redis,
     },
     Scheme {
@@ -57,6 +61,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: Some("redlock"),
         semaphores: false,
         rw_locks: false,
+        elections: false,
         backend: Backend::Redlock,
     },
     Scheme {
@@ -64,6 +69,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: Some("etcd"),
         semaphores: true,
         rw_locks: true,
+        elections: true,
         backend: Backend::Etcd,
     },
     Scheme {
@@ -71,6 +77,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: Some("zookeeper"),
         semaphores: true,
         rw_locks: true,
+        elections: true,
         backend: Backend::ZooKeeper,
     },
 ];
@@ -103,6 +110,17 @@ pub(crate) fn with_rw_locks_listed() -> String {
         SCHEMES
             .iter()
             .filter(|row| row.rw_locks)
+            .map(|row| row.names[0]),
+        "or",
+    )
+}
+
+/// The backends with leader election, by their first scheme.
+pub(crate) fn with_elections_listed() -> String {
+    listed(
+        SCHEMES
+            .iter()
+            .filter(|row| row.elections)
             .map(|row| row.names[0]),
         "or",
     )
@@ -141,6 +159,10 @@ mod tests {
         );
         assert_eq!(
             with_rw_locks_listed(),
+            "memory://, redis://, etcd:// or zk://"
+        );
+        assert_eq!(
+            with_elections_listed(),
             "memory://, redis://, etcd:// or zk://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));

@@ -334,4 +334,75 @@ async fn spans_and_events_name_the_lock() {
         Some("traced:7")
     );
     assert_eq!(held_span.fields.0.get("fence"), Some(&fence.to_string()));
+
+    // dlock.campaign: the election, its outcome and term; the elected,
+    // resigned and lost events.
+    let backend = Arc::new(MemoryBackend::new());
+    let election = dlock::Election::new("traced-election").with_backend(backend.clone());
+    let leadership = election.campaign("node-a").await.unwrap();
+    let term = leadership.term();
+    leadership.resign().await.unwrap();
+    let doomed = election
+        .clone()
+        .ttl(Duration::from_millis(300))
+        .campaign("node-b")
+        .await
+        .unwrap();
+    backend.force_expire("traced-election");
+    tokio::time::timeout(Duration::from_secs(5), doomed.lost())
+        .await
+        .unwrap();
+    let campaigns: Vec<SpanRecord> = captured
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.name == "dlock.campaign")
+        .cloned()
+        .collect();
+    assert_eq!(campaigns.len(), 2, "{campaigns:?}");
+    let first = &campaigns[0].fields.0;
+    assert_eq!(
+        first.get("election").map(String::as_str),
+        Some("traced-election")
+    );
+    assert_eq!(first.get("outcome").map(String::as_str), Some("elected"));
+    assert_eq!(first.get("term"), Some(&term.to_string()));
+    assert!(first.contains_key("backend"), "{first:?}");
+    let events = |message: &str| -> Vec<EventRecord> {
+        captured
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e.fields.0.get("election").map(String::as_str) == Some("traced-election")
+                    && e.fields
+                        .0
+                        .get("message")
+                        .is_some_and(|m| m.contains(message))
+            })
+            .cloned()
+            .collect()
+    };
+    assert_eq!(events("elected leader").len(), 2);
+    let ended = events("leadership ended");
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(
+        ended[0].fields.0.get("reason").map(String::as_str),
+        Some("resigned")
+    );
+    let lost = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let lost = events("leadership lost");
+            if !lost.is_empty() {
+                return lost;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a leadership lost event");
+    assert_eq!(lost[0].level, Level::WARN);
+    drop(doomed);
 }

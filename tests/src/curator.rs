@@ -8,6 +8,9 @@
 //! - `CuratorRwLock`: named holders of an `InterProcessReadWriteLock`,
 //!   each on its own thread, driven by commands on stdin
 //!   ([`Curator::read_write`], [`Curator::send`], [`Curator::answer`]).
+//! - `CuratorLeaderLatch`: a `LeaderLatch` with an id, driven by commands
+//!   on stdin ([`Curator::leader_latch`], [`Curator::send`],
+//!   [`Curator::line`]).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,10 @@ const PROGRAMS: &[(&str, &str)] = &[
     (
         "CuratorRwLock.java",
         include_str!("curator/CuratorRwLock.java"),
+    ),
+    (
+        "CuratorLeaderLatch.java",
+        include_str!("curator/CuratorLeaderLatch.java"),
     ),
 ];
 
@@ -109,6 +116,17 @@ impl Curator {
     /// ([`answer`](Self::answer)). Returns once the client is connected.
     pub async fn read_write(connect: &str, path: &str, startup: Duration) -> Self {
         let mut curator = Self::spawn(&["CuratorRwLock", connect, path], true);
+        assert_eq!(curator.line(startup).await, "READY");
+        curator
+    }
+
+    /// `CuratorLeaderLatch <connect> <path> <id>`: a started `LeaderLatch`
+    /// on `path` with participant id `id`, driven by [`send`](Self::send)
+    /// (`"await <ms>"` → `LEADER`/`TIMEOUT`, `"leader"` → `LEADER_IS
+    /// <id>`, `"close"` → `CLOSED`) and answering by [`line`](Self::line).
+    /// Returns once the latch is started.
+    pub async fn leader_latch(connect: &str, path: &str, id: &str, startup: Duration) -> Self {
+        let mut curator = Self::spawn(&["CuratorLeaderLatch", connect, path, id], true);
         assert_eq!(curator.line(startup).await, "READY");
         curator
     }

@@ -5,6 +5,7 @@
 
 pub mod conformance;
 pub mod curator;
+pub mod election;
 pub mod error;
 pub mod etcd_recipe;
 pub mod failover;

@@ -12,6 +12,7 @@ mod single {
     dlock_tests::semaphore_suite!(EtcdFixture::restricted());
     dlock_tests::multi_suite!(EtcdFixture::restricted(), rounds = 500);
     dlock_tests::rw_suite!(EtcdFixture::restricted());
+    dlock_tests::election_suite!(EtcdFixture::restricted());
 }
 
 mod cluster {

@@ -8,3 +8,4 @@ dlock_tests::segments_suite!(RedisFixture::restricted());
 dlock_tests::semaphore_suite!(RedisFixture::restricted());
 dlock_tests::multi_suite!(RedisFixture::restricted(), rounds = 500);
 dlock_tests::rw_suite!(RedisFixture::restricted());
+dlock_tests::election_suite!(RedisFixture::restricted());

@@ -6,3 +6,4 @@ dlock_tests::conformance_suite!(RedisFixture::cluster());
 dlock_tests::semaphore_suite!(RedisFixture::cluster());
 dlock_tests::multi_suite!(RedisFixture::cluster(), rounds = 500);
 dlock_tests::rw_suite!(RedisFixture::cluster());
+dlock_tests::election_suite!(RedisFixture::cluster());

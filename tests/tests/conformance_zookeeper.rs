@@ -8,6 +8,7 @@ dlock_tests::segments_suite!(ZkFixture::start().await);
 dlock_tests::semaphore_suite!(ZkFixture::start().await);
 dlock_tests::multi_suite!(ZkFixture::start().await, rounds = 500);
 dlock_tests::rw_suite!(ZkFixture::start().await);
+dlock_tests::election_suite!(ZkFixture::start().await);
 
 /// The same suites with digest credentials and the default ACL
 /// (`creator_read`): dlock needs nothing more than its own identity owning
@@ -18,4 +19,5 @@ mod with_credentials {
     dlock_tests::conformance_suite!(ZkFixture::with_credentials().await);
     dlock_tests::semaphore_suite!(ZkFixture::with_credentials().await);
     dlock_tests::rw_suite!(ZkFixture::with_credentials().await);
+    dlock_tests::election_suite!(ZkFixture::with_credentials().await);
 }

@@ -2,7 +2,8 @@
 //! acquisitions (2 acquired, 1 reentered, 1 busy, 1 timeout, 1 lost by
 //! deleting the lease behind the guard's back) on the memory backend and on
 //! a real Redis, read back through `metrics-util`'s debugging recorder; and
-//! one grant answered after its deadline (a stale grant given back).
+//! one grant answered after its deadline (a stale grant given back); and
+//! the election series of two terms (one resigned, one lost).
 //!
 //! The recorder is global (the watchdog records from dlock's own thread) and
 //! its snapshot resets every series, so one test runs the sequence on each
@@ -12,7 +13,7 @@
 use std::time::Duration;
 
 use dlock::backends::redis::RedisBackend;
-use dlock::{Lock, LockError, MultiLock, RwLock};
+use dlock::{Election, Lock, LockError, MultiLock, RwLock};
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::memory::MemoryFixture;
 use dlock_tests::fixtures::redis::RedisFixture;
@@ -207,6 +208,59 @@ fn check(all: &[Series], name: &str) {
     }
 }
 
+/// Two elections won on the backend registered as `name`: the first
+/// resigned, the second lost (its lease deleted). Returns the second term.
+async fn election_sequence<F: Fixture>(fixture: &F, name: &str) -> u64 {
+    dlock::registry().register(name, fixture.backend().await);
+    let election = Election::new("scheduler").backend(name);
+    election
+        .campaign("a")
+        .await
+        .unwrap()
+        .resign()
+        .await
+        .unwrap();
+    let doomed = election
+        .clone()
+        .ttl(fixture.short_ttl())
+        .campaign("b")
+        .await
+        .unwrap();
+    fixture.steal("scheduler").await;
+    tokio::time::timeout(Duration::from_secs(10), doomed.lost())
+        .await
+        .expect("lost() fired");
+    let term = doomed.term();
+    drop(doomed);
+    // The loss is reported by a task of dlock's runtime; give it a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    dlock::registry().unregister(name);
+    term
+}
+
+/// Checks the election series of the backend registered as `name`.
+fn check_election(all: &[Series], name: &str, term: u64) {
+    let series: Vec<&Series> = all
+        .iter()
+        .filter(|s| s.label("backend") == Some(name) && s.label("election") == Some("scheduler"))
+        .collect();
+    assert_eq!(
+        counter(&series, "dlock_elections_total", ("election", "scheduler")),
+        2,
+        "{name}"
+    );
+    assert_eq!(
+        counter(&series, "dlock_leader_term", ("election", "scheduler")),
+        term,
+        "{name}"
+    );
+    assert_eq!(
+        gauges(&series, "dlock_leader"),
+        vec![0.0],
+        "{name}: dlock_leader after the loss"
+    );
+}
+
 /// A grant answered after its deadline (Redis behind a proxy that delays
 /// answers past the ttl), registered as `name`: one `try_acquire`, given
 /// back, `busy`.
@@ -240,7 +294,11 @@ async fn every_metric_counts_a_known_sequence_on_memory_and_redis() {
     known_sequence(&MemoryFixture::default(), "metrics-memory").await;
     known_sequence(&RedisFixture::single(), "metrics-redis").await;
     let _server = a_late_grant("metrics-late").await;
+    let memory_term = election_sequence(&MemoryFixture::default(), "elect-memory").await;
+    let redis_term = election_sequence(&RedisFixture::single(), "elect-redis").await;
     let all = read(&snapshotter);
+    check_election(&all, "elect-memory", memory_term);
+    check_election(&all, "elect-redis", redis_term);
     check(&all, "metrics-memory");
     check(&all, "metrics-redis");
     for name in ["metrics-memory", "metrics-redis"] {

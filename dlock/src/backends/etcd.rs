@@ -7,7 +7,9 @@
 //! on their predecessor only (no thundering herd) · ✓ interoperates with
 //! `etcdctl lock` and Go's `concurrency.Mutex` · ✓ semaphores (see
 //! `permits.rs`) · ✓ read-write locks in the layout of etcd's recipe
-//! `RWMutex` (see *Read-write locks* below) · ✓ TLS and user/password
+//! `RWMutex` (see *Read-write locks* below) · ✓ leader election in the
+//! layout of Go's `concurrency.Election`, with `etcdctl elect` (see
+//! `election.rs`) · ✓ TLS and user/password
 //! auth · ✗ lease lengths finer than etcd's whole seconds on the server (the
 //! client side keeps the exact ttl; see below).
 //!
@@ -228,6 +230,7 @@ mod client;
 mod config;
 mod contenders;
 mod deletions;
+mod election;
 mod held;
 mod inspect;
 mod mutex;
@@ -462,7 +465,16 @@ impl LockBackend for EtcdBackend {
     /// key's turn until etcd answered; if etcd fails, or this future is
     /// dropped first, the delete goes on in the background (see `held.rs`).
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let answer = self.inner.release_entry(lease, Some(&lease.key)).await;
+        // An election's candidate key keeps the election's turn (its
+        // directory, `election.rs`), a lock's the lock key's.
+        let election_dir;
+        let turn = if self.inner.is_election_entry(&lease.resource) {
+            election_dir = format!("{}/", self.inner.election_prefix(&lease.key));
+            election_dir.as_str()
+        } else {
+            lease.key.as_str()
+        };
+        let answer = self.inner.release_entry(lease, Some(turn)).await;
         answer.map_err(|e| self.inner.name_refusal(e, About::Lock(&lease.key)))
     }
 
@@ -471,6 +483,10 @@ impl LockBackend for EtcdBackend {
     }
 
     fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+
+    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
         Some(self)
     }
 

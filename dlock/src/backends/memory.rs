@@ -2,7 +2,8 @@
 //!
 //! Capabilities: ✓ mutual exclusion between tasks of one process · ✓ lease
 //! expiry · ✓ fencing tokens · ✓ FIFO wake-up of waiters · ✓ semaphores
-//! (see `permits.rs`) · ✓ read-write locks (see `rw.rs`) · ✗ other processes.
+//! (see `permits.rs`) · ✓ read-write locks (see `rw.rs`) · ✓ leader election
+//! (see `election.rs`) · ✗ other processes.
 //!
 //! It is the embedded default of the quickstart and the docs, and what the
 //! core's own tests run on. It is not a stand-in for a distributed backend:
@@ -16,6 +17,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
+mod election;
 mod permits;
 mod rw;
 mod ticket;
@@ -58,6 +60,8 @@ pub struct MemoryBackend {
     /// The read-write locks, apart from the locks: a read-write lock and a
     /// lock may share a key.
     rw: rw::RwTable,
+    /// The leader elections' records, beside the locks of their names.
+    elections: election::ElectionTable,
     /// `?client_name=`, written into each lock's owner token.
     client_name: Option<String>,
 }
@@ -389,6 +393,10 @@ impl LockBackend for MemoryBackend {
     }
 
     fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+
+    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
         Some(self)
     }
 

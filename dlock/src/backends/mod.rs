@@ -16,6 +16,13 @@
 //! Redis server takes them all in one script
 //! ([`AllKeysBackend`](crate::backend::AllKeysBackend)), the others one by
 //! one in canonical order.
+//!
+//! Leader election ([`Election`](crate::Election),
+//! [`ElectionBackend`](crate::backend::ElectionBackend)) runs on memory,
+//! Redis (single server, Cluster and Sentinel), etcd (in the layout of
+//! etcd's `concurrency.Election`, so `etcdctl elect` takes part) and
+//! ZooKeeper (Curator's `LeaderLatch`); Redlock refuses it with
+//! [`no_elections`](crate::backend::no_elections).
 
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -109,6 +109,7 @@ mod batching;
 mod compare_set;
 mod config;
 mod connection;
+mod election;
 #[cfg(feature = "redlock")]
 mod for_redlock;
 mod inspect;
@@ -849,6 +850,10 @@ impl LockBackend for RedisBackend {
     }
 
     fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+
+    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
         Some(self)
     }
 

@@ -8,8 +8,9 @@
 //! herd) · ✓ interoperates with Curator's `InterProcessMutex` on the same path ·
 //! ✓ chroot · ✓ digest auth, with ACLs that hold (see *Permissions*) ·
 //! ✓ semaphores (see `permits.rs`) · ✓ read-write locks, interoperating with
-//! Curator's `InterProcessReadWriteLock` (see below and `rw.rs`) · ✓ TLS
-//! (`zks://`, feature `tls`).
+//! Curator's `InterProcessReadWriteLock` (see below and `rw.rs`) · ✓ leader
+//! election, interoperating with Curator's `LeaderLatch` (see
+//! `election.rs`) · ✓ TLS (`zks://`, feature `tls`).
 //!
 //! Enable with the cargo feature `zookeeper`.
 //!
@@ -228,6 +229,7 @@
 mod acl;
 mod cleanup;
 mod config;
+mod election;
 mod held;
 mod inspect;
 mod lease;
@@ -596,6 +598,10 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     fn rw(&self) -> Option<&dyn RwBackend> {
+        Some(self)
+    }
+
+    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
         Some(self)
     }
 

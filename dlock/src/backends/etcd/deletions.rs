@@ -11,9 +11,11 @@
 //! machine.
 //!
 //! Past [`WATCHED_FROM`] keys in one renewal, the backend instead keeps one
-//! watch stream with three watchers (the lock, read-write and semaphore
-//! prefixes, which a least-privilege role may read), with puts filtered
-//! out, started at the smallest create revision of the keys held then. Each
+//! watch stream with a watcher per key root that holds keys when it starts
+//! (`<prefix>/`, `-rw/`, `-semaphores/`, `-election/`: the roots a
+//! least-privilege role may read, and only those in use, so a role without
+//! elections is not refused a watch of them), with puts filtered out,
+//! started at the smallest create revision of the keys held then. Each
 //! delete of a held key's name after its create revision marks the record
 //! deleted (`Held::deleted`). A renewal then sends one progress request on
 //! the stream: etcd answers it once every event up to its current revision
@@ -23,7 +25,9 @@
 //!
 //! What the watch cannot vouch for is read as before:
 //! - keys created before the watch's start revision (a waiter's key made
-//!   long before it was granted, after the watch started): read one by one;
+//!   long before it was granted, after the watch started), and keys under
+//!   a root the watch does not cover (the first election of a backend
+//!   whose watch runs): read one by one;
 //! - the whole renewal when the watch is not there or does not answer
 //!   within the request timeout (a broken stream, a start revision already
 //!   compacted, a refused watch): read, and the next renewal starts a watch
@@ -62,11 +66,24 @@ pub(super) struct DeleteWatch {
     compacted_below: i64,
 }
 
-/// A running watch: the revision it started at, and where a renewal asks
-/// for a progress answer.
+/// A running watch: the revision it started at, the key roots it covers,
+/// and where a renewal asks for a progress answer.
 struct Running {
-    start: i64,
+    covers: Arc<Covered>,
     asks: mpsc::UnboundedSender<oneshot::Sender<()>>,
+}
+
+/// What a watch vouches for: keys created at or after `start` under one of
+/// `roots`.
+pub(super) struct Covered {
+    start: i64,
+    roots: Vec<String>,
+}
+
+impl Covered {
+    fn covers(&self, lease: &Lease, revision: i64) -> bool {
+        revision >= self.start && self.roots.iter().any(|r| lease.resource.starts_with(r))
+    }
 }
 
 impl Inner {
@@ -80,7 +97,7 @@ impl Inner {
         if leases.len() < WATCHED_FROM {
             return self.read_revisions(leases).await;
         }
-        let Some((start, answered)) = self.ask_watch().await else {
+        let Some((covered, answered)) = self.ask_watch().await else {
             return self.read_revisions(leases).await;
         };
         match tokio::time::timeout(self.timeout, answered).await {
@@ -95,7 +112,7 @@ impl Inner {
             for (i, lease) in leases.iter().enumerate() {
                 let revision = revision_of_lease(lease);
                 match revision {
-                    Some(r) if r < start => {
+                    Some(r) if !covered.covers(lease, r) => {
                         unwatched.push((i, lease.clone()));
                         present.push(None);
                     }
@@ -118,26 +135,40 @@ impl Inner {
     }
 
     /// Asks the running watch for a progress answer, starting a watch if
-    /// none runs: its start revision and the answer to wait for. `None`:
-    /// no watch can vouch now (nothing held, a compacted start, a refused
+    /// none runs: what it covers and the answer to wait for. `None`: no
+    /// watch can vouch now (nothing held, a compacted start, a refused
     /// watch).
-    async fn ask_watch(self: &Arc<Self>) -> Option<(i64, oneshot::Receiver<()>)> {
+    async fn ask_watch(self: &Arc<Self>) -> Option<(Arc<Covered>, oneshot::Receiver<()>)> {
         let mut watch = self.delete_watch.lock().await;
         let (tx, rx) = oneshot::channel();
         let tx = match &watch.running {
             Some(running) => match running.asks.send(tx) {
-                Ok(()) => return Some((running.start, rx)),
+                Ok(()) => return Some((running.covers.clone(), rx)),
                 // The task ended (stream broken, cancelled, idle).
                 Err(mpsc::error::SendError(tx)) => tx,
             },
             None => tx,
         };
         watch.running = None;
-        let start = lock(&self.held).values().map(|h| h.revision).min()?;
+        let candidates = [
+            format!("{}/", self.prefix),
+            format!("{}-rw/", self.prefix),
+            format!("{}-semaphores/", self.prefix),
+            format!("{}-election/", self.prefix),
+        ];
+        let (start, roots) = {
+            let held = lock(&self.held);
+            let start = held.values().map(|h| h.revision).min()?;
+            let roots: Vec<String> = candidates
+                .into_iter()
+                .filter(|root| held.keys().any(|key| key.starts_with(root.as_str())))
+                .collect();
+            (start, roots)
+        };
         if start < watch.compacted_below {
             return None;
         }
-        let stream = match self.open_watch(start).await {
+        let stream = match self.open_watch(start, &roots).await {
             Ok(stream) => stream,
             Err(e) => {
                 tracing::debug!(error = %e, "no watch of deletes; renewal reads every key");
@@ -145,32 +176,34 @@ impl Inner {
             }
         };
         let (asks, asked) = mpsc::unbounded_channel();
-        let running = Running { start, asks };
+        let covers = Arc::new(Covered { start, roots });
+        let running = Running {
+            covers: covers.clone(),
+            asks,
+        };
         running.asks.send(tx).ok()?;
         watch.running = Some(running);
         crate::background::spawn(follow(Arc::downgrade(self), stream, asked, start));
-        Some((start, rx))
+        Some((covers, rx))
     }
 
-    /// One stream, three watchers: the deletes under the lock, read-write
-    /// and semaphore prefixes, from `start` on.
-    async fn open_watch(&self, start: i64) -> Result<WatchStream, LockError> {
+    /// One stream, a watcher per root: the deletes under each, from `start`
+    /// on.
+    async fn open_watch(&self, start: i64, roots: &[String]) -> Result<WatchStream, LockError> {
         let options = || {
             WatchOptions::new()
                 .with_prefix()
                 .with_start_revision(start)
                 .with_filters([WatchFilterType::NoPut])
         };
-        let prefixes = [
-            format!("{}/", self.prefix),
-            format!("{}-rw/", self.prefix),
-            format!("{}-semaphores/", self.prefix),
-        ];
+        let Some((first, rest)) = roots.split_first() else {
+            return Err(self.error("no held key under the backend's roots"));
+        };
         let mut client = self.client.watch_client();
         let opened = tokio::time::timeout(self.timeout, async {
-            let mut stream = client.watch(prefixes[0].as_str(), Some(options())).await?;
-            for prefix in &prefixes[1..] {
-                stream.watch(prefix.as_str(), Some(options())).await?;
+            let mut stream = client.watch(first.as_str(), Some(options())).await?;
+            for root in rest {
+                stream.watch(root.as_str(), Some(options())).await?;
             }
             Ok::<_, etcd_client::Error>(stream)
         })

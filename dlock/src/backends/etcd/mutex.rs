@@ -103,13 +103,26 @@ impl Inner {
         session: &Session,
         entry: &str,
     ) -> Result<Enqueued, LockError> {
-        let dir = self.dir_of(key);
+        self.enqueue_in(&self.dir_of(key), &self.client_name, session, entry)
+            .await
+    }
+
+    /// [`enqueue`](Self::enqueue) in the directory `dir`, with `value`: a
+    /// plain lock's (the client name) or an election's (the candidate's
+    /// value, `election.rs`).
+    pub(super) async fn enqueue_in(
+        &self,
+        dir: &str,
+        value: &str,
+        session: &Session,
+        entry: &str,
+    ) -> Result<Enqueued, LockError> {
         let line = Contenders {
-            dir: &dir,
+            dir,
             kinds: Contenders::DIRECT,
         };
         let owner = TxnOp::get(
-            dir.as_str(),
+            dir,
             Some(Contenders::page(
                 SortTarget::Create,
                 SortOrder::Ascend,
@@ -119,11 +132,7 @@ impl Inner {
         let txn = Txn::new()
             .when([Compare::create_revision(entry, CompareOp::Equal, 0)])
             .and_then([
-                TxnOp::put(
-                    entry,
-                    self.client_name.as_str(),
-                    Some(PutOptions::new().with_lease(session.id)),
-                ),
+                TxnOp::put(entry, value, Some(PutOptions::new().with_lease(session.id))),
                 owner,
             ])
             .or_else([TxnOp::get(entry, None)]);
@@ -141,7 +150,7 @@ impl Inner {
                 // first page unless deeper keys filled it.
                 let first = match get_of(ops.get(1)).and_then(|page| line.first_in(page)) {
                     Some(owner) => owner.create_revision() == mine,
-                    None => matches!(self.predecessor(key, entry, mine).await?, Ahead::First),
+                    None => matches!(self.predecessor_in(dir, entry, mine).await?, Ahead::First),
                 };
                 return Ok(Enqueued::Created { mine, first });
             }
@@ -167,9 +176,18 @@ impl Inner {
         entry: &str,
         mine: i64,
     ) -> Result<Ahead, LockError> {
-        let dir = self.dir_of(key);
+        self.predecessor_in(&self.dir_of(key), entry, mine).await
+    }
+
+    /// [`predecessor`](Self::predecessor) in the directory `dir`.
+    pub(super) async fn predecessor_in(
+        &self,
+        dir: &str,
+        entry: &str,
+        mine: i64,
+    ) -> Result<Ahead, LockError> {
         let line = Contenders {
-            dir: &dir,
+            dir,
             kinds: Contenders::DIRECT,
         };
         self.read_ahead(line, SortTarget::Create, entry, mine).await

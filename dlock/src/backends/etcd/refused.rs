@@ -6,12 +6,13 @@ use super::Inner;
 use crate::backend::refusal::{explain, says};
 use crate::LockError;
 
-/// What a request was about: the lock, read-write lock or semaphore name.
+/// What a request was about: the lock, read-write lock, semaphore or election name.
 #[derive(Clone, Copy)]
 pub(super) enum About<'a> {
     Lock(&'a str),
     Rw(&'a str),
     Semaphore(&'a str),
+    Election(&'a str),
 }
 
 impl Inner {
@@ -27,6 +28,9 @@ impl Inner {
                     About::Rw(key) => ("read-write lock", key, format!("{}-rw/", self.prefix)),
                     About::Semaphore(name) => {
                         ("semaphore", name, format!("{}-semaphores/", self.prefix))
+                    }
+                    About::Election(name) => {
+                        ("election", name, format!("{}-election/", self.prefix))
                     }
                 };
                 format!(
@@ -44,7 +48,7 @@ impl Inner {
             |source| says(source, "permission denied"),
             || {
                 format!(
-                    "etcd refused to let this user read the key prefix `{0}/`: its role needs readwrite on `{0}/`, `{0}-rw/` and `{0}-semaphores/` (see the README's Permissions section)",
+                    "etcd refused to let this user read the key prefix `{0}/`: its role needs readwrite on `{0}/`, `{0}-rw/` and `{0}-semaphores/`, and `{0}-election/` for leader elections (see the README's Permissions section)",
                     self.prefix
                 )
             },

@@ -20,6 +20,9 @@ use crate::backend::RwMode;
 /// Curator's lock name for `InterProcessMutex`: children are `_c_<uuid>-lock-<seq>`.
 pub(super) const LOCK_NAME: &str = "lock-";
 
+/// Curator's name for a participant of `LeaderLatch`: `_c_<uuid>-latch-<seq>`.
+pub(super) const LATCH_NAME: &str = "latch-";
+
 /// Curator's name for a read node of `InterProcessReadWriteLock`.
 pub(super) const READ_NAME: &str = "__READ__";
 
@@ -39,6 +42,9 @@ pub(super) enum Queue {
     /// A write lease: its turn comes when it sorts first of all read and
     /// write nodes; it waits for its predecessor of either kind.
     Write,
+    /// A participant of a leader election (Curator's `LeaderLatch`): as a
+    /// lock, among `latch-` nodes; its data is the participant's id.
+    Latch,
 }
 
 /// Where a node stands in its queue.
@@ -63,6 +69,7 @@ impl Queue {
     pub(super) fn node_name(self) -> &'static str {
         match self {
             Queue::Lock => LOCK_NAME,
+            Queue::Latch => LATCH_NAME,
             Queue::Read => READ_NAME,
             Queue::Write => WRITE_NAME,
         }
@@ -72,11 +79,12 @@ impl Queue {
     /// this queue (no sequence after its name).
     pub(super) fn turn<'a>(self, children: &'a [String], own: &str) -> Option<Turn<'a>> {
         match self {
-            Queue::Lock => {
-                let mine = sequence_of(own)?;
+            Queue::Lock | Queue::Latch => {
+                let kind = self.node_name();
+                let mine = protected_sequence(own, kind)?;
                 let ahead = children
                     .iter()
-                    .filter_map(|c| Some((sequence_of(c)?, c.as_str())))
+                    .filter_map(|c| Some((protected_sequence(c, kind)?, c.as_str())))
                     .filter(|(seq, _)| *seq < mine)
                     .max_by_key(|(seq, _)| *seq);
                 Some(ahead.map_or(Turn::Ours, |(_, c)| Turn::After(c)))
@@ -111,7 +119,7 @@ pub(super) fn sequence_of(name: &str) -> Option<i64> {
 
 /// The sequence of `_c_<uuid>-<kind><10 digits>`, or `None` for a child of
 /// any other form.
-fn protected_sequence(child: &str, kind: &str) -> Option<i64> {
+pub(super) fn protected_sequence(child: &str, kind: &str) -> Option<i64> {
     let rest = child.strip_prefix("_c_")?;
     let (uuid, rest) = rest.split_at_checked(36)?;
     let digits = rest.strip_prefix('-')?.strip_prefix(kind)?;
