@@ -27,6 +27,7 @@ pub(crate) enum Backend {
     Redlock,
     Etcd,
     ZooKeeper,
+    Postgres,
 }
 
 /// Every scheme, in the order errors list them.
@@ -72,6 +73,13 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         semaphores: true,
         rw_locks: true,
         backend: Backend::ZooKeeper,
+    },
+    Scheme {
+        names: &["postgres", "postgresql"],
+        feature: Some("postgres"),
+        semaphores: false,
+        rw_locks: false,
+        backend: Backend::Postgres,
     },
 ];
 
@@ -144,6 +152,6 @@ mod tests {
             "memory://, redis://, etcd:// or zk://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
-        assert!(all_listed().ends_with(", etcds://, zk:// and zks://"));
+        assert!(all_listed().ends_with(", zk://, zks://, postgres:// and postgresql://"));
     }
 }
