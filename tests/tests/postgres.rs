@@ -325,7 +325,7 @@ async fn a_role_that_may_not_create_the_table_is_told_what_to_do() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("may not create it"), "{err}");
+    assert!(err.contains("may not create them"), "{err}");
     assert!(err.contains("?schema="), "{err}");
     server.psql("CREATE SCHEMA locks AUTHORIZATION weak");
     let backend = connect(&format!(

@@ -21,7 +21,7 @@
 //!   client's locks are freed within it. Each session speaks every third of
 //!   it. A lease's ttl is capped at it ([`Lease::ttl`] reports the capped
 //!   value).
-//! - `schema` (default `public`): the schema of the fence table.
+//! - `schema` (default `public`): the schema of the two tables.
 //! - `timeout` (default 5 s): the bound on connecting and on one request.
 //! - `client_name`: the name written beside each lease (see `crate::inspect`).
 //!
@@ -36,13 +36,16 @@
 //! - `try_acquire` sends one statement on one session: `pg_try_advisory_lock`
 //!   and, when granted, the next fencing token: an upsert of the key's row in
 //!   `<schema>.dlock_fences` (`counter + 1`, created on first use, kept for
-//!   good), which also records the holder's token and expiry for `inspect`.
-//!   Fencing tokens therefore increase strictly per key across releases,
-//!   sessions, clients and server restarts.
+//!   good), and the holder's token, fence and expiry in the unlogged table
+//!   `<schema>.dlock_holders` (for `inspect`, `list`, `force_release` and
+//!   the renewal's check; unlogged, so that releases and renewals cost no
+//!   WAL flush). Fencing tokens therefore increase strictly per key across
+//!   releases, sessions, clients and server restarts; the counter's upsert
+//!   is the one durable write (one commit) of an acquisition.
 //! - A session never asks for a key it holds (advisory locks are reentrant
 //!   per session): each session keeps the set of its keys, and a key held
 //!   through every session is busy.
-//! - `release` is one statement: `pg_advisory_unlock`, the row cleared, and
+//! - `release` is one statement: the holder row cleared, `pg_advisory_unlock`, and
 //!   `NOTIFY dlock_released, '<advisory key>'`.
 //! - `acquire` waits on a dedicated `LISTEN dlock_released` connection and
 //!   tries again when its key is announced, with a re-check every second as
@@ -234,12 +237,12 @@ impl Drop for Pending {
 
 impl PostgresBackend {
     /// Connects to the server of `url` (see the module docs for its form),
-    /// opens the first lock session and creates the fence table if missing.
+    /// opens the first lock session and creates the tables if missing.
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] for a malformed URL, an unknown
     /// parameter, `sslmode=require`, a read-only standby, or a role that may
-    /// not create the fence table; [`LockError::Backend`] for a server that
+    /// not create the tables; [`LockError::Backend`] for a server that
     /// cannot be reached or refuses the login, within the connect timeout.
     ///
     /// ```no_run
@@ -514,7 +517,8 @@ async fn check_server(
     Ok(())
 }
 
-/// Creates the fence table on first use; a clear error when the role may not.
+/// Creates the fence and holder tables on first use; a clear error when the
+/// role may not.
 async fn ensure_table(
     client: &tokio_postgres::Client,
     config: &Config,
@@ -524,8 +528,8 @@ async fn ensure_table(
     let asked = async {
         client
             .query_one(
-                "SELECT to_regclass($1::text) IS NOT NULL",
-                &[&statements.table],
+                "SELECT to_regclass($1::text) IS NOT NULL AND to_regclass($2::text) IS NOT NULL",
+                &[&statements.table, &statements.holders],
             )
             .await
     };
@@ -537,7 +541,7 @@ async fn ensure_table(
     if exists {
         return Ok(());
     }
-    match client.batch_execute(&statements.create_table()).await {
+    match client.batch_execute(&statements.create_tables()).await {
         Ok(()) => Ok(()),
         // Another client created it at the same time.
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => Ok(()),
@@ -549,11 +553,12 @@ async fn ensure_table(
             ) =>
         {
             Err(LockError::invalid_option(format!(
-                "`{shown}`: the fence table {table} is missing and this role may not create it ({e}); \
-                 have an owner run `{create}` and `GRANT SELECT, INSERT, UPDATE ON {table} TO <role>`, \
+                "`{shown}`: the tables {table} and {holders} are missing and this role may not create them ({e}); \
+                 have an owner run `{create}` and `GRANT SELECT, INSERT, UPDATE ON {table}, {holders} TO <role>`, \
                  or name a schema the role may create tables in with `?schema=`",
                 table = statements.table,
-                create = statements.create_table(),
+                holders = statements.holders,
+                create = statements.create_tables(),
                 e = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned()),
             )))
         }
