@@ -313,6 +313,29 @@ async fn bad_input_is_a_clear_error_in_time() {
     assert!(!ok.describe().contains("right-pw"), "{}", ok.describe());
 }
 
+/// A read-only standby is refused at connect, within the connect timeout:
+/// its advisory locks would exclude nobody on the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_is_refused() {
+    let mut fixture = PgFixture::start();
+    tokio::task::block_in_place(|| fixture.server_mut().restart_as_standby());
+    assert_eq!(fixture.server().psql("SELECT pg_is_in_recovery()"), "t");
+    let started = Instant::now();
+    let err = dlock::connect(&format!("{}?connect_timeout=2", fixture.url()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidOption { .. })
+            && err.to_string().contains("read-only standby"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// A role that may not create the fence table gets an error that says so
 /// and what to run; with a schema it may create in, it works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -334,6 +334,16 @@ impl PgServer {
         }
     }
 
+    /// Restarts the server as a read-only standby (a `standby.signal` in its
+    /// data directory and no primary to follow: it stays in recovery and
+    /// answers read-only queries). Panics on failure.
+    #[track_caller]
+    pub fn restart_as_standby(&mut self) {
+        let signal = self.dir.path().join("data").join("standby.signal");
+        std::fs::write(&signal, "").unwrap_or_else(|e| panic!("write {}: {e}", signal.display()));
+        self.fast_restart();
+    }
+
     /// Restarts the server (fast shutdown, then the same command line: same
     /// port, same data) and waits until it answers. Panics on failure.
     #[track_caller]
