@@ -1,6 +1,6 @@
 //! PostgreSQL for the tests: one server on a free loopback port, its data
-//! directory copied from one `initdb` made per test process (initdb takes
-//! about 1.5 s; a copy a few ms), `fsync=off`, trust authentication, the
+//! directory copied from one `initdb` template kept in `$TMPDIR` (initdb
+//! takes about 1.5 s; a copy a few ms), `fsync=off`, trust authentication, the
 //! superuser `postgres`. PostgreSQL refuses to run as root, so when the
 //! tests run as root, `initdb` and `postgres` run as the `postgres` system
 //! user (which the Debian package creates), in directories that user owns.
@@ -100,57 +100,85 @@ fn give(path: &Path, user: Option<(u32, u32)>) -> HarnessResult<()> {
     Ok(())
 }
 
-/// One `initdb` per test process; each server copies it.
+/// The `initdb` every server copies: made once per machine, user and
+/// PostgreSQL version at `$TMPDIR/dlock-pg-template-<version>-<uid>` (about
+/// 40 MB, kept as a cache: a static is never dropped, so a per-process
+/// template would be left behind by every test process), and reused while
+/// its `PG_VERSION` is there. A process that loses the race to create it
+/// uses the winner's and removes its own.
 fn template() -> HarnessResult<&'static Path> {
-    static TEMPLATE: OnceLock<Result<(TempDir, PathBuf), String>> = OnceLock::new();
-    let made = TEMPLATE.get_or_init(|| {
-        let make = || -> HarnessResult<(TempDir, PathBuf)> {
-            let bin = bindir()?;
-            let user = server_user()?;
-            let dir = tempfile::Builder::new()
-                .prefix("dlock-pg-template-")
-                .tempdir()
-                .context(|| "create temp dir for initdb".to_string())?;
-            give(dir.path(), user)?;
-            let data = dir.path().join("data");
-            let mut initdb = std::process::Command::new(bin.join("initdb"));
-            initdb
-                .args([
-                    "-A",
-                    "trust",
-                    "-U",
-                    "postgres",
-                    "--no-sync",
-                    "-E",
-                    "UTF8",
-                    "-D",
-                ])
-                .arg(&data)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            if let Some((uid, gid)) = user {
-                use std::os::unix::process::CommandExt;
-                initdb.uid(uid).gid(gid);
-            }
-            let child = initdb
-                .spawn()
-                .context(|| format!("run {}", bin.join("initdb").display()))?;
-            let out = wait_bounded(child, INITDB_LIMIT)?;
-            if !out.status.success() {
-                return Err(HarnessError::new(format!(
-                    "initdb failed: {}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                )));
-            }
-            Ok((dir, data))
-        };
-        make().map_err(|e| e.to_string())
-    });
+    static TEMPLATE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let made = TEMPLATE.get_or_init(|| make_template().map_err(|e| e.to_string()));
     match made {
-        Ok((_, data)) => Ok(data.as_path()),
+        Ok(data) => Ok(data.as_path()),
         Err(e) => Err(HarnessError::new(e.clone())),
     }
+}
+
+fn make_template() -> HarnessResult<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let bin = bindir()?;
+    let user = server_user()?;
+    let version = bin
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|v| v.to_str())
+        .unwrap_or("pg")
+        .to_owned();
+    let me = std::fs::metadata("/proc/self")
+        .context(|| "read /proc/self".to_string())?
+        .uid();
+    let fixed = std::env::temp_dir().join(format!("dlock-pg-template-{version}-{me}"));
+    if fixed.join("data").join("PG_VERSION").is_file() {
+        return Ok(fixed.join("data"));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("dlock-pg-initdb-")
+        .tempdir()
+        .context(|| "create temp dir for initdb".to_string())?;
+    give(dir.path(), user)?;
+    let data = dir.path().join("data");
+    let mut initdb = std::process::Command::new(bin.join("initdb"));
+    initdb
+        .args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "-D",
+        ])
+        .arg(&data)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some((uid, gid)) = user {
+        use std::os::unix::process::CommandExt;
+        initdb.uid(uid).gid(gid);
+    }
+    let child = initdb
+        .spawn()
+        .context(|| format!("run {}", bin.join("initdb").display()))?;
+    let out = wait_bounded(child, INITDB_LIMIT)?;
+    if !out.status.success() {
+        return Err(HarnessError::new(format!(
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    // A rename onto an existing, non-empty directory fails: then another
+    // process made it first, and `dir` (dropped) is removed.
+    if std::fs::rename(dir.path(), &fixed).is_ok() {
+        std::mem::forget(dir);
+    } else if !fixed.join("data").join("PG_VERSION").is_file() {
+        return Err(HarnessError::new(format!(
+            "could not move the initdb template to {}",
+            fixed.display()
+        )));
+    }
+    Ok(fixed.join("data"))
 }
 
 /// Waits for `child` at most `limit`, killing it after.
