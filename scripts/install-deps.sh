@@ -9,6 +9,8 @@
 #   Curator jars (ZK lock layout)    libcurator-{recipes,framework,client}-java
 #   javac (compiles the Curator interop test's Java program)  default-jdk-headless
 #   protoc + well-known protos       protobuf-compiler libprotobuf-dev (etcd-client build)
+#   PostgreSQL server (initdb, postgres under /usr/lib/postgresql/<version>/bin), psql
+#                                    postgresql postgresql-client
 #   redis-py (a lock holder that is not dlock, for the foreign-release tests)
 #                                    the `redis` PyPI package, with python3 -m pip; where the
 #                                    system's Python refuses pip (PEP 668), in a virtualenv at
@@ -97,6 +99,9 @@ need_file /usr/share/java/curator-client.jar libcurator-client-java
 need_cmd javac default-jdk-headless
 need_cmd protoc protobuf-compiler
 need_file /usr/include/google/protobuf/timestamp.proto libprotobuf-dev
+# Debian keeps the server's binaries off PATH, one directory per major version.
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
+need_cmd psql postgresql-client
 
 if [[ ${#missing[@]} -eq 0 ]]; then
     install_redis_py

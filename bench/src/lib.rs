@@ -7,6 +7,7 @@
 pub mod etcd;
 pub mod held;
 pub mod observed;
+pub mod postgres;
 pub mod processes;
 pub mod read_mostly;
 pub mod redis;

@@ -55,7 +55,7 @@ The command sees DLOCK_KEY and DLOCK_FENCING_TOKEN (absent on Redlock) in its en
 #[command(name = "dlock", version, after_help = EXAMPLES)]
 struct Cli {
     /// The backend's URL (redis://, rediss://, redis+cluster://, redis+sentinel://,
-    /// redlock://, etcd://, etcds://, zk://, zks://); `?client_name=` names this holder.
+    /// redlock://, etcd://, etcds://, zk://, zks://, postgres://); `?client_name=` names this holder.
     #[arg(long, env = "DLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
 

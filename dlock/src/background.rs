@@ -217,7 +217,12 @@ pub(crate) fn is_current() -> bool {
 
 /// What [`run`] answers for a task that cannot run because dlock was shut
 /// down: the task's own kind of error.
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 pub(crate) trait ShutDownOutput {
     /// The output that says dlock was shut down.
     fn shut_down() -> Self;
@@ -244,7 +249,19 @@ impl<T> ShutDownOutput for Result<T, etcd_client::Error> {
     }
 }
 
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(feature = "postgres")]
+impl<T> ShutDownOutput for Result<T, LockError> {
+    fn shut_down() -> Self {
+        Err(LockError::ShutDown)
+    }
+}
+
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 impl<T> ShutDownOutput for Option<T> {
     fn shut_down() -> Self {
         None
@@ -262,7 +279,12 @@ impl<T> ShutDownOutput for Option<T> {
 ///   `.await`), as dropping `task` itself would.
 /// - After [`crate::shutdown`] stopped the runtime (or while it stops it,
 ///   cancelling `task`), the output is [`ShutDownOutput::shut_down`].
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 pub(crate) async fn run<F>(task: F) -> F::Output
 where
     F: Future + Send + 'static,
@@ -289,10 +311,20 @@ where
 }
 
 /// Aborts the task when the future waiting for it is dropped.
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();

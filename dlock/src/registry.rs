@@ -126,7 +126,8 @@ pub fn registry() -> &'static Registry {
 ///
 /// Schemes: `memory://` always; `redis://`, `rediss://`, `redis+cluster://`,
 /// `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`,
-/// `redlock://`, `etcd://`, `etcds://`, `zk://`, `zks://` with
+/// `redlock://`, `etcd://`, `etcds://`, `zk://`, `zks://`, `postgres://`,
+/// `postgresql://` with
 /// their cargo features (the table in [`backends`](crate::backends)).
 ///
 /// # Errors
@@ -174,6 +175,10 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         #[cfg(feature = "zookeeper")]
         Backend::ZooKeeper => Ok(Arc::new(
             crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => Ok(Arc::new(
+            crate::backends::postgres::PostgresBackend::connect(url).await?,
         )),
         // A backend whose cargo feature is off in this build.
         #[allow(unreachable_patterns)]

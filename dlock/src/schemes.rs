@@ -29,6 +29,7 @@ pub(crate) enum Backend {
     Redlock,
     Etcd,
     ZooKeeper,
+    Postgres,
 }
 
 /// Every scheme, in the order errors list them.
@@ -79,6 +80,13 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         rw_locks: true,
         elections: true,
         backend: Backend::ZooKeeper,
+    },
+    Scheme {
+        names: &["postgres", "postgresql"],
+        feature: Some("postgres"),
+        semaphores: false,
+        rw_locks: false,
+        backend: Backend::Postgres,
     },
 ];
 
@@ -166,6 +174,6 @@ mod tests {
             "memory://, redis://, etcd:// or zk://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
-        assert!(all_listed().ends_with(", etcds://, zk:// and zks://"));
+        assert!(all_listed().ends_with(", zk://, zks://, postgres:// and postgresql://"));
     }
 }

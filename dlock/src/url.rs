@@ -1,10 +1,25 @@
 //! Small URL helpers shared by `connect` and the backends.
 
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 pub(crate) mod options;
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 pub(crate) mod parts;
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 pub(crate) mod prefix;
 
 /// Returns `url` with any password replaced by `***`, for `Debug`, errors and logs.
@@ -77,7 +92,12 @@ fn redact_userinfo(url: &str) -> String {
 /// Decodes `%XX` escapes (for passwords and names holding `@`, `:`, `&`,
 /// `/`...). The error says what is wrong, without quoting `text`, which
 /// may be a password.
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres"
+))]
 pub(crate) fn percent_decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -250,6 +250,9 @@ fn schemes() -> Vec<&'static str> {
     if cfg!(all(feature = "zookeeper", feature = "tls")) {
         schemes.push("zks");
     }
+    if cfg!(feature = "postgres") {
+        schemes.extend(["postgres", "postgresql"]);
+    }
     schemes
 }
 
@@ -409,7 +412,7 @@ fn no_url_parameter_is_ignored() {
         if scheme != "memory" {
             cases.push(("prefx=app", "did you mean `prefix`?".to_owned()));
         }
-        let foreign = if scheme.starts_with("zk") {
+        let foreign = if scheme.starts_with("zk") || scheme.starts_with("postgres") {
             "timeout_ms=5"
         } else {
             "session_timeout=5s"

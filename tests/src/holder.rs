@@ -118,6 +118,21 @@ impl Holder {
             .unwrap_or_else(|_| panic!("the holder did not acquire within {limit:?}"))
     }
 
+    /// The OS process id, while it runs (to pause it with SIGSTOP).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Waits (at most `limit`) for the process to exit and returns whether
+    /// it succeeded (a holder whose lease was lost fails its release).
+    pub async fn exit_success(&mut self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the holder did not exit within {limit:?}"))
+            .expect("wait for the holder")
+            .success()
+    }
+
     /// Kills the process with SIGKILL, as a crash would, and reaps it.
     pub async fn kill9(&mut self) {
         self.child.start_kill().expect("SIGKILL the holder");

@@ -1,7 +1,7 @@
 //! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
-//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`) and prints a table of ratios.
+//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`) and prints a table of ratios.
 //!
 //! `--segments` (Redis only) runs the hot-key suite instead: one key, 64
 //! tasks, a single `Lock` against `SegmentedLock` with 4 and 8 segments and
@@ -76,6 +76,11 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
     (&["zk"], "zk://127.0.0.1:2181", |url, _| {
         Box::pin(async move { dlock_bench::zookeeper::run(&url).await })
     }),
+    (
+        &["postgres", "postgresql"],
+        "postgres://postgres@127.0.0.1:5432/postgres",
+        |url, _| Box::pin(async move { dlock_bench::postgres::run(&url).await }),
+    ),
 ];
 
 #[tokio::main]

@@ -13,6 +13,7 @@ const EVERY_BACKEND: &[(&str, &[&str])] = &[
     ("Redlock", REDLOCK),
     ("etcd", ETCD),
     ("ZooKeeper", ZOOKEEPER),
+    ("PostgreSQL", POSTGRES),
 ];
 
 /// `redis://`, `rediss://` and the Cluster forms.
@@ -57,6 +58,16 @@ pub(crate) const REDLOCK: &[&str] = &[
 ];
 /// `etcd://` and `etcds://`.
 pub(crate) const ETCD: &[&str] = &["prefix", "client_name", "timeout", "ca", "domain"];
+/// `postgres://` and `postgresql://`: dlock's own (the libpq ones are
+/// `backends/postgres/config.rs`'s `LIBPQ`).
+pub(crate) const POSTGRES: &[&str] = &[
+    "prefix",
+    "client_name",
+    "timeout",
+    "sessions",
+    "schema",
+    "session_timeout",
+];
 /// `zk://` and `zks://`.
 pub(crate) const ZOOKEEPER: &[&str] = &[
     "session_timeout",
@@ -205,6 +216,11 @@ mod tests {
             .unwrap_err()
             .contains("write e.g. `t=250ms`"));
         assert!(duration("t", "soon").is_err());
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn milliseconds() {
         assert_eq!(millis("x_ms", "0", true), Ok(Duration::ZERO));
         assert!(millis("x_ms", "0", false).is_err());
         assert!(millis("x_ms", "-1", false).is_err());

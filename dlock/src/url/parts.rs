@@ -104,6 +104,7 @@ pub(crate) fn split(url: &str) -> Result<UrlParts<'_>, String> {
 }
 
 /// One `host[:port]` of a host list; an IPv6 address keeps its brackets.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct HostPort {
     /// The host as written: a name, an IPv4 address or `[IPv6]`.
@@ -111,6 +112,7 @@ pub(crate) struct HostPort {
     pub(crate) port: u16,
 }
 
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 impl HostPort {
     /// The host without an IPv6 address's brackets, for clients that take
     /// the address alone.
@@ -120,6 +122,7 @@ impl HostPort {
     }
 }
 
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 impl std::fmt::Display for HostPort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.host, self.port)
@@ -129,6 +132,7 @@ impl std::fmt::Display for HostPort {
 /// Reads a comma-separated host list (`h1:1,h2,[::1]:3`), giving each host
 /// without a port `default_port`. Errors quote the host they are about:
 /// text after the credentials, never a piece of them.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) fn hosts(list: &str, default_port: u16) -> Result<Vec<HostPort>, String> {
     if list.is_empty() {
         return Err(format!(
@@ -140,6 +144,7 @@ pub(crate) fn hosts(list: &str, default_port: u16) -> Result<Vec<HostPort>, Stri
         .collect()
 }
 
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 fn host_port(text: &str, default_port: u16) -> Result<HostPort, String> {
     if text.is_empty() {
         return Err("an empty host in the host list; separate hosts with one `,`".into());
@@ -250,6 +255,7 @@ mod tests {
         assert!(err.contains("password"), "{err}");
     }
 
+    #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
     #[test]
     fn host_lists_take_names_addresses_and_default_ports() {
         let list = hosts("a:1,b,[::1]:3,[::1],10.0.0.1:65535", 2379).unwrap();
@@ -261,6 +267,7 @@ mod tests {
         assert_eq!(list[2].bare_host(), "::1");
     }
 
+    #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
     #[test]
     fn bad_hosts_are_named() {
         for (list, says) in [

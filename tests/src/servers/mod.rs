@@ -10,6 +10,7 @@
 //! | one etcd member | [`EtcdServer::start`], [`EtcdServer::start_tls`] | `url()`: `etcd://` / `etcds://` |
 //! | etcd cluster | [`EtcdCluster::start`] | `url()`: `etcd://a,b,c` |
 //! | ZooKeeper | [`ZkServer::start`], [`ZkServer::start_with`] (tick time, session bounds) | `url()`: `zk://` |
+//! | PostgreSQL | [`PgServer::start`] (run as the `postgres` user when the tests run as root) | `url()`: `postgres://` |
 //! | ZooKeeper ensemble | [`ZkEnsemble::start`] | `url()`: `zk://a,b,c` |
 //!
 //! Each `start` panics with a readable message when the server cannot start (a missing binary
@@ -39,6 +40,7 @@ mod accessors;
 pub mod control;
 pub mod etcd;
 pub mod ports;
+pub mod postgres;
 pub mod process;
 pub mod redis;
 pub mod sentinel;
@@ -46,6 +48,7 @@ pub mod zookeeper;
 
 pub use control::ServerControl;
 pub use etcd::{EtcdCluster, EtcdServer};
+pub use postgres::PgServer;
 pub use redis::{RedisCluster, RedisOptions, RedisServer, RedisSet};
 pub use sentinel::{RedisSentinel, SentinelNode, SentinelOptions};
 pub use zookeeper::{ZkEnsemble, ZkOptions, ZkServer};

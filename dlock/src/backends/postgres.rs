@@ -1,0 +1,732 @@
+//! PostgreSQL: locks on session advisory locks (`pg_try_advisory_lock`),
+//! shared with SQL code that takes the same numbers.
+//!
+//! # URL
+//!
+//! `postgres[ql]://[user[:password]@][host][:port][,host[:port]...][/dbname][?param=value&...]`,
+//! libpq's URL syntax as `tokio_postgres::Config` reads it: several hosts,
+//! `?host=/var/run/postgresql` for a Unix socket directory, `?port=`,
+//! `?dbname=`, `?user=`, `?password=`, `?application_name=`,
+//! `?connect_timeout=`, `?target_session_attrs=`, `?sslmode=disable|prefer`
+//! (TLS is not yet supported: `sslmode=require` is an error). dlock's own:
+//!
+//! - `prefix` (default `dlock`): the namespace of keys, hashed into the
+//!   advisory key (see [`advisory_key_in`]).
+//! - `sessions` (default 4, at most 64): how many connections hold locks.
+//!   Leases are spread over them; holding 1,000 locks opens 4 connections
+//!   (plus one that listens for releases).
+//! - `session_timeout` (default 30 s): the server ends a lock session that
+//!   is silent that long (`idle_session_timeout`, and TCP keepalives and
+//!   `tcp_user_timeout` of about the same length), so a frozen or vanished
+//!   client's locks are freed within it. Each session speaks every third of
+//!   it. A lease's ttl is capped at it ([`Lease::ttl`] reports the capped
+//!   value).
+//! - `schema` (default `public`): the schema of the two tables.
+//! - `timeout` (default 5 s): the bound on connecting and on one request.
+//! - `client_name`: the name written beside each lease (see `crate::inspect`).
+//!
+//! An unknown parameter is an error naming the closest known one. Passwords
+//! never appear in errors or in `describe()`.
+//!
+//! # Protocol
+//!
+//! - The advisory key of a lock is [`advisory_key_in`]`(prefix, key)`: the
+//!   first 8 bytes of SHA-256 of `<prefix>:<key>`, big-endian, as a signed
+//!   bigint. Stable across versions; psql computes the same number.
+//! - `try_acquire` sends one statement on one session: `pg_try_advisory_lock`
+//!   and, when granted, the next fencing token: an upsert of the key's row in
+//!   `<schema>.dlock_fences` (`counter + 1`, created on first use, kept for
+//!   good), and the holder's token, fence and expiry in the unlogged table
+//!   `<schema>.dlock_holders` (for `inspect`, `list`, `force_release` and
+//!   the renewal's check; unlogged, so that releases and renewals cost no
+//!   WAL flush). Fencing tokens therefore increase strictly per key across
+//!   releases, sessions, clients and server restarts; the counter's upsert
+//!   is the one durable write (one commit) of an acquisition.
+//! - A session never asks for a key it holds (advisory locks are reentrant
+//!   per session): each session keeps the set of its keys, and a key held
+//!   through every session is busy.
+//! - `release` is one statement: the holder row cleared, `pg_advisory_unlock`, and
+//!   `NOTIFY dlock_released, '<advisory key>'`.
+//! - `acquire` waits on a dedicated `LISTEN dlock_released` connection and
+//!   tries again when its key is announced, with a re-check every second as
+//!   the net for releases nobody announces (psql's unlock, a session the
+//!   server ended). A dropped or timed-out attempt whose grant may have
+//!   happened unlocks in the background, on the same session, behind it.
+//! - `renew` runs one statement per session: it reads `pg_locks` for the
+//!   session's own advisory locks and moves the rows' expiry. A lock no
+//!   longer held by the session is `Refused`; a row no longer naming the
+//!   lease's token (`force_release`) is `Deleted` and the lock is unlocked;
+//!   a session whose connection ended (`pg_terminate_backend`, a restart) is
+//!   `SessionExpired` for every lease on it, and only those. A lease whose
+//!   local deadline passes without a renewal is unlocked by the backend.
+//!
+//! # Not yet
+//!
+//! Semaphores, read-write locks and TLS are not built for PostgreSQL yet:
+//! `Semaphore` and `RwLock` answer the usual "not supported by this
+//! backend" error. `MultiLock` and `SegmentedLock` work key by key.
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+//! let pg = dlock::connect("postgres://app:secret@127.0.0.1:5432/app?sessions=2").await?;
+//! let guard = dlock::Lock::new("nightly-report").with_backend(pg).acquire().await?;
+//! // In SQL, `SELECT pg_try_advisory_lock(<advisory_key("nightly-report")>)` is now false.
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod held;
+mod inspect;
+mod listener;
+mod session;
+mod sql;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+
+use self::config::Config;
+use self::held::HeldMap;
+use self::listener::{Listener, Waiters};
+use self::session::{Pool, Reserved, Session};
+use self::sql::Statements;
+use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::{LockError, LockInfo};
+
+/// How often a waiter tries again when no release was announced.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The advisory key of the lock `key` under the default prefix (`dlock`):
+/// what `SELECT pg_advisory_lock(<number>)` takes to exclude a dlock holder
+/// of `key`, and to be excluded by one.
+///
+/// The number is the first 8 bytes of the SHA-256 of `dlock:<key>` (UTF-8),
+/// read as a big-endian signed 64-bit integer. It never changes between
+/// versions of dlock. psql computes the same number:
+///
+/// ```sql
+/// SELECT ('x' || left(encode(sha256(convert_to('dlock:nightly-report', 'UTF8')), 'hex'), 16))::bit(64)::bigint;
+/// -- then: SELECT pg_advisory_lock(that number);
+/// ```
+///
+/// ```
+/// use dlock::backends::postgres::advisory_key;
+/// assert_eq!(advisory_key("job"), advisory_key("job"));
+/// assert_ne!(advisory_key("job"), advisory_key("job2"));
+/// ```
+pub fn advisory_key(key: &str) -> i64 {
+    advisory_key_in(config::DEFAULT_PREFIX, key)
+}
+
+/// The advisory key of the lock `key` for a backend whose URL says
+/// `?prefix=<prefix>`: the first 8 bytes of the SHA-256 of
+/// `<prefix>:<key>`, big-endian, signed (see [`advisory_key`]).
+///
+/// ```
+/// use dlock::backends::postgres::{advisory_key, advisory_key_in};
+/// assert_eq!(advisory_key_in("dlock", "job"), advisory_key("job"));
+/// ```
+pub fn advisory_key_in(prefix: &str, key: &str) -> i64 {
+    let digest = Sha256::new()
+        .chain_update(prefix.as_bytes())
+        .chain_update(b":")
+        .chain_update(key.as_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+/// The PostgreSQL backend (see the module docs).
+pub struct PostgresBackend {
+    config: Config,
+    /// The URL, password redacted.
+    shown: String,
+    statements: Statements,
+    pool: Pool,
+    held: Arc<Mutex<HeldMap>>,
+    waiters: Arc<Waiters>,
+    listener: tokio::sync::Mutex<Option<Listener>>,
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("url", &self.shown)
+            .field("config", &self.config)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A transport or server failure of the backend `shown`.
+pub(super) fn failed(shown: &str, e: impl Into<Failure>) -> LockError {
+    LockError::backend(shown, e.into().0)
+}
+
+/// The text of a failure: tokio-postgres's own `Display` of a server error
+/// is only "db error", so the server's severity, code, message, detail and
+/// hint are spelled out (none of them holds the password).
+pub(super) struct Failure(String);
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if let Some(db) = e.as_db_error() {
+            let mut text = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+            if let Some(detail) = db.detail() {
+                text.push_str(&format!(" ({detail})"));
+            }
+            if let Some(hint) = db.hint() {
+                text.push_str(&format!("; hint: {hint}"));
+            }
+            return Failure(text);
+        }
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            let more = s.to_string();
+            if !text.contains(&more) {
+                text.push_str(&format!(": {more}"));
+            }
+            source = s.source();
+        }
+        Failure(text)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(text: String) -> Self {
+        Failure(text)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(text: &str) -> Self {
+        Failure(text.to_owned())
+    }
+}
+
+/// A request whose answer may be a grant: if dropped before that answer is
+/// read, the key is unlocked in the background on the same session.
+struct Pending {
+    session: Option<Arc<Session>>,
+    key: i64,
+}
+
+impl Pending {
+    fn disarm(&mut self) {
+        self.session = None;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            held::unlock_in_background(session, self.key);
+        }
+    }
+}
+
+impl PostgresBackend {
+    /// Connects to the server of `url` (see the module docs for its form),
+    /// opens the first lock session and creates the tables if missing.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for a malformed URL, an unknown
+    /// parameter, `sslmode=require`, a read-only standby, or a role that may
+    /// not create the tables; [`LockError::Backend`] for a server that
+    /// cannot be reached or refuses the login, within the connect timeout.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// use dlock::backends::postgres::PostgresBackend;
+    /// let pg = PostgresBackend::connect("postgres://app@/app?host=/var/run/postgresql").await?;
+    /// assert_eq!(pg.session_timeout(), std::time::Duration::from_secs(30));
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        crate::background::check()?;
+        let config = config::parse(url)?;
+        let shown = config::shown(url);
+        let statements = Statements::new(&config.schema);
+        let first = {
+            let (config, statements, shown) = (config.clone(), statements.clone(), shown.clone());
+            crate::background::run(async move {
+                session::open(&config, &statements, &shown, true).await
+            })
+            .await?
+        };
+        let pool = Pool::new(config.sessions);
+        pool.adopt(first);
+        Ok(PostgresBackend {
+            config,
+            shown,
+            statements,
+            pool,
+            held: Arc::new(Mutex::new(HeldMap::new())),
+            waiters: Arc::new(Waiters::default()),
+            listener: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// How long the server lets a lock session be silent before it ends it
+    /// and frees its locks (`?session_timeout=`): a frozen client's locks
+    /// are free after about this long, and every lease's ttl is capped at it.
+    pub fn session_timeout(&self) -> Duration {
+        self.config.session_timeout
+    }
+
+    /// The fence table's name for `key`: `<prefix>:<key>`.
+    fn name_of(&self, key: &str) -> String {
+        format!("{}:{key}", self.config.prefix)
+    }
+
+    fn clamp(&self, ttl: Duration) -> Duration {
+        ttl.min(self.config.session_timeout)
+    }
+
+    /// `fut` within the request timeout, its error the backend's.
+    async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(self.config.timeout, fut).await {
+            Ok(Ok(t)) => Ok(t),
+            Ok(Err(e)) => Err(failed(&self.shown, e)),
+            Err(_) => Err(self.silent()),
+        }
+    }
+
+    fn silent(&self) -> LockError {
+        failed(
+            &self.shown,
+            format!("the server did not answer within {:?}", self.config.timeout),
+        )
+    }
+
+    /// Opens a lock session on dlock's background runtime.
+    async fn open_session(&self) -> Result<Arc<Session>, LockError> {
+        let (config, statements, shown) = (
+            self.config.clone(),
+            self.statements.clone(),
+            self.shown.clone(),
+        );
+        crate::background::run(
+            async move { session::open(&config, &statements, &shown, false).await },
+        )
+        .await
+    }
+
+    /// A live session for a read (inspect, list, force_release).
+    async fn any_session(&self) -> Result<Arc<Session>, LockError> {
+        match self.pool.reserve(None, || self.open_session()).await? {
+            Reserved::On(session) => Ok(session),
+            Reserved::Busy => Err(failed(&self.shown, "no session could be opened")),
+        }
+    }
+
+    /// Makes sure the listening connection is up; false if it cannot be.
+    async fn ensure_listener(&self) -> bool {
+        let mut listener = self.listener.lock().await;
+        if listener.as_ref().is_some_and(Listener::is_alive) {
+            return true;
+        }
+        let (config, shown, waiters) = (
+            self.config.clone(),
+            self.shown.clone(),
+            Arc::downgrade(&self.waiters),
+        );
+        match crate::background::run(async move { Listener::open(&config, &shown, waiters).await })
+            .await
+        {
+            Ok(new) => {
+                *listener = Some(new);
+                listener::listening_again(&self.waiters);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "PostgreSQL listener could not connect; waiters re-check on a timer");
+                false
+            }
+        }
+    }
+
+    /// One attempt: a free session, `pg_try_advisory_lock` and the fence.
+    async fn try_once(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        let key = advisory_key_in(&self.config.prefix, &req.key);
+        let session = match self.pool.reserve(Some(key), || self.open_session()).await? {
+            Reserved::On(session) => session,
+            Reserved::Busy => return Ok(None),
+        };
+        let mut pending = Pending {
+            session: Some(session.clone()),
+            key,
+        };
+        let ttl = self.clamp(req.ttl);
+        let name = self.name_of(&req.key);
+        let secs = ttl.as_secs_f64();
+        let sent = Instant::now();
+        let row = self
+            .bounded(
+                session
+                    .client
+                    .query_one(&session.prepared.acquire, &[&key, &name, &req.token, &secs]),
+            )
+            .await?;
+        pending.disarm();
+        let granted: bool = row.get(0);
+        if !granted {
+            session.unreserve(key);
+            return Ok(None);
+        }
+        let fence: Option<i64> = row.get(1);
+        let valid_until = lease_deadline(sent, ttl);
+        held::remember(&self.held, &req.token, session, key, valid_until);
+        Ok(Some(Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl,
+            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
+            valid_until,
+            resource: format!("pg_advisory_lock({key})"),
+        }))
+    }
+
+    /// Renews the leases `at` (indexes into `leases`) on one session.
+    async fn renew_on(
+        &self,
+        session: Arc<Session>,
+        leases: &[Lease],
+        at: Vec<usize>,
+    ) -> Vec<(usize, Result<Renewal, LockError>)> {
+        let forget = |i: usize| {
+            lock(&self.held).remove(&leases[i].token);
+        };
+        if !session.is_alive() {
+            at.iter().for_each(|&i| forget(i));
+            return at
+                .into_iter()
+                .map(|i| (i, Ok(Renewal::SessionExpired)))
+                .collect();
+        }
+        let keys: Vec<i64> = at
+            .iter()
+            .map(|&i| advisory_key_in(&self.config.prefix, &leases[i].key))
+            .collect();
+        let names: Vec<String> = at.iter().map(|&i| self.name_of(&leases[i].key)).collect();
+        let tokens: Vec<&str> = at.iter().map(|&i| leases[i].token.as_str()).collect();
+        let secs: Vec<f64> = at
+            .iter()
+            .map(|&i| self.clamp(leases[i].ttl).as_secs_f64())
+            .collect();
+        let sent = Instant::now();
+        let rows = self
+            .bounded(
+                session
+                    .client
+                    .query(&session.prepared.renew, &[&keys, &names, &tokens, &secs]),
+            )
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(_) if !session.is_alive() => {
+                at.iter().for_each(|&i| forget(i));
+                return at
+                    .into_iter()
+                    .map(|i| (i, Ok(Renewal::SessionExpired)))
+                    .collect();
+            }
+            Err(e) => {
+                let text = e.to_string();
+                return at
+                    .into_iter()
+                    .map(|i| (i, Err(failed(&self.shown, text.clone()))))
+                    .collect();
+            }
+        };
+        let found: std::collections::HashMap<&str, bool> = rows
+            .iter()
+            .map(|row| (row.get::<_, &str>(0), row.get::<_, bool>(1)))
+            .collect();
+        at.into_iter()
+            .zip(keys.iter().zip(&names))
+            .map(|(i, (&key, name))| {
+                let answer = match found.get(name.as_str()) {
+                    Some(true) => {
+                        let valid_until = lease_deadline(sent, self.clamp(leases[i].ttl));
+                        if let Some(h) = lock(&self.held).get_mut(&leases[i].token) {
+                            h.valid_until = valid_until;
+                        }
+                        Renewal::Renewed { valid_until }
+                    }
+                    // The row names another holder: force-released. The
+                    // session still has the lock: let it go.
+                    Some(false) => {
+                        forget(i);
+                        held::unlock_in_background(session.clone(), key);
+                        Renewal::Deleted
+                    }
+                    None => {
+                        forget(i);
+                        session.unreserve(key);
+                        Renewal::Refused
+                    }
+                };
+                (i, Ok(answer))
+            })
+            .collect()
+    }
+}
+
+impl Drop for PostgresBackend {
+    fn drop(&mut self) {
+        self.pool.close_all();
+    }
+}
+
+/// Refuses a standby: its advisory locks exclude nobody on the primary,
+/// and it cannot write fences.
+async fn check_server(
+    client: &tokio_postgres::Client,
+    config: &Config,
+    shown: &str,
+) -> Result<(), LockError> {
+    let answer = tokio::time::timeout(
+        config.timeout,
+        client.query_one("SELECT pg_is_in_recovery()", &[]),
+    )
+    .await;
+    let in_recovery: bool = match answer {
+        Ok(Ok(row)) => row.get(0),
+        Ok(Err(e)) => return Err(failed(shown, e)),
+        Err(_) => return Err(failed(shown, "the server did not answer")),
+    };
+    if in_recovery {
+        return Err(LockError::invalid_option(format!(
+            "`{shown}` is a read-only standby (pg_is_in_recovery() is true): locks must be taken on the primary; list the primary, or every host with `?target_session_attrs=read-write`"
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the fence and holder tables on first use; a clear error when the
+/// role may not.
+async fn ensure_table(
+    client: &tokio_postgres::Client,
+    config: &Config,
+    statements: &Statements,
+    shown: &str,
+) -> Result<(), LockError> {
+    let asked = async {
+        client
+            .query_one(
+                "SELECT to_regclass($1::text) IS NOT NULL AND to_regclass($2::text) IS NOT NULL",
+                &[&statements.table, &statements.holders],
+            )
+            .await
+    };
+    let exists: bool = match tokio::time::timeout(config.timeout, asked).await {
+        Ok(Ok(row)) => row.get(0),
+        Ok(Err(e)) => return Err(failed(shown, e)),
+        Err(_) => return Err(failed(shown, "the server did not answer")),
+    };
+    if exists {
+        return Ok(());
+    }
+    match client.batch_execute(&statements.create_tables()).await {
+        Ok(()) => Ok(()),
+        // Another client created it at the same time.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => Ok(()),
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+                    | Some(&tokio_postgres::error::SqlState::INVALID_SCHEMA_NAME)
+            ) =>
+        {
+            Err(LockError::invalid_option(format!(
+                "`{shown}`: the tables {table} and {holders} are missing and this role may not create them ({e}); \
+                 have an owner run `{create}` and `GRANT SELECT, INSERT, UPDATE ON {table}, {holders} TO <role>`, \
+                 or name a schema the role may create tables in with `?schema=`",
+                table = statements.table,
+                holders = statements.holders,
+                create = statements.create_tables(),
+                e = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+            )))
+        }
+        Err(e) => Err(failed(shown, e)),
+    }
+}
+
+#[async_trait]
+impl LockBackend for PostgresBackend {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    fn client_name(&self) -> Option<&str> {
+        Some(
+            self.config
+                .client_name
+                .as_deref()
+                .unwrap_or_else(|| crate::inspect::default_client_name()),
+        )
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        self.try_once(req).await
+    }
+
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let key = advisory_key_in(&self.config.prefix, &req.key);
+        let waiting = self.waiters.register(key);
+        loop {
+            // Listening before the attempt: a release after it is not missed.
+            self.ensure_listener().await;
+            let notified = waiting.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let attempt = self.try_once(req);
+            let answer = match deadline {
+                Some(d) => match tokio::time::timeout_at(d.into(), attempt).await {
+                    Ok(answer) => answer,
+                    Err(_) => return Ok(None),
+                },
+                None => attempt.await,
+            };
+            if let Some(lease) = answer? {
+                return Ok(Some(lease));
+            }
+            let jitter = Duration::from_millis(u64::from(rand_byte()) * 2);
+            let mut nap = Instant::now() + RECHECK - Duration::from_millis(256) + jitter;
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Ok(None);
+                }
+                nap = nap.min(d);
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(nap.into()) => {}
+            }
+        }
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let mut answers: Vec<Option<Result<Renewal, LockError>>> =
+            (0..leases.len()).map(|_| None).collect();
+        let mut by_session: Vec<(Arc<Session>, Vec<usize>)> = Vec::new();
+        {
+            let held = lock(&self.held);
+            for (i, lease) in leases.iter().enumerate() {
+                match held.get(&lease.token) {
+                    None => answers[i] = Some(Ok(Renewal::Refused)),
+                    Some(h) => match by_session
+                        .iter_mut()
+                        .find(|(s, _)| Arc::ptr_eq(s, &h.session))
+                    {
+                        Some((_, at)) => at.push(i),
+                        None => by_session.push((h.session.clone(), vec![i])),
+                    },
+                }
+            }
+        }
+        let rounds = by_session
+            .into_iter()
+            .map(|(session, at)| self.renew_on(session, leases, at));
+        for round in futures_util::future::join_all(rounds).await {
+            for (i, answer) in round {
+                answers[i] = Some(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or(Ok(Renewal::Refused)))
+            .collect()
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let Some(h) = lock(&self.held).remove(&lease.token) else {
+            return Ok(false);
+        };
+        if !h.session.is_alive() {
+            return Ok(false);
+        }
+        let mut pending = Pending {
+            session: Some(h.session.clone()),
+            key: h.key,
+        };
+        let name = self.name_of(&lease.key);
+        let row = self
+            .bounded(
+                h.session
+                    .client
+                    .query_one(&h.session.prepared.release, &[&h.key, &name, &lease.token]),
+            )
+            .await;
+        let row = match row {
+            Ok(row) => row,
+            Err(_) if !h.session.is_alive() => {
+                pending.disarm();
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        pending.disarm();
+        h.session.unreserve(h.key);
+        let unlocked: bool = row.get(0);
+        let ours: i64 = row.get(1);
+        Ok(unlocked && ours == 1)
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        self.inspect_key(key).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        self.force_release_key(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, LockInfo)>, LockError> {
+        self.list_keys(prefix).await
+    }
+}
+
+/// A random byte, for jitter.
+fn rand_byte() -> u8 {
+    let mut b = [0u8; 1];
+    let _ = getrandom::fill(&mut b);
+    b[0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fixed vectors: these numbers are a public contract (SQL code takes
+    /// them), so they must never change.
+    #[test]
+    fn advisory_keys_never_change() {
+        assert_eq!(advisory_key("job"), advisory_key_in("dlock", "job"));
+        assert_eq!(advisory_key("job"), FIXED_JOB);
+        assert_eq!(advisory_key_in("billing", "invoice/7"), FIXED_BILLING);
+        assert_eq!(advisory_key(""), FIXED_EMPTY);
+    }
+    // Computed independently: `SELECT ('x' || left(encode(sha256(convert_to(
+    // 'dlock:job', 'UTF8')), 'hex'), 16))::bit(64)::bigint` in psql.
+    const FIXED_JOB: i64 = -468_033_427_176_012_955;
+    const FIXED_BILLING: i64 = 2_343_783_483_635_354_943;
+    const FIXED_EMPTY: i64 = -5_487_780_231_628_317_163;
+}

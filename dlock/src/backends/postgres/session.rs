@@ -1,0 +1,320 @@
+//! Sessions: the bounded pool of connections that hold advisory locks.
+//!
+//! Advisory locks belong to a session, and are reentrant within it, so
+//! each session keeps the set of advisory keys it holds or is asking for
+//! (reserved before the request is sent): the backend never asks a session
+//! for a key it already has, and a key held through every session is busy.
+//! A session ends when its connection closes (the server terminated it, a
+//! restart, a network failure) or when the backend closes it; it is then
+//! dead for good, its leases are lost, and its slot is filled by a new
+//! session at the next acquisition.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_postgres::{Client, NoTls, Statement};
+
+use super::config::Config;
+use super::sql::Statements;
+use super::{failed, lock};
+use crate::LockError;
+
+/// One connection holding locks.
+pub(super) struct Session {
+    pub(super) client: Client,
+    /// The prepared statements of this connection.
+    pub(super) prepared: Prepared,
+    /// Advisory keys held (or asked for) through this session.
+    held: Mutex<HashSet<i64>>,
+    /// False once the connection has ended, or [`close`](Self::close) ran.
+    alive: Arc<AtomicBool>,
+    /// Ends the connection task, so the server frees the session's locks.
+    closing: Arc<Notify>,
+    /// The server process id of the session, for operators (`pg_locks.pid`).
+    pub(super) pid: i32,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("pid", &self.pid)
+            .field("alive", &self.is_alive())
+            .field("held", &lock(&self.held).len())
+            .finish()
+    }
+}
+
+/// The statements every lock session runs, prepared once.
+pub(super) struct Prepared {
+    pub(super) acquire: Statement,
+    pub(super) renew: Statement,
+    pub(super) release: Statement,
+    pub(super) unlock: Statement,
+}
+
+impl Session {
+    pub(super) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst) && !self.client.is_closed()
+    }
+
+    /// Ends the session: its connection closes and the server frees every
+    /// lock it held.
+    pub(super) fn close(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+        self.closing.notify_one();
+    }
+
+    /// How many keys it holds or asks for.
+    fn load(&self) -> usize {
+        lock(&self.held).len()
+    }
+
+    /// Reserves `key` on this session; false if it already has it.
+    fn reserve(&self, key: i64) -> bool {
+        lock(&self.held).insert(key)
+    }
+
+    /// Forgets `key`: no longer held through this session.
+    pub(super) fn unreserve(&self, key: i64) {
+        lock(&self.held).remove(&key);
+    }
+}
+
+/// The slots of the pool: a session each, or none yet.
+#[derive(Debug)]
+pub(super) struct Pool {
+    slots: Mutex<Vec<Option<Arc<Session>>>>,
+    /// One connect at a time, so two acquisitions do not fill one slot twice.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+/// What [`Pool::reserve`] found.
+pub(super) enum Reserved {
+    /// The key is reserved on this session.
+    On(Arc<Session>),
+    /// Every session of the pool holds the key already (for this process's
+    /// other leases): busy.
+    Busy,
+}
+
+impl Pool {
+    pub(super) fn new(size: usize) -> Self {
+        Pool {
+            slots: Mutex::new(vec![None; size]),
+            connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Puts an opened session in the first empty or dead slot.
+    pub(super) fn adopt(&self, session: Arc<Session>) {
+        let mut slots = lock(&self.slots);
+        if let Some(slot) = slots
+            .iter_mut()
+            .find(|s| s.as_ref().is_none_or(|s| !s.is_alive()))
+        {
+            *slot = Some(session);
+        }
+    }
+
+    /// Reserves `key` on the least loaded session that does not have it,
+    /// opening a session in an empty (or dead) slot when that is the least
+    /// loaded. `key` `None`: any live session, nothing reserved.
+    pub(super) async fn reserve<F, Fut>(
+        &self,
+        key: Option<i64>,
+        open: F,
+    ) -> Result<Reserved, LockError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Arc<Session>, LockError>>,
+    {
+        // Bounded: each round either returns or fills one slot.
+        let size = lock(&self.slots).len();
+        for _ in 0..=size {
+            let empty = {
+                let slots = lock(&self.slots);
+                let mut best: Option<(usize, usize)> = None; // (load, index)
+                for (i, slot) in slots.iter().enumerate() {
+                    let load = match slot {
+                        Some(s) if s.is_alive() => {
+                            if key.is_some_and(|k| lock(&s.held).contains(&k)) {
+                                continue;
+                            }
+                            s.load()
+                        }
+                        _ => 0,
+                    };
+                    if best.is_none_or(|(l, _)| load < l) {
+                        best = Some((load, i));
+                    }
+                }
+                let Some((_, i)) = best else {
+                    return Ok(Reserved::Busy);
+                };
+                match &slots[i] {
+                    Some(s) if s.is_alive() => {
+                        if let Some(k) = key {
+                            s.reserve(k);
+                        }
+                        return Ok(Reserved::On(s.clone()));
+                    }
+                    _ => i,
+                }
+            };
+            let _one = self.connecting.lock().await;
+            let still_empty = lock(&self.slots)[empty]
+                .as_ref()
+                .is_none_or(|s| !s.is_alive());
+            if still_empty {
+                let session = open().await?;
+                lock(&self.slots)[empty] = Some(session);
+            }
+        }
+        Ok(Reserved::Busy)
+    }
+
+    /// Closes every session (the backend is dropped).
+    pub(super) fn close_all(&self) {
+        for s in lock(&self.slots).iter().flatten() {
+            s.close();
+        }
+    }
+}
+
+/// Opens one lock session: connects, sets the server's timeouts that free
+/// its locks when this client goes silent, prepares the statements, and
+/// starts its pinger. The `first` session of a backend also checks the
+/// server is a primary and creates the fence table if missing. Run on
+/// dlock's background runtime.
+pub(super) async fn open(
+    config: &Config,
+    statements: &Statements,
+    shown: &str,
+    first: bool,
+) -> Result<Arc<Session>, LockError> {
+    let (client, connection) = connect(config, shown).await?;
+    let t = config.session_timeout;
+    let third_secs = (t.as_secs() / 3).max(1);
+    // The server ends the session when the client sends nothing for
+    // `session_timeout` (a frozen or vanished client; the pinger below
+    // speaks every third of it), and its TCP keepalives and user timeout
+    // notice a dead peer in about the same time.
+    let settings = format!(
+        "SET idle_session_timeout = {ms}; SET tcp_user_timeout = {ms}; \
+         SET tcp_keepalives_idle = {third_secs}; SET tcp_keepalives_interval = {third_secs}; \
+         SET tcp_keepalives_count = 3",
+        ms = t.as_millis(),
+    );
+    let closing = Arc::new(Notify::new());
+    let alive = Arc::new(AtomicBool::new(true));
+    let (task_alive, task_closing) = (alive.clone(), closing.clone());
+    // The connection task lives on the runtime this runs on (the background
+    // one); ending it (the connection closed, or `close`) closes the socket.
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = connection => {}
+            () = task_closing.notified() => {}
+        }
+        task_alive.store(false, Ordering::SeqCst);
+    });
+    let setup = async {
+        client
+            .batch_execute(&settings)
+            .await
+            .map_err(|e| failed(shown, e))?;
+        if first {
+            super::check_server(&client, config, shown).await?;
+            super::ensure_table(&client, config, statements, shown).await?;
+        }
+        let (acquire, renew, release, unlock) = tokio::try_join!(
+            client.prepare(&statements.acquire),
+            client.prepare(&statements.renew),
+            client.prepare(&statements.release),
+            client.prepare(&statements.unlock),
+        )
+        .map_err(|e| failed(shown, e))?;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .map_err(|e| failed(shown, e))?
+            .get(0);
+        Ok::<_, LockError>((
+            Prepared {
+                acquire,
+                renew,
+                release,
+                unlock,
+            },
+            pid,
+        ))
+    };
+    let (prepared, pid) = match tokio::time::timeout(config.timeout, setup).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            return Err(failed(
+                shown,
+                format!(
+                    "a new session's setup did not answer within {:?}",
+                    config.timeout
+                ),
+            ))
+        }
+    };
+    let session = Arc::new(Session {
+        client,
+        prepared,
+        held: Mutex::new(HashSet::new()),
+        alive,
+        closing,
+        pid,
+    });
+    tokio::spawn(ping(Arc::downgrade(&session), t / 3));
+    tracing::debug!(pid, "PostgreSQL lock session opened");
+    Ok(session)
+}
+
+/// Connects within the connect timeout, with the client's keepalives on.
+pub(super) async fn connect(
+    config: &Config,
+    shown: &str,
+) -> Result<
+    (
+        Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    ),
+    LockError,
+> {
+    let mut pg = config.pg.clone();
+    let third = config.session_timeout / 3;
+    pg.keepalives(true)
+        .keepalives_idle(third.max(Duration::from_secs(1)))
+        .tcp_user_timeout(config.session_timeout);
+    let limit = *pg.get_connect_timeout().unwrap_or(&config.timeout);
+    match tokio::time::timeout(limit + Duration::from_millis(100), pg.connect(NoTls)).await {
+        Ok(Ok(pair)) => Ok(pair),
+        Ok(Err(e)) => Err(failed(shown, e)),
+        Err(_) => Err(failed(
+            shown,
+            format!("connecting did not finish within {limit:?}"),
+        )),
+    }
+}
+
+/// Speaks on the session every third of the session timeout, so the server
+/// does not end a healthy session for silence.
+async fn ping(session: Weak<Session>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(s) = session.upgrade() else { return };
+        if !s.is_alive() {
+            return;
+        }
+        if let Ok(Err(e)) = tokio::time::timeout(every, s.client.batch_execute("SELECT 1")).await {
+            tracing::debug!(pid = s.pid, error = %e, "PostgreSQL session ping failed");
+        }
+    }
+}

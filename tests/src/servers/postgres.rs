@@ -1,0 +1,435 @@
+//! PostgreSQL for the tests: one server on a free loopback port, its data
+//! directory copied from one `initdb` template kept in `$TMPDIR` (initdb
+//! takes about 1.5 s; a copy a few ms), `fsync=off`, trust authentication, the
+//! superuser `postgres`. PostgreSQL refuses to run as root, so when the
+//! tests run as root, `initdb` and `postgres` run as the `postgres` system
+//! user (which the Debian package creates), in directories that user owns.
+//! Readiness is `psql -c 'SELECT 1'` answering. Stopped on drop.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::error::{Context, HarnessError, HarnessResult};
+use crate::servers::accessors::single_server_accessors;
+use crate::servers::control::ServerControl;
+use crate::servers::ports::{free_port, retry_port_clash};
+use crate::servers::process::{require_binary, run_command, ProcessSpec, ServerProcess};
+
+/// Debian packages that provide the server and `psql`.
+pub const POSTGRES_PACKAGES: &str = "postgresql postgresql-client";
+/// Upper bound for the server to answer.
+pub const POSTGRES_READY_LIMIT: Duration = Duration::from_secs(30);
+/// Upper bound for one `psql` run.
+const PSQL_LIMIT: Duration = Duration::from_secs(20);
+/// Upper bound for `initdb`.
+const INITDB_LIMIT: Duration = Duration::from_secs(120);
+
+/// One PostgreSQL server on 127.0.0.1, stopped on drop.
+#[derive(Debug)]
+pub struct PgServer {
+    // Field order matters: the process must stop before the temp dir is removed.
+    process: ServerProcess,
+    port: u16,
+    psql: PathBuf,
+    dir: TempDir,
+}
+
+/// The directory of the newest installed PostgreSQL's binaries
+/// (`/usr/lib/postgresql/<version>/bin` on Debian), or `pg_config --bindir`'s.
+fn bindir() -> HarnessResult<PathBuf> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("postgres").is_file().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    if let Some((_, bin)) = found.pop() {
+        return Ok(bin);
+    }
+    require_binary("postgres", POSTGRES_PACKAGES)
+        .map(|p| p.parent().map(Path::to_path_buf).unwrap_or_default())
+}
+
+/// The uid and gid of the `postgres` user when this process is root (it
+/// must not run the server), else `None` (run as ourselves).
+fn server_user() -> HarnessResult<Option<(u32, u32)>> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self")
+        .context(|| "read /proc/self".to_string())?
+        .uid();
+    if me != 0 {
+        return Ok(None);
+    }
+    let passwd =
+        std::fs::read_to_string("/etc/passwd").context(|| "read /etc/passwd".to_string())?;
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"postgres") && f.len() > 3)
+        .and_then(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+        .map(Some)
+        .ok_or_else(|| {
+            HarnessError::new(format!(
+                "the tests run as root and PostgreSQL refuses to: there is no `postgres` user to run it as; run `sudo apt-get install {POSTGRES_PACKAGES}` (which creates it) or `scripts/install-deps.sh`"
+            ))
+        })
+}
+
+/// Hands `path` (recursively) to `user`.
+fn give(path: &Path, user: Option<(u32, u32)>) -> HarnessResult<()> {
+    let Some((uid, gid)) = user else {
+        return Ok(());
+    };
+    std::os::unix::fs::chown(path, Some(uid), Some(gid))
+        .context(|| format!("chown {}", path.display()))?;
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).context(|| format!("read {}", path.display()))? {
+            let entry = entry.context(|| format!("read {}", path.display()))?;
+            give(&entry.path(), user)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `initdb` every server copies: made once per machine, user and
+/// PostgreSQL version at `$TMPDIR/dlock-pg-template-<version>-<uid>` (about
+/// 40 MB, kept as a cache: a static is never dropped, so a per-process
+/// template would be left behind by every test process), and reused while
+/// its `PG_VERSION` is there. A process that loses the race to create it
+/// uses the winner's and removes its own.
+fn template() -> HarnessResult<&'static Path> {
+    static TEMPLATE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let made = TEMPLATE.get_or_init(|| make_template().map_err(|e| e.to_string()));
+    match made {
+        Ok(data) => Ok(data.as_path()),
+        Err(e) => Err(HarnessError::new(e.clone())),
+    }
+}
+
+fn make_template() -> HarnessResult<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let bin = bindir()?;
+    let user = server_user()?;
+    let version = bin
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|v| v.to_str())
+        .unwrap_or("pg")
+        .to_owned();
+    let me = std::fs::metadata("/proc/self")
+        .context(|| "read /proc/self".to_string())?
+        .uid();
+    let fixed = std::env::temp_dir().join(format!("dlock-pg-template-{version}-{me}"));
+    if fixed.join("data").join("PG_VERSION").is_file() {
+        return Ok(fixed.join("data"));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("dlock-pg-initdb-")
+        .tempdir()
+        .context(|| "create temp dir for initdb".to_string())?;
+    give(dir.path(), user)?;
+    let data = dir.path().join("data");
+    let mut initdb = std::process::Command::new(bin.join("initdb"));
+    initdb
+        .args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "-D",
+        ])
+        .arg(&data)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some((uid, gid)) = user {
+        use std::os::unix::process::CommandExt;
+        initdb.uid(uid).gid(gid);
+    }
+    let child = initdb
+        .spawn()
+        .context(|| format!("run {}", bin.join("initdb").display()))?;
+    let out = wait_bounded(child, INITDB_LIMIT)?;
+    if !out.status.success() {
+        return Err(HarnessError::new(format!(
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    // A rename onto an existing, non-empty directory fails: then another
+    // process made it first, and `dir` (dropped) is removed.
+    if std::fs::rename(dir.path(), &fixed).is_ok() {
+        std::mem::forget(dir);
+    } else if !fixed.join("data").join("PG_VERSION").is_file() {
+        return Err(HarnessError::new(format!(
+            "could not move the initdb template to {}",
+            fixed.display()
+        )));
+    }
+    Ok(fixed.join("data"))
+}
+
+/// Waits for `child` at most `limit`, killing it after.
+fn wait_bounded(
+    mut child: std::process::Child,
+    limit: Duration,
+) -> HarnessResult<std::process::Output> {
+    let started = std::time::Instant::now();
+    loop {
+        if child
+            .try_wait()
+            .context(|| "wait for initdb".to_string())?
+            .is_some()
+        {
+            return child
+                .wait_with_output()
+                .context(|| "read initdb output".to_string());
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(HarnessError::new(format!(
+                "initdb did not finish within {limit:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Copies the directory `from` into `to` (files and directories only).
+fn copy_dir(from: &Path, to: &Path) -> HarnessResult<()> {
+    std::fs::create_dir_all(to).context(|| format!("create {}", to.display()))?;
+    for entry in std::fs::read_dir(from).context(|| format!("read {}", from.display()))? {
+        let entry = entry.context(|| format!("read {}", from.display()))?;
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .context(|| format!("copy {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+impl PgServer {
+    /// Starts a server. Panics with the harness error (e.g. how to install
+    /// PostgreSQL) if it cannot.
+    #[track_caller]
+    pub fn start() -> Self {
+        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`PgServer::start`].
+    pub fn try_start() -> HarnessResult<Self> {
+        retry_port_clash(Self::try_start_once)
+    }
+
+    fn try_start_once() -> HarnessResult<Self> {
+        let bin = bindir()?;
+        let psql = require_binary("psql", POSTGRES_PACKAGES)?;
+        let user = server_user()?;
+        let template = template()?;
+        let port = free_port()?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("dlock-pg-{port}-"))
+            .tempdir()
+            .context(|| "create temp dir for PostgreSQL".to_string())?;
+        let data = dir.path().join("data");
+        copy_dir(template, &data)?;
+        std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .context(|| format!("chmod {}", data.display()))?;
+        give(dir.path(), user)?;
+        // As root, `setpriv` drops to the `postgres` user and execs the
+        // server in place: the process signalled (stop, pause) is postgres.
+        let mut spec = match user {
+            Some((uid, gid)) => ProcessSpec::new(
+                format!("postgres 127.0.0.1:{port}"),
+                require_binary("setpriv", "util-linux")?,
+                dir.path().join("postgres.log"),
+            )
+            .args([
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".to_owned(),
+                "--".to_owned(),
+            ])
+            .arg(bin.join("postgres")),
+            None => ProcessSpec::new(
+                format!("postgres 127.0.0.1:{port}"),
+                bin.join("postgres"),
+                dir.path().join("postgres.log"),
+            ),
+        };
+        spec = spec
+            .arg("-D")
+            .arg(&data)
+            .arg("-p")
+            .arg(port.to_string())
+            .arg("-k")
+            .arg(dir.path())
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ]);
+        let process = ServerProcess::spawn(spec)?;
+        let mut server = PgServer {
+            process,
+            port,
+            psql,
+            dir,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    single_server_accessors!(port);
+
+    /// The dlock URL: `postgres://postgres@127.0.0.1:PORT/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Runs one SQL command with `psql` as the superuser, returns its
+    /// trimmed output (`-XAtq`: unaligned, tuples only). Panics on failure.
+    #[track_caller]
+    pub fn psql(&self, sql: &str) -> String {
+        self.try_psql(sql).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`PgServer::psql`].
+    pub fn try_psql(&self, sql: &str) -> HarnessResult<String> {
+        let args: Vec<OsString> = [
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-XAtq",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let out = run_command(&self.psql, &args, &[], PSQL_LIMIT)?;
+        if out.success() {
+            Ok(out.stdout.trim().to_owned())
+        } else {
+            Err(HarnessError::new(format!(
+                "psql -c {sql:?} failed: {}{}",
+                out.stdout, out.stderr
+            )))
+        }
+    }
+
+    /// The `psql` binary, to run a separate client process.
+    pub fn psql_path(&self) -> &Path {
+        &self.psql
+    }
+}
+
+impl PgServer {
+    /// Asks the server for a fast shutdown (SIGINT: sessions are ended at
+    /// once; SIGTERM's smart shutdown would wait for every client).
+    fn shut_down_fast(&mut self) {
+        if let Some(pid) = self.process.pid().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGINT,
+            );
+        }
+    }
+
+    /// Restarts the server as a read-only standby (a `standby.signal` in its
+    /// data directory and no primary to follow: it stays in recovery and
+    /// answers read-only queries). Panics on failure.
+    #[track_caller]
+    pub fn restart_as_standby(&mut self) {
+        let signal = self.dir.path().join("data").join("standby.signal");
+        std::fs::write(&signal, "").unwrap_or_else(|e| panic!("write {}: {e}", signal.display()));
+        self.fast_restart();
+    }
+
+    /// Restarts the server (fast shutdown, then the same command line: same
+    /// port, same data) and waits until it answers. Panics on failure.
+    #[track_caller]
+    pub fn fast_restart(&mut self) {
+        self.shut_down_fast();
+        let started = std::time::Instant::now();
+        while self.process.is_running() {
+            assert!(
+                started.elapsed() < POSTGRES_READY_LIMIT,
+                "postgres did not stop within {POSTGRES_READY_LIMIT:?} of SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.process
+            .start()
+            .and_then(|()| self.wait_ready())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        // Then the process's own drop waits for it to exit.
+        self.shut_down_fast();
+    }
+}
+
+impl ServerControl for PgServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+
+    fn wait_ready(&mut self) -> HarnessResult<()> {
+        let port = self.port;
+        let psql = self.psql.clone();
+        self.process
+            .wait_until("answering psql", POSTGRES_READY_LIMIT, || {
+                let args: Vec<OsString> = [
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "postgres",
+                    "-XAtqc",
+                    "SELECT 1",
+                ]
+                .iter()
+                .map(OsString::from)
+                .collect();
+                run_command(&psql, &args, &[], Duration::from_secs(3))
+                    .is_ok_and(|out| out.success())
+            })
+    }
+}

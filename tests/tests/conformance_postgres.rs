@@ -1,0 +1,9 @@
+//! The conformance suite on PostgreSQL: one throwaway server per test,
+//! dlock connected as the superuser with the default options.
+
+use dlock_tests::fixtures::postgres::PgFixture;
+
+dlock_tests::conformance_suite!(PgFixture::start());
+// Segments are ordinary locks: PostgreSQL has them.
+dlock_tests::segments_suite!(PgFixture::start());
+dlock_tests::multi_suite!(PgFixture::start(), rounds = 200);

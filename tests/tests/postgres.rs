@@ -1,0 +1,380 @@
+//! The PostgreSQL backend against a real server: interop with SQL clients
+//! (psql) on the same advisory keys, a terminated session, a frozen
+//! holder process, bounded sessions, and bad input.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backends::postgres::{advisory_key, PostgresBackend};
+use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::fixtures::postgres::PgFixture;
+use dlock_tests::holder::{Holder, HolderSpec};
+use dlock_tests::servers::ports::free_port;
+
+const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
+
+async fn connect(url: &str) -> Arc<dyn LockBackend> {
+    Arc::new(
+        PostgresBackend::connect(url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
+    )
+}
+
+fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
+    Lock::new(key).with_backend(backend.clone())
+}
+
+/// A psql process that takes `pg_advisory_lock(id)` and keeps its session
+/// open until its stdin closes.
+struct PsqlHolder(std::process::Child);
+
+impl PsqlHolder {
+    fn take(fixture: &PgFixture, id: i64) -> Self {
+        use std::io::Write;
+        let mut child = std::process::Command::new(fixture.server().psql_path())
+            .args(["-h", "127.0.0.1", "-p"])
+            .arg(fixture.server().port().to_string())
+            .args(["-U", "postgres", "-d", "postgres", "-XAtq"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start psql");
+        let stdin = child.stdin.as_mut().expect("psql stdin");
+        writeln!(stdin, "SELECT pg_advisory_lock({id});").expect("write to psql");
+        stdin.flush().expect("flush psql");
+        PsqlHolder(child)
+    }
+
+    /// Ends psql's session (its stdin closes, it exits, the server frees its locks).
+    fn quit(mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for PsqlHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls (bounded) until `check` is true.
+async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < limit, "{what} not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// dlock and SQL code exclude each other on `advisory_key`, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_and_dlock_exclude_each_other() {
+    let fixture = PgFixture::start();
+    let backend = fixture.backend_for_tests().await;
+    let id = advisory_key("interop");
+    // dlock holds: psql's try is refused; after the release it is granted.
+    let guard = lock(&backend, "interop").acquire().await.unwrap();
+    assert_eq!(
+        fixture
+            .server()
+            .psql(&format!("SELECT pg_try_advisory_lock({id})")),
+        "f"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(
+        fixture
+            .server()
+            .psql(&format!("SELECT pg_try_advisory_lock({id})")),
+        "t"
+    );
+    // psql holds: dlock is busy, and is granted once psql's session ends
+    // (a foreign unlock announces nothing: the waiter's re-check finds it).
+    let psql = PsqlHolder::take(&fixture, id);
+    eventually("psql holds the key", Duration::from_secs(10), || {
+        !fixture.holders("interop").is_empty()
+    })
+    .await;
+    let busy = lock(&backend, "interop").try_acquire().await.unwrap();
+    assert!(busy.is_none(), "granted while psql holds the key");
+    let info = lock(&backend, "interop").inspect().await.unwrap();
+    assert_eq!(
+        info.map(|i| i.holder),
+        Some(None),
+        "held by a client that is not dlock"
+    );
+    let waiter = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let guard = lock(&backend, "interop")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (guard, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let quit_at = Instant::now();
+    psql.quit();
+    let (guard, _) = waiter.await.unwrap();
+    let guard = guard.expect("granted after psql's session ended");
+    let after_quit = quit_at.elapsed();
+    eprintln!("granted {after_quit:?} after psql's session ended (re-check net)");
+    assert!(after_quit < Duration::from_secs(3), "{after_quit:?}");
+    guard.release().await.unwrap();
+}
+
+/// `pg_terminate_backend` on the holder's session: its guard reports lost
+/// (only the leases of that session), another client is granted the key,
+/// and its fencing token is greater.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_session_loses_exactly_its_leases() {
+    let fixture = PgFixture::with_options("sessions=2");
+    let a = connect(fixture.url()).await;
+    let b = connect(fixture.url()).await;
+    let ttl = Duration::from_secs(3);
+    let victim = lock(&a, "victim").ttl(ttl).acquire().await.unwrap();
+    let bystander = lock(&a, "bystander").ttl(ttl).acquire().await.unwrap();
+    let (victim_pid, bystander_pid) = (fixture.holders("victim"), fixture.holders("bystander"));
+    assert_eq!(victim_pid.len(), 1);
+    assert_ne!(victim_pid, bystander_pid, "two sessions, one lease each");
+    let lost = victim.lost();
+    let terminated = Instant::now();
+    fixture
+        .server()
+        .psql(&format!("SELECT pg_terminate_backend({})", victim_pid[0]));
+    tokio::time::timeout(ttl, lost)
+        .await
+        .expect("lost() fired within the ttl");
+    let detected = terminated.elapsed();
+    eprintln!("loss of a terminated session reported after {detected:?} (ttl {ttl:?})");
+    let next = lock(&b, "victim")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("another client is granted the key");
+    assert!(next.fencing_token() > victim.fencing_token());
+    // The other session's lease lives on through renewals.
+    tokio::time::sleep(ttl + ttl / 2).await;
+    assert!(bystander.is_held(), "a lease of another session was lost");
+    assert!(matches!(
+        victim.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    next.release().await.unwrap();
+    bystander.release().await.unwrap();
+}
+
+/// A holder process frozen with SIGSTOP: the server ends its silent
+/// session after `session_timeout`, another client is granted the key, and
+/// the resumed holder finds its lease lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_is_freed_by_the_server() {
+    let fixture = PgFixture::start();
+    let session_timeout = Duration::from_secs(2);
+    let url = format!("{}?session_timeout=2s", fixture.url());
+    let mut holder = Holder::spawn(
+        HOLDER,
+        &HolderSpec {
+            url: url.clone(),
+            key: "frozen".into(),
+            ttl: Duration::from_secs(2),
+            hold: Duration::from_secs(6),
+            cycles: 1,
+            marks: None,
+        },
+    );
+    holder.acquired(Duration::from_secs(20)).await;
+    let pid = holder.pid().expect("holder runs");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let frozen = Instant::now();
+    let backend = connect(fixture.url()).await;
+    let guard = lock(&backend, "frozen")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("the frozen holder's lock is freed by the server");
+    let freed = frozen.elapsed();
+    eprintln!("a frozen holder's lock was granted to another client {freed:?} after SIGSTOP (session_timeout {session_timeout:?})");
+    assert!(
+        freed <= session_timeout + Duration::from_secs(3),
+        "{freed:?}"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(
+        !holder.exit_success(Duration::from_secs(20)).await,
+        "the resumed holder's release must fail: its lease was lost"
+    );
+    guard.release().await.unwrap();
+}
+
+/// Holding many locks at once opens no more than `?sessions=` connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_locks_share_a_few_sessions() {
+    let fixture = PgFixture::with_options("sessions=3");
+    let backend = fixture.backend_for_tests().await;
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(
+            lock(&backend, &format!("many:{i}"))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    // Every client connection but psql's own: 3 lock sessions and the
+    // listener of the waiting path.
+    let connections = fixture.server().psql(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    );
+    assert_eq!(
+        connections,
+        "4",
+        "300 locks on 3 sessions: {}",
+        fixture
+            .server()
+            .psql("SELECT pid, count(*) FROM pg_locks WHERE locktype = 'advisory' GROUP BY pid")
+    );
+    let held = fixture.server().psql(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1",
+    );
+    assert_eq!(held, "300");
+    assert_eq!(
+        dlock::list_locks(&*backend, "many:").await.unwrap().len(),
+        300
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    let held = fixture.server().psql(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1",
+    );
+    assert_eq!(held, "0");
+}
+
+/// Each bad input is a clear error within the connect timeout, and no
+/// error shows the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_clear_error_in_time() {
+    let fixture = PgFixture::start();
+    let server = fixture.server();
+    server.psql("CREATE ROLE app LOGIN PASSWORD 'right-pw'");
+    server.psql("GRANT CREATE ON SCHEMA public TO app");
+    let hba = server.dir().join("data").join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!("host all app 127.0.0.1/32 scram-sha-256\n{rules}"),
+    )
+    .unwrap();
+    server.psql("SELECT pg_reload_conf()");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let port = server.port();
+    let down = free_port().unwrap();
+    let limit = Duration::from_secs(2);
+    for (url, expect) in [
+        (
+            format!("postgres://app:wrong-pw@127.0.0.1:{port}/postgres?connect_timeout=2"),
+            "password authentication failed",
+        ),
+        (
+            format!("postgres://postgres:wrong-pw@127.0.0.1:{port}/nope?connect_timeout=2"),
+            "database \"nope\" does not exist",
+        ),
+        (
+            format!("postgres://app:wrong-pw@127.0.0.1:{down}/postgres?connect_timeout=2"),
+            "error connecting to server",
+        ),
+        (
+            format!("postgres://app:wrong-pw@127.0.0.1:{port}/postgres?sslmode=require"),
+            "TLS to PostgreSQL is not yet supported",
+        ),
+        (
+            format!("postgres://app:wrong-pw@127.0.0.1:{port}/postgres?sesions=2"),
+            "did you mean `sessions`",
+        ),
+    ] {
+        let started = Instant::now();
+        let err = dlock::connect(&url).await.unwrap_err().to_string();
+        let took = started.elapsed();
+        assert!(err.contains(expect), "{url}: {err}");
+        assert!(!err.contains("wrong-pw"), "the password leaked: {err}");
+        assert!(took <= limit + Duration::from_secs(1), "{url}: {took:?}");
+    }
+    // The right password works.
+    let ok = connect(&format!(
+        "postgres://app:right-pw@127.0.0.1:{port}/postgres"
+    ))
+    .await;
+    assert!(!ok.describe().contains("right-pw"), "{}", ok.describe());
+}
+
+/// A read-only standby is refused at connect, within the connect timeout:
+/// its advisory locks would exclude nobody on the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_is_refused() {
+    let mut fixture = PgFixture::start();
+    tokio::task::block_in_place(|| fixture.server_mut().restart_as_standby());
+    assert_eq!(fixture.server().psql("SELECT pg_is_in_recovery()"), "t");
+    let started = Instant::now();
+    let err = dlock::connect(&format!("{}?connect_timeout=2", fixture.url()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidOption { .. })
+            && err.to_string().contains("read-only standby"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A role that may not create the fence table gets an error that says so
+/// and what to run; with a schema it may create in, it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_may_not_create_the_table_is_told_what_to_do() {
+    let fixture = PgFixture::start();
+    let server = fixture.server();
+    server.psql("CREATE ROLE weak LOGIN");
+    let port = server.port();
+    let err = dlock::connect(&format!("postgres://weak@127.0.0.1:{port}/postgres"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("may not create them"), "{err}");
+    assert!(err.contains("?schema="), "{err}");
+    server.psql("CREATE SCHEMA locks AUTHORIZATION weak");
+    let backend = connect(&format!(
+        "postgres://weak@127.0.0.1:{port}/postgres?schema=locks"
+    ))
+    .await;
+    let guard = lock(&backend, "weak").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), Some(1));
+    guard.release().await.unwrap();
+}
+
+/// Fencing tokens keep increasing across a server restart (the counter row
+/// is durable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_increase_across_a_server_restart() {
+    let mut fixture = PgFixture::start();
+    let backend = connect(fixture.url()).await;
+    let first = lock(&backend, "restart").acquire().await.unwrap();
+    let before = first.fencing_token().unwrap();
+    let lost = first.lost();
+    tokio::task::block_in_place(|| fixture.server_mut().fast_restart());
+    tokio::time::timeout(Duration::from_secs(40), lost)
+        .await
+        .expect("the restart ends the holder's session: lost");
+    let after = connect(fixture.url()).await;
+    let second = lock(&after, "restart").acquire().await.unwrap();
+    assert!(second.fencing_token().unwrap() > before);
+    second.release().await.unwrap();
+}
