@@ -86,6 +86,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: Some("postgres"),
         semaphores: false,
         rw_locks: false,
+        elections: false,
         backend: Backend::Postgres,
     },
 ];
