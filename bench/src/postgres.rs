@@ -23,7 +23,7 @@ use dlock::backends::postgres::{advisory_key, PostgresBackend};
 use dlock::{Lock, LockBackend};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::stats::{print_table, Row, Summary};
+use super::stats::{print_table, uncontended_rows, Row, Summary};
 use super::workloads::BoxError;
 
 /// Cycles measured for the latency rows (after the warm-up).
@@ -98,33 +98,15 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
     print_table(
         "PostgreSQL: dlock vs a bare pg_try_advisory_lock/pg_advisory_unlock loop",
         "bare tokio-postgres",
-        &[
-            Row::latency(
-                "acquire cycle p50, 1 client, no contention",
-                ours.p50,
-                theirs.p50,
-            ),
-            Row::latency(
-                "acquire cycle p99, 1 client, no contention",
-                ours.p99,
-                theirs.p99,
-            ),
-            Row::latency(
-                "acquire cycle mean, 1 client, no contention",
-                ours.mean,
-                theirs.mean,
-            ),
-            Row::latency(
-                "try_acquire cycle p50, 1 client, no contention",
-                ours_try.p50,
-                theirs.p50,
-            ),
-            Row::throughput(
+        &{
+            let mut rows = uncontended_rows(&ours, &ours_try, &theirs, false);
+            rows.push(Row::throughput(
                 &format!("hand-offs/s, {CLIENTS} clients, one key (bare: tries, no waiting)"),
                 ours_tp,
                 theirs_tp,
-            ),
-        ],
+            ));
+            rows
+        },
     );
     println!(
         "\nacquire+release p50 = {:.2}× the bare try+unlock pair; try_acquire+release p50 = {:.2}×; the bare contended loop was granted {theirs_granted:.0}/s",

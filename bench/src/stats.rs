@@ -91,6 +91,47 @@ impl Row {
 }
 
 /// Prints rows as a Markdown table (so it can be pasted into the README).
+/// The latency rows of one client's uncontended cycles, the same for every
+/// backend's table: `acquire` p50, p99 and mean, and `try_acquire` p50
+/// (and p99 when `with_try_p99`), each against the baseline's cycle.
+pub fn uncontended_rows(
+    ours: &Summary,
+    ours_try: &Summary,
+    theirs: &Summary,
+    with_try_p99: bool,
+) -> Vec<Row> {
+    let mut rows = vec![
+        Row::latency(
+            "acquire cycle p50, 1 client, no contention",
+            ours.p50,
+            theirs.p50,
+        ),
+        Row::latency(
+            "acquire cycle p99, 1 client, no contention",
+            ours.p99,
+            theirs.p99,
+        ),
+        Row::latency(
+            "acquire cycle mean, 1 client, no contention",
+            ours.mean,
+            theirs.mean,
+        ),
+        Row::latency(
+            "try_acquire cycle p50, 1 client, no contention",
+            ours_try.p50,
+            theirs.p50,
+        ),
+    ];
+    if with_try_p99 {
+        rows.push(Row::latency(
+            "try_acquire cycle p99, 1 client, no contention",
+            ours_try.p99,
+            theirs.p99,
+        ));
+    }
+    rows
+}
+
 pub fn print_table(title: &str, baseline_name: &str, rows: &[Row]) {
     println!("\n### {title}\n");
     println!("| workload | dlock | {baseline_name} | dlock vs baseline |");

@@ -21,7 +21,7 @@ use dlock::backends::zookeeper::ZooKeeperBackend;
 use dlock::{Lock, LockBackend};
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::stats::{print_table, Row, Summary};
+use super::stats::{print_table, uncontended_rows, Row, Summary};
 
 /// Cycles measured for the latency rows (after the warm-up).
 const CYCLES: usize = 500;
@@ -76,38 +76,15 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
     print_table(
         "ZooKeeper: dlock vs raw create-ephemeral-sequential/delete",
         "raw zookeeper-client",
-        &[
-            Row::latency(
-                "acquire cycle p50, 1 client, no contention",
-                ours.p50,
-                theirs.p50,
-            ),
-            Row::latency(
-                "acquire cycle p99, 1 client, no contention",
-                ours.p99,
-                theirs.p99,
-            ),
-            Row::latency(
-                "acquire cycle mean, 1 client, no contention",
-                ours.mean,
-                theirs.mean,
-            ),
-            Row::latency(
-                "try_acquire cycle p50, 1 client, no contention",
-                ours_try.p50,
-                theirs.p50,
-            ),
-            Row::latency(
-                "try_acquire cycle p99, 1 client, no contention",
-                ours_try.p99,
-                theirs.p99,
-            ),
-            Row::throughput(
+        &{
+            let mut rows = uncontended_rows(&ours, &ours_try, &theirs, true);
+            rows.push(Row::throughput(
                 &format!("cycles/s, {CLIENTS} clients, one key (raw: no exclusion)"),
                 ours_tp,
                 theirs_tp,
-            ),
-        ],
+            ));
+            rows
+        },
     );
     println!(
         "\nacquire+release p50 = {:.2}× the raw create+delete pair; try_acquire+release p50 = {:.2}×",
