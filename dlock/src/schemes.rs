@@ -85,7 +85,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["postgres", "postgresql"],
         feature: Some("postgres"),
         semaphores: false,
-        rw_locks: false,
+        rw_locks: true,
         elections: false,
         backend: Backend::Postgres,
     },
@@ -168,7 +168,7 @@ mod tests {
         );
         assert_eq!(
             with_rw_locks_listed(),
-            "memory://, redis://, etcd:// or zk://"
+            "memory://, redis://, etcd://, zk:// or postgres://"
         );
         assert_eq!(
             with_elections_listed(),

@@ -7,3 +7,4 @@ dlock_tests::conformance_suite!(PgFixture::start());
 // Segments are ordinary locks: PostgreSQL has them.
 dlock_tests::segments_suite!(PgFixture::start());
 dlock_tests::multi_suite!(PgFixture::start(), rounds = 200);
+dlock_tests::rw_suite!(PgFixture::start());

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::backends::postgres::{advisory_key, PostgresBackend};
-use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::fixtures::postgres::PgFixture;
+use dlock::backends::postgres::{advisory_key, rw_advisory_key, PostgresBackend};
+use dlock::{Lock, LockBackend, LockError, RwLock};
+use dlock_tests::fixtures::postgres::{pg_rw_locks_of, PgFixture};
 use dlock_tests::holder::{Holder, HolderSpec};
 use dlock_tests::servers::ports::free_port;
 
@@ -125,6 +125,82 @@ async fn psql_and_dlock_exclude_each_other() {
     eprintln!("granted {after_quit:?} after psql's session ended (re-check net)");
     assert!(after_quit < Duration::from_secs(3), "{after_quit:?}");
     guard.release().await.unwrap();
+}
+
+/// A read-write lock is a pair of two-`int4` advisory locks, apart from the
+/// plain lock of the same key; SQL code reads beside dlock's readers with
+/// `pg_try_advisory_lock_shared(k1, k2)` and is kept out by its writers; a
+/// writer cancelled while it waits leaves nothing on its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_locks_are_shared_advisory_locks_apart_from_plain_ones() {
+    let fixture = PgFixture::start();
+    let backend = fixture.backend_for_tests().await;
+    let rw = |key: &str| RwLock::new(key).with_backend(backend.clone());
+    let rw_held = |key: &str| {
+        fixture.server().psql(&format!(
+            "SELECT count(*) FROM pg_locks WHERE {}",
+            pg_rw_locks_of(key)
+        ))
+    };
+    // The plain lock and the read-write lock of one key are separate.
+    let plain = lock(&backend, "both").acquire().await.unwrap();
+    let writer = rw("both").try_write().await.unwrap();
+    let writer = writer.expect("a plain lock kept a read-write lock's writer out");
+    assert!(
+        lock(&backend, "both")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "the plain lock is still held"
+    );
+    // A writer keeps SQL's readers out.
+    let (k1, k2) = rw_advisory_key("both");
+    // psql computes the same two numbers (the README's formula).
+    let hex = "encode(sha256(convert_to('dlock:both', 'UTF8')), 'hex')";
+    assert_eq!(
+        fixture.server().psql(&format!(
+            "SELECT ('x' || substr({hex}, 17, 8))::bit(32)::int4, ('x' || substr({hex}, 25, 8))::bit(32)::int4"
+        )),
+        format!("{k1}|{k2}")
+    );
+    let shared = format!("SELECT pg_try_advisory_lock_shared({k1}, {k2})");
+    assert_eq!(fixture.server().psql(&shared), "f");
+    writer.release().await.unwrap();
+    plain.release().await.unwrap();
+    // A reader lets SQL read beside it and keeps SQL's writers out.
+    let reader = rw("both").read().await.unwrap();
+    assert_eq!(fixture.server().psql(&shared), "t");
+    assert_eq!(
+        fixture
+            .server()
+            .psql(&format!("SELECT pg_try_advisory_lock({k1}, {k2})")),
+        "f"
+    );
+    // A writer cancelled while it waits (its intent key held) leaves only
+    // the reader's lock behind, and a reader gets in at once.
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), rw("both").write()).await;
+    assert!(cancelled.is_err(), "a writer got in beside a reader");
+    eventually(
+        "the cancelled writer's keys are let go",
+        Duration::from_secs(5),
+        || {
+            fixture
+                .server()
+                .psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2")
+                == "1"
+        },
+    )
+    .await;
+    let second = rw("both").try_read().await.unwrap();
+    second
+        .expect("a cancelled writer kept a reader out")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(rw_held("both"), "1");
+    reader.release().await.unwrap();
+    assert_eq!(rw_held("both"), "0");
 }
 
 /// `pg_terminate_backend` on the holder's session: its guard reports lost

@@ -60,11 +60,30 @@
 //!   `SessionExpired` for every lease on it, and only those. A lease whose
 //!   local deadline passes without a renewal is unlocked by the backend.
 //!
+//! # Read-write locks
+//!
+//! [`RwLock`](crate::RwLock) takes advisory locks of the two-`int4` form
+//! (`pg_advisory_lock(int4, int4)`), a namespace PostgreSQL keeps apart
+//! from the `bigint` one of plain locks, so a `Lock` and an `RwLock` of one
+//! key are separate locks. The lock's keys are [`rw_advisory_key_in`]
+//! (bytes 8..16 of the same SHA-256); readers take it with
+//! `pg_try_advisory_lock_shared`, writers with `pg_try_advisory_lock`. A
+//! waiting writer also holds a writer-intent key (bytes 16..24) until it
+//! is granted, and a reader takes that key shared for an instant before
+//! the lock, so readers that come after a waiting writer stay out (writers
+//! do not starve). Write fences come from the counter row
+//! `rw<TAB><prefix>:<key>` of `dlock_fences`; a read's fence is that
+//! row's value read right after the grant (the last write's fence).
+//! Releases are announced on the same channel; a dropped attempt undoes,
+//! in the background on its session, whatever it may hold. A read or
+//! write lease is lost when its session ends, as a lock's is.
+//!
 //! # Not yet
 //!
-//! Semaphores, read-write locks and TLS are not built for PostgreSQL yet:
-//! `Semaphore` and `RwLock` answer the usual "not supported by this
-//! backend" error. `MultiLock` and `SegmentedLock` work key by key.
+//! Semaphores and TLS are not built for PostgreSQL yet: `Semaphore`
+//! answers the usual "not supported by this backend" error. `MultiLock`
+//! and `SegmentedLock` work key by key. `inspect`, `list` and
+//! `force_release` see plain locks only.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
@@ -79,6 +98,7 @@ mod config;
 mod held;
 mod inspect;
 mod listener;
+mod rw;
 mod session;
 mod sql;
 
@@ -131,14 +151,58 @@ pub fn advisory_key(key: &str) -> i64 {
 /// assert_eq!(advisory_key_in("dlock", "job"), advisory_key("job"));
 /// ```
 pub fn advisory_key_in(prefix: &str, key: &str) -> i64 {
-    let digest = Sha256::new()
-        .chain_update(prefix.as_bytes())
-        .chain_update(b":")
-        .chain_update(key.as_bytes())
-        .finalize();
+    let digest = digest(prefix, key);
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(first)
+}
+
+/// The two `int4` keys of the read-write lock `key` under the default
+/// prefix: what `SELECT pg_advisory_lock_shared(k1, k2)` takes to read
+/// beside dlock's readers and exclude its writers, and
+/// `pg_advisory_lock(k1, k2)` to write.
+///
+/// They are bytes 8..16 of the SHA-256 of `dlock:<key>` (the bytes after
+/// those of [`advisory_key`]), big-endian, split into a signed high and
+/// low half. psql computes the same numbers:
+///
+/// ```sql
+/// SELECT ('x' || substr(encode(sha256(convert_to('dlock:prices', 'UTF8')), 'hex'), 17, 8))::bit(32)::int4,
+///        ('x' || substr(encode(sha256(convert_to('dlock:prices', 'UTF8')), 'hex'), 25, 8))::bit(32)::int4;
+/// -- then: SELECT pg_advisory_lock_shared(k1, k2);
+/// ```
+///
+/// The two-`int4` form is a namespace of its own in PostgreSQL,
+/// so the read-write lock and the plain lock of one key are separate
+/// locks. Writers also take a writer-intent key, bytes 16..24 in the same
+/// form, while they wait: readers that see it held stay out. Stable
+/// across versions.
+///
+/// ```
+/// use dlock::backends::postgres::{rw_advisory_key, rw_advisory_key_in};
+/// assert_eq!(rw_advisory_key("job"), rw_advisory_key_in("dlock", "job"));
+/// ```
+pub fn rw_advisory_key(key: &str) -> (i32, i32) {
+    rw_advisory_key_in(config::DEFAULT_PREFIX, key)
+}
+
+/// The two `int4` keys of the read-write lock `key` for a backend whose
+/// URL says `?prefix=<prefix>` (see [`rw_advisory_key`]).
+pub fn rw_advisory_key_in(prefix: &str, key: &str) -> (i32, i32) {
+    let digest = digest(prefix, key);
+    let hi = i32::from_be_bytes([digest[8], digest[9], digest[10], digest[11]]);
+    let lo = i32::from_be_bytes([digest[12], digest[13], digest[14], digest[15]]);
+    (hi, lo)
+}
+
+/// SHA-256 of `<prefix>:<key>`.
+fn digest(prefix: &str, key: &str) -> [u8; 32] {
+    Sha256::new()
+        .chain_update(prefix.as_bytes())
+        .chain_update(b":")
+        .chain_update(key.as_bytes())
+        .finalize()
+        .into()
 }
 
 /// The PostgreSQL backend (see the module docs).
@@ -327,7 +391,7 @@ impl PostgresBackend {
 
     /// A live session for a read (inspect, list, force_release).
     async fn any_session(&self) -> Result<Arc<Session>, LockError> {
-        match self.pool.reserve(None, || self.open_session()).await? {
+        match self.pool.reserve(&[], || self.open_session()).await? {
             Reserved::On(session) => Ok(session),
             Reserved::Busy => Err(failed(&self.shown, "no session could be opened")),
         }
@@ -362,7 +426,7 @@ impl PostgresBackend {
     /// One attempt: a free session, `pg_try_advisory_lock` and the fence.
     async fn try_once(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let key = advisory_key_in(&self.config.prefix, &req.key);
-        let session = match self.pool.reserve(Some(key), || self.open_session()).await? {
+        let session = match self.pool.reserve(&[key], || self.open_session()).await? {
             Reserved::On(session) => session,
             Reserved::Busy => return Ok(None),
         };
@@ -389,7 +453,14 @@ impl PostgresBackend {
         }
         let fence: Option<i64> = row.get(1);
         let valid_until = lease_deadline(sent, ttl);
-        held::remember(&self.held, &req.token, session, key, valid_until);
+        held::remember(
+            &self.held,
+            &req.token,
+            session,
+            key,
+            held::Hold::Plain,
+            valid_until,
+        );
         Ok(Some(Lease {
             key: req.key.clone(),
             token: req.token.clone(),
@@ -691,6 +762,10 @@ impl LockBackend for PostgresBackend {
         Ok(unlocked && ours == 1)
     }
 
+    fn rw(&self) -> Option<&dyn crate::backend::RwBackend> {
+        Some(self)
+    }
+
     async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
         self.inspect_key(key).await
     }
@@ -727,6 +802,16 @@ mod tests {
     // Computed independently: `SELECT ('x' || left(encode(sha256(convert_to(
     // 'dlock:job', 'UTF8')), 'hex'), 16))::bit(64)::bigint` in psql.
     const FIXED_JOB: i64 = -468_033_427_176_012_955;
+
+    /// The read-write lock's numbers are a public contract too.
+    #[test]
+    fn rw_advisory_keys_never_change() {
+        assert_eq!(rw_advisory_key("job"), (-1_341_658_790, 645_462_815));
+        assert_eq!(
+            rw_advisory_key_in("billing", "invoice/7"),
+            (1_866_582_156, 827_806_218)
+        );
+    }
     const FIXED_BILLING: i64 = 2_343_783_483_635_354_943;
     const FIXED_EMPTY: i64 = -5_487_780_231_628_317_163;
 }

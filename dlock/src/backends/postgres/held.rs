@@ -10,11 +10,30 @@ use std::time::Instant;
 use super::lock;
 use super::session::Session;
 
+/// What kind of advisory lock a lease (or a key being undone) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// A plain lock: the `bigint` form.
+    Plain,
+    /// A read lease of a read-write lock: the two-`int4` form, shared.
+    Read,
+    /// A write lease of a read-write lock: the two-`int4` form, exclusive.
+    Write,
+    /// The writer-intent key of the read-write lock whose lock key is
+    /// given (announced when it is let go): two-`int4`, exclusive.
+    Intent(i64),
+    /// The writer-intent key taken shared by a reader's attempt (it lets it
+    /// go in the same statement; undone only if that statement was cut).
+    IntentShared,
+}
+
 /// One held lease.
 pub(super) struct Held {
     pub(super) session: Arc<Session>,
     /// The advisory key.
     pub(super) key: i64,
+    /// Which kind of lock `key` is.
+    pub(super) hold: Hold,
     /// The lease's local deadline, moved by each renewal.
     pub(super) valid_until: Instant,
     /// Dropped with the entry: ends the reaper at once.
@@ -30,6 +49,7 @@ pub(super) fn remember(
     token: &str,
     session: Arc<Session>,
     key: i64,
+    hold: Hold,
     valid_until: Instant,
 ) {
     let (reaper, gone) = tokio::sync::oneshot::channel();
@@ -38,6 +58,7 @@ pub(super) fn remember(
         Held {
             session,
             key,
+            hold,
             valid_until,
             _reaper: reaper,
         },
@@ -77,7 +98,7 @@ async fn reap(
         };
         if let Some(h) = expired {
             tracing::debug!(key = h.key, "lease ran out without renewal; unlocking it");
-            unlock_in_background(h.session, h.key);
+            undo_in_background(h.session, vec![(h.key, h.hold)], vec![h.key]);
             return;
         }
     }
@@ -87,20 +108,44 @@ async fn reap(
 /// there, in the background. Behind whatever the session sent before, so
 /// it also undoes a grant whose answer nobody awaited.
 pub(super) fn unlock_in_background(session: Arc<Session>, key: i64) {
+    undo_in_background(session, vec![(key, Hold::Plain)], vec![key]);
+}
+
+/// Unlocks each of `unlock` on `session` in order (announcing the
+/// releases), then forgets the keys `forget` there, in the background,
+/// behind whatever the session sent before. A key not held is harmless to
+/// unlock (the server answers false); an unlock that fails or does not
+/// answer ends the session, so the server frees its locks.
+pub(super) fn undo_in_background(
+    session: Arc<Session>,
+    unlock: Vec<(i64, Hold)>,
+    forget: Vec<i64>,
+) {
     crate::background::spawn(async move {
-        if session.is_alive() {
-            let unlock = async {
-                session
-                    .client
-                    .query_one(&session.prepared.unlock, &[&key])
-                    .await
+        for (key, hold) in unlock {
+            if !session.is_alive() {
+                break;
+            }
+            let client = &session.client;
+            let rw = &session.prepared.rw;
+            let answer = async {
+                match hold {
+                    Hold::Plain => client.query_one(&session.prepared.unlock, &[&key]).await,
+                    Hold::Read | Hold::IntentShared => {
+                        client.query_one(&rw.unlock_shared, &[&key]).await
+                    }
+                    Hold::Write => client.query_one(&rw.unlock, &[&key, &key]).await,
+                    Hold::Intent(main) => client.query_one(&rw.unlock, &[&key, &main]).await,
+                }
             };
-            match tokio::time::timeout(std::time::Duration::from_secs(10), unlock).await {
+            match tokio::time::timeout(std::time::Duration::from_secs(10), answer).await {
                 Ok(Ok(_)) => {}
                 // Unknown: end the session, so the server frees its locks.
                 _ => session.close(),
             }
         }
-        session.unreserve(key);
+        for key in forget {
+            session.unreserve(key);
+        }
     });
 }

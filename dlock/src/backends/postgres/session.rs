@@ -53,6 +53,18 @@ pub(super) struct Prepared {
     pub(super) renew: Statement,
     pub(super) release: Statement,
     pub(super) unlock: Statement,
+    /// The read-write lock statements (see `sql.rs`).
+    pub(super) rw: RwPrepared,
+}
+
+/// The read-write lock statements of a session, prepared once.
+pub(super) struct RwPrepared {
+    pub(super) read: Statement,
+    pub(super) fence: Statement,
+    pub(super) write: Statement,
+    pub(super) unlock: Statement,
+    pub(super) unlock_shared: Statement,
+    pub(super) renew: Statement,
 }
 
 impl Session {
@@ -67,14 +79,9 @@ impl Session {
         self.closing.notify_one();
     }
 
-    /// How many keys it holds or asks for.
-    fn load(&self) -> usize {
-        lock(&self.held).len()
-    }
-
-    /// Reserves `key` on this session; false if it already has it.
-    fn reserve(&self, key: i64) -> bool {
-        lock(&self.held).insert(key)
+    /// Reserves every key of `keys` on this session.
+    fn reserve(&self, keys: &[i64]) {
+        lock(&self.held).extend(keys.iter().copied());
     }
 
     /// Forgets `key`: no longer held through this session.
@@ -119,14 +126,10 @@ impl Pool {
         }
     }
 
-    /// Reserves `key` on the least loaded session that does not have it,
+    /// Reserves `keys` on the least loaded session that has none of them,
     /// opening a session in an empty (or dead) slot when that is the least
-    /// loaded. `key` `None`: any live session, nothing reserved.
-    pub(super) async fn reserve<F, Fut>(
-        &self,
-        key: Option<i64>,
-        open: F,
-    ) -> Result<Reserved, LockError>
+    /// loaded. `keys` empty: any live session, nothing reserved.
+    pub(super) async fn reserve<F, Fut>(&self, keys: &[i64], open: F) -> Result<Reserved, LockError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Arc<Session>, LockError>>,
@@ -140,10 +143,11 @@ impl Pool {
                 for (i, slot) in slots.iter().enumerate() {
                     let load = match slot {
                         Some(s) if s.is_alive() => {
-                            if key.is_some_and(|k| lock(&s.held).contains(&k)) {
+                            let has = lock(&s.held);
+                            if keys.iter().any(|k| has.contains(k)) {
                                 continue;
                             }
-                            s.load()
+                            has.len()
                         }
                         _ => 0,
                     };
@@ -156,9 +160,7 @@ impl Pool {
                 };
                 match &slots[i] {
                     Some(s) if s.is_alive() => {
-                        if let Some(k) = key {
-                            s.reserve(k);
-                        }
+                        s.reserve(keys);
                         return Ok(Reserved::On(s.clone()));
                     }
                     _ => i,
@@ -236,6 +238,16 @@ pub(super) async fn open(
             client.prepare(&statements.unlock),
         )
         .map_err(|e| failed(shown, e))?;
+        let rw = &statements.rw;
+        let (read, fence, write, rw_unlock, unlock_shared, rw_renew) = tokio::try_join!(
+            client.prepare(&rw.read),
+            client.prepare(&rw.fence),
+            client.prepare(&rw.write),
+            client.prepare(&rw.unlock),
+            client.prepare(&rw.unlock_shared),
+            client.prepare(&rw.renew),
+        )
+        .map_err(|e| failed(shown, e))?;
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])
             .await
@@ -247,6 +259,14 @@ pub(super) async fn open(
                 renew,
                 release,
                 unlock,
+                rw: RwPrepared {
+                    read,
+                    fence,
+                    write,
+                    unlock: rw_unlock,
+                    unlock_shared,
+                    renew: rw_renew,
+                },
             },
             pid,
         ))

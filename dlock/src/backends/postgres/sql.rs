@@ -13,10 +13,19 @@ pub(super) const CHANNEL: &str = "dlock_released";
 /// bigint) in this database, granted.
 macro_rules! held_by {
     ($id:literal, $pid:literal) => {
+        held_by!($id, $pid, "1")
+    };
+    ($id:literal, $pid:literal, $subid:literal) => {
         concat!(
             "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted",
-            " AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-            " AND l.classid = ((", $id, " >> 32) & 4294967295)::oid AND l.objid = (", $id, " & 4294967295)::oid",
+            " AND l.objsubid = ",
+            $subid,
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            " AND l.classid = ((",
+            $id,
+            " >> 32) & 4294967295)::oid AND l.objid = (",
+            $id,
+            " & 4294967295)::oid",
             $pid,
             ")"
         )
@@ -53,6 +62,49 @@ pub(super) struct Statements {
     pub(super) force_release: String,
     /// The held rows whose name starts with `$1`, by name, at most `$2`.
     pub(super) list: String,
+    /// The read-write lock statements.
+    pub(super) rw: RwStatements,
+}
+
+/// The statements of read-write locks. Their advisory locks are of the
+/// two-`int4` form (`pg_advisory_lock(int4, int4)`, `objsubid` = 2 in
+/// `pg_locks`), a namespace PostgreSQL keeps apart from the `bigint` form
+/// of plain locks; each key is passed as one `int8` and split here into
+/// its signed high and low halves.
+#[derive(Debug, Clone)]
+pub(super) struct RwStatements {
+    /// A read: the writer-intent key `$2` taken shared and let go at once
+    /// (refused while a writer waits or holds it), then the lock `$1`
+    /// taken shared. Answers whether the read was granted.
+    pub(super) read: String,
+    /// The current fence of the read-write lock named `$1` (0 if none):
+    /// sent behind a granted read, so it sees every write before it.
+    pub(super) fence: String,
+    /// A write: the writer-intent key `$2` (unless `$4`: already held),
+    /// then the lock `$1` exclusive and, if granted, the next fence of
+    /// `$3`; the intent is let go when the lock is granted, or when it is
+    /// not and `$5` (keep it while waiting) is false. Answers
+    /// (intent held, granted, fence).
+    pub(super) write: String,
+    /// Unlocks the exclusive key `$1` and announces `$2`.
+    pub(super) unlock: String,
+    /// Unlocks the shared lock `$1` and announces it.
+    pub(super) unlock_shared: String,
+    /// Which of the locks `$1` this session holds (either mode).
+    pub(super) renew: String,
+}
+
+/// The signed high and low `int4` halves of the `int8` parameter `$n`.
+macro_rules! pair {
+    ($n:literal) => {
+        concat!(
+            "(($",
+            $n,
+            "::int8) >> 32)::int4, ((($",
+            $n,
+            "::int8) << 32) >> 32)::int4"
+        )
+    };
 }
 
 impl Statements {
@@ -107,6 +159,7 @@ impl Statements {
                  FROM {holders} h WHERE h.holder IS NOT NULL AND starts_with(h.name, $1::text) AND {held_by_anyone} \
                  ORDER BY h.name LIMIT $2::int8"
             ),
+            rw: RwStatements::new(&table),
             table,
             holders,
         }
@@ -120,5 +173,46 @@ impl Statements {
              fence bigint NOT NULL, holder text, expires timestamptz)",
             self.table, self.holders
         )
+    }
+}
+
+impl RwStatements {
+    fn new(table: &str) -> Self {
+        let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()", "2");
+        let (main, intent) = (pair!("1"), pair!("2"));
+        RwStatements {
+            read: format!(
+                "WITH i AS (SELECT pg_try_advisory_lock_shared({intent}) AS ok), \
+                 m AS (SELECT CASE WHEN i.ok THEN pg_try_advisory_lock_shared({main}) ELSE false END AS ok FROM i), \
+                 u AS (SELECT pg_advisory_unlock_shared({intent}) FROM i, m WHERE i.ok) \
+                 SELECT (SELECT ok FROM m), (SELECT count(*) FROM u)"
+            ),
+            fence: format!(
+                "SELECT COALESCE((SELECT counter FROM {table} WHERE name = $1::text), 0)::int8"
+            ),
+            write: format!(
+                "WITH i AS (SELECT CASE WHEN $4::bool THEN true ELSE pg_try_advisory_lock({intent}) END AS ok), \
+                 m AS (SELECT CASE WHEN i.ok THEN pg_try_advisory_lock({main}) ELSE false END AS ok FROM i), \
+                 fence AS (INSERT INTO {table} AS f (name, counter) SELECT $3::text, 1 FROM m WHERE m.ok \
+                   ON CONFLICT (name) DO UPDATE SET counter = f.counter + 1 RETURNING counter), \
+                 u AS (SELECT pg_advisory_unlock({intent}) AS ok FROM i, m, (SELECT count(*) FROM fence) x \
+                   WHERE i.ok AND (m.ok OR NOT $5::bool)), \
+                 n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE u.ok) \
+                 SELECT (SELECT ok FROM i), (SELECT ok FROM m), (SELECT counter FROM fence), (SELECT count(*) FROM n)"
+            ),
+            unlock: format!(
+                "WITH u AS (SELECT pg_advisory_unlock({main}) AS ok), \
+                 n AS (SELECT pg_notify('{CHANNEL}', $2::int8::text) FROM u WHERE ok) \
+                 SELECT (SELECT ok FROM u), (SELECT count(*) FROM n)"
+            ),
+            unlock_shared: format!(
+                "WITH u AS (SELECT pg_advisory_unlock_shared({main}) AS ok), \
+                 n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE ok) \
+                 SELECT (SELECT ok FROM u), (SELECT count(*) FROM n)"
+            ),
+            renew: format!(
+                "SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {held_by_me}"
+            ),
+        }
     }
 }
