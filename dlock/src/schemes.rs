@@ -84,7 +84,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
     Scheme {
         names: &["postgres", "postgresql"],
         feature: Some("postgres"),
-        semaphores: false,
+        semaphores: true,
         rw_locks: true,
         elections: false,
         backend: Backend::Postgres,
@@ -164,7 +164,7 @@ mod tests {
     fn lists_read_as_prose() {
         assert_eq!(
             with_semaphores_listed(),
-            "memory://, redis://, etcd:// or zk://"
+            "memory://, redis://, etcd://, zk:// or postgres://"
         );
         assert_eq!(
             with_rw_locks_listed(),

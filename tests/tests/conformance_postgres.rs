@@ -8,3 +8,4 @@ dlock_tests::conformance_suite!(PgFixture::start());
 dlock_tests::segments_suite!(PgFixture::start());
 dlock_tests::multi_suite!(PgFixture::start(), rounds = 200);
 dlock_tests::rw_suite!(PgFixture::start());
+dlock_tests::semaphore_suite!(PgFixture::start());

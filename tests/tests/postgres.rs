@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::postgres::{advisory_key, rw_advisory_key, PostgresBackend};
-use dlock::{Lock, LockBackend, LockError, RwLock};
+use dlock::{Lock, LockBackend, LockError, RwLock, Semaphore};
 use dlock_tests::fixtures::postgres::{pg_rw_locks_of, PgFixture};
 use dlock_tests::holder::{Holder, HolderSpec};
 use dlock_tests::servers::ports::free_port;
@@ -201,6 +201,58 @@ async fn rw_locks_are_shared_advisory_locks_apart_from_plain_ones() {
     assert_eq!(rw_held("both"), "1");
     reader.release().await.unwrap();
     assert_eq!(rw_held("both"), "0");
+}
+
+/// A semaphore's limit is the server's: each permit is one slot advisory
+/// lock plus a shared count marker, visible in `pg_locks`; another count
+/// is refused while a permit is out, and a cancelled waiter leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_are_advisory_locks_on_the_server() {
+    let fixture = PgFixture::start();
+    let (a, b) = (
+        fixture.backend_for_tests().await,
+        fixture.backend_for_tests().await,
+    );
+    let advisory = || {
+        fixture.server().psql(
+            "SELECT count(*) FILTER (WHERE objsubid = 1) || '/' || count(*) FILTER (WHERE objsubid = 2) \
+             FROM pg_locks WHERE locktype = 'advisory' AND granted",
+        )
+    };
+    let sem = |backend: &Arc<dyn LockBackend>, n: usize| {
+        Semaphore::new("pool", n).with_backend(backend.clone())
+    };
+    let first = sem(&a, 2).acquire().await.unwrap();
+    let second = sem(&b, 2).acquire().await.unwrap();
+    // Two slots, two count markers.
+    assert_eq!(advisory(), "2/2");
+    assert!(
+        sem(&b, 2).try_acquire().await.unwrap().is_none(),
+        "a third permit of 2"
+    );
+    let err = sem(&b, 3).try_acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains('2') && text.contains('3'), "{text}");
+    // A waiter cancelled by its caller leaves nothing behind.
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), sem(&a, 2).acquire()).await;
+    assert!(cancelled.is_err(), "a third permit of 2");
+    eventually(
+        "the cancelled waiter left nothing",
+        Duration::from_secs(5),
+        || advisory() == "2/2",
+    )
+    .await;
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    assert_eq!(advisory(), "0/0");
+    // Every permit back: another count is welcome.
+    let three = sem(&a, 3).try_acquire().await.unwrap();
+    three
+        .expect("a new count once every permit is back")
+        .release()
+        .await
+        .unwrap();
 }
 
 /// `pg_terminate_backend` on the holder's session: its guard reports lost

@@ -78,12 +78,19 @@
 //! in the background on its session, whatever it may hold. A read or
 //! write lease is lost when its session ends, as a lock's is.
 //!
+//! # Semaphores
+//!
+//! A semaphore of N permits is N slot advisory locks (`bigint` form) and a
+//! count marker (two-`int4` form) that every holder holds shared: a permit
+//! is the first slot `pg_try_advisory_lock` grants, and a caller whose
+//! count differs from a marker in `pg_locks` is refused. See the
+//! `permits` module's docs for the keys.
+//!
 //! # Not yet
 //!
-//! Semaphores and TLS are not built for PostgreSQL yet: `Semaphore`
-//! answers the usual "not supported by this backend" error. `MultiLock`
-//! and `SegmentedLock` work key by key. `inspect`, `list` and
-//! `force_release` see plain locks only.
+//! TLS is not built for PostgreSQL yet. `MultiLock` and `SegmentedLock`
+//! work key by key. `inspect`, `list` and `force_release` see plain locks
+//! only.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
@@ -98,6 +105,7 @@ mod config;
 mod held;
 mod inspect;
 mod listener;
+mod permits;
 mod rw;
 mod session;
 mod sql;
@@ -763,6 +771,10 @@ impl LockBackend for PostgresBackend {
     }
 
     fn rw(&self) -> Option<&dyn crate::backend::RwBackend> {
+        Some(self)
+    }
+
+    fn permits(&self) -> Option<&dyn crate::backend::PermitBackend> {
         Some(self)
     }
 

@@ -25,6 +25,27 @@ pub(super) enum Hold {
     /// The writer-intent key taken shared by a reader's attempt (it lets it
     /// go in the same statement; undone only if that statement was cut).
     IntentShared,
+    /// A semaphore's permit: its slots start at `base`, its count marker is
+    /// (`mark`, `count`). Undone by letting go every slot of the semaphore
+    /// the session holds (one at most: a session carries one permit or
+    /// attempt per semaphore) and the marker.
+    Permit { base: i64, mark: i32, count: i32 },
+}
+
+impl Hold {
+    /// What the lease of advisory key `key` reserves on its session.
+    pub(super) fn reserved(self, key: i64) -> i64 {
+        match self {
+            Hold::Permit { base, .. } => permit_reservation(base),
+            _ => key,
+        }
+    }
+}
+
+/// What a semaphore's permit or attempt reserves on its session (a local
+/// name only, never sent): one per semaphore per session.
+pub(super) fn permit_reservation(base: i64) -> i64 {
+    base ^ i64::MIN
 }
 
 /// One held lease.
@@ -98,7 +119,8 @@ async fn reap(
         };
         if let Some(h) = expired {
             tracing::debug!(key = h.key, "lease ran out without renewal; unlocking it");
-            undo_in_background(h.session, vec![(h.key, h.hold)], vec![h.key]);
+            let reserved = h.hold.reserved(h.key);
+            undo_in_background(h.session, vec![(h.key, h.hold)], vec![reserved]);
             return;
         }
     }
@@ -136,6 +158,11 @@ pub(super) fn undo_in_background(
                     }
                     Hold::Write => client.query_one(&rw.unlock, &[&key, &key]).await,
                     Hold::Intent(main) => client.query_one(&rw.unlock, &[&key, &main]).await,
+                    Hold::Permit { base, mark, count } => {
+                        client
+                            .query_one(&session.prepared.permits.free, &[&base, &mark, &count])
+                            .await
+                    }
                 }
             };
             match tokio::time::timeout(std::time::Duration::from_secs(10), answer).await {

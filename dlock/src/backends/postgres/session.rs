@@ -55,6 +55,15 @@ pub(super) struct Prepared {
     pub(super) unlock: Statement,
     /// The read-write lock statements (see `sql.rs`).
     pub(super) rw: RwPrepared,
+    /// The semaphore statements (see `sql.rs`).
+    pub(super) permits: PermitPrepared,
+}
+
+/// The semaphore statements of a session, prepared once.
+pub(super) struct PermitPrepared {
+    pub(super) take: Statement,
+    pub(super) free: Statement,
+    pub(super) renew: Statement,
 }
 
 /// The read-write lock statements of a session, prepared once.
@@ -248,6 +257,12 @@ pub(super) async fn open(
             client.prepare(&rw.renew),
         )
         .map_err(|e| failed(shown, e))?;
+        let (take, free, permit_renew) = tokio::try_join!(
+            client.prepare(&statements.permits.take),
+            client.prepare(&statements.permits.free),
+            client.prepare(&statements.permits.renew),
+        )
+        .map_err(|e| failed(shown, e))?;
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])
             .await
@@ -266,6 +281,11 @@ pub(super) async fn open(
                     unlock: rw_unlock,
                     unlock_shared,
                     renew: rw_renew,
+                },
+                permits: PermitPrepared {
+                    take,
+                    free,
+                    renew: permit_renew,
                 },
             },
             pid,

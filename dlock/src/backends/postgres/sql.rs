@@ -64,6 +64,26 @@ pub(super) struct Statements {
     pub(super) list: String,
     /// The read-write lock statements.
     pub(super) rw: RwStatements,
+    /// The semaphore statements.
+    pub(super) permits: PermitStatements,
+}
+
+/// The statements of semaphores. A semaphore `$1` (its base, an `int8`)
+/// of `$3` permits has the slots `$1 + 0 .. $1 + $3 - 1` (`bigint`
+/// advisory locks, one per permit) and a count marker, the two-`int4` lock
+/// (`$2`, `$3`) that every permit holder holds shared: another count's
+/// marker in `pg_locks` means the caller's count is not the stored one.
+#[derive(Debug, Clone)]
+pub(super) struct PermitStatements {
+    /// Takes the marker shared, then (if no other count's marker is held)
+    /// the first free slot; the marker is let go again if no slot was
+    /// taken. Answers (the slot's index or null, another count or null).
+    pub(super) take: String,
+    /// Lets go every slot of the semaphore this session holds, and its
+    /// marker, and announces `$1`. Answers how many slots were let go.
+    pub(super) free: String,
+    /// Which of the slots `$1` this session holds.
+    pub(super) renew: String,
 }
 
 /// The statements of read-write locks. Their advisory locks are of the
@@ -160,6 +180,7 @@ impl Statements {
                  ORDER BY h.name LIMIT $2::int8"
             ),
             rw: RwStatements::new(&table),
+            permits: PermitStatements::new(),
             table,
             holders,
         }
@@ -213,6 +234,43 @@ impl RwStatements {
             renew: format!(
                 "SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {held_by_me}"
             ),
+        }
+    }
+}
+
+/// This database's oid, for `pg_locks`.
+const THIS_DATABASE: &str = "(SELECT oid FROM pg_database WHERE datname = current_database())";
+
+impl PermitStatements {
+    fn new() -> Self {
+        let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()");
+        let marker_rows = format!(
+            "l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.database = {THIS_DATABASE} \
+             AND l.classid = ($2::int8 & 4294967295)::oid"
+        );
+        PermitStatements {
+            take: format!(
+                "WITH mark AS (SELECT pg_try_advisory_lock_shared($2::int4, $3::int4) AS ok), \
+                 other AS (SELECT min(l.objid::int8) AS n FROM pg_locks l, mark \
+                   WHERE mark.ok AND {marker_rows} AND l.objid <> ($3::int8 & 4294967295)::oid), \
+                 slot AS (SELECT s.i FROM mark, other, generate_series(0, $3::int4 - 1) AS s(i) \
+                   WHERE mark.ok AND other.n IS NULL AND pg_try_advisory_lock($1::int8 + s.i) LIMIT 1), \
+                 undo AS (SELECT pg_advisory_unlock_shared($2::int4, $3::int4) FROM mark, (SELECT count(*) AS c FROM slot) x \
+                   WHERE mark.ok AND x.c = 0) \
+                 SELECT (SELECT i FROM slot), (SELECT n FROM other), (SELECT count(*) FROM undo)"
+            ),
+            free: format!(
+                "WITH mine AS (SELECT ((l.classid::int8 << 32) | l.objid::int8) AS id FROM pg_locks l \
+                   WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                   AND l.database = {THIS_DATABASE}), \
+                 slots AS (SELECT pg_advisory_unlock(m.id) AS ok FROM mine m WHERE m.id BETWEEN $1::int8 AND $1::int8 + $3::int4 - 1), \
+                 mark AS (SELECT pg_advisory_unlock_shared($2::int4, $3::int4) FROM (SELECT count(*) FROM slots) x \
+                   WHERE EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_backend_pid() AND {marker_rows} \
+                   AND l.objid = ($3::int8 & 4294967295)::oid)), \
+                 n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM (SELECT count(*) FROM mark) x) \
+                 SELECT (SELECT count(*) FROM slots WHERE ok), (SELECT count(*) FROM n)"
+            ),
+            renew: format!("SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {held_by_me}"),
         }
     }
 }

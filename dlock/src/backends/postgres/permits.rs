@@ -1,0 +1,303 @@
+//! Semaphores on advisory locks: a permit is one of N slot keys, the
+//! limit held by the server's lock table.
+//!
+//! A semaphore `name` of N permits has N slots, the `bigint` advisory keys
+//! `base + 0 .. base + N - 1` (`base`: bytes 24..32 of the SHA-256 of
+//! `<prefix>:<name>`, big-endian, shifted right by 21 bits so the slots
+//! never overflow), and a count marker, the two-`int4` lock
+//! (bytes 24..28, N) that every holder holds shared. A permit is the first
+//! slot `pg_try_advisory_lock` grants; the count is what the markers in
+//! `pg_locks` say, so a caller with another count while a permit is out
+//! is refused ([`permit_count_differs`]), and the count may change once
+//! every permit is back. A session carries one permit or attempt per
+//! semaphore (advisory locks are reentrant per session), so what a
+//! dropped attempt may hold is found again in `pg_locks` and let go.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::held::{self, permit_reservation, Hold};
+use super::session::{Reserved, Session};
+use super::{lock, PostgresBackend, RECHECK};
+use crate::backend::{
+    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
+};
+use crate::LockError;
+
+/// An attempt under way: if dropped before its answer is read, whatever it
+/// may hold of the semaphore on its session is let go in the background.
+struct PermitPending {
+    session: Option<Arc<Session>>,
+    hold: Hold,
+    base: i64,
+}
+
+impl PermitPending {
+    /// The answer is read: nothing more to undo, only the reservation.
+    fn settle(mut self, keep: bool) -> Arc<Session> {
+        let session = self
+            .session
+            .take()
+            .expect("an armed attempt has its session");
+        if !keep {
+            session.unreserve(permit_reservation(self.base));
+        }
+        session
+    }
+}
+
+impl Drop for PermitPending {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            held::undo_in_background(
+                session,
+                vec![(self.base, self.hold)],
+                vec![permit_reservation(self.base)],
+            );
+        }
+    }
+}
+
+impl PostgresBackend {
+    /// The slots' base and the marker's first half of the semaphore `name`.
+    fn permit_keys(&self, name: &str) -> (i64, i32) {
+        let digest = super::digest(&self.config.prefix, name);
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&digest[24..32]);
+        let mark = i32::from_be_bytes([digest[24], digest[25], digest[26], digest[27]]);
+        (i64::from_be_bytes(b) >> 21, mark)
+    }
+
+    async fn try_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let count = i32::try_from(req.permits).map_err(|_| {
+            LockError::invalid_option(format!("semaphore `{}`: too many permits", req.name))
+        })?;
+        let (base, mark) = self.permit_keys(&req.name);
+        let session = match self
+            .pool
+            .reserve(&[permit_reservation(base)], || self.open_session())
+            .await?
+        {
+            Reserved::On(session) => session,
+            Reserved::Busy => return Ok(None),
+        };
+        let hold = Hold::Permit { base, mark, count };
+        let pending = PermitPending {
+            session: Some(session.clone()),
+            hold,
+            base,
+        };
+        let ttl = self.clamp(req.ttl);
+        let sent = Instant::now();
+        let row = self
+            .bounded(
+                session
+                    .client
+                    .query_one(&session.prepared.permits.take, &[&base, &mark, &count]),
+            )
+            .await?;
+        let slot: Option<i32> = row.get(0);
+        let other: Option<i64> = row.get(1);
+        let session = pending.settle(slot.is_some());
+        if let Some(stored) = other {
+            return Err(permit_count_differs(
+                &req.name,
+                usize::try_from(stored).unwrap_or(usize::MAX),
+                req.permits,
+            ));
+        }
+        let Some(slot) = slot else {
+            return Ok(None);
+        };
+        let key = base + i64::from(slot);
+        let valid_until = lease_deadline(sent, ttl);
+        held::remember(&self.held, &req.token, session, key, hold, valid_until);
+        Ok(Some(Lease {
+            key: req.name.clone(),
+            token: req.token.clone(),
+            ttl,
+            fencing_token: None,
+            valid_until,
+            resource: format!("pg_advisory_lock({key})"),
+        }))
+    }
+
+    async fn renew_permits_on(
+        &self,
+        session: Arc<Session>,
+        leases: &[Lease],
+        at: Vec<(usize, i64, Hold)>,
+    ) -> Vec<(usize, Result<Renewal, LockError>)> {
+        let forget = |i: usize| {
+            lock(&self.held).remove(&leases[i].token);
+        };
+        let keys: Vec<i64> = at.iter().map(|(_, key, _)| *key).collect();
+        let sent = Instant::now();
+        let rows = if session.is_alive() {
+            self.bounded(
+                session
+                    .client
+                    .query(&session.prepared.permits.renew, &[&keys]),
+            )
+            .await
+        } else {
+            Err(self.silent())
+        };
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(_) if !session.is_alive() => {
+                at.iter().for_each(|(i, _, _)| forget(*i));
+                return at
+                    .into_iter()
+                    .map(|(i, _, _)| (i, Ok(Renewal::SessionExpired)))
+                    .collect();
+            }
+            Err(e) => {
+                let text = e.to_string();
+                return at
+                    .into_iter()
+                    .map(|(i, _, _)| (i, Err(super::failed(&self.shown, text.clone()))))
+                    .collect();
+            }
+        };
+        let found: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+        at.into_iter()
+            .map(|(i, key, hold)| {
+                let answer = if found.contains(&key) {
+                    let valid_until = lease_deadline(sent, self.clamp(leases[i].ttl));
+                    if let Some(h) = lock(&self.held).get_mut(&leases[i].token) {
+                        h.valid_until = valid_until;
+                    }
+                    Renewal::Renewed { valid_until }
+                } else {
+                    forget(i);
+                    // The marker may still be held: let it go.
+                    held::undo_in_background(
+                        session.clone(),
+                        vec![(key, hold)],
+                        vec![hold.reserved(key)],
+                    );
+                    Renewal::Refused
+                };
+                (i, Ok(answer))
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl PermitBackend for PostgresBackend {
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        self.try_permit(req).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let (base, _) = self.permit_keys(&req.name);
+        let waiting = self.waiters.register(base);
+        loop {
+            self.ensure_listener().await;
+            let notified = waiting.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let attempt = self.try_permit(req);
+            let answer = match deadline {
+                Some(d) => match tokio::time::timeout_at(d.into(), attempt).await {
+                    Ok(answer) => answer,
+                    Err(_) => return Ok(None),
+                },
+                None => attempt.await,
+            };
+            if let Some(lease) = answer? {
+                return Ok(Some(lease));
+            }
+            let jitter = Duration::from_millis(u64::from(super::rand_byte()) * 2);
+            let mut nap = Instant::now() + RECHECK - Duration::from_millis(256) + jitter;
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Ok(None);
+                }
+                nap = nap.min(d);
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(nap.into()) => {}
+            }
+        }
+    }
+
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        let mut answers: Vec<Option<Result<Renewal, LockError>>> =
+            (0..leases.len()).map(|_| None).collect();
+        let mut by_session: Vec<(Arc<Session>, Vec<(usize, i64, Hold)>)> = Vec::new();
+        {
+            let held = lock(&self.held);
+            for (i, lease) in leases.iter().enumerate() {
+                match held.get(&lease.token) {
+                    None => answers[i] = Some(Ok(Renewal::Refused)),
+                    Some(h) => {
+                        let entry = (i, h.key, h.hold);
+                        match by_session
+                            .iter_mut()
+                            .find(|(s, _)| Arc::ptr_eq(s, &h.session))
+                        {
+                            Some((_, at)) => at.push(entry),
+                            None => by_session.push((h.session.clone(), vec![entry])),
+                        }
+                    }
+                }
+            }
+        }
+        let rounds = by_session
+            .into_iter()
+            .map(|(session, at)| self.renew_permits_on(session, leases, at));
+        for round in futures_util::future::join_all(rounds).await {
+            for (i, answer) in round {
+                answers[i] = Some(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or(Ok(Renewal::Refused)))
+            .collect()
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        let Some(h) = lock(&self.held).remove(&lease.token) else {
+            return Ok(false);
+        };
+        if !h.session.is_alive() {
+            return Ok(false);
+        }
+        let Hold::Permit { base, mark, count } = h.hold else {
+            return Ok(false);
+        };
+        let pending = PermitPending {
+            session: Some(h.session.clone()),
+            hold: h.hold,
+            base,
+        };
+        let row = self
+            .bounded(
+                h.session
+                    .client
+                    .query_one(&h.session.prepared.permits.free, &[&base, &mark, &count]),
+            )
+            .await;
+        let row = match row {
+            Ok(row) => row,
+            Err(_) if !h.session.is_alive() => {
+                drop(pending.settle(false));
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        drop(pending.settle(false));
+        Ok(row.get::<_, i64>(0) > 0)
+    }
+}
