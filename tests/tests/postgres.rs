@@ -340,6 +340,36 @@ async fn a_frozen_holder_is_freed_by_the_server() {
     guard.release().await.unwrap();
 }
 
+/// A renewal statement names at most 1,000 leases (and 128 KiB of names):
+/// 2,500 locks on one session renew in three statements and all stay held
+/// through three ttls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_locks_than_one_renewal_statement_takes_stay_held() {
+    const HELD: usize = 2_500;
+    let fixture = PgFixture::with_options("sessions=1");
+    let backend = fixture.backend_for_tests().await;
+    let ttl = Duration::from_secs(2);
+    let mut guards = Vec::with_capacity(HELD);
+    for chunk in (0..HELD).collect::<Vec<_>>().chunks(250) {
+        let taken = futures_util::future::join_all(chunk.iter().map(|i| {
+            let lock = lock(&backend, &format!("statements:{i}")).ttl(ttl);
+            async move { lock.acquire().await.unwrap() }
+        }))
+        .await;
+        guards.extend(taken);
+    }
+    tokio::time::sleep(ttl * 3).await;
+    let lost = guards.iter().filter(|g| !g.is_held()).count();
+    assert_eq!(lost, 0, "{lost} of {HELD} leases lost");
+    let held = fixture.server().psql(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1",
+    );
+    assert_eq!(held, HELD.to_string());
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
 /// Holding many locks at once opens no more than `?sessions=` connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_locks_share_a_few_sessions() {

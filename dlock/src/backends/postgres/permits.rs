@@ -232,39 +232,12 @@ impl PermitBackend for PostgresBackend {
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        let mut answers: Vec<Option<Result<Renewal, LockError>>> =
-            (0..leases.len()).map(|_| None).collect();
-        let mut by_session: Vec<(Arc<Session>, Vec<(usize, i64, Hold)>)> = Vec::new();
-        {
-            let held = lock(&self.held);
-            for (i, lease) in leases.iter().enumerate() {
-                match held.get(&lease.token) {
-                    None => answers[i] = Some(Ok(Renewal::Refused)),
-                    Some(h) => {
-                        let entry = (i, h.key, h.hold);
-                        match by_session
-                            .iter_mut()
-                            .find(|(s, _)| Arc::ptr_eq(s, &h.session))
-                        {
-                            Some((_, at)) => at.push(entry),
-                            None => by_session.push((h.session.clone(), vec![entry])),
-                        }
-                    }
-                }
-            }
-        }
-        let rounds = by_session
-            .into_iter()
-            .map(|(session, at)| self.renew_permits_on(session, leases, at));
-        for round in futures_util::future::join_all(rounds).await {
-            for (i, answer) in round {
-                answers[i] = Some(answer);
-            }
-        }
-        answers
-            .into_iter()
-            .map(|a| a.unwrap_or(Ok(Renewal::Refused)))
-            .collect()
+        self.renew_in_rounds(
+            leases,
+            |i, h| (i, h.key, h.hold),
+            |session, at| self.renew_permits_on(session, leases, at),
+        )
+        .await
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
