@@ -86,7 +86,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         feature: Some("postgres"),
         semaphores: true,
         rw_locks: true,
-        elections: false,
+        elections: true,
         backend: Backend::Postgres,
     },
 ];
@@ -172,7 +172,7 @@ mod tests {
         );
         assert_eq!(
             with_elections_listed(),
-            "memory://, redis://, etcd:// or zk://"
+            "memory://, redis://, etcd://, zk:// or postgres://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
         assert!(all_listed().ends_with(", zk://, zks://, postgres:// and postgresql://"));

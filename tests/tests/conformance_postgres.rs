@@ -9,3 +9,5 @@ dlock_tests::segments_suite!(PgFixture::start());
 dlock_tests::multi_suite!(PgFixture::start(), rounds = 200);
 dlock_tests::rw_suite!(PgFixture::start());
 dlock_tests::semaphore_suite!(PgFixture::start());
+// Elections are the lock of their name, the record in `dlock_leaders`.
+dlock_tests::election_suite!(PgFixture::start());

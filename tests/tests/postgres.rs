@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::postgres::{advisory_key, rw_advisory_key, PostgresBackend};
 use dlock::{Lock, LockBackend, LockError, RwLock, Semaphore};
+use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::postgres::{pg_rw_locks_of, PgFixture};
 use dlock_tests::holder::{Holder, HolderSpec};
 use dlock_tests::servers::ports::free_port;
@@ -535,4 +536,125 @@ async fn fences_increase_across_a_server_restart() {
     let second = lock(&after, "restart").acquire().await.unwrap();
     assert!(second.fencing_token().unwrap() > before);
     second.release().await.unwrap();
+}
+
+/// An election is the advisory lock of its name: SQL code holding that
+/// number keeps every candidate out, and reads the leader from
+/// `dlock_leaders`. A leader whose session is ended stops being shown at
+/// once, before anyone else is elected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_are_advisory_locks_sql_can_see() {
+    let fixture = PgFixture::start();
+    let backend = fixture.backend_for_tests().await;
+    let election = dlock::Election::new("scheduler").with_backend(backend.clone());
+    // psql holds the election's number: nobody is elected, nobody leads.
+    let psql = PsqlHolder::take(&fixture, advisory_key("scheduler"));
+    eventually("psql holds the key", Duration::from_secs(10), || {
+        !fixture.holders("scheduler").is_empty()
+    })
+    .await;
+    let refused = election
+        .clone()
+        .wait(Duration::ZERO)
+        .campaign("node-a")
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, LockError::Busy { .. }), "{refused:?}");
+    assert_eq!(election.leader().await.unwrap(), None);
+    psql.quit();
+    let leadership = election
+        .clone()
+        .wait(Duration::from_secs(10))
+        .campaign("node-a")
+        .await
+        .unwrap();
+    // SQL reads who leads, and the term is the key's fence.
+    let row = fixture
+        .server()
+        .psql("SELECT value || ' ' || term FROM dlock_leaders WHERE name = 'dlock:scheduler'");
+    assert_eq!(row, format!("node-a {}", leadership.term()));
+    let fence = fixture
+        .server()
+        .psql("SELECT counter FROM dlock_fences WHERE name = 'dlock:scheduler'");
+    assert_eq!(fence, leadership.term().to_string());
+    // The leader's session ended: the record no longer counts, at once.
+    let other = connect(fixture.url()).await;
+    let watcher = dlock::Election::new("scheduler").with_backend(other.clone());
+    assert_eq!(
+        watcher.leader().await.unwrap().map(|l| l.value),
+        Some("node-a".to_owned())
+    );
+    let lost = leadership.lost();
+    fixture.steal("scheduler").await;
+    assert_eq!(
+        watcher.leader().await.unwrap(),
+        None,
+        "a dead session leads"
+    );
+    tokio::time::timeout(Duration::from_secs(10), lost)
+        .await
+        .expect("the leader learns its session ended");
+    assert!(!leadership.is_leader());
+    let next = watcher
+        .clone()
+        .wait(Duration::from_secs(10))
+        .campaign("node-b")
+        .await
+        .unwrap();
+    assert!(next.term() > leadership.term());
+    next.resign().await.unwrap();
+}
+
+/// A role granted only the lock tables (no CREATE) is told how to make the
+/// leaders' table on its first election; with it made and granted, the
+/// role's elections work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_need_their_table_and_say_how_to_grant_it() {
+    let fixture = PgFixture::start();
+    let server = fixture.server();
+    let port = server.port();
+    server.psql("CREATE SCHEMA locks");
+    // The owner makes the lock tables (dlock as superuser, in that schema).
+    let owner = connect(&format!(
+        "postgres://postgres@127.0.0.1:{port}/postgres?schema=locks"
+    ))
+    .await;
+    drop(owner);
+    server.psql(
+        "CREATE ROLE weak LOGIN; GRANT USAGE ON SCHEMA locks TO weak; \
+         GRANT SELECT, INSERT, UPDATE ON locks.dlock_fences, locks.dlock_holders TO weak",
+    );
+    let weak = connect(&format!(
+        "postgres://weak@127.0.0.1:{port}/postgres?schema=locks"
+    ))
+    .await;
+    lock(&weak, "plain")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let election = dlock::Election::new("compactor").with_backend(weak.clone());
+    let err = election.campaign("node-a").await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("dlock_leaders"), "{text}");
+    assert!(text.contains("may not create it"), "{text}");
+    assert!(
+        text.contains("GRANT SELECT, INSERT, UPDATE, DELETE"),
+        "{text}"
+    );
+    server.psql(
+        "CREATE UNLOGGED TABLE locks.dlock_leaders (name text PRIMARY KEY, holder text NOT NULL, \
+         pid int4 NOT NULL, term bigint NOT NULL, value text NOT NULL); \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON locks.dlock_leaders TO weak",
+    );
+    let leadership = election.campaign("node-a").await.unwrap();
+    assert_eq!(
+        election.leader().await.unwrap().map(|l| l.value),
+        Some("node-a".to_owned())
+    );
+    leadership.resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
 }

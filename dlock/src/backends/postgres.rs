@@ -86,6 +86,15 @@
 //! count differs from a marker in `pg_locks` is refused. See the
 //! `permits` module's docs for the keys.
 //!
+//! # Leader election
+//!
+//! An [`Election`](crate::Election) is the plain lock of its name (its
+//! fence is the term); the leader's record is a row of the unlogged table
+//! `<schema>.dlock_leaders`, made on the first election, written on the
+//! holding session only while it holds the lock, and counted only while
+//! that session still does. Changes are announced on the release channel.
+//! See the `election` module's docs.
+//!
 //! # Not yet
 //!
 //! TLS is not built for PostgreSQL yet. `MultiLock` and `SegmentedLock`
@@ -102,6 +111,7 @@
 //! ```
 
 mod config;
+mod election;
 mod held;
 mod inspect;
 mod listener;
@@ -224,6 +234,9 @@ pub struct PostgresBackend {
     held: Arc<Mutex<HeldMap>>,
     waiters: Arc<Waiters>,
     listener: tokio::sync::Mutex<Option<Listener>>,
+    /// Whether the leaders' table is known to exist (made on the first use
+    /// of an election).
+    leaders_ready: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -347,6 +360,7 @@ impl PostgresBackend {
             held: Arc::new(Mutex::new(HeldMap::new())),
             waiters: Arc::new(Waiters::default()),
             listener: tokio::sync::Mutex::new(None),
+            leaders_ready: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -752,6 +766,10 @@ impl LockBackend for PostgresBackend {
     }
 
     fn permits(&self) -> Option<&dyn crate::backend::PermitBackend> {
+        Some(self)
+    }
+
+    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
         Some(self)
     }
 

@@ -16,10 +16,34 @@ use super::sql::CHANNEL;
 use super::{failed, lock};
 use crate::LockError;
 
-/// The waiters of each advisory key, with a count of registrations.
+/// The waiters of each advisory key, with a count of registrations, and
+/// the watchers of each (election observers).
 #[derive(Debug, Default)]
 pub(super) struct Waiters {
     by_key: Mutex<HashMap<i64, (Arc<Notify>, usize)>>,
+    /// Each watcher has a `Notify` of its own, woken with `notify_one`: it
+    /// keeps the news while its watcher is busy elsewhere (reading the
+    /// leader), where a waiter's shared one would lose it.
+    watchers: Mutex<HashMap<i64, Vec<Arc<Notify>>>>,
+}
+
+/// A watcher's registration (see [`Waiters::watch`]), removed on drop.
+pub(super) struct Watching {
+    waiters: Arc<Waiters>,
+    key: i64,
+    pub(super) notify: Arc<Notify>,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let mut map = lock(&self.waiters.watchers);
+        if let Some(list) = map.get_mut(&self.key) {
+            list.retain(|n| !Arc::ptr_eq(n, &self.notify));
+            if list.is_empty() {
+                map.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// A waiter's registration, removed on drop.
@@ -43,16 +67,38 @@ impl Waiters {
         }
     }
 
+    /// Registers a watcher of `key`: every later announcement of it is
+    /// kept until the watcher looks.
+    pub(super) fn watch(self: &Arc<Self>, key: i64) -> Watching {
+        let notify = Arc::new(Notify::new());
+        lock(&self.watchers)
+            .entry(key)
+            .or_default()
+            .push(notify.clone());
+        Watching {
+            waiters: self.clone(),
+            key,
+            notify,
+        }
+    }
+
     fn wake(&self, key: i64) {
         if let Some((notify, _)) = lock(&self.by_key).get(&key) {
             notify.notify_waiters();
         }
+        if let Some(list) = lock(&self.watchers).get(&key) {
+            list.iter().for_each(|n| n.notify_one());
+        }
     }
 
-    /// Wakes every waiter (the listener reconnected: it may have missed news).
+    /// Wakes every waiter and watcher (the listener reconnected: it may
+    /// have missed news).
     fn wake_all(&self) {
         for (notify, _) in lock(&self.by_key).values() {
             notify.notify_waiters();
+        }
+        for list in lock(&self.watchers).values() {
+            list.iter().for_each(|n| n.notify_one());
         }
     }
 }
@@ -86,6 +132,11 @@ impl std::fmt::Debug for Listener {
 impl Listener {
     pub(super) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst) && !self._client.is_closed()
+    }
+
+    /// Turns false when the listening connection ends.
+    pub(super) fn alive_flag(&self) -> Arc<AtomicBool> {
+        self.alive.clone()
     }
 
     /// Connects and listens; notifications wake `waiters`. Run on dlock's

@@ -66,6 +66,32 @@ pub(super) struct Statements {
     pub(super) rw: RwStatements,
     /// The semaphore statements.
     pub(super) permits: PermitStatements,
+    /// `"schema".dlock_leaders`: each election's leader record, created on
+    /// the first use of an election (unlogged: a record means something
+    /// only while its session holds the election's lock).
+    pub(super) leaders: String,
+    /// The election statements.
+    pub(super) elections: ElectionStatements,
+}
+
+/// The statements of elections. An election `<prefix>:<name>` is the plain
+/// lock of that name; its record names the lease's token, the session
+/// (`pid`) that held the lock when it was written, the term (the lease's
+/// fence) and the value. A record counts only while that session still
+/// holds the lock and the holder row still names the token.
+#[derive(Debug, Clone)]
+pub(super) struct ElectionStatements {
+    /// Writes the record `$2` (name), `$3` token, `$4` term, `$5` value if
+    /// this session holds the lock `$1` and the holder row names the token,
+    /// and announces `$1`. Answers how many records were written (0 or 1).
+    pub(super) proclaim: String,
+    /// Deletes the record of `$2` if it names the token `$3`, and announces
+    /// `$1`.
+    pub(super) withdraw: String,
+    /// The live record of `$1`: (term, value), or no row.
+    pub(super) leader: String,
+    /// Creates the leaders' table if it is missing.
+    pub(super) create: String,
 }
 
 /// The statements of semaphores. A semaphore `$1` (its base, an `int8`)
@@ -131,6 +157,7 @@ impl Statements {
     pub(super) fn new(schema: &str) -> Self {
         let table = format!("\"{schema}\".dlock_fences");
         let holders = format!("\"{schema}\".dlock_holders");
+        let leaders = format!("\"{schema}\".dlock_leaders");
         let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()");
         let held_by_anyone = held_by!("h.lock_id", "");
         Statements {
@@ -181,8 +208,10 @@ impl Statements {
             ),
             rw: RwStatements::new(&table),
             permits: PermitStatements::new(),
+            elections: ElectionStatements::new(&holders, &leaders),
             table,
             holders,
+            leaders,
         }
     }
 
@@ -194,6 +223,39 @@ impl Statements {
              fence bigint NOT NULL, holder text, expires timestamptz)",
             self.table, self.holders
         )
+    }
+}
+
+impl ElectionStatements {
+    fn new(holders: &str, leaders: &str) -> Self {
+        let held_by_me = held_by!("$1::int8", " AND l.pid = pg_backend_pid()");
+        let held_by_writer = held_by!("h.lock_id", " AND l.pid = r.pid");
+        ElectionStatements {
+            proclaim: format!(
+                "WITH ok AS (SELECT 1 WHERE {held_by_me} \
+                   AND EXISTS (SELECT 1 FROM {holders} h WHERE h.name = $2::text AND h.holder = $3::text)), \
+                 w AS (INSERT INTO {leaders} AS r (name, holder, pid, term, value) \
+                   SELECT $2::text, $3::text, pg_backend_pid(), $4::int8, $5::text FROM ok \
+                   ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, pid = EXCLUDED.pid, \
+                   term = EXCLUDED.term, value = EXCLUDED.value WHERE r.term <= EXCLUDED.term RETURNING 1), \
+                 n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM w) \
+                 SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM n)"
+            ),
+            withdraw: format!(
+                "WITH d AS (DELETE FROM {leaders} WHERE name = $2::text AND holder = $3::text RETURNING 1), \
+                 n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM d) \
+                 SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)"
+            ),
+            leader: format!(
+                "SELECT r.term, r.value FROM {leaders} r \
+                 JOIN {holders} h ON h.name = r.name AND h.holder = r.holder \
+                 WHERE r.name = $1::text AND {held_by_writer}"
+            ),
+            create: format!(
+                "CREATE UNLOGGED TABLE IF NOT EXISTS {leaders} (name text PRIMARY KEY, holder text NOT NULL, \
+                 pid int4 NOT NULL, term bigint NOT NULL, value text NOT NULL)"
+            ),
+        }
     }
 }
 

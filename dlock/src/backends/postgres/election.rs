@@ -1,0 +1,190 @@
+//! Leader election on PostgreSQL: the election `name` is the plain lock of
+//! that name (its advisory key, its fence as the term); the leader's record
+//! is the row `<prefix>:<name>` of the unlogged table
+//! `<schema>.dlock_leaders` (created on the first use of an election),
+//! naming the lease's token, the session that wrote it, the term and the
+//! value.
+//!
+//! - `proclaim` writes the record on the session that holds the lock, in
+//!   one statement that checks that this session holds it and that the
+//!   holder row still names the lease's token (so a lease that was
+//!   force-released, or a session that was ended, writes nothing).
+//! - `leader` answers a record only while the session that wrote it still
+//!   holds the lock and the holder row still names its token: a crashed
+//!   leader's record stops counting when its session ends.
+//! - Every change is announced on the release channel with the election's
+//!   advisory key as payload, so observers wait on the same `LISTEN`
+//!   connection as lock waiters; each observer keeps the news it has not
+//!   looked at yet.
+//!
+//! A record left by a leader that crashed stays (one row per election
+//! name) until the next leader overwrites it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::listener::Watching;
+use super::{advisory_key_in, failed, lock, PostgresBackend};
+use crate::backend::{ElectionBackend, Leader, LeaderChanges, Lease};
+use crate::LockError;
+
+/// How often an observer checks that the listening connection still runs
+/// (a local check, no request).
+const LISTENER_CHECK: Duration = Duration::from_secs(1);
+
+impl PostgresBackend {
+    /// Creates the leaders' table on the first use of an election; a clear
+    /// error when the role may not.
+    async fn ensure_leaders(&self) -> Result<(), LockError> {
+        if self.leaders_ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let session = self.any_session().await?;
+        // Asked first: `CREATE … IF NOT EXISTS` needs the CREATE right even
+        // when the table is there.
+        let exists: bool = self
+            .bounded(session.client.query_one(
+                "SELECT to_regclass($1::text) IS NOT NULL",
+                &[&self.statements.leaders],
+            ))
+            .await?
+            .get(0);
+        let create = &self.statements.elections.create;
+        let created = async {
+            if exists {
+                Ok(())
+            } else {
+                session.client.batch_execute(create).await
+            }
+        };
+        match tokio::time::timeout(self.config.timeout, created).await {
+            Err(_) => return Err(self.silent()),
+            Ok(Ok(())) => {}
+            // Another client created it at the same moment.
+            Ok(Err(e)) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {}
+            Ok(Err(e))
+                if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
+            {
+                return Err(LockError::invalid_option(format!(
+                    "`{shown}`: the table {leaders} of leader elections is missing and this role may not create it ({e}); \
+                     have an owner run `{create}` and `GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders} TO <role>`",
+                    shown = self.shown,
+                    leaders = self.statements.leaders,
+                    e = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+                )));
+            }
+            Ok(Err(e)) => return Err(failed(&self.shown, e)),
+        }
+        self.leaders_ready.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// One observer's registration for an election's announcements.
+struct Changes {
+    watching: Watching,
+    /// The listening connection's: false once it ended.
+    listening: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl LeaderChanges for Changes {
+    async fn changed(&mut self) -> bool {
+        loop {
+            tokio::select! {
+                () = self.watching.notify.notified() => return true,
+                () = tokio::time::sleep(LISTENER_CHECK) => {
+                    if !self.listening.load(Ordering::SeqCst) {
+                        // News may have been missed: the caller watches anew.
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ElectionBackend for PostgresBackend {
+    async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool, LockError> {
+        let Some(term) = lease.fencing_token.and_then(|t| i64::try_from(t).ok()) else {
+            return Ok(false);
+        };
+        self.ensure_leaders().await?;
+        let Some((session, key)) = lock(&self.held)
+            .get(&lease.token)
+            .map(|h| (h.session.clone(), h.key))
+        else {
+            return Ok(false);
+        };
+        if !session.is_alive() {
+            return Ok(false);
+        }
+        let name = self.name_of(&lease.key);
+        let statement = &self.statements.elections.proclaim;
+        let row = self
+            .bounded(session.client.query_one(
+                statement.as_str(),
+                &[&key, &name, &lease.token, &term, &value],
+            ))
+            .await?;
+        Ok(row.get::<_, i64>(0) == 1)
+    }
+
+    async fn withdraw(&self, lease: &Lease) -> Result<(), LockError> {
+        self.ensure_leaders().await?;
+        let session = self.any_session().await?;
+        let key = advisory_key_in(&self.config.prefix, &lease.key);
+        let name = self.name_of(&lease.key);
+        let statement = &self.statements.elections.withdraw;
+        self.bounded(
+            session
+                .client
+                .query_one(statement.as_str(), &[&key, &name, &lease.token]),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn leader(&self, name: &str) -> Result<Option<Leader>, LockError> {
+        self.ensure_leaders().await?;
+        let session = self.any_session().await?;
+        let statement = &self.statements.elections.leader;
+        let rows = self
+            .bounded(
+                session
+                    .client
+                    .query(statement.as_str(), &[&self.name_of(name)]),
+            )
+            .await?;
+        Ok(rows.first().and_then(|row| {
+            let term = u64::try_from(row.get::<_, i64>(0)).ok()?;
+            Some(Leader {
+                value: row.get(1),
+                term,
+            })
+        }))
+    }
+
+    async fn watch(&self, name: &str) -> Result<Box<dyn LeaderChanges>, LockError> {
+        let key = advisory_key_in(&self.config.prefix, name);
+        let watching = self.waiters.watch(key);
+        if !self.ensure_listener().await {
+            return Err(failed(
+                &self.shown,
+                "the connection that listens for announcements could not be opened",
+            ));
+        }
+        let listening = match self.listener.lock().await.as_ref() {
+            Some(listener) => listener.alive_flag(),
+            None => Arc::new(AtomicBool::new(false)),
+        };
+        Ok(Box::new(Changes {
+            watching,
+            listening,
+        }))
+    }
+}
