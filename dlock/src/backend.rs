@@ -18,7 +18,9 @@ mod permits;
 pub(crate) mod refusal;
 mod rw;
 pub use all_keys::{AllKeysBackend, AllOrNone};
-pub use election::{no_elections, ElectionBackend, Leader, LeaderChanges, MAX_VALUE_BYTES};
+pub use election::{
+    no_elections, ElectionBackend, Leader, LeaderChange, LeaderChanges, MAX_VALUE_BYTES,
+};
 pub use permits::{no_semaphores, permit_count_differs, PermitBackend, PermitRequest};
 pub use rw::{no_rw_locks, RwBackend, RwMode, RwRequest};
 

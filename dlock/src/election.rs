@@ -12,7 +12,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::acquire::{self, take, Target};
-use crate::backend::{no_elections, ElectionBackend, LeaderChanges, Lease, LockBackend};
+use crate::backend::{
+    no_elections, ElectionBackend, LeaderChange, LeaderChanges, Lease, LockBackend,
+};
 use crate::guard::LockGuard;
 use crate::observe::{self, Kind};
 use crate::options::{lease_option_setters, LeaseOptions};
@@ -202,9 +204,13 @@ someone leads; by default it waits until elected.",
     /// resignation), never a term older than one already seen. Woken by
     /// the server, not by polling.
     ///
-    /// Each item is the state read after an announcement, so a leader whose
-    /// whole term fits between two reads (shorter than one round trip) may
-    /// be skipped; its successor is not. A leader whose lease expired
+    /// No term is missed, however short: memory, Redis, etcd and PostgreSQL
+    /// announce each leader with its record (term and value), kept for the
+    /// stream until it is polled. On ZooKeeper, whose events name a node
+    /// but carry no data, each item is the state read after an event, so a
+    /// leader whose whole term is shorter than one read may be skipped
+    /// there (its successor is not). Several values proclaimed within one
+    /// term may be seen as the last of them. A leader whose lease expired
     /// (a crash) is announced by its successor's election, not at the
     /// expiry. Transient backend errors are retried every second (with a
     /// `WARN` event); an invalid name, a missing backend or one without
@@ -501,11 +507,31 @@ impl Observer {
             let Some((backend, changes)) = self.watching.as_mut() else {
                 continue;
             };
-            if !reread && !changes.changed().await {
-                // The watch ended (its session did): watch anew, then read.
-                self.watching = None;
-                reread = true;
-                continue;
+            let backend = backend.clone();
+            if !reread {
+                match changes.changed().await {
+                    LeaderChange::Closed => {
+                        // The watch ended (its session did): watch anew, then read.
+                        self.watching = None;
+                        reread = true;
+                        continue;
+                    }
+                    LeaderChange::Unknown => {}
+                    LeaderChange::Elected(leader) => match self.seen(&leader) {
+                        Seen::New => return Some(self.yield_now(Some(leader))),
+                        Seen::Old => continue,
+                        // A new value in the term already shown: read,
+                        // since an announcement queued before this
+                        // observer's last read may be older than it.
+                        Seen::SameTerm => {}
+                    },
+                    LeaderChange::Ended { term } => {
+                        if self.current_term().is_some_and(|now| now <= term) {
+                            return Some(self.yield_now(None));
+                        }
+                        continue;
+                    }
+                }
             }
             let elections = backend.election()?;
             match elections.leader(self.election.name()).await {
@@ -516,8 +542,7 @@ impl Observer {
                         _ => false,
                     };
                     if self.last.as_ref() != Some(&now) && !older {
-                        self.last = Some(now.clone());
-                        return Some(now);
+                        return Some(self.yield_now(now));
                     }
                 }
                 Err(e) => {
@@ -529,11 +554,41 @@ impl Observer {
         }
     }
 
+    /// The term of the leader yielded last, if one leads in it.
+    fn current_term(&self) -> Option<u64> {
+        self.last.as_ref().and_then(|l| l.as_ref()).map(|l| l.term)
+    }
+
+    /// How an announced leader compares with what was yielded last.
+    fn seen(&self, leader: &Leader) -> Seen {
+        match &self.last {
+            Some(Some(last)) if last == leader => Seen::Old,
+            Some(Some(last)) if leader.term < last.term => Seen::Old,
+            Some(Some(last)) if leader.term == last.term => Seen::SameTerm,
+            _ => Seen::New,
+        }
+    }
+
+    fn yield_now(&mut self, now: Option<Leader>) -> Option<Leader> {
+        self.last = Some(now.clone());
+        now
+    }
+
     async fn subscribe(&self) -> Result<(Arc<dyn LockBackend>, Box<dyn LeaderChanges>), LockError> {
         let backend = self.election.resolve()?;
         let changes = capability(&backend)?.watch(self.election.name()).await?;
         Ok((backend, changes))
     }
+}
+
+/// An announced leader against the last one yielded.
+enum Seen {
+    /// A later term (or the first leader seen).
+    New,
+    /// Already yielded, or an earlier term.
+    Old,
+    /// The term yielded last, with another value.
+    SameTerm,
 }
 
 /// Whether retrying cannot help.

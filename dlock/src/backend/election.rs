@@ -41,17 +41,40 @@ impl fmt::Display for Leader {
 /// every service accepts in one request.
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 
+/// What an election's watch learned ([`LeaderChanges::changed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderChange {
+    /// The leader may have changed, and the watch does not know to what:
+    /// read [`ElectionBackend::leader`] (a reconnection after which news
+    /// may have been missed, or a backend whose announcements carry no
+    /// record).
+    Unknown,
+    /// This leader published this value: it was elected, or proclaimed a
+    /// new value in its term.
+    Elected(Leader),
+    /// The leader of this term stepped down; nobody leads until the next
+    /// `Elected`.
+    Ended {
+        /// The term that ended.
+        term: u64,
+    },
+    /// The watch has ended (its session did): the caller watches anew,
+    /// then reads.
+    Closed,
+}
+
 /// Announcements of changes of one election's leader, from
 /// [`ElectionBackend::watch`]. Subscribed on the server when it is made, so
 /// a change after that is not missed.
 #[async_trait]
 pub trait LeaderChanges: Send + Sync {
-    /// Resolves when the leader may have changed since the last call (or
-    /// since the watch was made): a new leader, a new value, a resignation,
-    /// or a reconnection after which changes may have been missed. The
-    /// caller reads [`ElectionBackend::leader`] then. `false`: the watch
-    /// has ended (its session did); the caller asks for a new one.
-    async fn changed(&mut self) -> bool;
+    /// The next change since the last call (or since the watch was made),
+    /// in the order the server made them. A backend that announces each
+    /// record as it is written ([`LeaderChange::Elected`],
+    /// [`LeaderChange::Ended`]) lets an observer see every term however
+    /// short; one that only knows that something changed answers
+    /// [`LeaderChange::Unknown`] and the observer reads.
+    async fn changed(&mut self) -> LeaderChange;
 }
 
 /// The elections of a backend that has them: the capability a

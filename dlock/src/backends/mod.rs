@@ -22,9 +22,11 @@
 //! [`ElectionBackend`](crate::backend::ElectionBackend)) runs on memory,
 //! Redis (single server, Cluster and Sentinel), etcd (in the layout of
 //! etcd's `concurrency.Election`, so `etcdctl elect` takes part) and
-//! ZooKeeper (Curator's `LeaderLatch`); Redlock refuses it with
+//! ZooKeeper (Curator's `LeaderLatch`) and PostgreSQL (the advisory lock
+//! of the name); Redlock refuses it with
 //! [`no_elections`](crate::backend::no_elections).
 
+pub(crate) mod announcements;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;

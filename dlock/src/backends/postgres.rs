@@ -121,6 +121,8 @@ mod rw;
 mod session;
 mod sql;
 
+pub use self::election::MAX_VALUE_BYTES;
+
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

@@ -16,19 +16,22 @@
 //! - The term is the leader key's create revision (the lease's fencing
 //!   token). `Proclaim` puts a new value `If(CreateRevision(key) == term)`,
 //!   on the same lease; `Resign` deletes the key (the lease's release).
-//! - Observers watch the directory: every put or delete of a direct child
-//!   makes them read the leader again.
+//! - Observers read the directory's candidates and watch it from that
+//!   revision: each put or delete of a direct child updates the candidates,
+//!   and a change of the oldest one is announced, so every term is seen,
+//!   however short (a full first page that empties falls back to reading).
 //! - The `-election` root keeps these keys out of every plain lock's
 //!   directory (`<prefix>/<key>/`), and those out of these. Only the direct
 //!   children of the directory count, as for locks (`contenders.rs`).
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
-    WatchStream,
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    WatchOptions, WatchStream,
 };
 
 use super::client::revision_of_lease;
@@ -37,7 +40,7 @@ use super::queue::{Ahead, Enqueued, Line};
 use super::refused::About;
 use super::session::Session;
 use super::{names, EtcdBackend, Inner};
-use crate::backend::{AcquireRequest, ElectionBackend, Leader, LeaderChanges, Lease};
+use crate::backend::{AcquireRequest, ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
 use crate::{deadline, LockError};
 
 impl EtcdBackend {
@@ -94,6 +97,43 @@ impl Inner {
             term: u64::try_from(kv.create_revision()).unwrap_or(0),
         });
         Ok((leader, revision))
+    }
+
+    /// The candidates of the directory `dir` (its direct children in the
+    /// first page by create revision), and the store revision of the read.
+    async fn candidates_in(&self, dir: &str) -> Result<(Candidates, i64), LockError> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(PAGE);
+        let answer = self
+            .rpc(|| {
+                let mut kv = self.client.kv_client();
+                let (dir, options) = (dir.to_owned(), options.clone());
+                async move { kv.get(dir, Some(options)).await }
+            })
+            .await?;
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let line = Contenders {
+            dir,
+            kinds: Contenders::DIRECT,
+        };
+        let by_key = answer
+            .kvs()
+            .iter()
+            .filter(|kv| line.contains(kv.key()))
+            .map(|kv| {
+                let value = String::from_utf8_lossy(kv.value()).into_owned();
+                (kv.key().to_vec(), (kv.create_revision(), value))
+            })
+            .collect();
+        let mut candidates = Candidates {
+            by_key,
+            complete: !answer.more(),
+            leader: None,
+        };
+        candidates.leader = candidates.leader();
+        Ok((candidates, revision))
     }
 
     async fn watch_dir(&self, dir: &str, after: i64) -> Result<WatchStream, LockError> {
@@ -158,56 +198,121 @@ impl Line for ElectionLine<'_> {
     }
 }
 
-/// One observer's watch of an election's directory.
+/// One observer's watch of an election's directory, and the candidates it
+/// knows from it: the leader is the oldest, so each event says who leads
+/// after it, and every term is announced however short.
 struct Changes {
     inner: Arc<Inner>,
     dir: String,
     stream: Option<WatchStream>,
-    /// The store revision seen last: a new watch starts after it.
-    revision: i64,
+    /// The candidates seen, or `None` while they are not known (the first
+    /// page of the directory was full and has emptied: the next candidate
+    /// is not in view; each event is then `Unknown`).
+    candidates: Option<Candidates>,
+    /// Changes found and not yet answered.
+    found: VecDeque<LeaderChange>,
+}
+
+/// The direct children of an election's directory: key → (create
+/// revision, value).
+struct Candidates {
+    by_key: HashMap<Vec<u8>, (i64, String)>,
+    /// Whether every candidate is here (the first read was not cut at a page).
+    complete: bool,
+    /// The leader announced last.
+    leader: Option<Leader>,
+}
+
+impl Candidates {
+    fn leader(&self) -> Option<Leader> {
+        self.by_key
+            .values()
+            .min_by_key(|(revision, _)| *revision)
+            .map(|(revision, value)| Leader {
+                value: value.clone(),
+                term: u64::try_from(*revision).unwrap_or(0),
+            })
+    }
+}
+
+impl Changes {
+    /// Reads the candidates and watches the directory from right after
+    /// that read.
+    async fn start(&mut self) -> Result<(), LockError> {
+        let (candidates, revision) = self.inner.candidates_in(&self.dir).await?;
+        self.stream = Some(self.inner.watch_dir(&self.dir, revision).await?);
+        self.candidates = Some(candidates);
+        Ok(())
+    }
+
+    /// Applies one watch event: the change of leader it makes, if any.
+    fn apply(&mut self, event: &etcd_client::Event) -> Option<LeaderChange> {
+        let kv = event.kv()?;
+        let line = Contenders {
+            dir: &self.dir,
+            kinds: Contenders::DIRECT,
+        };
+        if !line.contains(kv.key()) {
+            return None;
+        }
+        let Some(candidates) = self.candidates.as_mut() else {
+            return Some(LeaderChange::Unknown);
+        };
+        match event.event_type() {
+            EventType::Put => {
+                let value = String::from_utf8_lossy(kv.value()).into_owned();
+                candidates
+                    .by_key
+                    .insert(kv.key().to_vec(), (kv.create_revision(), value));
+            }
+            EventType::Delete => {
+                candidates.by_key.remove(kv.key());
+            }
+        }
+        let now = candidates.leader();
+        if now == candidates.leader {
+            return None;
+        }
+        let before = std::mem::replace(&mut candidates.leader, now.clone());
+        match (now, before) {
+            (Some(now), _) => Some(LeaderChange::Elected(now)),
+            (None, _) if !candidates.complete => {
+                // Candidates beyond the first page may exist: no longer known.
+                self.candidates = None;
+                Some(LeaderChange::Unknown)
+            }
+            (None, Some(before)) => Some(LeaderChange::Ended { term: before.term }),
+            (None, None) => None,
+        }
+    }
 }
 
 #[async_trait]
 impl LeaderChanges for Changes {
-    async fn changed(&mut self) -> bool {
+    async fn changed(&mut self) -> LeaderChange {
         loop {
-            let stream = match self.stream.as_mut() {
-                Some(stream) => stream,
-                None => match self.inner.watch_dir(&self.dir, self.revision).await {
-                    Ok(stream) => self.stream.insert(stream),
-                    Err(e) => {
-                        tracing::debug!(error = %e, dir = %self.dir, "watching an etcd election failed; trying again in 1 s");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        // Changes may have been missed: read again.
-                        return true;
-                    }
-                },
+            if let Some(change) = self.found.pop_front() {
+                return change;
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                if let Err(e) = self.start().await {
+                    tracing::debug!(error = %e, dir = %self.dir, "watching an etcd election failed; trying again in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                // Changes may have been missed: read again.
+                return LeaderChange::Unknown;
             };
             match stream.message().await {
-                Ok(Some(answer)) => {
-                    if let Some(header) = answer.header() {
-                        self.revision = self.revision.max(header.revision());
-                    }
-                    let line = Contenders {
-                        dir: &self.dir,
-                        kinds: Contenders::DIRECT,
-                    };
-                    if answer.canceled() {
-                        self.stream = None;
-                        return true;
-                    }
-                    if answer
-                        .events()
-                        .iter()
-                        .any(|e| e.kv().is_some_and(|kv| line.contains(kv.key())))
-                    {
-                        return true;
+                Ok(Some(answer)) if !answer.canceled() => {
+                    for event in answer.events() {
+                        if let Some(change) = self.apply(event) {
+                            self.found.push_back(change);
+                        }
                     }
                 }
-                Ok(None) | Err(_) => {
-                    self.stream = None;
-                    return true;
-                }
+                // Cancelled (compacted past its start, or refused), ended
+                // or broken: start again from a fresh read.
+                Ok(_) | Err(_) => self.stream = None,
             }
         }
     }
@@ -291,20 +396,17 @@ impl ElectionBackend for EtcdBackend {
 
     async fn watch(&self, name: &str) -> Result<Box<dyn LeaderChanges>, LockError> {
         let inner = &self.inner;
-        let dir = format!("{}/", inner.election_prefix(name));
-        let (_, revision) = inner
-            .leader_in(&dir)
-            .await
-            .map_err(|e| inner.name_refusal(e, About::Election(name)))?;
-        let stream = inner
-            .watch_dir(&dir, revision)
-            .await
-            .map_err(|e| inner.name_refusal(e, About::Election(name)))?;
-        Ok(Box::new(Changes {
+        let mut changes = Changes {
             inner: inner.clone(),
-            dir,
-            stream: Some(stream),
-            revision,
-        }))
+            dir: format!("{}/", inner.election_prefix(name)),
+            stream: None,
+            candidates: None,
+            found: VecDeque::new(),
+        };
+        changes
+            .start()
+            .await
+            .map_err(|e| inner.name_refusal(e, About::Election(name)))?;
+        Ok(Box::new(changes))
     }
 }

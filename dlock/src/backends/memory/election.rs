@@ -1,15 +1,16 @@
 //! Leader election in memory: each election's record (the leader's token,
-//! value and term) beside the lock of its name, and a generation counter
-//! per observed election that every change bumps.
+//! value and term) beside the lock of its name, and the inboxes of the
+//! election's observers, into which every change of the record is put as
+//! it is made.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use async_trait::async_trait;
-use tokio::sync::watch;
 
 use super::MemoryBackend;
-use crate::backend::{ElectionBackend, Leader, LeaderChanges, Lease};
+use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
+use crate::backends::announcements::Inbox;
 use crate::LockError;
 
 /// The records and the watchers of every election of one backend.
@@ -19,9 +20,9 @@ pub(super) struct ElectionTable {
     /// token no longer holds the lock is shown to nobody, and replaced by
     /// the next leader's.
     records: Mutex<HashMap<String, Record>>,
-    /// Election name → its generation, for the observers of that election;
-    /// dropped with the last observer.
-    watchers: Mutex<HashMap<String, watch::Sender<u64>>>,
+    /// Election name → the inboxes of its observers; an observer's goes
+    /// with it.
+    watchers: Mutex<HashMap<String, Vec<Weak<Inbox>>>>,
 }
 
 #[derive(Debug)]
@@ -36,32 +37,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ElectionTable {
-    /// Wakes the observers of `name`, and forgets its counter once nobody
-    /// observes it.
-    fn announce(&self, name: &str) {
+    /// Puts `change` into the inboxes of the observers of `name`, and
+    /// forgets the observers that are gone.
+    fn announce(&self, name: &str, change: &LeaderChange) {
         let mut watchers = lock(&self.watchers);
-        if let Some(generation) = watchers.get(name) {
-            if generation.receiver_count() == 0 {
+        if let Some(inboxes) = watchers.get_mut(name) {
+            inboxes.retain(|inbox| match inbox.upgrade() {
+                Some(inbox) => {
+                    inbox.push(change.clone());
+                    true
+                }
+                None => false,
+            });
+            if inboxes.is_empty() {
                 watchers.remove(name);
-            } else {
-                generation.send_modify(|g| *g += 1);
             }
         }
     }
 }
 
-/// One observer's wake-ups.
-struct Changes(watch::Receiver<u64>);
+/// One observer's inbox.
+struct Changes(Arc<Inbox>);
 
 #[async_trait]
 impl LeaderChanges for Changes {
-    async fn changed(&mut self) -> bool {
-        if self.0.changed().await.is_err() {
-            // The table outlives its observers' receivers only with the
-            // backend; a dropped backend announces nothing more.
-            std::future::pending::<()>().await;
-        }
-        true
+    async fn changed(&mut self) -> LeaderChange {
+        self.0.next().await
     }
 }
 
@@ -83,31 +84,38 @@ impl ElectionBackend for MemoryBackend {
             if !holds {
                 return Ok(false);
             }
+            let leader = Leader {
+                value: value.to_owned(),
+                term,
+            };
             lock(&self.elections.records).insert(
                 lease.key.clone(),
                 Record {
                     token: lease.token.clone(),
-                    leader: Leader {
-                        value: value.to_owned(),
-                        term,
-                    },
+                    leader: leader.clone(),
                 },
             );
+            // Still under the lock table's mutex: announcements go out in
+            // the order the records were written.
+            self.elections
+                .announce(&lease.key, &LeaderChange::Elected(leader));
         }
-        self.elections.announce(&lease.key);
         Ok(true)
     }
 
     async fn withdraw(&self, lease: &Lease) -> Result<(), LockError> {
+        let _state = self.lock_state();
         let removed = {
             let mut records = lock(&self.elections.records);
             let ours = records
                 .get(&lease.key)
                 .is_some_and(|r| r.token == lease.token);
-            ours && records.remove(&lease.key).is_some()
+            ours.then(|| records.remove(&lease.key)).flatten()
         };
-        if removed {
-            self.elections.announce(&lease.key);
+        if let Some(record) = removed {
+            let term = record.leader.term;
+            self.elections
+                .announce(&lease.key, &LeaderChange::Ended { term });
         }
         Ok(())
     }
@@ -123,10 +131,11 @@ impl ElectionBackend for MemoryBackend {
     }
 
     async fn watch(&self, name: &str) -> Result<Box<dyn LeaderChanges>, LockError> {
-        let mut watchers = lock(&self.elections.watchers);
-        let generation = watchers
+        let inbox = Arc::new(Inbox::default());
+        lock(&self.elections.watchers)
             .entry(name.to_owned())
-            .or_insert_with(|| watch::channel(0).0);
-        Ok(Box::new(Changes(generation.subscribe())))
+            .or_default()
+            .push(Arc::downgrade(&inbox));
+        Ok(Box::new(Changes(inbox)))
     }
 }

@@ -12,10 +12,13 @@
 //! - `leader` answers a record only while the session that wrote it still
 //!   holds the lock and the holder row still names its token: a crashed
 //!   leader's record stops counting when its session ends.
-//! - Every change is announced on the release channel with the election's
-//!   advisory key as payload, so observers wait on the same `LISTEN`
-//!   connection as lock waiters; each observer keeps the news it has not
-//!   looked at yet.
+//! - Every change is announced on the channel `dlock_elected`, heard on the
+//!   backend's one `LISTEN` connection (the lock waiters'): the payload is
+//!   the election's advisory key and the announcement
+//!   (`backends::announcements`: the term and value, or the end of a
+//!   term), kept in each observer's inbox, so an observer sees every term
+//!   however short. `NOTIFY` payloads are capped at 8,000 bytes, hence
+//!   [`MAX_VALUE_BYTES`] (7,900) for values.
 //!
 //! A record left by a leader that crashed stays (one row per election
 //! name) until the next leader overwrites it.
@@ -26,9 +29,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::listener::Watching;
 use super::{advisory_key_in, failed, lock, PostgresBackend};
-use crate::backend::{ElectionBackend, Leader, LeaderChanges, Lease};
+use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
+use crate::backends::announcements::Inbox;
 use crate::LockError;
 
 /// How often an observer checks that the listening connection still runs
@@ -83,23 +86,23 @@ impl PostgresBackend {
     }
 }
 
-/// One observer's registration for an election's announcements.
+/// One observer's inbox of an election's announcements.
 struct Changes {
-    watching: Watching,
+    inbox: Arc<Inbox>,
     /// The listening connection's: false once it ended.
     listening: Arc<AtomicBool>,
 }
 
 #[async_trait]
 impl LeaderChanges for Changes {
-    async fn changed(&mut self) -> bool {
+    async fn changed(&mut self) -> LeaderChange {
         loop {
             tokio::select! {
-                () = self.watching.notify.notified() => return true,
+                change = self.inbox.next() => return change,
                 () = tokio::time::sleep(LISTENER_CHECK) => {
                     if !self.listening.load(Ordering::SeqCst) {
                         // News may have been missed: the caller watches anew.
-                        return false;
+                        return LeaderChange::Closed;
                     }
                 }
             }
@@ -107,8 +110,22 @@ impl LeaderChanges for Changes {
     }
 }
 
+/// The longest value a PostgreSQL leader publishes: its announcement
+/// (`NOTIFY`, whose payload PostgreSQL caps at 8,000 bytes) carries it
+/// beside the election's key and the term. A longer value is refused by
+/// `campaign` and `proclaim` with `InvalidOption`.
+///
+/// ```
+/// assert!(dlock::backends::postgres::MAX_VALUE_BYTES < 8_000);
+/// ```
+pub const MAX_VALUE_BYTES: usize = 7_900;
+
 #[async_trait]
 impl ElectionBackend for PostgresBackend {
+    fn max_value_bytes(&self) -> usize {
+        MAX_VALUE_BYTES
+    }
+
     async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool, LockError> {
         let Some(term) = lease.fencing_token.and_then(|t| i64::try_from(t).ok()) else {
             return Ok(false);
@@ -171,7 +188,7 @@ impl ElectionBackend for PostgresBackend {
 
     async fn watch(&self, name: &str) -> Result<Box<dyn LeaderChanges>, LockError> {
         let key = advisory_key_in(&self.config.prefix, name);
-        let watching = self.waiters.watch(key);
+        let inbox = self.waiters.watch(key);
         if !self.ensure_listener().await {
             return Err(failed(
                 &self.shown,
@@ -182,9 +199,7 @@ impl ElectionBackend for PostgresBackend {
             Some(listener) => listener.alive_flag(),
             None => Arc::new(AtomicBool::new(false)),
         };
-        Ok(Box::new(Changes {
-            watching,
-            listening,
-        }))
+        inbox.settle();
+        Ok(Box::new(Changes { inbox, listening }))
     }
 }

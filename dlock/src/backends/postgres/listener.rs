@@ -6,14 +6,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 use tokio_postgres::{AsyncMessage, Client};
 
 use super::config::Config;
-use super::sql::CHANNEL;
+use super::sql::{CHANNEL, ELECTED};
 use super::{failed, lock};
+use crate::backend::LeaderChange;
+use crate::backends::announcements::{self, Inbox};
 use crate::LockError;
 
 /// The waiters of each advisory key, with a count of registrations, and
@@ -21,29 +23,10 @@ use crate::LockError;
 #[derive(Debug, Default)]
 pub(super) struct Waiters {
     by_key: Mutex<HashMap<i64, (Arc<Notify>, usize)>>,
-    /// Each watcher has a `Notify` of its own, woken with `notify_one`: it
-    /// keeps the news while its watcher is busy elsewhere (reading the
-    /// leader), where a waiter's shared one would lose it.
-    watchers: Mutex<HashMap<i64, Vec<Arc<Notify>>>>,
-}
-
-/// A watcher's registration (see [`Waiters::watch`]), removed on drop.
-pub(super) struct Watching {
-    waiters: Arc<Waiters>,
-    key: i64,
-    pub(super) notify: Arc<Notify>,
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        let mut map = lock(&self.waiters.watchers);
-        if let Some(list) = map.get_mut(&self.key) {
-            list.retain(|n| !Arc::ptr_eq(n, &self.notify));
-            if list.is_empty() {
-                map.remove(&self.key);
-            }
-        }
-    }
+    /// Each election observer has an inbox of its own: announcements are
+    /// kept there, in order, while it is busy elsewhere (reading the
+    /// leader).
+    watchers: Mutex<HashMap<i64, Vec<Weak<Inbox>>>>,
 }
 
 /// A waiter's registration, removed on drop.
@@ -67,27 +50,44 @@ impl Waiters {
         }
     }
 
-    /// Registers a watcher of `key`: every later announcement of it is
-    /// kept until the watcher looks.
-    pub(super) fn watch(self: &Arc<Self>, key: i64) -> Watching {
-        let notify = Arc::new(Notify::new());
-        lock(&self.watchers)
-            .entry(key)
-            .or_default()
-            .push(notify.clone());
-        Watching {
-            waiters: self.clone(),
-            key,
-            notify,
-        }
+    /// An inbox for the announcements of the election of advisory key
+    /// `key`: every later one is kept there, for as long as it lives.
+    pub(super) fn watch(&self, key: i64) -> Arc<Inbox> {
+        let inbox = Arc::new(Inbox::default());
+        let mut watchers = lock(&self.watchers);
+        let list = watchers.entry(key).or_default();
+        list.retain(|i| i.strong_count() > 0);
+        list.push(Arc::downgrade(&inbox));
+        inbox
     }
 
     fn wake(&self, key: i64) {
         if let Some((notify, _)) = lock(&self.by_key).get(&key) {
             notify.notify_waiters();
         }
-        if let Some(list) = lock(&self.watchers).get(&key) {
-            list.iter().for_each(|n| n.notify_one());
+    }
+
+    /// An election's announcement (`<key>\n<announcement>`): into the
+    /// inboxes of that election's observers.
+    fn announce(&self, payload: &str) {
+        let Some((key, announcement)) = payload.split_once('\n') else {
+            return;
+        };
+        let Ok(key) = key.parse::<i64>() else {
+            return;
+        };
+        let mut watchers = lock(&self.watchers);
+        if let Some(list) = watchers.get_mut(&key) {
+            let change = announcements::parse(announcement.as_bytes());
+            list.retain(|inbox| {
+                inbox
+                    .upgrade()
+                    .inspect(|i| i.push(change.clone()))
+                    .is_some()
+            });
+            if list.is_empty() {
+                watchers.remove(&key);
+            }
         }
     }
 
@@ -98,7 +98,9 @@ impl Waiters {
             notify.notify_waiters();
         }
         for list in lock(&self.watchers).values() {
-            list.iter().for_each(|n| n.notify_one());
+            for inbox in list.iter().filter_map(Weak::upgrade) {
+                inbox.push(LeaderChange::Unknown);
+            }
         }
     }
 }
@@ -157,7 +159,9 @@ impl Listener {
                         let Some(waiters) = waiters.upgrade() else {
                             break;
                         };
-                        if let Ok(key) = n.payload().parse::<i64>() {
+                        if n.channel() == ELECTED {
+                            waiters.announce(n.payload());
+                        } else if let Ok(key) = n.payload().parse::<i64>() {
                             waiters.wake(key);
                         }
                     }
@@ -167,7 +171,7 @@ impl Listener {
             }
             task_alive.store(false, Ordering::SeqCst);
         });
-        let statement = format!("LISTEN {CHANNEL}");
+        let statement = format!("LISTEN {CHANNEL}; LISTEN {ELECTED}");
         let listen = client.batch_execute(&statement);
         match tokio::time::timeout(config.timeout, listen).await {
             Ok(Ok(())) => {}

@@ -9,6 +9,11 @@
 /// key in decimal.
 pub(super) const CHANNEL: &str = "dlock_released";
 
+/// The channel of elections' announcements; the payload is the election's
+/// advisory key in decimal, a newline, and the announcement
+/// (`backends::announcements`).
+pub(super) const ELECTED: &str = "dlock_elected";
+
 /// `pg_locks` rows of the advisory lock `$id` (an expression naming a
 /// bigint) in this database, granted.
 macro_rules! held_by {
@@ -83,10 +88,11 @@ pub(super) struct Statements {
 pub(super) struct ElectionStatements {
     /// Writes the record `$2` (name), `$3` token, `$4` term, `$5` value if
     /// this session holds the lock `$1` and the holder row names the token,
-    /// and announces `$1`. Answers how many records were written (0 or 1).
+    /// and announces it on [`ELECTED`]. Answers how many records were
+    /// written (0 or 1).
     pub(super) proclaim: String,
     /// Deletes the record of `$2` if it names the token `$3`, and announces
-    /// `$1`.
+    /// the end of its term on [`ELECTED`] (the election's key is `$1`).
     pub(super) withdraw: String,
     /// The live record of `$1`: (term, value), or no row.
     pub(super) leader: String,
@@ -238,12 +244,12 @@ impl ElectionStatements {
                    SELECT $2::text, $3::text, pg_backend_pid(), $4::int8, $5::text FROM ok \
                    ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, pid = EXCLUDED.pid, \
                    term = EXCLUDED.term, value = EXCLUDED.value WHERE r.term <= EXCLUDED.term RETURNING 1), \
-                 n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM w) \
+                 n AS (SELECT pg_notify('{ELECTED}', $1::int8::text || E'\\n' || $4::int8::text || E'\\n' || $5::text) FROM w) \
                  SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM n)"
             ),
             withdraw: format!(
-                "WITH d AS (DELETE FROM {leaders} WHERE name = $2::text AND holder = $3::text RETURNING 1), \
-                 n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM d) \
+                "WITH d AS (DELETE FROM {leaders} WHERE name = $2::text AND holder = $3::text RETURNING term), \
+                 n AS (SELECT pg_notify('{ELECTED}', $1::int8::text || E'\\n-' || d.term::text) FROM d) \
                  SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)"
             ),
             leader: format!(

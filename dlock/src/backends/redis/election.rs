@@ -3,7 +3,9 @@
 //! record is the string `<prefix>:{<name>}:leader`, `<token>\n<term>\n<value>`
 //! (a token and a term hold no newline), in the lock's hash slot, and every change of it is published on
 //! `<prefix>:{<name>}:elected` (`…:db<n>` on database `n` ≠ 0, as the
-//! release channels). Each step is one script, so the record is written
+//! release channels): `<term>\n<value>` when a leader publishes a value,
+//! `-<term>` when it resigns (see `backends::announcements`), so an
+//! observer sees every term, however short. Each step is one script, so the record is written
 //! only while the lock holds the leader's token, and read only with it.
 //! The scripts use only commands the lock's ACL rule already grants (`GET`,
 //! `SET`, `DEL`, `PUBLISH`).
@@ -14,7 +16,7 @@
 //! crash is one small hash per election name, until the next leader or
 //! the next read.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use redis::Script;
@@ -23,7 +25,8 @@ use super::refused::About;
 use super::scripts::{self, db_channel, KeyNames};
 use super::subscriber::Subscription;
 use super::RedisBackend;
-use crate::backend::{ElectionBackend, Leader, LeaderChanges, Lease};
+use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
+use crate::backends::announcements::Inbox;
 use crate::LockError;
 
 /// Writes the record if the lock holds the token, and announces it.
@@ -33,21 +36,23 @@ static PROCLAIM: LazyLock<Script> = LazyLock::new(|| {
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[3] .. '\n' .. ARGV[2])
-redis.pcall('PUBLISH', ARGV[4], ARGV[3])
+redis.pcall('PUBLISH', ARGV[4], ARGV[3] .. '\n' .. ARGV[2])
 return 1
 ",
     )
 });
 
-/// Deletes the record if it is the token's, and announces that nobody
-/// leads. KEYS: record; ARGV: token, channel.
+/// Deletes the record if it is the token's, and announces that its term
+/// ended (`-<term>`). KEYS: record; ARGV: token, channel.
 static WITHDRAW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local r = redis.call('GET', KEYS[1])
 if r and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', ARGV[2], '0')
+  local rest = string.sub(r, #ARGV[1] + 2)
+  local term = string.sub(rest, 1, (string.find(rest, '\n', 1, true) or (#rest + 1)) - 1)
+  redis.pcall('PUBLISH', ARGV[2], '-' .. term)
 end
 return 1
 ",
@@ -93,15 +98,18 @@ impl RedisBackend {
     }
 }
 
-/// One observer's subscription to an election's channel.
-struct Changes(Subscription);
+/// One observer's subscription to an election's channel, and the inbox
+/// its announcements go to.
+struct Changes {
+    inbox: Arc<Inbox>,
+    /// Keeps the channel subscribed.
+    _subscription: Subscription,
+}
 
 #[async_trait]
 impl LeaderChanges for Changes {
-    async fn changed(&mut self) -> bool {
-        self.0.changed().await;
-        self.0.mark_seen();
-        true
+    async fn changed(&mut self) -> LeaderChange {
+        self.inbox.next().await
     }
 }
 
@@ -158,9 +166,13 @@ impl ElectionBackend for RedisBackend {
 
     async fn watch(&self, name: &str) -> Result<Box<dyn LeaderChanges>, LockError> {
         let names = self.election_names(name);
-        let mut subscription = self.subscriber.subscribe(&[names.channel], None).await;
-        subscription.mark_seen();
-        Ok(Box::new(Changes(subscription)))
+        let inbox = self.subscriber.inbox(&names.channel);
+        let subscription = self.subscriber.subscribe(&[names.channel], None).await;
+        inbox.settle();
+        Ok(Box::new(Changes {
+            inbox,
+            _subscription: subscription,
+        }))
     }
 }
 

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -33,6 +33,8 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 pub(crate) mod waiting;
 
 use super::recheck::{frees_the_key, is_keyspace};
+use crate::backend::LeaderChange;
+use crate::backends::announcements::{self, Inbox};
 
 enum Command {
     Subscribe(Vec<String>, oneshot::Sender<()>),
@@ -47,6 +49,9 @@ struct Channels {
     /// Queued waiters' tickets → their wake-up (see `waiter_queue.rs`): a
     /// turn message wakes its ticket's waiter alone, not the channel.
     tickets: HashMap<String, Arc<Notify>>,
+    /// Channel name → the inboxes of election observers (see
+    /// `backends::announcements`): each message on it is put in each.
+    inboxes: HashMap<String, Vec<Weak<Inbox>>>,
     /// `by_name`'s length, readable without the lock: the uncontended
     /// acquire asks [`Subscriber::is_subscribed`] on every wait, and with
     /// nothing subscribed it must not take a lock every task shares.
@@ -118,9 +123,37 @@ impl Channels {
         }
     }
 
-    fn bump_all(&self) {
+    fn bump_all(&mut self) {
         for entry in self.by_name.values() {
             entry.generation.send_modify(|g| *g += 1);
+        }
+        // Announcements during the outage were not heard.
+        self.inboxes.retain(|_, inboxes| {
+            inboxes.retain(|inbox| {
+                inbox
+                    .upgrade()
+                    .inspect(|i| i.push(LeaderChange::Unknown))
+                    .is_some()
+            });
+            !inboxes.is_empty()
+        });
+    }
+
+    /// Puts the announcement `payload` into the inboxes of `name`'s
+    /// observers, forgetting those that are gone.
+    fn deliver(&mut self, name: &str, payload: &[u8]) {
+        let Some(inboxes) = self.inboxes.get_mut(name) else {
+            return;
+        };
+        let change = announcements::parse(payload);
+        inboxes.retain(|inbox| {
+            inbox
+                .upgrade()
+                .inspect(|i| i.push(change.clone()))
+                .is_some()
+        });
+        if inboxes.is_empty() {
+            self.inboxes.remove(name);
         }
     }
 }
@@ -233,6 +266,19 @@ impl Subscriber {
     /// their timers and re-checks alone.
     pub(crate) fn release_refused(&self) -> bool {
         self.refused.release.load(Ordering::Relaxed)
+    }
+
+    /// An inbox for the announcements on `channel` (an election's): each
+    /// message on it from now on is kept there, parsed, for as long as the
+    /// inbox lives. Made before the channel is subscribed, so nothing the
+    /// subscription hears is missed.
+    pub(crate) fn inbox(&self, channel: &str) -> Arc<Inbox> {
+        let inbox = Arc::new(Inbox::default());
+        let mut channels = lock(&self.channels);
+        let inboxes = channels.inboxes.entry(channel.to_owned()).or_default();
+        inboxes.retain(|i| i.strong_count() > 0);
+        inboxes.push(Arc::downgrade(&inbox));
+        inbox
     }
 
     /// Subscribes to `names` (one key's channels), waiting (bounded) for the
@@ -462,7 +508,9 @@ async fn run(
                         } else if let Some(ticket) = payload.strip_prefix(b"turn:") {
                             lock(&channels).give_turn(ticket);
                         } else {
-                            lock(&channels).bump(name);
+                            let mut channels = lock(&channels);
+                            channels.bump(name);
+                            channels.deliver(name, payload);
                         }
                     }
                     None => break,

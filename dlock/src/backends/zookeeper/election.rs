@@ -29,7 +29,7 @@ use zookeeper_client::{AddWatchMode, Error as ZkError, PersistentWatcher};
 use super::order::{protected_sequence, Queue, LATCH_NAME};
 use super::session::Session;
 use super::{config, lock, ZooKeeperBackend};
-use crate::backend::{AcquireRequest, ElectionBackend, Leader, LeaderChanges, Lease};
+use crate::backend::{AcquireRequest, ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
 use crate::LockError;
 
 /// How many times `leader()` reads again when the leader's node went
@@ -76,12 +76,17 @@ struct Changes {
 
 #[async_trait]
 impl LeaderChanges for Changes {
-    async fn changed(&mut self) -> bool {
+    async fn changed(&mut self) -> LeaderChange {
         let event = self.watcher.changed().await;
+        // ZooKeeper's events name a node, not its data: the caller reads.
         // A disconnection that the session survives keeps the watch (the
         // caller reads again: events may have been lost meanwhile); an
         // ended session ends it.
-        !event.session_state.is_terminated()
+        if event.session_state.is_terminated() {
+            LeaderChange::Closed
+        } else {
+            LeaderChange::Unknown
+        }
     }
 }
 
