@@ -49,11 +49,21 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
     // the kinds each local backend takes (the suite's runs use seed 15)
     let redis: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
-        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::Failover))
+        .filter(|k| {
+            !matches!(
+                k,
+                FaultKind::KillLeader | FaultKind::Failover | FaultKind::TerminateBackend
+            )
+        })
         .collect();
     let consensus: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
-        .filter(|k| !matches!(k, FaultKind::RestartServer | FaultKind::Failover))
+        .filter(|k| {
+            !matches!(
+                k,
+                FaultKind::RestartServer | FaultKind::Failover | FaultKind::TerminateBackend
+            )
+        })
         .collect();
     let cluster: Vec<FaultKind> = redis
         .iter()
@@ -79,7 +89,10 @@ fn sentinel_kinds() -> Vec<FaultKind> {
         .filter(|k| {
             !matches!(
                 k,
-                FaultKind::Blackhole | FaultKind::Reset | FaultKind::KillLeader
+                FaultKind::Blackhole
+                    | FaultKind::Reset
+                    | FaultKind::KillLeader
+                    | FaultKind::TerminateBackend
             )
         })
         .collect()
@@ -122,7 +135,10 @@ fn the_user_server_run_of_the_suite_has_its_kinds() {
         .filter(|k| {
             !matches!(
                 k,
-                FaultKind::KillLeader | FaultKind::RestartServer | FaultKind::Failover
+                FaultKind::KillLeader
+                    | FaultKind::RestartServer
+                    | FaultKind::Failover
+                    | FaultKind::TerminateBackend
             )
         })
         .collect();
@@ -223,6 +239,7 @@ fn faults_act_on_real_worker_processes_and_are_undone() {
         pool: Arc::clone(&pool),
         proxies: vec![vec![Arc::clone(&proxy)]],
         servers: ServerSide::Pids(Vec::new()),
+        connection_bound_locks: false,
     };
     let fault = |kind, length| PlannedFault {
         at: Duration::ZERO,
@@ -280,4 +297,27 @@ fn faults_act_on_real_worker_processes_and_are_undone() {
     );
     let _ = store.kill();
     let _ = store.wait();
+}
+
+#[test]
+fn the_postgres_run_of_the_suite_has_every_kind() {
+    // runs.rs `postgres_one_server`: 30 s, 4 workers, one server, seed 15; every kind but
+    // kill-leader and failover (one server, no replica)
+    let kinds: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::Failover))
+        .collect();
+    let planned = plan(
+        15,
+        &ScheduleParams {
+            members: 1,
+            ..params(kinds.clone())
+        },
+    );
+    for kind in &kinds {
+        assert!(
+            planned.iter().any(|p| p.kind == *kind),
+            "{kind} missing from {planned:#?}"
+        );
+    }
 }
