@@ -18,7 +18,10 @@
 //!   (by `lost()`, or `release()` answering `NotHeld`) by *T* + the tolerance. Another holder proves the server had expired *H*'s lease by *T*, and dlock
 //!   promises `lost()` no later than the server could expire it. Excused, and counted
 //!   apart: *H*'s worker was SIGSTOPped meanwhile (a stopped process observes nothing), or
-//!   a server was restarted without persistence meanwhile (a loss the README documents).
+//!   a fault made the server forget locks meanwhile (a loss the README documents: a Redis
+//!   restarted without persistence; on PostgreSQL, where locks live in sessions, a session
+//!   the server ended at once by `restart-server`, `terminate-backend` or `reset`; see
+//!   [`Injected::forgets_locks`]).
 //!   A `lost()` that was not late counts as *in time* (before the server could have
 //!   expired the lease). Permits are not classified: N holders at once are allowed.
 
@@ -146,7 +149,8 @@ pub struct Figures {
     pub lost_late: usize,
     /// Late, but the worker was SIGSTOPped meanwhile.
     pub lost_while_paused: usize,
-    /// Late, but a server restarted without persistence meanwhile.
+    /// Late, but a fault made the server forget locks meanwhile (a restart without
+    /// persistence; a PostgreSQL session ended by the server).
     pub lost_after_restart: usize,
     /// Permits reported lost (not classified).
     pub lost_permits: usize,
@@ -326,11 +330,10 @@ fn losses(history: &History<'_>, fig: &mut Figures) {
                 ) && f.worker == Some(h.worker)
                     && window_meets(f, h.start, until)
             });
-            let restarted = history.faults.iter().any(|f| {
-                f.planned.kind == FaultKind::RestartServer
-                    && f.forgets_locks
-                    && window_meets(f, h.start, until)
-            });
+            let restarted = history
+                .faults
+                .iter()
+                .any(|f| f.forgets_locks && window_meets(f, h.start, until));
             if paused {
                 fig.lost_while_paused += 1;
             } else if restarted {

@@ -29,6 +29,10 @@ pub enum FaultKind {
     /// the replica, then start the old master again as a replica of the new one and wait
     /// until it has synced, so that the next failover has a replica to promote.
     Failover,
+    /// PostgreSQL only: the server ends one of a worker's sessions
+    /// (`pg_terminate_backend`, one holding advisory locks if it has one): the server
+    /// frees that session's locks at once, and the worker learns it at its next renewal.
+    TerminateBackend,
 }
 
 /// What a fault acts on, which decides where it can run.
@@ -43,11 +47,14 @@ pub enum FaultTarget {
     ServerSignal,
     /// A server process stopped and started again: needs `--local`.
     ServerProcess,
+    /// A worker's session on the server, ended by the server (SQL as the superuser):
+    /// needs `--local postgres`.
+    Session,
 }
 
 impl FaultKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::PauseWorkerShort,
         FaultKind::PauseWorkerLong,
         FaultKind::KillWorker,
@@ -58,6 +65,7 @@ impl FaultKind {
         FaultKind::KillLeader,
         FaultKind::RestartServer,
         FaultKind::Failover,
+        FaultKind::TerminateBackend,
     ];
 
     /// The name `--faults` and the report use.
@@ -73,6 +81,7 @@ impl FaultKind {
             FaultKind::KillLeader => "kill-leader",
             FaultKind::RestartServer => "restart-server",
             FaultKind::Failover => "failover",
+            FaultKind::TerminateBackend => "terminate-backend",
         }
     }
 
@@ -92,6 +101,7 @@ impl FaultKind {
             FaultKind::KillLeader | FaultKind::RestartServer | FaultKind::Failover => {
                 FaultTarget::ServerProcess
             }
+            FaultKind::TerminateBackend => FaultTarget::Session,
         }
     }
 
@@ -108,8 +118,9 @@ impl FaultKind {
             FaultKind::Reset => (f(0.25), f(0.75)),
             // how long the old leader stays down (an election needs about a second here)
             FaultKind::KillLeader => (f(1.0), f(1.5)),
-            // stop, then start again at once: the length is only the settling time after it
-            FaultKind::RestartServer => (f(0.25), f(0.5)),
+            // stop, then start again at once (end a session at once): the length is only
+            // the settling time after it
+            FaultKind::RestartServer | FaultKind::TerminateBackend => (f(0.25), f(0.5)),
             // The whole window budgeted for a failover, from the kill to the old master
             // synced as a replica; whatever it leaves over is settling time. It is the
             // sentinels' clock, not the leases': down-after 1 s, a vote and a promotion

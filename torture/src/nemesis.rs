@@ -10,7 +10,7 @@ use dlock_tests::proxy::{FaultProxy, ProxyMode};
 use nix::sys::signal::Signal;
 
 use crate::clock::now_ns;
-use crate::faults::FaultKind;
+use crate::faults::{FaultKind, FaultTarget};
 use crate::schedule::PlannedFault;
 use crate::targets::{signal_pid, ServerSide, WorkerPool};
 
@@ -21,15 +21,19 @@ pub struct Injected {
     pub planned: PlannedFault,
     /// What it acted on, in words (`worker 2`, `server 1 (leader)`).
     pub on: String,
-    /// The worker it acted on (worker and proxy faults).
+    /// The worker it acted on (worker and proxy faults; `terminate-backend`: the worker
+    /// whose session the server ended).
     pub worker: Option<usize>,
     /// When it began (monotonic ns).
     pub start_ns: u64,
     /// When it was undone.
     pub end_ns: u64,
-    /// Whether it made a server forget its locks (`restart-server` of a Redis master
-    /// without persistence): a late `lost()` in its window is excused as that documented
-    /// loss. Not a Sentinel replica's restart, which loses no lock.
+    /// Whether it made a server forget locks before their leases ran out: `restart-server`
+    /// of a Redis master without persistence; on PostgreSQL, whose locks live in sessions,
+    /// every fault that ends a session at once (`restart-server`, `terminate-backend`,
+    /// `reset`). A late `lost()` in its window is excused as that documented loss (the
+    /// holder learns it at its next renewal). Not a Sentinel replica's restart, which
+    /// loses no lock.
     pub forgets_locks: bool,
     /// On Sentinel: the master before and after the fault, when they differ (a `failover`,
     /// or a master paused past the sentinels' `down-after`).
@@ -73,6 +77,9 @@ pub struct Nemesis {
     pub proxies: Vec<Vec<Arc<FaultProxy>>>,
     /// The servers.
     pub servers: ServerSide,
+    /// Whether the servers free a client's locks when its connection ends (PostgreSQL's
+    /// session advisory locks), so that a `reset` makes them forget the worker's locks.
+    pub connection_bound_locks: bool,
 }
 
 impl Nemesis {
@@ -94,26 +101,19 @@ impl Nemesis {
     /// Injects one fault, waits its length, undoes it.
     pub fn inject(&mut self, planned: PlannedFault) -> Injected {
         let start_ns = now_ns();
-        let mut on = match planned.kind {
-            FaultKind::PauseWorkerShort
-            | FaultKind::PauseWorkerLong
-            | FaultKind::KillWorker
-            | FaultKind::Blackhole
-            | FaultKind::Reset => format!("worker {}", planned.target),
-            _ => format!("server {}", planned.target),
+        let on_worker = matches!(
+            planned.kind.target(),
+            FaultTarget::Worker | FaultTarget::Proxy | FaultTarget::Session
+        );
+        let mut on = if on_worker {
+            format!("worker {}", planned.target)
+        } else {
+            format!("server {}", planned.target)
         };
-        let worker = matches!(
-            planned.kind,
-            FaultKind::PauseWorkerShort
-                | FaultKind::PauseWorkerLong
-                | FaultKind::KillWorker
-                | FaultKind::Blackhole
-                | FaultKind::Reset
-        )
-        .then_some(planned.target);
+        let mut worker = on_worker.then_some(planned.target);
         let mut forgets_locks = false;
         let master_before = self.master();
-        let outcome = self.apply(planned, &mut on, &mut forgets_locks);
+        let outcome = self.apply(planned, &mut on, &mut worker, &mut forgets_locks);
         let failed_over = match (master_before, self.master()) {
             (Some(a), Some(b)) if a != b => Some((a, b)),
             _ => None,
@@ -134,6 +134,7 @@ impl Nemesis {
         &mut self,
         planned: PlannedFault,
         on: &mut String,
+        worker: &mut Option<usize>,
         forgets_locks: &mut bool,
     ) -> Result<(), String> {
         let i = planned.target;
@@ -165,6 +166,7 @@ impl Nemesis {
                     ProxyMode::Reset
                 };
                 proxies.iter().for_each(|p| p.set_mode(mode));
+                *forgets_locks = mode == ProxyMode::Reset && self.connection_bound_locks;
                 thread::sleep(length);
                 proxies.iter().for_each(|p| p.pass());
                 Ok(())
@@ -209,6 +211,18 @@ impl Nemesis {
                 servers.restart(node)?;
                 thread::sleep(length);
                 servers.settle(SENTINEL_STEP_LIMIT)
+            }
+            FaultKind::TerminateBackend => {
+                let ServerSide::Local(servers) = &mut self.servers else {
+                    return Err("terminate-backend needs `--local postgres`".into());
+                };
+                *forgets_locks = true;
+                (*worker, *on) = match servers.terminate_backend(i)? {
+                    Some((ended, text)) => (Some(ended), text),
+                    None => (None, "no worker session".into()),
+                };
+                thread::sleep(length);
+                Ok(())
             }
             FaultKind::Failover => {
                 let ServerSide::Local(servers) = &mut self.servers else {

@@ -12,8 +12,8 @@ use crate::faults::{parse_fault_list, FaultKind};
 pub const USAGE: &str = "\
 usage: torture <url> [options]          against your own servers
        torture --local <kind> [options] against servers it starts (kind: redis, cluster,
-                                        redlock, sentinel, etcd, zk; needs the Debian server
-                                        packages)
+                                        redlock, sentinel, etcd, zk, postgres; needs the
+                                        Debian server packages)
 options:
   --minutes M            run length (fractions allowed; default 1)
   --seconds S            run length in seconds instead
@@ -21,7 +21,8 @@ options:
   --seed S               seed of the fault plan and the workloads (default: from the clock, printed)
   --faults LIST          all (default), none, or a comma list of: pause-worker-short,
                          pause-worker-long, kill-worker, blackhole, reset, pause-server-short,
-                         pause-server-long, kill-leader, restart-server, failover
+                         pause-server-long, kill-leader, restart-server, failover,
+                         terminate-backend
   --ttl-ms T             lease ttl in ms (default 2000)
   --keys K               plain lock keys the workers share (default 3)
   --server-pid ADDR=PID  a server process the nemesis may SIGSTOP (repeat per server)
@@ -56,6 +57,8 @@ pub enum LocalKind {
     Etcd,
     /// A 3-node ZooKeeper ensemble.
     Zk,
+    /// One PostgreSQL server.
+    Postgres,
 }
 
 impl LocalKind {
@@ -68,6 +71,7 @@ impl LocalKind {
             LocalKind::Sentinel => "sentinel",
             LocalKind::Etcd => "etcd",
             LocalKind::Zk => "zk",
+            LocalKind::Postgres => "postgres",
         }
     }
 
@@ -79,12 +83,13 @@ impl LocalKind {
             LocalKind::Sentinel,
             LocalKind::Etcd,
             LocalKind::Zk,
+            LocalKind::Postgres,
         ]
         .into_iter()
         .find(|k| k.name() == name)
         .ok_or_else(|| {
             OptionsError(format!(
-                "unknown `--local {name}`; write one of redis, cluster, redlock, sentinel, etcd, zk"
+                "unknown `--local {name}`; write one of redis, cluster, redlock, sentinel, etcd, zk, postgres"
             ))
         })
     }
@@ -297,7 +302,7 @@ pub fn parse_run(args: &[String], clock_seed: u64) -> Result<RunOptions, Options
         }
         (None, None) => {
             return Err(OptionsError(
-                "no servers: give a URL (e.g. redis://127.0.0.1:6379) or `--local redis|cluster|redlock|sentinel|etcd|zk`".to_string(),
+                "no servers: give a URL (e.g. redis://127.0.0.1:6379) or `--local redis|cluster|redlock|sentinel|etcd|zk|postgres`".to_string(),
             ))
         }
     };

@@ -72,7 +72,7 @@ impl Report<'_> {
         let _ = writeln!(out, "fence regressions: {}", f.fence_regressions);
         let _ = writeln!(
             out,
-            "lost(): {} before the server could have expired the lease, {} late; excused: {} while the worker was stopped, {} after a restart without persistence (expected); {} permits lost",
+            "lost(): {} before the server could have expired the lease, {} late; excused: {} while the worker was stopped, {} after the server forgot locks (a restart without persistence, a session ended; expected); {} permits lost",
             f.lost_in_time, f.lost_late, f.lost_while_paused, f.lost_after_restart, f.lost_permits
         );
         match f.acquire_latency {

@@ -165,6 +165,9 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     let use_proxies = proxy_not_applicable(&service).is_none();
+    // PostgreSQL's locks are session advisory locks: the server frees them when the
+    // connection ends
+    let postgres = matches!(service.scheme.as_str(), "postgres" | "postgresql");
     let mut proxies: Vec<Vec<Arc<FaultProxy>>> = Vec::new();
     let mut worker_options = Vec::new();
     for id in 0..options.workers {
@@ -180,6 +183,14 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
             }
             let hosts: Vec<String> = mine.iter().map(|p| p.addr().to_string()).collect();
             worker_url = service.with_hosts(&hosts);
+        }
+        if postgres && !service.rest.contains("application_name=") {
+            // so that `terminate-backend` finds this worker's sessions
+            worker_url = crate::urls::with_param(
+                &worker_url,
+                "application_name",
+                &crate::targets::application_name(id),
+            );
         }
         proxies.push(mine);
         worker_options.push(WorkerOptions {
@@ -214,6 +225,7 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
         pool: Arc::clone(&pool),
         proxies,
         servers,
+        connection_bound_locks: postgres,
     };
     let nemesis_plan = planned.clone();
     let nemesis_thread = thread::spawn(move || {

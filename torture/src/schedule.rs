@@ -38,7 +38,8 @@ pub struct PlannedFault {
     pub at: Duration,
     /// The fault.
     pub kind: FaultKind,
-    /// The worker or server member it acts on (ignored by `kill-leader` and `failover`,
+    /// The worker (for `terminate-backend`: whose session), or the server member, it acts
+    /// on (ignored by `kill-leader` and `failover`,
     /// which act on whichever member leads at that moment; on Sentinel a server fault's
     /// target names a role, master or replica: see `LocalServers::server_for`).
     pub target: usize,
@@ -49,7 +50,9 @@ pub struct PlannedFault {
 impl fmt::Display for PlannedFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = match self.kind.target() {
-            FaultTarget::Worker | FaultTarget::Proxy => format!("worker {}", self.target),
+            FaultTarget::Worker | FaultTarget::Proxy | FaultTarget::Session => {
+                format!("worker {}", self.target)
+            }
             FaultTarget::ServerSignal => format!("server {}", self.target),
             FaultTarget::ServerProcess if self.kind == FaultKind::KillLeader => {
                 "the leader".to_string()
@@ -107,7 +110,7 @@ pub fn plan(seed: u64, params: &ScheduleParams) -> Vec<PlannedFault> {
         let (low, high) = kind.length_range(ttl);
         let length = low + (high - low).mul_f64(rng.random_range(0.0..1.0));
         let targets = match kind.target() {
-            FaultTarget::Worker | FaultTarget::Proxy => params.workers,
+            FaultTarget::Worker | FaultTarget::Proxy | FaultTarget::Session => params.workers,
             FaultTarget::ServerSignal | FaultTarget::ServerProcess => params.members,
         };
         let target = rng.random_range(0..targets.max(1));

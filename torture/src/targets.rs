@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dlock_tests::servers::{
-    EtcdCluster, RedisCluster, RedisOptions, RedisSentinel, RedisServer, RedisSet, SentinelOptions,
-    ServerControl, ZkEnsemble, ZkOptions,
+    EtcdCluster, PgServer, RedisCluster, RedisOptions, RedisSentinel, RedisServer, RedisSet,
+    SentinelOptions, ServerControl, ZkEnsemble, ZkOptions,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -240,6 +240,8 @@ pub enum LocalServers {
     Etcd(EtcdCluster),
     /// 3 ZooKeeper nodes.
     Zk(ZkEnsemble),
+    /// One PostgreSQL server (the test harness's: `fsync=off`, trust authentication).
+    Postgres(Box<PgServer>),
 }
 
 impl LocalServers {
@@ -263,13 +265,17 @@ impl LocalServers {
                 .map(|g| Self::Sentinel(Box::new(g))),
             LocalKind::Etcd => EtcdCluster::try_start(3).map(Self::Etcd),
             LocalKind::Zk => ZkEnsemble::try_start_with(3, ZkOptions::default()).map(Self::Zk),
+            LocalKind::Postgres => PgServer::try_start().map(|s| Self::Postgres(Box::new(s))),
         };
         started.map_err(|e| e.to_string())
     }
 
     /// The URL for dlock. ZooKeeper's asks for a session of twice the ttl, so that a
     /// killed or paused worker's nodes go within the run (dlock clamps the lease to 11/20
-    /// of the session).
+    /// of the session). PostgreSQL's asks for a `session_timeout` of the ttl: the server
+    /// ends a session silent that long (a stopped or vanished worker's) and frees its
+    /// locks, so a `pause-worker-long` (1.5-2 ttl) sees its locks taken over while it is
+    /// stopped, and the lease's ttl is not capped below the ttl asked for.
     pub fn url(&self, ttl: Duration) -> String {
         match self {
             Self::Redis(s) => s.url(),
@@ -280,6 +286,7 @@ impl LocalServers {
             Self::Sentinel(g) => g.url(),
             Self::Etcd(c) => c.url(),
             Self::Zk(z) => format!("{}?session_timeout={}ms", z.url(), ttl.as_millis() * 2),
+            Self::Postgres(s) => format!("{}?session_timeout={}ms", s.url(), ttl.as_millis()),
         }
     }
 
@@ -293,6 +300,7 @@ impl LocalServers {
             Self::Sentinel(g) => g.len(),
             Self::Etcd(c) => c.len(),
             Self::Zk(z) => z.len(),
+            Self::Postgres(_) => 1,
         }
     }
 
@@ -304,6 +312,7 @@ impl LocalServers {
             Self::Sentinel(g) => g.node_mut(i),
             Self::Etcd(c) => c.member_mut(i),
             Self::Zk(z) => z.node_mut(i),
+            Self::Postgres(s) => s.as_mut(),
         }
     }
 
@@ -311,9 +320,13 @@ impl LocalServers {
     pub fn not_applicable(&self, kind: FaultKind) -> Option<String> {
         let consensus = matches!(self, Self::Etcd(_) | Self::Zk(_));
         let sentinel = matches!(self, Self::Sentinel(_));
+        let postgres = matches!(self, Self::Postgres(_));
         match kind {
             FaultKind::KillLeader if sentinel => Some(
                 "killing the Sentinel master is the `failover` fault (the sentinels promote the replica; the old master comes back as a replica)".into(),
+            ),
+            FaultKind::KillLeader if postgres => Some(
+                "one PostgreSQL server has no leader to kill (kill-leader is for etcd and ZooKeeper)".into(),
             ),
             FaultKind::KillLeader if !consensus => {
                 Some("Redis has no leader to kill (kill-leader is for etcd and ZooKeeper)".into())
@@ -323,6 +336,9 @@ impl LocalServers {
             ),
             FaultKind::Failover if !sentinel => Some(
                 "needs a Redis Sentinel deployment to promote a replica: only with `--local sentinel`".into(),
+            ),
+            FaultKind::TerminateBackend if !postgres => Some(
+                "ends a PostgreSQL session (`pg_terminate_backend`): only with `--local postgres`".into(),
             ),
             _ => None,
         }
@@ -381,7 +397,8 @@ impl LocalServers {
     /// Whether `restart-server` on this member makes the servers forget locks (so that a
     /// late `lost()` meanwhile is excused as the documented loss). On Sentinel it never
     /// does: it restarts the replica, which syncs the locks again (see
-    /// [`LocalServers::server_for`]).
+    /// [`LocalServers::server_for`]). On PostgreSQL it does: a restart ends every session,
+    /// and advisory locks live in sessions (the fence counters, a logged table, stay).
     pub fn restart_forgets_locks(&self) -> bool {
         !matches!(self, Self::Sentinel(_))
     }
@@ -427,22 +444,30 @@ impl LocalServers {
         Ok((old, new))
     }
 
-    /// SIGSTOPs member `i` (waits until it is stopped).
+    /// SIGSTOPs member `i` (waits until it is stopped). PostgreSQL: the postmaster and
+    /// every process it forked (a session is a backend process of its own, so stopping
+    /// the postmaster alone would freeze no session).
     ///
     /// # Errors
     /// The member is not running.
     pub fn pause(&mut self, i: usize) -> Result<(), String> {
+        if let Self::Postgres(s) = self {
+            return s.try_pause_all().map_err(|e| e.to_string());
+        }
         self.member(i)
             .process_mut()
             .pause()
             .map_err(|e| e.to_string())
     }
 
-    /// SIGCONTs member `i`.
+    /// SIGCONTs member `i` (PostgreSQL: its backends, then the postmaster).
     ///
     /// # Errors
     /// The member is not running.
     pub fn resume(&mut self, i: usize) -> Result<(), String> {
+        if let Self::Postgres(s) = self {
+            return s.try_resume_all().map_err(|e| e.to_string());
+        }
         self.member(i)
             .process_mut()
             .resume()
@@ -461,11 +486,16 @@ impl LocalServers {
     }
 
     /// Stops member `i` (SIGTERM; no persistence is configured, so a Redis forgets its
-    /// keys), starts it again on the same port and waits until it is ready.
+    /// keys), starts it again on the same port and waits until it is ready. PostgreSQL:
+    /// a fast shutdown (SIGINT: every session ends at once, where SIGTERM's smart shutdown
+    /// would wait for the clients to leave), then the same port and data directory.
     ///
     /// # Errors
     /// It did not come back.
     pub fn restart(&mut self, i: usize) -> Result<(), String> {
+        if let Self::Postgres(s) = self {
+            return s.try_fast_restart().map_err(|e| e.to_string());
+        }
         let member = self.member(i);
         member.process_mut().stop().map_err(|e| e.to_string())?;
         self.start_again(i)
@@ -484,6 +514,44 @@ impl LocalServers {
             .map_err(|e| e.to_string())
     }
 
+    /// The `terminate-backend` fault: the server ends one worker session
+    /// (`pg_terminate_backend`; each worker's sessions carry
+    /// `application_name=torture-w<id>`), one that holds advisory locks if any does
+    /// (so that its locks are freed and taken over), worker `worker`'s first among
+    /// those, then at random. Returns the worker whose session it ended and the session's
+    /// description, or `None` if no worker had a session.
+    ///
+    /// # Errors
+    /// Not PostgreSQL, or `psql` failed.
+    pub fn terminate_backend(&self, worker: usize) -> Result<Option<(usize, String)>, String> {
+        let Self::Postgres(s) = self else {
+            return Err("terminate-backend needs `--local postgres`".into());
+        };
+        let sql = format!(
+            "SELECT a.application_name, a.pid, l.pid IS NOT NULL, pg_terminate_backend(a.pid) \
+             FROM pg_stat_activity a \
+             LEFT JOIN (SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted) l \
+               ON l.pid = a.pid \
+             WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() \
+               AND a.application_name LIKE 'torture-w%' \
+             ORDER BY l.pid IS NULL, a.application_name <> '{}', random() LIMIT 1",
+            application_name(worker)
+        );
+        let out = s.try_psql(&sql).map_err(|e| e.to_string())?;
+        let fields: Vec<&str> = out.split('|').collect();
+        let [name, pid, holds, _] = fields[..] else {
+            return Ok(None);
+        };
+        let Some(Ok(ended)) = name.strip_prefix("torture-w").map(str::parse::<usize>) else {
+            return Err(format!("terminate-backend: unexpected answer `{out}`"));
+        };
+        let holding = if holds == "t" { ", holding locks" } else { "" };
+        Ok(Some((
+            ended,
+            format!("worker {ended} (session pid {pid}{holding})"),
+        )))
+    }
+
     /// The member that leads now (etcd, ZooKeeper), waiting up to `limit` for an election.
     ///
     /// # Errors
@@ -495,6 +563,12 @@ impl LocalServers {
             _ => Err("these servers have no leader".into()),
         }
     }
+}
+
+/// The `application_name` worker `worker`'s PostgreSQL sessions carry, so that
+/// `terminate-backend` can find them (set in its URL unless the URL names one).
+pub fn application_name(worker: usize) -> String {
+    format!("torture-w{worker}")
 }
 
 /// The servers as the nemesis sees them.
@@ -533,6 +607,13 @@ impl ServerSide {
                 ServerSide::Pids(_) => {
                     Some("needs to stop and start the servers: only with `--local`".into())
                 }
+            },
+            FaultTarget::Session => match self {
+                ServerSide::Local(l) => l.not_applicable(kind),
+                ServerSide::Pids(_) => Some(
+                    "ends sessions as the superuser of a server the run started: only with `--local postgres`"
+                        .into(),
+                ),
             },
         }
     }

@@ -87,6 +87,18 @@ impl ServiceUrl {
     }
 }
 
+/// `url` with the query parameter `name=value` added (after `?`, or `&` if it has a query).
+///
+/// ```
+/// use dlock_torture::urls::with_param;
+/// assert_eq!(with_param("postgres://h:1/db", "a", "b"), "postgres://h:1/db?a=b");
+/// assert_eq!(with_param("postgres://h:1/db?x=1", "a", "b"), "postgres://h:1/db?x=1&a=b");
+/// ```
+pub fn with_param(url: &str, name: &str, value: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{name}={value}")
+}
+
 /// Resolves `host:port` to one socket address.
 pub fn resolve(host: &str) -> Option<SocketAddr> {
     host.to_socket_addrs().ok()?.next()

@@ -163,6 +163,16 @@ fn lost_is_late_when_another_holder_came_first_and_nothing_excuses_it() {
     let f = run(&[h.clone(), g.clone()], &[], &[restart]);
     assert_eq!((f.lost_late, f.lost_after_restart), (0, 1));
 
+    // the same rule for any fault that made the server forget locks: a PostgreSQL session
+    // the server ended (terminate-backend, a reset connection); a reset that forgot
+    // nothing (Redis) excuses nothing
+    let mut ended = fault(FaultKind::TerminateBackend, Some(0), 600, 700);
+    ended.forgets_locks = true;
+    let f = run(&[h.clone(), g.clone()], &[], &[ended]);
+    assert_eq!((f.lost_late, f.lost_after_restart), (0, 1));
+    let reset = fault(FaultKind::Reset, Some(0), 600, 700);
+    assert_eq!(run(&[h.clone(), g.clone()], &[], &[reset]).lost_late, 1);
+
     // a holder with a lower fence proves nothing (it is the stale one)
     let mut stale = g.clone();
     stale.fence = Some(0);

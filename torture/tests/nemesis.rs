@@ -49,11 +49,21 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
     // the kinds each local backend takes (the suite's runs use seed 15)
     let redis: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
-        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::Failover))
+        .filter(|k| {
+            !matches!(
+                k,
+                FaultKind::KillLeader | FaultKind::Failover | FaultKind::TerminateBackend
+            )
+        })
         .collect();
     let consensus: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
-        .filter(|k| !matches!(k, FaultKind::RestartServer | FaultKind::Failover))
+        .filter(|k| {
+            !matches!(
+                k,
+                FaultKind::RestartServer | FaultKind::Failover | FaultKind::TerminateBackend
+            )
+        })
         .collect();
     let cluster: Vec<FaultKind> = redis
         .iter()
@@ -79,7 +89,10 @@ fn sentinel_kinds() -> Vec<FaultKind> {
         .filter(|k| {
             !matches!(
                 k,
-                FaultKind::Blackhole | FaultKind::Reset | FaultKind::KillLeader
+                FaultKind::Blackhole
+                    | FaultKind::Reset
+                    | FaultKind::KillLeader
+                    | FaultKind::TerminateBackend
             )
         })
         .collect()
@@ -122,7 +135,10 @@ fn the_user_server_run_of_the_suite_has_its_kinds() {
         .filter(|k| {
             !matches!(
                 k,
-                FaultKind::KillLeader | FaultKind::RestartServer | FaultKind::Failover
+                FaultKind::KillLeader
+                    | FaultKind::RestartServer
+                    | FaultKind::Failover
+                    | FaultKind::TerminateBackend
             )
         })
         .collect();
@@ -223,6 +239,7 @@ fn faults_act_on_real_worker_processes_and_are_undone() {
         pool: Arc::clone(&pool),
         proxies: vec![vec![Arc::clone(&proxy)]],
         servers: ServerSide::Pids(Vec::new()),
+        connection_bound_locks: false,
     };
     let fault = |kind, length| PlannedFault {
         at: Duration::ZERO,
@@ -259,6 +276,15 @@ fn faults_act_on_real_worker_processes_and_are_undone() {
         "passes again after the fault"
     );
 
+    // reset: forgets no lock where locks outlive connections; where they do not
+    // (PostgreSQL's session advisory locks), it is a loss the checker excuses
+    let injected = nemesis.inject(fault(FaultKind::Reset, 100));
+    assert_eq!((injected.outcome, injected.forgets_locks), (Ok(()), false));
+    nemesis.connection_bound_locks = true;
+    let injected = nemesis.inject(fault(FaultKind::Reset, 100));
+    assert_eq!((injected.outcome, injected.forgets_locks), (Ok(()), true));
+    assert_eq!(proxy.mode(), ProxyMode::Pass);
+
     // kill: a new process (next incarnation) runs after the fault
     let injected = nemesis.inject(fault(FaultKind::KillWorker, 100));
     assert_eq!(injected.outcome, Ok(()));
@@ -280,4 +306,116 @@ fn faults_act_on_real_worker_processes_and_are_undone() {
     );
     let _ = store.kill();
     let _ = store.wait();
+}
+
+#[test]
+fn the_postgres_run_of_the_suite_has_every_kind() {
+    // runs.rs `postgres_one_server`: 30 s, 4 workers, one server, seed 15; every kind but
+    // kill-leader and failover (one server, no replica)
+    let kinds: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::Failover))
+        .collect();
+    let planned = plan(
+        15,
+        &ScheduleParams {
+            members: 1,
+            ..params(kinds.clone())
+        },
+    );
+    for kind in &kinds {
+        assert!(
+            planned.iter().any(|p| p.kind == *kind),
+            "{kind} missing from {planned:#?}"
+        );
+    }
+}
+
+/// `--local postgres`: pausing the server stops the postmaster and every process it forked
+/// (each session is a backend of its own), resuming continues them all;
+/// `terminate-backend` ends a worker's session that holds an advisory lock, found by its
+/// `application_name`; `restart-server` is a fast restart that ends every session.
+#[test]
+fn postgres_pause_stops_every_backend_terminate_and_restart_end_sessions() {
+    use dlock_torture::options::LocalKind;
+    use dlock_torture::targets::{application_name, LocalServers};
+
+    let mut servers = LocalServers::start(LocalKind::Postgres).expect("postgres");
+    let LocalServers::Postgres(pg) = &servers else {
+        panic!("not postgres")
+    };
+    let postmaster = dlock_tests::servers::ServerControl::pid(pg.as_ref()).expect("pid");
+    // a client session of "worker 2" holding an advisory lock, as dlock's would
+    let mut client = Command::new(pg.psql_path())
+        .args(["-h", "127.0.0.1", "-p", &pg.port().to_string()])
+        .args(["-U", "postgres", "-d", "postgres", "-XAtq", "-c"])
+        .arg("SELECT pg_advisory_lock(42); SELECT pg_sleep(60)")
+        .env("PGAPPNAME", application_name(2))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql");
+    let holding = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted";
+    wait_for("the client holds its lock", Duration::from_secs(20), || {
+        pg.psql(holding) == "1"
+    });
+    let children = || -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        let after = s[s.rfind(')')? + 1..].to_string();
+                        after.split_whitespace().nth(1)?.parse::<u32>().ok()
+                    })
+                    == Some(postmaster)
+            })
+            .collect()
+    };
+    assert!(children().len() >= 2, "a backend and background processes");
+
+    servers.pause(0).expect("pause");
+    assert_eq!(state(postmaster), Some('T'));
+    for pid in children() {
+        assert!(
+            matches!(state(pid), Some('T' | 'Z') | None),
+            "child {pid} of the postmaster not stopped"
+        );
+    }
+    servers.resume(0).expect("resume");
+    assert_ne!(state(postmaster), Some('T'));
+    for pid in children() {
+        assert_ne!(state(pid), Some('T'), "child {pid} still stopped");
+    }
+
+    // worker 0 has no session: the one holding a lock is ended, whoever's it is
+    let ended = servers.terminate_backend(0).expect("terminate");
+    let (worker, text) = ended.expect("a session ended");
+    assert_eq!(worker, 2, "{text}");
+    assert!(text.contains("holding locks"), "{text}");
+    wait_for(
+        "the client's session ended",
+        Duration::from_secs(10),
+        || client.try_wait().expect("wait").is_some(),
+    );
+    let LocalServers::Postgres(pg) = &servers else {
+        unreachable!()
+    };
+    assert_eq!(pg.psql(holding), "0", "its lock went with it");
+    assert_eq!(servers.terminate_backend(0).expect("terminate"), None);
+
+    // a fast restart: the same port, every session gone, the data kept
+    let LocalServers::Postgres(pg) = &servers else {
+        unreachable!()
+    };
+    pg.psql("CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)");
+    servers.restart(0).expect("restart");
+    let LocalServers::Postgres(pg) = &servers else {
+        unreachable!()
+    };
+    assert_eq!(pg.psql("SELECT n FROM kept"), "7");
+    assert!(servers.restart_forgets_locks());
 }

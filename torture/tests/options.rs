@@ -52,6 +52,18 @@ fn good_command_lines() {
     let run = parse_run(&args(&["--local", "sentinel", "--faults", "failover"]), 1).expect("valid");
     assert_eq!(run.servers, Servers::Local(LocalKind::Sentinel));
     assert_eq!(run.faults, vec![FaultKind::Failover]);
+    let run = parse_run(
+        &args(&["--local", "postgres", "--faults", "terminate-backend,reset"]),
+        1,
+    )
+    .expect("valid");
+    assert_eq!(run.servers, Servers::Local(LocalKind::Postgres));
+    assert_eq!(
+        run.faults,
+        vec![FaultKind::Reset, FaultKind::TerminateBackend]
+    );
+    let unknown = parse_run(&args(&["--local", "mysql"]), 1).unwrap_err();
+    assert!(unknown.0.contains("zk, postgres"), "{unknown}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The 30-second torture run on each backend, against servers the run starts itself
 //! (`--local`): single Redis, Redis Cluster, 5-master Redlock, Redis Sentinel (master,
-//! replica, 3 sentinels), 3-member etcd, 3-node ZooKeeper. Each must pass (exit 0) having injected every fault kind that applies to it;
+//! replica, 3 sentinels), 3-member etcd, 3-node ZooKeeper, one PostgreSQL. Each must pass
+//! (exit 0) having injected every fault kind that applies to it;
 //! the kinds that cannot apply are listed as skipped with their reason.
 //!
 //! The runs take turns (a lock in this file): five at once would starve each other on a
@@ -98,7 +99,14 @@ fn assert_faults(report: &str, skipped: &[FaultKind]) {
 #[test]
 fn redis_single_server() {
     let report = torture("redis");
-    assert_faults(&report, &[FaultKind::KillLeader, FaultKind::Failover]);
+    assert_faults(
+        &report,
+        &[
+            FaultKind::KillLeader,
+            FaultKind::Failover,
+            FaultKind::TerminateBackend,
+        ],
+    );
 }
 
 #[test]
@@ -111,6 +119,7 @@ fn redis_cluster() {
             FaultKind::Blackhole,
             FaultKind::Reset,
             FaultKind::Failover,
+            FaultKind::TerminateBackend,
         ],
     );
 }
@@ -118,7 +127,14 @@ fn redis_cluster() {
 #[test]
 fn redlock_five_masters() {
     let report = torture("redlock");
-    assert_faults(&report, &[FaultKind::KillLeader, FaultKind::Failover]);
+    assert_faults(
+        &report,
+        &[
+            FaultKind::KillLeader,
+            FaultKind::Failover,
+            FaultKind::TerminateBackend,
+        ],
+    );
     // no fencing: overlaps are reported, not held against it
     assert!(
         report.contains("accepted (unsafe; this backend has no fencing)"),
@@ -129,13 +145,43 @@ fn redlock_five_masters() {
 #[test]
 fn etcd_three_members() {
     let report = torture("etcd");
-    assert_faults(&report, &[FaultKind::RestartServer, FaultKind::Failover]);
+    assert_faults(
+        &report,
+        &[
+            FaultKind::RestartServer,
+            FaultKind::Failover,
+            FaultKind::TerminateBackend,
+        ],
+    );
 }
 
 #[test]
 fn zookeeper_three_nodes() {
     let report = torture("zk");
-    assert_faults(&report, &[FaultKind::RestartServer, FaultKind::Failover]);
+    assert_faults(
+        &report,
+        &[
+            FaultKind::RestartServer,
+            FaultKind::Failover,
+            FaultKind::TerminateBackend,
+        ],
+    );
+}
+
+/// One PostgreSQL server (`session_timeout` = ttl): pauses of the worker (a long one past
+/// the session timeout: the server ends the session, another worker takes the lock, the
+/// resumed worker's writes are fenced off), of the postmaster with every backend, a fast
+/// restart (every session ends, the fence counters stay), `terminate-backend`, and the
+/// proxy's blackhole and reset.
+#[test]
+fn postgres_one_server() {
+    let report = torture("postgres");
+    assert_faults(&report, &[FaultKind::KillLeader, FaultKind::Failover]);
+    assert!(
+        report.contains(", 0 accepted (unsafe)"),
+        "an unsafe overlap:\n{report}"
+    );
+    assert!(report.contains("fence regressions: 0"), "{report}");
 }
 
 /// Sentinel: seed 166 kills the master at +2 s (`failover`: the replica is promoted, the

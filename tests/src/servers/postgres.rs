@@ -36,6 +36,9 @@ pub struct PgServer {
     port: u16,
     psql: PathBuf,
     dir: TempDir,
+    /// The postmaster's children stopped by [`PgServer::try_pause_all`], to be
+    /// continued by [`PgServer::try_resume_all`] (or on drop).
+    paused_children: Vec<u32>,
 }
 
 /// The directory of the newest installed PostgreSQL's binaries
@@ -294,6 +297,7 @@ impl PgServer {
             port,
             psql,
             dir,
+            paused_children: Vec::new(),
         };
         server.wait_ready()?;
         Ok(server)
@@ -376,25 +380,116 @@ impl PgServer {
     /// port, same data) and waits until it answers. Panics on failure.
     #[track_caller]
     pub fn fast_restart(&mut self) {
+        self.try_fast_restart().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Fallible [`PgServer::fast_restart`]: every session ends (its advisory
+    /// locks with it), logged tables keep their rows (a fast shutdown writes a
+    /// checkpoint). Bounded: the stop by [`POSTGRES_READY_LIMIT`], then
+    /// SIGKILL; the start by the readiness wait.
+    pub fn try_fast_restart(&mut self) -> HarnessResult<()> {
+        self.try_resume_all()?;
         self.shut_down_fast();
         let started = std::time::Instant::now();
         while self.process.is_running() {
-            assert!(
-                started.elapsed() < POSTGRES_READY_LIMIT,
-                "postgres did not stop within {POSTGRES_READY_LIMIT:?} of SIGINT"
-            );
+            if started.elapsed() > POSTGRES_READY_LIMIT {
+                // `stop` sends SIGTERM, then SIGKILL after its grace, and reaps
+                self.process.stop()?;
+                return Err(HarnessError::new(format!(
+                    "postgres did not stop within {POSTGRES_READY_LIMIT:?} of SIGINT; log {}:\n{}",
+                    self.process.log_path().display(),
+                    self.process.log_tail()
+                )));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        self.process
-            .start()
-            .and_then(|()| self.wait_ready())
-            .unwrap_or_else(|e| panic!("{e}"));
+        self.process.start()?;
+        self.wait_ready()
     }
+
+    /// Freezes the whole server with SIGSTOP: the postmaster first (so that it
+    /// forks no new backend), then each of its children — the client backends
+    /// holding the sessions, and the background processes — and waits (up to
+    /// 2 s) until each is stopped. Stopping the postmaster alone would freeze
+    /// no session: each backend is a process of its own.
+    pub fn try_pause_all(&mut self) -> HarnessResult<()> {
+        let postmaster = self
+            .process
+            .pid()
+            .ok_or_else(|| HarnessError::new(format!("{} is not running", self.process.name())))?;
+        self.process.pause()?;
+        let children = children_of(postmaster);
+        for &child in &children {
+            // a child that exited meanwhile has nothing to freeze
+            let _ = signal(child, nix::sys::signal::Signal::SIGSTOP);
+        }
+        self.paused_children = children;
+        let started = std::time::Instant::now();
+        while !self.paused_children.iter().all(|&pid| stopped_or_gone(pid)) {
+            if started.elapsed() > Duration::from_secs(2) {
+                return Err(HarnessError::new(format!(
+                    "the backends of {} did not stop within 2 s of SIGSTOP",
+                    self.process.name()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    /// Lets a server frozen by [`PgServer::try_pause_all`] go on: its children
+    /// first, then the postmaster. Does nothing if it is not paused.
+    pub fn try_resume_all(&mut self) -> HarnessResult<()> {
+        for pid in std::mem::take(&mut self.paused_children) {
+            let _ = signal(pid, nix::sys::signal::Signal::SIGCONT);
+        }
+        if self.process.is_paused() {
+            self.process.resume()?;
+        }
+        Ok(())
+    }
+}
+
+/// Sends `sig` to `pid`.
+fn signal(pid: u32, sig: nix::sys::signal::Signal) -> nix::Result<()> {
+    let pid = i32::try_from(pid).map_err(|_| nix::errno::Errno::ESRCH)?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
+}
+
+/// The pids whose parent is `parent` (from `/proc/*/stat`).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            proc_stat(pid)
+                .and_then(|fields| fields.get(1)?.parse::<u32>().ok())
+                .is_some_and(|ppid| ppid == parent)
+        })
+        .collect()
+}
+
+/// The fields of `/proc/PID/stat` after the command name: state, ppid, …
+fn proc_stat(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `PID (COMM) STATE PPID ...`; COMM may contain spaces and parentheses.
+    let after = &stat[stat.rfind(')')? + 1..];
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Whether `pid` is stopped (state `T`), or gone (or a zombie: it runs no more).
+fn stopped_or_gone(pid: u32) -> bool {
+    proc_stat(pid).is_none_or(|f| matches!(f.first().map(String::as_str), Some("T" | "t" | "Z")))
 }
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        // Then the process's own drop waits for it to exit.
+        // A frozen server would not shut down: continue it first. Then the
+        // process's own drop waits for it to exit.
+        let _ = self.try_resume_all();
         self.shut_down_fast();
     }
 }
