@@ -273,6 +273,18 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         Ok(None)
     }
 
+    /// An alarm the backend raises (a new value) when leases it granted may
+    /// have been lost with no renewal asking: a session or connection that
+    /// carried them ended (PostgreSQL's session advisory locks are freed by
+    /// the server the moment their session ends). The watchdog then renews
+    /// every lease of this backend at once, and [`renew`](Self::renew)'s
+    /// answers report the lost ones, instead of at their next renewal
+    /// (up to a third of the ttl later). The default is `None`: losses are
+    /// found by renewals alone.
+    fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// The backend's semaphores, if it has them: itself, as a
     /// [`PermitBackend`]. The default is `None`: no semaphores.
     fn permits(&self) -> Option<&dyn PermitBackend> {

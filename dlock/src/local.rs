@@ -50,7 +50,7 @@ pub(crate) fn for_backend(backend: &Arc<dyn LockBackend>) -> Arc<BackendLocal> {
     let local = Arc::new(BackendLocal {
         backend: Arc::downgrade(backend),
         queue: Arc::default(),
-        watchdog: Arc::default(),
+        watchdog: Arc::new(Watchdog::new(backend.loss_alarm())),
     });
     map.insert(addr, local.clone());
     local

@@ -32,6 +32,10 @@ use crate::LockError;
 pub(crate) struct Watchdog {
     state: Mutex<WatchdogState>,
     wake: Arc<Notify>,
+    /// The backend's loss alarm (`LockBackend::loss_alarm`), subscribed
+    /// when the watchdog is made so that no alarm is missed while no task
+    /// runs; each task works on a copy and marks here what it answered.
+    alarm: Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +77,14 @@ struct RenewResult {
 }
 
 impl Watchdog {
+    /// The watchdog of a backend whose loss alarm is `alarm`.
+    pub(crate) fn new(alarm: Option<tokio::sync::watch::Receiver<u64>>) -> Self {
+        Watchdog {
+            alarm: Mutex::new(alarm),
+            ..Watchdog::default()
+        }
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, WatchdogState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -129,6 +141,10 @@ impl Watchdog {
             armed: true,
         };
         let mut in_flight: JoinSet<RenewResult> = JoinSet::new();
+        // The backend's alarm, as of the last one a task of this watchdog
+        // answered: one raised while no task ran (between a grant and
+        // here) still counts.
+        let mut alarm = self.alarm.lock().unwrap_or_else(|p| p.into_inner()).clone();
         loop {
             let idle_for = idle_since.map(|t| t.elapsed());
             let Some((due, next_event)) = self.scan(!in_flight.is_empty(), idle_for) else {
@@ -165,6 +181,26 @@ impl Watchdog {
                 }
                 _ = sleep_until(next_event) => {}
                 _ = self.wake.notified() => {}
+                changed = changed(alarm.as_mut()) => {
+                    if changed {
+                        self.renew_all_now();
+                        // Answered: the next task need not answer it again.
+                        *self.alarm.lock().unwrap_or_else(|p| p.into_inner()) = alarm.clone();
+                    } else {
+                        alarm = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes every renewed lease due now: the backend raised its alarm.
+    fn renew_all_now(&self) {
+        let now = Instant::now();
+        for shared in self.lock_state().leases.values() {
+            if shared.renew {
+                let mut lease = shared.lock_state();
+                lease.next_renew = lease.next_renew.min(now);
             }
         }
     }
@@ -356,6 +392,15 @@ fn give_back(backend: Arc<dyn LockBackend>, kind: LeaseKind, lease: Lease) {
     });
 }
 
+/// Resolves when `alarm` is raised (`true`) or its backend is gone
+/// (`false`); never without one.
+async fn changed(alarm: Option<&mut tokio::sync::watch::Receiver<u64>>) -> bool {
+    match alarm {
+        Some(alarm) => alarm.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -465,6 +510,79 @@ mod tests {
         async fn release(&self, lease: &crate::backend::Lease) -> Result<bool, crate::LockError> {
             self.0.release(lease).await
         }
+    }
+
+    /// A memory backend with a loss alarm, whose renewals report every
+    /// lease's session ended once `ended` is set.
+    #[derive(Debug)]
+    struct Alarmed {
+        inner: MemoryBackend,
+        alarm: tokio::sync::watch::Sender<u64>,
+        ended: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl LockBackend for Alarmed {
+        fn describe(&self) -> String {
+            "alarmed".into()
+        }
+        async fn try_acquire(
+            &self,
+            req: &crate::backend::AcquireRequest,
+        ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
+            self.inner.try_acquire(req).await
+        }
+        async fn acquire(
+            &self,
+            req: &crate::backend::AcquireRequest,
+            deadline: Option<std::time::Instant>,
+        ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
+            self.inner.acquire(req, deadline).await
+        }
+        async fn renew(
+            &self,
+            leases: &[crate::backend::Lease],
+        ) -> Vec<Result<crate::backend::Renewal, crate::LockError>> {
+            if self.ended.load(std::sync::atomic::Ordering::SeqCst) {
+                return leases
+                    .iter()
+                    .map(|_| Ok(crate::backend::Renewal::SessionExpired))
+                    .collect();
+            }
+            self.inner.renew(leases).await
+        }
+        async fn release(&self, lease: &crate::backend::Lease) -> Result<bool, crate::LockError> {
+            self.inner.release(lease).await
+        }
+        fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+            Some(self.alarm.subscribe())
+        }
+    }
+
+    /// A raised alarm makes the watchdog renew at once: a lease whose
+    /// session ended is reported lost then, not at its next renewal.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_raised_alarm_renews_at_once() {
+        let alarmed = Arc::new(Alarmed {
+            inner: MemoryBackend::new(),
+            alarm: tokio::sync::watch::channel(0).0,
+            ended: std::sync::atomic::AtomicBool::new(false),
+        });
+        let backend: Arc<dyn LockBackend> = alarmed.clone();
+        let guard = Lock::new("alarmed")
+            .ttl(std::time::Duration::from_secs(60))
+            .with_backend(backend)
+            .acquire()
+            .await
+            .unwrap();
+        alarmed
+            .ended
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        alarmed.alarm.send_modify(|g| *g += 1);
+        tokio::time::timeout(std::time::Duration::from_secs(5), guard.lost())
+            .await
+            .expect("lost() right after the alarm, not at the 20 s renewal");
+        assert!(!guard.is_held());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

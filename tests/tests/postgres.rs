@@ -297,6 +297,33 @@ async fn a_terminated_session_loses_exactly_its_leases() {
     bystander.release().await.unwrap();
 }
 
+/// The server frees a terminated session's locks at once, so its leases
+/// are reported lost at once too (the session's end wakes the watchdog),
+/// not at their next renewal a third of the ttl later: with a 30 s ttl,
+/// the loss is seen long before the 10 s renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_session_is_reported_lost_at_once() {
+    let fixture = PgFixture::start();
+    let backend = connect(fixture.url()).await;
+    let ttl = Duration::from_secs(30);
+    let guard = lock(&backend, "at-once").ttl(ttl).acquire().await.unwrap();
+    let lost = guard.lost();
+    let pid = fixture.holders("at-once");
+    assert_eq!(pid.len(), 1);
+    let terminated = Instant::now();
+    fixture
+        .server()
+        .psql(&format!("SELECT pg_terminate_backend({})", pid[0]));
+    tokio::time::timeout(ttl / 3 - Duration::from_secs(5), lost)
+        .await
+        .expect("lost() long before the next renewal");
+    eprintln!(
+        "terminated session's lease reported lost after {:?}",
+        terminated.elapsed()
+    );
+    assert!(!guard.is_held());
+}
+
 /// A holder process frozen with SIGSTOP: the server ends its silent
 /// session after `session_timeout`, another client is granted the key, and
 /// the resumed holder finds its lease lost.

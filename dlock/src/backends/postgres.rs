@@ -57,7 +57,9 @@
 //!   longer held by the session is `Refused`; a row no longer naming the
 //!   lease's token (`force_release`) is `Deleted` and the lock is unlocked;
 //!   a session whose connection ended (`pg_terminate_backend`, a restart) is
-//!   `SessionExpired` for every lease on it, and only those. A lease whose
+//!   `SessionExpired` for every lease on it, and only those; the session's
+//!   end raises the backend's loss alarm, so the watchdog asks at once
+//!   rather than at the next renewal. A lease whose
 //!   local deadline passes without a renewal is unlocked by the backend.
 //!
 //! # Read-write locks
@@ -239,6 +241,8 @@ pub struct PostgresBackend {
     /// Whether the leaders' table is known to exist (made on the first use
     /// of an election).
     leaders_ready: std::sync::atomic::AtomicBool,
+    /// Raised when a lock session ends (see `LockBackend::loss_alarm`).
+    alarm: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -345,10 +349,12 @@ impl PostgresBackend {
         let config = config::parse(url)?;
         let shown = config::shown(url);
         let statements = Statements::new(&config.schema);
+        let alarm = Arc::new(tokio::sync::watch::channel(0).0);
         let first = {
             let (config, statements, shown) = (config.clone(), statements.clone(), shown.clone());
+            let alarm = alarm.clone();
             crate::background::run(async move {
-                session::open(&config, &statements, &shown, true).await
+                session::open(&config, &statements, &shown, true, alarm).await
             })
             .await?
         };
@@ -363,6 +369,7 @@ impl PostgresBackend {
             waiters: Arc::new(Waiters::default()),
             listener: tokio::sync::Mutex::new(None),
             leaders_ready: std::sync::atomic::AtomicBool::new(false),
+            alarm,
         })
     }
 
@@ -403,14 +410,15 @@ impl PostgresBackend {
 
     /// Opens a lock session on dlock's background runtime.
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
-        let (config, statements, shown) = (
+        let (config, statements, shown, alarm) = (
             self.config.clone(),
             self.statements.clone(),
             self.shown.clone(),
+            self.alarm.clone(),
         );
-        crate::background::run(
-            async move { session::open(&config, &statements, &shown, false).await },
-        )
+        crate::background::run(async move {
+            session::open(&config, &statements, &shown, false, alarm).await
+        })
         .await
     }
 
@@ -773,6 +781,10 @@ impl LockBackend for PostgresBackend {
 
     fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
         Some(self)
+    }
+
+    fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.alarm.subscribe())
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

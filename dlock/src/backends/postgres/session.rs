@@ -197,7 +197,8 @@ impl Pool {
 
 /// Opens one lock session: connects, sets the server's timeouts that free
 /// its locks when this client goes silent, prepares the statements, and
-/// starts its pinger. The `first` session of a backend also checks the
+/// starts its pinger; `alarm` is raised when the session ends. The `first`
+/// session of a backend also checks the
 /// server is a primary and creates the fence table if missing. Run on
 /// dlock's background runtime.
 pub(super) async fn open(
@@ -205,6 +206,7 @@ pub(super) async fn open(
     statements: &Statements,
     shown: &str,
     first: bool,
+    alarm: Arc<tokio::sync::watch::Sender<u64>>,
 ) -> Result<Arc<Session>, LockError> {
     let (client, connection) = connect(config, shown).await?;
     let t = config.session_timeout;
@@ -230,6 +232,9 @@ pub(super) async fn open(
             () = task_closing.notified() => {}
         }
         task_alive.store(false, Ordering::SeqCst);
+        // Its advisory locks are gone with it: the watchdog renews now, so
+        // their leases are reported lost at once, not at their next renewal.
+        alarm.send_modify(|generation| *generation += 1);
     });
     let setup = async {
         client
