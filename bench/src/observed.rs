@@ -315,7 +315,7 @@ where
 }
 
 /// The CPU time this process has used so far, all threads together.
-fn cpu_time() -> Option<Duration> {
+pub fn cpu_time() -> Option<Duration> {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
         .ok()
         .map(Duration::from)

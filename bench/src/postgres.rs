@@ -77,7 +77,7 @@ impl Bare {
 ///
 /// # Errors
 /// Any connection or server error, with the server's message.
-pub async fn run(url: &str) -> Result<(), BoxError> {
+pub async fn run(url: &str, beside: Option<&str>) -> Result<(), BoxError> {
     let key = format!("bench:{}", std::process::id());
     let id = advisory_key(&key);
     let mut backends = Vec::new();
@@ -92,7 +92,13 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         "PostgreSQL bench on {} (fsync={fsync}): {CYCLES} cycles after {WARMUP} warm-up; {CLIENTS} clients for {WINDOW:?}",
         dlock::url::redact(url),
     );
-    let [ours, ours_try, theirs] = interleaved_latency(&backends[0], &key, &bare[0], id).await?;
+    let redis: Option<Arc<dyn LockBackend>> = match beside {
+        Some(other) => Some(dlock::connect(other).await?),
+        None => None,
+    };
+    let (latencies, redis_cycle) =
+        interleaved_latency(&backends[0], &key, &bare[0], id, redis.as_ref()).await?;
+    let [ours, ours_try, theirs] = latencies;
     let ours_tp = dlock_throughput(&backends, &key).await?;
     let (theirs_tp, theirs_granted) = bare_throughput(&bare, id).await?;
     print_table(
@@ -113,6 +119,15 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         ours.p50.as_secs_f64() / theirs.p50.as_secs_f64(),
         ours_try.p50.as_secs_f64() / theirs.p50.as_secs_f64(),
     );
+    if let (Some(other), Some(cycle)) = (beside, redis_cycle) {
+        println!(
+            "dlock on {} in the same run, interleaved: acquire+release p50 {:.0} µs, p99 {:.0} µs ({:.2}× dlock on PostgreSQL's p50)",
+            dlock::url::redact(other),
+            cycle.p50.as_secs_f64() * 1e6,
+            cycle.p99.as_secs_f64() * 1e6,
+            cycle.p50.as_secs_f64() / ours.p50.as_secs_f64(),
+        );
+    }
     Ok(())
 }
 
@@ -126,17 +141,31 @@ enum Cycle {
     Acquire,
     TryAcquire,
     Bare,
+    /// dlock's acquire and release on the other backend (`--beside=`).
+    Beside,
 }
 
+/// The uncontended cycles, interleaved: dlock's acquire and try_acquire on
+/// PostgreSQL, the bare loop, and dlock on `beside` if given (its summary
+/// second).
 async fn interleaved_latency(
     backend: &Arc<PostgresBackend>,
     key: &str,
     bare: &Bare,
     id: i64,
-) -> Result<[Summary; 3], BoxError> {
+    beside: Option<&Arc<dyn LockBackend>>,
+) -> Result<([Summary; 3], Option<Summary>), BoxError> {
     let lock = lock_on(backend, key).wait(Duration::from_secs(10));
-    let kinds = [Cycle::Acquire, Cycle::TryAcquire, Cycle::Bare];
-    let mut samples: [Vec<Duration>; 3] = std::array::from_fn(|_| Vec::with_capacity(CYCLES));
+    let other = beside.map(|b| {
+        Lock::new(key)
+            .with_backend(b.clone())
+            .wait(Duration::from_secs(10))
+    });
+    let mut kinds = vec![Cycle::Acquire, Cycle::TryAcquire, Cycle::Bare];
+    if other.is_some() {
+        kinds.push(Cycle::Beside);
+    }
+    let mut samples: [Vec<Duration>; 4] = std::array::from_fn(|_| Vec::with_capacity(CYCLES));
     for round in 0..WARMUP + CYCLES {
         for turn in 0..kinds.len() {
             let which = (round + turn) % kinds.len();
@@ -155,15 +184,20 @@ async fn interleaved_latency(
                         return Err("the bare loop found the bench key held".into());
                     }
                 }
+                Cycle::Beside => {
+                    if let Some(other) = &other {
+                        other.acquire().await?.release().await?;
+                    }
+                }
             }
             if round >= WARMUP {
                 samples[which].push(start.elapsed());
             }
         }
     }
-    let [ours, ours_try, theirs] = samples.map(|mut s| Summary::of(&mut s));
+    let [ours, ours_try, theirs, beside] = samples.map(|mut s| Summary::of(&mut s));
     match (ours, ours_try, theirs) {
-        (Some(a), Some(b), Some(c)) => Ok([a, b, c]),
+        (Some(a), Some(b), Some(c)) => Ok(([a, b, c], beside)),
         _ => Err("no samples".into()),
     }
 }

@@ -109,10 +109,15 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
         for i in 0..b_sides.len() {
             let side = &mut b_sides[(round + i) % 4];
             let before = hand.server_micros().await?;
+            let client_before = observed::cpu_time();
             let rate = (side.run)().await?;
+            let client_after = observed::cpu_time();
             let after = hand.server_micros().await?;
             let cycles = (round_sizes.distinct_tasks * round_sizes.distinct_cycles) as f64;
-            side.record(cycles, rate, (after - before) as f64 / cycles);
+            let client_us = client_before
+                .zip(client_after)
+                .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / cycles);
+            side.record(cycles, rate, (after - before) as f64 / cycles, client_us);
         }
     }
     let [ours_b, base_b, same_protocol_b, rslock_b] = b_sides.map(|side| side.summary());
@@ -159,6 +164,11 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             ours_b.1,
             same_protocol_b.1,
         ),
+        Row::latency(
+            "(b) client CPU per cycle (this process, median of rounds)",
+            ours_b.2,
+            base_b.2,
+        ),
     ];
     rows.extend(hot_key_rows(&ours_c, &base_c));
     rows.extend([
@@ -195,6 +205,11 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             "(b) Redis CPU per cycle (INFO cpu, median of rounds)",
             ours_b.1,
             rslock_b.1,
+        ),
+        Row::latency(
+            "(b) client CPU per cycle (this process, median of rounds)",
+            ours_b.2,
+            rslock_b.2,
         ),
     ];
     rslock_rows.extend(hot_key_rows(&ours_c, &rslock_c));
@@ -295,6 +310,7 @@ struct DistinctSide<'a> {
     cycles: f64,
     seconds: f64,
     server_us: Vec<f64>,
+    client_us: Vec<f64>,
 }
 
 /// One round of one side of (b): its cycles per second.
@@ -307,23 +323,29 @@ impl<'a> DistinctSide<'a> {
             cycles: 0.0,
             seconds: 0.0,
             server_us: Vec::new(),
+            client_us: Vec::new(),
         }
     }
 
-    fn record(&mut self, cycles: f64, rate: f64, server_us: f64) {
+    fn record(&mut self, cycles: f64, rate: f64, server_us: f64, client_us: Option<f64>) {
         self.cycles += cycles;
         self.seconds += cycles / rate;
         self.server_us.push(server_us);
+        self.client_us.extend(client_us);
     }
 
     /// Cycles per second over all rounds, and the median round's server
-    /// CPU per cycle.
-    fn summary(mut self) -> (f64, Duration) {
-        self.server_us.sort_by(f64::total_cmp);
-        let median = self.server_us[self.server_us.len() / 2];
+    /// and client CPU per cycle (the client's zero if it could not be read).
+    fn summary(self) -> (f64, Duration, Duration) {
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            let m = v.get(v.len() / 2).copied().unwrap_or(0.0);
+            Duration::from_nanos((m * 1000.0) as u64)
+        };
         (
             self.cycles / self.seconds,
-            Duration::from_nanos((median * 1000.0) as u64),
+            median(self.server_us),
+            median(self.client_us),
         )
     }
 }

@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail] [--beside=<url>]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`) and prints a table of ratios.
@@ -22,6 +22,10 @@
 //! in turns on one key, for P = 1, 10 and 50 unless listed: critical
 //! sections per second, waits, fairness between processes, and on Redis
 //! the server's commands and CPU per critical section.
+//!
+//! `--beside=<url>` (PostgreSQL) also times dlock's uncontended cycle on
+//! the backend at `<url>` (a Redis, say), interleaved with the PostgreSQL
+//! rows of the same run.
 //!
 //! `--replicas` (Redis, a master with a replica) measures replica
 //! acknowledgement: the uncontended cycle and 64 tasks on distinct keys
@@ -79,7 +83,13 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
     (
         &["postgres", "postgresql"],
         "postgres://postgres@127.0.0.1:5432/postgres",
-        |url, _| Box::pin(async move { dlock_bench::postgres::run(&url).await }),
+        |url, _| {
+            Box::pin(async move {
+                let beside =
+                    std::env::args().find_map(|a| a.strip_prefix("--beside=").map(str::to_owned));
+                dlock_bench::postgres::run(&url, beside.as_deref()).await
+            })
+        },
     ),
 ];
 
@@ -95,7 +105,7 @@ async fn main() -> ExitCode {
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
         eprintln!(
-            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail]   ({})",
+            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail] [--beside=<url>]   ({})",
             examples.join(", ")
         );
         return ExitCode::FAILURE;
