@@ -110,6 +110,8 @@ mod renew_rounds;
 mod rw;
 mod session;
 mod sql;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
