@@ -19,7 +19,7 @@ use tokio_postgres::{Client, Statement};
 
 use super::config::Config;
 use super::sql::Statements;
-use super::{failed, lock};
+use super::{failed, lock, Failure};
 use crate::LockError;
 
 /// One connection holding locks.
@@ -347,12 +347,27 @@ pub(super) async fn connect(
     let tls = tokio_postgres::NoTls;
     match tokio::time::timeout(limit + Duration::from_millis(100), pg.connect(tls)).await {
         Ok(Ok(pair)) => Ok(pair),
-        Ok(Err(e)) => Err(failed(shown, e)),
+        Ok(Err(e)) => Err(failed(shown, with_tls_hint(e.into()))),
         Err(_) => Err(failed(
             shown,
             format!("connecting did not finish within {limit:?}"),
         )),
     }
+}
+
+/// A failed connection's text, with what to do about a TLS failure.
+fn with_tls_hint(failure: Failure) -> Failure {
+    let text = failure.0;
+    let hint = if text.contains("server does not support TLS") {
+        "the server has TLS off: turn `ssl = on` in its postgresql.conf, or, on a trusted network only, connect with `sslmode=prefer` or `disable`"
+    } else if text.contains("not valid for name") {
+        "the server's certificate does not name the host dlock connected to: connect by a name (or address) the certificate holds, or with `sslmode=verify-ca`, which checks the chain only"
+    } else if text.contains("invalid peer certificate") {
+        "the server's certificate is not signed by a CA of `sslrootcert` (without it, of Mozilla's roots), or is expired or not for a server"
+    } else {
+        return Failure(text);
+    };
+    Failure(format!("{text} ({hint})"))
 }
 
 /// Speaks on the session every third of the session timeout, so the server
