@@ -284,6 +284,29 @@ async fn client_certificates() {
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
 }
 
+/// SCRAM with channel binding (`channel_binding=require`) works over TLS
+/// (the server's certificate bound into the authentication), and is
+/// refused without TLS; the password appears in no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_channel_binding_over_tls() {
+    let server = PgServer::start_tls();
+    server.psql("SET password_encryption = 'scram-sha-256'; CREATE ROLE app LOGIN SUPERUSER PASSWORD 'hunter2'");
+    server.hba_first("host all app 127.0.0.1/32 scram-sha-256");
+    let tls = server.tls_url().split_once('?').unwrap().1.to_owned();
+    let url = format!(
+        "postgres://app:hunter2@127.0.0.1:{}/postgres?connect_timeout=2&channel_binding=require",
+        server.port()
+    );
+    let backend = connect(&format!("{url}&{tls}")).await;
+    assert!(
+        !backend.describe().contains("hunter2"),
+        "{}",
+        backend.describe()
+    );
+    let err = refused(&format!("{url}&sslmode=disable")).await;
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+}
+
 /// Files that cannot be read or hold no certificate are `InvalidOption`
 /// errors naming the parameter and the path, before any connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -301,6 +301,12 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             )));
         }
     }
+    // No parameter goes unused (libpq would ignore these).
+    if tls.mode == SslMode::Disable && (tls.root.is_some() || tls.identity.is_some()) {
+        return Err(bad(
+            "`sslmode=disable` with `sslrootcert`, `sslcert` or `sslkey`: without TLS the files would go unused; remove them, or choose a TLS mode (`sslmode=verify-full`)".into(),
+        ));
+    }
     check_tls_feature(&tls).map_err(&bad)?;
     pg.ssl_mode(tls.mode.wire());
     let mut config = Config {
@@ -451,11 +457,8 @@ mod tests {
             err("postgres://u@h/db?sslrootcert=system&sslmode=verify-ca")
                 .contains("got `sslmode=verify-ca`")
         );
-        let c = parse("postgres://u@h/db?sslmode=disable&sslrootcert=/nowhere/ca.pem").unwrap();
-        assert_eq!(
-            c.tls.root,
-            Some(Root::File(PathBuf::from("/nowhere/ca.pem")))
-        );
+        let e = err("postgres://u@h/db?sslmode=disable&sslrootcert=/nowhere/ca.pem");
+        assert!(e.contains("the files would go unused"), "{e}");
     }
 
     #[cfg(feature = "tls")]
@@ -531,6 +534,6 @@ mod tests {
             assert!(!e.contains("hunter2"), "{e}");
         }
         parse("postgres://u@h/db?sslmode=prefer").unwrap();
-        parse("postgres://u@h/db?sslmode=disable&sslrootcert=/ca.pem").unwrap();
+        parse("postgres://u@h/db?sslmode=disable").unwrap();
     }
 }

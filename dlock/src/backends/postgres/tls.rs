@@ -44,7 +44,7 @@ pub(super) fn connector(params: &TlsParams, shown: &str) -> Result<Connector, Lo
         .with_safe_default_protocol_versions()
         .map_err(|e| LockError::invalid_option(format!("`{shown}`: TLS: {e}")))?;
     let verifier: Arc<dyn ServerCertVerifier> = match (params.mode, &params.root) {
-        // No TLS (the files not even read, as libpq), or TLS that checks no
+        // No TLS (`parse` refuses files with it), or TLS that checks no
         // certificate (libpq's `prefer` and `require` without a root
         // certificate).
         (SslMode::Disable, _) | (SslMode::Prefer | SslMode::Require, None) => {
@@ -71,11 +71,7 @@ pub(super) fn connector(params: &TlsParams, shown: &str) -> Result<Connector, Lo
     let builder = builder
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    let identity = params
-        .identity
-        .as_ref()
-        .filter(|_| params.mode != SslMode::Disable);
-    let mut config = match identity {
+    let mut config = match &params.identity {
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
             let chain = certificates("sslcert", cert, shown)?;
