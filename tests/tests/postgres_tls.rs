@@ -205,6 +205,16 @@ async fn a_server_without_tls() {
             "{err}"
         );
     }
+    // A Unix socket never has TLS: `require` is refused there too (libpq
+    // would connect in the clear), `prefer` connects.
+    let socket = format!(
+        "postgres://postgres:hunter2@/postgres?host={}&port={}&connect_timeout=2",
+        server.dir().display(),
+        server.port()
+    );
+    let err = refused(&format!("{socket}&sslmode=require")).await;
+    assert!(err.to_string().contains("Unix socket"), "{err}");
+    connect(&format!("{socket}&sslmode=prefer")).await;
     for (query, app) in [("sslmode=prefer", "prefer"), ("", "default")] {
         let backend = connect(&format!("{base}&application_name={app}&{query}")).await;
         let guard = Lock::new("plain")

@@ -66,7 +66,10 @@
 //! hold, a server without TLS under `require` or stricter) is
 //! [`LockError::Backend`] within the connect timeout, with what to check.
 //! Unlike libpq, `prefer` does not retry in the clear after a failed
-//! handshake (with `sslrootcert`, an untrusted certificate is an error).
+//! handshake (with `sslrootcert`, an untrusted certificate is an error),
+//! and `require` or stricter over a Unix socket (which never has TLS) is
+//! refused where libpq would connect in the clear: use `prefer` or
+//! `disable` there.
 //! The channel binding of SCRAM (`channel_binding=require`) works over TLS.
 //! Without the `tls` feature, `sslmode=require`, `verify-ca`,
 //! `verify-full` and the file parameters are an error naming the feature,

@@ -359,7 +359,7 @@ pub(super) async fn connect(
 fn with_tls_hint(failure: Failure) -> Failure {
     let text = failure.0;
     let hint = if text.contains("server does not support TLS") {
-        "the server has TLS off: turn `ssl = on` in its postgresql.conf, or, on a trusted network only, connect with `sslmode=prefer` or `disable`"
+        "the server offers no TLS here: turn `ssl = on` in its postgresql.conf; over a Unix socket, which never has TLS, or on a trusted network only, connect with `sslmode=prefer` or `disable`"
     } else if text.contains("not valid for name") {
         "the server's certificate does not name the host dlock connected to: connect by a name (or address) the certificate holds, or with `sslmode=verify-ca`, which checks the chain only"
     } else if text.contains("invalid peer certificate") {
