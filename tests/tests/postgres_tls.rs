@@ -348,6 +348,27 @@ async fn bad_files_are_invalid_options() {
                 certs.ca_cert_path().display()
             ),
         ),
+        (
+            format!(
+                "sslrootcert={}&sslcert={}&sslkey={}",
+                certs.ca_cert_path().display(),
+                certs.client_cert_path().display(),
+                missing.display()
+            ),
+            format!("`sslkey={}`: cannot read the file", missing.display()),
+        ),
+        (
+            format!(
+                "sslrootcert={}&sslcert={}&sslkey={}",
+                certs.ca_cert_path().display(),
+                certs.client_cert_path().display(),
+                certs.server_key_path().display()
+            ),
+            format!(
+                "`sslcert={}` and `sslkey`: not a certificate and its key",
+                certs.client_cert_path().display()
+            ),
+        ),
     ] {
         let err = refused(&format!("{base}&{query}")).await;
         assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");

@@ -136,7 +136,10 @@
 //!
 //! # Not yet
 //!
-//! `MultiLock` and `SegmentedLock` work key by key. `inspect`, `list` and `force_release` see plain locks
+//! `MultiLock` and `SegmentedLock` work key by key. Of libpq's TLS
+//! parameters, `sslpassword` (encrypted client keys), `sslcrl`,
+//! `ssl_min_protocol_version` and `sslnegotiation=direct` are not read (an
+//! error naming the parameters dlock takes). `inspect`, `list` and `force_release` see plain locks
 //! only.
 //!
 //! ```no_run

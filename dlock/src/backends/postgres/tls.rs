@@ -75,7 +75,13 @@ pub(super) fn connector(params: &TlsParams, shown: &str) -> Result<Connector, Lo
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
             let chain = certificates("sslcert", cert, shown)?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+            let key_pem = std::fs::read(key).map_err(|e| {
+                LockError::invalid_option(format!(
+                    "`{shown}`: `sslkey={}`: cannot read the file: {e}",
+                    key.display()
+                ))
+            })?;
+            let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
                 LockError::invalid_option(format!(
                     "`{shown}`: `sslkey={}`: no usable private key (an unencrypted PEM key: PKCS#8, PKCS#1 or SEC1): {e}",
                     key.display()
