@@ -4,7 +4,8 @@
 //! mode's certificate checks (a CA that did not sign the server's
 //! certificate, a host name the certificate does not name), `require` and
 //! `prefer` against a server without TLS, client certificates
-//! (`clientcert=verify-full`), and the conformance suite over TLS.
+//! (`clientcert=verify-full`), SCRAM channel binding, bad files, and the
+//! conformance, segment, multi-key, read-write and semaphore suites over TLS.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -376,5 +377,9 @@ async fn bad_files_are_invalid_options() {
     }
 }
 
-// The conformance suite over `sslmode=verify-full`.
+// The suites of `conformance_postgres.rs` over `sslmode=verify-full`.
 dlock_tests::conformance_suite!(PgFixture::tls());
+dlock_tests::segments_suite!(PgFixture::tls());
+dlock_tests::multi_suite!(PgFixture::tls(), rounds = 200);
+dlock_tests::rw_suite!(PgFixture::tls());
+dlock_tests::semaphore_suite!(PgFixture::tls());
