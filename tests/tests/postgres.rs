@@ -476,8 +476,8 @@ async fn bad_input_is_a_clear_error_in_time() {
             "error connecting to server",
         ),
         (
-            format!("postgres://app:wrong-pw@127.0.0.1:{port}/postgres?sslmode=require"),
-            "TLS to PostgreSQL is not yet supported",
+            format!("postgres://app:wrong-pw@127.0.0.1:{port}/postgres?sslmode=require&connect_timeout=2"),
+            "server does not support TLS",
         ),
         (
             format!("postgres://app:wrong-pw@127.0.0.1:{port}/postgres?sesions=2"),

@@ -7,8 +7,7 @@
 //! libpq's URL syntax as `tokio_postgres::Config` reads it: several hosts,
 //! `?host=/var/run/postgresql` for a Unix socket directory, `?port=`,
 //! `?dbname=`, `?user=`, `?password=`, `?application_name=`,
-//! `?connect_timeout=`, `?target_session_attrs=`, `?sslmode=disable|prefer`
-//! (TLS is not yet supported: `sslmode=require` is an error). dlock's own:
+//! `?connect_timeout=`, `?target_session_attrs=`, and TLS (below). dlock's own:
 //!
 //! - `prefix` (default `dlock`): the namespace of keys, hashed into the
 //!   advisory key (see [`advisory_key_in`]).
@@ -27,6 +26,55 @@
 //!
 //! An unknown parameter is an error naming the closest known one. Passwords
 //! never appear in errors or in `describe()`.
+//!
+//! # TLS
+//!
+//! With the `tls` feature (`features = ["postgres", "tls"]`; rustls with
+//! `ring`, or the crypto provider the application installed), libpq's
+//! parameters, with libpq's meanings:
+//!
+//! - `sslmode`: `disable` (plain only); `prefer`, the default (TLS if the
+//!   server offers it, else plain; `allow` is read as `prefer`); `require`
+//!   (TLS or no connection); `verify-ca` (TLS, and the server's certificate
+//!   chain checked); `verify-full` (the chain and the host name checked:
+//!   **the mode to use**, as for libpq).
+//! - `sslrootcert=<file>`: the PEM CA certificates to trust. Without it,
+//!   `verify-ca` and `verify-full` trust Mozilla's roots (`webpki-roots`, as
+//!   `rediss://` without `?ca=` does); `sslrootcert=system` says so
+//!   explicitly and, as in libpq 16, asks for `verify-full`. dlock does not
+//!   read libpq's default files in `~/.postgresql/`.
+//! - `sslcert=<file>` and `sslkey=<file>`: a client certificate (PEM, its
+//!   chain) and its unencrypted PEM key (PKCS#8, PKCS#1 or SEC1), for
+//!   servers whose `pg_hba.conf` says `cert` or `clientcert=verify-ca|verify-full`.
+//!
+//! What is checked of the server's certificate:
+//!
+//! | `sslmode` | without `sslrootcert` | with `sslrootcert` |
+//! |---|---|---|
+//! | `prefer`, `require` | only that the server holds its key (any certificate accepted) | the chain |
+//! | `verify-ca` | the chain, to Mozilla's roots | the chain |
+//! | `verify-full` | the chain and the host name, to Mozilla's roots | the chain and the host name |
+//!
+//! `require` without `sslrootcert` is libpq's `require`: encrypted, but an
+//! attacker able to intercept the connection can present any certificate.
+//! The host name checked is the URL's host (an IP address is checked
+//! against the certificate's IP addresses). One TLS configuration, built at
+//! `connect` (an unreadable file or one without a PEM certificate or key is
+//! [`LockError::InvalidOption`] naming the parameter and the path), serves
+//! every connection of the backend: the lock sessions and the `LISTEN`
+//! one. A failed handshake (an untrusted certificate, a name it does not
+//! hold, a server without TLS under `require` or stricter) is
+//! [`LockError::Backend`] within the connect timeout, with what to check.
+//! Unlike libpq, `prefer` does not retry in the clear after a failed
+//! handshake (with `sslrootcert`, an untrusted certificate is an error),
+//! and `require` or stricter over a Unix socket (which never has TLS) is
+//! refused where libpq would connect in the clear: use `prefer` or
+//! `disable` there.
+//! The channel binding of SCRAM (`channel_binding=require`) works over TLS.
+//! Without the `tls` feature, `sslmode=require`, `verify-ca`,
+//! `verify-full` and the file parameters are an error naming the feature,
+//! and `prefer` connects in the clear. Tested against servers with
+//! `ssl=on` in `tests/tests/postgres_tls.rs`.
 //!
 //! # Protocol
 //!
@@ -99,8 +147,10 @@
 //!
 //! # Not yet
 //!
-//! TLS is not built for PostgreSQL yet. `MultiLock` and `SegmentedLock`
-//! work key by key. `inspect`, `list` and `force_release` see plain locks
+//! `MultiLock` and `SegmentedLock` work key by key. Of libpq's TLS
+//! parameters, `sslpassword` (encrypted client keys), `sslcrl`,
+//! `ssl_min_protocol_version` and `sslnegotiation=direct` are not read (an
+//! error naming the parameters dlock takes). `inspect`, `list` and `force_release` see plain locks
 //! only.
 //!
 //! ```no_run
@@ -122,6 +172,8 @@ mod renew_rounds;
 mod rw;
 mod session;
 mod sql;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use self::election::MAX_VALUE_BYTES;
 
@@ -333,9 +385,11 @@ impl PostgresBackend {
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] for a malformed URL, an unknown
-    /// parameter, `sslmode=require`, a read-only standby, or a role that may
-    /// not create the tables; [`LockError::Backend`] for a server that
-    /// cannot be reached or refuses the login, within the connect timeout.
+    /// parameter, a TLS file that cannot be read or used, `sslmode=require`
+    /// (or stricter) without the `tls` feature, a read-only standby, or a
+    /// role that may not create the tables; [`LockError::Backend`] for a
+    /// server that cannot be reached, refuses the login or fails the TLS
+    /// handshake, within the connect timeout.
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {

@@ -5,6 +5,12 @@
 //! tests run as root, `initdb` and `postgres` run as the `postgres` system
 //! user (which the Debian package creates), in directories that user owns.
 //! Readiness is `psql -c 'SELECT 1'` answering. Stopped on drop.
+//!
+//! [`PgServer::start_tls`] and [`PgServer::start_tls_with`] start it with
+//! TLS on (`ssl=on`, plain connections still accepted unless the test's
+//! `pg_hba.conf` says otherwise): the server's certificate and key, and
+//! the CA that client certificates are checked against, copied into the
+//! server's directory, the key owned by the server's user, mode 0600.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -18,6 +24,7 @@ use crate::servers::accessors::single_server_accessors;
 use crate::servers::control::ServerControl;
 use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{require_binary, run_command, ProcessSpec, ServerProcess};
+use crate::tls::TestCerts;
 
 /// Debian packages that provide the server and `psql`.
 pub const POSTGRES_PACKAGES: &str = "postgresql postgresql-client";
@@ -35,10 +42,20 @@ pub struct PgServer {
     process: ServerProcess,
     port: u16,
     psql: PathBuf,
+    /// The TLS material of a TLS server (the client side's paths).
+    certs: Option<TestCerts>,
     dir: TempDir,
     /// The postmaster's children stopped by [`PgServer::try_pause_all`], to be
     /// continued by [`PgServer::try_resume_all`] (or on drop).
     paused_children: Vec<u32>,
+}
+
+/// Whether a server starts with TLS, and with which certificates.
+enum Tls<'a> {
+    Off,
+    /// Fresh certificates, in the server's directory.
+    Fresh,
+    Given(&'a TestCerts),
 }
 
 /// The directory of the newest installed PostgreSQL's binaries
@@ -211,6 +228,36 @@ fn wait_bounded(
     }
 }
 
+/// Copies the server's certificate, key and the CA of `certs` into
+/// `<dir>/server-tls` (the key mode 0600: PostgreSQL refuses a key others
+/// may read; `give` then hands them to the server's user), and returns the
+/// server settings that use them.
+fn server_tls_files(certs: &TestCerts, dir: &Path) -> HarnessResult<Vec<String>> {
+    use std::os::unix::fs::PermissionsExt;
+    let at = dir.join("server-tls");
+    std::fs::create_dir(&at).context(|| format!("create {}", at.display()))?;
+    let (cert, key, ca) = (
+        at.join("server.crt"),
+        at.join("server.key"),
+        at.join("ca.crt"),
+    );
+    for (from, to) in [
+        (certs.server_cert_path(), &cert),
+        (certs.server_key_path(), &key),
+        (certs.ca_cert_path(), &ca),
+    ] {
+        std::fs::copy(from, to).context(|| format!("copy {}", from.display()))?;
+    }
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+        .context(|| format!("chmod {}", key.display()))?;
+    Ok(vec![
+        "ssl=on".to_owned(),
+        format!("ssl_cert_file={}", cert.display()),
+        format!("ssl_key_file={}", key.display()),
+        format!("ssl_ca_file={}", ca.display()),
+    ])
+}
+
 /// Copies the directory `from` into `to` (files and directories only).
 fn copy_dir(from: &Path, to: &Path) -> HarnessResult<()> {
     std::fs::create_dir_all(to).context(|| format!("create {}", to.display()))?;
@@ -237,10 +284,25 @@ impl PgServer {
 
     /// Fallible [`PgServer::start`].
     pub fn try_start() -> HarnessResult<Self> {
-        retry_port_clash(Self::try_start_once)
+        retry_port_clash(|| Self::try_start_once(Tls::Off))
     }
 
-    fn try_start_once() -> HarnessResult<Self> {
+    /// Starts a server with TLS on, its certificate from fresh
+    /// [`TestCerts`] (see [`PgServer::certs`]). Panics if it cannot.
+    #[track_caller]
+    pub fn start_tls() -> Self {
+        retry_port_clash(|| Self::try_start_once(Tls::Fresh)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts a server with TLS on and `certs`' server certificate (e.g.
+    /// one for another host name). Panics if it cannot.
+    #[track_caller]
+    pub fn start_tls_with(certs: &TestCerts) -> Self {
+        retry_port_clash(|| Self::try_start_once(Tls::Given(certs)))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_once(tls: Tls<'_>) -> HarnessResult<Self> {
         let bin = bindir()?;
         let psql = require_binary("psql", POSTGRES_PACKAGES)?;
         let user = server_user()?;
@@ -254,6 +316,19 @@ impl PgServer {
         copy_dir(template, &data)?;
         std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .context(|| format!("chmod {}", data.display()))?;
+        let certs = match tls {
+            Tls::Off => None,
+            Tls::Fresh => {
+                let at = dir.path().join("certs");
+                std::fs::create_dir(&at).context(|| format!("create {}", at.display()))?;
+                Some(TestCerts::generate(&at)?)
+            }
+            Tls::Given(certs) => Some(certs.clone()),
+        };
+        let ssl = certs
+            .as_ref()
+            .map(|c| server_tls_files(c, dir.path()))
+            .transpose()?;
         give(dir.path(), user)?;
         // As root, `setpriv` drops to the `postgres` user and execs the
         // server in place: the process signalled (stop, pause) is postgres.
@@ -291,11 +366,17 @@ impl PgServer {
                 "-c",
                 "max_connections=200",
             ]);
+        if let Some(settings) = ssl {
+            for setting in settings {
+                spec = spec.arg("-c").arg(setting);
+            }
+        }
         let process = ServerProcess::spawn(spec)?;
         let mut server = PgServer {
             process,
             port,
             psql,
+            certs,
             dir,
             paused_children: Vec::new(),
         };
@@ -303,11 +384,40 @@ impl PgServer {
         Ok(server)
     }
 
-    single_server_accessors!(port);
+    single_server_accessors!(port, certs);
 
     /// The dlock URL: `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The dlock URL of a TLS server that checks its certificate fully:
+    /// [`url`](Self::url)`?sslmode=verify-full&sslrootcert=<the CA>`.
+    /// Panics on a server without TLS.
+    #[track_caller]
+    pub fn tls_url(&self) -> String {
+        let ca = self
+            .ca_cert_path()
+            .expect("a TLS server (PgServer::start_tls)");
+        format!(
+            "{}?sslmode=verify-full&sslrootcert={}",
+            self.url(),
+            ca.display()
+        )
+    }
+
+    /// Puts `lines` at the top of `pg_hba.conf` (the first matching line
+    /// wins) and has the server reload it. Panics on failure.
+    #[track_caller]
+    pub fn hba_first(&self, lines: &str) {
+        let hba = self.dir.path().join("data").join("pg_hba.conf");
+        let rules =
+            std::fs::read_to_string(&hba).unwrap_or_else(|e| panic!("read {}: {e}", hba.display()));
+        std::fs::write(&hba, format!("{lines}\n{rules}"))
+            .unwrap_or_else(|e| panic!("write {}: {e}", hba.display()));
+        assert_eq!(self.psql("SELECT pg_reload_conf()"), "t");
+        // The postmaster reads it on its SIGHUP, a moment later.
+        std::thread::sleep(Duration::from_millis(300));
     }
 
     /// Runs one SQL command with `psql` as the superuser, returns its

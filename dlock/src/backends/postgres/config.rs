@@ -1,9 +1,11 @@
 //! The backend's configuration: a `postgres://` or `postgresql://` URL cut
 //! into dlock's own parameters and the libpq connection string that
 //! `tokio_postgres::Config` reads (hosts, socket directories, ports, user,
-//! database, `sslmode`, ...). Every error names the URL with its password
-//! redacted, and never quotes tokio-postgres's reading of it.
+//! database, ...), plus the TLS parameters dlock reads itself (`sslmode`,
+//! `sslrootcert`, `sslcert`, `sslkey`). Every error names the URL with its
+//! password redacted, and never quotes tokio-postgres's reading of it.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -35,7 +37,6 @@ const LIBPQ: &[&str] = &[
     "dbname",
     "options",
     "application_name",
-    "sslmode",
     "host",
     "hostaddr",
     "port",
@@ -49,6 +50,78 @@ const LIBPQ: &[&str] = &[
     "channel_binding",
     "load_balance_hosts",
 ];
+
+/// libpq's TLS parameters, read by dlock (tokio-postgres knows `sslmode`
+/// but not libpq's `verify-ca` and `verify-full`, nor the files).
+const LIBPQ_TLS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey"];
+
+/// libpq's `sslmode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SslMode {
+    /// Plain connections only.
+    Disable,
+    /// TLS if the server offers it, else plain (libpq's default; `allow`
+    /// is read as this too).
+    Prefer,
+    /// TLS or no connection; the chain checked only with `sslrootcert`.
+    Require,
+    /// TLS, the server's certificate chain checked.
+    VerifyCa,
+    /// TLS, the chain and the host name checked.
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(value: &str) -> Option<Self> {
+        Some(match value {
+            "disable" => SslMode::Disable,
+            "allow" | "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// What tokio-postgres is told: whether to ask for TLS, and whether to
+    /// go on without it (the certificate checks are the TLS configuration's).
+    fn wire(self) -> tokio_postgres::config::SslMode {
+        use tokio_postgres::config::SslMode as Wire;
+        match self {
+            SslMode::Disable => Wire::Disable,
+            SslMode::Prefer => Wire::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => Wire::Require,
+        }
+    }
+}
+
+/// `sslrootcert`: the CA certificates to trust.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Root {
+    /// `sslrootcert=system`: the roots dlock trusts by default (Mozilla's).
+    System,
+    /// A PEM file of CA certificates.
+    File(PathBuf),
+}
+
+/// The TLS part of a URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct TlsParams {
+    pub(super) mode: SslMode,
+    pub(super) root: Option<Root>,
+    /// `sslcert` and `sslkey`: the client certificate (PEM) and its key.
+    pub(super) identity: Option<(PathBuf, PathBuf)>,
+}
 
 /// What a PostgreSQL URL says.
 #[derive(Clone)]
@@ -67,6 +140,12 @@ pub(super) struct Config {
     pub(super) session_timeout: Duration,
     /// `?client_name=`.
     pub(super) client_name: Option<String>,
+    /// `sslmode`, `sslrootcert`, `sslcert`, `sslkey`.
+    pub(super) tls: TlsParams,
+    /// The TLS configuration every connection uses (built at `parse`, so a
+    /// bad file is an error of `connect`).
+    #[cfg(feature = "tls")]
+    pub(super) connector: super::tls::Connector,
 }
 
 impl std::fmt::Debug for Config {
@@ -81,6 +160,7 @@ impl std::fmt::Debug for Config {
             .field("sessions", &self.sessions)
             .field("timeout", &self.timeout)
             .field("session_timeout", &self.session_timeout)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -107,42 +187,62 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let before_query = &url[..url.len() - parts.query.len()];
     let before_query = before_query.strip_suffix('?').unwrap_or(before_query);
 
-    let mut config = Config {
-        pg: tokio_postgres::Config::new(),
-        prefix: DEFAULT_PREFIX.to_owned(),
-        schema: DEFAULT_SCHEMA.to_owned(),
-        sessions: DEFAULT_SESSIONS,
-        timeout: DEFAULT_TIMEOUT,
-        session_timeout: DEFAULT_SESSION_TIMEOUT,
-        client_name: None,
+    let mut prefix = DEFAULT_PREFIX.to_owned();
+    let mut schema_name = DEFAULT_SCHEMA.to_owned();
+    let mut sessions = DEFAULT_SESSIONS;
+    let mut timeout = DEFAULT_TIMEOUT;
+    let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
+    let mut client_name = None;
+    let mut tls = TlsParams {
+        mode: SslMode::Prefer,
+        root: None,
+        identity: None,
     };
-    let known: Vec<&str> = options::POSTGRES.iter().chain(LIBPQ).copied().collect();
+    let (mut sslcert, mut sslkey, mut mode_given) = (None, None, false);
+    let known: Vec<&str> = options::POSTGRES
+        .iter()
+        .chain(LIBPQ)
+        .chain(LIBPQ_TLS)
+        .copied()
+        .collect();
     let mut libpq = Vec::new();
     let mut after_password = false;
     for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
         if LIBPQ.contains(&name) {
-            if name == "sslmode" && !matches!(raw, "disable" | "prefer") {
-                return Err(bad(format!(
-                    "`sslmode={raw}`: TLS to PostgreSQL is not yet supported by dlock; use `sslmode=disable` or `prefer` (which connects without TLS), or reach the server over a trusted network or a Unix socket (`?host=/var/run/postgresql`)"
-                )));
-            }
             after_password |= name == "password";
             libpq.push(pair);
             continue;
         }
-        if after_password {
+        if after_password && !LIBPQ_TLS.contains(&name) {
             return Err(bad(options::unknown(name, "PostgreSQL", &known, true)));
         }
         let value = percent_decode(raw).map_err(&bad)?;
         match name {
-            "prefix" => config.prefix = crate::url::prefix::parse(raw).map_err(&bad)?,
+            "sslmode" => {
+                mode_given = true;
+                tls.mode = SslMode::parse(&value).ok_or_else(|| {
+                    bad(format!(
+                        "`sslmode={value}` is not one of disable, allow, prefer, require, verify-ca, verify-full"
+                    ))
+                })?
+            }
+            "sslrootcert" => {
+                tls.root = Some(match value.as_str() {
+                    "" => return Err(bad("`sslrootcert=` names no file".into())),
+                    "system" => Root::System,
+                    path => Root::File(PathBuf::from(path)),
+                })
+            }
+            "sslcert" => sslcert = Some(file(name, &value).map_err(&bad)?),
+            "sslkey" => sslkey = Some(file(name, &value).map_err(&bad)?),
+            "prefix" => prefix = crate::url::prefix::parse(raw).map_err(&bad)?,
             "client_name" => {
-                config.client_name = Some(
+                client_name = Some(
                     crate::inspect::check_client_name(&value).map_err(|e| bad(e.to_string()))?,
                 )
             }
-            "timeout" => config.timeout = options::duration(name, &value).map_err(&bad)?,
+            "timeout" => timeout = options::duration(name, &value).map_err(&bad)?,
             "session_timeout" => {
                 let d = options::duration(name, &value).map_err(&bad)?;
                 if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&d) {
@@ -150,10 +250,10 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                         "`session_timeout={value}` must be between {MIN_SESSION_TIMEOUT:?} and one day"
                     )));
                 }
-                config.session_timeout = d;
+                session_timeout = d;
             }
             "sessions" => {
-                config.sessions = value
+                sessions = value
                     .parse::<usize>()
                     .ok()
                     .filter(|n| (1..=MAX_SESSIONS).contains(n))
@@ -163,7 +263,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                         ))
                     })?
             }
-            "schema" => config.schema = schema(&value).map_err(&bad)?,
+            "schema" => schema_name = schema(&value).map_err(&bad)?,
             other => return Err(bad(options::unknown(other, "PostgreSQL", &known, false))),
         }
     }
@@ -173,9 +273,54 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         format!("{before_query}?{}", libpq.join("&"))
     };
     // tokio-postgres's own message may quote a value; only its kind is shown.
-    config.pg = tokio_postgres::Config::from_str(&libpq_url).map_err(|_| {
+    let mut pg = tokio_postgres::Config::from_str(&libpq_url).map_err(|_| {
         bad("not a libpq connection URL (check the hosts, ports, the database name and the libpq parameters' values)".into())
     })?;
+    tls.identity = match (sslcert, sslkey) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (Some(_), None) => {
+            return Err(bad(
+                "`sslcert=` without `sslkey=`: give the client certificate's key too".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                "`sslkey=` without `sslcert=`: give the client certificate too".into(),
+            ))
+        }
+    };
+    // libpq 16's rule: the system roots are trusted for host names only.
+    if tls.root == Some(Root::System) {
+        if !mode_given {
+            tls.mode = SslMode::VerifyFull;
+        } else if tls.mode != SslMode::VerifyFull {
+            return Err(bad(format!(
+                "`sslrootcert=system` needs `sslmode=verify-full` (as in libpq): the system's roots vouch for host names, not for a chain alone; got `sslmode={}`",
+                tls.mode.name()
+            )));
+        }
+    }
+    // No parameter goes unused (libpq would ignore these).
+    if tls.mode == SslMode::Disable && (tls.root.is_some() || tls.identity.is_some()) {
+        return Err(bad(
+            "`sslmode=disable` with `sslrootcert`, `sslcert` or `sslkey`: without TLS the files would go unused; remove them, or choose a TLS mode (`sslmode=verify-full`)".into(),
+        ));
+    }
+    check_tls_feature(&tls).map_err(&bad)?;
+    pg.ssl_mode(tls.mode.wire());
+    let mut config = Config {
+        #[cfg(feature = "tls")]
+        connector: super::tls::connector(&tls, &shown)?,
+        pg,
+        prefix,
+        schema: schema_name,
+        sessions,
+        timeout,
+        session_timeout,
+        client_name,
+        tls,
+    };
     if config.pg.get_hosts().is_empty() {
         return Err(bad(
             "no host; write `postgres://user@host:5432/dbname`, or `?host=/var/run/postgresql` for a Unix socket directory".into(),
@@ -193,6 +338,34 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         config.pg.application_name("dlock");
     }
     Ok(config)
+}
+
+/// A file parameter's path (`sslcert`, `sslkey`).
+fn file(name: &str, value: &str) -> Result<PathBuf, String> {
+    if value.is_empty() {
+        return Err(format!("`{name}=` names no file"));
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// Without the `tls` feature, only plain connections: a URL that asks for
+/// TLS (or gives its files) is refused, naming the feature.
+fn check_tls_feature(tls: &TlsParams) -> Result<(), String> {
+    if cfg!(feature = "tls") {
+        return Ok(());
+    }
+    let asks = match (tls.mode, &tls.root, &tls.identity) {
+        (SslMode::Disable, _, _) => return Ok(()),
+        (SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull, _, _) => {
+            format!("sslmode={}", tls.mode.name())
+        }
+        (_, Some(_), _) => "sslrootcert".to_owned(),
+        (_, _, Some(_)) => "sslcert".to_owned(),
+        _ => return Ok(()),
+    };
+    Err(format!(
+        "`{asks}` asks for TLS, but dlock was built without its `tls` feature: enable it with `features = [\"postgres\", \"tls\"]` in Cargo.toml (without it, `sslmode=disable` or `prefer` connect without TLS)"
+    ))
 }
 
 /// Checks a `?schema=` name: a plain SQL identifier (written quoted in
@@ -244,8 +417,7 @@ mod tests {
     #[test]
     fn refuses_what_it_cannot_do() {
         assert!(err("postgres://u@h/db?sesions=2").contains("did you mean `sessions`?"));
-        assert!(err("postgres://u@h/db?sslmode=require")
-            .contains("TLS to PostgreSQL is not yet supported"));
+        assert!(err("postgres://u@h/db?sslmode=requir").contains("not one of disable"));
         assert!(err("postgres://u@h/db?sessions=0").contains("from 1 to 64"));
         assert!(err("postgres://u@h/db?schema=a;drop").contains("plain identifier"));
         assert!(err("postgres://u@h/db?acl=open").contains("ZooKeeper"));
@@ -255,5 +427,113 @@ mod tests {
         assert!(!e.contains("hunter2"), "{e}");
         let e = err("postgres://u@h/db?password=hunter2&bogus=1");
         assert!(!e.contains("hunter2") && !e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn reads_libpq_tls_parameters() {
+        use tokio_postgres::config::SslMode as Wire;
+        // libpq's default is `prefer`, tried with TLS only when built with it.
+        let c = parse("postgres://u@h/db").unwrap();
+        assert_eq!(c.tls.mode, SslMode::Prefer);
+        assert_eq!(c.pg.get_ssl_mode(), Wire::Prefer);
+        for (mode, ours, wire) in [
+            ("disable", SslMode::Disable, Wire::Disable),
+            ("allow", SslMode::Prefer, Wire::Prefer),
+            ("prefer", SslMode::Prefer, Wire::Prefer),
+        ] {
+            let c = parse(&format!("postgres://u@h/db?sslmode={mode}")).unwrap();
+            assert_eq!((c.tls.mode, c.pg.get_ssl_mode()), (ours, wire), "{mode}");
+        }
+        // The files' parameters are dlock's, after a password too.
+        let e = err("postgres://u@h/db?password=hunter2&sslmode=disable&sslrootcert=/x/ca.pem&sslcert=/x/c.pem");
+        assert!(e.contains("without `sslkey=`"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(err("postgres://u@h/db?sslkey=/k.pem").contains("without `sslcert=`"));
+        assert!(err("postgres://u@h/db?sslrootcert=").contains("names no file"));
+        // libpq 16's `sslrootcert=system`: verify-full, or an error.
+        let e = err("postgres://u@h/db?sslmode=require&sslrootcert=system");
+        assert!(e.contains("needs `sslmode=verify-full`"), "{e}");
+        assert!(
+            err("postgres://u@h/db?sslrootcert=system&sslmode=verify-ca")
+                .contains("got `sslmode=verify-ca`")
+        );
+        let e = err("postgres://u@h/db?sslmode=disable&sslrootcert=/nowhere/ca.pem");
+        assert!(e.contains("the files would go unused"), "{e}");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_modes_and_their_files() {
+        use tokio_postgres::config::SslMode as Wire;
+        for (mode, ours) in [
+            ("require", SslMode::Require),
+            ("verify-ca", SslMode::VerifyCa),
+            ("verify-full", SslMode::VerifyFull),
+        ] {
+            let c = parse(&format!("postgres://u@h/db?sslmode={mode}")).unwrap();
+            assert_eq!(
+                (c.tls.mode, c.pg.get_ssl_mode()),
+                (ours, Wire::Require),
+                "{mode}"
+            );
+        }
+        let c = parse("postgres://u@h/db?sslrootcert=system").unwrap();
+        assert_eq!(
+            (c.tls.mode, c.tls.root),
+            (SslMode::VerifyFull, Some(Root::System))
+        );
+
+        let dir = std::env::temp_dir().join(format!("dlock-pg-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let garbage = dir.join("garbage.pem");
+        std::fs::write(&garbage, "not a certificate\n").unwrap();
+        let missing = dir.join("missing.pem");
+        let (g, m) = (garbage.display(), missing.display());
+        for (query, expect) in [
+            (
+                format!("sslmode=verify-full&sslrootcert={m}"),
+                format!("`sslrootcert={m}`: cannot read the file"),
+            ),
+            (
+                format!("sslmode=verify-ca&sslrootcert={g}"),
+                format!("`sslrootcert={g}`: no PEM certificate"),
+            ),
+            (
+                format!("sslmode=require&sslrootcert={g}"),
+                format!("`sslrootcert={g}`: no PEM certificate"),
+            ),
+            (
+                format!("sslmode=require&sslcert={m}&sslkey={g}"),
+                format!("`sslcert={m}`: cannot read the file"),
+            ),
+            (
+                format!("sslmode=require&sslcert={g}&sslkey={g}"),
+                format!("`sslcert={g}`: no PEM certificate"),
+            ),
+        ] {
+            let url = format!("postgres://u:hunter2@h/db?{query}");
+            let e = parse(&url).unwrap_err();
+            assert!(matches!(e, LockError::InvalidOption { .. }), "{e}");
+            let e = e.to_string();
+            assert!(e.contains(&expect), "{query}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_needs_the_feature() {
+        for query in [
+            "sslmode=require",
+            "sslmode=verify-full",
+            "sslrootcert=/ca.pem",
+        ] {
+            let e = err(&format!("postgres://u:hunter2@h/db?{query}"));
+            assert!(e.contains(r#"features = ["postgres", "tls"]"#), "{e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        parse("postgres://u@h/db?sslmode=prefer").unwrap();
+        parse("postgres://u@h/db?sslmode=disable").unwrap();
     }
 }

@@ -15,11 +15,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
 use super::config::Config;
 use super::sql::Statements;
-use super::{failed, lock};
+use super::{failed, lock, Failure};
 use crate::LockError;
 
 /// One connection holding locks.
@@ -322,31 +322,57 @@ pub(super) async fn open(
     Ok(session)
 }
 
-/// Connects within the connect timeout, with the client's keepalives on.
+/// The stream under a connection: TLS or plain, as the server and
+/// `sslmode` decided.
+#[cfg(feature = "tls")]
+type TlsStream =
+    <super::tls::Connector as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream;
+#[cfg(not(feature = "tls"))]
+type TlsStream = tokio_postgres::tls::NoTlsStream;
+
+/// A connection's task half, as [`connect`] returns it.
+pub(super) type Connection = tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>;
+
+/// Connects within the connect timeout, with the client's keepalives on,
+/// over TLS as the URL's `sslmode` says (every connection of a backend:
+/// lock sessions and the listener).
 pub(super) async fn connect(
     config: &Config,
     shown: &str,
-) -> Result<
-    (
-        Client,
-        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
-    ),
-    LockError,
-> {
+) -> Result<(Client, Connection), LockError> {
     let mut pg = config.pg.clone();
     let third = config.session_timeout / 3;
     pg.keepalives(true)
         .keepalives_idle(third.max(Duration::from_secs(1)))
         .tcp_user_timeout(config.session_timeout);
     let limit = *pg.get_connect_timeout().unwrap_or(&config.timeout);
-    match tokio::time::timeout(limit + Duration::from_millis(100), pg.connect(NoTls)).await {
+    #[cfg(feature = "tls")]
+    let tls = config.connector.clone();
+    #[cfg(not(feature = "tls"))]
+    let tls = tokio_postgres::NoTls;
+    match tokio::time::timeout(limit + Duration::from_millis(100), pg.connect(tls)).await {
         Ok(Ok(pair)) => Ok(pair),
-        Ok(Err(e)) => Err(failed(shown, e)),
+        Ok(Err(e)) => Err(failed(shown, with_tls_hint(e.into()))),
         Err(_) => Err(failed(
             shown,
             format!("connecting did not finish within {limit:?}"),
         )),
     }
+}
+
+/// A failed connection's text, with what to do about a TLS failure.
+fn with_tls_hint(failure: Failure) -> Failure {
+    let text = failure.0;
+    let hint = if text.contains("server does not support TLS") {
+        "the server offers no TLS here: turn `ssl = on` in its postgresql.conf; over a Unix socket, which never has TLS, or on a trusted network only, connect with `sslmode=prefer` or `disable`"
+    } else if text.contains("not valid for name") {
+        "the server's certificate does not name the host dlock connected to: connect by a name (or address) the certificate holds, or with `sslmode=verify-ca`, which checks the chain only"
+    } else if text.contains("invalid peer certificate") {
+        "the server's certificate is not signed by a CA of `sslrootcert` (without it, of Mozilla's roots), or is expired or not for a server"
+    } else {
+        return Failure(text);
+    };
+    Failure(format!("{text} ({hint})"))
 }
 
 /// Speaks on the session every third of the session timeout, so the server
