@@ -377,9 +377,8 @@ async fn bad_files_are_invalid_options() {
     }
 }
 
-// The suites of `conformance_postgres.rs` over `sslmode=verify-full`.
+// The conformance suite over `sslmode=verify-full`, as `rediss://` runs it
+// (TLS is the transport: the read-write, semaphore, multi-key and segment
+// suites send the same statements over it, and run in plain text in
+// `conformance_postgres.rs`).
 dlock_tests::conformance_suite!(PgFixture::tls());
-dlock_tests::segments_suite!(PgFixture::tls());
-dlock_tests::multi_suite!(PgFixture::tls(), rounds = 200);
-dlock_tests::rw_suite!(PgFixture::tls());
-dlock_tests::semaphore_suite!(PgFixture::tls());
