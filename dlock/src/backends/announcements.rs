@@ -10,7 +10,7 @@
 //! place and reads the leader instead.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 
@@ -102,6 +102,34 @@ impl Inbox {
     }
 }
 
+/// The inboxes of one election's observers in one process; an observer's
+/// goes when it drops it.
+#[derive(Debug, Default)]
+pub(crate) struct Inboxes(Vec<Weak<Inbox>>);
+
+impl Inboxes {
+    /// A new observer's inbox.
+    pub(crate) fn add(&mut self) -> Arc<Inbox> {
+        let inbox = Arc::new(Inbox::default());
+        self.0.retain(|i| i.strong_count() > 0);
+        self.0.push(Arc::downgrade(&inbox));
+        inbox
+    }
+
+    /// Puts `change` in every observer's inbox, forgetting the observers
+    /// that are gone; false once none is left.
+    pub(crate) fn deliver(&mut self, change: &LeaderChange) -> bool {
+        self.0.retain(|inbox| match inbox.upgrade() {
+            Some(inbox) => {
+                inbox.push(change.clone());
+                true
+            }
+            None => false,
+        });
+        !self.0.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +176,16 @@ mod tests {
         );
         assert!(!left.contains(&LeaderChange::Unknown));
         assert_eq!(left.last(), Some(&LeaderChange::Ended { term: 7 }));
+    }
+
+    #[tokio::test]
+    async fn inboxes_reach_live_observers_and_forget_gone_ones() {
+        let mut inboxes = Inboxes::default();
+        let kept = inboxes.add();
+        drop(inboxes.add());
+        assert!(inboxes.deliver(&LeaderChange::Ended { term: 3 }));
+        assert_eq!(kept.next().await, LeaderChange::Ended { term: 3 });
+        drop(kept);
+        assert!(!inboxes.deliver(&LeaderChange::Unknown), "nobody left");
     }
 }

@@ -74,29 +74,10 @@ impl Inner {
 
     /// The leader of the directory `dir`: its direct child with the lowest
     /// create revision, among the first page (deeper keys are another
-    /// election's).
+    /// election's), and the store revision of the read.
     async fn leader_in(&self, dir: &str) -> Result<(Option<Leader>, i64), LockError> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(PAGE);
-        let answer = self
-            .rpc(|| {
-                let mut kv = self.client.kv_client();
-                let (dir, options) = (dir.to_owned(), options.clone());
-                async move { kv.get(dir, Some(options)).await }
-            })
-            .await?;
-        let revision = answer.header().map_or(0, |h| h.revision());
-        let line = Contenders {
-            dir,
-            kinds: Contenders::DIRECT,
-        };
-        let leader = line.first_in(&answer).map(|kv| Leader {
-            value: String::from_utf8_lossy(kv.value()).into_owned(),
-            term: u64::try_from(kv.create_revision()).unwrap_or(0),
-        });
-        Ok((leader, revision))
+        let (candidates, revision) = self.candidates_in(dir).await?;
+        Ok((candidates.leader, revision))
     }
 
     /// The candidates of the directory `dir` (its direct children in the

@@ -4,13 +4,13 @@
 //! it is made.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
 use super::MemoryBackend;
 use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
-use crate::backends::announcements::Inbox;
+use crate::backends::announcements::{Inbox, Inboxes};
 use crate::LockError;
 
 /// The records and the watchers of every election of one backend.
@@ -22,7 +22,7 @@ pub(super) struct ElectionTable {
     records: Mutex<HashMap<String, Record>>,
     /// Election name → the inboxes of its observers; an observer's goes
     /// with it.
-    watchers: Mutex<HashMap<String, Vec<Weak<Inbox>>>>,
+    watchers: Mutex<HashMap<String, Inboxes>>,
 }
 
 #[derive(Debug)]
@@ -42,14 +42,7 @@ impl ElectionTable {
     fn announce(&self, name: &str, change: &LeaderChange) {
         let mut watchers = lock(&self.watchers);
         if let Some(inboxes) = watchers.get_mut(name) {
-            inboxes.retain(|inbox| match inbox.upgrade() {
-                Some(inbox) => {
-                    inbox.push(change.clone());
-                    true
-                }
-                None => false,
-            });
-            if inboxes.is_empty() {
+            if !inboxes.deliver(change) {
                 watchers.remove(name);
             }
         }
@@ -57,7 +50,7 @@ impl ElectionTable {
 }
 
 /// One observer's inbox.
-struct Changes(Arc<Inbox>);
+struct Changes(std::sync::Arc<Inbox>);
 
 #[async_trait]
 impl LeaderChanges for Changes {
@@ -131,11 +124,10 @@ impl ElectionBackend for MemoryBackend {
     }
 
     async fn watch(&self, name: &str) -> Result<Box<dyn LeaderChanges>, LockError> {
-        let inbox = Arc::new(Inbox::default());
-        lock(&self.elections.watchers)
+        let inbox = lock(&self.elections.watchers)
             .entry(name.to_owned())
             .or_default()
-            .push(Arc::downgrade(&inbox));
+            .add();
         Ok(Box::new(Changes(inbox)))
     }
 }

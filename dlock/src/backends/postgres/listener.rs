@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio_postgres::{AsyncMessage, Client};
@@ -15,7 +15,7 @@ use super::config::Config;
 use super::sql::{CHANNEL, ELECTED};
 use super::{failed, lock};
 use crate::backend::LeaderChange;
-use crate::backends::announcements::{self, Inbox};
+use crate::backends::announcements::{self, Inbox, Inboxes};
 use crate::LockError;
 
 /// The waiters of each advisory key, with a count of registrations, and
@@ -26,7 +26,7 @@ pub(super) struct Waiters {
     /// Each election observer has an inbox of its own: announcements are
     /// kept there, in order, while it is busy elsewhere (reading the
     /// leader).
-    watchers: Mutex<HashMap<i64, Vec<Weak<Inbox>>>>,
+    watchers: Mutex<HashMap<i64, Inboxes>>,
 }
 
 /// A waiter's registration, removed on drop.
@@ -53,12 +53,7 @@ impl Waiters {
     /// An inbox for the announcements of the election of advisory key
     /// `key`: every later one is kept there, for as long as it lives.
     pub(super) fn watch(&self, key: i64) -> Arc<Inbox> {
-        let inbox = Arc::new(Inbox::default());
-        let mut watchers = lock(&self.watchers);
-        let list = watchers.entry(key).or_default();
-        list.retain(|i| i.strong_count() > 0);
-        list.push(Arc::downgrade(&inbox));
-        inbox
+        lock(&self.watchers).entry(key).or_default().add()
     }
 
     fn wake(&self, key: i64) {
@@ -78,14 +73,7 @@ impl Waiters {
         };
         let mut watchers = lock(&self.watchers);
         if let Some(list) = watchers.get_mut(&key) {
-            let change = announcements::parse(announcement.as_bytes());
-            list.retain(|inbox| {
-                inbox
-                    .upgrade()
-                    .inspect(|i| i.push(change.clone()))
-                    .is_some()
-            });
-            if list.is_empty() {
+            if !list.deliver(&announcements::parse(announcement.as_bytes())) {
                 watchers.remove(&key);
             }
         }
@@ -97,11 +85,7 @@ impl Waiters {
         for (notify, _) in lock(&self.by_key).values() {
             notify.notify_waiters();
         }
-        for list in lock(&self.watchers).values() {
-            for inbox in list.iter().filter_map(Weak::upgrade) {
-                inbox.push(LeaderChange::Unknown);
-            }
-        }
+        lock(&self.watchers).retain(|_, list| list.deliver(&LeaderChange::Unknown));
     }
 }
 

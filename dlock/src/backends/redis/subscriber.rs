@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -34,7 +34,7 @@ pub(crate) mod waiting;
 
 use super::recheck::{frees_the_key, is_keyspace};
 use crate::backend::LeaderChange;
-use crate::backends::announcements::{self, Inbox};
+use crate::backends::announcements::{self, Inbox, Inboxes};
 
 enum Command {
     Subscribe(Vec<String>, oneshot::Sender<()>),
@@ -51,7 +51,7 @@ struct Channels {
     tickets: HashMap<String, Arc<Notify>>,
     /// Channel name → the inboxes of election observers (see
     /// `backends::announcements`): each message on it is put in each.
-    inboxes: HashMap<String, Vec<Weak<Inbox>>>,
+    inboxes: HashMap<String, Inboxes>,
     /// `by_name`'s length, readable without the lock: the uncontended
     /// acquire asks [`Subscriber::is_subscribed`] on every wait, and with
     /// nothing subscribed it must not take a lock every task shares.
@@ -128,15 +128,8 @@ impl Channels {
             entry.generation.send_modify(|g| *g += 1);
         }
         // Announcements during the outage were not heard.
-        self.inboxes.retain(|_, inboxes| {
-            inboxes.retain(|inbox| {
-                inbox
-                    .upgrade()
-                    .inspect(|i| i.push(LeaderChange::Unknown))
-                    .is_some()
-            });
-            !inboxes.is_empty()
-        });
+        self.inboxes
+            .retain(|_, inboxes| inboxes.deliver(&LeaderChange::Unknown));
     }
 
     /// Puts the announcement `payload` into the inboxes of `name`'s
@@ -145,14 +138,7 @@ impl Channels {
         let Some(inboxes) = self.inboxes.get_mut(name) else {
             return;
         };
-        let change = announcements::parse(payload);
-        inboxes.retain(|inbox| {
-            inbox
-                .upgrade()
-                .inspect(|i| i.push(change.clone()))
-                .is_some()
-        });
-        if inboxes.is_empty() {
+        if !inboxes.deliver(&announcements::parse(payload)) {
             self.inboxes.remove(name);
         }
     }
@@ -273,12 +259,11 @@ impl Subscriber {
     /// inbox lives. Made before the channel is subscribed, so nothing the
     /// subscription hears is missed.
     pub(crate) fn inbox(&self, channel: &str) -> Arc<Inbox> {
-        let inbox = Arc::new(Inbox::default());
-        let mut channels = lock(&self.channels);
-        let inboxes = channels.inboxes.entry(channel.to_owned()).or_default();
-        inboxes.retain(|i| i.strong_count() > 0);
-        inboxes.push(Arc::downgrade(&inbox));
-        inbox
+        lock(&self.channels)
+            .inboxes
+            .entry(channel.to_owned())
+            .or_default()
+            .add()
     }
 
     /// Subscribes to `names` (one key's channels), waiting (bounded) for the
