@@ -77,6 +77,7 @@ macro_rules! conformance_suite {
             force_release_evicts_the_holder,
             extend_lengthens_a_hard_lease,
             list_shows_the_held_keys,
+            the_attribute_holds_the_lock_for_its_body,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -338,4 +339,60 @@ pub async fn the_shortest_ttl_works<F: Fixture>(fixture: &F) {
         .await
         .expect("a leaked 30 ms lease never expired");
     next.release().await.unwrap();
+}
+
+/// The registry name of [`the_attribute_holds_the_lock_for_its_body`]'s
+/// backend; the case holds [`ATTRIBUTE_TURN`] while it is registered, since
+/// a test binary may run the suite on several fixtures at once.
+const ATTRIBUTE_BACKEND: &str = "dlock-tests-conformance-attribute";
+static ATTRIBUTE_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `#[distributed_lock]` on a function: 8 tasks × 5 calls for one key never
+/// run two bodies at once, another client cannot take the key while a body
+/// runs, and the key is free again after the last call returns.
+pub async fn the_attribute_holds_the_lock_for_its_body<F: Fixture>(fixture: &F) {
+    #[dlock::distributed_lock(
+        key = "{key}",
+        ttl = "10s",
+        wait = "60s",
+        backend = "dlock-tests-conformance-attribute"
+    )]
+    async fn body(
+        key: String,
+        detector: Arc<OverlapDetector>,
+        other: Arc<dyn LockBackend>,
+        guard: &LockGuard,
+    ) -> Result<(), LockError> {
+        detector.enter();
+        assert!(guard.is_held(), "the body runs without its lease");
+        let taken = lock(&other, &key).try_acquire().await?;
+        assert!(taken.is_none(), "another client took {key} during the body");
+        tokio::task::yield_now().await;
+        detector.leave();
+        Ok(())
+    }
+
+    let _turn = ATTRIBUTE_TURN.lock().await;
+    let key = unique_key("attribute");
+    let other = fixture.backend().await;
+    dlock::registry().register(ATTRIBUTE_BACKEND, fixture.backend().await);
+    let detector = Arc::new(OverlapDetector::default());
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (key, detector, other) = (key.clone(), detector.clone(), other.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                body(key.clone(), detector.clone(), other.clone())
+                    .await
+                    .expect("a call of the attributed function");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a caller panicked");
+    }
+    dlock::registry().unregister(ATTRIBUTE_BACKEND);
+    assert_eq!(detector.overlaps(), 0, "two bodies ran at once");
+    let after = lock(&other, &key).try_acquire().await.unwrap();
+    assert!(after.is_some(), "the key is still held after the last call");
 }
