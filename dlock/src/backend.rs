@@ -7,8 +7,6 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-
 use crate::LockError;
 
 mod all_keys;
@@ -23,6 +21,18 @@ pub use election::{
 };
 pub use permits::{no_semaphores, permit_count_differs, PermitBackend, PermitRequest};
 pub use rw::{no_rw_locks, RwBackend, RwMode, RwRequest};
+
+/// The attribute the backend traits are written with: an implementation
+/// outside dlock writes `#[dlock::backend::async_trait]` on its `impl`
+/// blocks (or uses the `async-trait` crate directly).
+///
+/// ```
+/// #[dlock::backend::async_trait]
+/// trait Ping {
+///     async fn ping(&self) -> bool;
+/// }
+/// ```
+pub use async_trait::async_trait;
 
 /// What the core asks a backend to take: a key, the owner token and the lease length.
 #[derive(Clone, PartialEq, Eq)]
@@ -197,7 +207,7 @@ pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
 /// #[derive(Debug)]
 /// struct Counting { inner: Arc<dyn LockBackend>, taken: AtomicUsize }
 ///
-/// #[dlock::async_trait]
+/// #[dlock::backend::async_trait]
 /// impl LockBackend for Counting {
 ///     fn describe(&self) -> String { format!("counting({})", self.inner.describe()) }
 ///     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {

@@ -34,6 +34,7 @@
 //! [`Election`]. Backends: [`backends`]; the
 //! contract a backend implements: [`LockBackend`].
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod acquire;
@@ -75,7 +76,6 @@ mod watchdog;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use async_trait::async_trait;
 pub use backend::{Leader, LockBackend};
 pub use blocking::connect_blocking;
 /// ```

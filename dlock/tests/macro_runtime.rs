@@ -254,12 +254,12 @@ impl Ledger for Account {
     }
 }
 
-#[dlock::async_trait]
+#[dlock::backend::async_trait]
 trait Journal {
     async fn record(&self, line: String) -> Result<usize, LockError>;
 }
 
-#[dlock::async_trait]
+#[dlock::backend::async_trait]
 impl Journal for Account {
     #[distributed_lock(key = "journal:{self.id}", wait = "0s", backend = "methods")]
     async fn record(&self, line: String, guard: &LockGuard) -> Result<usize, LockError> {
@@ -271,12 +271,12 @@ impl Journal for Account {
     }
 }
 
-#[dlock::async_trait]
+#[dlock::backend::async_trait]
 trait Audit {
     async fn audit(&self) -> Result<u64, LockError>;
 }
 
-#[dlock::async_trait]
+#[dlock::backend::async_trait]
 impl Audit for Account {
     // A guard the body does not name: still removed from the signature.
     #[distributed_lock(key = "audit:{self.id}", backend = "methods")]

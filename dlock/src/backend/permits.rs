@@ -113,7 +113,7 @@ pub fn permit_count_differs(name: &str, stored: usize, asked: usize) -> LockErro
 /// #[derive(Debug)]
 /// struct Wrapped(Arc<dyn LockBackend>);
 ///
-/// #[dlock::async_trait]
+/// #[dlock::backend::async_trait]
 /// impl LockBackend for Wrapped {
 ///     fn describe(&self) -> String { self.0.describe() }
 ///     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {

@@ -121,7 +121,7 @@ pub fn no_rw_locks(backend: &str) -> LockError {
 /// #[derive(Debug)]
 /// struct Wrapped(Arc<dyn LockBackend>);
 ///
-/// #[dlock::async_trait]
+/// #[dlock::backend::async_trait]
 /// impl LockBackend for Wrapped {
 ///     fn describe(&self) -> String { self.0.describe() }
 ///     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
