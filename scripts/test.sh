@@ -44,6 +44,6 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 echo "== cargo test (macro UI cases and allocation-free tracing, built without features: see dlock/tests/ui.rs and quiet_observability.rs)"
-cargo test -p dlock --no-default-features --test ui --test quiet_observability
+cargo test -p dlock-rs --no-default-features --test ui --test quiet_observability
 echo "== cargo test"
 cargo test --workspace --all-features

@@ -1,4 +1,5 @@
-//! The `#[distributed_lock]` attribute of [dlock](https://docs.rs/dlock).
+//! The `#[distributed_lock]` attribute of [dlock](https://docs.rs/dlock-rs) (package
+//! `dlock-rs`, library `dlock`).
 //!
 //! Use it through the `dlock` crate (`use dlock::distributed_lock;`): the
 //! code it generates calls `::dlock::...`, so `dlock` must be a dependency,

@@ -185,7 +185,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         _ => {
             let feature = row.feature.unwrap_or(scheme);
             Err(LockError::invalid_option(format!(
-                "`{shown}` needs dlock's `{feature}` cargo feature; enable it: dlock = {{ features = [\"{feature}\"] }}"
+                "`{shown}` needs dlock's `{feature}` cargo feature; enable it: dlock-rs = {{ version = \"0.1\", features = [\"{feature}\"] }}"
             )))
         }
     }

@@ -5,10 +5,10 @@
 //! of this run. With the backends on, that rebuilds the gRPC, ZooKeeper and
 //! TLS stacks (about eight minutes on two cores) for cases that only use
 //! the memory backend, so these cases compile only without backend features:
-//! `scripts/test.sh` runs them as `cargo test -p dlock --no-default-features --test ui`.
+//! `scripts/test.sh` runs them as `cargo test -p dlock-rs --no-default-features --test ui`.
 //!
 //! Regenerate the expected output after a deliberate message change with
-//! `TRYBUILD=overwrite cargo test -p dlock --no-default-features --test ui`,
+//! `TRYBUILD=overwrite cargo test -p dlock-rs --no-default-features --test ui`,
 //! then read every diff.
 #![cfg(not(any(
     feature = "redis",

@@ -3,7 +3,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use dlock::{async_trait, distributed_lock, LockError, LockGuard};
+use dlock::backend::async_trait;
+use dlock::{distributed_lock, LockError, LockGuard};
 
 struct Store {
     shard: u32,
