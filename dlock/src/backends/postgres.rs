@@ -595,20 +595,7 @@ impl PostgresBackend {
             .await;
         let rows = match rows {
             Ok(rows) => rows,
-            Err(_) if !session.is_alive() => {
-                at.iter().for_each(|&i| forget(i));
-                return at
-                    .into_iter()
-                    .map(|i| (i, Ok(Renewal::SessionExpired)))
-                    .collect();
-            }
-            Err(e) => {
-                let text = e.to_string();
-                return at
-                    .into_iter()
-                    .map(|i| (i, Err(failed(&self.shown, text.clone()))))
-                    .collect();
-            }
+            Err(e) => return self.failed_round(&session, at.into_iter(), &e.to_string(), forget),
         };
         let found: std::collections::HashMap<&str, bool> = rows
             .iter()
@@ -757,24 +744,15 @@ impl LockBackend for PostgresBackend {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let attempt = self.try_once(req);
-            let answer = match deadline {
-                Some(d) => match tokio::time::timeout_at(d.into(), attempt).await {
-                    Ok(answer) => answer,
-                    Err(_) => return Ok(None),
-                },
-                None => attempt.await,
+            let Some(answer) = crate::deadline::until(deadline, attempt).await else {
+                return Ok(None);
             };
             if let Some(lease) = answer? {
                 return Ok(Some(lease));
             }
-            let jitter = Duration::from_millis(u64::from(rand_byte()) * 2);
-            let mut nap = Instant::now() + RECHECK - Duration::from_millis(256) + jitter;
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    return Ok(None);
-                }
-                nap = nap.min(d);
-            }
+            let Some(nap) = recheck_at(deadline) else {
+                return Ok(None);
+            };
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(nap.into()) => {}
@@ -851,6 +829,19 @@ impl LockBackend for PostgresBackend {
 
     async fn list(&self, prefix: &str) -> Result<Vec<(String, LockInfo)>, LockError> {
         self.list_keys(prefix).await
+    }
+}
+
+/// When a waiter whose try was refused tries again with no release
+/// announced (the re-check, jittered so that waiters spread out), at the
+/// latest at `deadline`; `None` once the deadline has passed.
+fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
+    let jitter = Duration::from_millis(u64::from(rand_byte()) * 2);
+    let nap = Instant::now() + RECHECK - Duration::from_millis(256) + jitter;
+    match deadline {
+        Some(d) if Instant::now() >= d => None,
+        Some(d) => Some(nap.min(d)),
+        None => Some(nap),
     }
 }
 

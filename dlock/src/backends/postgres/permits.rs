@@ -14,13 +14,13 @@
 //! dropped attempt may hold is found again in `pg_locks` and let go.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 
 use super::held::{self, permit_reservation, Hold};
 use super::session::{Reserved, Session};
-use super::{lock, PostgresBackend, RECHECK};
+use super::{lock, PostgresBackend};
 use crate::backend::{
     lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
 };
@@ -147,19 +147,9 @@ impl PostgresBackend {
         };
         let rows = match rows {
             Ok(rows) => rows,
-            Err(_) if !session.is_alive() => {
-                at.iter().for_each(|(i, _, _)| forget(*i));
-                return at
-                    .into_iter()
-                    .map(|(i, _, _)| (i, Ok(Renewal::SessionExpired)))
-                    .collect();
-            }
             Err(e) => {
-                let text = e.to_string();
-                return at
-                    .into_iter()
-                    .map(|(i, _, _)| (i, Err(super::failed(&self.shown, text.clone()))))
-                    .collect();
+                let indexes = at.iter().map(|(i, _, _)| *i);
+                return self.failed_round(&session, indexes, &e.to_string(), forget);
             }
         };
         let found: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
@@ -206,24 +196,15 @@ impl PermitBackend for PostgresBackend {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let attempt = self.try_permit(req);
-            let answer = match deadline {
-                Some(d) => match tokio::time::timeout_at(d.into(), attempt).await {
-                    Ok(answer) => answer,
-                    Err(_) => return Ok(None),
-                },
-                None => attempt.await,
+            let Some(answer) = crate::deadline::until(deadline, attempt).await else {
+                return Ok(None);
             };
             if let Some(lease) = answer? {
                 return Ok(Some(lease));
             }
-            let jitter = Duration::from_millis(u64::from(super::rand_byte()) * 2);
-            let mut nap = Instant::now() + RECHECK - Duration::from_millis(256) + jitter;
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    return Ok(None);
-                }
-                nap = nap.min(d);
-            }
+            let Some(nap) = super::recheck_at(deadline) else {
+                return Ok(None);
+            };
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(nap.into()) => {}

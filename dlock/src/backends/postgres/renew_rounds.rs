@@ -29,6 +29,29 @@ fn statement_cost(lease: &Lease) -> usize {
 pub(super) type RoundAnswers = Vec<(usize, Result<Renewal, LockError>)>;
 
 impl PostgresBackend {
+    /// The answers of a renewal statement that failed, for the leases
+    /// `at` (indexes): every one `SessionExpired` (and forgotten) when the
+    /// session has ended, since its locks went with it; else the error,
+    /// for each.
+    pub(super) fn failed_round(
+        &self,
+        session: &Session,
+        at: impl Iterator<Item = usize>,
+        error: &str,
+        forget: impl Fn(usize),
+    ) -> RoundAnswers {
+        if !session.is_alive() {
+            return at
+                .map(|i| {
+                    forget(i);
+                    (i, Ok(Renewal::SessionExpired))
+                })
+                .collect();
+        }
+        at.map(|i| (i, Err(super::failed(&self.shown, error.to_owned()))))
+            .collect()
+    }
+
     /// Renews `leases`: each one this backend still holds goes, as
     /// `entry(index, record)`, into a statement of its session run by
     /// `round`; a lease no longer held is `Refused`.

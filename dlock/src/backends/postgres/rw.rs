@@ -23,7 +23,7 @@ use async_trait::async_trait;
 
 use super::held::{self, Hold};
 use super::session::{Reserved, Session};
-use super::{lock, PostgresBackend, RECHECK};
+use super::{lock, PostgresBackend};
 use crate::backend::{lease_deadline, Lease, Renewal, RwBackend, RwMode, RwRequest};
 use crate::LockError;
 
@@ -247,20 +247,7 @@ impl PostgresBackend {
         };
         let rows = match rows {
             Ok(rows) => rows,
-            Err(_) if !session.is_alive() => {
-                at.iter().for_each(|&i| forget(i));
-                return at
-                    .into_iter()
-                    .map(|i| (i, Ok(Renewal::SessionExpired)))
-                    .collect();
-            }
-            Err(e) => {
-                let text = e.to_string();
-                return at
-                    .into_iter()
-                    .map(|i| (i, Err(super::failed(&self.shown, text.clone()))))
-                    .collect();
-            }
+            Err(e) => return self.failed_round(&session, at.into_iter(), &e.to_string(), forget),
         };
         let found: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
         at.into_iter()
@@ -306,24 +293,15 @@ impl RwBackend for PostgresBackend {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let attempt = self.try_rw(req, &mut slot, true);
-            let answer = match deadline {
-                Some(d) => match tokio::time::timeout_at(d.into(), attempt).await {
-                    Ok(answer) => answer,
-                    Err(_) => return Ok(None),
-                },
-                None => attempt.await,
+            let Some(answer) = crate::deadline::until(deadline, attempt).await else {
+                return Ok(None);
             };
             if let Some(lease) = answer? {
                 return Ok(Some(lease));
             }
-            let jitter = std::time::Duration::from_millis(u64::from(super::rand_byte()) * 2);
-            let mut nap = Instant::now() + RECHECK - std::time::Duration::from_millis(256) + jitter;
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    return Ok(None);
-                }
-                nap = nap.min(d);
-            }
+            let Some(nap) = super::recheck_at(deadline) else {
+                return Ok(None);
+            };
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(nap.into()) => {}
