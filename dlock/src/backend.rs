@@ -2,7 +2,10 @@
 //! the small values that cross it. The capabilities some backends add have
 //! a file each: semaphores (`permits.rs`), read-write locks (`rw.rs`),
 //! several keys in one call (`all_keys.rs`), leader election
-//! (`election.rs`).
+//! (`election.rs`). Beside them, the contract's vocabulary that the core and
+//! every backend share: the one error type (`error.rs`), key validation
+//! (`key.rs`), overflow-free deadlines (`deadline.rs`) and the table of URL
+//! schemes (`schemes.rs`).
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -10,11 +13,15 @@ use std::time::{Duration, Instant};
 use crate::LockError;
 
 mod all_keys;
+pub(crate) mod deadline;
 mod election;
+pub(crate) mod error;
+pub(crate) mod key;
 mod permits;
 #[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) mod refusal;
 mod rw;
+pub(crate) mod schemes;
 pub use all_keys::{AllKeysBackend, AllOrNone};
 pub use election::{
     no_elections, ElectionBackend, Leader, LeaderChange, LeaderChanges, MAX_VALUE_BYTES,
@@ -138,7 +145,7 @@ pub fn drift(ttl: Duration) -> Duration {
 /// A ttl too long to be an instant gives a deadline a century away: it
 /// never panics.
 pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
-    crate::deadline::saturating_add(sent, ttl.saturating_sub(drift(ttl)))
+    crate::backend::deadline::saturating_add(sent, ttl.saturating_sub(drift(ttl)))
 }
 
 /// A coordination service that can hold leases on keys.

@@ -45,7 +45,7 @@ fn block_on<T: Send + 'static>(
             "`{what}_blocking` was called inside an async runtime, whose thread it would block; use `{what}().await` there (or call it from a plain thread)"
         )));
     }
-    let Some(runtime) = crate::background::handle()? else {
+    let Some(runtime) = crate::lease::background::handle()? else {
         return Err(LockError::backend(
             "dlock",
             "dlock's background runtime could not be started, so the blocking API cannot run",

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::backend::LockBackend;
-use crate::guard::LockGuard;
-use crate::lease::{renew_on, Status};
-use crate::lock::Lock;
+use crate::lease::held::{renew_on, Status};
+use crate::locks::guard::LockGuard;
+use crate::locks::lock::Lock;
 use crate::LockError;
 
 /// What [`Lock::inspect`] sees of a held key.
@@ -145,7 +145,7 @@ pub fn holder_of(stored: &str) -> Option<&str> {
 /// A new owner token for a lock lease on `backend`: random, then the
 /// backend's client name.
 pub(crate) fn owner_token(backend: &dyn LockBackend) -> Result<String, LockError> {
-    let mut token = crate::acquire::new_token()?;
+    let mut token = crate::lease::acquire::new_token()?;
     if let Some(name) = backend.client_name() {
         token.push(SEPARATOR);
         token.push_str(name);
@@ -224,9 +224,9 @@ pub async fn list_locks(
     backend: &dyn LockBackend,
     prefix: &str,
 ) -> Result<Vec<(String, LockInfo)>, LockError> {
-    crate::background::check()?;
+    crate::lease::background::check()?;
     if !prefix.is_empty() {
-        crate::key::validate(prefix)?;
+        crate::backend::key::validate(prefix)?;
     }
     let described = backend.describe();
     let label = crate::url::scheme(&described).unwrap_or("custom");
@@ -404,7 +404,7 @@ impl LockGuard {
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         let shared = self.lease().clone();
-        crate::background::check()?;
+        crate::lease::background::check()?;
         if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&ttl) {
             return Err(LockError::invalid_option(format!(
                 "ttl {ttl:?} for extending lock `{}` is outside {:?}..={:?}",
@@ -419,7 +419,10 @@ impl LockGuard {
     }
 }
 
-async fn extend(shared: Arc<crate::lease::LeaseShared>, ttl: Duration) -> Result<(), LockError> {
+async fn extend(
+    shared: Arc<crate::lease::held::LeaseShared>,
+    ttl: Duration,
+) -> Result<(), LockError> {
     let not_held = || LockError::NotHeld {
         key: shared.key.clone(),
     };
@@ -444,11 +447,11 @@ async fn extend(shared: Arc<crate::lease::LeaseShared>, ttl: Duration) -> Result
             }
             state.lease.ttl = ttl;
             state.lease.valid_until = valid_until;
-            state.next_renew = crate::deadline::saturating_add(sent, ttl / 3);
+            state.next_renew = crate::backend::deadline::saturating_add(sent, ttl / 3);
             Ok(())
         }
         _ => {
-            shared.mark_lost(crate::observe::LossReason::Refused);
+            shared.mark_lost(crate::lease::observe::LossReason::Refused);
             Err(not_held())
         }
     }

@@ -37,45 +37,26 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
-mod acquire;
 #[cfg(feature = "axum")]
 mod axum;
 pub mod backend;
 pub mod backends;
-mod background;
 mod blocking;
-mod deadline;
-mod election;
-mod error;
-mod guard;
 pub mod inspect;
-mod key;
 mod lease;
-mod local;
-mod lock;
+mod locks;
 #[cfg(test)]
 mod locks_only;
-mod multi;
-mod multi_at_once;
-mod multi_guard;
-mod observe;
-mod options;
-mod queue;
 mod registry;
-mod rwlock;
-mod schemes;
-mod scope;
-mod segmented;
-mod semaphore;
 mod shutdown;
-mod ttl;
 pub mod url;
-mod watchdog;
 
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
 
+pub use backend::error::LockError;
+pub use backend::key::MAX_KEY_BYTES;
 pub use backend::{Leader, LockBackend};
 pub use blocking::connect_blocking;
 /// ```
@@ -95,17 +76,15 @@ pub use blocking::connect_blocking;
 /// ```
 #[doc(inline)]
 pub use dlock_macros::distributed_lock;
-pub use election::{Election, Leadership};
-pub use error::LockError;
-pub use guard::LockGuard;
 pub use inspect::{default_client_name, list_locks, LockInfo};
-pub use key::MAX_KEY_BYTES;
-pub use lock::Lock;
-pub use multi::MultiLock;
-pub use multi_guard::MultiGuard;
+pub use lease::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use locks::election::{Election, Leadership};
+pub use locks::guard::LockGuard;
+pub use locks::lock::Lock;
+pub use locks::multi::MultiLock;
+pub use locks::multi_guard::MultiGuard;
+pub use locks::rwlock::RwLock;
+pub use locks::segmented::SegmentedLock;
+pub use locks::semaphore::{Permit, Semaphore};
 pub use registry::{connect, registry, Registry};
-pub use rwlock::RwLock;
-pub use segmented::SegmentedLock;
-pub use semaphore::{Permit, Semaphore};
 pub use shutdown::shutdown;
-pub use ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};

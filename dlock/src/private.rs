@@ -52,7 +52,7 @@ pub async fn run_body<R, F>(
 where
     F: Future<Output = R>,
 {
-    let span = crate::observe::held_span(guard.key(), guard.fencing_token());
+    let span = crate::lease::observe::held_span(guard.key(), guard.fencing_token());
     let body = tracing::Instrument::instrument(guard.scope(body), span);
     until_lost(
         body,
@@ -127,7 +127,7 @@ pub async fn run_multi_body<R, F>(
 where
     F: Future<Output = R>,
 {
-    let span = crate::observe::held_all_span(guard.guards());
+    let span = crate::lease::observe::held_all_span(guard.guards());
     let body = tracing::Instrument::instrument(guard.scope(body), span);
     until_lost(
         body,
@@ -166,7 +166,7 @@ pub async fn finish_multi<R>(guard: MultiGuard, output: R) -> R {
 /// Emits every span, event and metric dlock has, once. For dlock's own test
 /// that none of them allocates when nobody listens; not for users.
 pub fn observe_everything_once() {
-    crate::observe::everything_once();
+    crate::lease::observe::everything_once();
 }
 
 #[cfg(test)]

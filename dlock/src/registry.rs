@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock, RwLock};
 
+use crate::backend::schemes::{self, Backend};
 use crate::backend::LockBackend;
 use crate::backends::memory::MemoryBackend;
-use crate::schemes::{self, Backend};
 use crate::LockError;
 
 /// The name under which the default backend is reported in errors.
@@ -145,7 +145,7 @@ pub fn registry() -> &'static Registry {
 /// # }
 /// ```
 pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
-    crate::background::check()?;
+    crate::lease::background::check()?;
     let shown = crate::url::redact(url);
     let Some(scheme) = crate::url::scheme(url) else {
         return Err(LockError::invalid_option(format!(

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use crate::lease::LeaseShared;
+use crate::lease::held::LeaseShared;
 
 /// Releases every lease this process holds (locks, segments, permits, read
 /// and write leases, on every backend), then stops dlock's background
@@ -61,8 +61,8 @@ pub async fn shutdown() -> usize {
         op = "shutdown",
         released = tracing::field::Empty
     );
-    crate::background::close().await;
-    let leases: Vec<Arc<LeaseShared>> = crate::local::all()
+    crate::lease::background::close().await;
+    let leases: Vec<Arc<LeaseShared>> = crate::lease::local::all()
         .iter()
         .flat_map(|local| local.watchdog.take_all())
         .collect();
@@ -92,7 +92,7 @@ pub async fn shutdown() -> usize {
         }
     })
     .await;
-    crate::background::stop().await;
+    crate::lease::background::stop().await;
     span.record("released", released);
     crate::inspect::count("shutdown", "all", "released");
     released

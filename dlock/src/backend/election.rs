@@ -162,6 +162,6 @@ pub trait ElectionBackend: Send + Sync {
 pub fn no_elections(backend: &str) -> LockError {
     LockError::invalid_option(format!(
         "the {backend} backend has no leader election yet; use a {} backend for `Election`",
-        crate::schemes::with_elections_listed()
+        crate::backend::schemes::with_elections_listed()
     ))
 }

@@ -54,7 +54,7 @@ impl fmt::Debug for PermitRequest {
 pub fn no_semaphores(backend: &str) -> LockError {
     LockError::invalid_option(format!(
         "the {backend} backend has no semaphores yet; use a {} backend for `Semaphore`",
-        crate::schemes::with_semaphores_listed()
+        crate::backend::schemes::with_semaphores_listed()
     ))
 }
 

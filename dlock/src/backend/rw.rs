@@ -77,7 +77,7 @@ impl fmt::Debug for RwRequest {
 pub fn no_rw_locks(backend: &str) -> LockError {
     LockError::invalid_option(format!(
         "the {backend} backend has no read-write locks; use a {} backend for `RwLock`",
-        crate::schemes::with_rw_locks_listed()
+        crate::backend::schemes::with_rw_locks_listed()
     ))
 }
 

@@ -377,8 +377,9 @@ impl EtcdBackend {
         // On dlock's background runtime: the client's channel spawns its
         // workers (and they their connections) on the runtime it is made
         // on, and renewals must not wait for the caller's to be driven.
-        let connecting =
-            crate::background::run(async move { Client::connect(&endpoints, Some(options)).await });
+        let connecting = crate::lease::background::run(async move {
+            Client::connect(&endpoints, Some(options)).await
+        });
         let client = tokio::time::timeout(config.timeout, connecting)
             .await
             .map_err(|_| {
@@ -689,12 +690,12 @@ impl Drop for Inner {
         // lives on. Outside any runtime (after the runtime shut down, in a
         // plain thread, at the end of `main`) nothing says the process
         // lives long enough: wait for them, bounded.
-        if tokio::runtime::Handle::try_current().is_ok() || crate::background::is_current() {
-            crate::background::spawn(revokes);
+        if tokio::runtime::Handle::try_current().is_ok() || crate::lease::background::is_current() {
+            crate::lease::background::spawn(revokes);
             return;
         }
         let (done, revoked) = std::sync::mpsc::channel();
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             revokes.await;
             let _ = done.send(());
         });

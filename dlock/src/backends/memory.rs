@@ -23,11 +23,11 @@ mod rw;
 mod ticket;
 
 use self::ticket::{changed_or_until, Queued, Ticket};
+use crate::backend::deadline::saturating_add;
 use crate::backend::{
     lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal,
     RwBackend, RwMode, RwRequest,
 };
-use crate::deadline::saturating_add;
 use crate::LockError;
 
 /// An in-process lock service: a map of keys to leases with deadlines.

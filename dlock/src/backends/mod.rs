@@ -1,7 +1,7 @@
 //! The backends, one module each; all but `memory` sit behind a cargo feature.
 //!
 //! [`connect`](crate::connect) finds a URL's backend in one table of
-//! scheme → backend, feature, semaphores and read-write locks (`schemes.rs`); this is that
+//! scheme → backend, feature, semaphores and read-write locks (`backend/schemes.rs`); this is that
 //! table, with what each backend offers.
 //!
 //! | backend | URL | feature | fencing token | semaphores | read-write locks |

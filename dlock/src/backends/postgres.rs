@@ -399,7 +399,7 @@ impl PostgresBackend {
     /// # Ok(()) }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, LockError> {
-        crate::background::check()?;
+        crate::lease::background::check()?;
         let config = config::parse(url)?;
         let shown = config::shown(url);
         let statements = Statements::new(&config.schema);
@@ -407,7 +407,7 @@ impl PostgresBackend {
         let first = {
             let (config, statements, shown) = (config.clone(), statements.clone(), shown.clone());
             let alarm = alarm.clone();
-            crate::background::run(async move {
+            crate::lease::background::run(async move {
                 session::open(&config, &statements, &shown, true, alarm).await
             })
             .await?
@@ -470,7 +470,7 @@ impl PostgresBackend {
             self.shown.clone(),
             self.alarm.clone(),
         );
-        crate::background::run(async move {
+        crate::lease::background::run(async move {
             session::open(&config, &statements, &shown, false, alarm).await
         })
         .await
@@ -495,8 +495,10 @@ impl PostgresBackend {
             self.shown.clone(),
             Arc::downgrade(&self.waiters),
         );
-        match crate::background::run(async move { Listener::open(&config, &shown, waiters).await })
-            .await
+        match crate::lease::background::run(async move {
+            Listener::open(&config, &shown, waiters).await
+        })
+        .await
         {
             Ok(new) => {
                 *listener = Some(new);
@@ -744,7 +746,7 @@ impl LockBackend for PostgresBackend {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let attempt = self.try_once(req);
-            let Some(answer) = crate::deadline::until(deadline, attempt).await else {
+            let Some(answer) = crate::backend::deadline::until(deadline, attempt).await else {
                 return Ok(None);
             };
             if let Some(lease) = answer? {

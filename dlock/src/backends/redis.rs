@@ -161,7 +161,7 @@ pub(crate) use self::config::REDIS_PORT;
 /// scripts compute from a ttl stays exact: `PX` (Redis takes up to 2^63 ms
 /// minus the current time) and the permit scripts' expiry scores (Lua
 /// numbers, exact below 2^53 ms).
-pub(crate) use crate::ttl::MAX_TTL;
+pub(crate) use crate::lease::ttl::MAX_TTL;
 
 /// Refuses a ttl above [`MAX_TTL`] for `what` (a lock key or a semaphore
 /// name) on `backend`.
@@ -322,7 +322,7 @@ impl RedisBackend {
             // Created on the background runtime: the cluster connection
             // spawns its driver where it is created.
             let connected =
-                crate::background::run(async move { cluster.get_async_connection().await });
+                crate::lease::background::run(async move { cluster.get_async_connection().await });
             Conn::Cluster(connected.await.map_err(fail)?)
         } else {
             Conn::Single(Server::One(
@@ -618,7 +618,7 @@ impl RedisBackend {
         request: impl std::future::Future<Output = Result<T, LockError>>,
         ran_out: T,
     ) -> Result<T, LockError> {
-        match crate::deadline::until(deadline, request).await {
+        match crate::backend::deadline::until(deadline, request).await {
             Some(answer) => answer,
             None => Ok(ran_out),
         }

@@ -744,7 +744,7 @@ impl LockBackend for RedlockBackend {
     /// Held when a quorum of masters hold the key for one holder; the time
     /// left is the least of theirs. No fencing token.
     async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
-        crate::key::validate(key)?;
+        crate::backend::key::validate(key)?;
         let answers =
             futures_util::future::join_all(self.nodes.iter().map(|n| n.inspect_lock(key, false)))
                 .await;
@@ -798,7 +798,7 @@ impl LockBackend for RedlockBackend {
 
     /// Deletes the key on every master; `true` if any master held it.
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {
-        crate::key::validate(key)?;
+        crate::backend::key::validate(key)?;
         let answers =
             futures_util::future::join_all(self.nodes.iter().map(|n| n.force_release_lock(key)))
                 .await;

@@ -259,7 +259,7 @@ use self::order::Queue;
 use self::queue::new_uuid;
 use self::session::Session;
 use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
-use crate::{deadline, LockError};
+use crate::{backend::deadline, LockError};
 
 /// How long the clean-up of a timed-out waiter may take before `acquire`
 /// returns anyway (the node is then deleted in the background, or with the
@@ -419,7 +419,7 @@ impl ZooKeeperBackend {
     /// # Ok(()) }
     /// ```
     pub fn lock_path(&self, key: &str) -> Result<String, LockError> {
-        crate::key::validate(key)?;
+        crate::backend::key::validate(key)?;
         Ok(format!(
             "/{}/{}",
             self.config.prefix,
@@ -503,7 +503,7 @@ impl ZooKeeperBackend {
         let secure = self.config.tls.is_some();
         let connect_string = self.config.connect_string.clone();
         // `zookeeper-client` spawns the session's task where it connects.
-        let opened = crate::background::run(async move {
+        let opened = crate::lease::background::run(async move {
             let runtime = Handle::try_current().ok()?;
             Some(Session::open(runtime, connector, &connect_string, secure).await)
         })

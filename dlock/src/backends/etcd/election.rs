@@ -41,7 +41,7 @@ use super::refused::About;
 use super::session::Session;
 use super::{names, EtcdBackend, Inner};
 use crate::backend::{AcquireRequest, ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
-use crate::{deadline, LockError};
+use crate::{backend::deadline, LockError};
 
 impl EtcdBackend {
     /// The prefix of the election `name` (`<prefix>-election/<escaped

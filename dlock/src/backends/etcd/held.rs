@@ -168,7 +168,7 @@ impl Drop for Releasing {
         // not wait for the dropping runtime to be driven (nor die with it).
         // If it cannot run, the turn goes now: the next enqueue deletes the
         // old key by its revision before it creates its own.
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             inner.clean_up(&entry, Some(revision), false).await;
             drop(turn);
         });

@@ -160,7 +160,9 @@ impl Inner {
                         let key = std::str::from_utf8(segment)
                             .ok()
                             .map(super::names::unescape)
-                            .filter(|k| k.starts_with(prefix) && crate::key::validate(k).is_ok());
+                            .filter(|k| {
+                                k.starts_with(prefix) && crate::backend::key::validate(k).is_ok()
+                            });
                         if let Some(key) = key {
                             if keys.last() != Some(&key) {
                                 keys.push(key);

@@ -15,7 +15,7 @@ use super::queue::{Ahead, Enqueued, Line, STALE_TRIES};
 use super::session::Session;
 use super::Inner;
 use crate::backend::{AcquireRequest, Lease};
-use crate::{deadline, LockError};
+use crate::{backend::deadline, LockError};
 
 /// The line of a plain lock: `try_acquire` and `acquire` wait in it.
 struct MutexLine<'a>(&'a AcquireRequest);

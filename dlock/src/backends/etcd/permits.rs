@@ -50,7 +50,7 @@ use super::{names, EtcdBackend, Inner};
 use async_trait::async_trait;
 
 use crate::backend::{permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal};
-use crate::{deadline, LockError};
+use crate::{backend::deadline, LockError};
 
 /// The create revision of our own key, as a get in a transaction returned it.
 fn own_revision(op: Option<&TxnOpResponse>) -> Option<i64> {

@@ -18,7 +18,7 @@ use super::contenders::{get_of, revision, Contenders};
 use super::session::{after, Alive, Session};
 use super::{lock, Inner};
 use crate::backend::Lease;
-use crate::{deadline, LockError};
+use crate::{backend::deadline, LockError};
 
 /// How many times an acquire starts over because its session lease vanished
 /// under it before it reports an error: more means etcd keeps expiring
@@ -606,7 +606,7 @@ impl Drop for Queued {
         // `Releasing` gives. If it cannot run, the entry stays until the
         // session lease expires, or until the next enqueue of the key deletes
         // it (by its revision, as it does any older key of its name).
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             inner.clean_up(&entry, revision, racing).await;
             drop(turn);
         });

@@ -10,8 +10,8 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::ticket::{changed_or_until, Queued, Ticket};
+use crate::backend::deadline::saturating_add;
 use crate::backend::{lease_deadline, Lease, Renewal, RwMode, RwRequest};
-use crate::deadline::saturating_add;
 use crate::LockError;
 
 /// Every read-write lock of one `MemoryBackend`.

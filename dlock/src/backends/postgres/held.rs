@@ -84,7 +84,7 @@ pub(super) fn remember(
             _reaper: reaper,
         },
     );
-    crate::background::spawn(reap(
+    crate::lease::background::spawn(reap(
         Arc::downgrade(held),
         token.to_owned(),
         valid_until,
@@ -143,7 +143,7 @@ pub(super) fn undo_in_background(
     unlock: Vec<(i64, Hold)>,
     forget: Vec<i64>,
 ) {
-    crate::background::spawn(async move {
+    crate::lease::background::spawn(async move {
         for (key, hold) in unlock {
             if !session.is_alive() {
                 break;

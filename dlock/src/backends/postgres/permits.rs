@@ -196,7 +196,7 @@ impl PermitBackend for PostgresBackend {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let attempt = self.try_permit(req);
-            let Some(answer) = crate::deadline::until(deadline, attempt).await else {
+            let Some(answer) = crate::backend::deadline::until(deadline, attempt).await else {
                 return Ok(None);
             };
             if let Some(lease) = answer? {

@@ -293,7 +293,7 @@ impl RwBackend for PostgresBackend {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let attempt = self.try_rw(req, &mut slot, true);
-            let Some(answer) = crate::deadline::until(deadline, attempt).await else {
+            let Some(answer) = crate::backend::deadline::until(deadline, attempt).await else {
                 return Ok(None);
             };
             if let Some(lease) = answer? {

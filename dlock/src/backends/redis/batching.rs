@@ -182,7 +182,7 @@ impl<K: BatchKind> Shared<K> {
         // connection is used in place). Should it not run at all, dropping
         // the batch wakes every caller with an error instead of leaving
         // them waiting.
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             slot.shared.send(batch).await;
             drop(slot);
         });

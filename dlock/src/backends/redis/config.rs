@@ -104,7 +104,7 @@ pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60
 /// The longest `?fence_retention=`: dlock's `MAX_TTL` (365 days). Past a
 /// year a counter is as good as kept for ever, and below it the `PX` of
 /// the counter stays exact.
-pub(crate) const MAX_FENCE_RETENTION: Duration = crate::ttl::MAX_TTL;
+pub(crate) const MAX_FENCE_RETENTION: Duration = crate::lease::ttl::MAX_TTL;
 
 impl RedisOptions {
     pub(crate) fn parse(url: &str) -> Result<Self, LockError> {

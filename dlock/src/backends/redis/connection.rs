@@ -26,7 +26,7 @@
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::background;
+use crate::lease::background;
 
 /// A `ConnectionManager` whose driver and reconnects stay on dlock's
 /// background runtime. Cheap to clone: clones share the connection.

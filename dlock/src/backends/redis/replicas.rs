@@ -363,7 +363,7 @@ impl Shared {
         if lead {
             // A task of its own, on dlock's runtime: the grants waiting for
             // it must not hang on a caller that went away.
-            crate::background::spawn(send_waits(shared.clone(), conn.clone()));
+            crate::lease::background::spawn(send_waits(shared.clone(), conn.clone()));
         }
         let answer = done
             .wait_for(|(number, answer)| answer.is_some() && *number >= mine)

@@ -231,7 +231,7 @@ impl Drop for AbandonIfDropped<'_> {
         // On dlock's background runtime, as `unfinished.rs` does and for
         // the same reasons; if it cannot run, the ttl (and the mark's
         // lifetime) is the backstop.
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             let answer: redis::RedisResult<i64> = match conn {
                 Conn::Single(mut c) => run(&mut c, &ABANDON, &call).await,
                 Conn::Cluster(mut c) => run(&mut c, &ABANDON, &call).await,

@@ -38,7 +38,7 @@ use super::config::{RedisOptions, SentinelTarget};
 use super::connection::Connection;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::background;
+use crate::lease::background;
 use crate::LockError;
 
 /// The channel on which sentinels announce a new master:

@@ -224,7 +224,7 @@ impl Subscriber {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        crate::background::spawn(run(
+        crate::lease::background::spawn(run(
             self.source.clone(),
             self.channels.clone(),
             self.refused.clone(),
@@ -386,7 +386,7 @@ impl Drop for Subscription {
         if !idle.is_empty() {
             // Unsubscribed after the linger, unless a waiter came back.
             let commands = self.commands.clone();
-            crate::background::spawn(async move {
+            crate::lease::background::spawn(async move {
                 tokio::time::sleep(LINGER).await;
                 let _ = commands.send(Command::Unsubscribe(idle));
             });

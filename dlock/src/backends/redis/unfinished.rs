@@ -83,7 +83,7 @@ impl Drop for ReleaseIfDropped<'_> {
         // acquire was dropped) or idle. Handed over after the acquire's own
         // request, it reaches the connection behind it. If it cannot run at
         // all, the ttl is the backstop.
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             match conn {
                 Conn::Single(mut c) => {
                     release_abandoned(&mut c, script, &key, &token, &channel).await

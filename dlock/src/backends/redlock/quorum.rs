@@ -251,7 +251,7 @@ impl RedlockBackend {
         // where the masters' connections live: on the caller's, a runtime
         // that idles or shuts down would stall or drop them (and their
         // timeouts' timers).
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             let lease = &lease;
             let mut deletes: FuturesUnordered<_> = nodes
                 .into_iter()
@@ -489,7 +489,7 @@ impl Drop for Unwind<'_> {
         // On dlock's background runtime, where the masters' connections
         // live: the round was likely dropped by a runtime that is shutting
         // down. If it cannot run at all, the keys expire with the ttl.
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             release_all(&nodes, &lease, timeout).await;
         });
     }

@@ -53,7 +53,7 @@ impl ZooKeeperBackend {
     /// # Ok(()) }
     /// ```
     pub fn election_path(&self, name: &str) -> Result<String, LockError> {
-        crate::key::validate(name)?;
+        crate::backend::key::validate(name)?;
         Ok(format!(
             "/{}-election/{}",
             self.config.prefix,

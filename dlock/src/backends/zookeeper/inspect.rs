@@ -70,7 +70,7 @@ impl ZooKeeperBackend {
         let mut keys: Vec<String> = children
             .iter()
             .filter_map(|name| super::config::unescape_key(name))
-            .filter(|key| key.starts_with(prefix) && crate::key::validate(key).is_ok())
+            .filter(|key| key.starts_with(prefix) && crate::backend::key::validate(key).is_ok())
             .collect();
         if keys.len() > crate::inspect::MAX_LISTED {
             return Err(crate::inspect::too_many_to_list(

@@ -38,7 +38,7 @@ use super::{after_sync, config, is_connected, representable, ZooKeeperBackend};
 use crate::backend::{
     permit_count_differs, AcquireRequest, Lease, PermitBackend, PermitRequest, Renewal,
 };
-use crate::{deadline, LockError};
+use crate::{backend::deadline, LockError};
 use zookeeper_client::Error as ZkError;
 
 /// Whether fewer than `permits` of `children` have a smaller sequence than `own`.
@@ -68,7 +68,7 @@ impl ZooKeeperBackend {
     /// # Ok(()) }
     /// ```
     pub fn semaphore_path(&self, name: &str) -> Result<String, LockError> {
-        crate::key::validate(name)?;
+        crate::backend::key::validate(name)?;
         Ok(format!(
             "/{}-semaphores/{}",
             self.config.prefix,

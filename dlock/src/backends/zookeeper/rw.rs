@@ -58,7 +58,7 @@ impl ZooKeeperBackend {
     /// # Ok(()) }
     /// ```
     pub fn rw_lock_path(&self, key: &str) -> Result<String, LockError> {
-        crate::key::validate(key)?;
+        crate::backend::key::validate(key)?;
         Ok(format!(
             "/{}-rw/{}",
             self.config.prefix,

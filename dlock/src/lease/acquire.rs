@@ -11,11 +11,11 @@ use crate::backend::{
     no_rw_locks, no_semaphores, AcquireRequest, Lease, LockBackend, PermitRequest, RwMode,
     RwRequest,
 };
-use crate::guard::LockGuard;
-use crate::lease::{release_on, LeaseKind, LeaseShared, NewLease};
-use crate::observe::{self, Acquisition, Kind, StaleReason};
-use crate::options::LeaseOptions;
-use crate::{deadline, local, scope, LockError};
+use crate::lease::held::{release_on, LeaseKind, LeaseShared, NewLease};
+use crate::lease::observe::{self, Acquisition, Kind, StaleReason};
+use crate::lease::options::LeaseOptions;
+use crate::locks::guard::LockGuard;
+use crate::{backend::deadline, lease::local, locks::scope, LockError};
 
 /// What a granted acquisition shows operators: whether it re-entered, and
 /// its fence.
@@ -222,7 +222,7 @@ pub(crate) async fn take(
         }
     };
 
-    let settling = crate::background::Settling::enter();
+    let settling = crate::lease::background::Settling::enter();
     if settling.closed() {
         // `dlock::shutdown` began: its collection of leases may be over.
         let _ = release_on(&*backend, kind, &lease).await;

@@ -164,7 +164,7 @@ impl LocalQueue {
             gate.try_acquire_many_owned(weight).ok()
         } else {
             // dlock never closes a gate, so `acquire_many_owned` cannot fail.
-            crate::deadline::until(deadline, gate.acquire_many_owned(weight))
+            crate::backend::deadline::until(deadline, gate.acquire_many_owned(weight))
                 .await
                 .and_then(Result::ok)
         };

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use tracing::{Instrument, Span};
 
-use crate::acquire::lock_watched;
-use crate::multi_at_once::{take_all, NotTaken};
-use crate::multi_guard::MultiGuard;
-use crate::observe::{Kind, StaleReason};
-use crate::options::{lease_option_setters, LeaseOptions};
-use crate::{deadline, observe, LockError, LockGuard};
+use crate::lease::acquire::lock_watched;
+use crate::lease::observe::{Kind, StaleReason};
+use crate::lease::options::{lease_option_setters, LeaseOptions};
+use crate::locks::multi_at_once::{take_all, NotTaken};
+use crate::locks::multi_guard::MultiGuard;
+use crate::{backend::deadline, lease::observe, LockError, LockGuard};
 
 /// A lock on several keys at once: [`acquire`](Self::acquire) holds every
 /// key or none.
@@ -273,7 +273,7 @@ together. `Duration::ZERO` tries each key once and fails with
         // options, so a bad key is named whatever else is wrong, as for a
         // `Lock`.
         for key in &self.keys {
-            crate::key::validate(key)?;
+            crate::backend::key::validate(key)?;
         }
         self.options.with_key(self.keys[0].clone()).check()?;
         Ok(())

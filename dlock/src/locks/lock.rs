@@ -2,10 +2,10 @@
 
 use std::fmt;
 
-use crate::acquire::{self, lock_within};
-use crate::guard::LockGuard;
-use crate::observe::Kind;
-use crate::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
+use crate::lease::acquire::{self, lock_within};
+use crate::lease::observe::Kind;
+use crate::lease::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
+use crate::locks::guard::LockGuard;
 use crate::LockError;
 
 /// A distributed lock: a key and the options to take it with.

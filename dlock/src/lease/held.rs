@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::{no_rw_locks, no_semaphores, Lease, LockBackend, Renewal, RwMode};
-use crate::observe::{self, Holding, LossReason};
-use crate::queue::Turn;
+use crate::lease::observe::{self, Holding, LossReason};
+use crate::lease::queue::Turn;
 use crate::LockError;
 
 /// Where a lease stands.
@@ -106,7 +106,7 @@ pub(crate) struct NewLease {
 impl LeaseShared {
     pub(crate) fn new(parts: NewLease) -> Arc<Self> {
         let lease = parts.lease;
-        let next_renew = crate::deadline::saturating_add(Instant::now(), lease.ttl / 3);
+        let next_renew = crate::backend::deadline::saturating_add(Instant::now(), lease.ttl / 3);
         Arc::new(LeaseShared {
             backend: parts.backend,
             key: lease.key.clone(),
@@ -126,7 +126,7 @@ impl LeaseShared {
             holding: Holding::begin(parts.label, parts.observed),
             hold_until: parts
                 .hold_at_least
-                .map(|at_least| crate::deadline::saturating_add(Instant::now(), at_least)),
+                .map(|at_least| crate::backend::deadline::saturating_add(Instant::now(), at_least)),
         })
     }
 
@@ -272,7 +272,7 @@ impl LeaseShared {
             }
         }
         tracing::debug!(key = %self.key, remaining = ?until.saturating_duration_since(Instant::now()), "release deferred for hold_at_least");
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             self.keep_until(until).await;
             report_background(self.release_now(true).await);
         });
@@ -295,7 +295,7 @@ impl LeaseShared {
                 tokio::time::sleep_until(until.into()).await;
                 return;
             }
-            let next = crate::deadline::saturating_add(now, lease.ttl / 3).min(until);
+            let next = crate::backend::deadline::saturating_add(now, lease.ttl / 3).min(until);
             tokio::time::sleep_until(next.into()).await;
             if Instant::now() >= until {
                 return;
@@ -361,7 +361,7 @@ impl ReleaseElsewhere {
 impl Drop for ReleaseElsewhere {
     fn drop(&mut self) {
         if let Some((shared, was_held)) = self.0.take() {
-            crate::background::spawn(async move {
+            crate::lease::background::spawn(async move {
                 report_background(shared.finish_release(was_held).await);
             });
         }

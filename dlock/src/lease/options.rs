@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::LockBackend;
-use crate::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
-use crate::{observe, registry, LockError};
+use crate::lease::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use crate::{lease::observe, registry, LockError};
 
 /// A key (a lock key, a semaphore name, a segmented lock's base key) and
 /// how to take a lease on it.
@@ -93,8 +93,8 @@ impl LeaseOptions {
 
     /// Validates the key and ttl and finds the backend.
     pub(crate) fn check(&self) -> Result<Arc<dyn LockBackend>, LockError> {
-        crate::background::check()?;
-        crate::key::validate(&self.key)?;
+        crate::lease::background::check()?;
+        crate::backend::key::validate(&self.key)?;
         if self.ttl < MIN_TTL {
             return Err(LockError::invalid_option(format!(
                 "ttl {:?} for lock `{}` is shorter than the {MIN_TTL:?} minimum that renewal can keep; use a longer ttl",
@@ -150,13 +150,13 @@ macro_rules! lease_option_setters {
         /// Uses the backend registered under `name` in [`registry()`](crate::registry()).
         pub fn backend(mut self, name: impl Into<String>) -> Self {
             self.options.backend =
-                $crate::options::BackendChoice::Named(std::sync::Arc::from(name.into()));
+                $crate::lease::options::BackendChoice::Named(std::sync::Arc::from(name.into()));
             self
         }
 
         /// Uses this backend, bypassing the registry.
         pub fn with_backend(mut self, backend: std::sync::Arc<dyn $crate::LockBackend>) -> Self {
-            self.options.backend = $crate::options::BackendChoice::given(backend);
+            self.options.backend = $crate::lease::options::BackendChoice::given(backend);
             self
         }
     };

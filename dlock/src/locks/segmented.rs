@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::acquire::{self, held_here, lock_within};
-use crate::observe::Kind;
-use crate::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
-use crate::{deadline, local, LockError, LockGuard};
+use crate::lease::acquire::{self, held_here, lock_within};
+use crate::lease::observe::Kind;
+use crate::lease::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
+use crate::{backend::deadline, lease::local, LockError, LockGuard};
 
 /// A lock on one resource split into `segments` parts, each guarded by its
 /// own ordinary lock on the key `<key>#<i>`.
@@ -221,9 +221,9 @@ let lock = SegmentedLock::new(\"report:nightly\", 4)
         // The base key itself must be valid, not only `<key>#<i>` (an empty
         // key would otherwise become the valid key `#0`); and so must the
         // longest segment key, which the suffix makes longer than the base.
-        crate::key::validate(self.key())?;
+        crate::backend::key::validate(self.key())?;
         let longest = self.segment_key(self.segments - 1);
-        crate::key::validate(&longest).map_err(|e| match e {
+        crate::backend::key::validate(&longest).map_err(|e| match e {
             LockError::InvalidKey { reason, .. } => LockError::InvalidKey {
                 key: self.key().to_owned(),
                 reason: format!(

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use crate::backend::LockBackend;
-use crate::queue::LocalQueue;
-use crate::watchdog::Watchdog;
+use crate::lease::queue::LocalQueue;
+use crate::lease::watchdog::Watchdog;
 
 /// Per-backend local state.
 #[derive(Debug)]

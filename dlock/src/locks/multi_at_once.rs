@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{AcquireRequest, AllKeysBackend, AllOrNone, LockBackend};
-use crate::guard::LockGuard;
-use crate::lease::{LeaseKind, LeaseShared, NewLease};
-use crate::observe::{Acquisition, Kind, Outcome};
-use crate::options::LeaseOptions;
-use crate::queue::Turn;
-use crate::{deadline, local, scope, LockError};
+use crate::lease::held::{LeaseKind, LeaseShared, NewLease};
+use crate::lease::observe::{Acquisition, Kind, Outcome};
+use crate::lease::options::LeaseOptions;
+use crate::lease::queue::Turn;
+use crate::locks::guard::LockGuard;
+use crate::{backend::deadline, lease::local, locks::scope, LockError};
 
 /// Why not every key was taken: the position of the key (in `keys`) that
 /// stayed held by someone else, or that failed with the error.
@@ -122,10 +122,10 @@ pub(crate) async fn take_all(
     };
 
     // Registered before `dlock::shutdown` collects leases, or given back.
-    let settling = crate::background::Settling::enter();
+    let settling = crate::lease::background::Settling::enter();
     if settling.closed() {
         for lease in &leases {
-            let _ = crate::lease::release_on(&**backend, LeaseKind::Lock, lease).await;
+            let _ = crate::lease::held::release_on(&**backend, LeaseKind::Lock, lease).await;
         }
         return Err(fail_all(pending, asked[0], LockError::ShutDown));
     }

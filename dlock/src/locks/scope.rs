@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::backend::LockBackend;
-use crate::lease::{LeaseKind, LeaseShared};
+use crate::lease::held::{LeaseKind, LeaseShared};
 
 /// One held lease whose critical section the code runs in, and the frames
 /// it is nested in.

@@ -5,9 +5,9 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::acquire::{self, take, Observed, Target};
-use crate::observe::Kind;
-use crate::options::{lease_option_setters, LeaseOptions};
+use crate::lease::acquire::{self, take, Observed, Target};
+use crate::lease::observe::Kind;
+use crate::lease::options::{lease_option_setters, LeaseOptions};
 use crate::{LockError, LockGuard};
 
 /// A counting semaphore: at most `permits` holders at once, across every

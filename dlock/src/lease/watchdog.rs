@@ -21,10 +21,10 @@ use tokio::task::JoinSet;
 
 use tracing::Instrument;
 
+use crate::backend::deadline::saturating_add;
 use crate::backend::{Lease, LockBackend, Renewal};
-use crate::deadline::saturating_add;
-use crate::lease::{release_on, renew_on, LeaseKind, LeaseShared, Status};
-use crate::observe::{self, LossReason, RenewCounts};
+use crate::lease::held::{release_on, renew_on, LeaseKind, LeaseShared, Status};
+use crate::lease::observe::{self, LossReason, RenewCounts};
 use crate::LockError;
 
 /// The renewals of one backend.
@@ -106,7 +106,7 @@ impl Watchdog {
             state.running = true;
             state.sleeping_until = None;
             let me = self.clone();
-            crate::background::spawn(async move { me.run().await });
+            crate::lease::background::spawn(async move { me.run().await });
             return;
         }
         let wake = state.sleeping_until.is_none_or(|at| first_event < at);
@@ -428,7 +428,7 @@ mod tests {
 
     use crate::backend::LockBackend;
     use crate::backends::memory::MemoryBackend;
-    use crate::{local, Lock};
+    use crate::{lease::local, Lock};
 
     #[tokio::test]
     async fn watches_a_lease_until_it_is_released() {

@@ -3,11 +3,11 @@
 
 use std::fmt;
 
-use crate::acquire::{self, rw_within};
 use crate::backend::RwMode;
-use crate::guard::LockGuard;
-use crate::observe::Kind;
-use crate::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
+use crate::lease::acquire::{self, rw_within};
+use crate::lease::observe::Kind;
+use crate::lease::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
+use crate::locks::guard::LockGuard;
 use crate::LockError;
 
 /// A distributed read-write lock: any number of readers, or one writer.
@@ -199,7 +199,7 @@ mod tests {
 
     use super::*;
     use crate::backends::memory::MemoryBackend;
-    use crate::{local, Lock, LockBackend};
+    use crate::{lease::local, Lock, LockBackend};
 
     fn rw(backend: &Arc<MemoryBackend>, key: &str) -> RwLock {
         RwLock::new(key).with_backend(backend.clone())

@@ -5,9 +5,9 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::lease::LeaseShared;
-use crate::queue::Turn;
-use crate::watchdog::Watchdog;
+use crate::lease::held::LeaseShared;
+use crate::lease::queue::Turn;
+use crate::lease::watchdog::Watchdog;
 use crate::LockError;
 
 /// A held lock: the lease lives while the guard lives.
@@ -205,7 +205,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
-        crate::scope::inside(self.shared.clone(), work)
+        crate::locks::scope::inside(self.shared.clone(), work)
     }
 
     /// Resolves when the lease is lost; never resolves if it is released first.

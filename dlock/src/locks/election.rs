@@ -11,13 +11,13 @@ use futures_util::Stream;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::acquire::{self, take, Target};
 use crate::backend::{
     no_elections, ElectionBackend, LeaderChange, LeaderChanges, Lease, LockBackend,
 };
-use crate::guard::LockGuard;
-use crate::observe::{self, Kind};
-use crate::options::{lease_option_setters, LeaseOptions};
+use crate::lease::acquire::{self, take, Target};
+use crate::lease::observe::{self, Kind};
+use crate::lease::options::{lease_option_setters, LeaseOptions};
+use crate::locks::guard::LockGuard;
 use crate::{Leader, LockError};
 
 /// A leader election: the name of what is led, and how to campaign for it.
@@ -141,7 +141,7 @@ someone leads; by default it waits until elected.",
     ) -> Result<Leadership, LockError> {
         let elections = capability(&backend)?;
         let start = Instant::now();
-        let give_up = self.options.wait.and_then(crate::deadline::after);
+        let give_up = self.options.wait.and_then(crate::backend::deadline::after);
         loop {
             let mut options = self.options.clone();
             if let Some(give_up) = give_up {
@@ -437,7 +437,7 @@ impl Leadership {
         let lost = self.lost();
         let ended = self.ended.clone();
         let (label, name, term) = (self.label.clone(), self.name.clone(), self.term);
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             tokio::select! {
                 biased;
                 () = lost => observe::leadership_ended(&label, &name, term, "lost"),
@@ -464,7 +464,7 @@ impl Drop for Leadership {
         // lease; if the background runtime is gone, the guard's own drop
         // releases and the record is left behind (no reader shows it: the
         // lease no longer holds the key).
-        crate::background::spawn(async move {
+        crate::lease::background::spawn(async move {
             if let Some(elections) = backend.election() {
                 if let Err(e) = elections.withdraw(&lease).await {
                     tracing::debug!(error = %e, election = %lease.key, "withdrawing a dropped leadership's record failed; readers ignore it once the lease is gone");

@@ -126,7 +126,7 @@ impl MultiGuard {
     /// ```
     pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
         let leases = self.guards.iter().map(|g| g.lease().clone()).collect();
-        crate::scope::inside_all(leases, work)
+        crate::locks::scope::inside_all(leases, work)
     }
 
     /// Releases every key now, last taken first; a failure on one key does
