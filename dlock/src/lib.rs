@@ -33,6 +33,8 @@
 //! [`RwLock`]. One leader at a time, with a term that fences:
 //! [`Election`]. Backends: [`backends`]; the
 //! contract a backend implements: [`LockBackend`].
+//!
+//! The manual, page by page (attribute, backends, guarantees, operations): [`guide`].
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
@@ -48,6 +50,7 @@ mod deadline;
 mod election;
 mod error;
 mod guard;
+pub mod guide;
 pub mod inspect;
 mod key;
 mod lease;
