@@ -33,6 +33,8 @@
 //! [`RwLock`]. One leader at a time, with a term that fences:
 //! [`Election`]. Backends: [`backends`]; the
 //! contract a backend implements: [`LockBackend`].
+//!
+//! The manual, page by page (attribute, backends, guarantees, operations): [`guide`].
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
@@ -42,6 +44,7 @@ mod axum;
 pub mod backend;
 pub mod backends;
 mod blocking;
+pub mod guide;
 pub mod inspect;
 mod lease;
 mod locks;
