@@ -31,3 +31,9 @@ pub mod servers;
 pub mod shared;
 pub mod short_waits;
 pub mod tls;
+
+/// The README's code blocks, compiled (and run, where no server is needed)
+/// as this crate's doctests, so the front page cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}
