@@ -15,15 +15,16 @@
 //!   far as a failed try (no waiting), so it is the server's ceiling for
 //!   this traffic, not a lock.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::backends::postgres::{advisory_key, PostgresBackend};
 use dlock::{Lock, LockBackend};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::stats::{print_table, uncontended_rows, Row, Summary};
+use super::cycle_suite::{
+    self, dlock_throughput, lock_on, throughput, uncontended, Compared, Cycle as _, Uncontended,
+};
 use super::workloads::BoxError;
 
 /// Cycles measured for the latency rows (after the warm-up).
@@ -35,15 +36,17 @@ const CLIENTS: usize = 8;
 /// How long each throughput measurement runs.
 const WINDOW: Duration = Duration::from_secs(5);
 
-/// A bare connection and its two prepared statements.
+/// A bare connection, its two prepared statements and the advisory lock
+/// they take.
 struct Bare {
     client: Client,
     try_lock: Statement,
     unlock: Statement,
+    id: i64,
 }
 
 impl Bare {
-    async fn connect(url: &str) -> Result<Bare, BoxError> {
+    async fn connect(url: &str, id: i64) -> Result<Bare, BoxError> {
         let (client, connection) = url
             .parse::<tokio_postgres::Config>()?
             .connect(NoTls)
@@ -59,11 +62,15 @@ impl Bare {
             client,
             try_lock,
             unlock,
+            id,
         })
     }
+}
 
+impl cycle_suite::Cycle for Bare {
     /// One try, and the unlock if it was granted; whether it was.
-    async fn cycle(&self, id: i64) -> Result<bool, BoxError> {
+    async fn cycle(&self) -> Result<bool, BoxError> {
+        let id = self.id;
         let granted: bool = self.client.query_one(&self.try_lock, &[&id]).await?.get(0);
         if granted {
             self.client.query_one(&self.unlock, &[&id]).await?;
@@ -84,7 +91,7 @@ pub async fn run(url: &str, beside: Option<&str>) -> Result<(), BoxError> {
     let mut bare = Vec::new();
     for _ in 0..CLIENTS {
         backends.push(Arc::new(PostgresBackend::connect(url).await?));
-        bare.push(Arc::new(Bare::connect(url).await?));
+        bare.push(Arc::new(Bare::connect(url, id).await?));
     }
     let fsync = bare[0].client.query_one("SHOW fsync", &[]).await?;
     let fsync: &str = fsync.get(0);
@@ -96,167 +103,57 @@ pub async fn run(url: &str, beside: Option<&str>) -> Result<(), BoxError> {
         Some(other) => Some(dlock::connect(other).await?),
         None => None,
     };
-    let (latencies, redis_cycle) =
-        interleaved_latency(&backends[0], &key, &bare[0], id, redis.as_ref()).await?;
-    let [ours, ours_try, theirs] = latencies;
-    let ours_tp = dlock_throughput(&backends, &key).await?;
-    let (theirs_tp, theirs_granted) = bare_throughput(&bare, id).await?;
-    print_table(
+    let latency = interleaved_latency(&backends[0], &key, &bare[0], redis.as_ref()).await?;
+    let ours_per_sec = dlock_throughput(&backends, &key, WINDOW).await?;
+    // The bare loop's tries, granted or not, and apart its grants.
+    let bare_rates = throughput(bare.iter().cloned(), WINDOW).await?;
+    let compared = Compared {
+        latency,
+        ours_per_sec,
+        theirs_per_sec: bare_rates.cycles,
+    };
+    compared.print_table(
         "PostgreSQL: dlock vs a bare pg_try_advisory_lock/pg_advisory_unlock loop",
         "bare tokio-postgres",
-        &{
-            let mut rows = uncontended_rows(&ours, &ours_try, &theirs, false);
-            rows.push(Row::throughput(
-                &format!("hand-offs/s, {CLIENTS} clients, one key (bare: tries, no waiting)"),
-                ours_tp,
-                theirs_tp,
-            ));
-            rows
-        },
+        false,
+        &format!("hand-offs/s, {CLIENTS} clients, one key (bare: tries, no waiting)"),
     );
+    let (acquire, try_acquire) = compared.p50_ratios();
     println!(
-        "\nacquire+release p50 = {:.2}× the bare try+unlock pair; try_acquire+release p50 = {:.2}×; the bare contended loop was granted {theirs_granted:.0}/s",
-        ours.p50.as_secs_f64() / theirs.p50.as_secs_f64(),
-        ours_try.p50.as_secs_f64() / theirs.p50.as_secs_f64(),
+        "\nacquire+release p50 = {acquire:.2}× the bare try+unlock pair; try_acquire+release p50 = {try_acquire:.2}×; the bare contended loop was granted {:.0}/s",
+        bare_rates.granted,
     );
-    if let (Some(other), Some(cycle)) = (beside, redis_cycle) {
+    if let (Some(other), Some(cycle)) = (beside, latency.beside) {
         println!(
             "dlock on {} in the same run, interleaved: acquire+release p50 {:.0} µs, p99 {:.0} µs ({:.2}× dlock on PostgreSQL's p50)",
             dlock::url::redact(other),
             cycle.p50.as_secs_f64() * 1e6,
             cycle.p99.as_secs_f64() * 1e6,
-            cycle.p50.as_secs_f64() / ours.p50.as_secs_f64(),
+            cycle.p50.as_secs_f64() / latency.ours.p50.as_secs_f64(),
         );
     }
     Ok(())
 }
 
-fn lock_on(backend: &Arc<PostgresBackend>, key: &str) -> Lock {
-    let backend: Arc<dyn LockBackend> = backend.clone();
-    Lock::new(key).with_backend(backend)
-}
-
-#[derive(Clone, Copy)]
-enum Cycle {
-    Acquire,
-    TryAcquire,
-    Bare,
-    /// dlock's acquire and release on the other backend (`--beside=`).
-    Beside,
-}
-
 /// The uncontended cycles, interleaved: dlock's acquire and try_acquire on
-/// PostgreSQL, the bare loop, and dlock on `beside` if given (its summary
-/// second).
+/// PostgreSQL, the bare loop, and dlock on `beside` if given.
 async fn interleaved_latency(
     backend: &Arc<PostgresBackend>,
     key: &str,
     bare: &Bare,
-    id: i64,
     beside: Option<&Arc<dyn LockBackend>>,
-) -> Result<([Summary; 3], Option<Summary>), BoxError> {
+) -> Result<Uncontended, BoxError> {
     let lock = lock_on(backend, key).wait(Duration::from_secs(10));
     let other = beside.map(|b| {
         Lock::new(key)
             .with_backend(b.clone())
             .wait(Duration::from_secs(10))
     });
-    let mut kinds = vec![Cycle::Acquire, Cycle::TryAcquire, Cycle::Bare];
-    if other.is_some() {
-        kinds.push(Cycle::Beside);
-    }
-    let mut samples: [Vec<Duration>; 4] = std::array::from_fn(|_| Vec::with_capacity(CYCLES));
-    for round in 0..WARMUP + CYCLES {
-        for turn in 0..kinds.len() {
-            let which = (round + turn) % kinds.len();
-            let start = Instant::now();
-            match kinds[which] {
-                Cycle::Acquire => lock.acquire().await?.release().await?,
-                Cycle::TryAcquire => {
-                    lock.try_acquire()
-                        .await?
-                        .ok_or("nobody else holds the bench key")?
-                        .release()
-                        .await?
-                }
-                Cycle::Bare => {
-                    if !bare.cycle(id).await? {
-                        return Err("the bare loop found the bench key held".into());
-                    }
-                }
-                Cycle::Beside => {
-                    if let Some(other) = &other {
-                        other.acquire().await?.release().await?;
-                    }
-                }
-            }
-            if round >= WARMUP {
-                samples[which].push(start.elapsed());
-            }
+    uncontended(&lock, other.as_ref(), WARMUP, CYCLES, async || {
+        if !bare.cycle().await? {
+            return Err("the bare loop found the bench key held".into());
         }
-    }
-    let [ours, ours_try, theirs, beside] = samples.map(|mut s| Summary::of(&mut s));
-    match (ours, ours_try, theirs) {
-        (Some(a), Some(b), Some(c)) => Ok(([a, b, c], beside)),
-        _ => Err("no samples".into()),
-    }
-}
-
-async fn dlock_throughput(backends: &[Arc<PostgresBackend>], key: &str) -> Result<f64, BoxError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for backend in backends {
-        let lock = lock_on(backend, key).wait(Duration::from_secs(30));
-        let (stop, done) = (stop.clone(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                lock.acquire().await?.release().await?;
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, dlock::LockError>(())
-        }));
-    }
-    let start = Instant::now();
-    tokio::time::sleep(WINDOW).await;
-    stop.store(true, Ordering::Relaxed);
-    let counted = done.load(Ordering::Relaxed);
-    let elapsed = start.elapsed();
-    for t in tasks {
-        t.await??;
-    }
-    Ok(counted as f64 / elapsed.as_secs_f64())
-}
-
-/// Tries per second and grants per second of the bare loop on `CLIENTS` connections.
-async fn bare_throughput(bare: &[Arc<Bare>], id: i64) -> Result<(f64, f64), BoxError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let tries = Arc::new(AtomicU64::new(0));
-    let granted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for conn in bare {
-        let (conn, stop, tries, granted) =
-            (conn.clone(), stop.clone(), tries.clone(), granted.clone());
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                if conn.cycle(id).await.map_err(|e| e.to_string())? {
-                    granted.fetch_add(1, Ordering::Relaxed);
-                }
-                tries.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, String>(())
-        }));
-    }
-    let start = Instant::now();
-    tokio::time::sleep(WINDOW).await;
-    stop.store(true, Ordering::Relaxed);
-    let (t, g) = (
-        tries.load(Ordering::Relaxed),
-        granted.load(Ordering::Relaxed),
-    );
-    let elapsed = start.elapsed().as_secs_f64();
-    for task in tasks {
-        task.await??;
-    }
-    Ok((t as f64 / elapsed, g as f64 / elapsed))
+        Ok(())
+    })
+    .await
 }

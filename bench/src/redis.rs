@@ -14,7 +14,7 @@ use super::observed::{self, Observability, Setting};
 use super::rslock::{self, RsLock};
 use super::stats::{print_table, Row, Summary};
 use super::workloads::{
-    alternating, distinct_dlock, handoff_dlock, hot_key, hot_key_dlock, hot_key_rows,
+    alternating, distinct_dlock, handoff_dlock, handoff_rows, hot_key, hot_key_dlock, hot_key_rows,
     uncontended_dlock, BoxError, HotLock, Sizes, TTL,
 };
 
@@ -171,18 +171,7 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
         ),
     ];
     rows.extend(hot_key_rows(&ours_c, &base_c));
-    rows.extend([
-        Row::latency(
-            "(d) hand-off release→next holder, p50",
-            ours_d.p50,
-            base_d.p50,
-        ),
-        Row::latency(
-            "(d) hand-off release→next holder, p99",
-            ours_d.p99,
-            base_d.p99,
-        ),
-    ]);
+    rows.extend(handoff_rows(&ours_d, &base_d));
     print_table(
         "Redis: dlock vs a hand-written SET NX PX loop (10 ms polling)",
         "hand-written",

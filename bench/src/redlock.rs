@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::rslock::{self, RsLock};
 use super::stats::{print_table, Row};
 use super::workloads::{
-    alternating, distinct_dlock, handoff_dlock, hot_key, hot_key_dlock, hot_key_rows,
+    alternating, distinct_dlock, handoff_dlock, handoff_rows, hot_key, hot_key_dlock, hot_key_rows,
     uncontended_dlock, BoxError, Sizes,
 };
 use dlock::backends::redlock::RedlockBackend;
@@ -146,18 +146,7 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
         Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b, base_b),
     ];
     rows.extend(hot_key_rows(&ours_c, &base_c));
-    rows.extend([
-        Row::latency(
-            "(d) hand-off release→next holder, p50",
-            ours_d.p50,
-            base_d.p50,
-        ),
-        Row::latency(
-            "(d) hand-off release→next holder, p99",
-            ours_d.p99,
-            base_d.p99,
-        ),
-    ]);
+    rows.extend(handoff_rows(&ours_d, &base_d));
     print_table(
         &format!("Redlock on {n} masters: dlock vs rslock 0.10"),
         "rslock",

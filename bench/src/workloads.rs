@@ -259,6 +259,23 @@ pub fn hot_key_rows(ours: &HotKey, baseline: &HotKey) -> [super::stats::Row; 4] 
     ]
 }
 
+/// The rows (d) prints for two sides.
+pub fn handoff_rows(ours: &Summary, baseline: &Summary) -> [super::stats::Row; 2] {
+    use super::stats::Row;
+    [
+        Row::latency(
+            "(d) hand-off release→next holder, p50",
+            ours.p50,
+            baseline.p50,
+        ),
+        Row::latency(
+            "(d) hand-off release→next holder, p99",
+            ours.p99,
+            baseline.p99,
+        ),
+    ]
+}
+
 pub fn check_counter(counter: &AtomicU64, expected: u64) -> Result<(), BoxError> {
     let got = counter.load(Ordering::SeqCst);
     if got != expected {

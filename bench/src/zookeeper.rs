@@ -13,15 +13,15 @@
 //!   runs the same create/delete pairs with no exclusion at all, so it is
 //!   the server's ceiling for this traffic, not a lock.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
-use dlock::{Lock, LockBackend};
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::stats::{print_table, uncontended_rows, Row, Summary};
+use super::cycle_suite::{
+    self, dlock_throughput, lock_on, throughput, uncontended, Compared, Uncontended,
+};
 
 /// Cycles measured for the latency rows (after the warm-up).
 const CYCLES: usize = 500;
@@ -65,31 +65,31 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         backends[0].session_timeout()
     );
 
-    let [ours, ours_try, theirs] =
-        interleaved_latency(&backends[0], &key, &raw[0], &raw_dir).await?;
-    let ours_tp = dlock_throughput(&backends, &key).await?;
-    let theirs_tp = raw_throughput(&raw, &raw_dir).await?;
+    let latency = interleaved_latency(&backends[0], &key, &raw[0], &raw_dir).await?;
+    let ours_per_sec = dlock_throughput(&backends, &key, WINDOW).await?;
+    let raw_loops = raw.iter().map(|client| RawLoop {
+        client: client.clone(),
+        dir: raw_dir.clone(),
+    });
+    let raw_rates = throughput(raw_loops, WINDOW).await?;
 
     let _ = raw[0].delete(&raw_dir, None).await;
     let _ = raw[0].delete("/dlock-bench-raw", None).await;
 
-    print_table(
+    let compared = Compared {
+        latency,
+        ours_per_sec,
+        theirs_per_sec: raw_rates.cycles,
+    };
+    compared.print_table(
         "ZooKeeper: dlock vs raw create-ephemeral-sequential/delete",
         "raw zookeeper-client",
-        &{
-            let mut rows = uncontended_rows(&ours, &ours_try, &theirs, true);
-            rows.push(Row::throughput(
-                &format!("cycles/s, {CLIENTS} clients, one key (raw: no exclusion)"),
-                ours_tp,
-                theirs_tp,
-            ));
-            rows
-        },
+        true,
+        &format!("cycles/s, {CLIENTS} clients, one key (raw: no exclusion)"),
     );
+    let (acquire, try_acquire) = compared.p50_ratios();
     println!(
-        "\nacquire+release p50 = {:.2}× the raw create+delete pair; try_acquire+release p50 = {:.2}×",
-        ours.p50.as_secs_f64() / theirs.p50.as_secs_f64(),
-        ours_try.p50.as_secs_f64() / theirs.p50.as_secs_f64(),
+        "\nacquire+release p50 = {acquire:.2}× the raw create+delete pair; try_acquire+release p50 = {try_acquire:.2}×"
     );
     Ok(())
 }
@@ -102,59 +102,19 @@ async fn connect_all(url: &str, n: usize) -> Result<Vec<Arc<ZooKeeperBackend>>, 
     Ok(out)
 }
 
-fn lock_on(backend: &Arc<ZooKeeperBackend>, key: &str) -> Lock {
-    let backend: Arc<dyn LockBackend> = backend.clone();
-    Lock::new(key).with_backend(backend)
-}
-
-/// One cycle of a latency row.
-#[derive(Clone, Copy)]
-enum Cycle {
-    /// dlock's `acquire`, then `release`.
-    Acquire,
-    /// dlock's `try_acquire`, then `release`.
-    TryAcquire,
-    /// A raw create-ephemeral-sequential, then a delete.
-    Raw,
-}
-
 /// The latency of dlock's `acquire` and `try_acquire` cycles and of the raw
-/// pair, in that order: [`CYCLES`] of each after [`WARMUP`] rounds, one of
-/// each per round, the order rotating from round to round.
+/// pair, in that order.
 async fn interleaved_latency(
     backend: &Arc<ZooKeeperBackend>,
     key: &str,
     raw: &Client,
     raw_dir: &str,
-) -> Result<[Summary; 3], BoxError> {
+) -> Result<Uncontended, BoxError> {
     let lock = lock_on(backend, key).wait(Duration::from_secs(10));
-    let kinds = [Cycle::Acquire, Cycle::TryAcquire, Cycle::Raw];
-    let mut samples: [Vec<Duration>; 3] = std::array::from_fn(|_| Vec::with_capacity(CYCLES));
-    for round in 0..WARMUP + CYCLES {
-        for turn in 0..kinds.len() {
-            let which = (round + turn) % kinds.len();
-            let start = Instant::now();
-            match kinds[which] {
-                Cycle::Acquire => lock.acquire().await?.release().await?,
-                Cycle::TryAcquire => {
-                    lock.try_acquire()
-                        .await?
-                        .ok_or("nobody else holds the bench key")?
-                        .release()
-                        .await?
-                }
-                Cycle::Raw => raw_cycle(raw, raw_dir).await?,
-            }
-            if round >= WARMUP {
-                samples[which].push(start.elapsed());
-            }
-        }
-    }
-    let [ours, ours_try, theirs] = samples.map(|mut s| Summary::of(&mut s));
-    match (ours, ours_try, theirs) {
-        (Some(a), Some(b), Some(c)) => Ok([a, b, c]),
-        _ => Err("no samples".into()),
-    }
+    uncontended(&lock, None, WARMUP, CYCLES, async || {
+        raw_cycle(raw, raw_dir).await
+    })
+    .await
 }
 
 async fn raw_cycle(client: &Client, dir: &str) -> Result<(), BoxError> {
@@ -165,55 +125,16 @@ async fn raw_cycle(client: &Client, dir: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn dlock_throughput(backends: &[Arc<ZooKeeperBackend>], key: &str) -> Result<f64, BoxError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for backend in backends {
-        let lock = lock_on(backend, key).wait(Duration::from_secs(30));
-        let (stop, done) = (stop.clone(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let guard = lock.acquire().await?;
-                guard.release().await?;
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, dlock::LockError>(())
-        }));
-    }
-    let start = Instant::now();
-    tokio::time::sleep(WINDOW).await;
-    stop.store(true, Ordering::Relaxed);
-    let counted = done.load(Ordering::Relaxed);
-    let elapsed = start.elapsed();
-    for t in tasks {
-        t.await??;
-    }
-    Ok(counted as f64 / elapsed.as_secs_f64())
+/// One raw client's create/delete pairs under `dir`, for the throughput
+/// window.
+struct RawLoop {
+    client: Client,
+    dir: String,
 }
 
-async fn raw_throughput(clients: &[Client], dir: &str) -> Result<f64, BoxError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for client in clients {
-        let (client, dir) = (client.clone(), dir.to_owned());
-        let (stop, done) = (stop.clone(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                raw_cycle(&client, &dir).await.map_err(|e| e.to_string())?;
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, String>(())
-        }));
+impl cycle_suite::Cycle for RawLoop {
+    async fn cycle(&self) -> Result<bool, BoxError> {
+        raw_cycle(&self.client, &self.dir).await?;
+        Ok(true)
     }
-    let start = Instant::now();
-    tokio::time::sleep(WINDOW).await;
-    stop.store(true, Ordering::Relaxed);
-    let counted = done.load(Ordering::Relaxed);
-    let elapsed = start.elapsed();
-    for t in tasks {
-        t.await??;
-    }
-    Ok(counted as f64 / elapsed.as_secs_f64())
 }

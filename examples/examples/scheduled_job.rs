@@ -15,11 +15,10 @@
 //! `#[distributed_lock(key = "job:invoices", wait = "0s", hold_at_least = "1500ms")]`
 //! (one backend per process, the registry's default).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::{Lock, LockError};
+use tokio::time::{interval_at, Instant};
 
 const REPLICAS: u32 = 3;
 const TICKS: usize = 4;
@@ -32,8 +31,7 @@ const AT_LEAST: Duration = Duration::from_millis(1500);
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
     let url = std::env::var("DLOCK_URL").unwrap_or_else(|_| "memory://".into());
-    let runs: Arc<Vec<AtomicUsize>> = Arc::new((0..TICKS).map(|_| AtomicUsize::new(0)).collect());
-    let start = Instant::now() + Duration::from_millis(200);
+    let first_tick = Instant::now() + Duration::from_millis(200);
     let mut replicas = Vec::new();
     for replica in 0..REPLICAS {
         // memory:// is one process's lock table: share it; a server URL
@@ -46,32 +44,21 @@ async fn main() -> Result<(), LockError> {
         if replica == 0 {
             dlock::registry().set_default(backend.clone());
         }
+        // No waiting: a replica that finds the key taken skips the tick.
         let job = Lock::new("job:invoices")
             .with_backend(backend)
             .wait(Duration::ZERO)
             .hold_at_least(AT_LEAST);
-        let runs = runs.clone();
-        replicas.push(tokio::spawn(async move {
-            for tick in 0..TICKS {
-                let at = start + TICK * tick as u32 + PHASE * replica;
-                tokio::time::sleep_until(at.into()).await;
-                match job.try_acquire().await? {
-                    Some(guard) => {
-                        println!("tick {tick}: replica {replica} runs the job");
-                        runs[tick].fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(JOB).await;
-                        guard.release().await?;
-                    }
-                    None => println!("tick {tick}: replica {replica} skips (done this tick)"),
-                }
-            }
-            Ok::<_, LockError>(())
-        }));
+        let schedule = first_tick + PHASE * replica;
+        replicas.push(tokio::spawn(replica_runs(replica, job, schedule)));
     }
+    // How many replicas ran the job in each tick: one, if the lock did its work.
+    let mut per_tick = vec![0; TICKS];
     for replica in replicas {
-        replica.await.expect("a replica panicked")?;
+        for tick in replica.await.expect("a replica panicked")? {
+            per_tick[tick] += 1;
+        }
     }
-    let per_tick: Vec<usize> = runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
     println!("runs per tick: {per_tick:?}");
     assert_eq!(
         per_tick,
@@ -79,4 +66,24 @@ async fn main() -> Result<(), LockError> {
         "the job ran more than once in a tick"
     );
     Ok(())
+}
+
+/// One replica: every `TICK` from `first`, it tries the job's lock and runs
+/// the job if it got it. Returns the ticks it ran the job in.
+async fn replica_runs(replica: u32, job: Lock, first: Instant) -> Result<Vec<usize>, LockError> {
+    let mut schedule = interval_at(first, TICK);
+    let mut ran = Vec::new();
+    for tick in 0..TICKS {
+        schedule.tick().await;
+        match job.try_acquire().await? {
+            Some(guard) => {
+                println!("tick {tick}: replica {replica} runs the job");
+                tokio::time::sleep(JOB).await; // the job itself
+                guard.release().await?;
+                ran.push(tick);
+            }
+            None => println!("tick {tick}: replica {replica} skips (done this tick)"),
+        }
+    }
+    Ok(ran)
 }

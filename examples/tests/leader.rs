@@ -2,28 +2,13 @@
 //! take 6 terms between them, each term greater than the one before, and
 //! the observer sees every leader and every resignation.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-/// The example's binary, which `cargo test` builds beside this test.
-fn example() -> PathBuf {
-    let mut dir = std::env::current_exe().unwrap();
-    dir.pop(); // the test binary
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let path = dir.join("examples").join("leader");
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build -p dlock-examples --example leader`",
-        path.display()
-    );
-    path
-}
+mod example_binary;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_candidates_take_turns_with_increasing_terms() {
-    let run = tokio::process::Command::new(example())
+    let run = tokio::process::Command::new(example_binary::path("leader", &[]))
         .env("DLOCK_URL", "memory://")
         .kill_on_drop(true)
         .output();

@@ -1,12 +1,13 @@
 //! Runs the observability example as an operator would and scrapes its
 //! `/metrics` over HTTP until every dlock metric name is there.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+mod example_binary;
 
 const NAMES: [&str; 8] = [
     "dlock_acquire_total",
@@ -19,28 +20,10 @@ const NAMES: [&str; 8] = [
     "dlock_waiting",
 ];
 
-/// The example's binary, which `cargo test` builds beside this test.
-fn example() -> PathBuf {
-    let mut dir = std::env::current_exe().unwrap();
-    dir.pop(); // the test binary
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let path = dir.join("examples").join("observability");
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build -p dlock-examples --example observability --features observability`",
-        path.display()
-    );
-    path
-}
-
+/// A port nobody listens on now, for the example's metrics listener.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    probe.local_addr().expect("its address").port()
 }
 
 async fn scrape(port: u16) -> Option<String> {
@@ -57,15 +40,16 @@ async fn scrape(port: u16) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_name_is_served() {
     let port = free_port();
-    let mut child = tokio::process::Command::new(example())
-        .env("DLOCK_METRICS_ADDR", format!("127.0.0.1:{port}"))
-        .env("DLOCK_URL", "memory://")
-        .env("DLOCK_DEMO_SECS", "30")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the observability example");
+    let mut child =
+        tokio::process::Command::new(example_binary::path("observability", &["observability"]))
+            .env("DLOCK_METRICS_ADDR", format!("127.0.0.1:{port}"))
+            .env("DLOCK_URL", "memory://")
+            .env("DLOCK_DEMO_SECS", "30")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the observability example");
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut last = String::new();
     loop {

@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::events::{EndHow, Event, HoldKind};
+use crate::events::{Acquisition, EndHow, Event, HoldKind};
 use crate::faults::FaultKind;
 use crate::nemesis::Injected;
 use crate::store::WriteRecord;
@@ -40,18 +40,9 @@ pub struct Holding {
     pub worker: usize,
     /// Which start of the worker.
     pub incarnation: u32,
-    /// Number within that process.
-    pub n: u64,
-    /// Lock, segment or permit.
-    pub kind: HoldKind,
-    /// The key.
-    pub key: String,
-    /// Its fence.
-    pub fence: Option<u64>,
-    /// When `acquire()` was called.
-    pub start: u64,
-    /// When it returned.
-    pub returned: u64,
+    /// How it began: its number within that process, lock, segment or permit, the key,
+    /// its fence, when `acquire()` was called and when it returned.
+    pub acquired: Acquisition,
     /// When `lost()` resolved.
     pub lost: Option<u64>,
     /// How it ended, when `release()` was called (or the guard dropped) and when it
@@ -81,29 +72,15 @@ pub fn holdings(events: &[WorkerEvent]) -> (Vec<Holding>, BTreeMap<String, usize
     for e in events {
         let id = |n| (e.worker, e.incarnation, n);
         match &e.event {
-            Event::Acquired {
-                n,
-                kind,
-                key,
-                fence,
-                start,
-                returned,
-            } => {
-                open.insert(
-                    id(*n),
-                    Holding {
-                        worker: e.worker,
-                        incarnation: e.incarnation,
-                        n: *n,
-                        kind: *kind,
-                        key: key.clone(),
-                        fence: *fence,
-                        start: *start,
-                        returned: *returned,
-                        lost: None,
-                        end: None,
-                    },
-                );
+            Event::Acquired(acquired) => {
+                let holding = Holding {
+                    worker: e.worker,
+                    incarnation: e.incarnation,
+                    acquired: acquired.clone(),
+                    lost: None,
+                    end: None,
+                };
+                open.insert(id(acquired.n), holding);
             }
             Event::Lost { n, t } => {
                 if let Some(h) = open.get_mut(&id(*n)) {
@@ -122,7 +99,7 @@ pub fn holdings(events: &[WorkerEvent]) -> (Vec<Holding>, BTreeMap<String, usize
         }
     }
     let mut all: Vec<Holding> = open.into_values().collect();
-    all.sort_by_key(|h| (h.returned, h.worker, h.incarnation, h.n));
+    all.sort_by_key(|h| (h.acquired.returned, h.worker, h.incarnation, h.acquired.n));
     (all, errors)
 }
 
@@ -195,7 +172,7 @@ pub fn check(history: &History<'_>) -> Figures {
     losses(history, &mut fig);
     let mut latencies: Vec<u64> = holdings
         .iter()
-        .map(|h| h.returned.saturating_sub(h.start))
+        .map(|h| h.acquired.returned.saturating_sub(h.acquired.start))
         .collect();
     latencies.sort_unstable();
     if let Some(&max) = latencies.last() {
@@ -245,11 +222,14 @@ fn overlaps(records: &[WriteRecord], fig: &mut Figures) {
 
 fn fenced(holdings: &[Holding]) -> HashMap<&str, Vec<&Holding>> {
     let mut by_key: HashMap<&str, Vec<&Holding>> = HashMap::new();
-    for h in holdings.iter().filter(|h| h.kind != HoldKind::Permit) {
-        by_key.entry(h.key.as_str()).or_default().push(h);
+    for h in holdings
+        .iter()
+        .filter(|h| h.acquired.kind != HoldKind::Permit)
+    {
+        by_key.entry(h.acquired.key.as_str()).or_default().push(h);
     }
     for list in by_key.values_mut() {
-        list.sort_by_key(|h| h.returned);
+        list.sort_by_key(|h| h.acquired.returned);
     }
     by_key
 }
@@ -260,12 +240,14 @@ fn fence_regressions(holdings: &[Holding], fig: &mut Figures) {
         let mut prefix_max = Vec::with_capacity(list.len());
         let mut max = None;
         for h in &list {
-            max = max.max(h.fence);
+            max = max.max(h.acquired.fence);
             prefix_max.push(max);
         }
         for b in &list {
-            let Some(fence) = b.fence else { continue };
-            let earlier = list.partition_point(|a| a.returned < b.start);
+            let Some(fence) = b.acquired.fence else {
+                continue;
+            };
+            let earlier = list.partition_point(|a| a.acquired.returned < b.acquired.start);
             if earlier == 0 {
                 continue;
             }
@@ -293,7 +275,7 @@ fn losses(history: &History<'_>, fig: &mut Figures) {
     fig.lost_permits = history
         .holdings
         .iter()
-        .filter(|h| h.kind == HoldKind::Permit && h.lost.is_some())
+        .filter(|h| h.acquired.kind == HoldKind::Permit && h.lost.is_some())
         .count();
     for (key, list) in fenced(history.holdings) {
         for h in &list {
@@ -307,10 +289,10 @@ fn losses(history: &History<'_>, fig: &mut Figures) {
             let until = noticed.map_or(let_go, |t| t.min(let_go));
             // the first other holder of the key that proves the lease was gone
             let takeover = list.iter().find(|g| {
-                (g.worker, g.incarnation, g.n) != (h.worker, h.incarnation, h.n)
-                    && g.returned > h.returned
-                    && g.returned < until
-                    && match (g.fence, h.fence) {
+                (g.worker, g.incarnation, g.acquired.n) != (h.worker, h.incarnation, h.acquired.n)
+                    && g.acquired.returned > h.acquired.returned
+                    && g.acquired.returned < until
+                    && match (g.acquired.fence, h.acquired.fence) {
                         (Some(a), Some(b)) => a > b,
                         _ => true,
                     }
@@ -319,7 +301,7 @@ fn losses(history: &History<'_>, fig: &mut Figures) {
                 fig.lost_in_time += usize::from(noticed.is_some());
                 continue;
             };
-            if noticed.is_some_and(|t| t <= g.returned + history.tolerance_ns) {
+            if noticed.is_some_and(|t| t <= g.acquired.returned + history.tolerance_ns) {
                 fig.lost_in_time += 1;
                 continue;
             }
@@ -328,12 +310,12 @@ fn losses(history: &History<'_>, fig: &mut Figures) {
                     f.planned.kind,
                     FaultKind::PauseWorkerShort | FaultKind::PauseWorkerLong
                 ) && f.worker == Some(h.worker)
-                    && window_meets(f, h.start, until)
+                    && window_meets(f, h.acquired.start, until)
             });
             let restarted = history
                 .faults
                 .iter()
-                .any(|f| f.forgets_locks && window_meets(f, h.start, until));
+                .any(|f| f.forgets_locks && window_meets(f, h.acquired.start, until));
             if paused {
                 fig.lost_while_paused += 1;
             } else if restarted {
@@ -341,13 +323,16 @@ fn losses(history: &History<'_>, fig: &mut Figures) {
             } else {
                 fig.lost_late += 1;
                 let how = noticed.map_or(format!("never noticed (ended {:?}) that", h.end), |t| {
-                    format!("noticed {:.1} ms after", (t - g.returned) as f64 / 1e6)
+                    format!(
+                        "noticed {:.1} ms after",
+                        (t - g.acquired.returned) as f64 / 1e6
+                    )
                 });
                 example(
                     fig,
                     format!(
                         "late loss on {key}: worker {}.{} (fence {:?}) {how} worker {}.{} held it (fence {:?})",
-                        h.worker, h.incarnation, h.fence, g.worker, g.incarnation, g.fence
+                        h.worker, h.incarnation, h.acquired.fence, g.worker, g.incarnation, g.acquired.fence
                     ),
                 );
             }
@@ -364,10 +349,10 @@ fn longest_free_wait(holdings: &[Holding]) -> Option<(u64, String)> {
             };
             let next = list
                 .iter()
-                .filter(|g| g.returned > released)
-                .min_by_key(|g| g.returned);
-            if let Some(g) = next.filter(|g| g.start < released) {
-                let gap = g.returned - released;
+                .filter(|g| g.acquired.returned > released)
+                .min_by_key(|g| g.acquired.returned);
+            if let Some(g) = next.filter(|g| g.acquired.start < released) {
+                let gap = g.acquired.returned - released;
                 if best.as_ref().is_none_or(|(b, _)| gap > *b) {
                     best = Some((gap, key.to_string()));
                 }

@@ -83,20 +83,7 @@ pub enum Event {
         t: u64,
     },
     /// A holding began.
-    Acquired {
-        /// The holding's number within this worker process.
-        n: u64,
-        /// Lock, segment or permit.
-        kind: HoldKind,
-        /// The key held (a segment's own key, the semaphore's name).
-        key: String,
-        /// Its fencing token.
-        fence: Option<u64>,
-        /// When `acquire()` was called.
-        start: u64,
-        /// When it returned.
-        returned: u64,
-    },
+    Acquired(Acquisition),
     /// A holding's `lost()` resolved.
     Lost {
         /// The holding.
@@ -127,23 +114,38 @@ pub enum Event {
     },
 }
 
+/// How a holding began: what its `ACQ` line says, and where the checker's
+/// [`Holding`](crate::checker::Holding) starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquisition {
+    /// The holding's number within this worker process.
+    pub n: u64,
+    /// Lock, segment or permit.
+    pub kind: HoldKind,
+    /// The key held (a segment's own key, the semaphore's name).
+    pub key: String,
+    /// Its fencing token.
+    pub fence: Option<u64>,
+    /// When `acquire()` was called.
+    pub start: u64,
+    /// When it returned.
+    pub returned: u64,
+}
+
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::Ready { t } => write!(f, "READY {t}"),
-            Event::Acquired {
-                n,
-                kind,
-                key,
-                fence,
-                start,
-                returned,
-            } => {
-                let fence = fence.map_or("-".to_string(), |x| x.to_string());
+            Event::Acquired(a) => {
+                let fence = a.fence.map_or("-".to_string(), |x| x.to_string());
                 write!(
                     f,
-                    "ACQ {n} {} {key} {fence} {start} {returned}",
-                    kind.name()
+                    "ACQ {} {} {} {fence} {} {}",
+                    a.n,
+                    a.kind.name(),
+                    a.key,
+                    a.start,
+                    a.returned
                 )
             }
             Event::Lost { n, t } => write!(f, "LOST {n} {t}"),
@@ -170,7 +172,7 @@ impl Event {
         let num = |s: &str| s.parse::<u64>().ok();
         match w.as_slice() {
             ["READY", t] => Some(Event::Ready { t: num(t)? }),
-            ["ACQ", n, kind, key, fence, start, returned] => Some(Event::Acquired {
+            ["ACQ", n, kind, key, fence, start, returned] => Some(Event::Acquired(Acquisition {
                 n: num(n)?,
                 kind: HoldKind::from_name(kind)?,
                 key: (*key).to_string(),
@@ -181,7 +183,7 @@ impl Event {
                 },
                 start: num(start)?,
                 returned: num(returned)?,
-            }),
+            })),
             ["LOST", n, t] => Some(Event::Lost {
                 n: num(n)?,
                 t: num(t)?,

@@ -37,7 +37,7 @@ pub fn render(
 ) -> String {
     let keys: BTreeSet<&str> = holdings
         .iter()
-        .map(|h| h.key.as_str())
+        .map(|h| h.acquired.key.as_str())
         .chain(records.iter().map(|r| r.key.as_str()))
         .collect();
     let keys: Vec<&str> = keys.into_iter().collect();
@@ -102,10 +102,10 @@ pub fn render(
         );
     }
     for h in holdings {
-        let y = TOP + ROW * row_of(&h.key) as f64 + 4.0;
+        let y = TOP + ROW * row_of(&h.acquired.key) as f64 + 4.0;
         let end = h.end.map_or(end_ns, |(_, called, _)| called);
-        let (x0, x1) = (x(h.returned), x(end));
-        let opacity = if h.kind == crate::events::HoldKind::Permit {
+        let (x0, x1) = (x(h.acquired.returned), x(end));
+        let opacity = if h.acquired.kind == crate::events::HoldKind::Permit {
             0.45
         } else {
             0.8
@@ -117,7 +117,7 @@ pub fn render(
             ROW - 8.0,
             color(h.worker),
             h.worker,
-            h.fence
+            h.acquired.fence
         );
         if let Some(lost) = h.lost {
             let lx = x(lost);

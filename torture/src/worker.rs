@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::clock::now_ns;
-use crate::events::{EndHow, Event, HoldKind};
+use crate::events::{Acquisition, EndHow, Event, HoldKind};
 use crate::options::WorkerOptions;
 use crate::store_client::{Opened, StoreClient};
 
@@ -145,14 +145,14 @@ pub async fn run(options: WorkerOptions, stop: Arc<AtomicBool>) -> Result<(), St
                 continue;
             }
         };
-        emit(&Event::Acquired {
+        emit(&Event::Acquired(Acquisition {
             n,
             kind,
             key: held.key().to_string(),
             fence: held.fence(),
             start,
             returned: now_ns(),
-        });
+        }));
         let lost = held.lost();
         let watcher = tokio::spawn(async move {
             lost.await;

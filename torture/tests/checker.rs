@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dlock_torture::checker::{check, Figures, History, Holding};
-use dlock_torture::events::{EndHow, HoldKind};
+use dlock_torture::events::{Acquisition, EndHow, HoldKind};
 use dlock_torture::faults::FaultKind;
 use dlock_torture::nemesis::Injected;
 use dlock_torture::report::failures;
@@ -18,12 +18,14 @@ fn holding(worker: usize, fence: u64, start: u64, returned: u64) -> Holding {
     Holding {
         worker,
         incarnation: 0,
-        n: 1,
-        kind: HoldKind::Lock,
-        key: "k".into(),
-        fence: Some(fence),
-        start: start * MS,
-        returned: returned * MS,
+        acquired: Acquisition {
+            n: 1,
+            kind: HoldKind::Lock,
+            key: "k".into(),
+            fence: Some(fence),
+            start: start * MS,
+            returned: returned * MS,
+        },
         lost: None,
         end: None,
     }
@@ -175,7 +177,7 @@ fn lost_is_late_when_another_holder_came_first_and_nothing_excuses_it() {
 
     // a holder with a lower fence proves nothing (it is the stale one)
     let mut stale = g.clone();
-    stale.fence = Some(0);
+    stale.acquired.fence = Some(0);
     let f = run(&[h, stale], &[], &[]);
     assert_eq!((f.lost_late, f.lost_in_time), (0, 1));
 }
