@@ -43,6 +43,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+echo "== cargo publish --dry-run (the library and its macro package stay publishable: manifest, files, packaged build)"
+cargo publish --dry-run --allow-dirty -p dlock-macros -p dlock-rs
 echo "== cargo test (macro UI cases and allocation-free tracing, built without features: see dlock/tests/ui.rs and quiet_observability.rs)"
 cargo test -p dlock-rs --no-default-features --test ui --test quiet_observability
 echo "== cargo test"
