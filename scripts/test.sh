@@ -27,7 +27,7 @@ fi
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== first run: the quickstart and seckill_segmented build with cargo alone (no protoc)"
-# The README's first command must work on a machine with only a Rust toolchain.
+# The README's quick start must work on a machine with only a Rust toolchain.
 # install-deps.sh has just put protoc on this one, so hide it from every build
 # script in the examples' graph: PROTOC points nowhere, and a `protoc` first on
 # PATH fails. A target dir of its own, so that nothing built earlier with protoc

@@ -1,7 +1,7 @@
 //! `dlock`: run a command under a distributed lock, and inspect or free
 //! locks, on any backend of dlock's `full` feature but the in-process one.
 //!
-//! Exit codes (also in `dlock --help` and the README's "Operating dlock"):
+//! Exit codes (also in `dlock --help` and `dlock::guide::operations`):
 //!
 //! | code | when |
 //! |---|---|

@@ -4,7 +4,7 @@
 //!
 //! Without the `metrics` feature only: with it, each `metrics` macro builds
 //! its key on the heap whether or not a recorder is installed (that cost is
-//! the feature's, and the README says so). `scripts/test.sh` runs this file
+//! the feature's, and `dlock::guide::observability` says so). `scripts/test.sh` runs this file
 //! in the build without features.
 #![cfg(not(feature = "metrics"))]
 

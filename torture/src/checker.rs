@@ -1,7 +1,7 @@
 //! The checker: from the workers' events, the store's log and the nemesis's record, the
 //! figures of the report.
 //!
-//! Definitions (the README's "Reliability" section repeats them):
+//! Definitions (`dlock::guide::reliability` repeats them):
 //!
 //! - **Critical section completed**: a holding whose round ended (`release()` returned or
 //!   the guard was dropped).

@@ -1,7 +1,7 @@
 //! dlock's torture run: worker processes lock keys and write to a fenced store while a
 //! seeded nemesis injects faults, and a checker counts what went wrong.
 //!
-//! The `torture` binary drives it (see the README's "Reliability" section):
+//! The `torture` binary drives it (see `dlock::guide::reliability`):
 //! `torture <url> --minutes M --workers N --seed S [--faults LIST]`, or
 //! `torture --local redis|cluster|redlock|etcd|zk …` to start its own servers.
 //!

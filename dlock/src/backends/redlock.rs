@@ -92,8 +92,6 @@
 //!
 //! # When to use Redlock, and its limits
 //!
-//! *This section is written to be copied into the README.*
-//!
 //! Redlock is for **efficiency** locks — "do this job once, not five times"
 //! — where you already run Redis and want no single Redis server to be a
 //! point of failure: with 5 masters, any 2 may crash, hang or be cut off and

@@ -1,6 +1,6 @@
 //! What dlock tells operators: `tracing` spans and events, and metrics
 //! through the `metrics` facade (cargo feature `metrics`). Names, fields and
-//! labels are listed in the README's "Observability" section; this module
+//! labels are listed in `crate::guide::observability`; this module
 //! is the only place that emits them.
 //!
 //! Nothing here allocates when nobody listens: span fields are recorded

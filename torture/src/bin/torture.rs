@@ -1,5 +1,5 @@
-//! `torture`: a long randomized fault run against a lock service (see the README's
-//! "Reliability" section); `torture worker …` is one of its worker processes.
+//! `torture`: a long randomized fault run against a lock service (see
+//! `dlock::guide::reliability`); `torture worker …` is one of its worker processes.
 
 #![forbid(unsafe_code)]
 
