@@ -14,7 +14,7 @@ use dlock::{Election, Leader, LockBackend, LockError};
 use futures_util::StreamExt;
 
 use crate::conformance::{unique_key, Fixture};
-use crate::fixtures::without_rw::WithoutRw;
+use crate::fixtures::forward::Forward;
 use crate::overlap::OverlapDetector;
 
 /// Expands to one `#[tokio::test]` per election case. The argument is an
@@ -587,7 +587,7 @@ pub async fn bad_input_is_refused_clearly<F: ElectionFixture>(fixture: &F) {
     ));
     leadership.resign().await.unwrap();
 
-    let without = WithoutRw::wrap(backend.clone());
+    let without = Forward::without_rw(backend.clone());
     assert!(without.election().is_none());
     let unsupported = election(&without, &name).campaign("a").await.unwrap_err();
     let text = unsupported.to_string();

@@ -5,19 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::{Lock, LockError, LockGuard};
-use tokio::task::JoinHandle;
+use dlock::LockGuard;
 
-/// A waiting acquisition: when it came back, and what with.
-pub type Waiting = JoinHandle<(Instant, Result<LockGuard, LockError>)>;
-
-/// Starts `lock`'s acquisition (give it a long wait) in a task of its own.
-pub fn wait_for(lock: Lock) -> Waiting {
-    tokio::spawn(async move {
-        let guard = lock.acquire().await;
-        (Instant::now(), guard)
-    })
-}
+use crate::acquisitions::Waiting;
 
 /// Asserts, every 50 ms until `done()` and then for `after` more, that the
 /// waiter was not granted the key while `guard` held it; then that `guard`

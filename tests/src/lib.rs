@@ -3,6 +3,7 @@
 //! for the interop tests. Everything here runs against real servers that
 //! the tests start themselves.
 
+pub mod acquisitions;
 pub mod conformance;
 pub mod curator;
 pub mod election;
@@ -31,3 +32,4 @@ pub mod servers;
 pub mod shared;
 pub mod short_waits;
 pub mod tls;
+pub mod urls;

@@ -13,7 +13,7 @@ use dlock::{LockBackend, LockError, RwLock};
 use tokio::sync::Barrier;
 
 use crate::conformance::{unique_key, Fixture};
-use crate::fixtures::without_rw::WithoutRw;
+use crate::fixtures::forward::Forward;
 
 /// A lock service whose read-write locks the suite can tamper with.
 #[async_trait::async_trait]
@@ -420,7 +420,7 @@ pub async fn nested_leases_follow_the_reentrancy_rules<F: RwFixture>(fixture: &F
 /// A backend that has no read-write locks answers `RwLock` with one
 /// `InvalidOption` naming it and the backends that have them.
 pub async fn a_backend_without_read_write_locks_says_so<F: RwFixture>(fixture: &F) {
-    let plain = WithoutRw::wrap(fixture.backend().await);
+    let plain = Forward::without_rw(fixture.backend().await);
     let described = plain.describe();
     let key = unique_key("rw-none");
     for err in [

@@ -118,7 +118,16 @@ async fn redlock_five_masters() {
 async fn zookeeper() {
     let server = ZkServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
-    // A session that outlives the delayed heartbeats by far.
+    let (slow, fast) = zookeeper_clients(&server, &proxy).await;
+    a_late_grant_is_not_handed_over(&late_key(), slow, fast, &[proxy]).await;
+}
+
+/// A slow client through `proxy` and a fast one straight to `server`. The
+/// slow one's session outlives the delayed heartbeats by far.
+async fn zookeeper_clients(
+    server: &ZkServer,
+    proxy: &FaultProxy,
+) -> (Arc<dyn LockBackend>, Arc<dyn LockBackend>) {
     let slow: Arc<dyn LockBackend> = Arc::new(
         ZooKeeperBackend::connect(&format!("zk://{}?session_timeout=20s", proxy.addr()))
             .await
@@ -129,7 +138,7 @@ async fn zookeeper() {
             .await
             .expect("connect to ZooKeeper"),
     );
-    a_late_grant_is_not_handed_over(&late_key(), slow, fast, &[proxy]).await;
+    (slow, fast)
 }
 
 /// What a subscriber writes, kept for the test to read.
@@ -269,16 +278,7 @@ async fn zookeeper_a_listing_retried_after_a_lost_connection() {
 
     let server = ZkServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
-    let slow: Arc<dyn LockBackend> = Arc::new(
-        ZooKeeperBackend::connect(&format!("zk://{}?session_timeout=20s", proxy.addr()))
-            .await
-            .expect("connect to ZooKeeper through the proxy"),
-    );
-    let fast: Arc<dyn LockBackend> = Arc::new(
-        ZooKeeperBackend::connect(&server.url())
-            .await
-            .expect("connect to ZooKeeper"),
-    );
+    let (slow, fast) = zookeeper_clients(&server, &proxy).await;
     let key = late_key();
     let lock = Lock::new(&key).with_backend(slow).ttl(TTL);
     // Once on time: the key's directory exists, the acquire is a create

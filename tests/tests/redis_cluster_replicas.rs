@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::failover::{hands_over, held_throughout, wait_for};
+use dlock_tests::acquisitions::wait_for;
+use dlock_tests::failover::{hands_over, held_throughout};
 use dlock_tests::fixtures::redis::lock_key;
 use dlock_tests::servers::{RedisCluster, RedisOptions, ServerControl};
 

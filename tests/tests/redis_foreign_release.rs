@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockError};
+use dlock_tests::acquisitions::{self, acquire_and_release, got_within};
 use dlock_tests::fixtures::redis::lock_key;
 use dlock_tests::foreign::waiting::{
     took, wait_for, woke_at_the_holders_expiry, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
@@ -408,13 +409,7 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
     };
     let held = lock(&holder).acquire().await.unwrap();
     let held_zero = lock(&zero).acquire().await.unwrap();
-    let waiting = {
-        let waiter = lock(&waiter).wait(Duration::from_secs(20));
-        tokio::spawn(async move {
-            let guard = waiter.acquire().await;
-            (Instant::now(), guard)
-        })
-    };
+    let waiting = acquisitions::wait_for(lock(&waiter).wait(Duration::from_secs(20)));
     let deadline = Instant::now() + Duration::from_secs(5);
     while channels_of(&server, key).is_empty() {
         assert!(Instant::now() < deadline, "the waiter never subscribed");
@@ -422,13 +417,7 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
     }
     let before = waiter.metrics().round_trips;
     for _ in 0..CHURN {
-        lock(&churn)
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        acquire_and_release(&lock(&churn)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let woken = waiter.metrics().round_trips - before;
@@ -459,13 +448,13 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
     // Its own database's release wakes it at once; database 0's waiter too.
     let released = Instant::now();
     held.release().await.unwrap();
-    let (got_at, guard) = waiting.await.unwrap();
-    let guard = guard.expect("the database-2 waiter did not get the lock");
-    assert!(
-        got_at - released < Duration::from_secs(1),
-        "took {:?}",
-        got_at - released
-    );
+    let guard = got_within(
+        waiting,
+        released,
+        Duration::from_secs(1),
+        "the database-2 waiter did not get the lock",
+    )
+    .await;
     guard.release().await.unwrap();
     held_zero.release().await.unwrap();
     zero_waiting

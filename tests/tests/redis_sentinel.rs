@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::failover::{hands_over, held_throughout, wait_for};
+use dlock_tests::acquisitions::wait_for;
+use dlock_tests::failover::{hands_over, held_throughout};
 use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
 
 /// What dlock logs at INFO and above in this test binary (a global

@@ -8,21 +8,21 @@
 //! Every wait is bounded; servers run on free loopback ports in temp dirs and
 //! stop when their fixture is dropped.
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
 use dlock::{distributed_lock, Lock, LockBackend, LockError, LockGuard, RwLock, MAX_TTL};
+use dlock_tests::acquisitions::acquire_and_release;
 use dlock_tests::curator::Curator;
 use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
+use dlock_tests::holder::{Holder, HolderSpec};
 use dlock_tests::poll::eventually;
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::zookeeper::{ZkServer, ZkTls};
 use dlock_tests::tls::TestCerts;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
+use dlock_tests::urls::invalid_option;
 
 async fn backend(fixture: &ZkFixture) -> Arc<ZooKeeperBackend> {
     Arc::new(
@@ -952,26 +952,21 @@ async fn session_expiry_cancels_an_annotated_fn() {
 async fn a_killed_holder_process_frees_the_lock_after_the_session_timeout() {
     let fixture = ZkFixture::start().await;
     let key = "crash";
-    let mut holder = Command::new(env!("CARGO_BIN_EXE_lock-holder"))
-        .args([fixture.url(), key, "30000", "120000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run lock-holder");
-    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("lock-holder did not acquire within 30 s")
-        .unwrap()
-        .expect("lock-holder exited");
-    let fence: u64 = first
-        .strip_prefix("ACQUIRED ")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected lock-holder output {first:?}"));
+    let mut holder = Holder::spawn(
+        env!("CARGO_BIN_EXE_lock-holder"),
+        &HolderSpec::once(
+            fixture.url(),
+            key,
+            Duration::from_secs(30),
+            Duration::from_secs(120),
+        ),
+    );
+    let token = holder.acquired(Duration::from_secs(30)).await;
+    let fence: u64 = token
+        .parse()
+        .unwrap_or_else(|_| panic!("unexpected lock-holder token {token:?}"));
 
-    holder.start_kill().expect("SIGKILL the holder");
-    holder.wait().await.unwrap();
+    holder.kill9().await;
     let killed_at = Instant::now();
     let b = backend(&fixture).await;
     let guard = lock(&b, key)
@@ -1037,11 +1032,7 @@ async fn bad_urls_are_rejected_without_showing_the_password() {
         "zk://h:1?session_timeout=soon",
         "zk://h:1?colour=red",
     ] {
-        let err = dlock::connect(url).await.unwrap_err();
-        assert!(
-            matches!(err, LockError::InvalidOption { .. }),
-            "{url}: {err:?}"
-        );
+        let err = invalid_option(url).await;
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
     // Nobody listens on port 1: a Backend error, quickly.
@@ -1345,13 +1336,7 @@ async fn an_open_directory_made_by_anyone_is_tightened_or_refused() {
 async fn a_directory_that_vanished_and_came_back_open_is_tightened_again() {
     let fixture = ZkFixture::start().await;
     let authed = backend_with(&fixture, Some("app:pw"), "prefix=p6").await;
-    lock(&authed, "victim")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock(&authed, "victim")).await;
     // What the server's container reaper does to idle directories.
     let owner = zookeeper_client::Client::connector()
         .with_auth("digest", b"app:pw")
