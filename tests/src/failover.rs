@@ -5,9 +5,36 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::LockGuard;
+use std::sync::Arc;
 
-use crate::acquisitions::Waiting;
+use dlock::{Lock, LockBackend, LockGuard};
+
+use crate::acquisitions::{wait_for, Waiting};
+
+/// The start of every failover case: client `a` takes `key` with `ttl`
+/// (panicking with `what` if it cannot), and client `b` starts waiting for
+/// it, for up to a minute.
+pub async fn held_and_awaited(
+    a: Arc<dyn LockBackend>,
+    b: Arc<dyn LockBackend>,
+    key: &str,
+    ttl: Duration,
+    what: &str,
+) -> (LockGuard, Waiting) {
+    let guard = Lock::new(key)
+        .with_backend(a)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect(what);
+    let waiting = wait_for(
+        Lock::new(key)
+            .with_backend(b)
+            .ttl(ttl)
+            .wait(Duration::from_secs(60)),
+    );
+    (guard, waiting)
+}
 
 /// Asserts, every 50 ms until `done()` and then for `after` more, that the
 /// waiter was not granted the key while `guard` held it; then that `guard`

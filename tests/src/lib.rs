@@ -4,6 +4,7 @@
 //! the tests start themselves.
 
 pub mod acquisitions;
+pub mod captured_log;
 pub mod conformance;
 pub mod curator;
 pub mod election;

@@ -11,6 +11,7 @@ use dlock::backends::redis::RedisBackend;
 use dlock::backends::redlock::RedlockBackend;
 use dlock::backends::zookeeper::ZooKeeperBackend;
 use dlock::LockBackend;
+use dlock_tests::captured_log::CapturedLog;
 use dlock_tests::fixtures::redis::lock_key;
 use dlock_tests::late_answer::{a_late_grant_is_not_handed_over, late_key};
 use dlock_tests::proxy::FaultProxy;
@@ -141,20 +142,6 @@ async fn zookeeper_clients(
     (slow, fast)
 }
 
-/// What a subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The stale grant is a WARN event naming the key, the reason and how late
 /// the answer was (the operator's clue that replies are slower than ttls).
 #[tokio::test(flavor = "current_thread")]
@@ -162,14 +149,11 @@ async fn a_late_grant_is_a_warn_event() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
     let slow = redis(&format!("redis://{}", proxy.addr())).await;
-    let captured = Captured::default();
+    let captured = CapturedLog::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::WARN)
         .with_ansi(false)
-        .with_writer({
-            let captured = captured.clone();
-            move || captured.clone()
-        })
+        .with_writer(captured.clone())
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
     proxy.delay_replies(dlock_tests::late_answer::DELAY);
@@ -181,7 +165,7 @@ async fn a_late_grant_is_a_warn_event() {
         .await
         .expect("an answer, if late");
     assert!(late.is_none());
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     let event = text
         .lines()
         .find(|l| l.contains("no longer live when it would have been handed over"))

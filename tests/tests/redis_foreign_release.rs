@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockError};
 use dlock_tests::acquisitions::{self, acquire_and_release, got_within};
-use dlock_tests::fixtures::redis::lock_key;
+use dlock_tests::fixtures::redis::{lock_key, server_with_app_user};
 use dlock_tests::foreign::waiting::{
     took, wait_for, woke_at_the_holders_expiry, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
     SHORT_FOREIGN_TTL,
@@ -472,29 +472,11 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
 /// keys and channel, and the ACL rule, with Redis's `NOPERM` kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_names_the_key_and_the_missing_grant() {
-    let mut rule = vec![
-        "--user",
-        "app",
-        "on",
-        ">app-pw",
-        "resetkeys",
-        "resetchannels",
-        "-@all",
-        "~dlock:{jobs}*",
-        "&dlock:*",
-    ];
-    rule.extend(dlock::backends::redis::ACL_COMMANDS.split_whitespace());
-    let server = RedisServer::start_with(RedisOptions::new().config(rule));
-    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let (_server, url) =
+        server_with_app_user("~dlock:{jobs}*", dlock::backends::redis::ACL_COMMANDS);
     let backend: Arc<dyn dlock::LockBackend> = connect(&url).await;
     let lock = |key: &str| Lock::new(key).with_backend(backend.clone());
-    lock("jobs")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock("jobs")).await;
 
     let expect = |err: LockError, parts: &[&str]| {
         assert!(matches!(err, LockError::Backend { .. }), "{err:?}");

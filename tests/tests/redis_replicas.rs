@@ -110,14 +110,8 @@ async fn replicas_zero_sends_nothing_and_auto_without_replicas_sends_no_wait() {
     let auto = connect(&alone.url()).await;
     let infos_before = alone.command_calls("info");
     for i in 0..20 {
-        Lock::new(format!("replicas:alone:{i}"))
-            .with_backend(auto.clone())
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        acquire_and_release(&Lock::new(format!("replicas:alone:{i}")).with_backend(auto.clone()))
+            .await;
     }
     assert_eq!(
         alone.command_calls("wait"),

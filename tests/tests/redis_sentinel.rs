@@ -16,37 +16,24 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::acquisitions::wait_for;
-use dlock_tests::failover::{hands_over, held_throughout};
+use dlock_tests::captured_log::CapturedLog;
+use dlock_tests::failover::{hands_over, held_and_awaited, held_throughout};
 use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
 
 /// What dlock logs at INFO and above in this test binary (a global
 /// subscriber: the failover event is emitted on dlock's own runtime).
-fn logged() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
-    static LOGGED: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+fn logged() -> &'static CapturedLog {
+    static LOGGED: std::sync::OnceLock<CapturedLog> = std::sync::OnceLock::new();
     LOGGED.get_or_init(|| {
-        let buffer = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = buffer.clone();
+        let log = CapturedLog::default();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::INFO)
             .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
+            .with_writer(log.clone())
             .finish();
         tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        buffer
+        log
     })
-}
-
-struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 async fn connect(url: &str) -> Arc<RedisBackend> {
@@ -81,23 +68,19 @@ async fn a_holder_survives_a_failover() {
     let (a, b) = (connect(&url).await, connect(&url).await);
     let key = "sentinel:failover:holder";
     let ttl = Duration::from_secs(6);
-    let guard = Lock::new(key)
-        .with_backend(a.clone() as Arc<dyn LockBackend>)
-        .ttl(ttl)
-        .acquire()
-        .await
-        .expect("A acquires on the first master");
+    let (guard, waiting) = held_and_awaited(
+        a.clone(),
+        b.clone(),
+        key,
+        ttl,
+        "A acquires on the first master",
+    )
+    .await;
     assert!(guard.fencing_token().is_some(), "a fencing token");
     let first_master = a
         .sentinel_master()
         .expect("a sentinel backend names its master");
 
-    let waiting = wait_for(
-        Lock::new(key)
-            .with_backend(b.clone() as Arc<dyn LockBackend>)
-            .ttl(ttl)
-            .wait(Duration::from_secs(60)),
-    );
     let lost = tokio::spawn(guard.lost());
 
     let old = group.master_addr();
@@ -115,7 +98,7 @@ async fn a_holder_survives_a_failover() {
     let promoted_addr = group.node(promoted).addr().to_string();
     assert_eq!(a.sentinel_master().unwrap(), promoted_addr);
     // Operators see the switch: an INFO event naming the master and both nodes.
-    let text = String::from_utf8(logged.lock().unwrap().clone()).unwrap();
+    let text = logged.text();
     // This failover's event: the binary's other tests fail over too.
     let event = text
         .lines()
@@ -320,18 +303,7 @@ async fn a_holder_follows_a_planned_failover() {
     let (a, b) = (connect(&url).await, connect(&url).await);
     let key = "sentinel:planned";
     let ttl = Duration::from_secs(6);
-    let guard = Lock::new(key)
-        .with_backend(a.clone() as Arc<dyn LockBackend>)
-        .ttl(ttl)
-        .acquire()
-        .await
-        .expect("A acquires");
-    let waiting = wait_for(
-        Lock::new(key)
-            .with_backend(b as Arc<dyn LockBackend>)
-            .ttl(ttl)
-            .wait(Duration::from_secs(60)),
-    );
+    let (guard, waiting) = held_and_awaited(a.clone(), b, key, ttl, "A acquires").await;
     let old = group.master_index();
     group.sentinel_cli(0, &["SENTINEL", "FAILOVER", group.master_name()]);
     let switched = || group.try_master_index().is_ok_and(|now| now != old);

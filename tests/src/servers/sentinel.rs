@@ -54,7 +54,7 @@ use crate::servers::process::{
     log_tail, require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
     PROBE_INTERVAL,
 };
-use crate::servers::redis::{RedisOptions, RedisServer, REDIS_PACKAGES};
+use crate::servers::redis::{redis_cli_args, RedisOptions, RedisServer, REDIS_PACKAGES};
 use crate::tls::TestCerts;
 
 /// The master name the sentinels monitor unless [`SentinelOptions::master_name`] says another.
@@ -409,18 +409,10 @@ impl SentinelNode {
     /// redis-cli cannot run, fails or takes longer than 10 s.
     #[track_caller]
     pub fn redis_cli(&self, args: &[&str]) -> String {
-        match self.try_redis_cli(args) {
-            Ok(out) if out.success() => out.stdout.trim().to_string(),
-            Ok(out) => panic!(
-                "redis-cli {args:?} against sentinel {} failed ({}): {}{}",
-                self.addr(),
-                out.status
-                    .map_or_else(|| "timed out".to_string(), |s| s.to_string()),
-                out.stdout,
-                out.stderr
-            ),
-            Err(e) => panic!("{e}"),
-        }
+        CommandOutput::trimmed_stdout(
+            self.try_redis_cli(args),
+            format_args!("redis-cli {args:?} against sentinel {}", self.addr()),
+        )
     }
 
     /// Fallible [`SentinelNode::redis_cli`] with the full output.
@@ -429,7 +421,13 @@ impl SentinelNode {
     }
 
     fn cli_with_limit(&self, args: &[&str], limit: Duration) -> HarnessResult<CommandOutput> {
-        let mut all = cli_args(self.port, self.password.as_deref(), self.ca.as_deref());
+        // The sentinels have no ACL users: the default one, with the password.
+        let mut all = redis_cli_args(
+            self.port,
+            self.ca.as_deref(),
+            None,
+            self.password.as_deref(),
+        );
         all.extend(args.iter().map(OsString::from));
         run_command(&self.cli, &all, &[], limit)
     }
@@ -477,7 +475,12 @@ impl ServerControl for SentinelNode {
     fn wait_ready(&mut self) -> HarnessResult<()> {
         let (cli, mut args) = (
             self.cli.clone(),
-            cli_args(self.port, self.password.as_deref(), self.ca.as_deref()),
+            redis_cli_args(
+                self.port,
+                self.ca.as_deref(),
+                None,
+                self.password.as_deref(),
+            ),
         );
         args.push("PING".into());
         self.process
@@ -498,25 +501,6 @@ impl ServerControl for SentinelNode {
             )))
         }
     }
-}
-
-/// `redis-cli` arguments that reach (and log in to) a sentinel on `port`, over TLS
-/// trusting `ca` if given.
-fn cli_args(port: u16, password: Option<&str>, ca: Option<&std::path::Path>) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec![
-        "-h".into(),
-        "127.0.0.1".into(),
-        "-p".into(),
-        port.to_string().into(),
-    ];
-    if let Some(ca) = ca {
-        args.extend(["--tls".into(), "--cacert".into(), ca.into()]);
-    }
-    if let Some(password) = password {
-        args.extend(["-a".into(), password.into()]);
-    }
-    args.push("--no-auth-warning".into());
-    args
 }
 
 /// Splits redis-cli's flat output of an array of field/value arrays (`SENTINEL sentinels`,
