@@ -66,6 +66,26 @@ fn rw(backend: &Arc<dyn LockBackend>, key: &str) -> RwLock {
     RwLock::new(key).with_backend(backend.clone())
 }
 
+/// While a reader holds the key and a writer has given up on it (its
+/// `write()` dropped or cut): a reader that comes later gets in at once
+/// (else the test fails with `kept_out`), and that writer, trying again for
+/// 300 ms, times out behind the first reader.
+pub async fn a_late_reader_gets_in_and_the_writer_times_out(
+    late_reader: &RwLock,
+    writer: &RwLock,
+    kept_out: &str,
+) {
+    let late = late_reader.try_read().await.unwrap();
+    late.expect(kept_out).release().await.unwrap();
+    let err = writer
+        .clone()
+        .wait(Duration::from_millis(300))
+        .write()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+}
+
 /// 8 readers on 4 clients each hold a read lease and wait at a barrier of
 /// 8 before letting go: the barrier opens only if all 8 hold at once.
 pub async fn eight_readers_hold_at_once<F: RwFixture>(fixture: &F) {

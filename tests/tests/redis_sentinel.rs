@@ -18,6 +18,9 @@ use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::captured_log::CapturedLog;
 use dlock_tests::failover::{hands_over, held_and_awaited, held_throughout};
+use dlock_tests::fixtures::sentinel::{
+    client_of_the_master, held_on_the_first_master, sentinel_client, HeldOnTheFirstMaster,
+};
 use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
 
 /// What dlock logs at INFO and above in this test binary (a global
@@ -34,14 +37,6 @@ fn logged() -> &'static CapturedLog {
         tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
         log
     })
-}
-
-async fn connect(url: &str) -> Arc<RedisBackend> {
-    Arc::new(
-        RedisBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", dlock::url::redact(url))),
-    )
 }
 
 fn with_param(url: &str, param: &str) -> String {
@@ -65,21 +60,14 @@ async fn a_holder_survives_a_failover() {
     let logged = logged();
     let mut group = blocking(|| RedisSentinel::start(1));
     let url = group.url();
-    let (a, b) = (connect(&url).await, connect(&url).await);
-    let key = "sentinel:failover:holder";
     let ttl = Duration::from_secs(6);
-    let (guard, waiting) = held_and_awaited(
-        a.clone(),
-        b.clone(),
-        key,
-        ttl,
-        "A acquires on the first master",
-    )
-    .await;
-    assert!(guard.fencing_token().is_some(), "a fencing token");
-    let first_master = a
-        .sentinel_master()
-        .expect("a sentinel backend names its master");
+    let HeldOnTheFirstMaster {
+        a,
+        guard,
+        first_master,
+        waiting,
+        ..
+    } = held_on_the_first_master(&url, "sentinel:failover:holder", ttl).await;
 
     let lost = tokio::spawn(guard.lost());
 
@@ -134,8 +122,8 @@ async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgemen
 ) {
     let mut group = blocking(|| RedisSentinel::start(1));
     let url = group.url();
-    let acked = connect(&url).await;
-    let unacked = connect(&with_param(&url, "replicas=0")).await;
+    let acked = sentinel_client(&url).await;
+    let unacked = sentinel_client(&with_param(&url, "replicas=0")).await;
     let key = "sentinel:classic";
     let ttl = Duration::from_secs(10);
     let replica = group.replica_indices()[0];
@@ -205,7 +193,7 @@ async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgemen
     });
     blocking(|| group.wait_failover(old, Duration::from_secs(30)))
         .expect("the sentinels promote the replica");
-    let b_backend = connect(&url).await;
+    let b_backend = sentinel_client(&url).await;
     let b = tokio::time::timeout(
         Duration::from_secs(10),
         Lock::new(key)
@@ -285,11 +273,7 @@ async fn sentinel_url_errors_say_what_failed() {
         "redis+sentinel://{hosts}/{}?sentinel_password=S3ntinelPw",
         group.master_name()
     );
-    let backend = connect(&url).await;
-    assert_eq!(
-        backend.sentinel_master(),
-        Some(group.master_addr().to_string())
-    );
+    client_of_the_master(&group, &url).await;
 }
 
 /// A planned failover (`SENTINEL FAILOVER`, as in maintenance): the old
@@ -300,7 +284,7 @@ async fn sentinel_url_errors_say_what_failed() {
 async fn a_holder_follows_a_planned_failover() {
     let group = blocking(|| RedisSentinel::start(1));
     let url = group.url();
-    let (a, b) = (connect(&url).await, connect(&url).await);
+    let (a, b) = (sentinel_client(&url).await, sentinel_client(&url).await);
     let key = "sentinel:planned";
     let ttl = Duration::from_secs(6);
     let (guard, waiting) = held_and_awaited(a.clone(), b, key, ttl, "A acquires").await;

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::failover::{held_and_awaited, held_throughout};
+use dlock_tests::failover::held_throughout;
+use dlock_tests::fixtures::sentinel::{
+    client_of_the_master, held_on_the_first_master, HeldOnTheFirstMaster,
+};
 use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
 use dlock_tests::tls::TestCerts;
 
@@ -28,14 +31,6 @@ fn start_tls(replicas: usize) -> RedisSentinel {
         RedisSentinel::try_start_with(replicas, SentinelOptions::new().tls(true))
             .unwrap_or_else(|e| panic!("{e}"))
     })
-}
-
-async fn connect(url: &str) -> Arc<RedisBackend> {
-    Arc::new(
-        RedisBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", dlock::url::redact(url))),
-    )
 }
 
 /// Connects to `url`, which must fail with [`LockError::Backend`] within
@@ -65,13 +60,8 @@ async fn locks_through_tls_sentinels() {
     assert_eq!(group.redis_cli_master(&["PING"]), "PONG");
 
     let started = Instant::now();
-    let backend = connect(&url).await;
+    let backend = client_of_the_master(&group, &url).await;
     eprintln!("connected over TLS in {:?}", started.elapsed());
-    assert_eq!(
-        backend.sentinel_master(),
-        Some(group.master_addr().to_string()),
-        "dlock names the master the sentinels name"
-    );
     let lock = Lock::new("sentinel:tls:basic")
         .with_backend(backend.clone() as Arc<dyn LockBackend>)
         .ttl(Duration::from_secs(5));
@@ -118,11 +108,7 @@ async fn a_wrong_ca_or_plain_text_fails_cleanly() {
     assert!(took < Duration::from_secs(5), "{took:?}");
 
     // The group is still fine for a client with the right CA.
-    let backend = connect(&url).await;
-    assert_eq!(
-        backend.sentinel_master(),
-        Some(group.master_addr().to_string())
-    );
+    client_of_the_master(&group, &url).await;
 }
 
 /// As `redis_sentinel.rs::a_holder_survives_a_failover`, over TLS: A holds,
@@ -133,21 +119,14 @@ async fn a_wrong_ca_or_plain_text_fails_cleanly() {
 async fn a_holder_survives_a_failover_over_tls() {
     let mut group = start_tls(1);
     let url = group.url();
-    let (a, b) = (connect(&url).await, connect(&url).await);
-    let key = "sentinel:tls:failover";
     let ttl = Duration::from_secs(6);
-    let (guard, waiting) = held_and_awaited(
-        a.clone(),
-        b.clone(),
-        key,
-        ttl,
-        "A acquires on the first master",
-    )
-    .await;
-    let fence_a = guard.fencing_token().expect("a fencing token");
-    let first_master = a
-        .sentinel_master()
-        .expect("a sentinel backend names its master");
+    let HeldOnTheFirstMaster {
+        a,
+        guard,
+        fence: fence_a,
+        first_master,
+        waiting,
+    } = held_on_the_first_master(&url, "sentinel:tls:failover", ttl).await;
 
     let old = group.master_addr();
     let started = Instant::now();
