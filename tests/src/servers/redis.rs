@@ -34,10 +34,11 @@ const CLUSTER_BUS_OFFSET: u16 = 10_000;
 /// How to start a [`RedisServer`]: authentication, TLS, extra config.
 #[derive(Debug, Clone, Default)]
 pub struct RedisOptions {
-    password: Option<String>,
-    acl_user: Option<(String, String)>,
-    tls: bool,
-    certs: Option<TestCerts>,
+    // Read by the Sentinel harness, which starts its data nodes with these.
+    pub(super) password: Option<String>,
+    pub(super) acl_user: Option<(String, String)>,
+    pub(super) tls: bool,
+    pub(super) certs: Option<TestCerts>,
     cluster: bool,
     cluster_node_timeout_ms: Option<u64>,
     extra: Vec<String>,
