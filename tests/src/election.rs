@@ -14,7 +14,7 @@ use dlock::{Election, Leader, LockBackend, LockError};
 use futures_util::StreamExt;
 
 use crate::conformance::{unique_key, Fixture};
-use crate::fixtures::without_rw::WithoutRw;
+use crate::fixtures::forward::Forward;
 use crate::overlap::OverlapDetector;
 
 /// Expands to one `#[tokio::test]` per election case. The argument is an
@@ -302,13 +302,7 @@ pub async fn resign_elects_the_next_candidate_at_once<F: ElectionFixture>(fixtur
 pub async fn observe_sees_every_term_in_order<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("observe");
     let clients = [fixture.backend().await, fixture.backend().await];
-    let observer = election(&fixture.backend().await, &name);
-    let mut changes = observer.observe();
-    assert_eq!(
-        next_change(&mut changes).await,
-        None,
-        "nobody leads at first"
-    );
+    let mut changes = observe_from_nobody(&election(&fixture.backend().await, &name)).await;
     let mut last_term = 0;
     for round in 0..4 {
         let value = format!("node-{round}");
@@ -345,13 +339,7 @@ pub async fn observe_sees_every_term_in_order<F: ElectionFixture>(fixture: &F) {
 /// sixth).
 pub async fn observe_misses_no_term_however_short<F: ElectionFixture>(fixture: &F) {
     let name = unique_key("short-terms");
-    let observer = election(&fixture.backend().await, &name);
-    let mut changes = observer.observe();
-    assert_eq!(
-        next_change(&mut changes).await,
-        None,
-        "nobody leads at first"
-    );
+    let mut changes = observe_from_nobody(&election(&fixture.backend().await, &name)).await;
     let candidate = election(&fixture.backend().await, &name);
     let mut terms = Vec::new();
     for round in 0..5 {
@@ -386,6 +374,19 @@ pub async fn observe_misses_no_term_however_short<F: ElectionFixture>(fixture: &
         assert_eq!(seen, terms, "a short term was missed");
     }
     last.resign().await.unwrap();
+}
+
+/// `observer`'s changes, whose first must be that nobody leads yet.
+async fn observe_from_nobody(
+    observer: &Election,
+) -> impl futures_util::Stream<Item = Option<Leader>> + Unpin {
+    let mut changes = observer.observe();
+    assert_eq!(
+        next_change(&mut changes).await,
+        None,
+        "nobody leads at first"
+    );
+    changes
 }
 
 /// The next item of an `observe()` stream, within 10 s.
@@ -441,6 +442,57 @@ pub async fn a_removed_lease_ends_the_leadership<F: ElectionFixture>(fixture: &F
     second.resign().await.unwrap();
 }
 
+/// `candidate` campaigns as `value` and is elected within `limit` (else the
+/// test fails: `kept` the election that long); `observer` then shows it as
+/// the leader, with its term. It resigns.
+async fn elected_within(
+    candidate: &Election,
+    value: &str,
+    limit: Duration,
+    observer: &Election,
+    kept: &str,
+) {
+    let started = Instant::now();
+    let leadership = candidate.campaign(value).await.unwrap();
+    let took = started.elapsed();
+    assert!(took < limit, "{kept} for {took:?}");
+    assert_eq!(
+        observer.leader().await.unwrap(),
+        Some(Leader {
+            value: value.into(),
+            term: leadership.term()
+        })
+    );
+    leadership.resign().await.unwrap();
+}
+
+/// A candidate campaigns as `value` on `election` while `who`, another
+/// library's candidate, leads: it is not elected within a second; once
+/// `resign` has made `who` resign, it is elected within 10 s. Returns its
+/// leadership.
+pub async fn elected_after_another_leader_resigns(
+    election: &Election,
+    value: &str,
+    who: &str,
+    resign: impl std::future::Future<Output = ()>,
+) -> dlock::Leadership {
+    let waiting = tokio::spawn({
+        let (election, value) = (election.clone(), value.to_owned());
+        async move { election.campaign(value).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !waiting.is_finished(),
+        "dlock was elected while {who} leads"
+    );
+    resign.await;
+    tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("dlock not elected within 10 s of {who}'s resignation"))
+        .unwrap()
+        .unwrap()
+}
+
 /// A campaign dropped while it waits leaves nothing: after the leader
 /// resigns, a later candidate is elected at once and `leader()` shows it,
 /// not the dropped one.
@@ -455,21 +507,14 @@ pub async fn a_dropped_campaign_leaves_no_leadership<F: ElectionFixture>(fixture
         assert!(dropped.is_err(), "elected while another leads");
     }
     first.resign().await.unwrap();
-    let started = Instant::now();
-    let third = c.campaign("c").await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "a dropped campaign kept the election for {:?}",
-        started.elapsed()
-    );
-    assert_eq!(
-        a.leader().await.unwrap(),
-        Some(Leader {
-            value: "c".into(),
-            term: third.term()
-        })
-    );
-    third.resign().await.unwrap();
+    elected_within(
+        &c,
+        "c",
+        Duration::from_secs(2),
+        &a,
+        "a dropped campaign kept the election",
+    )
+    .await;
 }
 
 /// Dropping a `Leadership` resigns in the background: observers see nobody
@@ -526,21 +571,14 @@ pub async fn campaigns_cancelled_at_any_point_leave_nothing<F: ElectionFixture>(
             elected += 1;
         }
     }
-    let started = Instant::now();
-    let leadership = b.campaign("b").await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "the election stayed taken {:?} after {elected} of 40 cut campaigns won",
-        started.elapsed()
-    );
-    assert_eq!(
-        a.leader().await.unwrap(),
-        Some(Leader {
-            value: "b".into(),
-            term: leadership.term()
-        })
-    );
-    leadership.resign().await.unwrap();
+    elected_within(
+        &b,
+        "b",
+        Duration::from_secs(3),
+        &a,
+        &format!("after {elected} of 40 cut campaigns won, the election stayed taken"),
+    )
+    .await;
 }
 
 /// An empty name, a value over the backend's limit and a backend without
@@ -587,7 +625,7 @@ pub async fn bad_input_is_refused_clearly<F: ElectionFixture>(fixture: &F) {
     ));
     leadership.resign().await.unwrap();
 
-    let without = WithoutRw::wrap(backend.clone());
+    let without = Forward::without_rw(backend.clone());
     assert!(without.election().is_none());
     let unsupported = election(&without, &name).campaign("a").await.unwrap_err();
     let text = unsupported.to_string();

@@ -5,18 +5,35 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::{Lock, LockError, LockGuard};
-use tokio::task::JoinHandle;
+use std::sync::Arc;
 
-/// A waiting acquisition: when it came back, and what with.
-pub type Waiting = JoinHandle<(Instant, Result<LockGuard, LockError>)>;
+use dlock::{Lock, LockBackend, LockGuard};
 
-/// Starts `lock`'s acquisition (give it a long wait) in a task of its own.
-pub fn wait_for(lock: Lock) -> Waiting {
-    tokio::spawn(async move {
-        let guard = lock.acquire().await;
-        (Instant::now(), guard)
-    })
+use crate::acquisitions::{wait_for, Waiting};
+
+/// The start of every failover case: client `a` takes `key` with `ttl`
+/// (panicking with `what` if it cannot), and client `b` starts waiting for
+/// it, for up to a minute.
+pub async fn held_and_awaited(
+    a: Arc<dyn LockBackend>,
+    b: Arc<dyn LockBackend>,
+    key: &str,
+    ttl: Duration,
+    what: &str,
+) -> (LockGuard, Waiting) {
+    let guard = Lock::new(key)
+        .with_backend(a)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect(what);
+    let waiting = wait_for(
+        Lock::new(key)
+            .with_backend(b)
+            .ttl(ttl)
+            .wait(Duration::from_secs(60)),
+    );
+    (guard, waiting)
 }
 
 /// Asserts, every 50 ms until `done()` and then for `after` more, that the

@@ -30,6 +30,21 @@ pub struct HolderSpec {
     pub marks: Option<std::path::PathBuf>,
 }
 
+impl HolderSpec {
+    /// One critical section on `key`, held for `hold` (a crash test kills
+    /// the holder in it), with no marks file.
+    pub fn once(url: &str, key: &str, ttl: Duration, hold: Duration) -> HolderSpec {
+        HolderSpec {
+            url: url.to_owned(),
+            key: key.to_owned(),
+            ttl,
+            hold,
+            cycles: 1,
+            marks: None,
+        }
+    }
+}
+
 impl Holder {
     /// Starts `binary` (pass `env!("CARGO_BIN_EXE_lock-holder")` from a test).
     pub fn spawn(binary: &str, spec: &HolderSpec) -> Holder {

@@ -3,6 +3,8 @@
 //! for the interop tests. Everything here runs against real servers that
 //! the tests start themselves.
 
+pub mod acquisitions;
+pub mod captured_log;
 pub mod conformance;
 pub mod curator;
 pub mod election;
@@ -31,6 +33,7 @@ pub mod servers;
 pub mod shared;
 pub mod short_waits;
 pub mod tls;
+pub mod urls;
 
 /// The README's code blocks, compiled (and run, where no server is needed)
 /// as this crate's doctests, so the front page cannot drift from the API.

@@ -109,28 +109,26 @@ where
 /// for the second, and is taken by another client, does not return that
 /// key: it starts over and succeeds once the other client let go.
 pub async fn a_key_that_lapses_while_waiting_is_not_handed_over<F: Fixture>(fixture: &F) {
-    let ttl = fixture.short_ttl().max(Duration::from_millis(500));
-    scenario(
-        fixture,
-        Lapse::Expires,
-        ttl,
-        move |backend, first, second, thief_holds| async move {
-            take_both(backend, first, second, thief_holds, ttl, false).await
-        },
-    )
-    .await;
+    lapsed_key_not_handed_over(fixture, Lapse::Expires).await;
 }
 
 /// The same with renewal on: the first key is deleted behind the holder's
 /// back (its next renewal is refused) and taken by another client.
 pub async fn a_key_lost_while_waiting_is_not_handed_over<F: Fixture>(fixture: &F) {
+    lapsed_key_not_handed_over(fixture, Lapse::Stolen).await;
+}
+
+/// The scenario of the two cases above, the first key lapsing as `lapse`
+/// says (which says whether renewal is on).
+async fn lapsed_key_not_handed_over<F: Fixture>(fixture: &F, lapse: Lapse) {
+    let renew = matches!(lapse, Lapse::Stolen);
     let ttl = fixture.short_ttl().max(Duration::from_millis(500));
     scenario(
         fixture,
-        Lapse::Stolen,
+        lapse,
         ttl,
         move |backend, first, second, thief_holds| async move {
-            take_both(backend, first, second, thief_holds, ttl, true).await
+            take_both(backend, first, second, thief_holds, ttl, renew).await
         },
     )
     .await;

@@ -2,11 +2,23 @@
 //! `Lock::inspect`, `Lock::force_release`, `dlock::list_locks`,
 //! `LockGuard::remaining` and `LockGuard::extend`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::LockError;
+use dlock::{LockBackend, LockError, LockGuard};
 
 use crate::conformance::{lock, unique_key, Fixture};
+
+/// A lease on `key` with `ttl` and renewal off: it lasts its ttl, or what
+/// `extend` gives it.
+async fn hard_lease(backend: &Arc<dyn LockBackend>, key: &str, ttl: Duration) -> LockGuard {
+    lock(backend, key)
+        .ttl(ttl)
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap()
+}
 
 /// Free: `None`. Held: the holder's client name (never its token), time left
 /// within the ttl, the guard's fence; `remaining()` goes down while a
@@ -19,12 +31,7 @@ pub async fn inspect_shows_the_holder<F: Fixture>(fixture: &F) {
     let a = fixture.backend().await;
     let b = fixture.backend().await;
     assert_eq!(lock(&b, &key).inspect().await.unwrap(), None, "free");
-    let guard = lock(&a, &key)
-        .ttl(ttl)
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hard_lease(&a, &key, ttl).await;
     let info = lock(&b, &key)
         .inspect()
         .await
@@ -90,12 +97,7 @@ pub async fn extend_lengthens_a_hard_lease<F: Fixture>(fixture: &F) {
     let ttl = fixture.short_ttl();
     let a = fixture.backend().await;
     let start = Instant::now();
-    let guard = lock(&a, &key)
-        .ttl(ttl)
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hard_lease(&a, &key, ttl).await;
     tokio::time::sleep(ttl / 2).await;
     guard.extend(ttl * 3).await.expect("extend");
     tokio::time::sleep_until((start + ttl + ttl / 3).into()).await;

@@ -13,7 +13,7 @@ use dlock::{LockBackend, LockError, RwLock};
 use tokio::sync::Barrier;
 
 use crate::conformance::{unique_key, Fixture};
-use crate::fixtures::without_rw::WithoutRw;
+use crate::fixtures::forward::Forward;
 
 /// A lock service whose read-write locks the suite can tamper with.
 #[async_trait::async_trait]
@@ -64,6 +64,26 @@ macro_rules! rw_suite {
 
 fn rw(backend: &Arc<dyn LockBackend>, key: &str) -> RwLock {
     RwLock::new(key).with_backend(backend.clone())
+}
+
+/// While a reader holds the key and a writer has given up on it (its
+/// `write()` dropped or cut): a reader that comes later gets in at once
+/// (else the test fails with `kept_out`), and that writer, trying again for
+/// 300 ms, times out behind the first reader.
+pub async fn a_late_reader_gets_in_and_the_writer_times_out(
+    late_reader: &RwLock,
+    writer: &RwLock,
+    kept_out: &str,
+) {
+    let late = late_reader.try_read().await.unwrap();
+    late.expect(kept_out).release().await.unwrap();
+    let err = writer
+        .clone()
+        .wait(Duration::from_millis(300))
+        .write()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
 }
 
 /// 8 readers on 4 clients each hold a read lease and wait at a barrier of
@@ -420,7 +440,7 @@ pub async fn nested_leases_follow_the_reentrancy_rules<F: RwFixture>(fixture: &F
 /// A backend that has no read-write locks answers `RwLock` with one
 /// `InvalidOption` naming it and the backends that have them.
 pub async fn a_backend_without_read_write_locks_says_so<F: RwFixture>(fixture: &F) {
-    let plain = WithoutRw::wrap(fixture.backend().await);
+    let plain = Forward::without_rw(fixture.backend().await);
     let described = plain.describe();
     let key = unique_key("rw-none");
     for err in [

@@ -10,11 +10,14 @@ use std::time::{Duration, Instant};
 use dlock::backend::{AcquireRequest, PermitRequest, Renewal};
 use dlock::backends::etcd::EtcdBackend;
 use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::acquisitions::{acquire_and_release, got_within, wait_for};
 use dlock_tests::fixtures::etcd::{queue_prefix, EtcdFixture};
+use dlock_tests::holder::{Holder, HolderSpec};
 use dlock_tests::overlap::OverlapDetector;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::etcd::{EtcdServer, ETCD_PACKAGES};
 use dlock_tests::servers::process::require_binary;
+use dlock_tests::urls::invalid_option;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -51,6 +54,68 @@ async fn wait_for_queue(fixture: &EtcdFixture, key: &str, len: usize) {
     }
 }
 
+/// Waiters, each its own client, queued one after another behind a holder;
+/// each records when it gets the lock and holds it for a moment.
+struct QueuedWaiters {
+    count: usize,
+    order: Arc<Mutex<Vec<usize>>>,
+    overlap: Arc<OverlapDetector>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl QueuedWaiters {
+    /// Starts `count` waiters on `key`, each with the lock `lock_for` makes
+    /// on its own client, and holding it for `hold`. Waiter i is on the
+    /// server before waiter i+1 starts.
+    async fn queue(
+        fixture: &EtcdFixture,
+        key: &str,
+        count: usize,
+        lock_for: impl Fn(&Arc<dyn LockBackend>) -> Lock,
+        hold: Duration,
+    ) -> Self {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let overlap = Arc::new(OverlapDetector::default());
+        let mut tasks = Vec::new();
+        for i in 0..count {
+            let lock = lock_for(&connect(fixture.url()).await);
+            let (order, overlap) = (order.clone(), overlap.clone());
+            tasks.push(tokio::spawn(async move {
+                let guard = lock.acquire().await.expect("a waiter did not get the lock");
+                overlap.enter();
+                order.lock().unwrap().push(i);
+                tokio::time::sleep(hold).await;
+                overlap.leave();
+                guard.release().await.unwrap();
+            }));
+            wait_for_queue(fixture, key, i + 2).await;
+        }
+        QueuedWaiters {
+            count,
+            order,
+            overlap,
+            tasks,
+        }
+    }
+
+    /// All the waiters finish within 30 s, got the lock in the order they
+    /// queued in, and never two at once.
+    async fn are_served_in_order(self) {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            for task in self.tasks {
+                task.await.expect("a waiter panicked");
+            }
+        })
+        .await
+        .expect("the waiters did not finish within 30 s");
+        assert_eq!(
+            *self.order.lock().unwrap(),
+            (0..self.count).collect::<Vec<_>>()
+        );
+        assert_eq!(self.overlap.overlaps(), 0);
+    }
+}
+
 /// Ten waiters, each its own client, queue one after another behind a holder
 /// and get the lock in exactly that order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,37 +125,16 @@ async fn waiters_are_served_first_come_first_served() {
     let key = "fair";
     let holder = connect(fixture.url()).await;
     let held = lock(&holder, key).acquire().await.unwrap();
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let overlap = Arc::new(OverlapDetector::default());
-    let mut tasks = Vec::new();
-    for i in 0..WAITERS {
-        let backend = connect(fixture.url()).await;
-        let (order, overlap) = (order.clone(), overlap.clone());
-        tasks.push(tokio::spawn(async move {
-            let guard = lock(&backend, key)
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-                .expect("a waiter did not get the lock");
-            overlap.enter();
-            order.lock().unwrap().push(i);
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            overlap.leave();
-            guard.release().await.unwrap();
-        }));
-        // Waiter i is on the server before waiter i+1 starts.
-        wait_for_queue(&fixture, key, i + 2).await;
-    }
+    let waiters = QueuedWaiters::queue(
+        &fixture,
+        key,
+        WAITERS,
+        |backend| lock(backend, key).wait(Duration::from_secs(30)),
+        Duration::from_millis(10),
+    )
+    .await;
     held.release().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        for task in tasks {
-            task.await.expect("a waiter panicked");
-        }
-    })
-    .await
-    .expect("the waiters did not finish within 30 s");
-    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
-    assert_eq!(overlap.overlaps(), 0);
+    waiters.are_served_in_order().await;
     assert!(
         blocking(|| fixture.queue(key)).is_empty(),
         "entries left behind"
@@ -148,6 +192,30 @@ impl Etcdctl {
     }
 }
 
+/// While we hold `key`, `etcdctl lock <name>` waits (1.5 s); after our
+/// release it gets the lock (within 5 s). Returns etcdctl, holding it, and
+/// the key it printed.
+async fn etcdctl_gets_it_after_our_release(
+    ours: &Arc<dyn LockBackend>,
+    key: &str,
+    endpoints: &str,
+    name: &str,
+) -> (Etcdctl, String) {
+    let guard = lock(ours, key).acquire().await.unwrap();
+    let mut theirs = Etcdctl::lock(endpoints, name);
+    assert_eq!(
+        theirs.acquired_within(Duration::from_millis(1500)).await,
+        None,
+        "etcdctl got the lock while we held it"
+    );
+    guard.release().await.unwrap();
+    let their_key = theirs
+        .acquired_within(Duration::from_secs(5))
+        .await
+        .expect("etcdctl did not get the lock after our release");
+    (theirs, their_key)
+}
+
 /// While we hold `order:42`, `etcdctl lock dlock/order:42` waits; after our
 /// release it gets the lock; then we wait for it, and get the lock when it
 /// lets go.
@@ -159,18 +227,8 @@ async fn excludes_and_follows_etcdctl_lock_both_ways() {
     let name = queue_prefix(key).trim_end_matches('/').to_owned();
     let ours = connect(fixture.url()).await;
 
-    let guard = lock(&ours, key).acquire().await.unwrap();
-    let mut theirs = Etcdctl::lock(&endpoints, &name);
-    assert_eq!(
-        theirs.acquired_within(Duration::from_millis(1500)).await,
-        None,
-        "etcdctl got the lock while we held it"
-    );
-    guard.release().await.unwrap();
-    let their_key = theirs
-        .acquired_within(Duration::from_secs(5))
-        .await
-        .expect("etcdctl did not get the lock after our release");
+    let (theirs, their_key) =
+        etcdctl_gets_it_after_our_release(&ours, key, &endpoints, &name).await;
     assert!(their_key.starts_with(&queue_prefix(key)), "{their_key}");
 
     // Now etcdctl holds it: we neither get it at once nor within a short wait.
@@ -181,26 +239,17 @@ async fn excludes_and_follows_etcdctl_lock_both_ways() {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    let waiting = {
-        let ours = ours.clone();
-        tokio::spawn(async move {
-            let guard = lock(&ours, key)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await;
-            (Instant::now(), guard)
-        })
-    };
+    let waiting = wait_for(lock(&ours, key).wait(Duration::from_secs(10)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let let_go = Instant::now();
     theirs.unlock().await;
-    let (got_at, guard) = waiting.await.unwrap();
-    let guard = guard.expect("we did not get the lock after etcdctl let go");
-    assert!(
-        got_at - let_go < Duration::from_secs(2),
-        "took {:?}",
-        got_at - let_go
-    );
+    let guard = got_within(
+        waiting,
+        let_go,
+        Duration::from_secs(2),
+        "we did not get the lock after etcdctl let go",
+    )
+    .await;
     guard.release().await.unwrap();
 }
 
@@ -216,18 +265,8 @@ async fn a_key_with_a_slash_is_the_etcdctl_lock_of_its_escaped_name() {
     assert_eq!(etcd.queue_prefix(key), "dlock/tenant%2F7/");
     let ours: Arc<dyn LockBackend> = Arc::new(etcd);
 
-    let guard = lock(&ours, key).acquire().await.unwrap();
-    let mut theirs = Etcdctl::lock(&endpoints, "dlock/tenant%2F7");
-    assert_eq!(
-        theirs.acquired_within(Duration::from_millis(1500)).await,
-        None,
-        "etcdctl got the lock while we held it"
-    );
-    guard.release().await.unwrap();
-    let their_key = theirs
-        .acquired_within(Duration::from_secs(5))
-        .await
-        .expect("etcdctl did not get the lock after our release");
+    let (theirs, their_key) =
+        etcdctl_gets_it_after_our_release(&ours, key, &endpoints, "dlock/tenant%2F7").await;
     assert!(their_key.starts_with("dlock/tenant%2F7/"), "{their_key}");
     assert!(lock(&ours, key).try_acquire().await.unwrap().is_none());
     theirs.unlock().await;
@@ -244,27 +283,14 @@ async fn leader_killed_while_held_keeps_the_lock_and_the_order() {
     let holder = connect(fixture.url()).await;
     let held = lock(&holder, key).ttl(ttl).acquire().await.unwrap();
     let lost = held.lost();
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let overlap = Arc::new(OverlapDetector::default());
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        let backend = connect(fixture.url()).await;
-        let (order, overlap) = (order.clone(), overlap.clone());
-        tasks.push(tokio::spawn(async move {
-            let guard = lock(&backend, key)
-                .ttl(ttl)
-                .wait(Duration::from_secs(60))
-                .acquire()
-                .await
-                .expect("a waiter did not get the lock");
-            overlap.enter();
-            order.lock().unwrap().push(i);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            overlap.leave();
-            guard.release().await.unwrap();
-        }));
-        wait_for_queue(&fixture, key, i + 2).await;
-    }
+    let waiters = QueuedWaiters::queue(
+        &fixture,
+        key,
+        3,
+        |backend| lock(backend, key).ttl(ttl).wait(Duration::from_secs(60)),
+        Duration::from_millis(50),
+    )
+    .await;
 
     let cluster = fixture.cluster_mut();
     let leader = blocking(|| cluster.wait_for_leader(Duration::from_secs(10))).unwrap();
@@ -282,15 +308,7 @@ async fn leader_killed_while_held_keeps_the_lock_and_the_order() {
     held.release()
         .await
         .expect("release after the leader change");
-    tokio::time::timeout(Duration::from_secs(30), async {
-        for task in tasks {
-            task.await.expect("a waiter panicked");
-        }
-    })
-    .await
-    .expect("the waiters did not finish within 30 s");
-    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
-    assert_eq!(overlap.overlaps(), 0);
+    waiters.are_served_in_order().await;
 }
 
 /// With every member stopped, the guard reports the loss before its ttl
@@ -364,43 +382,19 @@ async fn killed_holder_process_frees_the_lock_when_its_lease_expires() {
     let fixture = EtcdFixture::single();
     let key = "crash";
     let ttl = Duration::from_secs(2);
-    let mut holder = Command::new(env!("CARGO_BIN_EXE_lock-holder"))
-        .args([fixture.url(), key, &ttl.as_millis().to_string(), "60000"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn lock-holder");
-    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("lock-holder did not report within 10 s")
-        .unwrap()
-        .unwrap_or_default();
-    assert!(first.starts_with("ACQUIRED "), "{first}");
+    let mut holder = Holder::spawn(
+        env!("CARGO_BIN_EXE_lock-holder"),
+        &HolderSpec::once(fixture.url(), key, ttl, Duration::from_secs(60)),
+    );
+    holder.acquired(Duration::from_secs(10)).await;
     // Let it renew a few times, so its lease was last extended just before the kill.
     tokio::time::sleep(ttl).await;
 
     let ours = connect(fixture.url()).await;
-    let waiting = {
-        let ours = ours.clone();
-        tokio::spawn(async move {
-            let guard = lock(&ours, key)
-                .wait(Duration::from_secs(15))
-                .acquire()
-                .await;
-            (Instant::now(), guard)
-        })
-    };
+    let waiting = wait_for(lock(&ours, key).wait(Duration::from_secs(15)));
     wait_for_queue(&fixture, key, 2).await;
-    let pid = holder.id().expect("lock-holder is running") as i32;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
     let killed_at = Instant::now();
-    holder.wait().await.unwrap();
+    holder.kill9().await;
     let (got_at, guard) = waiting.await.unwrap();
     let guard = guard.expect("the waiter never got the lock");
     let after = got_at - killed_at;
@@ -453,11 +447,7 @@ async fn bad_urls_are_invalid_options() {
         "etcds://h:2379",
         "etcds://h:2379?ca=/nonexistent/ca.pem",
     ] {
-        let err = dlock::connect(url).await.unwrap_err();
-        assert!(
-            matches!(err, LockError::InvalidOption { .. }),
-            "{url}: {err:?}"
-        );
+        invalid_option(url).await;
     }
     // Nothing listens there: a transport failure, reported as such.
     let port = dlock_tests::servers::ports::free_port().unwrap();
@@ -966,26 +956,17 @@ async fn a_deeper_etcdctl_lock_is_another_resource() {
         .await
         .unwrap()
         .is_none());
-    let waiting = {
-        let second = second.clone();
-        tokio::spawn(async move {
-            let guard = lock(&second, "tenant")
-                .wait(Duration::from_secs(5))
-                .acquire()
-                .await;
-            (Instant::now(), guard)
-        })
-    };
+    let waiting = wait_for(lock(&second, "tenant").wait(Duration::from_secs(5)));
     wait_for_queue(&fixture, "tenant", 3).await; // ours, etcdctl's (deeper), the waiter's
     let released = Instant::now();
     held.release().await.unwrap();
-    let (got_at, guard) = waiting.await.unwrap();
-    let guard = guard.expect("the waiter watched etcdctl's deeper key, not our holder");
-    assert!(
-        got_at - released < Duration::from_secs(2),
-        "took {:?}",
-        got_at - released
-    );
+    let guard = got_within(
+        waiting,
+        released,
+        Duration::from_secs(2),
+        "the waiter watched etcdctl's deeper key, not our holder",
+    )
+    .await;
     guard.release().await.unwrap();
     // etcdctl still holds `tenant/7`: `tenant` is free.
     let again = lock(&first, "tenant").try_acquire().await.unwrap();
@@ -1188,13 +1169,7 @@ async fn a_backend_dropped_outside_any_runtime_leaves_no_lease() {
 
     // Inside a runtime the drop does not block: the revokes follow at once.
     let backend = connect(fixture.url()).await;
-    lock(&backend, "inside")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock(&backend, "inside")).await;
     assert_eq!(leases_on(&mut raw).await, 1);
     drop(backend);
     let left = leases_fall_to(&mut raw, 0, Duration::from_secs(2)).await;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use dlock::backends::etcd::EtcdBackend;
 use dlock::{Election, Leader, LockBackend};
+use dlock_tests::election::elected_after_another_leader_resigns;
 use dlock_tests::servers::etcd::{EtcdServer, ETCD_PACKAGES};
 use dlock_tests::servers::process::require_binary;
 use nix::sys::signal::{kill, Signal};
@@ -123,21 +124,9 @@ async fn etcdctl_elect_waits_for_dlocks_leader_and_follows_it() {
     assert!(observer.prints("node-b", Duration::from_secs(10)).await);
 
     // And back: dlock waits for etcdctl, and is elected once it resigns.
-    let waiting = tokio::spawn({
-        let election = election.clone();
-        async move { election.campaign("node-a").await }
-    });
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        !waiting.is_finished(),
-        "dlock was elected while etcdctl leads"
-    );
-    candidate.interrupt().await;
-    let again = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("dlock elected within 10 s of etcdctl's resignation")
-        .unwrap()
-        .unwrap();
+    let again =
+        elected_after_another_leader_resigns(&election, "node-a", "etcdctl", candidate.interrupt())
+            .await;
     assert!(again.term() > leader.term);
     assert!(observer.prints("node-a", Duration::from_secs(10)).await);
     again.resign().await.unwrap();
@@ -164,21 +153,9 @@ async fn dlock_waits_for_etcdctls_leader_and_reads_it() {
     assert_eq!(seen.value, "node-b");
     assert_eq!(election.leader().await.unwrap(), Some(seen.clone()));
 
-    let waiting = tokio::spawn({
-        let election = election.clone();
-        async move { election.campaign("node-a").await }
-    });
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        !waiting.is_finished(),
-        "dlock was elected while etcdctl leads"
-    );
-    candidate.interrupt().await;
-    let leadership = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("dlock elected within 10 s of etcdctl's resignation")
-        .unwrap()
-        .unwrap();
+    let leadership =
+        elected_after_another_leader_resigns(&election, "node-a", "etcdctl", candidate.interrupt())
+            .await;
     assert!(leadership.term() > seen.term);
     let mut last = seen;
     // The observer sees the resignation (or not, if both fell between two

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock::backends::etcd::EtcdBackend;
-use dlock::{Lock, LockBackend, LockError, RwLock};
+use dlock::{Lock, LockBackend, RwLock};
 use dlock_tests::etcd_recipe::GoSession;
 use dlock_tests::fixtures::etcd::{queue_prefix, rw_prefix, EtcdFixture, RwEntry};
+use dlock_tests::rw::a_late_reader_gets_in_and_the_writer_times_out;
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
     Arc::new(
@@ -312,18 +313,12 @@ async fn a_cancelled_writer_leaves_no_key_behind() {
     );
     let left = wait_for_entries(&fixture, key, 1).await;
     assert!(left[0].key.contains("/read/"), "{left:?}");
-    let late = rw(&c, key).try_read().await.unwrap();
-    late.expect("a dropped writer kept a reader out")
-        .release()
-        .await
-        .unwrap();
-
-    let err = rw(&b, key)
-        .wait(Duration::from_millis(300))
-        .write()
-        .await
-        .unwrap_err();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    a_late_reader_gets_in_and_the_writer_times_out(
+        &rw(&c, key),
+        &rw(&b, key),
+        "a dropped writer kept a reader out",
+    )
+    .await;
     let left = wait_for_entries(&fixture, key, 1).await;
     assert!(left[0].key.contains("/read/"), "{left:?}");
     reader.release().await.unwrap();

@@ -11,6 +11,7 @@ use dlock::backends::redis::RedisBackend;
 use dlock::backends::redlock::RedlockBackend;
 use dlock::backends::zookeeper::ZooKeeperBackend;
 use dlock::LockBackend;
+use dlock_tests::captured_log::CapturedLog;
 use dlock_tests::fixtures::redis::lock_key;
 use dlock_tests::late_answer::{a_late_grant_is_not_handed_over, late_key};
 use dlock_tests::proxy::FaultProxy;
@@ -118,7 +119,16 @@ async fn redlock_five_masters() {
 async fn zookeeper() {
     let server = ZkServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
-    // A session that outlives the delayed heartbeats by far.
+    let (slow, fast) = zookeeper_clients(&server, &proxy).await;
+    a_late_grant_is_not_handed_over(&late_key(), slow, fast, &[proxy]).await;
+}
+
+/// A slow client through `proxy` and a fast one straight to `server`. The
+/// slow one's session outlives the delayed heartbeats by far.
+async fn zookeeper_clients(
+    server: &ZkServer,
+    proxy: &FaultProxy,
+) -> (Arc<dyn LockBackend>, Arc<dyn LockBackend>) {
     let slow: Arc<dyn LockBackend> = Arc::new(
         ZooKeeperBackend::connect(&format!("zk://{}?session_timeout=20s", proxy.addr()))
             .await
@@ -129,21 +139,7 @@ async fn zookeeper() {
             .await
             .expect("connect to ZooKeeper"),
     );
-    a_late_grant_is_not_handed_over(&late_key(), slow, fast, &[proxy]).await;
-}
-
-/// What a subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    (slow, fast)
 }
 
 /// The stale grant is a WARN event naming the key, the reason and how late
@@ -153,14 +149,11 @@ async fn a_late_grant_is_a_warn_event() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
     let slow = redis(&format!("redis://{}", proxy.addr())).await;
-    let captured = Captured::default();
+    let captured = CapturedLog::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::WARN)
         .with_ansi(false)
-        .with_writer({
-            let captured = captured.clone();
-            move || captured.clone()
-        })
+        .with_writer(captured.clone())
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
     proxy.delay_replies(dlock_tests::late_answer::DELAY);
@@ -172,7 +165,7 @@ async fn a_late_grant_is_a_warn_event() {
         .await
         .expect("an answer, if late");
     assert!(late.is_none());
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     let event = text
         .lines()
         .find(|l| l.contains("no longer live when it would have been handed over"))
@@ -269,16 +262,7 @@ async fn zookeeper_a_listing_retried_after_a_lost_connection() {
 
     let server = ZkServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
-    let slow: Arc<dyn LockBackend> = Arc::new(
-        ZooKeeperBackend::connect(&format!("zk://{}?session_timeout=20s", proxy.addr()))
-            .await
-            .expect("connect to ZooKeeper through the proxy"),
-    );
-    let fast: Arc<dyn LockBackend> = Arc::new(
-        ZooKeeperBackend::connect(&server.url())
-            .await
-            .expect("connect to ZooKeeper"),
-    );
+    let (slow, fast) = zookeeper_clients(&server, &proxy).await;
     let key = late_key();
     let lock = Lock::new(&key).with_backend(slow).ttl(TTL);
     // Once on time: the key's directory exists, the acquire is a create

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::postgres::{advisory_key, rw_advisory_key, PostgresBackend};
 use dlock::{Lock, LockBackend, LockError, RwLock, Semaphore};
+use dlock_tests::acquisitions::acquire_and_release;
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::postgres::{pg_rw_locks_of, PgFixture};
 use dlock_tests::holder::{Holder, HolderSpec};
@@ -655,13 +656,7 @@ async fn elections_need_their_table_and_say_how_to_grant_it() {
         "postgres://weak@127.0.0.1:{port}/postgres?schema=locks"
     ))
     .await;
-    lock(&weak, "plain")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock(&weak, "plain")).await;
     let election = dlock::Election::new("compactor").with_backend(weak.clone());
     let err = election.campaign("node-a").await.unwrap_err();
     assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::failover::{hands_over, held_throughout, wait_for};
+use dlock_tests::failover::{hands_over, held_and_awaited, held_throughout};
 use dlock_tests::fixtures::redis::lock_key;
 use dlock_tests::servers::{RedisCluster, RedisOptions, ServerControl};
 
@@ -109,18 +109,7 @@ async fn a_holder_survives_the_failover_of_its_shard() {
     let (master, replica) = shard(&cluster, key);
     let (a, b) = (connect(&cluster.url()).await, connect(&cluster.url()).await);
     let ttl = Duration::from_secs(6);
-    let guard = Lock::new(key)
-        .with_backend(a)
-        .ttl(ttl)
-        .acquire()
-        .await
-        .expect("A acquires");
-    let waiting = wait_for(
-        Lock::new(key)
-            .with_backend(b)
-            .ttl(ttl)
-            .wait(Duration::from_secs(60)),
-    );
+    let (guard, waiting) = held_and_awaited(a, b, key, ttl, "A acquires").await;
     tokio::task::block_in_place(|| cluster.node_mut(master).kill9());
     // The replica takes over the shard; A's renewals must reach it: held
     // over two ttls after.

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockError};
-use dlock_tests::fixtures::redis::lock_key;
+use dlock_tests::acquisitions::{self, acquire_and_release, got_within};
+use dlock_tests::fixtures::redis::{lock_key, server_with_app_user};
 use dlock_tests::foreign::waiting::{
     took, wait_for, woke_at_the_holders_expiry, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
     SHORT_FOREIGN_TTL,
@@ -408,13 +409,7 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
     };
     let held = lock(&holder).acquire().await.unwrap();
     let held_zero = lock(&zero).acquire().await.unwrap();
-    let waiting = {
-        let waiter = lock(&waiter).wait(Duration::from_secs(20));
-        tokio::spawn(async move {
-            let guard = waiter.acquire().await;
-            (Instant::now(), guard)
-        })
-    };
+    let waiting = acquisitions::wait_for(lock(&waiter).wait(Duration::from_secs(20)));
     let deadline = Instant::now() + Duration::from_secs(5);
     while channels_of(&server, key).is_empty() {
         assert!(Instant::now() < deadline, "the waiter never subscribed");
@@ -422,13 +417,7 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
     }
     let before = waiter.metrics().round_trips;
     for _ in 0..CHURN {
-        lock(&churn)
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        acquire_and_release(&lock(&churn)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let woken = waiter.metrics().round_trips - before;
@@ -459,13 +448,13 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
     // Its own database's release wakes it at once; database 0's waiter too.
     let released = Instant::now();
     held.release().await.unwrap();
-    let (got_at, guard) = waiting.await.unwrap();
-    let guard = guard.expect("the database-2 waiter did not get the lock");
-    assert!(
-        got_at - released < Duration::from_secs(1),
-        "took {:?}",
-        got_at - released
-    );
+    let guard = got_within(
+        waiting,
+        released,
+        Duration::from_secs(1),
+        "the database-2 waiter did not get the lock",
+    )
+    .await;
     guard.release().await.unwrap();
     held_zero.release().await.unwrap();
     zero_waiting
@@ -483,29 +472,11 @@ async fn a_waiter_is_not_woken_by_another_databases_releases() {
 /// keys and channel, and the ACL rule, with Redis's `NOPERM` kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_names_the_key_and_the_missing_grant() {
-    let mut rule = vec![
-        "--user",
-        "app",
-        "on",
-        ">app-pw",
-        "resetkeys",
-        "resetchannels",
-        "-@all",
-        "~dlock:{jobs}*",
-        "&dlock:*",
-    ];
-    rule.extend(dlock::backends::redis::ACL_COMMANDS.split_whitespace());
-    let server = RedisServer::start_with(RedisOptions::new().config(rule));
-    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let (_server, url) =
+        server_with_app_user("~dlock:{jobs}*", dlock::backends::redis::ACL_COMMANDS);
     let backend: Arc<dyn dlock::LockBackend> = connect(&url).await;
     let lock = |key: &str| Lock::new(key).with_backend(backend.clone());
-    lock("jobs")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock("jobs")).await;
 
     let expect = |err: LockError, parts: &[&str]| {
         assert!(matches!(err, LockError::Backend { .. }), "{err:?}");

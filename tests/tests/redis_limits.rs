@@ -32,6 +32,20 @@ fn refused<T: std::fmt::Debug>(result: Result<T, LockError>, what: &str) {
     }
 }
 
+/// `Duration::MAX` as `lock`'s ttl is refused, by `try_acquire` and by an
+/// `acquire` that would wait alike.
+async fn ttl_max_is_refused(lock: &Lock) {
+    refused(lock.clone().ttl(Duration::MAX).try_acquire().await, "ttl");
+    refused(
+        lock.clone()
+            .ttl(Duration::MAX)
+            .wait(Duration::from_secs(1))
+            .acquire()
+            .await,
+        "ttl",
+    );
+}
+
 fn request(key: &str, token: &str, ttl: Duration) -> AcquireRequest {
     AcquireRequest {
         key: key.to_owned(),
@@ -46,15 +60,7 @@ async fn redis_refuses_a_ttl_beyond_the_maximum_and_takes_the_maximum() {
     let backend: Arc<dyn LockBackend> =
         Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
     let lock = Lock::new("forever").with_backend(backend.clone());
-    refused(lock.clone().ttl(Duration::MAX).try_acquire().await, "ttl");
-    refused(
-        lock.clone()
-            .ttl(Duration::MAX)
-            .wait(Duration::from_secs(1))
-            .acquire()
-            .await,
-        "ttl",
-    );
+    ttl_max_is_refused(&lock).await;
     let semaphore = Semaphore::new("forever-permits", 2).with_backend(backend.clone());
     refused(
         semaphore.clone().ttl(Duration::MAX).try_acquire().await,
@@ -125,15 +131,7 @@ async fn redlock_refuses_a_ttl_or_quarantine_beyond_the_maximum() {
     let backend: Arc<dyn LockBackend> =
         Arc::new(RedlockBackend::connect(&set.url()).await.unwrap());
     let lock = Lock::new("redlock-forever").with_backend(backend.clone());
-    refused(lock.clone().ttl(Duration::MAX).try_acquire().await, "ttl");
-    refused(
-        lock.clone()
-            .ttl(Duration::MAX)
-            .wait(Duration::from_secs(1))
-            .acquire()
-            .await,
-        "ttl",
-    );
+    ttl_max_is_refused(&lock).await;
     let guard = lock
         .ttl(MAX_TTL)
         .try_acquire()

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend};
+use dlock_tests::acquisitions::acquire_and_release;
 use dlock_tests::servers::{RedisOptions, RedisServer};
 
 /// A master and a replica of it, the replica's link up.
@@ -95,14 +96,8 @@ async fn replicas_zero_sends_nothing_and_auto_without_replicas_sends_no_wait() {
     // `INFO commandstats` counts itself once it ran: each reading adds one.
     let infos_before = master.command_calls("info");
     for i in 0..20 {
-        Lock::new(format!("replicas:off:{i}"))
-            .with_backend(off.clone())
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        acquire_and_release(&Lock::new(format!("replicas:off:{i}")).with_backend(off.clone()))
+            .await;
     }
     let infos = master.command_calls("info") - infos_before;
     assert_eq!(
@@ -115,14 +110,8 @@ async fn replicas_zero_sends_nothing_and_auto_without_replicas_sends_no_wait() {
     let auto = connect(&alone.url()).await;
     let infos_before = alone.command_calls("info");
     for i in 0..20 {
-        Lock::new(format!("replicas:alone:{i}"))
-            .with_backend(auto.clone())
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        acquire_and_release(&Lock::new(format!("replicas:alone:{i}")).with_backend(auto.clone()))
+            .await;
     }
     assert_eq!(
         alone.command_calls("wait"),

@@ -16,44 +16,27 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::failover::{hands_over, held_throughout, wait_for};
+use dlock_tests::captured_log::CapturedLog;
+use dlock_tests::failover::{hands_over, held_and_awaited, held_throughout};
+use dlock_tests::fixtures::sentinel::{
+    client_of_the_master, held_on_the_first_master, sentinel_client, HeldOnTheFirstMaster,
+};
 use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
 
 /// What dlock logs at INFO and above in this test binary (a global
 /// subscriber: the failover event is emitted on dlock's own runtime).
-fn logged() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
-    static LOGGED: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+fn logged() -> &'static CapturedLog {
+    static LOGGED: std::sync::OnceLock<CapturedLog> = std::sync::OnceLock::new();
     LOGGED.get_or_init(|| {
-        let buffer = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = buffer.clone();
+        let log = CapturedLog::default();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::INFO)
             .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
+            .with_writer(log.clone())
             .finish();
         tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        buffer
+        log
     })
-}
-
-struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-async fn connect(url: &str) -> Arc<RedisBackend> {
-    Arc::new(
-        RedisBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", dlock::url::redact(url))),
-    )
 }
 
 fn with_param(url: &str, param: &str) -> String {
@@ -77,26 +60,15 @@ async fn a_holder_survives_a_failover() {
     let logged = logged();
     let mut group = blocking(|| RedisSentinel::start(1));
     let url = group.url();
-    let (a, b) = (connect(&url).await, connect(&url).await);
-    let key = "sentinel:failover:holder";
     let ttl = Duration::from_secs(6);
-    let guard = Lock::new(key)
-        .with_backend(a.clone() as Arc<dyn LockBackend>)
-        .ttl(ttl)
-        .acquire()
-        .await
-        .expect("A acquires on the first master");
-    assert!(guard.fencing_token().is_some(), "a fencing token");
-    let first_master = a
-        .sentinel_master()
-        .expect("a sentinel backend names its master");
+    let HeldOnTheFirstMaster {
+        a,
+        guard,
+        first_master,
+        waiting,
+        ..
+    } = held_on_the_first_master(&url, "sentinel:failover:holder", ttl).await;
 
-    let waiting = wait_for(
-        Lock::new(key)
-            .with_backend(b.clone() as Arc<dyn LockBackend>)
-            .ttl(ttl)
-            .wait(Duration::from_secs(60)),
-    );
     let lost = tokio::spawn(guard.lost());
 
     let old = group.master_addr();
@@ -114,7 +86,7 @@ async fn a_holder_survives_a_failover() {
     let promoted_addr = group.node(promoted).addr().to_string();
     assert_eq!(a.sentinel_master().unwrap(), promoted_addr);
     // Operators see the switch: an INFO event naming the master and both nodes.
-    let text = String::from_utf8(logged.lock().unwrap().clone()).unwrap();
+    let text = logged.text();
     // This failover's event: the binary's other tests fail over too.
     let event = text
         .lines()
@@ -150,8 +122,8 @@ async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgemen
 ) {
     let mut group = blocking(|| RedisSentinel::start(1));
     let url = group.url();
-    let acked = connect(&url).await;
-    let unacked = connect(&with_param(&url, "replicas=0")).await;
+    let acked = sentinel_client(&url).await;
+    let unacked = sentinel_client(&with_param(&url, "replicas=0")).await;
     let key = "sentinel:classic";
     let ttl = Duration::from_secs(10);
     let replica = group.replica_indices()[0];
@@ -221,7 +193,7 @@ async fn an_unacknowledged_grant_is_never_handed_over_and_without_acknowledgemen
     });
     blocking(|| group.wait_failover(old, Duration::from_secs(30)))
         .expect("the sentinels promote the replica");
-    let b_backend = connect(&url).await;
+    let b_backend = sentinel_client(&url).await;
     let b = tokio::time::timeout(
         Duration::from_secs(10),
         Lock::new(key)
@@ -301,11 +273,7 @@ async fn sentinel_url_errors_say_what_failed() {
         "redis+sentinel://{hosts}/{}?sentinel_password=S3ntinelPw",
         group.master_name()
     );
-    let backend = connect(&url).await;
-    assert_eq!(
-        backend.sentinel_master(),
-        Some(group.master_addr().to_string())
-    );
+    client_of_the_master(&group, &url).await;
 }
 
 /// A planned failover (`SENTINEL FAILOVER`, as in maintenance): the old
@@ -316,21 +284,10 @@ async fn sentinel_url_errors_say_what_failed() {
 async fn a_holder_follows_a_planned_failover() {
     let group = blocking(|| RedisSentinel::start(1));
     let url = group.url();
-    let (a, b) = (connect(&url).await, connect(&url).await);
+    let (a, b) = (sentinel_client(&url).await, sentinel_client(&url).await);
     let key = "sentinel:planned";
     let ttl = Duration::from_secs(6);
-    let guard = Lock::new(key)
-        .with_backend(a.clone() as Arc<dyn LockBackend>)
-        .ttl(ttl)
-        .acquire()
-        .await
-        .expect("A acquires");
-    let waiting = wait_for(
-        Lock::new(key)
-            .with_backend(b as Arc<dyn LockBackend>)
-            .ttl(ttl)
-            .wait(Duration::from_secs(60)),
-    );
+    let (guard, waiting) = held_and_awaited(a.clone(), b, key, ttl, "A acquires").await;
     let old = group.master_index();
     group.sentinel_cli(0, &["SENTINEL", "FAILOVER", group.master_name()]);
     let switched = || group.try_master_index().is_ok_and(|now| now != old);

@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::failover::held_throughout;
+use dlock_tests::fixtures::sentinel::{
+    client_of_the_master, held_on_the_first_master, HeldOnTheFirstMaster,
+};
 use dlock_tests::servers::sentinel::{RedisSentinel, SentinelOptions};
 use dlock_tests::tls::TestCerts;
 
@@ -27,14 +31,6 @@ fn start_tls(replicas: usize) -> RedisSentinel {
         RedisSentinel::try_start_with(replicas, SentinelOptions::new().tls(true))
             .unwrap_or_else(|e| panic!("{e}"))
     })
-}
-
-async fn connect(url: &str) -> Arc<RedisBackend> {
-    Arc::new(
-        RedisBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", dlock::url::redact(url))),
-    )
 }
 
 /// Connects to `url`, which must fail with [`LockError::Backend`] within
@@ -64,13 +60,8 @@ async fn locks_through_tls_sentinels() {
     assert_eq!(group.redis_cli_master(&["PING"]), "PONG");
 
     let started = Instant::now();
-    let backend = connect(&url).await;
+    let backend = client_of_the_master(&group, &url).await;
     eprintln!("connected over TLS in {:?}", started.elapsed());
-    assert_eq!(
-        backend.sentinel_master(),
-        Some(group.master_addr().to_string()),
-        "dlock names the master the sentinels name"
-    );
     let lock = Lock::new("sentinel:tls:basic")
         .with_backend(backend.clone() as Arc<dyn LockBackend>)
         .ttl(Duration::from_secs(5));
@@ -117,11 +108,7 @@ async fn a_wrong_ca_or_plain_text_fails_cleanly() {
     assert!(took < Duration::from_secs(5), "{took:?}");
 
     // The group is still fine for a client with the right CA.
-    let backend = connect(&url).await;
-    assert_eq!(
-        backend.sentinel_master(),
-        Some(group.master_addr().to_string())
-    );
+    client_of_the_master(&group, &url).await;
 }
 
 /// As `redis_sentinel.rs::a_holder_survives_a_failover`, over TLS: A holds,
@@ -132,27 +119,14 @@ async fn a_wrong_ca_or_plain_text_fails_cleanly() {
 async fn a_holder_survives_a_failover_over_tls() {
     let mut group = start_tls(1);
     let url = group.url();
-    let (a, b) = (connect(&url).await, connect(&url).await);
-    let key = "sentinel:tls:failover";
     let ttl = Duration::from_secs(6);
-    let guard = Lock::new(key)
-        .with_backend(a.clone() as Arc<dyn LockBackend>)
-        .ttl(ttl)
-        .acquire()
-        .await
-        .expect("A acquires on the first master");
-    let fence_a = guard.fencing_token().expect("a fencing token");
-    let first_master = a
-        .sentinel_master()
-        .expect("a sentinel backend names its master");
-
-    let waiting = tokio::spawn({
-        let lock = Lock::new(key)
-            .with_backend(b.clone() as Arc<dyn LockBackend>)
-            .ttl(ttl)
-            .wait(Duration::from_secs(60));
-        async move { lock.acquire().await }
-    });
+    let HeldOnTheFirstMaster {
+        a,
+        guard,
+        fence: fence_a,
+        first_master,
+        waiting,
+    } = held_on_the_first_master(&url, "sentinel:tls:failover", ttl).await;
 
     let old = group.master_addr();
     let started = Instant::now();
@@ -161,29 +135,17 @@ async fn a_holder_survives_a_failover_over_tls() {
         tokio::task::block_in_place(|| group.wait_failover(old, Duration::from_secs(30)))
             .expect("the sentinels promote the replica");
     eprintln!("failover over TLS took {:?}", started.elapsed());
-    let after = Instant::now();
-    while after.elapsed() < ttl * 2 {
-        assert!(
-            !waiting.is_finished() || !guard.is_held(),
-            "B was granted the key while A still held it"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        guard.is_held(),
-        "A's lease did not follow the master to the promoted replica"
-    );
-    assert!(!waiting.is_finished(), "B was granted a held key");
+    held_throughout(&guard, &waiting, || true, ttl * 2).await;
     let promoted_addr = group.node(promoted).addr().to_string();
     assert_ne!(promoted_addr, first_master);
     assert_eq!(a.sentinel_master(), Some(promoted_addr));
 
     guard.release().await.expect("A releases on the new master");
-    let guard_b = tokio::time::timeout(Duration::from_secs(20), waiting)
+    let (_, guard_b) = tokio::time::timeout(Duration::from_secs(20), waiting)
         .await
         .expect("B is granted the key after A's release")
-        .unwrap()
-        .expect("B acquires");
+        .unwrap();
+    let guard_b = guard_b.expect("B acquires");
     let fence_b = guard_b.fencing_token().expect("a fencing token");
     assert!(fence_b > fence_a, "B's fence {fence_b} after A's {fence_a}");
     guard_b.release().await.unwrap();

@@ -38,6 +38,16 @@ fn sentinel_logs(group: &RedisSentinel) -> String {
         .collect()
 }
 
+/// The sentinels' addresses as a URL lists them: `host:port,host:port,…`.
+fn hosts(group: &RedisSentinel) -> String {
+    let hosts: Vec<String> = group
+        .sentinel_addrs()
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    hosts.join(",")
+}
+
 /// The number of entries in redis-cli's flat output of `SENTINEL sentinels|replicas`.
 fn entries(answer: &str) -> usize {
     answer.lines().filter(|l| l.trim() == "name").count()
@@ -52,15 +62,8 @@ fn group_starts_ready_and_is_gone_after_drop() {
         started.elapsed()
     );
 
-    let hosts: Vec<String> = group
-        .sentinel_addrs()
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    assert_eq!(
-        group.url(),
-        format!("redis+sentinel://{}/mm", hosts.join(","))
-    );
+    let hosts = hosts(&group);
+    assert_eq!(group.url(), format!("redis+sentinel://{}/mm", hosts));
     assert_eq!(group.url_with_credentials(), group.url());
     assert_eq!(group.master_name(), "mm");
     assert_eq!(group.master_addr(), group.node(0).addr());
@@ -191,16 +194,12 @@ fn credentials_sentinel_password_and_appendonly() {
         .sentinel_password("sentinel-pw")
         .appendonly(true);
     let mut group = RedisSentinel::try_start_with(1, options).unwrap();
-    let hosts: Vec<String> = group
-        .sentinel_addrs()
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
+    let hosts = hosts(&group);
     assert_eq!(
         group.url_with_credentials(),
         format!(
             "redis+sentinel://locker:p%3Ass%2Fw%3Frd@{}/my%20master?sentinel_password=sentinel-pw",
-            hosts.join(",")
+            hosts
         )
     );
     assert_eq!(group.sentinel_password(), Some("sentinel-pw"));

@@ -6,10 +6,11 @@
 //! recorded as a metric; and a percent-encoded `?prefix=` names the same
 //! namespace on every backend (decoded the same everywhere).
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::captured_log::CapturedLog;
 use dlock_tests::servers::etcd::EtcdServer;
 use dlock_tests::servers::redis::{RedisOptions, RedisServer};
 use dlock_tests::servers::zookeeper::ZkServer;
@@ -24,42 +25,29 @@ const ENDS: [&str; 2] = ["Hunter2", "Tail9Zz"];
 /// Everything dlock logs in this binary (every span's fields, every event,
 /// at TRACE) and the metrics it records: installed once, before any test's
 /// first step.
-fn captured() -> &'static (Arc<Mutex<Vec<u8>>>, Snapshotter) {
-    static CAPTURED: OnceLock<(Arc<Mutex<Vec<u8>>>, Snapshotter)> = OnceLock::new();
+fn captured() -> &'static (CapturedLog, Snapshotter) {
+    static CAPTURED: OnceLock<(CapturedLog, Snapshotter)> = OnceLock::new();
     CAPTURED.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
+        let log = CapturedLog::default();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::TRACE)
             .with_span_events(FmtSpan::FULL)
             .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
+            .with_writer(log.clone())
             .finish();
         tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         recorder.install().expect("the only recorder");
-        (buffer, snapshotter)
+        (log, snapshotter)
     })
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// No end of the password in anything logged or in any metric's name or
 /// labels so far (the logs must not be empty: the capture works).
 fn nothing_captured_shows_the_password() {
-    let (buffer, snapshotter) = captured();
-    let logged = String::from_utf8_lossy(&buffer.lock().unwrap()).into_owned();
+    let (log, snapshotter) = captured();
+    let logged = log.text();
     assert!(
         logged.contains("dlock"),
         "nothing was logged: the capture is broken"

@@ -8,21 +8,21 @@
 //! Every wait is bounded; servers run on free loopback ports in temp dirs and
 //! stop when their fixture is dropped.
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::backends::zookeeper::ZooKeeperBackend;
 use dlock::{distributed_lock, Lock, LockBackend, LockError, LockGuard, RwLock, MAX_TTL};
+use dlock_tests::acquisitions::acquire_and_release;
 use dlock_tests::curator::Curator;
 use dlock_tests::fixtures::zookeeper::{ZkFixture, ZkServers, SESSION_TIMEOUT};
+use dlock_tests::holder::{Holder, HolderSpec};
 use dlock_tests::poll::eventually;
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::zookeeper::{ZkServer, ZkTls};
 use dlock_tests::tls::TestCerts;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
+use dlock_tests::urls::invalid_option;
 
 async fn backend(fixture: &ZkFixture) -> Arc<ZooKeeperBackend> {
     Arc::new(
@@ -449,29 +449,22 @@ async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_longest_ttl_and_wait_work_on_zookeeper() {
     let fixture = ZkFixture::start().await;
+    const LONGEST: &str = "ttl MAX_TTL and wait Duration::MAX";
     let b = backend(&fixture).await;
-    let guard = lock(&b, "max-wait")
+    let lock = lock(&b, "max-wait").ttl(MAX_TTL).wait(Duration::MAX);
+    let permits = dlock::Semaphore::new("max-wait-permits", 1)
+        .with_backend(b.clone())
         .ttl(MAX_TTL)
-        .wait(Duration::MAX)
-        .acquire()
-        .await
-        .expect("ttl MAX_TTL and wait Duration::MAX");
+        .wait(Duration::MAX);
+    let segments = dlock::SegmentedLock::new("max-wait-segments", 2)
+        .with_backend(b.clone())
+        .ttl(MAX_TTL)
+        .wait(Duration::MAX);
+    let guard = lock.acquire().await.expect(LONGEST);
     guard.release().await.unwrap();
-    let permit = dlock::Semaphore::new("max-wait-permits", 1)
-        .with_backend(b.clone())
-        .ttl(MAX_TTL)
-        .wait(Duration::MAX)
-        .acquire()
-        .await
-        .expect("ttl MAX_TTL and wait Duration::MAX");
+    let permit = permits.acquire().await.expect(LONGEST);
     permit.release().await.unwrap();
-    let segment = dlock::SegmentedLock::new("max-wait-segments", 2)
-        .with_backend(b.clone())
-        .ttl(MAX_TTL)
-        .wait(Duration::MAX)
-        .acquire()
-        .await
-        .expect("ttl MAX_TTL and wait Duration::MAX");
+    let segment = segments.acquire().await.expect(LONGEST);
     segment.release().await.unwrap();
 }
 
@@ -580,6 +573,26 @@ async fn session_expiry_loses_every_guard_of_the_session() {
     acquire_on_a_new_session(&b, "expiry-1", old_id, "acquire after the session expired").await;
 }
 
+/// Runs `work` in a thread of its own, on a current-thread runtime it is
+/// given to end (as a `#[tokio::test]` helper or a `block_on` in a thread
+/// makes one), and answers what `work` answers (bounded: 30 s).
+async fn on_a_helper_runtime<T: Send + 'static>(
+    work: impl FnOnce(tokio::runtime::Runtime) -> T + Send + 'static,
+) -> T {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a helper runtime");
+        let _ = done_tx.send(work(rt));
+    });
+    tokio::time::timeout(Duration::from_secs(30), done_rx)
+        .await
+        .expect("the helper runtime did not finish within 30 s")
+        .expect("the helper thread panicked")
+}
+
 /// A guard taken on a short-lived current-thread runtime (as a
 /// `#[tokio::test]` helper or a `block_on` in a thread makes one) and dropped
 /// as that runtime ends frees its key within the ttl, though the backend and
@@ -595,12 +608,7 @@ async fn guards_dropped_with_their_runtime_free_the_key_within_the_ttl() {
     let ttl = Duration::from_secs(3);
     let (in_task, after) = ("dead-runtime:task", "dead-runtime:after");
     let (lock_in_task, lock_after) = (lock(&b, in_task).ttl(ttl), lock(&b, after).ttl(ttl));
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a helper runtime");
+    let dropped_at = on_a_helper_runtime(move |rt| {
         let (one, two) = rt.block_on(async {
             let one = lock_in_task
                 .acquire()
@@ -620,12 +628,9 @@ async fn guards_dropped_with_their_runtime_free_the_key_within_the_ttl() {
         drop(rt);
         // Dropped with no runtime left at all.
         drop(two);
-        let _ = done_tx.send(Instant::now());
-    });
-    let dropped_at = tokio::time::timeout(Duration::from_secs(30), done_rx)
-        .await
-        .expect("the helper runtime did not finish within 30 s")
-        .expect("the helper thread panicked");
+        Instant::now()
+    })
+    .await;
 
     let limit = Duration::from_secs(6);
     for key in [in_task, after] {
@@ -655,24 +660,16 @@ async fn a_backend_whose_runtime_ended_keeps_its_session() {
     let fixture = ZkFixture::start().await;
     let url = fixture.url().to_owned();
     let key = "orphaned-session";
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a helper runtime");
+    let (orphaned, guard) = on_a_helper_runtime(move |rt| {
         let (backend, guard) = rt.block_on(async {
             let backend = Arc::new(ZooKeeperBackend::connect(&url).await.expect("connect"));
             let guard = lock(&backend, key).acquire().await.expect("acquire");
             (backend, guard)
         });
         drop(rt);
-        let _ = done_tx.send((backend, guard));
-    });
-    let (orphaned, guard) = tokio::time::timeout(Duration::from_secs(30), done_rx)
-        .await
-        .expect("the helper runtime did not finish within 30 s")
-        .expect("the helper thread panicked");
+        (backend, guard)
+    })
+    .await;
     let session = orphaned.client().expect("a live session").session_id();
 
     // Long enough for the server to expire a session nobody kept alive.
@@ -952,26 +949,21 @@ async fn session_expiry_cancels_an_annotated_fn() {
 async fn a_killed_holder_process_frees_the_lock_after_the_session_timeout() {
     let fixture = ZkFixture::start().await;
     let key = "crash";
-    let mut holder = Command::new(env!("CARGO_BIN_EXE_lock-holder"))
-        .args([fixture.url(), key, "30000", "120000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run lock-holder");
-    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("lock-holder did not acquire within 30 s")
-        .unwrap()
-        .expect("lock-holder exited");
-    let fence: u64 = first
-        .strip_prefix("ACQUIRED ")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected lock-holder output {first:?}"));
+    let mut holder = Holder::spawn(
+        env!("CARGO_BIN_EXE_lock-holder"),
+        &HolderSpec::once(
+            fixture.url(),
+            key,
+            Duration::from_secs(30),
+            Duration::from_secs(120),
+        ),
+    );
+    let token = holder.acquired(Duration::from_secs(30)).await;
+    let fence: u64 = token
+        .parse()
+        .unwrap_or_else(|_| panic!("unexpected lock-holder token {token:?}"));
 
-    holder.start_kill().expect("SIGKILL the holder");
-    holder.wait().await.unwrap();
+    holder.kill9().await;
     let killed_at = Instant::now();
     let b = backend(&fixture).await;
     let guard = lock(&b, key)
@@ -1037,11 +1029,7 @@ async fn bad_urls_are_rejected_without_showing_the_password() {
         "zk://h:1?session_timeout=soon",
         "zk://h:1?colour=red",
     ] {
-        let err = dlock::connect(url).await.unwrap_err();
-        assert!(
-            matches!(err, LockError::InvalidOption { .. }),
-            "{url}: {err:?}"
-        );
+        let err = invalid_option(url).await;
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
     // Nobody listens on port 1: a Backend error, quickly.
@@ -1243,6 +1231,32 @@ fn open_to_anyone(acl: &[zookeeper_client::Acl]) -> bool {
     })
 }
 
+/// `authed` takes the lock `victim` under `prefix`, whose directory an
+/// anonymous client made open: while it holds it, the directory is no
+/// longer open, its one node cannot be deleted by `anon`, and an anonymous
+/// dlock client cannot take the lock. Then it lets go.
+async fn victim_is_tightened_while_held(
+    fixture: &ZkFixture,
+    authed: &Arc<ZooKeeperBackend>,
+    anon: &zookeeper_client::Client,
+    prefix: &str,
+) {
+    let dir = format!("/{prefix}/victim");
+    let guard = lock(authed, "victim").acquire().await.unwrap();
+    let (acl, _) = anon.get_acl(&dir).await.unwrap();
+    assert!(!open_to_anyone(&acl), "still open: {acl:?}");
+    let children = anon.list_children(&dir).await.unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    let node = format!("{dir}/{}", children[0]);
+    assert_eq!(
+        anon.delete(&node, None).await,
+        Err(zookeeper_client::Error::NoAuth)
+    );
+    anonymous_cannot_take(fixture, prefix, "victim").await;
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
+
 /// Issue 31, case 3: an anonymous client pre-creates the prefix and the key
 /// directory open to anyone. dlock with credentials tightens the directory
 /// before it hands out the lock, so the anonymous client can neither delete
@@ -1256,19 +1270,7 @@ async fn an_open_directory_made_by_anyone_is_tightened_or_refused() {
     anon.create("/p5", b"", &open_acl()).await.unwrap();
     anon.create("/p5/victim", b"", &open_acl()).await.unwrap();
     let authed = backend_with(&fixture, Some("app:pw-Secret9"), "prefix=p5").await;
-    let guard = lock(&authed, "victim").acquire().await.unwrap();
-    let (acl, _) = anon.get_acl("/p5/victim").await.unwrap();
-    assert!(!open_to_anyone(&acl), "still open: {acl:?}");
-    let children = anon.list_children("/p5/victim").await.unwrap();
-    assert_eq!(children.len(), 1, "{children:?}");
-    let node = format!("/p5/victim/{}", children[0]);
-    assert_eq!(
-        anon.delete(&node, None).await,
-        Err(zookeeper_client::Error::NoAuth)
-    );
-    anonymous_cannot_take(&fixture, "p5", "victim").await;
-    assert!(guard.is_held());
-    guard.release().await.unwrap();
+    victim_is_tightened_while_held(&fixture, &authed, &anon, "p5").await;
 
     // The read-write lock's and the semaphore's directories alike.
     for dir in [
@@ -1345,13 +1347,7 @@ async fn an_open_directory_made_by_anyone_is_tightened_or_refused() {
 async fn a_directory_that_vanished_and_came_back_open_is_tightened_again() {
     let fixture = ZkFixture::start().await;
     let authed = backend_with(&fixture, Some("app:pw"), "prefix=p6").await;
-    lock(&authed, "victim")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock(&authed, "victim")).await;
     // What the server's container reaper does to idle directories.
     let owner = zookeeper_client::Client::connector()
         .with_auth("digest", b"app:pw")
@@ -1364,18 +1360,7 @@ async fn a_directory_that_vanished_and_came_back_open_is_tightened_again() {
     anon.create("/p6", b"", &open_acl()).await.unwrap();
     anon.create("/p6/victim", b"", &open_acl()).await.unwrap();
 
-    let guard = lock(&authed, "victim").acquire().await.unwrap();
-    let (acl, _) = anon.get_acl("/p6/victim").await.unwrap();
-    assert!(!open_to_anyone(&acl), "still open: {acl:?}");
-    let children = anon.list_children("/p6/victim").await.unwrap();
-    let node = format!("/p6/victim/{}", children[0]);
-    assert_eq!(
-        anon.delete(&node, None).await,
-        Err(zookeeper_client::Error::NoAuth)
-    );
-    anonymous_cannot_take(&fixture, "p6", "victim").await;
-    assert!(guard.is_held());
-    guard.release().await.unwrap();
+    victim_is_tightened_while_held(&fixture, &authed, &anon, "p6").await;
 }
 
 /// `?acl=creator`: nobody but the URL's identity may even read: an

@@ -11,6 +11,7 @@ use std::time::Duration;
 use dlock::backends::zookeeper::ZooKeeperBackend;
 use dlock::{Election, LockBackend};
 use dlock_tests::curator::Curator;
+use dlock_tests::election::elected_after_another_leader_resigns;
 use dlock_tests::fixtures::zookeeper::ZkFixture;
 use futures_util::StreamExt;
 
@@ -94,22 +95,11 @@ async fn curator_leader_latch_and_dlock_take_turns() {
     );
 
     // Curator leads; dlock waits, and is elected once the latch closes.
-    let waiting = tokio::spawn({
-        let election = election.clone();
-        async move { election.campaign("node-a").await }
-    });
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        !waiting.is_finished(),
-        "dlock was elected while Curator leads"
-    );
-    assert_eq!(ask(&mut curator, "leader").await, "LEADER_IS node-b");
-    assert_eq!(ask(&mut curator, "close").await, "CLOSED");
-    let again = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("dlock elected within 10 s of the latch's close")
-        .unwrap()
-        .unwrap();
+    let close = async {
+        assert_eq!(ask(&mut curator, "leader").await, "LEADER_IS node-b");
+        assert_eq!(ask(&mut curator, "close").await, "CLOSED");
+    };
+    let again = elected_after_another_leader_resigns(&election, "node-a", "Curator", close).await;
     assert!(again.term() > leader.term);
     again.resign().await.unwrap();
     curator.exits_cleanly().await;

@@ -14,6 +14,7 @@ use dlock::{Lock, LockBackend, LockError, LockGuard, RwLock};
 use dlock_tests::curator::Curator;
 use dlock_tests::fixtures::zookeeper::ZkFixture;
 use dlock_tests::poll::eventually;
+use dlock_tests::rw::a_late_reader_gets_in_and_the_writer_times_out;
 use tokio::task::JoinHandle;
 
 async fn backend(fixture: &ZkFixture) -> Arc<ZooKeeperBackend> {
@@ -185,18 +186,12 @@ async fn a_cancelled_or_timed_out_writer_leaves_no_node() {
     writing.abort();
     assert!(writing.await.unwrap_err().is_cancelled());
     queued(&fixture, key, 1).await;
-    let late = rw(&c, key).try_read().await.unwrap();
-    late.expect("a cancelled writer still keeps readers out")
-        .release()
-        .await
-        .unwrap();
-
-    let err = rw(&b, key)
-        .wait(Duration::from_millis(300))
-        .write()
-        .await
-        .unwrap_err();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    a_late_reader_gets_in_and_the_writer_times_out(
+        &rw(&c, key),
+        &rw(&b, key),
+        "a cancelled writer still keeps readers out",
+    )
+    .await;
     assert_eq!(
         fixture.rw_contenders(key).await.len(),
         1,

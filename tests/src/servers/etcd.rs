@@ -9,13 +9,14 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::accessors::{member_accessors, single_server_accessors};
 use crate::servers::control::ServerControl;
+use crate::servers::leader;
 use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{
     require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
@@ -312,19 +313,11 @@ impl EtcdCluster {
 
     /// Waits (bounded) until some member is leader, e.g. after killing the old one.
     pub fn wait_for_leader(&self, limit: Duration) -> HarnessResult<usize> {
-        let started = Instant::now();
-        loop {
-            if let Some(i) = self.leader() {
-                return Ok(i);
-            }
-            if started.elapsed() >= limit {
-                return Err(HarnessError::new(format!(
-                    "no etcd leader among {:?} after {limit:?}",
-                    self.endpoints()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        leader::wait_for_leader(
+            limit,
+            || self.leader(),
+            || format!("etcd leader among {:?}", self.endpoints()),
+        )
     }
 
     /// Runs `etcdctl` against all endpoints and returns its trimmed stdout. Panics like

@@ -39,6 +39,7 @@
 mod accessors;
 pub mod control;
 pub mod etcd;
+mod leader;
 pub mod ports;
 pub mod postgres;
 pub mod process;

@@ -11,6 +11,7 @@
 //! from `Drop`, and can be made from `#[tokio::test]` code without any runtime plumbing.
 
 use std::ffi::{OsStr, OsString};
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -411,6 +412,24 @@ impl CommandOutput {
     /// Whether it exited with status 0.
     pub fn success(&self) -> bool {
         self.status.is_some_and(|s| s.success())
+    }
+
+    /// The trimmed stdout of a `run` that succeeded; panics otherwise, with
+    /// `what` ran (e.g. `redis-cli ["PING"] against 127.0.0.1:6379`), how it
+    /// ended and all it printed.
+    #[track_caller]
+    pub fn trimmed_stdout(run: HarnessResult<CommandOutput>, what: fmt::Arguments<'_>) -> String {
+        match run {
+            Ok(out) if out.success() => out.stdout.trim().to_string(),
+            Ok(out) => panic!(
+                "{what} failed ({}): {}{}",
+                out.status
+                    .map_or_else(|| "timed out".to_string(), |s| s.to_string()),
+                out.stdout,
+                out.stderr
+            ),
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 

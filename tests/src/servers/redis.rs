@@ -34,10 +34,11 @@ const CLUSTER_BUS_OFFSET: u16 = 10_000;
 /// How to start a [`RedisServer`]: authentication, TLS, extra config.
 #[derive(Debug, Clone, Default)]
 pub struct RedisOptions {
-    password: Option<String>,
-    acl_user: Option<(String, String)>,
-    tls: bool,
-    certs: Option<TestCerts>,
+    // Read by the Sentinel harness, which starts its data nodes with these.
+    pub(super) password: Option<String>,
+    pub(super) acl_user: Option<(String, String)>,
+    pub(super) tls: bool,
+    pub(super) certs: Option<TestCerts>,
     cluster: bool,
     cluster_node_timeout_ms: Option<u64>,
     extra: Vec<String>,
@@ -240,12 +241,6 @@ impl RedisServer {
         }
     }
 
-    /// Runs one command with `redis-cli` (authenticated, over TLS where needed) and returns
-    /// its trimmed stdout, e.g. `redis.redis_cli(&["PTTL", "dlock:{k}"])` → `"29998"`. Error
-    /// replies come back as text too (`ERR ...`, redis-cli exits 0 for them). Panics if
-    /// redis-cli cannot run, fails (e.g. cannot connect: the server is down) or takes longer
-    /// than 10 s (e.g. against a paused server); use [`RedisServer::try_redis_cli`] or
-    /// [`RedisServer::ping`] to observe those.
     /// How many times the server ran `command` (lower case, e.g. `"pttl"`, `"evalsha"`)
     /// since it started or its stats were reset, from `INFO commandstats`; 0 if never.
     #[track_caller]
@@ -259,20 +254,18 @@ impl RedisServer {
             .map_or(0, |calls| calls.parse().expect("a call count"))
     }
 
+    /// Runs one command with `redis-cli` (authenticated, over TLS where needed) and returns
+    /// its trimmed stdout, e.g. `redis.redis_cli(&["PTTL", "dlock:{k}"])` → `"29998"`. Error
+    /// replies come back as text too (`ERR ...`, redis-cli exits 0 for them). Panics if
+    /// redis-cli cannot run, fails (e.g. cannot connect: the server is down) or takes longer
+    /// than 10 s (e.g. against a paused server); use [`RedisServer::try_redis_cli`] or
+    /// [`RedisServer::ping`] to observe those.
     #[track_caller]
     pub fn redis_cli(&self, args: &[&str]) -> String {
-        match self.try_redis_cli(args) {
-            Ok(out) if out.success() => out.stdout.trim().to_string(),
-            Ok(out) => panic!(
-                "redis-cli {args:?} against {} failed ({}): {}{}",
-                self.addr(),
-                out.status
-                    .map_or_else(|| "timed out".to_string(), |s| s.to_string()),
-                out.stdout,
-                out.stderr
-            ),
-            Err(e) => panic!("{e}"),
-        }
+        CommandOutput::trimmed_stdout(
+            self.try_redis_cli(args),
+            format_args!("redis-cli {args:?} against {}", self.addr()),
+        )
     }
 
     /// Fallible [`RedisServer::redis_cli`] with the full output.
@@ -293,26 +286,12 @@ impl RedisServer {
 
     /// `redis-cli` arguments that reach and authenticate to this server.
     fn cli_connection_args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = vec![
-            "-h".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            self.port.to_string().into(),
-        ];
-        if let Some(certs) = &self.certs {
-            args.push("--tls".into());
-            args.push("--cacert".into());
-            args.push(certs.ca_cert_path().into());
-        }
-        match (&self.options.acl_user, &self.options.password) {
-            (Some((user, pass)), _) => {
-                args.extend(["--user".into(), user.into(), "--pass".into(), pass.into()]);
-            }
-            (None, Some(pass)) => args.extend(["-a".into(), pass.into()]),
-            (None, None) => {}
-        }
-        args.push("--no-auth-warning".into());
-        args
+        let (user, password) = match &self.options.acl_user {
+            Some((user, pass)) => (Some(user.as_str()), Some(pass.as_str())),
+            None => (None, self.options.password.as_deref()),
+        };
+        let ca = self.certs.as_ref().map(|certs| certs.ca_cert_path());
+        redis_cli_args(self.port, ca, user, password)
     }
 
     /// Whether `PING` answers `PONG` right now.
@@ -320,6 +299,35 @@ impl RedisServer {
         self.cli_with_limit(&["PING"], PROBE_LIMIT)
             .is_ok_and(|out| out.stdout.trim() == "PONG")
     }
+}
+
+/// `redis-cli` arguments that reach the server (or sentinel) on `port` of
+/// this host: over TLS trusting `ca` if given, as `user` if given (else the
+/// default user) with `password` if given.
+pub(crate) fn redis_cli_args(
+    port: u16,
+    ca: Option<&Path>,
+    user: Option<&str>,
+    password: Option<&str>,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "-h".into(),
+        "127.0.0.1".into(),
+        "-p".into(),
+        port.to_string().into(),
+    ];
+    if let Some(ca) = ca {
+        args.extend(["--tls".into(), "--cacert".into(), ca.into()]);
+    }
+    match (user, password) {
+        (Some(user), Some(pass)) => {
+            args.extend(["--user".into(), user.into(), "--pass".into(), pass.into()]);
+        }
+        (None, Some(pass)) => args.extend(["-a".into(), pass.into()]),
+        (_, None) => {}
+    }
+    args.push("--no-auth-warning".into());
+    args
 }
 
 impl ServerControl for RedisServer {

@@ -54,7 +54,7 @@ use crate::servers::process::{
     log_tail, require_binary, run_command, CommandOutput, ProcessSpec, ServerProcess,
     PROBE_INTERVAL,
 };
-use crate::servers::redis::{RedisOptions, RedisServer, REDIS_PACKAGES};
+use crate::servers::redis::{redis_cli_args, RedisOptions, RedisServer, REDIS_PACKAGES};
 use crate::tls::TestCerts;
 
 /// The master name the sentinels monitor unless [`SentinelOptions::master_name`] says another.
@@ -84,13 +84,12 @@ pub struct SentinelOptions {
     master_name: String,
     down_after: Duration,
     failover_timeout: Duration,
-    password: Option<String>,
-    acl_user: Option<(String, String)>,
+    /// What every data node starts with: the password of its `default`
+    /// user, its ACL user, TLS (see [`SentinelOptions::node_options`]).
+    nodes: RedisOptions,
     sentinel_password: Option<String>,
     appendonly: bool,
     periods: Vec<(&'static str, Duration)>,
-    tls: bool,
-    certs: Option<TestCerts>,
 }
 
 impl Default for SentinelOptions {
@@ -99,8 +98,7 @@ impl Default for SentinelOptions {
             master_name: DEFAULT_MASTER_NAME.to_string(),
             down_after: Duration::from_millis(1000),
             failover_timeout: Duration::from_millis(4000),
-            password: None,
-            acl_user: None,
+            nodes: RedisOptions::new(),
             sentinel_password: None,
             appendonly: false,
             periods: vec![
@@ -108,8 +106,6 @@ impl Default for SentinelOptions {
                 ("info-period", Duration::from_secs(1)),
                 ("publish-period", Duration::from_millis(500)),
             ],
-            tls: false,
-            certs: None,
         }
     }
 }
@@ -145,7 +141,7 @@ impl SentinelOptions {
     /// Password of the `default` user on every data node (`--requirepass`); the replicas
     /// get `--masterauth` and the sentinels `sentinel auth-pass`.
     pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
+        self.nodes = self.nodes.password(password);
         self
     }
 
@@ -154,7 +150,7 @@ impl SentinelOptions {
     /// / `auth-pass`). Combine with [`SentinelOptions::password`] to lock out the `default`
     /// user.
     pub fn acl_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
-        self.acl_user = Some((name.into(), password.into()));
+        self.nodes = self.nodes.acl_user(name, password);
         self
     }
 
@@ -192,7 +188,7 @@ impl SentinelOptions {
     /// [`RedisSentinel::url`] is then `rediss+sentinel://…/NAME?ca=<ca.crt>`, and the
     /// harness's own `redis-cli` calls use `--tls --cacert <ca.crt>`.
     pub fn tls(mut self, tls: bool) -> Self {
-        self.tls = tls;
+        self.nodes = self.nodes.tls(tls);
         self
     }
 
@@ -238,25 +234,17 @@ impl SentinelOptions {
 
     /// The options of one data node; a replica of the node on `replica_of`.
     fn node_options(&self, replica_of: Option<u16>) -> RedisOptions {
-        let mut options = RedisOptions::new().config(["--repl-diskless-sync-delay", "0"]);
-        if let Some(certs) = self.tls_certs() {
-            options = options
-                .tls_with(certs.clone())
-                .config(["--tls-replication", "yes"]);
+        let nodes = &self.nodes;
+        let mut options = nodes.clone().config(["--repl-diskless-sync-delay", "0"]);
+        if self.tls_certs().is_some() {
+            options = options.config(["--tls-replication", "yes"]);
         }
-        if let Some(password) = &self.password {
-            options = options
-                .password(password)
-                .config(["--masterauth", password]);
+        if let Some(password) = &nodes.password {
+            options = options.config(["--masterauth", password]);
         }
         // After `--masterauth` of the default user, so that these win.
-        if let Some((user, password)) = &self.acl_user {
-            options = options.acl_user(user, password).config([
-                "--masteruser",
-                user,
-                "--masterauth",
-                password,
-            ]);
+        if let Some((user, password)) = &nodes.acl_user {
+            options = options.config(["--masteruser", user, "--masterauth", password]);
         }
         if self.appendonly {
             options = options.config(["--appendonly", "yes"]);
@@ -273,7 +261,7 @@ impl SentinelOptions {
 
     /// The group's certificates, if it runs TLS (set by [`RedisSentinel::try_start_with`]).
     fn tls_certs(&self) -> Option<&TestCerts> {
-        self.certs.as_ref().filter(|_| self.tls)
+        self.nodes.certs.as_ref().filter(|_| self.nodes.tls)
     }
 
     /// The `sentinel.conf` of a sentinel on `port` with its dir `dir`.
@@ -300,7 +288,7 @@ impl SentinelOptions {
             self.down_after.as_millis(),
             self.failover_timeout.as_millis(),
         );
-        match (&self.acl_user, &self.password) {
+        match (&self.nodes.acl_user, &self.nodes.password) {
             (Some((user, password)), _) => {
                 let _ = writeln!(conf, "sentinel auth-user {name} {}", conf_quote(user));
                 let _ = writeln!(conf, "sentinel auth-pass {name} {}", conf_quote(password));
@@ -409,18 +397,10 @@ impl SentinelNode {
     /// redis-cli cannot run, fails or takes longer than 10 s.
     #[track_caller]
     pub fn redis_cli(&self, args: &[&str]) -> String {
-        match self.try_redis_cli(args) {
-            Ok(out) if out.success() => out.stdout.trim().to_string(),
-            Ok(out) => panic!(
-                "redis-cli {args:?} against sentinel {} failed ({}): {}{}",
-                self.addr(),
-                out.status
-                    .map_or_else(|| "timed out".to_string(), |s| s.to_string()),
-                out.stdout,
-                out.stderr
-            ),
-            Err(e) => panic!("{e}"),
-        }
+        CommandOutput::trimmed_stdout(
+            self.try_redis_cli(args),
+            format_args!("redis-cli {args:?} against sentinel {}", self.addr()),
+        )
     }
 
     /// Fallible [`SentinelNode::redis_cli`] with the full output.
@@ -429,7 +409,13 @@ impl SentinelNode {
     }
 
     fn cli_with_limit(&self, args: &[&str], limit: Duration) -> HarnessResult<CommandOutput> {
-        let mut all = cli_args(self.port, self.password.as_deref(), self.ca.as_deref());
+        // The sentinels have no ACL users: the default one, with the password.
+        let mut all = redis_cli_args(
+            self.port,
+            self.ca.as_deref(),
+            None,
+            self.password.as_deref(),
+        );
         all.extend(args.iter().map(OsString::from));
         run_command(&self.cli, &all, &[], limit)
     }
@@ -477,7 +463,12 @@ impl ServerControl for SentinelNode {
     fn wait_ready(&mut self) -> HarnessResult<()> {
         let (cli, mut args) = (
             self.cli.clone(),
-            cli_args(self.port, self.password.as_deref(), self.ca.as_deref()),
+            redis_cli_args(
+                self.port,
+                self.ca.as_deref(),
+                None,
+                self.password.as_deref(),
+            ),
         );
         args.push("PING".into());
         self.process
@@ -498,25 +489,6 @@ impl ServerControl for SentinelNode {
             )))
         }
     }
-}
-
-/// `redis-cli` arguments that reach (and log in to) a sentinel on `port`, over TLS
-/// trusting `ca` if given.
-fn cli_args(port: u16, password: Option<&str>, ca: Option<&std::path::Path>) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec![
-        "-h".into(),
-        "127.0.0.1".into(),
-        "-p".into(),
-        port.to_string().into(),
-    ];
-    if let Some(ca) = ca {
-        args.extend(["--tls".into(), "--cacert".into(), ca.into()]);
-    }
-    if let Some(password) = password {
-        args.extend(["-a".into(), password.into()]);
-    }
-    args.push("--no-auth-warning".into());
-    args
 }
 
 /// Splits redis-cli's flat output of an array of field/value arrays (`SENTINEL sentinels`,
@@ -572,12 +544,12 @@ impl RedisSentinel {
     /// Fallible [`RedisSentinel::start`] with `options`. Node 0 is the first master.
     pub fn try_start_with(replicas: usize, mut options: SentinelOptions) -> HarnessResult<Self> {
         // One CA for every node and sentinel of a TLS group (they connect to each other).
-        let certs_dir = if options.tls && options.certs.is_none() {
+        let certs_dir = if options.nodes.tls && options.nodes.certs.is_none() {
             let dir = tempfile::Builder::new()
                 .prefix("dlock-sentinel-certs-")
                 .tempdir()
                 .context(|| "create temp dir for sentinel certificates".to_string())?;
-            options.certs = Some(TestCerts::generate(dir.path())?);
+            options.nodes.certs = Some(TestCerts::generate(dir.path())?);
             Some(dir)
         } else {
             None
@@ -665,7 +637,7 @@ impl RedisSentinel {
     /// (`redis+sentinel://:PASS@.../NAME`), and the sentinels' own password as the
     /// backend's `?sentinel_password=`; [`RedisSentinel::url`] when there is none.
     pub fn url_with_credentials(&self) -> String {
-        let mut url = match (&self.options.acl_user, &self.options.password) {
+        let mut url = match (&self.options.nodes.acl_user, &self.options.nodes.password) {
             (Some((user, password)), _) => self.url_with_userinfo(&format!(
                 "{}:{}@",
                 percent_encode(user),
@@ -692,7 +664,7 @@ impl RedisSentinel {
             .collect();
         let url = format!(
             "{}://{userinfo}{}/{}",
-            if self.options.tls {
+            if self.options.nodes.tls {
                 "rediss+sentinel"
             } else {
                 "redis+sentinel"

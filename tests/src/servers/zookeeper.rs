@@ -15,13 +15,14 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::accessors::{member_accessors, single_server_accessors};
 use crate::servers::control::ServerControl;
+use crate::servers::leader;
 use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{require_binary, require_file, ProcessSpec, ServerProcess};
 
@@ -387,19 +388,11 @@ impl ZkEnsemble {
 
     /// Waits (bounded) until some node is leader, e.g. after killing the old one.
     pub fn wait_for_leader(&self, limit: Duration) -> HarnessResult<usize> {
-        let started = Instant::now();
-        loop {
-            if let Some(i) = self.leader() {
-                return Ok(i);
-            }
-            if started.elapsed() >= limit {
-                return Err(HarnessError::new(format!(
-                    "no ZooKeeper leader among {} after {limit:?}",
-                    self.connect_string()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        leader::wait_for_leader(
+            limit,
+            || self.leader(),
+            || format!("ZooKeeper leader among {}", self.connect_string()),
+        )
     }
 }
 
