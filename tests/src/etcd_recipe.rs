@@ -3,7 +3,7 @@
 //! request by request, with the etcd-client crate: Go is not on this
 //! machine, so the read-write interop tests write and wait as the recipe
 //! does instead of running it. It follows the recipe's rules, it is not the
-//! recipe; the README says so.
+//! recipe; dlock::guide::interop says so.
 //!
 //! The recipe, for `NewRWMutex(session, prefix)`:
 //! - `RLock`/`Lock` create `<prefix>/read/<UnixNano>` or

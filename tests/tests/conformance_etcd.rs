@@ -1,5 +1,5 @@
 //! The conformance suite on etcd: one member with auth on, reached as a user
-//! whose role has exactly the README's minimal grant
+//! whose role has exactly the minimal grant of dlock::guide::backends
 //! (`EtcdFixture::restricted`), and a 3-member cluster whose URL names all
 //! members.
 

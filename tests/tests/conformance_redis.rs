@@ -1,5 +1,5 @@
 //! The conformance suite on one Redis server, reached as an ACL user with
-//! exactly the README's minimal grant (`RedisFixture::restricted`).
+//! exactly the minimal grant of dlock::guide::backends (`RedisFixture::restricted`).
 
 use dlock_tests::fixtures::redis::RedisFixture;
 

@@ -12,7 +12,7 @@ dlock_tests::election_suite!(ZkFixture::start().await);
 
 /// The same suites with digest credentials and the default ACL
 /// (`creator_read`): dlock needs nothing more than its own identity owning
-/// the nodes it creates (the README's "Permissions").
+/// the nodes it creates (dlock::guide::backends, "Permissions").
 mod with_credentials {
     use dlock_tests::fixtures::zookeeper::ZkFixture;
 

@@ -10,7 +10,7 @@
 //! The target is 0 lost over 60 s; to keep CI short these hold the
 //! 50,000 locks for 12 s (four ttls: every lease renews about twelve times),
 //! and the full 60 s run is the bench's: `cargo run --release -p dlock-bench
-//! --bin bench -- zk://… --held=50000 --window=60` (see the README's
+//! --bin bench -- zk://… --held=50000 --window=60` (see dlock::guide::performance,
 //! *Scaling: held locks*). The locks are taken at most 500 at a time, as an
 //! application taking many would: on ZooKeeper a session answers its
 //! requests in order, so renewals queue behind the creates in flight.

@@ -158,7 +158,7 @@ async fn rw_locks_are_shared_advisory_locks_apart_from_plain_ones() {
     );
     // A writer keeps SQL's readers out.
     let (k1, k2) = rw_advisory_key("both");
-    // psql computes the same two numbers (the README's formula).
+    // psql computes the same two numbers (the formula in dlock::guide::backends).
     let hex = "encode(sha256(convert_to('dlock:both', 'UTF8')), 'hex')";
     assert_eq!(
         fixture.server().psql(&format!(

@@ -599,7 +599,7 @@ async fn on_a_helper_runtime<T: Send + 'static>(
 /// its session live on (on dlock's runtime): one guard dies with a task of
 /// that runtime at its shutdown, the other is dropped after the runtime is
 /// gone. Neither can run its release on that runtime; the node must still go
-/// when the lease runs out, as the README promises.
+/// when the lease runs out, as dlock::guide::guarantees promises.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guards_dropped_with_their_runtime_free_the_key_within_the_ttl() {
     let fixture = ZkFixture::start().await;

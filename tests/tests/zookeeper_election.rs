@@ -63,7 +63,7 @@ async fn curator_leader_latch_and_dlock_take_turns() {
     // A proclaim before the latch starts: Curator reads the new id. (Not
     // while a latch waits right behind: Curator's watch on its predecessor
     // fires on the data change, and Curator ignores all but a delete; the
-    // README says so.)
+    // interop guide says so.)
     leadership.proclaim("node-a:9090").await.unwrap();
     let mut curator =
         Curator::leader_latch(&fixture.connect_string(), &path, "node-b", STARTUP).await;
