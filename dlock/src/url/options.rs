@@ -119,7 +119,7 @@ fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
     let limit = (name.chars().count() / 3).max(2);
     known
         .iter()
-        .map(|k| (edit_distance(name, k), *k))
+        .map(|k| (strsim::levenshtein(name, k), *k))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
@@ -131,24 +131,6 @@ fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
                 .copied()
                 .filter(|_| !name.is_empty())
         })
-}
-
-/// Levenshtein distance, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// A positive humantime duration (`250ms`, `5s`, `1m 30s`), as the
