@@ -470,61 +470,31 @@ mod tests {
         assert_eq!(local.slot_count(), 0, "one slot per released key was kept");
     }
 
-    /// A memory backend that reports one key's lease as a huge one, as a
-    /// backend whose server clamps long leases may.
-    #[derive(Debug, Default)]
-    struct HugeLease(MemoryBackend);
-
-    #[async_trait::async_trait]
-    impl LockBackend for HugeLease {
-        fn describe(&self) -> String {
-            "huge-lease".into()
-        }
-        async fn try_acquire(
-            &self,
-            req: &crate::backend::AcquireRequest,
-        ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
-            self.0.try_acquire(req).await
-        }
-        async fn acquire(
-            &self,
-            req: &crate::backend::AcquireRequest,
-            deadline: Option<std::time::Instant>,
-        ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
-            let lease = self.0.acquire(req, deadline).await?;
-            Ok(lease.map(|mut lease| {
-                if lease.key == "forever" {
-                    lease.ttl = std::time::Duration::MAX;
-                    lease.valid_until =
-                        crate::backend::lease_deadline(std::time::Instant::now(), lease.ttl);
-                }
-                lease
-            }))
-        }
-        async fn renew(
-            &self,
-            leases: &[crate::backend::Lease],
-        ) -> Vec<Result<crate::backend::Renewal, crate::LockError>> {
-            self.0.renew(leases).await
-        }
-        async fn release(&self, lease: &crate::backend::Lease) -> Result<bool, crate::LockError> {
-            self.0.release(lease).await
-        }
-    }
-
     /// A memory backend with a loss alarm, whose renewals report every
-    /// lease's session ended once `ended` is set.
+    /// lease's session ended once `ended` is set; it reports the lease of
+    /// the key `forever` as a huge one, as a backend whose server clamps
+    /// long leases may.
     #[derive(Debug)]
-    struct Alarmed {
+    struct Odd {
         inner: MemoryBackend,
         alarm: tokio::sync::watch::Sender<u64>,
         ended: std::sync::atomic::AtomicBool,
     }
 
+    impl Odd {
+        fn new() -> Self {
+            Odd {
+                inner: MemoryBackend::new(),
+                alarm: tokio::sync::watch::channel(0).0,
+                ended: std::sync::atomic::AtomicBool::new(false),
+            }
+        }
+    }
+
     #[async_trait::async_trait]
-    impl LockBackend for Alarmed {
+    impl LockBackend for Odd {
         fn describe(&self) -> String {
-            "alarmed".into()
+            "odd".into()
         }
         async fn try_acquire(
             &self,
@@ -537,7 +507,15 @@ mod tests {
             req: &crate::backend::AcquireRequest,
             deadline: Option<std::time::Instant>,
         ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
-            self.inner.acquire(req, deadline).await
+            let lease = self.inner.acquire(req, deadline).await?;
+            Ok(lease.map(|mut lease| {
+                if lease.key == "forever" {
+                    lease.ttl = std::time::Duration::MAX;
+                    lease.valid_until =
+                        crate::backend::lease_deadline(std::time::Instant::now(), lease.ttl);
+                }
+                lease
+            }))
         }
         async fn renew(
             &self,
@@ -563,11 +541,7 @@ mod tests {
     /// session ended is reported lost then, not at its next renewal.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_raised_alarm_renews_at_once() {
-        let alarmed = Arc::new(Alarmed {
-            inner: MemoryBackend::new(),
-            alarm: tokio::sync::watch::channel(0).0,
-            ended: std::sync::atomic::AtomicBool::new(false),
-        });
+        let alarmed = Arc::new(Odd::new());
         let backend: Arc<dyn LockBackend> = alarmed.clone();
         let guard = Lock::new("alarmed")
             .ttl(std::time::Duration::from_secs(60))
@@ -587,7 +561,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_huge_lease_does_not_stop_the_renewal_of_the_others() {
-        let backend: Arc<dyn LockBackend> = Arc::new(HugeLease::default());
+        let backend: Arc<dyn LockBackend> = Arc::new(Odd::new());
         let ttl = std::time::Duration::from_millis(300);
         let forever = Lock::new("forever")
             .with_backend(backend.clone())
