@@ -428,17 +428,28 @@ mod tests {
 
     use crate::backend::LockBackend;
     use crate::backends::memory::MemoryBackend;
-    use crate::{lease::local, Lock};
+    use crate::lease::ttl::DEFAULT_TTL;
+    use crate::{lease::local, Lock, LockGuard};
+
+    /// `key` taken on `backend` for `ttl`.
+    async fn take(
+        backend: &Arc<dyn LockBackend>,
+        key: impl Into<String>,
+        ttl: std::time::Duration,
+    ) -> LockGuard {
+        Lock::new(key)
+            .ttl(ttl)
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .unwrap()
+    }
 
     #[tokio::test]
     async fn watches_a_lease_until_it_is_released() {
         let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
         let watchdog = local::for_backend(&backend).watchdog.clone();
-        let guard = Lock::new("watched")
-            .with_backend(backend.clone())
-            .acquire()
-            .await
-            .unwrap();
+        let guard = take(&backend, "watched", DEFAULT_TTL).await;
         assert_eq!(watchdog.len(), 1);
         guard.release().await.unwrap();
         assert_eq!(watchdog.len(), 0);
@@ -449,11 +460,7 @@ mod tests {
         let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
         let local = local::for_backend(&backend);
         for i in 0..100 {
-            let guard = Lock::new(format!("key:{i}"))
-                .with_backend(backend.clone())
-                .acquire()
-                .await
-                .unwrap();
+            let guard = take(&backend, format!("key:{i}"), DEFAULT_TTL).await;
             if i % 2 == 0 {
                 guard.release().await.unwrap();
             } else {
@@ -543,12 +550,7 @@ mod tests {
     async fn a_raised_alarm_renews_at_once() {
         let alarmed = Arc::new(Odd::new());
         let backend: Arc<dyn LockBackend> = alarmed.clone();
-        let guard = Lock::new("alarmed")
-            .ttl(std::time::Duration::from_secs(60))
-            .with_backend(backend)
-            .acquire()
-            .await
-            .unwrap();
+        let guard = take(&backend, "alarmed", std::time::Duration::from_secs(60)).await;
         alarmed
             .ended
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -563,17 +565,8 @@ mod tests {
     async fn a_huge_lease_does_not_stop_the_renewal_of_the_others() {
         let backend: Arc<dyn LockBackend> = Arc::new(Odd::new());
         let ttl = std::time::Duration::from_millis(300);
-        let forever = Lock::new("forever")
-            .with_backend(backend.clone())
-            .acquire()
-            .await
-            .unwrap();
-        let normal = Lock::new("normal")
-            .ttl(ttl)
-            .with_backend(backend.clone())
-            .acquire()
-            .await
-            .unwrap();
+        let forever = take(&backend, "forever", DEFAULT_TTL).await;
+        let normal = take(&backend, "normal", ttl).await;
         tokio::time::sleep(ttl * 4).await;
         assert!(forever.is_held());
         assert!(normal.is_held(), "the watchdog stopped renewing");
@@ -600,12 +593,7 @@ mod tests {
             .unwrap()
             .unwrap()
         };
-        let main = Lock::new("main")
-            .ttl(ttl)
-            .with_backend(backend.clone())
-            .acquire()
-            .await
-            .unwrap();
+        let main = take(&backend, "main", ttl).await;
         tokio::time::sleep(ttl * 4).await;
         assert!(main.is_held() && first.is_held(), "renewal stopped");
         drop((main, first));
