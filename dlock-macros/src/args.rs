@@ -492,32 +492,12 @@ fn unknown(meta: &Meta, name: &str) -> syn::Error {
 fn closest(name: &str) -> Option<&'static str> {
     VALID
         .iter()
-        .map(|valid| (edit_distance(name, valid), *valid))
+        .map(|valid| (strsim::levenshtein(name, valid), *valid))
         // Two edits catch a swapped or doubled letter without suggesting
         // `key` for every three-letter word.
         .filter(|(distance, valid)| *distance <= 2 && *distance < valid.len())
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, valid)| valid)
-}
-
-/// Levenshtein distance over chars; the names are a few bytes long.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                diagonal
-            } else {
-                1 + diagonal.min(above).min(row[j])
-            };
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
@@ -674,10 +654,7 @@ mod tests {
     }
 
     #[test]
-    fn edit_distances() {
-        assert_eq!(edit_distance("tll", "ttl"), 1);
-        assert_eq!(edit_distance("", "key"), 3);
-        assert_eq!(edit_distance("wiat", "wait"), 2);
+    fn typos_get_the_closest_argument() {
         assert_eq!(closest("kye"), Some("key"));
         assert_eq!(closest("wiat"), Some("wait"));
         assert_eq!(closest("id"), None);

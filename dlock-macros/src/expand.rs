@@ -538,11 +538,6 @@ impl Lock<'_> {
             #body
         };
         let guard_binding = &self.guard_binding;
-        let (run_body, finish) = if self.multi {
-            (quote!(run_multi_body), quote!(finish_multi))
-        } else {
-            (quote!(run_body), quote!(finish))
-        };
         quote! {
             let #fail_fn = #fail;
             let #lock = #constructor #options;
@@ -552,12 +547,12 @@ impl Lock<'_> {
             };
             let #result = {
                 #guard_binding
-                ::dlock::__private::#run_body(&#guard, #on_lost, #fail_fn, async move {
+                ::dlock::__private::run_body(&#guard, #on_lost, #fail_fn, async move {
                     #body
                 })
                 .await
             };
-            ::dlock::__private::#finish(#guard, #result).await
+            ::dlock::__private::finish(#guard, #result).await
         }
     }
 
@@ -679,8 +674,8 @@ mod tests {
             "asyncfntransfer(from:u64,to:u64)->Result<(),E>{",
             "::dlock::__private::MultiLock::new([::std::format!(\"account:{from}\"),::std::format!(\"account:{to}\")]).ttl(",
             "letguard:&MultiGuard=&__dlock_guard;",
-            "::dlock::__private::run_multi_body(&__dlock_guard,",
-            "::dlock::__private::finish_multi(__dlock_guard,__dlock_output).await}",
+            "::dlock::__private::run_body(&__dlock_guard,",
+            "::dlock::__private::finish(__dlock_guard,__dlock_output).await}",
         ] {
             assert!(out.contains(&compact(expected)), "missing {expected}\nin {out}");
         }

@@ -40,19 +40,95 @@ pub fn fail_with<R: LockResult>() -> fn(LockError) -> R {
     R::from_lock_error
 }
 
+/// What the expansion holds while the body runs: one key's guard
+/// ([`LockGuard`]: `key = ..`, with or without `mode` or `segments`) or
+/// every key's ([`MultiGuard`]: `keys = [..]`). For the guards' own
+/// methods, see those types.
+pub trait BodyGuard: Sized {
+    /// The `dlock.held` span the body runs in.
+    fn held_span(&self) -> tracing::Span;
+    fn is_held(&self) -> bool;
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static;
+    fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output>;
+    /// The key a [`LockError::Lost`] names.
+    fn lost_key(&self) -> String;
+    /// Releases; a release failure is logged, not returned (see [`finish`]).
+    fn release_after_body(self) -> impl Future<Output = ()>;
+}
+
+impl BodyGuard for LockGuard {
+    fn held_span(&self) -> tracing::Span {
+        crate::lease::observe::held_span(self.key(), self.fencing_token())
+    }
+    fn is_held(&self) -> bool {
+        LockGuard::is_held(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        LockGuard::lost(self)
+    }
+    fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> {
+        LockGuard::scope(self, body)
+    }
+    fn lost_key(&self) -> String {
+        self.key().to_owned()
+    }
+    async fn release_after_body(self) {
+        let key = self.key().to_owned();
+        if let Some(error) = worth_a_warning(self.release().await) {
+            tracing::warn!(key = %key, error = %error, "release after the body failed; the lease will expire by its ttl");
+        }
+    }
+}
+
+/// For `keys = [..]`: the body runs inside the critical section of every
+/// key; a lost lease on any key is `Lost` naming it.
+impl BodyGuard for MultiGuard {
+    fn held_span(&self) -> tracing::Span {
+        crate::lease::observe::held_all_span(self.guards())
+    }
+    fn is_held(&self) -> bool {
+        MultiGuard::is_held(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        MultiGuard::lost(self)
+    }
+    fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> {
+        MultiGuard::scope(self, body)
+    }
+    /// The first key whose lease is no longer held.
+    fn lost_key(&self) -> String {
+        let lost = self.guards().iter().find(|g| !g.is_held());
+        lost.map_or_else(|| joined_keys(self), |g| g.key().to_owned())
+    }
+    async fn release_after_body(self) {
+        let keys = joined_keys(&self);
+        if let Some(error) = worth_a_warning(self.release().await) {
+            tracing::warn!(keys = %keys, error = %error, "release after the body failed; the leases will expire by their ttl");
+        }
+    }
+}
+
+fn joined_keys(guard: &MultiGuard) -> String {
+    guard.keys().collect::<Vec<_>>().join(", ")
+}
+
+/// The error of a release after the body, unless it only says the lease
+/// was already gone (`NotHeld`).
+fn worth_a_warning(released: Result<(), LockError>) -> Option<LockError> {
+    released
+        .err()
+        .filter(|error| !matches!(error, LockError::NotHeld { .. }))
+}
+
 /// Runs `body` while the lease is held, inside the guard's critical section
 /// (so nested acquisitions of the key re-enter). With [`OnLost::Cancel`], a
 /// lost lease drops the body where it is awaiting and yields `fail(Lost)`.
-pub async fn run_body<R, F>(
-    guard: &LockGuard,
-    on_lost: OnLost,
-    fail: fn(LockError) -> R,
-    body: F,
-) -> R
+pub async fn run_body<G, R, F>(guard: &G, on_lost: OnLost, fail: fn(LockError) -> R, body: F) -> R
 where
+    G: BodyGuard,
     F: Future<Output = R>,
 {
-    let span = crate::lease::observe::held_span(guard.key(), guard.fencing_token());
+    let span = guard.held_span();
     let body = tracing::Instrument::instrument(guard.scope(body), span);
     until_lost(
         body,
@@ -61,7 +137,7 @@ where
         || guard.lost(),
         || {
             fail(LockError::Lost {
-                key: guard.key().to_owned(),
+                key: guard.lost_key(),
             })
         },
     )
@@ -106,60 +182,8 @@ where
 /// function twice in a row never contends with itself. A release failure does
 /// not hide the body's result: the body's work is done either way, and the
 /// lease expires by its ttl.
-pub async fn finish<R>(guard: LockGuard, output: R) -> R {
-    let key = guard.key().to_owned();
-    if let Err(error) = guard.release().await {
-        if !matches!(error, LockError::NotHeld { .. }) {
-            tracing::warn!(key = %key, error = %error, "release after the body failed; the lease will expire by its ttl");
-        }
-    }
-    output
-}
-
-/// [`run_body`] for `keys = [..]`: the body runs inside the critical
-/// section of every key; a lost lease on any key is `Lost` naming it.
-pub async fn run_multi_body<R, F>(
-    guard: &MultiGuard,
-    on_lost: OnLost,
-    fail: fn(LockError) -> R,
-    body: F,
-) -> R
-where
-    F: Future<Output = R>,
-{
-    let span = crate::lease::observe::held_all_span(guard.guards());
-    let body = tracing::Instrument::instrument(guard.scope(body), span);
-    until_lost(
-        body,
-        on_lost,
-        || guard.is_held(),
-        || guard.lost(),
-        || {
-            fail(LockError::Lost {
-                key: lost_key(guard),
-            })
-        },
-    )
-    .await
-}
-
-/// The first key of `guard` whose lease is no longer held.
-fn lost_key(guard: &MultiGuard) -> String {
-    let lost = guard.guards().iter().find(|g| !g.is_held());
-    lost.map_or_else(
-        || guard.keys().collect::<Vec<_>>().join(", "),
-        |g| g.key().to_owned(),
-    )
-}
-
-/// [`finish`] for `keys = [..]`: releases every key before returning.
-pub async fn finish_multi<R>(guard: MultiGuard, output: R) -> R {
-    let keys = guard.keys().collect::<Vec<_>>().join(", ");
-    if let Err(error) = guard.release().await {
-        if !matches!(error, LockError::NotHeld { .. }) {
-            tracing::warn!(keys = %keys, error = %error, "release after the body failed; the leases will expire by their ttl");
-        }
-    }
+pub async fn finish<G: BodyGuard, R>(guard: G, output: R) -> R {
+    guard.release_after_body().await;
     output
 }
 

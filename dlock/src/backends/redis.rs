@@ -683,14 +683,7 @@ impl RedisBackend {
                     names.fence.clone(),
                 )))
             })?;
-            return Ok(Attempt::Acquired(Lease {
-                key: req.key.clone(),
-                token: req.token.clone(),
-                ttl: req.ttl,
-                fencing_token: Some(fence),
-                valid_until: lease_deadline(sent, req.ttl),
-                resource: names.lock.clone(),
-            }));
+            return Ok(Attempt::Acquired(granted(req, names, sent, fence)));
         }
         Ok(Attempt::Held(holder_left(value)))
     }
@@ -746,6 +739,20 @@ fn connection_config(options: &RedisOptions) -> redis::aio::ConnectionManagerCon
         .set_response_timeout(Some(options.response_timeout))
         .set_number_of_retries(2)
         .set_max_delay(Duration::from_millis(500))
+}
+
+/// The lease an acquire script (`ACQUIRE`, `ACQUIRE_ALL`) granted `req` on
+/// the lock key of `names`, with its fence; sent at `sent`, from which its
+/// validity runs.
+pub(crate) fn granted(req: &AcquireRequest, names: &KeyNames, sent: Instant, fence: u64) -> Lease {
+    Lease {
+        key: req.key.clone(),
+        token: req.token.clone(),
+        ttl: req.ttl,
+        fencing_token: Some(fence),
+        valid_until: lease_deadline(sent, req.ttl),
+        resource: names.lock.clone(),
+    }
 }
 
 /// A holder's time left from its key's `PTTL`: -2 the key vanished meanwhile

@@ -165,9 +165,10 @@ pub(crate) use lease_option_setters;
 
 /// The `hold_at_least` setter of a type with a `options: LeaseOptions`
 /// field (locks, segmented locks, read-write locks: what a scheduled job
-/// takes); `$example` is its doc example.
+/// takes). Its doc example makes the lock `$new` of the type `$type`, then
+/// runs `$then` (Rust lines, or none).
 macro_rules! hold_at_least_setter {
-    ($example:expr) => {
+    (type: $type:literal, new: $new:literal, then: $then:literal) => {
         /// Keeps the key taken at least `at_least` after the acquisition,
         /// even when the guard is released (or dropped) sooner: the
         /// `lockAtLeastFor` of a job that replicas run on a schedule, so a
@@ -185,7 +186,22 @@ macro_rules! hold_at_least_setter {
         /// - A release after that time is an ordinary release. Default:
         ///   none. Longer than `MAX_TTL` is `InvalidOption`.
         ///
-        #[doc = $example]
+        #[doc = concat!(
+            "```
+use dlock::", $type, ";
+use std::time::Duration;
+
+# #[tokio::main(flavor = \"current_thread\")] async fn main() -> Result<(), dlock::LockError> {
+let backend = dlock::connect(\"memory://\").await?;
+// The nightly report: whichever replica runs it first, the others skip
+// this tick even if the report takes a second.
+let lock = ", $new, "
+    .with_backend(backend)
+    .wait(Duration::ZERO)
+    .hold_at_least(Duration::from_secs(50));
+", $then, "# Ok(()) }
+```"
+        )]
         pub fn hold_at_least(mut self, at_least: std::time::Duration) -> Self {
             self.options.hold_at_least = Some(at_least);
             self

@@ -428,17 +428,28 @@ mod tests {
 
     use crate::backend::LockBackend;
     use crate::backends::memory::MemoryBackend;
-    use crate::{lease::local, Lock};
+    use crate::lease::ttl::DEFAULT_TTL;
+    use crate::{lease::local, Lock, LockGuard};
+
+    /// `key` taken on `backend` for `ttl`.
+    async fn take(
+        backend: &Arc<dyn LockBackend>,
+        key: impl Into<String>,
+        ttl: std::time::Duration,
+    ) -> LockGuard {
+        Lock::new(key)
+            .ttl(ttl)
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .unwrap()
+    }
 
     #[tokio::test]
     async fn watches_a_lease_until_it_is_released() {
         let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
         let watchdog = local::for_backend(&backend).watchdog.clone();
-        let guard = Lock::new("watched")
-            .with_backend(backend.clone())
-            .acquire()
-            .await
-            .unwrap();
+        let guard = take(&backend, "watched", DEFAULT_TTL).await;
         assert_eq!(watchdog.len(), 1);
         guard.release().await.unwrap();
         assert_eq!(watchdog.len(), 0);
@@ -449,11 +460,7 @@ mod tests {
         let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
         let local = local::for_backend(&backend);
         for i in 0..100 {
-            let guard = Lock::new(format!("key:{i}"))
-                .with_backend(backend.clone())
-                .acquire()
-                .await
-                .unwrap();
+            let guard = take(&backend, format!("key:{i}"), DEFAULT_TTL).await;
             if i % 2 == 0 {
                 guard.release().await.unwrap();
             } else {
@@ -470,61 +477,31 @@ mod tests {
         assert_eq!(local.slot_count(), 0, "one slot per released key was kept");
     }
 
-    /// A memory backend that reports one key's lease as a huge one, as a
-    /// backend whose server clamps long leases may.
-    #[derive(Debug, Default)]
-    struct HugeLease(MemoryBackend);
-
-    #[async_trait::async_trait]
-    impl LockBackend for HugeLease {
-        fn describe(&self) -> String {
-            "huge-lease".into()
-        }
-        async fn try_acquire(
-            &self,
-            req: &crate::backend::AcquireRequest,
-        ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
-            self.0.try_acquire(req).await
-        }
-        async fn acquire(
-            &self,
-            req: &crate::backend::AcquireRequest,
-            deadline: Option<std::time::Instant>,
-        ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
-            let lease = self.0.acquire(req, deadline).await?;
-            Ok(lease.map(|mut lease| {
-                if lease.key == "forever" {
-                    lease.ttl = std::time::Duration::MAX;
-                    lease.valid_until =
-                        crate::backend::lease_deadline(std::time::Instant::now(), lease.ttl);
-                }
-                lease
-            }))
-        }
-        async fn renew(
-            &self,
-            leases: &[crate::backend::Lease],
-        ) -> Vec<Result<crate::backend::Renewal, crate::LockError>> {
-            self.0.renew(leases).await
-        }
-        async fn release(&self, lease: &crate::backend::Lease) -> Result<bool, crate::LockError> {
-            self.0.release(lease).await
-        }
-    }
-
     /// A memory backend with a loss alarm, whose renewals report every
-    /// lease's session ended once `ended` is set.
+    /// lease's session ended once `ended` is set; it reports the lease of
+    /// the key `forever` as a huge one, as a backend whose server clamps
+    /// long leases may.
     #[derive(Debug)]
-    struct Alarmed {
+    struct Odd {
         inner: MemoryBackend,
         alarm: tokio::sync::watch::Sender<u64>,
         ended: std::sync::atomic::AtomicBool,
     }
 
+    impl Odd {
+        fn new() -> Self {
+            Odd {
+                inner: MemoryBackend::new(),
+                alarm: tokio::sync::watch::channel(0).0,
+                ended: std::sync::atomic::AtomicBool::new(false),
+            }
+        }
+    }
+
     #[async_trait::async_trait]
-    impl LockBackend for Alarmed {
+    impl LockBackend for Odd {
         fn describe(&self) -> String {
-            "alarmed".into()
+            "odd".into()
         }
         async fn try_acquire(
             &self,
@@ -537,7 +514,15 @@ mod tests {
             req: &crate::backend::AcquireRequest,
             deadline: Option<std::time::Instant>,
         ) -> Result<Option<crate::backend::Lease>, crate::LockError> {
-            self.inner.acquire(req, deadline).await
+            let lease = self.inner.acquire(req, deadline).await?;
+            Ok(lease.map(|mut lease| {
+                if lease.key == "forever" {
+                    lease.ttl = std::time::Duration::MAX;
+                    lease.valid_until =
+                        crate::backend::lease_deadline(std::time::Instant::now(), lease.ttl);
+                }
+                lease
+            }))
         }
         async fn renew(
             &self,
@@ -563,18 +548,9 @@ mod tests {
     /// session ended is reported lost then, not at its next renewal.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_raised_alarm_renews_at_once() {
-        let alarmed = Arc::new(Alarmed {
-            inner: MemoryBackend::new(),
-            alarm: tokio::sync::watch::channel(0).0,
-            ended: std::sync::atomic::AtomicBool::new(false),
-        });
+        let alarmed = Arc::new(Odd::new());
         let backend: Arc<dyn LockBackend> = alarmed.clone();
-        let guard = Lock::new("alarmed")
-            .ttl(std::time::Duration::from_secs(60))
-            .with_backend(backend)
-            .acquire()
-            .await
-            .unwrap();
+        let guard = take(&backend, "alarmed", std::time::Duration::from_secs(60)).await;
         alarmed
             .ended
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -587,19 +563,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_huge_lease_does_not_stop_the_renewal_of_the_others() {
-        let backend: Arc<dyn LockBackend> = Arc::new(HugeLease::default());
+        let backend: Arc<dyn LockBackend> = Arc::new(Odd::new());
         let ttl = std::time::Duration::from_millis(300);
-        let forever = Lock::new("forever")
-            .with_backend(backend.clone())
-            .acquire()
-            .await
-            .unwrap();
-        let normal = Lock::new("normal")
-            .ttl(ttl)
-            .with_backend(backend.clone())
-            .acquire()
-            .await
-            .unwrap();
+        let forever = take(&backend, "forever", DEFAULT_TTL).await;
+        let normal = take(&backend, "normal", ttl).await;
         tokio::time::sleep(ttl * 4).await;
         assert!(forever.is_held());
         assert!(normal.is_held(), "the watchdog stopped renewing");
@@ -626,12 +593,7 @@ mod tests {
             .unwrap()
             .unwrap()
         };
-        let main = Lock::new("main")
-            .ttl(ttl)
-            .with_backend(backend.clone())
-            .acquire()
-            .await
-            .unwrap();
+        let main = take(&backend, "main", ttl).await;
         tokio::time::sleep(ttl * 4).await;
         assert!(main.is_held() && first.is_held(), "renewal stopped");
         drop((main, first));

@@ -67,24 +67,13 @@ a wait too long to end (`Duration::MAX`) means no limit.",
     }
 
     hold_at_least_setter!(
-        "```
-use dlock::Lock;
-use std::time::Duration;
-
-# #[tokio::main(flavor = \"current_thread\")] async fn main() -> Result<(), dlock::LockError> {
-let backend = dlock::connect(\"memory://\").await?;
-// The nightly report: whichever replica runs it first, the others skip
-// this tick even if the report takes a second.
-let lock = Lock::new(\"report:nightly\")
-    .with_backend(backend)
-    .wait(Duration::ZERO)
-    .hold_at_least(Duration::from_secs(50));
-let guard = lock.acquire().await?;
+        type: "Lock",
+        new: r#"Lock::new("report:nightly")"#,
+        then: r#"let guard = lock.acquire().await?;
 // ... the report, in less than 50 s ...
 guard.release().await?;
-assert!(lock.try_acquire().await?.is_none(), \"still taken for this tick\");
-# Ok(()) }
-```"
+assert!(lock.try_acquire().await?.is_none(), "still taken for this tick");
+"#
     );
 
     /// The options, for the operations of other modules.

@@ -99,22 +99,7 @@ wait. `Duration::ZERO` makes one attempt and fails with
     the ttl whatever the holder is doing, and `lost()` fires then.",
     }
 
-    hold_at_least_setter!(
-        "```
-use dlock::RwLock;
-use std::time::Duration;
-
-# #[tokio::main(flavor = \"current_thread\")] async fn main() -> Result<(), dlock::LockError> {
-let backend = dlock::connect(\"memory://\").await?;
-// The nightly report: whichever replica runs it first, the others skip
-// this tick even if the report takes a second.
-let lock = RwLock::new(\"report:nightly\")
-    .with_backend(backend)
-    .wait(Duration::ZERO)
-    .hold_at_least(Duration::from_secs(50));
-# Ok(()) }
-```"
-    );
+    hold_at_least_setter!(type: "RwLock", new: r#"RwLock::new("report:nightly")"#, then: "");
 
     /// The lock key.
     pub fn key(&self) -> &str {

@@ -105,20 +105,9 @@ impl SegmentedLock {
     }
 
     hold_at_least_setter!(
-        "```
-use dlock::SegmentedLock;
-use std::time::Duration;
-
-# #[tokio::main(flavor = \"current_thread\")] async fn main() -> Result<(), dlock::LockError> {
-let backend = dlock::connect(\"memory://\").await?;
-// The nightly report: whichever replica runs it first, the others skip
-// this tick even if the report takes a second.
-let lock = SegmentedLock::new(\"report:nightly\", 4)
-    .with_backend(backend)
-    .wait(Duration::ZERO)
-    .hold_at_least(Duration::from_secs(50));
-# Ok(()) }
-```"
+        type: "SegmentedLock",
+        new: r#"SegmentedLock::new("report:nightly", 4)"#,
+        then: ""
     );
 
     /// The key the segments are named after.

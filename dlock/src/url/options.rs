@@ -16,46 +16,33 @@ const EVERY_BACKEND: &[(&str, &[&str])] = &[
     ("PostgreSQL", POSTGRES),
 ];
 
+/// What every Redis form takes (Redlock: each master's).
+const REDIS_ANY: [&str; 7] = [
+    "prefix",
+    "client_name",
+    "timeout_ms",
+    "recheck_ms",
+    "replicas",
+    "replica_timeout",
+    "aof",
+];
 /// `redis://`, `rediss://` and the Cluster forms.
-pub(crate) const REDIS: &[&str] = &[
-    "prefix",
-    "client_name",
-    "timeout_ms",
-    "recheck_ms",
-    "replicas",
-    "replica_timeout",
-    "aof",
-    "ca",
-    "protocol",
-    "fence_retention",
-];
+pub(crate) const REDIS: &[&str] =
+    &join::<7, 3, 10>(REDIS_ANY, ["ca", "protocol", "fence_retention"]);
 /// `redis+sentinel://` and `rediss+sentinel://`.
-pub(crate) const REDIS_SENTINEL: &[&str] = &[
-    "prefix",
-    "client_name",
-    "timeout_ms",
-    "recheck_ms",
-    "replicas",
-    "replica_timeout",
-    "aof",
-    "ca",
-    "db",
-    "sentinel_user",
-    "sentinel_password",
-    "fence_retention",
-];
+pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 5, 12>(
+    REDIS_ANY,
+    [
+        "ca",
+        "db",
+        "sentinel_user",
+        "sentinel_password",
+        "fence_retention",
+    ],
+);
 /// `redlock://`: its own, and each master's Redis ones.
-pub(crate) const REDLOCK: &[&str] = &[
-    "node_timeout_ms",
-    "restart_quarantine_ms",
-    "prefix",
-    "client_name",
-    "timeout_ms",
-    "recheck_ms",
-    "replicas",
-    "replica_timeout",
-    "aof",
-];
+pub(crate) const REDLOCK: &[&str] =
+    &join::<2, 7, 9>(["node_timeout_ms", "restart_quarantine_ms"], REDIS_ANY);
 /// `etcd://` and `etcds://`.
 pub(crate) const ETCD: &[&str] = &["prefix", "client_name", "timeout", "ca", "domain"];
 /// `postgres://` and `postgresql://`: dlock's own (the libpq ones are
@@ -78,6 +65,26 @@ pub(crate) const ZOOKEEPER: &[&str] = &[
     "cert",
     "key",
 ];
+
+/// `first` then `then`, as one list; `N` must be `F + T` (checked when
+/// the constant is built).
+const fn join<const F: usize, const T: usize, const N: usize>(
+    first: [&'static str; F],
+    then: [&'static str; T],
+) -> [&'static str; N] {
+    assert!(F + T == N, "N is not F + T");
+    let mut all = [""; N];
+    let mut i = 0;
+    while i < F {
+        all[i] = first[i];
+        i += 1;
+    }
+    while i < N {
+        all[i] = then[i - F];
+        i += 1;
+    }
+    all
+}
 
 /// The error for a parameter `name` that `backend`'s URLs (taking `known`)
 /// do not take. A parameter after a `…password` one is not quoted: it may
@@ -112,7 +119,7 @@ fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
     let limit = (name.chars().count() / 3).max(2);
     known
         .iter()
-        .map(|k| (edit_distance(name, k), *k))
+        .map(|k| (strsim::levenshtein(name, k), *k))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
@@ -124,24 +131,6 @@ fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
                 .copied()
                 .filter(|_| !name.is_empty())
         })
-}
-
-/// Levenshtein distance, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// A positive humantime duration (`250ms`, `5s`, `1m 30s`), as the

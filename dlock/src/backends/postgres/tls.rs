@@ -48,10 +48,14 @@ pub(super) fn connector(params: &TlsParams, shown: &str) -> Result<Connector, Lo
         // certificate (libpq's `prefer` and `require` without a root
         // certificate).
         (SslMode::Disable, _) | (SslMode::Prefer | SslMode::Require, None) => {
-            Arc::new(AnyCertificate(provider.clone()))
+            Arc::new(WithoutHostName {
+                roots: None,
+                provider: provider.clone(),
+            })
         }
         (mode, root) => {
             let roots = Arc::new(roots(root.as_ref(), shown)?);
+            // Built for `verify-ca` too: it refuses roots it cannot use.
             let full = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
                 .build()
                 .map_err(|e| {
@@ -60,9 +64,8 @@ pub(super) fn connector(params: &TlsParams, shown: &str) -> Result<Connector, Lo
             if mode == SslMode::VerifyFull {
                 full
             } else {
-                Arc::new(ChainOnly {
-                    roots,
-                    full,
+                Arc::new(WithoutHostName {
+                    roots: Some(roots),
                     provider: provider.clone(),
                 })
             }
@@ -154,21 +157,38 @@ fn certificates(
     Ok(certs)
 }
 
-/// libpq's `prefer` and `require` without a root certificate: any
-/// certificate is accepted, but the server must still sign the handshake
-/// with the key of the certificate it sent.
+/// What every mode but `verify-full` checks of the server's certificate:
+/// with `roots`, the chain to one of them, validity dates and key usage,
+/// but not the host name (`verify-ca`, and `prefer`/`require` with a root
+/// certificate); without, nothing: any certificate is accepted (libpq's
+/// `prefer` and `require` without a root certificate). Either way the
+/// server must sign the handshake with the key of the certificate it sent,
+/// checked as [`WebPkiServerVerifier`] checks it.
 #[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
+struct WithoutHostName {
+    roots: Option<Arc<RootCertStore>>,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for AnyCertificate {
+impl ServerCertVerifier for WithoutHostName {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
         _ocsp_response: &[u8],
-        _now: UnixTime,
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        if let Some(roots) = &self.roots {
+            let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
@@ -182,7 +202,7 @@ impl ServerCertVerifier for AnyCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -196,64 +216,13 @@ impl ServerCertVerifier for AnyCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca` (and `prefer`/`require` with a root certificate): the chain
-/// to a trusted root, validity dates and key usage, but not the host name.
-#[derive(Debug)]
-struct ChainOnly {
-    roots: Arc<RootCertStore>,
-    /// The full verifier, for the handshake signatures.
-    full: Arc<WebPkiServerVerifier>,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.full.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.full.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.full.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

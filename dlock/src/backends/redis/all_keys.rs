@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use super::scripts::{self, millis, KeyNames, ACQUIRE_ALL, RELEASE};
 use super::subscriber::waiting::{Pace, Try, Watched};
 use super::unfinished::ReleaseIfDropped;
-use super::{check_ttl, holder_left, RedisBackend};
-use crate::backend::{lease_deadline, AcquireRequest, AllKeysBackend, AllOrNone, Lease};
+use super::{check_ttl, granted, holder_left, RedisBackend};
+use crate::backend::{AcquireRequest, AllKeysBackend, AllOrNone, Lease};
 use crate::LockError;
 
 impl RedisBackend {
@@ -79,14 +79,7 @@ impl RedisBackend {
                 .zip(fences)
                 .map(|((req, names), &fence)| {
                     let fence = u64::try_from(fence).map_err(|_| malformed())?;
-                    Ok(Lease {
-                        key: req.key.clone(),
-                        token: req.token.clone(),
-                        ttl: req.ttl,
-                        fencing_token: Some(fence),
-                        valid_until: lease_deadline(sent, req.ttl),
-                        resource: names.lock.clone(),
-                    })
+                    Ok(granted(req, names, sent, fence))
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Try::Done),
