@@ -189,27 +189,10 @@ impl PermitBackend for PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let (base, _) = self.permit_keys(&req.name);
-        let waiting = self.waiters.register(base);
-        loop {
-            self.ensure_listener().await;
-            let notified = waiting.notify.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            let attempt = self.try_permit(req);
-            let Some(answer) = crate::backend::deadline::until(deadline, attempt).await else {
-                return Ok(None);
-            };
-            if let Some(lease) = answer? {
-                return Ok(Some(lease));
-            }
-            let Some(nap) = super::recheck_at(deadline) else {
-                return Ok(None);
-            };
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(nap.into()) => {}
-            }
-        }
+        self.wait_for(base, deadline, &mut (self, req), |(backend, req)| {
+            Box::pin(backend.try_permit(req))
+        })
+        .await
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

@@ -283,30 +283,16 @@ impl RwBackend for PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let (main, _) = self.rw_keys(&req.key);
-        let waiting = self.waiters.register(main);
         // A waiting writer's intent; dropped (deadline, error, the future
         // dropped), it is let go in the background.
-        let mut slot: Option<RwHold> = None;
-        loop {
-            self.ensure_listener().await;
-            let notified = waiting.notify.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            let attempt = self.try_rw(req, &mut slot, true);
-            let Some(answer) = crate::backend::deadline::until(deadline, attempt).await else {
-                return Ok(None);
-            };
-            if let Some(lease) = answer? {
-                return Ok(Some(lease));
-            }
-            let Some(nap) = super::recheck_at(deadline) else {
-                return Ok(None);
-            };
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(nap.into()) => {}
-            }
-        }
+        let slot: Option<RwHold> = None;
+        self.wait_for(
+            main,
+            deadline,
+            &mut (self, req, slot),
+            |(backend, req, slot)| Box::pin(backend.try_rw(req, slot, true)),
+        )
+        .await
     }
 
     async fn renew_rw(&self, _mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
