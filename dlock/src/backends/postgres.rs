@@ -604,11 +604,8 @@ impl PostgresBackend {
         leases: &[Lease],
         at: Vec<usize>,
     ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        let forget = |i: usize| {
-            lock(&self.held).remove(&leases[i].token);
-        };
         if !session.is_alive() {
-            at.iter().for_each(|&i| forget(i));
+            at.iter().for_each(|&i| self.forget(&leases[i]));
             return at
                 .into_iter()
                 .map(|i| (i, Ok(Renewal::SessionExpired)))
@@ -634,7 +631,7 @@ impl PostgresBackend {
             .await;
         let rows = match rows {
             Ok(rows) => rows,
-            Err(e) => return self.failed_round(&session, at.into_iter(), &e.to_string(), forget),
+            Err(e) => return self.failed_round(&session, leases, at.into_iter(), &e.to_string()),
         };
         let found: std::collections::HashMap<&str, bool> = rows
             .iter()
@@ -644,22 +641,16 @@ impl PostgresBackend {
             .zip(keys.iter().zip(&names))
             .map(|(i, (&key, name))| {
                 let answer = match found.get(name.as_str()) {
-                    Some(true) => {
-                        let valid_until = lease_deadline(sent, self.clamp(leases[i].ttl));
-                        if let Some(h) = lock(&self.held).get_mut(&leases[i].token) {
-                            h.valid_until = valid_until;
-                        }
-                        Renewal::Renewed { valid_until }
-                    }
+                    Some(true) => self.renewed(&leases[i], sent),
                     // The row names another holder: force-released. The
                     // session still has the lock: let it go.
                     Some(false) => {
-                        forget(i);
+                        self.forget(&leases[i]);
                         held::unlock_in_background(session.clone(), key);
                         Renewal::Deleted
                     }
                     None => {
-                        forget(i);
+                        self.forget(&leases[i]);
                         session.unreserve(key);
                         Renewal::Refused
                     }

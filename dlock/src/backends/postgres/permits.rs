@@ -130,9 +130,6 @@ impl PostgresBackend {
         leases: &[Lease],
         at: Vec<(usize, i64, Hold)>,
     ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        let forget = |i: usize| {
-            lock(&self.held).remove(&leases[i].token);
-        };
         let keys: Vec<i64> = at.iter().map(|(_, key, _)| *key).collect();
         let sent = Instant::now();
         let rows = if session.is_alive() {
@@ -149,20 +146,16 @@ impl PostgresBackend {
             Ok(rows) => rows,
             Err(e) => {
                 let indexes = at.iter().map(|(i, _, _)| *i);
-                return self.failed_round(&session, indexes, &e.to_string(), forget);
+                return self.failed_round(&session, leases, indexes, &e.to_string());
             }
         };
         let found: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
         at.into_iter()
             .map(|(i, key, hold)| {
                 let answer = if found.contains(&key) {
-                    let valid_until = lease_deadline(sent, self.clamp(leases[i].ttl));
-                    if let Some(h) = lock(&self.held).get_mut(&leases[i].token) {
-                        h.valid_until = valid_until;
-                    }
-                    Renewal::Renewed { valid_until }
+                    self.renewed(&leases[i], sent)
                 } else {
-                    forget(i);
+                    self.forget(&leases[i]);
                     // The marker may still be held: let it go.
                     held::undo_in_background(
                         session.clone(),

@@ -234,9 +234,6 @@ impl PostgresBackend {
         leases: &[Lease],
         at: Vec<usize>,
     ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        let forget = |i: usize| {
-            lock(&self.held).remove(&leases[i].token);
-        };
         let keys: Vec<i64> = at.iter().map(|&i| self.rw_keys(&leases[i].key).0).collect();
         let sent = Instant::now();
         let rows = if session.is_alive() {
@@ -247,20 +244,16 @@ impl PostgresBackend {
         };
         let rows = match rows {
             Ok(rows) => rows,
-            Err(e) => return self.failed_round(&session, at.into_iter(), &e.to_string(), forget),
+            Err(e) => return self.failed_round(&session, leases, at.into_iter(), &e.to_string()),
         };
         let found: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
         at.into_iter()
             .zip(keys)
             .map(|(i, key)| {
                 let answer = if found.contains(&key) {
-                    let valid_until = lease_deadline(sent, self.clamp(leases[i].ttl));
-                    if let Some(h) = lock(&self.held).get_mut(&leases[i].token) {
-                        h.valid_until = valid_until;
-                    }
-                    Renewal::Renewed { valid_until }
+                    self.renewed(&leases[i], sent)
                 } else {
-                    forget(i);
+                    self.forget(&leases[i]);
                     session.unreserve(key);
                     Renewal::Refused
                 };
