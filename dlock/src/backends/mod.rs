@@ -29,6 +29,8 @@
 pub(crate) mod announcements;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
+pub(crate) mod held_deadline;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
