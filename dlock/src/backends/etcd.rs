@@ -709,14 +709,8 @@ mod tests {
     use super::*;
 
     fn lease(key_len: usize) -> Lease {
-        Lease {
-            key: "k".repeat(key_len),
-            token: "t".repeat(36),
-            ttl: Duration::from_secs(3),
-            fencing_token: Some(7),
-            valid_until: Instant::now(),
-            resource: format!("dlock/{}/694d9a3f1c2b0a17", "k".repeat(key_len)),
-        }
+        let resource = format!("dlock/{}/694d9a3f1c2b0a17", "k".repeat(key_len));
+        crate::backends::long_key_lease::long_key_lease(key_len, Some(7), resource)
     }
 
     #[test]

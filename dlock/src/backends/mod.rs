@@ -31,6 +31,8 @@ pub(crate) mod announcements;
 pub mod etcd;
 #[cfg(any(feature = "postgres", feature = "zookeeper"))]
 pub(crate) mod held_deadline;
+#[cfg(all(test, any(feature = "etcd", feature = "zookeeper")))]
+pub(crate) mod long_key_lease;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
