@@ -252,6 +252,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
 use self::client::{first_create_revision, revision_of_lease};
 use self::deletions::DeleteWatch;
 use self::held::Held;
+use self::names::Kind;
 use self::refused::About;
 pub use self::session::SESSION_IDLE;
 use self::session::{Alive, Session, SHUTDOWN_REVOKE};
@@ -470,7 +471,7 @@ impl LockBackend for EtcdBackend {
         // directory, `election.rs`), a lock's the lock key's.
         let election_dir;
         let turn = if self.inner.is_election_entry(&lease.resource) {
-            election_dir = format!("{}/", self.inner.election_prefix(&lease.key));
+            election_dir = format!("{}/", self.inner.prefix_of(Kind::Election, &lease.key));
             election_dir.as_str()
         } else {
             lease.key.as_str()
@@ -708,14 +709,8 @@ mod tests {
     use super::*;
 
     fn lease(key_len: usize) -> Lease {
-        Lease {
-            key: "k".repeat(key_len),
-            token: "t".repeat(36),
-            ttl: Duration::from_secs(3),
-            fencing_token: Some(7),
-            valid_until: Instant::now(),
-            resource: format!("dlock/{}/694d9a3f1c2b0a17", "k".repeat(key_len)),
-        }
+        let resource = format!("dlock/{}/694d9a3f1c2b0a17", "k".repeat(key_len));
+        crate::backends::long_key_lease::long_key_lease(key_len, Some(7), resource)
     }
 
     #[test]

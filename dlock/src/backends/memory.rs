@@ -9,20 +9,19 @@
 //! core's own tests run on. It is not a stand-in for a distributed backend:
 //! two processes each have their own map.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use tokio::sync::Notify;
 
 mod election;
 mod permits;
 mod rw;
+mod table;
 mod ticket;
 
-use self::ticket::{changed_or_until, Queued, Ticket};
+use self::table::{lock_table, Table};
+use self::ticket::{Queued, Waiters};
 use crate::backend::deadline::saturating_add;
 use crate::backend::{
     lease_deadline, AcquireRequest, Lease, LockBackend, PermitBackend, PermitRequest, Renewal,
@@ -48,7 +47,7 @@ use crate::LockError;
 /// ```
 #[derive(Debug, Default)]
 pub struct MemoryBackend {
-    state: Mutex<HashMap<String, KeyState>>,
+    state: Table<KeyState>,
     /// One counter for all keys: strictly increasing per key too, and it lets
     /// idle keys be forgotten without resetting their fencing tokens. Locks
     /// and read-write locks draw from it alike.
@@ -69,9 +68,8 @@ pub struct MemoryBackend {
 #[derive(Debug)]
 struct KeyState {
     holder: Option<Holder>,
-    /// Waiting tickets in arrival order; only the front may take a free key.
-    queue: VecDeque<u64>,
-    changed: Arc<Notify>,
+    /// Waiters in arrival order; only the front may take a free key.
+    waiters: Waiters,
 }
 
 #[derive(Debug, Clone)]
@@ -82,24 +80,30 @@ struct Holder {
     expires: Instant,
 }
 
-impl KeyState {
+impl Queued for KeyState {
     fn new() -> Self {
         KeyState {
             holder: None,
-            queue: VecDeque::new(),
-            changed: Arc::new(Notify::new()),
+            waiters: Waiters::new(),
         }
     }
 
-    /// Drops an expired holder, as a server's expiry would.
+    fn waiters(&mut self) -> &mut Waiters {
+        &mut self.waiters
+    }
+
     fn expire(&mut self, now: Instant) {
         if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
             self.holder = None;
         }
     }
 
+    fn earliest_expiry(&self) -> Option<Instant> {
+        self.holder.as_ref().map(|h| h.expires)
+    }
+
     fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.queue.is_empty()
+        self.holder.is_none() && self.waiters.queue.is_empty()
     }
 }
 
@@ -150,7 +154,7 @@ impl MemoryBackend {
     /// The token of the current holder of `key`, if the lease is live.
     pub fn holder(&self, key: &str) -> Option<String> {
         let now = Instant::now();
-        let state = self.lock_state();
+        let state = lock_table(&self.state);
         let entry = state.get(key)?;
         entry
             .holder
@@ -163,16 +167,7 @@ impl MemoryBackend {
     /// `DEL` would on a server. The holder's next renewal is refused and its
     /// guard reports the loss. Returns whether a lease was removed.
     pub fn force_expire(&self, key: &str) -> bool {
-        let mut state = self.lock_state();
-        let Some(entry) = state.get_mut(key) else {
-            return false;
-        };
-        let removed = entry.holder.take().is_some();
-        entry.changed.notify_waiters();
-        if entry.is_idle() {
-            state.remove(key);
-        }
-        removed
+        table::force_remove(&self.state, key, |entry| entry.holder.take().is_some())
     }
 
     /// How many live permits the semaphore `name` has out.
@@ -217,12 +212,6 @@ impl MemoryBackend {
         self.rw.force_expire(key)
     }
 
-    fn lock_state(&self) -> MutexGuard<'_, HashMap<String, KeyState>> {
-        // A panic while holding this mutex cannot leave the map half-updated
-        // (every update is a single assignment), so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Takes the key if it is free and `ticket` may take it (it is at the
     /// front of the queue, or there is no queue and no ticket).
     fn take_if_free(
@@ -235,14 +224,14 @@ impl MemoryBackend {
         let now = Instant::now();
         entry.expire(now);
         let my_turn = match ticket {
-            Some(t) => entry.queue.front() == Some(&t),
-            None => entry.queue.is_empty(),
+            Some(t) => entry.waiters.queue.front() == Some(&t),
+            None => entry.waiters.queue.is_empty(),
         };
         if entry.holder.is_some() || !my_turn {
             return None;
         }
         if ticket.is_some() {
-            entry.queue.pop_front();
+            entry.waiters.queue.pop_front();
         }
         let fence = self.fence.fetch_add(1, Ordering::Relaxed) + 1;
         entry.holder = Some(Holder {
@@ -261,18 +250,6 @@ impl MemoryBackend {
     }
 }
 
-impl Queued for KeyState {
-    fn queue(&mut self) -> &mut VecDeque<u64> {
-        &mut self.queue
-    }
-    fn changed(&self) -> &Notify {
-        &self.changed
-    }
-    fn is_idle(&self) -> bool {
-        KeyState::is_idle(self)
-    }
-}
-
 #[async_trait]
 impl LockBackend for MemoryBackend {
     fn describe(&self) -> String {
@@ -281,13 +258,9 @@ impl LockBackend for MemoryBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let sent = Instant::now();
-        let mut state = self.lock_state();
-        let entry = state.entry(req.key.clone()).or_insert_with(KeyState::new);
-        let lease = self.take_if_free(entry, req, None, sent);
-        if entry.is_idle() {
-            state.remove(&req.key);
-        }
-        Ok(lease)
+        Ok(table::try_once(&self.state, &req.key, |entry| {
+            self.take_if_free(entry, req, None, sent)
+        }))
     }
 
     async fn acquire(
@@ -295,97 +268,34 @@ impl LockBackend for MemoryBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let ticket = Ticket {
-            state: &self.state,
-            name: &req.key,
-            id: self.next_ticket.fetch_add(1, Ordering::Relaxed),
-        };
-        let mut queued = false;
-        loop {
-            let sent = Instant::now();
-            let (changed, holder_expires) = {
-                let mut state = self.lock_state();
-                let entry = state.entry(req.key.clone()).or_insert_with(KeyState::new);
-                if !queued {
-                    entry.queue.push_back(ticket.id);
-                    queued = true;
-                }
-                if let Some(lease) = self.take_if_free(entry, req, Some(ticket.id), sent) {
-                    // Our ticket is gone from the queue; wake the next one so it
-                    // starts waiting on our lease's expiry.
-                    entry.changed.notify_waiters();
-                    return Ok(Some(lease));
-                }
-                (
-                    entry.changed.clone(),
-                    entry.holder.as_ref().map(|h| h.expires),
-                )
-            };
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(None);
-            }
-            // Register for the notification, then re-check, so a release
-            // between the check above and this point is not missed.
-            let notified = changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut state = self.lock_state();
-                if let Some(entry) = state.get_mut(&req.key) {
-                    entry.expire(Instant::now());
-                    let free = entry.holder.is_none();
-                    if free && entry.queue.front() == Some(&ticket.id) {
-                        continue;
-                    }
-                }
-            }
-            changed_or_until(notified.as_mut(), holder_expires, deadline).await;
-        }
+        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        table::wait_in_line(&self.state, &req.key, id, deadline, |entry, id, sent| {
+            Ok(self.take_if_free(entry, req, Some(id), sent))
+        })
+        .await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        let sent = Instant::now();
-        let mut state = self.lock_state();
-        leases
-            .iter()
-            .map(|lease| {
-                let now = Instant::now();
-                let holder = state
-                    .get_mut(&lease.key)
-                    .and_then(|e| e.holder.as_mut())
-                    .filter(|h| h.token == lease.token && h.expires > now);
-                Ok(match holder {
-                    Some(h) => {
-                        h.expires = saturating_add(now, lease.ttl);
-                        Renewal::Renewed {
-                            valid_until: lease_deadline(sent, lease.ttl),
-                        }
-                    }
-                    None => Renewal::Refused,
-                })
-            })
-            .collect()
+        table::renew_each(&self.state, leases, |entry, token| {
+            entry
+                .holder
+                .as_mut()
+                .filter(|h| h.token == token)
+                .map(|h| &mut h.expires)
+        })
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let now = Instant::now();
-        let mut state = self.lock_state();
-        let Some(entry) = state.get_mut(&lease.key) else {
-            return Ok(false);
-        };
-        entry.expire(now);
-        let ours = entry
-            .holder
-            .as_ref()
-            .is_some_and(|h| h.token == lease.token);
-        if ours {
-            entry.holder = None;
-            entry.changed.notify_waiters();
-        }
-        if entry.is_idle() {
-            state.remove(&lease.key);
-        }
-        Ok(ours)
+        Ok(table::release(&self.state, &lease.key, |entry| {
+            let ours = entry
+                .holder
+                .as_ref()
+                .is_some_and(|h| h.token == lease.token);
+            if ours {
+                entry.holder = None;
+            }
+            ours
+        }))
     }
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
@@ -410,7 +320,7 @@ impl LockBackend for MemoryBackend {
 
     async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
         let now = Instant::now();
-        let state = self.lock_state();
+        let state = lock_table(&self.state);
         Ok(state
             .get(key)
             .and_then(|e| e.holder.as_ref())
@@ -427,7 +337,7 @@ impl LockBackend for MemoryBackend {
     /// The held keys of the table, read under its lock: one snapshot.
     async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
         let now = Instant::now();
-        let state = self.lock_state();
+        let state = lock_table(&self.state);
         let mut held = Vec::new();
         for (key, entry) in state.iter().filter(|(k, _)| k.starts_with(prefix)) {
             let Some(h) = entry.holder.as_ref().filter(|h| h.expires > now) else {
@@ -449,17 +359,10 @@ impl LockBackend for MemoryBackend {
 
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {
         let now = Instant::now();
-        let mut state = self.lock_state();
-        let Some(entry) = state.get_mut(key) else {
-            return Ok(false);
-        };
-        entry.expire(now);
-        let removed = entry.holder.take().is_some();
-        entry.changed.notify_waiters();
-        if entry.is_idle() {
-            state.remove(key);
-        }
-        Ok(removed)
+        Ok(table::force_remove(&self.state, key, |entry| {
+            entry.expire(now);
+            entry.holder.take().is_some()
+        }))
     }
 }
 
@@ -500,7 +403,7 @@ impl RwBackend for MemoryBackend {
         req: &RwRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        Ok(self.rw.acquire(req, deadline, &self.fence).await)
+        self.rw.acquire(req, deadline, &self.fence).await
     }
 
     async fn renew_rw(&self, mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
@@ -515,6 +418,7 @@ impl RwBackend for MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     fn req(key: &str, token: &str, ttl_ms: u64) -> AcquireRequest {

@@ -29,6 +29,10 @@
 pub(crate) mod announcements;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
+pub(crate) mod held_deadline;
+#[cfg(all(test, any(feature = "etcd", feature = "zookeeper")))]
+pub(crate) mod long_key_lease;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;

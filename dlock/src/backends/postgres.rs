@@ -484,6 +484,43 @@ impl PostgresBackend {
         }
     }
 
+    /// Runs `attempt` on `state` (what the attempts need, and what they
+    /// carry from one to the next) until it gives a lease, or `Ok(None)` once
+    /// `deadline` passes: the wait of a lock, a read-write lock or a
+    /// semaphore whose advisory key is `key`. A release's notification on
+    /// `key` wakes it; the re-check timer too, since a lock freed by another
+    /// client announces nothing.
+    async fn wait_for<S: Send>(
+        &self,
+        key: i64,
+        deadline: Option<Instant>,
+        state: &mut S,
+        attempt: impl for<'s> Fn(&'s mut S) -> Attempt<'s> + Send,
+    ) -> Result<Option<Lease>, LockError> {
+        let waiting = self.waiters.register(key);
+        loop {
+            // Listening before the attempt: a release after it is not missed.
+            self.ensure_listener().await;
+            let notified = waiting.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let Some(answer) = crate::backend::deadline::until(deadline, attempt(state)).await
+            else {
+                return Ok(None);
+            };
+            if let Some(lease) = answer? {
+                return Ok(Some(lease));
+            }
+            let Some(nap) = recheck_at(deadline) else {
+                return Ok(None);
+            };
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(nap.into()) => {}
+            }
+        }
+    }
+
     /// Makes sure the listening connection is up; false if it cannot be.
     async fn ensure_listener(&self) -> bool {
         let mut listener = self.listener.lock().await;
@@ -567,11 +604,8 @@ impl PostgresBackend {
         leases: &[Lease],
         at: Vec<usize>,
     ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        let forget = |i: usize| {
-            lock(&self.held).remove(&leases[i].token);
-        };
         if !session.is_alive() {
-            at.iter().for_each(|&i| forget(i));
+            at.iter().for_each(|&i| self.forget(&leases[i]));
             return at
                 .into_iter()
                 .map(|i| (i, Ok(Renewal::SessionExpired)))
@@ -597,7 +631,7 @@ impl PostgresBackend {
             .await;
         let rows = match rows {
             Ok(rows) => rows,
-            Err(e) => return self.failed_round(&session, at.into_iter(), &e.to_string(), forget),
+            Err(e) => return self.failed_round(&session, leases, at.into_iter(), &e.to_string()),
         };
         let found: std::collections::HashMap<&str, bool> = rows
             .iter()
@@ -607,22 +641,16 @@ impl PostgresBackend {
             .zip(keys.iter().zip(&names))
             .map(|(i, (&key, name))| {
                 let answer = match found.get(name.as_str()) {
-                    Some(true) => {
-                        let valid_until = lease_deadline(sent, self.clamp(leases[i].ttl));
-                        if let Some(h) = lock(&self.held).get_mut(&leases[i].token) {
-                            h.valid_until = valid_until;
-                        }
-                        Renewal::Renewed { valid_until }
-                    }
+                    Some(true) => self.renewed(&leases[i], sent),
                     // The row names another holder: force-released. The
                     // session still has the lock: let it go.
                     Some(false) => {
-                        forget(i);
+                        self.forget(&leases[i]);
                         held::unlock_in_background(session.clone(), key);
                         Renewal::Deleted
                     }
                     None => {
-                        forget(i);
+                        self.forget(&leases[i]);
                         session.unreserve(key);
                         Renewal::Refused
                     }
@@ -738,28 +766,10 @@ impl LockBackend for PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let key = advisory_key_in(&self.config.prefix, &req.key);
-        let waiting = self.waiters.register(key);
-        loop {
-            // Listening before the attempt: a release after it is not missed.
-            self.ensure_listener().await;
-            let notified = waiting.notify.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            let attempt = self.try_once(req);
-            let Some(answer) = crate::backend::deadline::until(deadline, attempt).await else {
-                return Ok(None);
-            };
-            if let Some(lease) = answer? {
-                return Ok(Some(lease));
-            }
-            let Some(nap) = recheck_at(deadline) else {
-                return Ok(None);
-            };
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(nap.into()) => {}
-            }
-        }
+        self.wait_for(key, deadline, &mut (self, req), |(backend, req)| {
+            Box::pin(backend.try_once(req))
+        })
+        .await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
@@ -846,6 +856,12 @@ fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
         None => Some(nap),
     }
 }
+
+/// One attempt of a wait (see `PostgresBackend::wait_for`), borrowing its
+/// state.
+type Attempt<'s> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Option<Lease>, LockError>> + Send + 's>,
+>;
 
 /// A random byte, for jitter.
 fn rand_byte() -> u8 {

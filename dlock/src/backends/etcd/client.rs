@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use etcd_client::{Txn, TxnOpResponse, TxnResponse};
 
-use super::{names, Inner};
+use super::names::{self, Kind};
+use super::Inner;
 use crate::backend::Lease;
 use crate::LockError;
 
@@ -22,10 +23,20 @@ impl Inner {
         LockError::backend(self.shown.clone(), source)
     }
 
-    /// `<prefix>/<escaped key>/`: the directory of a key's queue (see
-    /// `names.rs` for the escaping).
+    /// The root of every name of `kind` (see `names.rs`).
+    pub(super) fn root(&self, kind: Kind) -> String {
+        names::root(&self.prefix, kind)
+    }
+
+    /// `<root of kind><escaped name>`: the prefix of the keys of one name
+    /// (see `names.rs` for the escaping).
+    pub(super) fn prefix_of(&self, kind: Kind, name: &str) -> String {
+        format!("{}{}", self.root(kind), names::escape(name))
+    }
+
+    /// `<prefix>/<escaped key>/`: the directory of a key's queue.
     pub(super) fn dir_of(&self, key: &str) -> String {
-        format!("{}/{}/", self.prefix, names::escape(key))
+        format!("{}/", self.prefix_of(Kind::Lock, key))
     }
 
     /// `<prefix>/<escaped key>/<lease-hex>`: our entry in the queue, as

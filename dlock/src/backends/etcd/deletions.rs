@@ -46,6 +46,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::client::revision_of_lease;
+use super::names::Kind;
 use super::{lock, Inner};
 use crate::backend::Lease;
 use crate::LockError;
@@ -150,12 +151,7 @@ impl Inner {
             None => tx,
         };
         watch.running = None;
-        let candidates = [
-            format!("{}/", self.prefix),
-            format!("{}-rw/", self.prefix),
-            format!("{}-semaphores/", self.prefix),
-            format!("{}-election/", self.prefix),
-        ];
+        let candidates = Kind::ALL.map(|kind| self.root(kind));
         let (start, roots) = {
             let held = lock(&self.held);
             let start = held.values().map(|h| h.revision).min()?;

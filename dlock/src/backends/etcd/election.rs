@@ -36,10 +36,11 @@ use etcd_client::{
 
 use super::client::revision_of_lease;
 use super::contenders::{Contenders, PAGE};
+use super::names::Kind;
 use super::queue::{Ahead, Enqueued, Line};
 use super::refused::About;
 use super::session::Session;
-use super::{names, EtcdBackend, Inner};
+use super::{EtcdBackend, Inner};
 use crate::backend::{AcquireRequest, ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
 use crate::{backend::deadline, LockError};
 
@@ -55,15 +56,11 @@ impl EtcdBackend {
     /// # Ok(()) }
     /// ```
     pub fn election_prefix(&self, name: &str) -> String {
-        self.inner.election_prefix(name)
+        self.inner.prefix_of(Kind::Election, name)
     }
 }
 
 impl Inner {
-    pub(super) fn election_prefix(&self, name: &str) -> String {
-        format!("{}-election/{}", self.prefix, names::escape(name))
-    }
-
     /// Whether `entry` is an election's candidate key (its release keeps
     /// the election's turn, not a lock's).
     pub(super) fn is_election_entry(&self, entry: &str) -> bool {
@@ -313,7 +310,7 @@ impl ElectionBackend for EtcdBackend {
         once: bool,
     ) -> Result<Option<Lease>, LockError> {
         let inner = &self.inner;
-        let dir = format!("{}/", inner.election_prefix(&req.key));
+        let dir = format!("{}/", inner.prefix_of(Kind::Election, &req.key));
         // The election's own turn (its directory), apart from the plain
         // lock of the same name: one request of this backend at a time for
         // its candidate key.
@@ -368,7 +365,7 @@ impl ElectionBackend for EtcdBackend {
     }
 
     async fn leader(&self, name: &str) -> Result<Option<Leader>, LockError> {
-        let dir = format!("{}/", self.inner.election_prefix(name));
+        let dir = format!("{}/", self.inner.prefix_of(Kind::Election, name));
         let answer = self.inner.leader_in(&dir).await;
         answer
             .map(|(leader, _)| leader)
@@ -379,7 +376,7 @@ impl ElectionBackend for EtcdBackend {
         let inner = &self.inner;
         let mut changes = Changes {
             inner: inner.clone(),
-            dir: format!("{}/", inner.election_prefix(name)),
+            dir: format!("{}/", inner.prefix_of(Kind::Election, name)),
             stream: None,
             candidates: None,
             found: VecDeque::new(),

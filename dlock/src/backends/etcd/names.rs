@@ -7,6 +7,38 @@
 
 use std::borrow::Cow;
 
+/// The kinds of names, each under a root of its own (`<prefix>/` for the
+/// plain locks, `<prefix>-rw/`, `<prefix>-semaphores/`, `<prefix>-election/`),
+/// so that one name may be a lock, a read-write lock, a semaphore and an
+/// election at once.
+#[derive(Clone, Copy)]
+pub(super) enum Kind {
+    Lock,
+    Rw,
+    Semaphore,
+    Election,
+}
+
+impl Kind {
+    /// Every kind, plain locks first.
+    pub(super) const ALL: [Kind; 4] = [Kind::Lock, Kind::Rw, Kind::Semaphore, Kind::Election];
+
+    /// What follows the prefix in this kind's root.
+    fn suffix(self) -> &'static str {
+        match self {
+            Kind::Lock => "",
+            Kind::Rw => "-rw",
+            Kind::Semaphore => "-semaphores",
+            Kind::Election => "-election",
+        }
+    }
+}
+
+/// `<prefix><kind's suffix>/`: the root of every name of `kind`.
+pub(super) fn root(prefix: &str, kind: Kind) -> String {
+    format!("{prefix}{}/", kind.suffix())
+}
+
 /// `key` as one segment of an etcd key: `%` → `%25`, `/` → `%2F`.
 ///
 /// Injective: `%` is escaped itself, so every `%` in the output starts one

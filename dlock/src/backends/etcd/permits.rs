@@ -43,10 +43,11 @@ use etcd_client::{
 
 use super::client::revision_of;
 use super::contenders::{get_of, Contenders};
+use super::names::Kind;
 use super::queue::{Queued, MAX_REQUEUES};
 use super::refused::About;
 use super::session::{after, Alive};
-use super::{names, EtcdBackend, Inner};
+use super::{EtcdBackend, Inner};
 use async_trait::async_trait;
 
 use crate::backend::{permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal};
@@ -60,7 +61,7 @@ fn own_revision(op: Option<&TxnOpResponse>) -> Option<i64> {
 impl Inner {
     /// `<prefix>-semaphores/<escaped name>/`: the directory of a semaphore's keys.
     fn semaphore_dir(&self, name: &str) -> String {
-        format!("{}-semaphores/{}/", self.prefix, names::escape(name))
+        format!("{}/", self.prefix_of(Kind::Semaphore, name))
     }
 
     /// The first keys of `dir` by create revision (a page: see `holders`).

@@ -2,6 +2,7 @@
 //! lacks a grant) becomes an error that names the lock and the key range
 //! the role needs.
 
+use super::names::Kind;
 use super::Inner;
 use crate::backend::refusal::{explain, says};
 use crate::LockError;
@@ -24,14 +25,10 @@ impl Inner {
             |source| says(source, "permission denied"),
             || {
                 let (kind, name, range) = match about {
-                    About::Lock(key) => ("lock", key, format!("{}/", self.prefix)),
-                    About::Rw(key) => ("read-write lock", key, format!("{}-rw/", self.prefix)),
-                    About::Semaphore(name) => {
-                        ("semaphore", name, format!("{}-semaphores/", self.prefix))
-                    }
-                    About::Election(name) => {
-                        ("election", name, format!("{}-election/", self.prefix))
-                    }
+                    About::Lock(key) => ("lock", key, self.root(Kind::Lock)),
+                    About::Rw(key) => ("read-write lock", key, self.root(Kind::Rw)),
+                    About::Semaphore(name) => ("semaphore", name, self.root(Kind::Semaphore)),
+                    About::Election(name) => ("election", name, self.root(Kind::Election)),
                 };
                 format!(
                     "etcd refused a request for the {kind} `{name}`: the user's role needs readwrite on the key prefix `{range}` (`etcdctl role grant-permission --prefix=true <role> readwrite {range}`; see the README's Permissions section)"

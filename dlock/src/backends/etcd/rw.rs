@@ -31,10 +31,11 @@ use etcd_client::{Compare, CompareOp, PutOptions, SortOrder, SortTarget, Txn, Tx
 
 use super::client::revision_of;
 use super::contenders::{get_of, Contenders};
+use super::names::Kind;
 use super::queue::{Ahead, Enqueued, Line};
 use super::refused::About;
 use super::session::Session;
-use super::{names, EtcdBackend, Inner};
+use super::{EtcdBackend, Inner};
 use crate::backend::{Lease, Renewal, RwBackend, RwMode, RwRequest};
 use crate::LockError;
 
@@ -53,15 +54,11 @@ impl EtcdBackend {
     /// # Ok(()) }
     /// ```
     pub fn rw_prefix(&self, key: &str) -> String {
-        self.inner.rw_prefix(key)
+        self.inner.prefix_of(Kind::Rw, key)
     }
 }
 
 impl Inner {
-    pub(super) fn rw_prefix(&self, key: &str) -> String {
-        format!("{}-rw/{}", self.prefix, names::escape(key))
-    }
-
     /// Takes a `req.mode` lease (`once`: only if nothing is in its way now),
     /// waiting at most until `deadline`. No turn is needed: every entry has
     /// a name of its own.
@@ -73,7 +70,7 @@ impl Inner {
     ) -> Result<Option<Lease>, LockError> {
         let line = RwLine {
             req,
-            dir: format!("{}/", self.rw_prefix(&req.key)),
+            dir: format!("{}/", self.prefix_of(Kind::Rw, &req.key)),
         };
         self.join(&line, None, deadline, once).await
     }

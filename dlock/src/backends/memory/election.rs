@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
+use super::table::lock_table;
 use super::MemoryBackend;
 use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
 use crate::backends::announcements::{Inbox, Inboxes};
@@ -68,7 +69,7 @@ impl ElectionBackend for MemoryBackend {
         {
             // Checked and written under the lock table's mutex: a release
             // cannot come between the check and the write.
-            let state = self.lock_state();
+            let state = lock_table(&self.state);
             let now = std::time::Instant::now();
             let holds = state
                 .get(&lease.key)
@@ -97,7 +98,7 @@ impl ElectionBackend for MemoryBackend {
     }
 
     async fn withdraw(&self, lease: &Lease) -> Result<(), LockError> {
-        let _state = self.lock_state();
+        let _state = lock_table(&self.state);
         let removed = {
             let mut records = lock(&self.elections.records);
             let ours = records

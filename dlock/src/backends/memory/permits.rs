@@ -2,14 +2,12 @@
 //! holders with server-side deadlines, the permit count its first holder
 //! gave, and FIFO tickets for waiters.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use tokio::sync::Notify;
-
-use super::ticket::{changed_or_until, Queued, Ticket};
+use super::table::{self, lock_table, Table};
+use super::ticket::{Queued, Waiters};
 use crate::backend::deadline::saturating_add;
 use crate::backend::{lease_deadline, permit_count_differs, Lease, PermitRequest, Renewal};
 use crate::LockError;
@@ -17,7 +15,7 @@ use crate::LockError;
 /// Every semaphore of one `MemoryBackend`.
 #[derive(Debug, Default)]
 pub(super) struct PermitTable {
-    state: Mutex<HashMap<String, SemaphoreState>>,
+    state: Table<SemaphoreState>,
     next_ticket: AtomicU64,
 }
 
@@ -25,41 +23,42 @@ pub(super) struct PermitTable {
 struct SemaphoreState {
     /// Permit token → server-side expiry.
     holders: HashMap<String, Instant>,
-    /// Waiting tickets in arrival order; only the front may take a free permit.
-    queue: VecDeque<u64>,
     /// The permit count the holders took their permits with: set by the
     /// first holder, binding while any permit is live (see
     /// [`permit_count_differs`]).
     permits: usize,
-    changed: Arc<Notify>,
+    /// Waiters in arrival order; only the front may take a free permit.
+    waiters: Waiters,
 }
 
-impl SemaphoreState {
+impl Queued for SemaphoreState {
     fn new() -> Self {
         SemaphoreState {
             holders: HashMap::new(),
-            queue: VecDeque::new(),
             permits: 0,
-            changed: Arc::new(Notify::new()),
+            waiters: Waiters::new(),
         }
     }
 
-    /// Drops expired permits, as a server's expiry would, and wakes waiters
-    /// if that freed any.
+    fn waiters(&mut self) -> &mut Waiters {
+        &mut self.waiters
+    }
+
+    /// Also wakes waiters if that freed any permit.
     fn expire(&mut self, now: Instant) {
         let before = self.holders.len();
         self.holders.retain(|_, expires| *expires > now);
         if self.holders.len() < before {
-            self.changed.notify_waiters();
+            self.waiters.changed.notify_waiters();
         }
-    }
-
-    fn is_idle(&self) -> bool {
-        self.holders.is_empty() && self.queue.is_empty()
     }
 
     fn earliest_expiry(&self) -> Option<Instant> {
         self.holders.values().min().copied()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.holders.is_empty() && self.waiters.queue.is_empty()
     }
 }
 
@@ -69,12 +68,6 @@ fn resource(req: &PermitRequest) -> String {
 }
 
 impl PermitTable {
-    fn lock_state(&self) -> MutexGuard<'_, HashMap<String, SemaphoreState>> {
-        // Every update is a single insert/remove/assign: poisoning cannot
-        // leave the table half-updated.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Takes a permit if one is free and `ticket` may take it (front of the
     /// queue, or no queue and no ticket). A count other than the live
     /// holders' is refused.
@@ -90,14 +83,14 @@ impl PermitTable {
             return Err(permit_count_differs(&req.name, entry.permits, req.permits));
         }
         let my_turn = match ticket {
-            Some(t) => entry.queue.front() == Some(&t),
-            None => entry.queue.is_empty(),
+            Some(t) => entry.waiters.queue.front() == Some(&t),
+            None => entry.waiters.queue.is_empty(),
         };
         if entry.holders.len() >= req.permits || !my_turn {
             return Ok(None);
         }
         if ticket.is_some() {
-            entry.queue.pop_front();
+            entry.waiters.queue.pop_front();
         }
         entry.permits = req.permits;
         entry
@@ -115,15 +108,9 @@ impl PermitTable {
 
     pub(super) fn try_acquire(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
         let sent = Instant::now();
-        let mut state = self.lock_state();
-        let entry = state
-            .entry(req.name.clone())
-            .or_insert_with(SemaphoreState::new);
-        let lease = Self::take_if_free(entry, req, None, sent);
-        if entry.is_idle() {
-            state.remove(&req.name);
-        }
-        lease
+        table::try_once(&self.state, &req.name, |entry| {
+            Self::take_if_free(entry, req, None, sent)
+        })
     }
 
     pub(super) async fn acquire(
@@ -131,124 +118,40 @@ impl PermitTable {
         req: &PermitRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let ticket = Ticket {
-            state: &self.state,
-            name: &req.name,
-            id: self.next_ticket.fetch_add(1, Ordering::Relaxed),
-        };
-        let mut queued = false;
-        loop {
-            let sent = Instant::now();
-            // Register for the notification before checking, so a release
-            // between the check and the wait is not missed.
-            let changed = {
-                let mut state = self.lock_state();
-                let entry = state
-                    .entry(req.name.clone())
-                    .or_insert_with(SemaphoreState::new);
-                if !queued {
-                    entry.queue.push_back(ticket.id);
-                    queued = true;
-                }
-                entry.changed.clone()
-            };
-            let notified = changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let earliest = {
-                let mut state = self.lock_state();
-                let entry = state
-                    .entry(req.name.clone())
-                    .or_insert_with(SemaphoreState::new);
-                if let Some(lease) = Self::take_if_free(entry, req, Some(ticket.id), sent)? {
-                    // The next ticket is now at the front; there may be
-                    // another free permit for it.
-                    entry.changed.notify_waiters();
-                    return Ok(Some(lease));
-                }
-                entry.earliest_expiry()
-            };
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(None);
-            }
-            changed_or_until(notified.as_mut(), earliest, deadline).await;
-        }
+        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        table::wait_in_line(&self.state, &req.name, id, deadline, |entry, id, sent| {
+            Self::take_if_free(entry, req, Some(id), sent)
+        })
+        .await
     }
 
     pub(super) fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        let sent = Instant::now();
-        let mut state = self.lock_state();
-        leases
-            .iter()
-            .map(|lease| {
-                let now = Instant::now();
-                let expiry = state
-                    .get_mut(&lease.key)
-                    .and_then(|e| e.holders.get_mut(&lease.token))
-                    .filter(|expires| **expires > now);
-                Ok(match expiry {
-                    Some(expires) => {
-                        *expires = saturating_add(now, lease.ttl);
-                        Renewal::Renewed {
-                            valid_until: lease_deadline(sent, lease.ttl),
-                        }
-                    }
-                    None => Renewal::Refused,
-                })
-            })
-            .collect()
+        table::renew_each(&self.state, leases, |entry, token| {
+            entry.holders.get_mut(token)
+        })
     }
 
     pub(super) fn release(&self, lease: &Lease) -> bool {
-        let now = Instant::now();
-        let mut state = self.lock_state();
-        let Some(entry) = state.get_mut(&lease.key) else {
-            return false;
-        };
-        entry.expire(now);
-        let ours = entry.holders.remove(&lease.token).is_some();
-        if ours {
-            entry.changed.notify_waiters();
-        }
-        if entry.is_idle() {
-            state.remove(&lease.key);
-        }
-        ours
+        table::release(&self.state, &lease.key, |entry| {
+            entry.holders.remove(&lease.token).is_some()
+        })
     }
 
     /// Removes every permit of `name` behind its holders' backs. Returns how many.
     pub(super) fn force_expire(&self, name: &str) -> usize {
-        let mut state = self.lock_state();
-        let Some(entry) = state.get_mut(name) else {
-            return 0;
-        };
-        let removed = entry.holders.len();
-        entry.holders.clear();
-        entry.changed.notify_waiters();
-        if entry.is_idle() {
-            state.remove(name);
-        }
-        removed
+        table::force_remove(&self.state, name, |entry| {
+            let removed = entry.holders.len();
+            entry.holders.clear();
+            removed
+        })
     }
 
     /// How many live permits `name` has.
     pub(super) fn held(&self, name: &str) -> usize {
         let now = Instant::now();
-        self.lock_state()
+        lock_table(&self.state)
             .get(name)
             .map_or(0, |e| e.holders.values().filter(|x| **x > now).count())
-    }
-}
-
-impl Queued for SemaphoreState {
-    fn queue(&mut self) -> &mut VecDeque<u64> {
-        &mut self.queue
-    }
-    fn changed(&self) -> &Notify {
-        &self.changed
-    }
-    fn is_idle(&self) -> bool {
-        SemaphoreState::is_idle(self)
     }
 }
 

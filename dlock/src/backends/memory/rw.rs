@@ -2,14 +2,12 @@
 //! table of readers with server-side deadlines, and one FIFO queue of
 //! waiters of both modes in which a writer stops the readers behind it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use tokio::sync::Notify;
-
-use super::ticket::{changed_or_until, Queued, Ticket};
+use super::table::{self, lock_table, Table};
+use super::ticket::{Queued, Waiters};
 use crate::backend::deadline::saturating_add;
 use crate::backend::{lease_deadline, Lease, Renewal, RwMode, RwRequest};
 use crate::LockError;
@@ -17,7 +15,7 @@ use crate::LockError;
 /// Every read-write lock of one `MemoryBackend`.
 #[derive(Debug, Default)]
 pub(super) struct RwTable {
-    state: Mutex<HashMap<String, RwState>>,
+    state: Table<RwState>,
     next_ticket: AtomicU64,
 }
 
@@ -27,11 +25,10 @@ struct RwState {
     writer: Option<(String, Instant)>,
     /// Reader token → server-side expiry: each reader expires on its own.
     readers: HashMap<String, Instant>,
-    /// Waiting tickets in arrival order. A ticket's lowest bit is its mode
-    /// (1: a writer), so the queue alone tells a reader whether a writer
-    /// waits ahead of it.
-    queue: VecDeque<u64>,
-    changed: Arc<Notify>,
+    /// Waiters in arrival order. A ticket's lowest bit is its mode (1: a
+    /// writer), so the queue alone tells a reader whether a writer waits
+    /// ahead of it.
+    waiters: Waiters,
 }
 
 /// Whether the waiting ticket `id` is a writer's.
@@ -39,18 +36,20 @@ fn is_writer(id: u64) -> bool {
     id & 1 == 1
 }
 
-impl RwState {
+impl Queued for RwState {
     fn new() -> Self {
         RwState {
             writer: None,
             readers: HashMap::new(),
-            queue: VecDeque::new(),
-            changed: Arc::new(Notify::new()),
+            waiters: Waiters::new(),
         }
     }
 
-    /// Drops expired leases, as a server's expiry would, and wakes waiters
-    /// if that freed any.
+    fn waiters(&mut self) -> &mut Waiters {
+        &mut self.waiters
+    }
+
+    /// Also wakes waiters if that freed any lease.
     fn expire(&mut self, now: Instant) {
         let before = self.readers.len();
         self.readers.retain(|_, expires| *expires > now);
@@ -59,20 +58,21 @@ impl RwState {
             self.writer = None;
         }
         if writer_gone || self.readers.len() < before {
-            self.changed.notify_waiters();
+            self.waiters.changed.notify_waiters();
         }
     }
 
-    fn is_idle(&self) -> bool {
-        self.writer.is_none() && self.readers.is_empty() && self.queue.is_empty()
-    }
-
-    /// The earliest expiry of a lease that may be in a waiter's way.
     fn earliest_expiry(&self) -> Option<Instant> {
         let writer = self.writer.as_ref().map(|(_, e)| *e);
         self.readers.values().copied().chain(writer).min()
     }
 
+    fn is_idle(&self) -> bool {
+        self.writer.is_none() && self.readers.is_empty() && self.waiters.queue.is_empty()
+    }
+}
+
+impl RwState {
     /// Whether a `mode` lease for `ticket` (`None`: a one-shot try) may be
     /// granted now. A writer needs the key empty and to be first in line; a
     /// reader needs no writer holding and no writer waiting ahead of it.
@@ -81,14 +81,17 @@ impl RwState {
             return false;
         }
         match (mode, ticket) {
-            (RwMode::Write, Some(t)) => self.readers.is_empty() && self.queue.front() == Some(&t),
-            (RwMode::Write, None) => self.readers.is_empty() && self.queue.is_empty(),
+            (RwMode::Write, Some(t)) => {
+                self.readers.is_empty() && self.waiters.queue.front() == Some(&t)
+            }
+            (RwMode::Write, None) => self.readers.is_empty() && self.waiters.queue.is_empty(),
             (RwMode::Read, Some(t)) => !self
+                .waiters
                 .queue
                 .iter()
                 .take_while(|waiting| **waiting != t)
                 .any(|waiting| is_writer(*waiting)),
-            (RwMode::Read, None) => !self.queue.iter().any(|waiting| is_writer(*waiting)),
+            (RwMode::Read, None) => !self.waiters.queue.iter().any(|waiting| is_writer(*waiting)),
         }
     }
 }
@@ -99,12 +102,6 @@ fn resource(req: &RwRequest) -> String {
 }
 
 impl RwTable {
-    fn lock_state(&self) -> MutexGuard<'_, HashMap<String, RwState>> {
-        // Every update is a single insert/remove/assign: poisoning cannot
-        // leave the table half-updated.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Takes a `req.mode` lease if the key admits it for `ticket`.
     /// `fence` is the backend's counter: a writer draws the next value, a
     /// reader reads the current one, which no earlier write exceeds and
@@ -122,7 +119,7 @@ impl RwTable {
             return None;
         }
         if let Some(t) = ticket {
-            entry.queue.retain(|waiting| *waiting != t);
+            entry.waiters.queue.retain(|waiting| *waiting != t);
         }
         let expires = saturating_add(now, req.ttl);
         let fencing_token = match req.mode {
@@ -147,13 +144,9 @@ impl RwTable {
 
     pub(super) fn try_acquire(&self, req: &RwRequest, fence: &AtomicU64) -> Option<Lease> {
         let sent = Instant::now();
-        let mut state = self.lock_state();
-        let entry = state.entry(req.key.clone()).or_insert_with(RwState::new);
-        let lease = Self::take_if_free(entry, req, None, sent, fence);
-        if entry.is_idle() {
-            state.remove(&req.key);
-        }
-        lease
+        table::try_once(&self.state, &req.key, |entry| {
+            Self::take_if_free(entry, req, None, sent, fence)
+        })
     }
 
     pub(super) async fn acquire(
@@ -161,46 +154,13 @@ impl RwTable {
         req: &RwRequest,
         deadline: Option<Instant>,
         fence: &AtomicU64,
-    ) -> Option<Lease> {
+    ) -> Result<Option<Lease>, LockError> {
         let number = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        let ticket = Ticket {
-            state: &self.state,
-            name: &req.key,
-            id: number << 1 | u64::from(req.mode == RwMode::Write),
-        };
-        let mut queued = false;
-        loop {
-            let sent = Instant::now();
-            // Register for the notification before checking, so a release
-            // between the check and the wait is not missed.
-            let changed = {
-                let mut state = self.lock_state();
-                let entry = state.entry(req.key.clone()).or_insert_with(RwState::new);
-                if !queued {
-                    entry.queue.push_back(ticket.id);
-                    queued = true;
-                }
-                entry.changed.clone()
-            };
-            let notified = changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let earliest = {
-                let mut state = self.lock_state();
-                let entry = state.entry(req.key.clone()).or_insert_with(RwState::new);
-                if let Some(lease) = Self::take_if_free(entry, req, Some(ticket.id), sent, fence) {
-                    // Whoever is now first in line may be admitted too (the
-                    // readers behind a reader, at once).
-                    entry.changed.notify_waiters();
-                    return Some(lease);
-                }
-                entry.earliest_expiry()
-            };
-            if deadline.is_some_and(|d| d <= Instant::now()) {
-                return None;
-            }
-            changed_or_until(notified.as_mut(), earliest, deadline).await;
-        }
+        let id = number << 1 | u64::from(req.mode == RwMode::Write);
+        table::wait_in_line(&self.state, &req.key, id, deadline, |entry, id, sent| {
+            Ok(Self::take_if_free(entry, req, Some(id), sent, fence))
+        })
+        .await
     }
 
     /// The server-side expiry of the `mode` lease `token` on `entry`.
@@ -216,37 +176,13 @@ impl RwTable {
     }
 
     pub(super) fn renew(&self, mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        let sent = Instant::now();
-        let mut state = self.lock_state();
-        leases
-            .iter()
-            .map(|lease| {
-                let now = Instant::now();
-                let expiry = state
-                    .get_mut(&lease.key)
-                    .and_then(|e| Self::expiry_of(e, mode, &lease.token))
-                    .filter(|expires| **expires > now);
-                Ok(match expiry {
-                    Some(expires) => {
-                        *expires = saturating_add(now, lease.ttl);
-                        Renewal::Renewed {
-                            valid_until: lease_deadline(sent, lease.ttl),
-                        }
-                    }
-                    None => Renewal::Refused,
-                })
-            })
-            .collect()
+        table::renew_each(&self.state, leases, |entry, token| {
+            Self::expiry_of(entry, mode, token)
+        })
     }
 
     pub(super) fn release(&self, mode: RwMode, lease: &Lease) -> bool {
-        let now = Instant::now();
-        let mut state = self.lock_state();
-        let Some(entry) = state.get_mut(&lease.key) else {
-            return false;
-        };
-        entry.expire(now);
-        let ours = match mode {
+        table::release(&self.state, &lease.key, |entry| match mode {
             RwMode::Read => entry.readers.remove(&lease.token).is_some(),
             RwMode::Write => {
                 let ours = entry
@@ -258,37 +194,24 @@ impl RwTable {
                 }
                 ours
             }
-        };
-        if ours {
-            entry.changed.notify_waiters();
-        }
-        if entry.is_idle() {
-            state.remove(&lease.key);
-        }
-        ours
+        })
     }
 
     /// Removes every lease (readers and writer) of `key` behind their
     /// holders' backs. Returns how many.
     pub(super) fn force_expire(&self, key: &str) -> usize {
-        let mut state = self.lock_state();
-        let Some(entry) = state.get_mut(key) else {
-            return 0;
-        };
-        let removed = entry.readers.len() + usize::from(entry.writer.is_some());
-        entry.readers.clear();
-        entry.writer = None;
-        entry.changed.notify_waiters();
-        if entry.is_idle() {
-            state.remove(key);
-        }
-        removed
+        table::force_remove(&self.state, key, |entry| {
+            let removed = entry.readers.len() + usize::from(entry.writer.is_some());
+            entry.readers.clear();
+            entry.writer = None;
+            removed
+        })
     }
 
     /// How many live readers and whether a live writer hold `key`.
     pub(super) fn holders(&self, key: &str) -> (usize, bool) {
         let now = Instant::now();
-        self.lock_state().get(key).map_or((0, false), |e| {
+        lock_table(&self.state).get(key).map_or((0, false), |e| {
             let readers = e.readers.values().filter(|x| **x > now).count();
             let writer = e.writer.as_ref().is_some_and(|(_, x)| *x > now);
             (readers, writer)
@@ -296,21 +219,10 @@ impl RwTable {
     }
 }
 
-impl Queued for RwState {
-    fn queue(&mut self) -> &mut VecDeque<u64> {
-        &mut self.queue
-    }
-    fn changed(&self) -> &Notify {
-        &self.changed
-    }
-    fn is_idle(&self) -> bool {
-        RwState::is_idle(self)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::time::Duration;
 
     fn req(key: &str, mode: RwMode, token: &str, ttl_ms: u64) -> RwRequest {
@@ -403,7 +315,10 @@ mod tests {
             })
         };
         // The writer is in line once its ticket is queued.
-        while t.lock_state().get("k").is_none_or(|e| e.queue.is_empty()) {
+        while lock_table(&t.state)
+            .get("k")
+            .is_none_or(|e| e.waiters.queue.is_empty())
+        {
             tokio::task::yield_now().await;
         }
         assert!(
@@ -412,7 +327,11 @@ mod tests {
             "a reader got in ahead of a waiting writer"
         );
         assert!(t.release(RwMode::Read, &r));
-        let w = writer.await.unwrap().expect("the writer was served");
+        let w = writer
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the writer was served");
         assert!(t.release(RwMode::Write, &w));
     }
 

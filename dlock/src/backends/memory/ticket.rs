@@ -3,17 +3,40 @@
 //! ends, and its nap between tries.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::Notify;
 
+use super::table::lock_table;
+
+/// The waiters of one name: their tickets and their wake-up.
+#[derive(Debug)]
+pub(super) struct Waiters {
+    /// Waiting tickets in arrival order; only the front may take the name.
+    pub(super) queue: VecDeque<u64>,
+    /// Woken whenever the front of the queue may take the name.
+    pub(super) changed: Arc<Notify>,
+}
+
+impl Waiters {
+    pub(super) fn new() -> Self {
+        Waiters {
+            queue: VecDeque::new(),
+            changed: Arc::new(Notify::new()),
+        }
+    }
+}
+
 /// The state of one name that waiters queue on.
 pub(super) trait Queued {
-    /// Waiting tickets in arrival order.
-    fn queue(&mut self) -> &mut VecDeque<u64>;
-    /// Woken whenever the front of the queue may take the name.
-    fn changed(&self) -> &Notify;
+    /// The state of a name nobody holds or waits for.
+    fn new() -> Self;
+    fn waiters(&mut self) -> &mut Waiters;
+    /// Drops expired leases, as a server's expiry would.
+    fn expire(&mut self, now: Instant);
+    /// The earliest expiry of a lease that may be in a waiter's way.
+    fn earliest_expiry(&self) -> Option<Instant>;
     /// Nothing held and nobody waiting: the entry can be forgotten.
     fn is_idle(&self) -> bool;
 }
@@ -28,15 +51,13 @@ pub(super) struct Ticket<'a, S: Queued> {
 
 impl<S: Queued> Drop for Ticket<'_, S> {
     fn drop(&mut self) {
-        // Every update under this mutex is a single insert, remove or
-        // assignment: a poisoned one still guards consistent data.
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock_table(self.state);
         if let Some(entry) = state.get_mut(self.name) {
-            let queue = entry.queue();
-            if let Some(pos) = queue.iter().position(|t| *t == self.id) {
-                queue.remove(pos);
+            let waiters = entry.waiters();
+            if let Some(pos) = waiters.queue.iter().position(|t| *t == self.id) {
+                waiters.queue.remove(pos);
                 // The next ticket may now be at the front of a free name.
-                entry.changed().notify_waiters();
+                waiters.changed.notify_waiters();
             }
             if entry.is_idle() {
                 state.remove(self.name);

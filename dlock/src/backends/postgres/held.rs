@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::lock;
 use super::session::Session;
+use crate::backends::held_deadline::ran_out;
 
 /// What kind of advisory lock a lease (or a key being undone) is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,32 +98,14 @@ pub(super) fn remember(
 async fn reap(
     held: Weak<Mutex<HeldMap>>,
     token: String,
-    mut at: Instant,
-    mut gone: tokio::sync::oneshot::Receiver<()>,
+    at: Instant,
+    gone: tokio::sync::oneshot::Receiver<()>,
 ) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(at.into()) => {}
-            _ = &mut gone => return,
-        }
-        let Some(map) = held.upgrade() else { return };
-        let expired = {
-            let mut map = lock(&map);
-            match map.get(&token) {
-                None => return,
-                Some(h) if h.valid_until > Instant::now() => {
-                    at = h.valid_until;
-                    None
-                }
-                Some(_) => map.remove(&token),
-            }
-        };
-        if let Some(h) = expired {
-            tracing::debug!(key = h.key, "lease ran out without renewal; unlocking it");
-            let reserved = h.hold.reserved(h.key);
-            undo_in_background(h.session, vec![(h.key, h.hold)], vec![reserved]);
-            return;
-        }
+    let expired = ran_out(held, &token, at, gone, |h: &Held| h.valid_until).await;
+    if let Some(h) = expired {
+        tracing::debug!(key = h.key, "lease ran out without renewal; unlocking it");
+        let reserved = h.hold.reserved(h.key);
+        undo_in_background(h.session, vec![(h.key, h.hold)], vec![reserved]);
     }
 }
 

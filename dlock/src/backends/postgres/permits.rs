@@ -130,9 +130,6 @@ impl PostgresBackend {
         leases: &[Lease],
         at: Vec<(usize, i64, Hold)>,
     ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        let forget = |i: usize| {
-            lock(&self.held).remove(&leases[i].token);
-        };
         let keys: Vec<i64> = at.iter().map(|(_, key, _)| *key).collect();
         let sent = Instant::now();
         let rows = if session.is_alive() {
@@ -149,20 +146,16 @@ impl PostgresBackend {
             Ok(rows) => rows,
             Err(e) => {
                 let indexes = at.iter().map(|(i, _, _)| *i);
-                return self.failed_round(&session, indexes, &e.to_string(), forget);
+                return self.failed_round(&session, leases, indexes, &e.to_string());
             }
         };
         let found: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
         at.into_iter()
             .map(|(i, key, hold)| {
                 let answer = if found.contains(&key) {
-                    let valid_until = lease_deadline(sent, self.clamp(leases[i].ttl));
-                    if let Some(h) = lock(&self.held).get_mut(&leases[i].token) {
-                        h.valid_until = valid_until;
-                    }
-                    Renewal::Renewed { valid_until }
+                    self.renewed(&leases[i], sent)
                 } else {
-                    forget(i);
+                    self.forget(&leases[i]);
                     // The marker may still be held: let it go.
                     held::undo_in_background(
                         session.clone(),
@@ -189,27 +182,10 @@ impl PermitBackend for PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let (base, _) = self.permit_keys(&req.name);
-        let waiting = self.waiters.register(base);
-        loop {
-            self.ensure_listener().await;
-            let notified = waiting.notify.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            let attempt = self.try_permit(req);
-            let Some(answer) = crate::backend::deadline::until(deadline, attempt).await else {
-                return Ok(None);
-            };
-            if let Some(lease) = answer? {
-                return Ok(Some(lease));
-            }
-            let Some(nap) = super::recheck_at(deadline) else {
-                return Ok(None);
-            };
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(nap.into()) => {}
-            }
-        }
+        self.wait_for(base, deadline, &mut (self, req), |(backend, req)| {
+            Box::pin(backend.try_permit(req))
+        })
+        .await
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

@@ -6,11 +6,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::held::Held;
 use super::session::Session;
 use super::{lock, PostgresBackend};
-use crate::backend::{Lease, Renewal};
+use crate::backend::{lease_deadline, Lease, Renewal};
 use crate::LockError;
 
 /// The most leases one renewal statement names.
@@ -29,21 +30,36 @@ fn statement_cost(lease: &Lease) -> usize {
 pub(super) type RoundAnswers = Vec<(usize, Result<Renewal, LockError>)>;
 
 impl PostgresBackend {
+    /// The answer for `lease`, renewed by a statement sent at `sent`: its
+    /// new local deadline, kept in its record too.
+    pub(super) fn renewed(&self, lease: &Lease, sent: Instant) -> Renewal {
+        let valid_until = lease_deadline(sent, self.clamp(lease.ttl));
+        if let Some(h) = lock(&self.held).get_mut(&lease.token) {
+            h.valid_until = valid_until;
+        }
+        Renewal::Renewed { valid_until }
+    }
+
+    /// Forgets the record of `lease`, which this backend no longer holds.
+    pub(super) fn forget(&self, lease: &Lease) {
+        lock(&self.held).remove(&lease.token);
+    }
+
     /// The answers of a renewal statement that failed, for the leases
-    /// `at` (indexes): every one `SessionExpired` (and forgotten) when the
-    /// session has ended, since its locks went with it; else the error,
-    /// for each.
+    /// `at` (indexes into `leases`): every one `SessionExpired` (and
+    /// forgotten) when the session has ended, since its locks went with
+    /// it; else the error, for each.
     pub(super) fn failed_round(
         &self,
         session: &Session,
+        leases: &[Lease],
         at: impl Iterator<Item = usize>,
         error: &str,
-        forget: impl Fn(usize),
     ) -> RoundAnswers {
         if !session.is_alive() {
             return at
                 .map(|i| {
-                    forget(i);
+                    self.forget(&leases[i]);
                     (i, Ok(Renewal::SessionExpired))
                 })
                 .collect();

@@ -234,9 +234,6 @@ impl PostgresBackend {
         leases: &[Lease],
         at: Vec<usize>,
     ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        let forget = |i: usize| {
-            lock(&self.held).remove(&leases[i].token);
-        };
         let keys: Vec<i64> = at.iter().map(|&i| self.rw_keys(&leases[i].key).0).collect();
         let sent = Instant::now();
         let rows = if session.is_alive() {
@@ -247,20 +244,16 @@ impl PostgresBackend {
         };
         let rows = match rows {
             Ok(rows) => rows,
-            Err(e) => return self.failed_round(&session, at.into_iter(), &e.to_string(), forget),
+            Err(e) => return self.failed_round(&session, leases, at.into_iter(), &e.to_string()),
         };
         let found: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
         at.into_iter()
             .zip(keys)
             .map(|(i, key)| {
                 let answer = if found.contains(&key) {
-                    let valid_until = lease_deadline(sent, self.clamp(leases[i].ttl));
-                    if let Some(h) = lock(&self.held).get_mut(&leases[i].token) {
-                        h.valid_until = valid_until;
-                    }
-                    Renewal::Renewed { valid_until }
+                    self.renewed(&leases[i], sent)
                 } else {
-                    forget(i);
+                    self.forget(&leases[i]);
                     session.unreserve(key);
                     Renewal::Refused
                 };
@@ -283,30 +276,16 @@ impl RwBackend for PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let (main, _) = self.rw_keys(&req.key);
-        let waiting = self.waiters.register(main);
         // A waiting writer's intent; dropped (deadline, error, the future
         // dropped), it is let go in the background.
-        let mut slot: Option<RwHold> = None;
-        loop {
-            self.ensure_listener().await;
-            let notified = waiting.notify.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            let attempt = self.try_rw(req, &mut slot, true);
-            let Some(answer) = crate::backend::deadline::until(deadline, attempt).await else {
-                return Ok(None);
-            };
-            if let Some(lease) = answer? {
-                return Ok(Some(lease));
-            }
-            let Some(nap) = super::recheck_at(deadline) else {
-                return Ok(None);
-            };
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(nap.into()) => {}
-            }
-        }
+        let slot: Option<RwHold> = None;
+        self.wait_for(
+            main,
+            deadline,
+            &mut (self, req, slot),
+            |(backend, req, slot)| Box::pin(backend.try_rw(req, slot, true)),
+        )
+        .await
     }
 
     async fn renew_rw(&self, _mode: RwMode, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

@@ -10,6 +10,7 @@ use super::cleanup::Cleanup;
 use super::session::Session;
 use super::{lock, ZooKeeperBackend};
 use crate::backend::Lease;
+use crate::backends::held_deadline::ran_out;
 
 /// Held nodes by path.
 pub(super) type HeldMap = HashMap<String, Held>;
@@ -84,34 +85,13 @@ impl ZooKeeperBackend {
 pub(super) async fn reap(
     held: Weak<Mutex<HeldMap>>,
     path: String,
-    mut at: Instant,
-    mut gone: tokio::sync::oneshot::Receiver<()>,
+    at: Instant,
+    gone: tokio::sync::oneshot::Receiver<()>,
 ) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(at.into()) => {}
-            // The entry was removed (released or reaped): nothing to watch.
-            _ = &mut gone => return,
-        }
-        let Some(map) = held.upgrade() else {
-            return;
-        };
-        let expired = {
-            let mut map = lock(&map);
-            match map.get(&path) {
-                None => return,
-                Some(h) if h.valid_until > Instant::now() => {
-                    at = h.valid_until;
-                    None
-                }
-                Some(_) => map.remove(&path),
-            }
-        };
-        if let Some(mut node) = expired {
-            tracing::debug!(%path, "lease ran out without renewal; deleting its node");
-            // Dropping an armed cleanup deletes the node in the background.
-            node.cleanup.arm();
-            return;
-        }
+    let expired = ran_out(held, &path, at, gone, |h: &Held| h.valid_until).await;
+    if let Some(mut node) = expired {
+        tracing::debug!(%path, "lease ran out without renewal; deleting its node");
+        // Dropping an armed cleanup deletes the node in the background.
+        node.cleanup.arm();
     }
 }

@@ -237,19 +237,11 @@ fn send_reads<'a>(leases: &[Lease], groups: &'a Groups) -> Vec<Read<'a>> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use super::*;
 
     fn lease(key_len: usize) -> Lease {
-        Lease {
-            key: "k".repeat(key_len),
-            token: "t".repeat(36),
-            ttl: Duration::from_secs(3),
-            fencing_token: None,
-            valid_until: Instant::now(),
-            resource: format!("/dlock/{}/_c_x-lock-0000000001", "k".repeat(key_len)),
-        }
+        let resource = format!("/dlock/{}/_c_x-lock-0000000001", "k".repeat(key_len));
+        crate::backends::long_key_lease::long_key_lease(key_len, None, resource)
     }
 
     #[test]

@@ -1,0 +1,40 @@
+//! The wait of a lease's reaper, for the backends whose server keeps a lock
+//! for as long as the session lives (PostgreSQL, ZooKeeper): a dlock lease
+//! ends at its ttl when it is not renewed (renewal off, a leaked guard, a
+//! holder whose watchdog cannot run), so the lock must go then too, or the
+//! key stays blocked by a lease nobody holds.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, Weak};
+use std::time::Instant;
+
+/// Waits until the record `name` of `held` has passed its local deadline
+/// (`valid_until` of the record, moved by each renewal) without a renewal,
+/// then takes it out of the map and returns it. `None` if the record went
+/// first: removed (released, or `gone`, its end signal, fired), or the
+/// map itself dropped. `at` is the deadline the record had when it was
+/// made.
+pub(crate) async fn ran_out<H>(
+    held: Weak<Mutex<HashMap<String, H>>>,
+    name: &str,
+    mut at: Instant,
+    mut gone: tokio::sync::oneshot::Receiver<()>,
+    valid_until: impl Fn(&H) -> Instant,
+) -> Option<H> {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => {}
+            // The entry was removed (released or reaped): nothing to watch.
+            _ = &mut gone => return None,
+        }
+        let map = held.upgrade()?;
+        // Every update under these mutexes is one insert, remove or
+        // assignment, so a poisoned mutex still guards consistent data.
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(name) {
+            None => return None,
+            Some(h) if valid_until(h) > Instant::now() => at = valid_until(h),
+            Some(_) => return map.remove(name),
+        }
+    }
+}
