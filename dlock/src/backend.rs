@@ -41,6 +41,41 @@ pub use rw::{no_rw_locks, RwBackend, RwMode, RwRequest};
 /// ```
 pub use async_trait::async_trait;
 
+/// What a backend offers beside plain locks, as
+/// [`LockBackend::capabilities`] answers it: each capability is the
+/// backend itself seen as that trait, or `None`.
+///
+/// ```
+/// use dlock::backend::{Capabilities, LockBackend};
+/// use dlock::backends::memory::MemoryBackend;
+///
+/// let memory = MemoryBackend::new();
+/// let offers = memory.capabilities();
+/// assert!(offers.permits.is_some() && offers.rw.is_some() && offers.election.is_some());
+/// assert!(Capabilities::default().permits.is_none());
+/// ```
+#[derive(Clone, Copy, Default)]
+pub struct Capabilities<'a> {
+    /// Semaphores: [`LockBackend::permits`].
+    pub permits: Option<&'a dyn PermitBackend>,
+    /// Read-write locks: [`LockBackend::rw`].
+    pub rw: Option<&'a dyn RwBackend>,
+    /// Leader elections: [`LockBackend::election`].
+    pub election: Option<&'a dyn ElectionBackend>,
+}
+
+impl<'a> Capabilities<'a> {
+    /// All three, each `backend` itself: what a backend that implements
+    /// [`PermitBackend`], [`RwBackend`] and [`ElectionBackend`] answers.
+    pub fn all<B: PermitBackend + RwBackend + ElectionBackend>(backend: &'a B) -> Self {
+        Capabilities {
+            permits: Some(backend),
+            rw: Some(backend),
+            election: Some(backend),
+        }
+    }
+}
+
 /// What the core asks a backend to take: a key, the owner token and the lease length.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AcquireRequest {
@@ -302,23 +337,37 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// What the backend offers beside plain locks: semaphores, read-write
+    /// locks, leader elections. A backend with all three answers
+    /// [`Capabilities::all`]`(self)`; the default is none of them.
+    /// [`permits`](Self::permits), [`rw`](Self::rw) and
+    /// [`election`](Self::election) read it.
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::default()
+    }
+
     /// The backend's semaphores, if it has them: itself, as a
-    /// [`PermitBackend`]. The default is `None`: no semaphores.
+    /// [`PermitBackend`]. The default is what
+    /// [`capabilities`](Self::capabilities) says (by default `None`: no
+    /// semaphores).
     fn permits(&self) -> Option<&dyn PermitBackend> {
-        None
+        self.capabilities().permits
     }
 
     /// The backend's read-write locks, if it has them: itself, as a
-    /// [`RwBackend`]. The default is `None`: no read-write locks.
+    /// [`RwBackend`]. The default is what
+    /// [`capabilities`](Self::capabilities) says (by default `None`: no
+    /// read-write locks).
     fn rw(&self) -> Option<&dyn RwBackend> {
-        None
+        self.capabilities().rw
     }
 
     /// The backend's leader elections, if it has them: itself, as an
-    /// [`ElectionBackend`]. The default is `None`: no elections
-    /// ([`no_elections`]).
+    /// [`ElectionBackend`]. The default is what
+    /// [`capabilities`](Self::capabilities) says (by default `None`: no
+    /// elections, [`no_elections`]).
     fn election(&self) -> Option<&dyn ElectionBackend> {
-        None
+        self.capabilities().election
     }
 
     /// Whether the backend takes several lock keys all or none in one call:

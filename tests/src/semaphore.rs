@@ -157,15 +157,14 @@ pub async fn an_expired_permit_lets_local_waiters_in<F: Fixture>(fixture: &F) {
     let name = unique_key("semaphore-expired");
     let ttl = fixture.short_ttl();
     let a = fixture.backend().await;
-    let expiring = semaphore(&a, &name, 1)
-        .ttl(ttl)
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    // One semaphore handle, two sets of options: the permit left to expire,
+    // then the waiter behind it.
+    let one_permit = semaphore(&a, &name, 1);
+    let expiring = one_permit.clone().ttl(ttl).renew(false);
+    let expiring = expiring.acquire().await.unwrap();
     let start = Instant::now();
-    let next = semaphore(&a, &name, 1)
-        .wait(ttl * 3 + Duration::from_secs(2))
+    let waiter = one_permit.wait(ttl * 3 + Duration::from_secs(2));
+    let next = waiter
         .acquire()
         .await
         .expect("a local waiter stayed behind an expired permit");

@@ -7,6 +7,44 @@ use std::fmt;
 
 use crate::LockError;
 
+/// What a refused request was about: a lock, read-write lock, semaphore
+/// or election, by its key or name.
+#[derive(Clone, Copy)]
+pub(crate) enum About<'a> {
+    Lock(&'a str),
+    Rw(&'a str),
+    Semaphore(&'a str),
+    // Only etcd names an election's own key range; Redis and the rest
+    // refuse an election as the lock of its name.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    Election(&'a str),
+}
+
+impl<'a> About<'a> {
+    /// What it is, as a message says it.
+    pub(crate) fn kind(self) -> &'static str {
+        match self {
+            About::Lock(_) => "lock",
+            About::Rw(_) => "read-write lock",
+            About::Semaphore(_) => "semaphore",
+            About::Election(_) => "election",
+        }
+    }
+
+    /// Its key or name.
+    pub(crate) fn name(self) -> &'a str {
+        match self {
+            About::Lock(name)
+            | About::Rw(name)
+            | About::Semaphore(name)
+            | About::Election(name) => name,
+        }
+    }
+}
+
+/// Where the grants a refusal names are described.
+pub(crate) const SEE_PERMISSIONS: &str = "see Permissions in dlock::guide::backends";
+
 /// The refusal of a request about one lock, semaphore or read-write lock.
 #[derive(Debug)]
 struct Refusal {

@@ -256,7 +256,7 @@ use self::names::Kind;
 use self::refused::About;
 pub use self::session::SESSION_IDLE;
 use self::session::{Alive, Session, SHUTDOWN_REVOKE};
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
+use crate::backend::{AcquireRequest, Capabilities, Lease, LockBackend, Renewal};
 use crate::LockError;
 
 /// The most keys one renewal read asks for: etcd's default `--max-txn-ops`
@@ -480,16 +480,8 @@ impl LockBackend for EtcdBackend {
         answer.map_err(|e| self.inner.name_refusal(e, About::Lock(&lease.key)))
     }
 
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-
-    fn rw(&self) -> Option<&dyn RwBackend> {
-        Some(self)
-    }
-
-    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
-        Some(self)
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::all(self)
     }
 
     fn client_name(&self) -> Option<&str> {

@@ -298,16 +298,8 @@ impl LockBackend for MemoryBackend {
         }))
     }
 
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-
-    fn rw(&self) -> Option<&dyn RwBackend> {
-        Some(self)
-    }
-
-    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
-        Some(self)
+    fn capabilities(&self) -> crate::backend::Capabilities<'_> {
+        crate::backend::Capabilities::all(self)
     }
 
     fn client_name(&self) -> Option<&str> {

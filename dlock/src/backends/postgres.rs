@@ -815,16 +815,8 @@ impl LockBackend for PostgresBackend {
         Ok(unlocked && ours == 1)
     }
 
-    fn rw(&self) -> Option<&dyn crate::backend::RwBackend> {
-        Some(self)
-    }
-
-    fn permits(&self) -> Option<&dyn crate::backend::PermitBackend> {
-        Some(self)
-    }
-
-    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
-        Some(self)
+    fn capabilities(&self) -> crate::backend::Capabilities<'_> {
+        crate::backend::Capabilities::all(self)
     }
 
     fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

@@ -149,8 +149,7 @@ use self::sentinel::Sentinel;
 use self::subscriber::{Source, Subscriber};
 use self::unfinished::ReleaseIfDropped;
 use crate::backend::{
-    lease_deadline, AcquireRequest, AllKeysBackend, Lease, LockBackend, PermitBackend, Renewal,
-    RwBackend,
+    lease_deadline, AcquireRequest, AllKeysBackend, Capabilities, Lease, LockBackend, Renewal,
 };
 use crate::LockError;
 
@@ -846,22 +845,14 @@ impl LockBackend for RedisBackend {
         Ok(Some(kept == 1))
     }
 
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::all(self)
     }
 
     /// A single server takes a `MultiLock`'s keys in one script; a Cluster
     /// cannot (the keys of different locks live in different slots).
     fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
         matches!(self.conn, Conn::Single(_)).then_some(self as &dyn AllKeysBackend)
-    }
-
-    fn rw(&self) -> Option<&dyn RwBackend> {
-        Some(self)
-    }
-
-    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
-        Some(self)
     }
 
     fn client_name(&self) -> Option<&str> {

@@ -258,7 +258,7 @@ use self::held::HeldMap;
 use self::order::Queue;
 use self::queue::new_uuid;
 use self::session::Session;
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal, RwBackend};
+use crate::backend::{AcquireRequest, Capabilities, Lease, LockBackend, Renewal};
 use crate::{backend::deadline, LockError};
 
 /// How long the clean-up of a timed-out waiter may take before `acquire`
@@ -593,16 +593,8 @@ impl LockBackend for ZooKeeperBackend {
         self.release_node(lease).await
     }
 
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-
-    fn rw(&self) -> Option<&dyn RwBackend> {
-        Some(self)
-    }
-
-    fn election(&self) -> Option<&dyn crate::backend::ElectionBackend> {
-        Some(self)
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::all(self)
     }
 
     fn client_name(&self) -> Option<&str> {

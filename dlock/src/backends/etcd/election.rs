@@ -37,7 +37,7 @@ use etcd_client::{
 use super::client::revision_of_lease;
 use super::contenders::{Contenders, PAGE};
 use super::names::Kind;
-use super::queue::{Ahead, Enqueued, Line};
+use super::queue::{Ahead, Asked, Enqueued, Line};
 use super::refused::About;
 use super::session::Session;
 use super::{EtcdBackend, Inner};
@@ -129,6 +129,7 @@ impl Inner {
 
 /// The line of one candidate.
 struct ElectionLine<'a> {
+    inner: &'a Inner,
     req: &'a AcquireRequest,
     value: &'a str,
     /// `<prefix>-election/<escaped name>/`.
@@ -137,42 +138,23 @@ struct ElectionLine<'a> {
 
 #[async_trait]
 impl Line for ElectionLine<'_> {
-    fn key(&self) -> &str {
-        &self.req.key
+    fn asked(&self) -> Asked<'_> {
+        Asked::of(self.req)
     }
 
-    fn ttl(&self) -> Duration {
-        self.req.ttl
-    }
-
-    fn entry(&self, _inner: &Inner, session: &Session) -> String {
+    fn entry(&self, session: &Session) -> String {
         format!("{}{:x}", self.dir, session.id)
     }
 
-    async fn enqueue(
-        &self,
-        inner: &Inner,
-        session: &Session,
-        entry: &str,
-    ) -> Result<Enqueued, LockError> {
-        inner
-            .enqueue_in(&self.dir, self.value, session, entry)
-            .await
+    async fn enqueue(&self, session: &Session, entry: &str) -> Result<Enqueued, LockError> {
+        let Self {
+            inner, dir, value, ..
+        } = self;
+        inner.enqueue_in(dir, value, session, entry).await
     }
 
-    async fn ahead(&self, inner: &Inner, entry: &str, mine: i64) -> Result<Ahead, LockError> {
-        inner.predecessor_in(&self.dir, entry, mine).await
-    }
-
-    fn lease(&self, entry: String, revision: i64, session: &Session) -> Lease {
-        Lease {
-            key: self.req.key.clone(),
-            token: self.req.token.clone(),
-            ttl: self.req.ttl,
-            fencing_token: Some(revision as u64),
-            valid_until: session.deadline(self.req.ttl),
-            resource: entry,
-        }
+    async fn ahead(&self, entry: &str, mine: i64) -> Result<Ahead, LockError> {
+        self.inner.predecessor_in(&self.dir, entry, mine).await
     }
 }
 
@@ -325,7 +307,12 @@ impl ElectionBackend for EtcdBackend {
                 None => return Ok(None),
             }
         };
-        let line = ElectionLine { req, value, dir };
+        let line = ElectionLine {
+            inner,
+            req,
+            value,
+            dir,
+        };
         let answer = inner.join(&line, Some(turn), deadline, once).await;
         answer.map_err(|e| inner.name_refusal(e, About::Election(&req.key)))
     }

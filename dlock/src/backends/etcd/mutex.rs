@@ -4,58 +4,41 @@
 //! youngest entry older than its own.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::client::{first_create_revision, revision_of};
 use super::contenders::{get_of, Contenders};
-use super::queue::{Ahead, Enqueued, Line, STALE_TRIES};
+use super::queue::{Ahead, Asked, Enqueued, Line, STALE_TRIES};
 use super::session::Session;
 use super::Inner;
 use crate::backend::{AcquireRequest, Lease};
 use crate::{backend::deadline, LockError};
 
 /// The line of a plain lock: `try_acquire` and `acquire` wait in it.
-struct MutexLine<'a>(&'a AcquireRequest);
+struct MutexLine<'a> {
+    inner: &'a Inner,
+    req: &'a AcquireRequest,
+}
 
 #[async_trait]
 impl Line for MutexLine<'_> {
-    fn key(&self) -> &str {
-        &self.0.key
+    fn asked(&self) -> Asked<'_> {
+        Asked::of(self.req)
     }
 
-    fn ttl(&self) -> Duration {
-        self.0.ttl
+    fn entry(&self, session: &Session) -> String {
+        self.inner.entry_of(&self.req.key, session.id)
     }
 
-    fn entry(&self, inner: &Inner, session: &Session) -> String {
-        inner.entry_of(&self.0.key, session.id)
+    async fn enqueue(&self, session: &Session, entry: &str) -> Result<Enqueued, LockError> {
+        self.inner.enqueue(&self.req.key, session, entry).await
     }
 
-    async fn enqueue(
-        &self,
-        inner: &Inner,
-        session: &Session,
-        entry: &str,
-    ) -> Result<Enqueued, LockError> {
-        inner.enqueue(&self.0.key, session, entry).await
-    }
-
-    async fn ahead(&self, inner: &Inner, entry: &str, mine: i64) -> Result<Ahead, LockError> {
-        inner.predecessor(&self.0.key, entry, mine).await
-    }
-
-    fn lease(&self, entry: String, revision: i64, session: &Session) -> Lease {
-        Lease {
-            key: self.0.key.clone(),
-            token: self.0.token.clone(),
-            ttl: self.0.ttl,
-            fencing_token: Some(revision as u64),
-            valid_until: session.deadline(self.0.ttl),
-            resource: entry,
-        }
+    async fn ahead(&self, entry: &str, mine: i64) -> Result<Ahead, LockError> {
+        self.inner.predecessor(&self.req.key, entry, mine).await
     }
 }
 
@@ -85,7 +68,8 @@ impl Inner {
                 None => return Ok(None),
             }
         };
-        self.join(&MutexLine(req), Some(turn), deadline, once).await
+        let line = MutexLine { inner: self, req };
+        self.join(&line, Some(turn), deadline, once).await
     }
 
     /// Enqueues under `session`: creates our key, and reads the holder in the

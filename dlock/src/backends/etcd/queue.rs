@@ -17,7 +17,7 @@ use super::client::{first_create_revision, lease_not_found, revision_of};
 use super::contenders::{get_of, revision, Contenders};
 use super::session::{after, Alive, Session};
 use super::{lock, Inner};
-use crate::backend::Lease;
+use crate::backend::{AcquireRequest, Lease, RwRequest};
 use crate::{backend::deadline, LockError};
 
 /// How many times an acquire starts over because its session lease vanished
@@ -120,30 +120,61 @@ const NAME_TRIES: u32 = 8;
 /// do the rest for both: sessions, retries, watching, cleaning up.
 #[async_trait]
 pub(super) trait Line: Sync {
-    /// The caller's lock key (for messages).
-    fn key(&self) -> &str;
-
-    /// The lease length asked for.
-    fn ttl(&self) -> Duration;
+    /// What each entry of this line asks for: the caller's lock key (also
+    /// for messages), owner token and lease length.
+    fn asked(&self) -> Asked<'_>;
 
     /// The name of our next entry on `session`.
-    fn entry(&self, inner: &Inner, session: &Session) -> String;
+    fn entry(&self, session: &Session) -> String;
 
     /// Creates `entry` on `session` unless the name exists, and reads in
     /// the same transaction whether an older entry is in its way.
-    async fn enqueue(
-        &self,
-        inner: &Inner,
-        session: &Session,
-        entry: &str,
-    ) -> Result<Enqueued, LockError>;
+    async fn enqueue(&self, session: &Session, entry: &str) -> Result<Enqueued, LockError>;
 
     /// The youngest entry in the way of ours (created at `mine`), or that
     /// ours is first or gone.
-    async fn ahead(&self, inner: &Inner, entry: &str, mine: i64) -> Result<Ahead, LockError>;
+    async fn ahead(&self, entry: &str, mine: i64) -> Result<Ahead, LockError>;
 
-    /// The lease of a won entry: its fencing token is the create revision.
-    fn lease(&self, entry: String, revision: i64, session: &Session) -> Lease;
+    /// The lease of a won entry: its fencing token is the create revision,
+    /// its record the entry, its life the session's.
+    fn lease(&self, entry: String, revision: i64, session: &Session) -> Lease {
+        let asked = self.asked();
+        Lease {
+            key: asked.key.to_owned(),
+            token: asked.token.to_owned(),
+            ttl: asked.ttl,
+            fencing_token: Some(revision as u64),
+            valid_until: session.deadline(asked.ttl),
+            resource: entry,
+        }
+    }
+}
+
+/// What a line's entries ask for (a plain, read-write or election request).
+pub(super) struct Asked<'a> {
+    pub(super) key: &'a str,
+    pub(super) token: &'a str,
+    pub(super) ttl: Duration,
+}
+
+impl<'a> Asked<'a> {
+    /// A plain lock's or an election's request.
+    pub(super) fn of(req: &'a AcquireRequest) -> Self {
+        Asked {
+            key: &req.key,
+            token: &req.token,
+            ttl: req.ttl,
+        }
+    }
+
+    /// A read-write lock's request.
+    pub(super) fn of_rw(req: &'a RwRequest) -> Self {
+        Asked {
+            key: &req.key,
+            token: &req.token,
+            ttl: req.ttl,
+        }
+    }
 }
 
 /// An entry that became the lock.
@@ -267,7 +298,8 @@ impl Inner {
         patient: bool,
         progress: &mut Progress,
     ) -> Result<Step, LockError> {
-        let mut give_up = after(Instant::now(), line.ttl());
+        let asked = line.asked();
+        let mut give_up = after(Instant::now(), asked.ttl);
         let mut backoff = Duration::from_millis(20);
         let mut requeues = 0;
         let mut taken = 0;
@@ -284,11 +316,11 @@ impl Inner {
             if requeues > MAX_REQUEUES {
                 return Err(self.error(format!(
                     "the session lease of `{}` expired {MAX_REQUEUES} times while queueing; etcd is expiring leases faster than the ttl {:?}",
-                    line.key(), line.ttl()
+                    asked.key, asked.ttl
                 )));
             }
             progress.asking_since = Some(Instant::now());
-            let session = match self.session(line.ttl()).await {
+            let session = match self.session(asked.ttl).await {
                 Ok(s) => s,
                 Err(e) => {
                     tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
@@ -296,7 +328,7 @@ impl Inner {
                 }
             };
             progress.asking_since = Some(Instant::now());
-            match self.fresh(&session, line.ttl()).await {
+            match self.fresh(&session, asked.ttl).await {
                 Ok(Alive::Yes) => {}
                 Ok(Alive::Gone) => {
                     requeues += 1;
@@ -307,13 +339,13 @@ impl Inner {
                     continue;
                 }
             }
-            give_up = after(Instant::now(), line.ttl());
-            let entry = line.entry(self, &session);
+            give_up = after(Instant::now(), asked.ttl);
+            let entry = line.entry(&session);
             queued.entry = Some(entry.clone());
             queued.revision = None;
             queued.in_flight = true;
             progress.asking_since = Some(Instant::now());
-            let (mine, first) = match line.enqueue(self, &session, &entry).await {
+            let (mine, first) = match line.enqueue(&session, &entry).await {
                 Ok(Enqueued::Created { mine, first }) => (mine, first),
                 Ok(Enqueued::Taken) => {
                     // Not ours: nothing to clean up. Bounded, although
@@ -325,7 +357,7 @@ impl Inner {
                     if taken >= NAME_TRIES {
                         return Err(self.error(format!(
                             "{NAME_TRIES} names picked for an entry of `{}` were all taken by other clients",
-                            line.key()
+                            asked.key
                         )));
                     }
                     continue;
@@ -369,8 +401,8 @@ impl Inner {
             // Wait for every older entry to go, watching only the youngest of them.
             loop {
                 progress.asking_since = Some(Instant::now());
-                match self.fresh(&session, line.ttl()).await {
-                    Ok(Alive::Yes) => give_up = after(Instant::now(), line.ttl()),
+                match self.fresh(&session, asked.ttl).await {
+                    Ok(Alive::Yes) => give_up = after(Instant::now(), asked.ttl),
                     Ok(Alive::Gone) => {
                         session.mark_dead();
                         requeues += 1;
@@ -382,7 +414,7 @@ impl Inner {
                     }
                 }
                 progress.asking_since = Some(Instant::now());
-                let ahead = match line.ahead(self, &entry, mine).await {
+                let ahead = match line.ahead(&entry, mine).await {
                     Ok(ahead) => ahead,
                     Err(e) => {
                         tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
@@ -390,7 +422,7 @@ impl Inner {
                     }
                 };
                 progress.answered();
-                give_up = after(Instant::now(), line.ttl());
+                give_up = after(Instant::now(), asked.ttl);
                 let (predecessor, revision) = match ahead {
                     Ahead::First => {
                         return Ok(Step::Acquired(Won {
@@ -409,7 +441,7 @@ impl Inner {
                 };
                 // Refresh the session before our entry's lease could run
                 // low while we wait.
-                let refresh_at = after(session.refreshed(), line.ttl() / 4);
+                let refresh_at = after(session.refreshed(), asked.ttl / 4);
                 progress.asking_since = Some(Instant::now());
                 let stream = match self.watch(&predecessor, revision).await {
                     Ok(stream) => stream,

@@ -4,17 +4,9 @@
 
 use super::names::Kind;
 use super::Inner;
-use crate::backend::refusal::{explain, says};
+pub(super) use crate::backend::refusal::About;
+use crate::backend::refusal::{explain, says, SEE_PERMISSIONS};
 use crate::LockError;
-
-/// What a request was about: the lock, read-write lock, semaphore or election name.
-#[derive(Clone, Copy)]
-pub(super) enum About<'a> {
-    Lock(&'a str),
-    Rw(&'a str),
-    Semaphore(&'a str),
-    Election(&'a str),
-}
 
 impl Inner {
     /// `error`, or, if etcd refused it for want of permission, an error
@@ -24,14 +16,15 @@ impl Inner {
             error,
             |source| says(source, "permission denied"),
             || {
-                let (kind, name, range) = match about {
-                    About::Lock(key) => ("lock", key, self.root(Kind::Lock)),
-                    About::Rw(key) => ("read-write lock", key, self.root(Kind::Rw)),
-                    About::Semaphore(name) => ("semaphore", name, self.root(Kind::Semaphore)),
-                    About::Election(name) => ("election", name, self.root(Kind::Election)),
+                let range = match about {
+                    About::Lock(_) => self.root(Kind::Lock),
+                    About::Rw(_) => self.root(Kind::Rw),
+                    About::Semaphore(_) => self.root(Kind::Semaphore),
+                    About::Election(_) => self.root(Kind::Election),
                 };
+                let (kind, name) = (about.kind(), about.name());
                 format!(
-                    "etcd refused a request for the {kind} `{name}`: the user's role needs readwrite on the key prefix `{range}` (`etcdctl role grant-permission --prefix=true <role> readwrite {range}`; see the README's Permissions section)"
+                    "etcd refused a request for the {kind} `{name}`: the user's role needs readwrite on the key prefix `{range}` (`etcdctl role grant-permission --prefix=true <role> readwrite {range}`; {SEE_PERMISSIONS})"
                 )
             },
         )
@@ -45,7 +38,7 @@ impl Inner {
             |source| says(source, "permission denied"),
             || {
                 format!(
-                    "etcd refused to let this user read the key prefix `{0}/`: its role needs readwrite on `{0}/`, `{0}-rw/` and `{0}-semaphores/`, and `{0}-election/` for leader elections (see the README's Permissions section)",
+                    "etcd refused to let this user read the key prefix `{0}/`: its role needs readwrite on `{0}/`, `{0}-rw/` and `{0}-semaphores/`, and `{0}-election/` for leader elections ({SEE_PERMISSIONS})",
                     self.prefix
                 )
             },

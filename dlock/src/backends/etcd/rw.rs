@@ -24,7 +24,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
@@ -32,7 +32,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, SortOrder, SortTarget, Txn, Tx
 use super::client::revision_of;
 use super::contenders::{get_of, Contenders};
 use super::names::Kind;
-use super::queue::{Ahead, Enqueued, Line};
+use super::queue::{Ahead, Asked, Enqueued, Line};
 use super::refused::About;
 use super::session::Session;
 use super::{EtcdBackend, Inner};
@@ -69,6 +69,7 @@ impl Inner {
         once: bool,
     ) -> Result<Option<Lease>, LockError> {
         let line = RwLine {
+            inner: self,
             req,
             dir: format!("{}/", self.prefix_of(Kind::Rw, &req.key)),
         };
@@ -97,6 +98,7 @@ fn clock_name() -> u64 {
 
 /// The line of one read-write lock request.
 struct RwLine<'a> {
+    inner: &'a Inner,
     req: &'a RwRequest,
     /// `<prefix>-rw/<escaped key>/`.
     dir: String,
@@ -120,27 +122,19 @@ impl RwLine<'_> {
 
 #[async_trait]
 impl Line for RwLine<'_> {
-    fn key(&self) -> &str {
-        &self.req.key
+    fn asked(&self) -> Asked<'_> {
+        Asked::of_rw(self.req)
     }
 
-    fn ttl(&self) -> Duration {
-        self.req.ttl
-    }
-
-    fn entry(&self, _inner: &Inner, _session: &Session) -> String {
+    fn entry(&self, _session: &Session) -> String {
         format!("{}{}/{}", self.dir, self.req.mode.as_str(), clock_name())
     }
 
     /// The read of the keys in our way comes before the put in the
     /// transaction: it sees exactly the keys older than ours (all of them
     /// have a mod revision below the transaction's, which is ours).
-    async fn enqueue(
-        &self,
-        inner: &Inner,
-        session: &Session,
-        entry: &str,
-    ) -> Result<Enqueued, LockError> {
+    async fn enqueue(&self, session: &Session, entry: &str) -> Result<Enqueued, LockError> {
+        let inner = self.inner;
         let txn = Txn::new()
             .when([Compare::version(entry, CompareOp::Equal, 0)])
             .and_then([
@@ -171,29 +165,18 @@ impl Line for RwLine<'_> {
         let first = if self.in_the_way().first_in(page).is_some() {
             false
         } else if page.more() {
-            matches!(self.ahead(inner, entry, mine).await?, Ahead::First)
+            matches!(self.ahead(entry, mine).await?, Ahead::First)
         } else {
             true
         };
         Ok(Enqueued::Created { mine, first })
     }
 
-    async fn ahead(&self, inner: &Inner, entry: &str, mine: i64) -> Result<Ahead, LockError> {
+    async fn ahead(&self, entry: &str, mine: i64) -> Result<Ahead, LockError> {
         // The recipe's `WithLastRev` + `WithMaxModRev(myRev - 1)`.
-        inner
+        self.inner
             .read_ahead(self.in_the_way(), SortTarget::Mod, entry, mine)
             .await
-    }
-
-    fn lease(&self, entry: String, revision: i64, session: &Session) -> Lease {
-        Lease {
-            key: self.req.key.clone(),
-            token: self.req.token.clone(),
-            ttl: self.req.ttl,
-            fencing_token: Some(revision as u64),
-            valid_until: session.deadline(self.req.ttl),
-            resource: entry,
-        }
     }
 }
 

@@ -6,13 +6,14 @@ use super::permits::PermitNames;
 use super::rw::RwNames;
 use super::scripts::KeyNames;
 use super::RedisBackend;
-use crate::backend::refusal::{explain, says};
+pub(super) use crate::backend::refusal::About;
+use crate::backend::refusal::{explain, says, SEE_PERMISSIONS};
 use crate::LockError;
 
 /// The commands an ACL user of dlock needs, as `ACL SETUSER` takes them:
 /// what dlock sends directly and what its scripts call (the ACL checks a
 /// script's commands one by one). With `~<prefix>:*` and `&<prefix>:*`
-/// this is the whole grant (the README's Permissions section; the
+/// this is the whole grant (Permissions in dlock::guide::backends; the
 /// conformance, read-write and semaphore suites run with exactly it).
 ///
 /// - `+info` and `+wait` are for replica acknowledgement: the default
@@ -34,14 +35,6 @@ pub const ACL_COMMANDS: &str = "+ping +evalsha +script|load +get +mget +set +del
 /// ```
 pub const ACL_LIST_COMMANDS: &str = "+scan";
 
-/// What a request was about: the lock, semaphore or read-write lock name.
-#[derive(Clone, Copy)]
-pub(super) enum About<'a> {
-    Lock(&'a str),
-    Semaphore(&'a str),
-    Rw(&'a str),
-}
-
 impl RedisBackend {
     /// `error`, or, if Redis refused it (`NOPERM`), an error that names
     /// `about`, its keys and channel, and the ACL rule dlock needs.
@@ -51,28 +44,23 @@ impl RedisBackend {
             |source| says(source, "NOPERM") || says(source, "NoPerm"),
             || {
                 let prefix = &self.options.prefix;
-                let (kind, name, keys, channel) = match about {
-                    About::Lock(key) => {
+                let (keys, channel) = match about {
+                    About::Lock(key) | About::Election(key) => {
                         let n = KeyNames::new(prefix, key).in_db(self.db);
-                        (
-                            "lock",
-                            key,
-                            format!("`{}`, `{}`", n.lock, n.fence),
-                            n.channel,
-                        )
+                        (format!("`{}`, `{}`", n.lock, n.fence), n.channel)
                     }
                     About::Semaphore(name) => {
                         let n = PermitNames::new(prefix, name).in_db(self.db);
-                        ("semaphore", name, format!("`{}`", n.set), n.channel)
+                        (format!("`{}`", n.set), n.channel)
                     }
                     About::Rw(key) => {
                         let n = RwNames::new(prefix, key).in_db(self.db);
-                        let keys = format!("`{}`, `{}`, ...", n.readers, n.writer);
-                        ("read-write lock", key, keys, n.channel)
+                        (format!("`{}`, `{}`, ...", n.readers, n.writer), n.channel)
                     }
                 };
+                let (kind, name) = (about.kind(), about.name());
                 format!(
-                    "Redis refused a request for the {kind} `{name}` (keys {keys}, channel `{channel}`): the ACL user needs `~{prefix}:* &{prefix}:* {ACL_COMMANDS}` (see the README's Permissions section)"
+                    "Redis refused a request for the {kind} `{name}` (keys {keys}, channel `{channel}`): the ACL user needs `~{prefix}:* &{prefix}:* {ACL_COMMANDS}` ({SEE_PERMISSIONS})"
                 )
             },
         )
@@ -87,7 +75,7 @@ impl RedisBackend {
             || {
                 let prefix = &self.options.prefix;
                 format!(
-                    "Redis refused what dlock sends at connect: the ACL user needs `~{prefix}:* &{prefix}:* {ACL_COMMANDS}` (see the README's Permissions section)"
+                    "Redis refused what dlock sends at connect: the ACL user needs `~{prefix}:* &{prefix}:* {ACL_COMMANDS}` ({SEE_PERMISSIONS})"
                 )
             },
         )
@@ -102,7 +90,7 @@ impl RedisBackend {
             || {
                 let names = &self.options.prefix;
                 format!(
-                    "Redis refused to list the locks that start with `{prefix}`: the ACL user needs `~{names}:* &{names}:* {ACL_COMMANDS} {ACL_LIST_COMMANDS}` (see the README's Permissions section)"
+                    "Redis refused to list the locks that start with `{prefix}`: the ACL user needs `~{names}:* &{names}:* {ACL_COMMANDS} {ACL_LIST_COMMANDS}` ({SEE_PERMISSIONS})"
                 )
             },
         )
