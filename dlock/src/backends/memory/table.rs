@@ -55,30 +55,31 @@ pub(super) async fn wait_in_line<S: Queued>(
     let mut queued = false;
     loop {
         let sent = Instant::now();
-        // Register for the notification before checking, so a release
-        // between the check and the wait is not missed.
+        // A try under the same lock that queues the ticket: the uncontended
+        // acquisition takes the table's mutex once.
         let changed = {
             let mut state = lock_table(table);
             let entry = state.entry(name.to_owned()).or_insert_with(S::new);
-            let waiters = entry.waiters();
             if !queued {
-                waiters.queue.push_back(ticket.id);
+                entry.waiters().queue.push_back(ticket.id);
                 queued = true;
             }
-            waiters.changed.clone()
+            let taken = take(entry, ticket.id, sent)?;
+            if let Some(lease) = granted(entry, taken) {
+                return Ok(Some(lease));
+            }
+            entry.waiters().changed.clone()
         };
+        // Register for the notification, then try again, so a release
+        // between the try above and this point is not missed.
         let notified = changed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         let earliest = {
             let mut state = lock_table(table);
             let entry = state.entry(name.to_owned()).or_insert_with(S::new);
-            if let Some(lease) = take(entry, ticket.id, sent)? {
-                // Our ticket is gone from the queue: whoever is now first in
-                // line may be admitted too (another free permit, the readers
-                // behind a reader at once) or starts waiting on our lease's
-                // expiry.
-                entry.waiters().changed.notify_waiters();
+            let taken = take(entry, ticket.id, sent)?;
+            if let Some(lease) = granted(entry, taken) {
                 return Ok(Some(lease));
             }
             entry.earliest_expiry()
@@ -88,6 +89,16 @@ pub(super) async fn wait_in_line<S: Queued>(
         }
         changed_or_until(notified.as_mut(), earliest, deadline).await;
     }
+}
+
+/// A lease `take` gave: our ticket is gone from the queue, so whoever is
+/// now first in line may be admitted too (another free permit, the readers
+/// behind a reader at once) or starts waiting on our lease's expiry.
+fn granted<S: Queued>(entry: &mut S, taken: Option<Lease>) -> Option<Lease> {
+    if taken.is_some() {
+        entry.waiters().changed.notify_waiters();
+    }
+    taken
 }
 
 /// Renews each of `leases` whose live expiry `expiry_of` (the entry, the
