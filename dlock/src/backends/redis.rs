@@ -252,8 +252,9 @@ pub struct RedisMetrics {
     /// however many leases are live.
     pub renew_round_trips: u64,
     /// Re-checks among them: one `PTTL` of a held key by its waiter, which
-    /// notices a release that published nothing (see the README's Redis
-    /// section): at most one per waiting key per `recheck_ms`.
+    /// notices a release that published nothing (see Redis in
+    /// [`crate::guide::backends`]): at most one per waiting key per
+    /// `recheck_ms`.
     pub rechecks: u64,
 }
 

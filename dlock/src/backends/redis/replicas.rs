@@ -23,7 +23,7 @@
 //! promote a replica that had not acknowledged (one that was cut off and
 //! still counted as connected, with `replicas` below the number of
 //! replicas), and a write acknowledged by a replica that is then lost too is
-//! gone; see the README's Redis section.
+//! gone; see Redis in [`crate::guide::backends`] and [`crate::guide::guarantees`].
 
 use std::collections::HashMap;
 use std::future::Future;

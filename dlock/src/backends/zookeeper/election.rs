@@ -15,7 +15,7 @@
 //!   watch on its predecessor (the leader) fires for that data change
 //!   ignores it and does not watch again, so it misses the leader's later
 //!   resignation until its connection resets. In an election shared with
-//!   Curator latches, proclaim only while none waits (the README says so).
+//!   Curator latches, proclaim only while none waits ([`crate::guide::interop`] says so).
 //! - Observers hold a persistent recursive watch on the election's node
 //!   (ZooKeeper 3.6+): a participant's create, delete or data change makes
 //!   them read the leader again.
