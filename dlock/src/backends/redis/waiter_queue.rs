@@ -13,7 +13,7 @@
 //! - `<prefix>:{<key>}:waiters`, a sorted set of everyone waiting, scored by
 //!   the server time (ms) at which they count as gone: the tickets, and the
 //!   listeners (`listen:<token>`: waiters that do not queue, see below);
-//! - `<prefix>:{<key>}:handoff`, for a quarter of a second after a queued
+//! - `<prefix>:{<key>}:handoff`, for a tenth of a second after a queued
 //!   hand-off: when the key was vacated and how long its last holder held
 //!   it (see "Clients that do not queue").
 //!
@@ -50,7 +50,7 @@
 //! into the key. A head woken by a release waits a gap before it takes the
 //! key, `foreign_share / (100 - foreign_share)` of the time the last holder
 //! held it (`?foreign_share=`, percent, default 30: the key is free 30 %
-//! of the time while the queue hands it on; at most 250 ms; 0 takes at
+//! of the time while the queue hands it on; at most 100 ms; 0 takes at
 //! once). Measured with 2 redis-py `Lock` loops beside 3 dlock processes
 //! (50 ms sections): redis-py had 0.5 % of the sections at 0, 9 % at 20,
 //! 29 % at 50. A free key is anybody's: whoever's `SET NX` comes first takes it,
@@ -126,7 +126,7 @@ pub(crate) fn parse_foreign_share(value: &str) -> Result<u8, String> {
 ///   re-register at each try rather than beat.
 pub(crate) const QUEUE_FUNCTIONS: &str = r"
 local LIFE_MS = 1000
-local GAP_CAP_MS = 250
+local GAP_CAP_MS = 100
 local queue_clock_us
 local function now_us()
   if not queue_clock_us then
@@ -487,7 +487,7 @@ mod tests {
         let life = Duration::from_millis(lua_const("LIFE_MS"));
         assert!(HEARTBEAT * 3 <= life, "{HEARTBEAT:?} x 3 > {life:?}");
         assert!(life <= Duration::from_secs(1), "a dead waiter drops out within a second");
-        assert_eq!(lua_const("GAP_CAP_MS"), 250);
+        assert_eq!(lua_const("GAP_CAP_MS"), 100);
     }
 
     #[test]
