@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::fixtures::redis::{lock_key, RedisFixture};
-use dlock_tests::holder::{Holder, HolderSpec};
+use dlock_tests::foreign::py_lock_loop;
+use dlock_tests::holder::{check_marks, Holder, HolderSpec};
 use dlock_tests::servers::redis::RedisOptions;
 
 /// Waiters of the tests, each in its own "process".
@@ -59,11 +60,13 @@ async fn until_queued(fixture: &RedisFixture, key: &str, n: usize) {
 
 /// Waiters in five processes, queued one after another behind a holder,
 /// are served in their order of arrival, and each is woken once: between
-/// joining the queue and its turn it sends nothing (re-checks are off, the
-/// holder's ttl is far away), then one try that takes the key and one
-/// release. Before the queue every release woke every waiting process.
+/// joining the queue and its turn it sends nothing but its heartbeat (one
+/// try per 300 ms), then one try that takes the key and one release.
+/// Before the queue every release woke every waiting process. The queue is
+/// strict here (`foreign_share=0`: no gap left for clients that do not
+/// queue, which would cost the head one more try).
 async fn served_in_arrival_order(fixture: RedisFixture, what: &str) {
-    let url = format!("{}?recheck_ms=0", fixture.url());
+    let url = format!("{}?recheck_ms=0&foreign_share=0", fixture.url());
     let key = "queue-order";
     let holder = lock(key, backend(&url).await).acquire().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -77,20 +80,24 @@ async fn served_in_arrival_order(fixture: RedisFixture, what: &str) {
         waiters.push(tokio::spawn(async move {
             let guard = lock.acquire().await?;
             order.lock().unwrap().push(i);
+            let served = Instant::now();
             tokio::time::sleep(Duration::from_millis(30)).await;
             guard.release().await?;
-            Ok::<_, LockError>(())
+            Ok::<_, LockError>(served)
         }));
         until_queued(&fixture, key, i + 1).await;
     }
     let queued_at: Vec<u64> = backends.iter().map(|b| b.metrics().round_trips).collect();
+    let released = Instant::now();
     holder.release().await.unwrap();
+    let mut served = Vec::new();
     for waiter in waiters {
-        tokio::time::timeout(Duration::from_secs(20), waiter)
+        let at = tokio::time::timeout(Duration::from_secs(20), waiter)
             .await
             .expect("every waiter is served within 20 s")
             .unwrap()
             .unwrap();
+        served.push(at.duration_since(released));
     }
     assert_eq!(
         *order.lock().unwrap(),
@@ -99,9 +106,12 @@ async fn served_in_arrival_order(fixture: RedisFixture, what: &str) {
     );
     for (i, backend) in backends.iter().enumerate() {
         let sent = backend.metrics().round_trips - queued_at[i];
+        // Its heartbeats while it waited: the first may come at once.
+        let beats = served[i].as_millis() / 300 + 1;
         assert!(
-            sent <= 2,
-            "{what}: waiter {i} sent {sent} requests after it queued: one try that takes its turn and one release expected, no retry on the {i} releases before its turn"
+            sent <= 2 + beats as u64,
+            "{what}: waiter {i} sent {sent} requests in the {:?} after the release: one try that takes its turn, one release and {beats} heartbeats at most expected, no retry on the {i} releases before its turn",
+            served[i]
         );
     }
     assert_eq!(queued(&fixture, key), 0, "{what}: the queue is empty");
@@ -117,46 +127,134 @@ async fn one_wake_up_per_release_in_arrival_order_on_a_cluster() {
     served_in_arrival_order(RedisFixture::cluster(), "cluster").await;
 }
 
-/// A waiter killed with SIGKILL while queued leaves its ticket behind; the
-/// release gives it the turn, the turn lapses, and the waiter behind it
-/// gets the key: late by at most the turn (1 s) and a re-check, never
-/// stuck, and no two holders at once.
+/// Waiters that die in the line do not stall it: 15 waiters in processes
+/// of their own queue behind a holder, then a live one behind them; 10 are
+/// killed with SIGKILL and 5 stopped with SIGSTOP just before the release,
+/// when their tickets are freshest. The live waiter holds the key within
+/// 2 s of the release (a dead ticket lives a second after its last
+/// heartbeat; before heartbeats each dead ticket was handed a 1 s turn in
+/// order: 15 s here). The stopped ones, resumed, queue again behind it and
+/// are not granted while it holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_waiters_turn_lapses_and_the_next_waiter_gets_the_key() {
+async fn killed_and_stopped_waiters_do_not_stall_the_line() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
     let fixture = RedisFixture::single();
     let key = "queue-dead";
     let holder = lock(key, backend(fixture.url()).await)
         .acquire()
         .await
         .unwrap();
-    let mut dead = Holder::spawn(
-        env!("CARGO_BIN_EXE_lock-holder"),
-        &HolderSpec {
-            url: fixture.url().to_owned(),
-            key: key.to_owned(),
-            ttl: Duration::from_secs(30),
-            hold: Duration::from_secs(60),
-            cycles: 1,
-            marks: None,
-        },
+    let spec = HolderSpec::once(
+        fixture.url(),
+        key,
+        Duration::from_secs(30),
+        Duration::from_secs(60),
     );
-    until_queued(&fixture, key, 1).await;
-    dead.kill9().await;
+    let mut doomed = Vec::new();
+    for i in 0..15 {
+        doomed.push(Holder::spawn(env!("CARGO_BIN_EXE_lock-holder"), &spec));
+        until_queued(&fixture, key, i + 1).await;
+    }
     let next = lock(key, backend(fixture.url()).await);
     let next = tokio::spawn(async move { next.acquire().await });
-    until_queued(&fixture, key, 2).await;
+    until_queued(&fixture, key, 16).await;
+    for dead in &mut doomed[..10] {
+        dead.kill9().await;
+    }
+    let signal = |holder: &Holder, signal: Signal| {
+        let pid = holder.pid().expect("the holder runs") as i32;
+        kill(Pid::from_raw(pid), signal).expect("signal the holder");
+    };
+    for stopped in &doomed[10..] {
+        signal(stopped, Signal::SIGSTOP);
+    }
     let released = Instant::now();
     holder.release().await.unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(10), next)
+    let guard = tokio::time::timeout(Duration::from_secs(20), next)
         .await
-        .expect("the waiter behind a dead one gets the key within 10 s")
+        .expect("the waiter behind 10 dead and 5 stopped ones gets the key within 20 s")
         .unwrap()
         .unwrap();
     let took = released.elapsed();
-    assert!(guard.is_held());
-    assert_eq!(queued(&fixture, key), 0, "the dead ticket is gone");
-    eprintln!("behind a dead waiter: held {took:?} after the release");
+    eprintln!("behind 10 killed and 5 stopped waiters: held {took:?} after the release");
+    assert!(
+        took < Duration::from_secs(2),
+        "the live waiter waited {took:?} after the release: dead tickets stalled the line"
+    );
+    for stopped in &doomed[10..] {
+        signal(stopped, Signal::SIGCONT);
+    }
+    // Resumed, they queue again (their tickets had lapsed) and wait.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(guard.is_held(), "a resumed waiter did not take the held key");
+    assert_eq!(
+        fixture.redis_cli(&["GET", &lock_key(key)]),
+        guard.token(),
+        "the key is still the live waiter's"
+    );
     guard.release().await.unwrap();
+    for waiter in &mut doomed {
+        waiter.kill9().await;
+    }
+}
+
+/// Clients that do not queue are not starved by dlock's queue: 2 redis-py
+/// `Lock` loops (redis-py's default blocking acquire, a `SET NX PX` every
+/// 0.1 s) beside 3 dlock processes taking the same key in turns, each
+/// critical section 50 ms, for 10 s. redis-py gets at least 10 % of the
+/// critical sections (before: 0 of 147, the turn was written into the key),
+/// and no two holders of either kind ever overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_gets_its_share_beside_queued_waiters() {
+    let fixture = RedisFixture::single();
+    let key = "queue-shared";
+    let port: u16 = fixture
+        .url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("the fixture's URL ends with its port");
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    let hold = Duration::from_millis(50);
+    let spec = HolderSpec {
+        url: fixture.url().to_owned(),
+        key: key.to_owned(),
+        ttl: Duration::from_secs(10),
+        hold,
+        cycles: 100_000,
+        marks: Some(marks.clone()),
+    };
+    let mut dlocks: Vec<Holder> = (0..3)
+        .map(|_| Holder::spawn(env!("CARGO_BIN_EXE_lock-holder"), &spec))
+        .collect();
+    let period = Duration::from_secs(10);
+    let name = lock_key(key);
+    let (a, b) = tokio::join!(
+        py_lock_loop(&name, port, hold, period, &marks),
+        py_lock_loop(&name, port, hold, period, &marks),
+    );
+    for dlock in &mut dlocks {
+        dlock.kill9().await;
+    }
+    let text = std::fs::read_to_string(&marks).unwrap();
+    check_marks(&text);
+    let by_dlock = text
+        .lines()
+        .filter(|l| l.starts_with("start ") && !l.ends_with(" py"))
+        .count();
+    let by_py = a + b;
+    let total = by_py + by_dlock;
+    eprintln!(
+        "redis-py {by_py} ({a} + {b}) and dlock {by_dlock} critical sections in {period:?}: redis-py {:.1} %",
+        100.0 * by_py as f64 / total.max(1) as f64
+    );
+    assert!(by_dlock > 0, "dlock's processes got the key");
+    assert!(
+        by_py * 10 >= total,
+        "redis-py got {by_py} of {total} critical sections beside queued dlock waiters: starved"
+    );
 }
 
 /// A waiter whose wait runs out leaves the queue at once, and a turn it
@@ -196,10 +294,9 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
 }
 
 /// Beside the queue: an operator's `DEL` of the held key publishes nothing,
-/// yet the queue's head gets the key (the waiters' re-check notices it and
-/// the first try hands the turn to the head); and a client that does not
-/// queue (a plain `SET NX`) can take a free key, but not a key whose turn
-/// is pending, and queued waiters then wait for it.
+/// yet the queue's head gets the key (the waiters' heartbeat notices it);
+/// and a client that does not queue (a plain `SET NX`) cannot take a held
+/// key but can take a free one, and queued waiters then wait for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_del_and_a_client_that_does_not_queue() {
     let fixture = RedisFixture::single();
@@ -217,6 +314,7 @@ async fn a_foreign_del_and_a_client_that_does_not_queue() {
         waiters.push(tokio::spawn(async move {
             let guard = lock.acquire().await?;
             order.lock().unwrap().push(i);
+            let served = Instant::now();
             Ok::<_, LockError>(guard)
         }));
         until_queued(&fixture, key, i + 1).await;
@@ -229,7 +327,7 @@ async fn a_foreign_del_and_a_client_that_does_not_queue() {
         .unwrap()
         .unwrap();
     assert_eq!(*order.lock().unwrap(), vec![0], "the head first");
-    // A plain SET NX finds the key held, as it finds a pending turn.
+    // A plain SET NX finds the key held.
     assert_eq!(
         fixture.redis_cli(&["SET", &name, "foreign", "NX", "PX", "30000"]),
         ""
@@ -284,7 +382,7 @@ fn calls(fixture: &RedisFixture, command: &str) -> u64 {
 /// release: no plain try first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_again_soon_reuses_the_subscription_and_queues_at_once() {
-    let fixture = RedisFixture::single_with(RedisOptions::new(), "?recheck_ms=0");
+    let fixture = RedisFixture::single_with(RedisOptions::new(), "?recheck_ms=0&foreign_share=0");
     let key = "queue-warm";
     let a = lock(key, backend(fixture.url()).await);
     let b_backend = backend(fixture.url()).await;

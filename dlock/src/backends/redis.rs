@@ -273,6 +273,10 @@ pub(crate) enum Attempt {
     /// Held by another owner (all permits held) for this much longer
     /// (`None`: unknown).
     Held(Option<Duration>),
+    /// A queued waiter's try (see `waiter_queue.rs`): held, or about to be
+    /// taken, with another live waiter ahead in the queue: sleep this long
+    /// unless woken, and leave the re-checks to the head.
+    Behind(Option<Duration>),
 }
 
 impl RedisBackend {
@@ -492,27 +496,15 @@ impl RedisBackend {
         Recheck::new(self.options.recheck, self.keyspace_notifications())
     }
 
-    /// One re-check: whether the key `lock` is gone (`PTTL` = -2), or, for
-    /// a queued waiter with `ticket`, gone or holding that ticket's turn (a
-    /// `GET`: a turn whose announcement was not heard, because the server
-    /// refused the channel or the subscription was down, is noticed here
-    /// instead of lapsing).
-    pub(crate) async fn key_is_free(
-        &self,
-        lock: &str,
-        ticket: Option<&str>,
-    ) -> Result<bool, LockError> {
+    /// One re-check: whether the key `lock` is gone (`PTTL` = -2). Queued
+    /// waiters do not re-check: their heartbeat tries are their checks
+    /// (see `waiter_queue.rs`).
+    pub(crate) async fn key_is_free(&self, lock: &str) -> Result<bool, LockError> {
         self.metrics.rechecks.fetch_add(1, Ordering::Relaxed);
-        let Some(ticket) = ticket else {
-            let mut cmd = redis::cmd("PTTL");
-            cmd.arg(lock);
-            let pttl: i64 = self.query(&cmd).await?;
-            return Ok(pttl == -2);
-        };
-        let mut cmd = redis::cmd("GET");
+        let mut cmd = redis::cmd("PTTL");
         cmd.arg(lock);
-        let holder: Option<String> = self.query(&cmd).await?;
-        Ok(holder.is_none_or(|h| h.strip_prefix("turn:") == Some(ticket)))
+        let pttl: i64 = self.query(&cmd).await?;
+        Ok(pttl == -2)
     }
 
     /// Sends one plain command, on whichever connection this backend has.
@@ -785,7 +777,7 @@ impl LockBackend for RedisBackend {
         let ask = || async {
             Ok(match self.attempt_or_release(req, &names).await? {
                 Attempt::Acquired(lease) => Some(lease),
-                Attempt::Held(_) => None,
+                Attempt::Held(_) | Attempt::Behind(_) => None,
             })
         };
         let undo = |granted: Option<Lease>| async move {

@@ -27,10 +27,12 @@ const REDIS_ANY: [&str; 7] = [
     "aof",
 ];
 /// `redis://`, `rediss://` and the Cluster forms.
-pub(crate) const REDIS: &[&str] =
-    &join::<7, 3, 10>(REDIS_ANY, ["ca", "protocol", "fence_retention"]);
+pub(crate) const REDIS: &[&str] = &join::<7, 4, 11>(
+    REDIS_ANY,
+    ["ca", "protocol", "fence_retention", "foreign_share"],
+);
 /// `redis+sentinel://` and `rediss+sentinel://`.
-pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 5, 12>(
+pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 6, 13>(
     REDIS_ANY,
     [
         "ca",
@@ -38,6 +40,7 @@ pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 5, 12>(
         "sentinel_user",
         "sentinel_password",
         "fence_retention",
+        "foreign_share",
     ],
 );
 /// `redlock://`: its own, and each master's Redis ones.

@@ -18,6 +18,50 @@ use tokio::process::{Child, ChildStdout, Command};
 /// The Python program run by [`PyLock`].
 const SCRIPT: &str = include_str!("redis_py_lock.py");
 
+/// The Python program run by [`py_lock_loop`].
+const LOOP_SCRIPT: &str = include_str!("redis_py_loop.py");
+
+/// Runs redis-py's `Lock` on `name` (127.0.0.1:`port`) in a loop for
+/// `period`, holding each grant for `hold` and writing `start`/`end` marks
+/// (token `py`, see [`crate::holder::check_marks`]) to `marks`; returns
+/// how many grants it had. Each try is redis-py's default blocking acquire:
+/// a `SET NX PX` every 0.1 s, no queue.
+pub async fn py_lock_loop(
+    name: &str,
+    port: u16,
+    hold: Duration,
+    period: Duration,
+    marks: &std::path::Path,
+) -> usize {
+    let python = python();
+    let run = Command::new(&python)
+        .arg("-c")
+        .arg(LOOP_SCRIPT)
+        .arg(name)
+        .arg(port.to_string())
+        .arg(hold.as_secs_f64().to_string())
+        .arg(period.as_secs_f64().to_string())
+        .arg(marks)
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(period + Duration::from_secs(30), run)
+        .await
+        .expect("the redis-py loop ends within its period and 30 s")
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {}: {e}; run scripts/install-deps.sh (it installs the `redis` \
+                 Python package) or set DLOCK_PYTHON",
+                python.display()
+            )
+        });
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("GRANTS "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the redis-py loop printed no GRANTS line: {text:?} ({:?})", out.status))
+}
+
 /// The Python interpreter with the `redis` package: `$DLOCK_PYTHON` if set,
 /// else the virtualenv `scripts/install-deps.sh` makes where the system's
 /// Python refuses `pip install` (PEP 668), else `python3`.

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::waiter_queue::{parse_foreign_share, DEFAULT_FOREIGN_SHARE};
 use crate::url::{options, percent_decode, redact};
 use crate::LockError;
 
@@ -37,6 +38,10 @@ pub(crate) struct RedisOptions {
     /// outlives the fence it last issued (default [`DEFAULT_FENCE_RETENTION`];
     /// see `scripts.rs`'s `ACQUIRE_FUNCTIONS` for why it may expire).
     pub(crate) fence_retention: Duration,
+    /// `?foreign_share=N`: the percentage of the time the key stays free for
+    /// clients that do not queue while the queue hands it on (see
+    /// `waiter_queue.rs`; default [`DEFAULT_FOREIGN_SHARE`]).
+    pub(crate) foreign_share: u8,
     /// `?aof=true`: `WAITAOF` instead of `WAIT`: the master's own AOF and
     /// the replicas' fsynced (servers with `appendonly yes`, Redis 7.2+).
     pub(crate) aof: bool,
@@ -135,6 +140,7 @@ impl RedisOptions {
         let mut replica_timeout = None;
         let mut aof = false;
         let mut fence_retention = DEFAULT_FENCE_RETENTION;
+        let mut foreign_share = DEFAULT_FOREIGN_SHARE;
         let mut sentinel_query = SentinelQuery::default();
         let mut passed_on = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -154,6 +160,9 @@ impl RedisOptions {
                 }
                 "fence_retention" => {
                     fence_retention = parse_fence_retention(value).map_err(|why| bad(&why))?;
+                }
+                "foreign_share" => {
+                    foreign_share = parse_foreign_share(value).map_err(|why| bad(&why))?;
                 }
                 "replica_timeout" => {
                     replica_timeout =
@@ -255,6 +264,7 @@ impl RedisOptions {
             replicas,
             replica_timeout,
             fence_retention,
+            foreign_share,
             aof,
             sentinel: target,
             shown,

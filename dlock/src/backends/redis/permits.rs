@@ -225,7 +225,7 @@ impl PermitBackend for RedisBackend {
         let ask = || async {
             Ok(match self.attempt_permit(req, &names).await? {
                 Attempt::Acquired(lease) => Some(lease),
-                Attempt::Held(_) => None,
+                Attempt::Held(_) | Attempt::Behind(_) => None,
             })
         };
         let undo = |granted: Option<Lease>| async move {

@@ -41,13 +41,17 @@ use crate::LockError;
 /// The shortest lifetime of a waiting writer's mark.
 const MIN_MARK: Duration = Duration::from_millis(300);
 /// The longest lifetime of a waiting writer's mark: how long a writer
-/// that vanished without a word (a crashed process) keeps readers out.
-const MAX_MARK: Duration = Duration::from_secs(3);
+/// that vanished without a word (a crashed or stopped process) keeps
+/// readers and the writers behind it out. A second, as a queued lock
+/// waiter's ticket (see `waiter_queue.rs`): the next is served within 1-2 s
+/// of a release whoever died in the line. A live writer refreshes its mark
+/// every third of it.
+const MAX_MARK: Duration = Duration::from_secs(1);
 
 /// The lifetime of the mark of a writer waiting with lease length `ttl`:
 /// the ttl, within [`MIN_MARK`] and [`MAX_MARK`]. A writer that crashes
 /// while waiting holds readers back no longer than one that crashes
-/// holding (its ttl), or 3 s if that is shorter; the floor keeps a writer
+/// holding (its ttl), or 1 s if that is shorter; the floor keeps a writer
 /// with a tiny ttl from refreshing its mark every few ms.
 pub(super) fn mark_ttl(ttl: Duration) -> Duration {
     ttl.clamp(MIN_MARK, MAX_MARK)

@@ -72,6 +72,11 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// ttl from now, as the caller's local deadline does. Without this the
 /// retry answered "held" by the caller's own token, and the key blocked
 /// everyone, its owner included, until its ttl.
+///
+/// The queue: a free key whose `:queue` exists is not taken (the answer is
+/// `0, 0`): it belongs to the queue's head, which takes it with
+/// `ACQUIRE_QUEUED` (see `waiter_queue.rs`). That `EXISTS` is all the
+/// uncontended acquire pays for the queue.
 pub(crate) const ACQUIRE_FUNCTIONS: &str = r"
 local now
 local retention = tonumber(ARGV[#ARGV])
@@ -92,7 +97,7 @@ local function fence(counter, ttl)
   return now
 end
 local function acquire(lock, counter, token, ttl)
-  if redis.call('SET', lock, token, 'NX', 'PX', ttl) then
+  if redis.call('EXISTS', lock .. ':queue') == 0 and redis.call('SET', lock, token, 'NX', 'PX', ttl) then
     return 1, fence(counter, ttl)
   end
   if redis.call('GET', lock) == token then
@@ -103,7 +108,12 @@ local function acquire(lock, counter, token, ttl)
     end
     return 1, fence(counter, ttl)
   end
-  return 0, redis.call('PTTL', lock)
+  local left = redis.call('PTTL', lock)
+  if left == -2 then
+    -- Free, but waiters queue for it: the queue's head takes it.
+    left = 0
+  end
+  return 0, left
 end
 ";
 
@@ -114,9 +124,9 @@ return {won, value}
 ";
 
 /// Compare-and-delete: if ARGV[1] (the token) holds KEYS[1], the key is
-/// vacated (see `waiter_queue.rs`): handed to the first queued waiter as its
-/// turn, which only that waiter hears of, or deleted. A deletion is
-/// announced (`PUBLISH` of `1` on ARGV[2], the release channel) only when a
+/// vacated (see `waiter_queue.rs`): deleted, and the first live queued
+/// waiter woken (`turn:<ticket>`, which only that waiter hears), or, with
+/// no ticket queued, `1` published on ARGV[2] (the release channel) when a
 /// listener waits: with nobody waiting a release is `GET`, `EXISTS`, `DEL`.
 ///
 /// Every announcement uses `redis.pcall`, not `redis.call`: it is a
@@ -218,7 +228,8 @@ return out
 /// KEYS are lock and fence pairs, ARGV each key's token, then each key's
 /// ttl in ms, then the counters' retention in ms. If a
 /// key is held under another token nothing is written and the answer is
-/// `{0, index, pttl}` (the key's position from 0, its holder's time left);
+/// `{0, index, pttl}` (the key's position from 0, its holder's time left;
+/// 100 ms for a free key that the queue's head is about to take);
 /// else every key is taken as [`ACQUIRE`] takes one: `{1, fence, …}`, a
 /// fence per key. The first pass only reads, so a busy key costs no write
 /// but the caller's registration as a listener of the key in its way (it
@@ -229,8 +240,14 @@ pub(crate) static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
 local n = #KEYS / 2
 for i = 1, n do
   local holder = redis.call('GET', KEYS[2 * i - 1])
+  local left
   if holder and holder ~= ARGV[i] then
-    local left = redis.call('PTTL', KEYS[2 * i - 1])
+    left = redis.call('PTTL', KEYS[2 * i - 1])
+  elseif not holder and redis.call('EXISTS', KEYS[2 * i - 1] .. ':queue') == 1 then
+    -- Free, but the queue's head takes it next: try again soon.
+    left = 100
+  end
+  if left then
     wait_in_line(KEYS[2 * i - 1], 'listen:' .. ARGV[i], false, life_for(left, ARGV[n + i]))
     return {0, i - 1, left}
   end

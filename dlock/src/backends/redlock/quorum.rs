@@ -114,7 +114,7 @@ impl RedlockBackend {
                     let answer = tokio::time::timeout(timeout, attempt).await;
                     let vote = match answer {
                         Ok(Ok(Attempt::Acquired(_))) => Vote::Won,
-                        Ok(Ok(Attempt::Held(left))) => Vote::Held(left),
+                        Ok(Ok(Attempt::Held(left) | Attempt::Behind(left))) => Vote::Held(left),
                         Ok(Err(e)) => {
                             tracing::debug!(master = %self.nodes[i].describe(), error = %e, "acquire failed on a master");
                             Vote::Silent
@@ -340,7 +340,7 @@ impl RedlockBackend {
                 let lock = self.names(i, key).lock;
                 async move {
                     let free =
-                        tokio::time::timeout(timeout, self.nodes[i].key_is_free(&lock, None)).await;
+                        tokio::time::timeout(timeout, self.nodes[i].key_is_free(&lock)).await;
                     matches!(free, Ok(Ok(true)))
                 }
             })

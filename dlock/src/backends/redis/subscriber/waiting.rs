@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::turned;
 use crate::backend::Lease;
-use crate::backends::redis::waiter_queue::Ticket;
+use crate::backends::redis::recheck::Recheck;
+use crate::backends::redis::waiter_queue::{Ticket, HEARTBEAT};
 use crate::backends::redis::{jitter, Attempt, RedisBackend};
 use crate::LockError;
 
@@ -59,9 +60,11 @@ impl RedisBackend {
             channel: Some(channel),
             key,
         }];
+        // A queued waiter beats: each try keeps its ticket alive (see
+        // `waiter_queue.rs`), whatever else it waits for.
         let pace = Pace {
             unknown_expiry,
-            at_most: None,
+            at_most: ticket.map(|_| HEARTBEAT),
         };
         let waited = self
             .wait_on_keys(&watched, ticket, deadline, pace, |queued| {
@@ -70,6 +73,7 @@ impl RedisBackend {
                     Ok(match tried.await? {
                         Attempt::Acquired(lease) => Try::Done(lease),
                         Attempt::Held(left) => Try::Held { on: Some(0), left },
+                        Attempt::Behind(left) => Try::Held { on: None, left },
                     })
                 }
             })
@@ -138,6 +142,10 @@ impl RedisBackend {
             released.queue_as(ticket.get());
         }
         let turn = released.turn();
+        // The re-checks of the key in the way, and when its holder's lease
+        // ends as last seen.
+        let mut rechecks: Option<(&str, Recheck)> = None;
+        let mut in_way_until: Option<Instant> = None;
         loop {
             released.mark_seen();
             let (on, left) = match attempt(ticket.is_some()).await? {
@@ -153,16 +161,33 @@ impl RedisBackend {
             }
             let expiry = nap_until(nap, deadline);
             tokio::pin!(expiry);
-            // A new schedule per try: a new holder may be a foreign one.
+            // A new schedule when the key in the way changed hands (its
+            // expiry moved later: a new holder, perhaps a foreign one, or a
+            // renewal); the same one goes on doubling across the heartbeats
+            // of a queued waiter. A queued waiter with someone live ahead of
+            // it (`on` is `None`) does not re-check: the head does, and its
+            // heartbeat is its net.
             let key = on.and_then(|on| watched.get(on)).and_then(|one| one.key);
-            let mut rechecks = key.and_then(|key| Some((key, self.recheck()?)));
+            let until = Instant::now().checked_add(left);
+            let moved = match (until, in_way_until) {
+                (Some(now), Some(before)) => now > before + Duration::from_millis(10),
+                _ => true,
+            };
+            in_way_until = until;
+            match key {
+                None => rechecks = None,
+                Some(key) if moved || rechecks.as_ref().is_none_or(|(k, _)| *k != key) => {
+                    rechecks = self.recheck().map(|schedule| (key, schedule));
+                }
+                Some(_) => {}
+            }
             loop {
                 let recheck = async {
                     let Some((key, schedule)) = rechecks.as_mut() else {
                         return std::future::pending().await;
                     };
                     tokio::time::sleep(schedule.pause()).await;
-                    self.key_is_free(key, ticket.map(Ticket::get)).await
+                    self.key_is_free(key).await
                 };
                 tokio::select! {
                     () = released.changed() => break,
