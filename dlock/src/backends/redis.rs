@@ -120,6 +120,7 @@ pub use self::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
 mod renew;
 mod renew_many;
 mod replicas;
+mod ride_through;
 mod rw;
 pub(crate) mod scripts;
 mod sentinel;
@@ -806,19 +807,24 @@ impl LockBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
-        let ticket = waiter_queue::Ticket::of(&req.token);
-        let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
-        let undo = |granted: Option<Lease>| async move {
-            if let Some(lease) = granted {
-                let _ = self.release_unbatched(&lease).await;
-            }
-        };
-        let arm = || self.release_if_dropped(&names, &req.token);
-        let answer = self
-            .replicated(&req.key, (deadline, false), ask, arm, undo)
-            .await;
-        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
+        // Behind Sentinel, through a failover within the wait (`ride_through.rs`).
+        self.riding_failovers(req, deadline, |req| async move {
+            let req = &req;
+            let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
+            let ticket = waiter_queue::Ticket::of(&req.token);
+            let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
+            let undo = |granted: Option<Lease>| async move {
+                if let Some(lease) = granted {
+                    let _ = self.release_unbatched(&lease).await;
+                }
+            };
+            let arm = || self.release_if_dropped(&names, &req.token);
+            let answer = self
+                .replicated(&req.key, (deadline, false), ask, arm, undo)
+                .await;
+            answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
+        })
+        .await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

@@ -30,7 +30,7 @@ const REDIS_ANY: [&str; 7] = [
 pub(crate) const REDIS: &[&str] =
     &join::<7, 3, 10>(REDIS_ANY, ["ca", "protocol", "fence_retention"]);
 /// `redis+sentinel://` and `rediss+sentinel://`.
-pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 5, 12>(
+pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 6, 13>(
     REDIS_ANY,
     [
         "ca",
@@ -38,6 +38,7 @@ pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 5, 12>(
         "sentinel_user",
         "sentinel_password",
         "fence_retention",
+        "replica_gone_after",
     ],
 );
 /// `redlock://`: its own, and each master's Redis ones.

@@ -41,6 +41,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::lease::background;
 use crate::LockError;
 
+mod listed;
+
 /// The channel on which sentinels announce a new master:
 /// `<name> <old ip> <old port> <new ip> <new port>`.
 const SWITCH_MASTER: &str = "+switch-master";
@@ -64,6 +66,11 @@ struct Inner {
     shown: String,
     /// Told of every switch (the replica counts then belong to another node).
     on_switch: Box<dyn Fn() + Send + Sync>,
+    /// A connection to one sentinel for `SENTINEL REPLICAS` (see
+    /// `listed.rs`), opened at the first question.
+    listing: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    /// `?timeout_ms=`: the longest a question to the sentinels may take.
+    response_timeout: Duration,
     /// Dropped with the backend: stops the `+switch-master` listener.
     _stop_watching: DropGuard,
 }
@@ -125,6 +132,8 @@ impl Sentinel {
             target: target.clone(),
             shown,
             on_switch,
+            listing: tokio::sync::Mutex::new(None),
+            response_timeout: limit,
             _stop_watching: stop.clone().drop_guard(),
         });
         background::spawn(watch_switches(Arc::downgrade(&inner), stop));
