@@ -122,7 +122,9 @@ async fn a_client_that_starts_while_the_replica_is_away_still_waits_for_it() {
         granted_at - resumed_at
     );
     assert_eq!(
-        group.node(replica).redis_cli(&["GET", &format!("dlock:{{{key}}}")]),
+        group
+            .node(replica)
+            .redis_cli(&["GET", &format!("dlock:{{{key}}}")]),
         guard.token(),
         "the replica does not have the grant handed over"
     );
@@ -335,7 +337,10 @@ async fn a_scheduled_job_keeps_its_tick_across_a_failover() {
             .expect("a replica's tick hung")
             .expect("a replica panicked")
             .unwrap_or_else(|e| panic!("replica {r}: the tick failed: {e}"));
-        println!("replica {r}: {}", if ran { "ran the job" } else { "skipped" });
+        println!(
+            "replica {r}: {}",
+            if ran { "ran the job" } else { "skipped" }
+        );
         runs += u32::from(ran);
     }
     println!(

@@ -51,8 +51,9 @@ pub(crate) struct RedisOptions {
 /// extends a lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Replicas {
-    /// As many as are connected to the master (read from the master,
-    /// refreshed as it changes); none connected, no `WAIT`.
+    /// Every replica of the master: those connected to it and, behind
+    /// Sentinel, those the sentinels list (refreshed as it changes; see
+    /// `replicas/count.rs`); none, no `WAIT`.
     Auto,
     /// Exactly this many; 0 turns acknowledgement off.
     Exactly(u32),

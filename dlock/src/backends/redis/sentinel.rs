@@ -18,7 +18,12 @@
 //!
 //! During a failover's first seconds the sentinels still name the dead
 //! master: requests fail (`Backend`), the watchdog retries renewals until
-//! each lease's deadline, and the guard reports lost only when it passes.
+//! each lease's deadline, and the guard reports lost only when it passes;
+//! a lock's `acquire` with a wait tries again until the wait ends
+//! (`ride_through.rs`).
+//!
+//! `listed.rs` asks the sentinels which replicas the master has, connected
+//! or not, for `?replicas=auto`.
 //!
 //! All of it runs on dlock's background runtime (see `connection.rs`), so
 //! following the master does not depend on any caller's runtime.
