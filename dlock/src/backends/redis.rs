@@ -93,8 +93,7 @@
 //!
 //! Sentinel: `redis+sentinel://[user:password@]h1:p1,h2:p2/<master>[?db=N&sentinel_user=..&sentinel_password=..&replica_gone_after=..]`.
 //! Replica acknowledgement on every form: `?replicas=auto|N` (default
-//! `auto`: as many as are connected, and behind Sentinel those the
-//! sentinels list too; 0: off) and `?replica_timeout=250ms`
+//! `auto`: every replica, behind Sentinel also one away; 0: off) and `?replica_timeout=250ms`
 //! (default a tenth of the ttl, within 10 ms and 1 s); a grant too few
 //! replicas acknowledge is [`LockError::Replication`].
 //!
