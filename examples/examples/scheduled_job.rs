@@ -6,6 +6,17 @@
 //! would be) tick every 2 s, 300 ms out of phase; the job takes 100 ms.
 //! Without `hold_at_least` every replica runs it every tick.
 //!
+//! Keeping the tick through an outage: a `try_acquire` fails at once with
+//! `Backend` while the lock service is unreachable (behind Redis Sentinel,
+//! for the seconds a failover takes), and a replica that gave up on that
+//! error would lose the tick with the others. So each replica tries again
+//! until its tick's deadline (`RETRY_FOR`): the first one through runs the
+//! job, the others then find the key taken. For exactly one run per tick,
+//! `hold_at_least` must outlast every replica's retries (`AT_LEAST` ≥
+//! `RETRY_FOR` + the phase spread), and `RETRY_FOR` must outlast a failover
+//! for the tick to survive one (Sentinel: `down-after-milliseconds` + 1-2 s;
+//! see the operations guide).
+//!
 //! ```sh
 //! cargo run -p dlock-examples --example scheduled_job
 //! DLOCK_URL=redis://127.0.0.1:6379 cargo run -p dlock-examples --example scheduled_job
@@ -27,6 +38,12 @@ const PHASE: Duration = Duration::from_millis(300);
 const JOB: Duration = Duration::from_millis(100);
 /// Longer than the replicas are out of phase, shorter than the tick.
 const AT_LEAST: Duration = Duration::from_millis(1500);
+/// How long into its tick a replica tries again after a `Backend` error:
+/// the last retry of the latest replica still ends within the first run's
+/// `AT_LEAST` (900 ms + 2 × 300 ms ≤ 1500 ms).
+const RETRY_FOR: Duration = Duration::from_millis(900);
+/// The pause between those retries.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
@@ -74,16 +91,39 @@ async fn replica_runs(replica: u32, job: Lock, first: Instant) -> Result<Vec<usi
     let mut schedule = interval_at(first, TICK);
     let mut ran = Vec::new();
     for tick in 0..TICKS {
-        schedule.tick().await;
-        match job.try_acquire().await? {
+        let started = schedule.tick().await;
+        match take_within_tick(&job, started + RETRY_FOR).await? {
             Some(guard) => {
                 println!("tick {tick}: replica {replica} runs the job");
                 tokio::time::sleep(JOB).await; // the job itself
-                guard.release().await?;
+                if let Err(e) = guard.release().await {
+                    // The job ran; its key expires by its ttl.
+                    eprintln!("tick {tick}: replica {replica}: release failed: {e}");
+                }
                 ran.push(tick);
             }
             None => println!("tick {tick}: replica {replica} skips (done this tick)"),
         }
     }
     Ok(ran)
+}
+
+/// `job.try_acquire()`, tried again after an outage's error (`Backend`: the
+/// server unreachable, a failover under way; `Replication`: its replicas
+/// did not acknowledge) until `retry_until`. `None`: another replica has it.
+async fn take_within_tick(
+    job: &Lock,
+    retry_until: Instant,
+) -> Result<Option<dlock::LockGuard>, LockError> {
+    loop {
+        match job.try_acquire().await {
+            Err(e @ (LockError::Backend { .. } | LockError::Replication { .. }))
+                if Instant::now() + RETRY_PAUSE < retry_until =>
+            {
+                eprintln!("the lock service failed ({e}); trying again within the tick");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            answer => return answer,
+        }
+    }
 }

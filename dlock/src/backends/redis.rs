@@ -91,9 +91,9 @@
 //! A ttl above [`MAX_TTL`] (365 days; `Duration::MAX` for
 //! "forever") is refused with [`LockError::InvalidOption`] naming the maximum.
 //!
-//! Sentinel: `redis+sentinel://[user:password@]h1:p1,h2:p2/<master>[?db=N&sentinel_user=..&sentinel_password=..]`.
+//! Sentinel: `redis+sentinel://[user:password@]h1:p1,h2:p2/<master>[?db=N&sentinel_user=..&sentinel_password=..&replica_gone_after=..]`.
 //! Replica acknowledgement on every form: `?replicas=auto|N` (default
-//! `auto`: as many as are connected; 0: off) and `?replica_timeout=250ms`
+//! `auto`: every replica, behind Sentinel also one away; 0: off) and `?replica_timeout=250ms`
 //! (default a tenth of the ttl, within 10 ms and 1 s); a grant too few
 //! replicas acknowledge is [`LockError::Replication`].
 //!
@@ -120,6 +120,7 @@ pub use self::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
 mod renew;
 mod renew_many;
 mod replicas;
+mod ride_through;
 mod rw;
 pub(crate) mod scripts;
 mod sentinel;
@@ -798,19 +799,24 @@ impl LockBackend for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
-        let ticket = waiter_queue::Ticket::of(&req.token);
-        let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
-        let undo = |granted: Option<Lease>| async move {
-            if let Some(lease) = granted {
-                let _ = self.release_unbatched(&lease).await;
-            }
-        };
-        let arm = || self.release_if_dropped(&names, &req.token);
-        let answer = self
-            .replicated(&req.key, (deadline, false), ask, arm, undo)
-            .await;
-        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
+        // Behind Sentinel, through a failover within the wait (`ride_through.rs`).
+        self.riding_failovers(req, deadline, |req| async move {
+            let req = &req;
+            let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
+            let ticket = waiter_queue::Ticket::of(&req.token);
+            let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
+            let undo = |granted: Option<Lease>| async move {
+                if let Some(lease) = granted {
+                    let _ = self.release_unbatched(&lease).await;
+                }
+            };
+            let arm = || self.release_if_dropped(&names, &req.token);
+            let answer = self
+                .replicated(&req.key, (deadline, false), ask, arm, undo)
+                .await;
+            answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
+        })
+        .await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

@@ -32,7 +32,7 @@ pub(crate) const REDIS: &[&str] = &join::<7, 4, 11>(
     ["ca", "protocol", "fence_retention", "foreign_share"],
 );
 /// `redis+sentinel://` and `rediss+sentinel://`.
-pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 6, 13>(
+pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 7, 14>(
     REDIS_ANY,
     [
         "ca",
@@ -41,6 +41,7 @@ pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 6, 13>(
         "sentinel_password",
         "fence_retention",
         "foreign_share",
+        "replica_gone_after",
     ],
 );
 /// `redlock://`: its own, and each master's Redis ones.

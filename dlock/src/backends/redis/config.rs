@@ -56,8 +56,9 @@ pub(crate) struct RedisOptions {
 /// extends a lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Replicas {
-    /// As many as are connected to the master (read from the master,
-    /// refreshed as it changes); none connected, no `WAIT`.
+    /// Every replica of the master: those connected to it and, behind
+    /// Sentinel, those the sentinels list (refreshed as it changes; see
+    /// `replicas/count.rs`); none, no `WAIT`.
     Auto,
     /// Exactly this many; 0 turns acknowledgement off.
     Exactly(u32),
@@ -78,6 +79,10 @@ pub(crate) struct SentinelTarget {
     /// `?sentinel_user=` / `?sentinel_password=`: the sentinels' own.
     pub(crate) sentinel_user: Option<String>,
     pub(crate) sentinel_password: Option<String>,
+    /// `?replica_gone_after=<duration>`: a replica the sentinels have not
+    /// heard from for this long is no longer waited for (`None`: it is,
+    /// as long as they list it; see `sentinel/listed.rs`).
+    pub(crate) replica_gone_after: Option<Duration>,
 }
 
 /// The replica acknowledgement wait for a lease of `ttl` when the URL sets
@@ -168,7 +173,7 @@ impl RedisOptions {
                     replica_timeout =
                         Some(options::duration(name, value).map_err(|why| bad(&why))?);
                 }
-                "db" | "sentinel_user" | "sentinel_password" if sentinel => {
+                "db" | "sentinel_user" | "sentinel_password" | "replica_gone_after" if sentinel => {
                     sentinel_query.take(name, value).map_err(|why| bad(&why))?;
                 }
                 "ca" => {
@@ -300,6 +305,7 @@ struct SentinelQuery {
     db: i64,
     user: Option<String>,
     password: Option<String>,
+    replica_gone_after: Option<Duration>,
 }
 
 impl SentinelQuery {
@@ -311,6 +317,9 @@ impl SentinelQuery {
                     .ok()
                     .filter(|db| *db >= 0)
                     .ok_or_else(|| format!("`db={value}` is not a database number"))?;
+            }
+            "replica_gone_after" => {
+                self.replica_gone_after = Some(options::duration(name, value)?);
             }
             "sentinel_user" => {
                 self.user =
@@ -361,6 +370,7 @@ fn sentinel_target(before_query: &str, query: SentinelQuery) -> Result<SentinelT
         password,
         sentinel_user: query.user,
         sentinel_password: query.password,
+        replica_gone_after: query.replica_gone_after,
     })
 }
 
@@ -520,7 +530,7 @@ mod tests {
     #[test]
     fn a_sentinel_url_names_the_sentinels_the_master_and_both_credentials() {
         let o = RedisOptions::parse(
-            "redis+sentinel://app:p%40ss@127.0.0.1:26379,127.0.0.1:26380,h3/mm?db=2&sentinel_user=s&sentinel_password=x%26y&replicas=1&replica_timeout=50ms",
+            "redis+sentinel://app:p%40ss@127.0.0.1:26379,127.0.0.1:26380,h3/mm?db=2&sentinel_user=s&sentinel_password=x%26y&replicas=1&replica_timeout=50ms&replica_gone_after=2m",
         )
         .unwrap();
         let t = o.sentinel.as_ref().unwrap();
@@ -538,6 +548,7 @@ mod tests {
         assert_eq!(t.password.as_deref(), Some("p@ss"));
         assert_eq!(t.sentinel_user.as_deref(), Some("s"));
         assert_eq!(t.sentinel_password.as_deref(), Some("x&y"));
+        assert_eq!(t.replica_gone_after, Some(Duration::from_secs(120)));
         assert_eq!(o.replicas, Replicas::Exactly(1));
         assert_eq!(o.replica_timeout, Some(Duration::from_millis(50)));
         assert!(!o.cluster && !o.tls);
@@ -627,6 +638,14 @@ mod tests {
             ("redis+sentinel://:secret@h:x/mm", "not a port"),
             ("redis+sentinel://:secret@h:1,,h:2/mm", "empty host"),
             ("redis+sentinel://:secret@h:1/mm?db=-1", "db=-1"),
+            (
+                "redis+sentinel://:secret@h:1/mm?replica_gone_after=soon",
+                "`replica_gone_after=soon` is not a duration",
+            ),
+            (
+                "redis://:secret@h:1?replica_gone_after=1m",
+                "replica_gone_after",
+            ),
             (
                 "redis+sentinel://:secret@h:1/mm?timeout=5",
                 "unknown parameter `timeout`; did you mean `timeout_ms`?",

@@ -9,15 +9,12 @@
 //! write this connection sent before it (so the grant too, and anything
 //! pipelined with it), or the timeout passes, and answers how many did.
 //!
-//! How many (`?replicas=`): `auto` asks for as many replicas as the master
-//! has connected, read with `INFO replication` (on a Cluster, of the key's shard
-//! master), cached for [`FRESH`] and read again at once when a `WAIT` falls
-//! short. A higher count is believed at once; a lower one only once the
-//! master has shown it for [`LOWER_AFTER`] (and, behind Sentinel, while the
-//! sentinels still name that master), since a replica also goes away when
-//! it is promoted in place of a master that was cut off: meanwhile grants
-//! fail as unacknowledged. A number asks for exactly that many; 0 (or
-//! `auto` with none connected) sends no `WAIT` at all.
+//! How many (`?replicas=`): `auto` asks for every replica of the master
+//! (on a Cluster, of the key's shard master): those connected to it and,
+//! behind Sentinel, those the sentinels list, connected or not (see
+//! `count.rs` for how the count is read, cached and lowered). While a
+//! replica is away, grants fail as unacknowledged. A number asks for
+//! exactly that many; 0 (or `auto` with no replica) sends no `WAIT` at all.
 //!
 //! What it does not give: `WAIT` is not consensus. A failover can still
 //! promote a replica that had not acknowledged (one that was cut off and
@@ -39,27 +36,7 @@ use super::Conn;
 use crate::backend::{AllOrNone, Lease, Renewal};
 use crate::LockError;
 
-/// How long a replica count read with `INFO replication` is used before it
-/// is read again.
-pub(crate) const FRESH: Duration = Duration::from_secs(1);
-
-/// How long a master must show fewer replicas than before for `auto` to
-/// ask for fewer (see `auto_count`): longer than the sentinels take to
-/// announce a new master once they promoted a replica.
-pub(crate) const LOWER_AFTER: Duration = Duration::from_secs(5);
-
-/// `auto`'s replica count of one master.
-#[derive(Debug, Clone)]
-struct Count {
-    count: u32,
-    /// When it was read.
-    read: Instant,
-    /// Since when the master has shown fewer replicas than `count`.
-    lower_since: Option<Instant>,
-    /// The master's replication id (`master_replid`): it changes when a
-    /// replica is promoted, so a new master is told from an old one.
-    replid: String,
-}
+mod count;
 
 /// The pause before a grant that too few replicas acknowledged is asked for
 /// again: a replica's link does not come back within microseconds.
@@ -115,7 +92,7 @@ pub(crate) struct ReplicaAck {
     aof: bool,
     /// `auto`'s replica counts and when each was read: one for a single
     /// server (`None`), one per slot in use on a Cluster.
-    counts: Mutex<HashMap<Option<Slot>, Count>>,
+    counts: Mutex<HashMap<Option<Slot>, count::Count>>,
     /// One server's `WAIT`s, shared by the grants that finished before each
     /// was sent (see [`Shared`]).
     shared: Arc<Shared>,
@@ -181,7 +158,7 @@ impl ReplicaAck {
         self.lock().clear();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Slot>, Count>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Slot>, count::Count>> {
         lock(&self.counts)
     }
 
@@ -217,8 +194,8 @@ impl ReplicaAck {
         }
         if self.replicas == Replicas::Auto {
             // A replica may have gone away since the count was read: what
-            // counts is what is connected now (see `auto_count` for when a
-            // lower count is not believed).
+            // counts is the count now (see `count.rs` for when a lower one
+            // is not believed).
             let now_connected = self.auto_count(conn, lock_key, true).await?;
             if acknowledged >= now_connected + local {
                 return Ok(Ok(()));
@@ -228,79 +205,6 @@ impl ReplicaAck {
             acknowledged,
             needed,
         }))
-    }
-
-    /// `auto`'s count for the master of `lock_key`: cached, or read with
-    /// `INFO replication` when stale or when `fresh` is asked.
-    async fn auto_count(&self, conn: &Conn, lock_key: &str, fresh: bool) -> RedisResult<u32> {
-        let slot = matches!(conn, Conn::Cluster(_)).then(|| Slot::for_key(lock_key));
-        if !fresh {
-            if let Some(known) = self.lock().get(&slot) {
-                if known.read.elapsed() < FRESH {
-                    return Ok(known.count);
-                }
-            }
-        }
-        let mut info = redis::cmd("INFO");
-        info.arg("replication");
-        let info: String = route(conn, lock_key, info).await?;
-        let (seen, replid) = replication(&info);
-        let now = Instant::now();
-        // Another replication id: another master (a promoted replica takes
-        // a new one), whose own count is the one to go by.
-        let known = self
-            .lock()
-            .get(&slot)
-            .cloned()
-            .filter(|k| k.replid == replid);
-        let count = match known {
-            // Fewer replicas than before. A replica that went away is one
-            // thing; but a replica also goes away when it is promoted while
-            // this master was cut off: a paused master the sentinels
-            // replaced wakes up still a master, runs the writes queued for
-            // it, and would grant leases the new master never sees, with no
-            // replica left to wait for. So the lower count stands only once
-            // it has been seen for `LOWER_AFTER`, and, behind Sentinel, only
-            // while the sentinels still name this master (if they name
-            // another, requests follow it from now on).
-            Some(known) if seen < known.count => {
-                let since = known.lower_since.unwrap_or(now);
-                if now.duration_since(since) < LOWER_AFTER || !still_the_master(conn).await? {
-                    let count = known.count;
-                    self.lock().insert(
-                        slot,
-                        Count {
-                            read: now,
-                            lower_since: Some(since),
-                            ..known
-                        },
-                    );
-                    return Ok(count);
-                }
-                seen
-            }
-            _ => seen,
-        };
-        self.lock().insert(
-            slot,
-            Count {
-                count,
-                read: now,
-                lower_since: None,
-                replid,
-            },
-        );
-        Ok(count)
-    }
-}
-
-/// Whether the node `conn` writes to is still the master: behind Sentinel,
-/// whether the sentinels still name it (if not, requests follow the one
-/// they name from now on); elsewhere nothing says otherwise.
-async fn still_the_master(conn: &Conn) -> RedisResult<bool> {
-    match conn {
-        Conn::Single(Server::Followed(sentinel)) => Ok(!sentinel.refresh().await?),
-        _ => Ok(true),
     }
 }
 
@@ -427,22 +331,6 @@ async fn route<T: redis::FromRedisValue>(
         }
         Conn::Single(mut single) => cmd.query_async(&mut single).await,
     }
-}
-
-/// The replicas connected to a master and its replication id, from `INFO
-/// replication` (`role:master`, `connected_slaves:N`, `master_replid:…`);
-/// 0 replicas for any other role.
-fn replication(info: &str) -> (u32, String) {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.trim_end().strip_prefix(name))
-            .unwrap_or_default()
-    };
-    let replid = field("master_replid:").to_owned();
-    if field("role:") != "master" {
-        return (0, replid);
-    }
-    (field("connected_slaves:").parse().unwrap_or(0), replid)
 }
 
 impl super::RedisBackend {
@@ -603,22 +491,5 @@ impl super::RedisBackend {
             renewals[i] = Err(failed);
         }
         renewals
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn info_replication_gives_the_replicas_and_the_id() {
-        let master = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=1,state=online,offset=1,lag=0\r\nmaster_replid:abc\r\nmaster_replid2:000\r\n";
-        assert_eq!(replication(master), (2, "abc".to_owned()));
-        let alone = "role:master\nconnected_slaves:0\nmaster_replid:def\n";
-        assert_eq!(replication(alone), (0, "def".to_owned()));
-        let a_replica =
-            "role:slave\nmaster_host:127.0.0.1\nconnected_slaves:0\nmaster_replid:abc\n";
-        assert_eq!(replication(a_replica), (0, "abc".to_owned()));
-        assert_eq!(replication(""), (0, String::new()));
     }
 }

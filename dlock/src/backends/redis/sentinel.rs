@@ -18,7 +18,12 @@
 //!
 //! During a failover's first seconds the sentinels still name the dead
 //! master: requests fail (`Backend`), the watchdog retries renewals until
-//! each lease's deadline, and the guard reports lost only when it passes.
+//! each lease's deadline, and the guard reports lost only when it passes;
+//! a lock's `acquire` with a wait tries again until the wait ends
+//! (`ride_through.rs`).
+//!
+//! `listed.rs` asks the sentinels which replicas the master has, connected
+//! or not, for `?replicas=auto`.
 //!
 //! All of it runs on dlock's background runtime (see `connection.rs`), so
 //! following the master does not depend on any caller's runtime.
@@ -40,6 +45,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::lease::background;
 use crate::LockError;
+
+mod listed;
 
 /// The channel on which sentinels announce a new master:
 /// `<name> <old ip> <old port> <new ip> <new port>`.
@@ -64,6 +71,11 @@ struct Inner {
     shown: String,
     /// Told of every switch (the replica counts then belong to another node).
     on_switch: Box<dyn Fn() + Send + Sync>,
+    /// A connection to one sentinel for `SENTINEL REPLICAS` (see
+    /// `listed.rs`), opened at the first question.
+    listing: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    /// `?timeout_ms=`: the longest a question to the sentinels may take.
+    response_timeout: Duration,
     /// Dropped with the backend: stops the `+switch-master` listener.
     _stop_watching: DropGuard,
 }
@@ -125,6 +137,8 @@ impl Sentinel {
             target: target.clone(),
             shown,
             on_switch,
+            listing: tokio::sync::Mutex::new(None),
+            response_timeout: limit,
             _stop_watching: stop.clone().drop_guard(),
         });
         background::spawn(watch_switches(Arc::downgrade(&inner), stop));
