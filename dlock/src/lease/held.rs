@@ -272,7 +272,7 @@ impl LeaseShared {
             }
         }
         tracing::debug!(key = %self.key, remaining = ?until.saturating_duration_since(Instant::now()), "release deferred for hold_at_least");
-        crate::lease::background::spawn(async move {
+        crate::lease::background::spawn_daemon(async move {
             self.keep_until(until).await;
             report_background(self.release_now(true).await);
         });
