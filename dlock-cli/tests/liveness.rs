@@ -410,3 +410,41 @@ fn the_command_does_not_see_dlock_url() {
     );
     assert!(!env.contains("DLOCK_URL"), "the credentials leaked: {env}");
 }
+
+/// Waiters queued on ZooKeeper or etcd get SIGTERM: the waiter behind them
+/// has the lock within 2 s of the release (a node or key they left behind
+/// would hold it back until their session expired).
+fn signalled_waiters_do_not_hold_back_the_next(url: &str, name: &str) {
+    let key = format!("cli:queue:{name}:{}", std::process::id());
+    let holder = holder(url, &key);
+    let mut waiters: Vec<Proc> = (0..3)
+        .map(|_| Proc::spawn(url, &["run", &key, "--wait", "30s", "--", "true"]))
+        .collect();
+    // No queue to read from outside here: give them time to join it.
+    std::thread::sleep(Duration::from_millis(1500));
+    let live = live_waiter(url, &key);
+    std::thread::sleep(Duration::from_millis(500));
+    for waiter in &mut waiters {
+        kill(waiter.pid(), Signal::SIGTERM).unwrap();
+        let (code, took) = waiter.exit_within(Duration::from_secs(10));
+        assert_eq!(code, 143);
+        println!("{name}: a waiter exited {took:?} after SIGTERM");
+    }
+    live_waiter_gets_it_after(
+        holder,
+        live,
+        &format!("{name}, after 3 waiters got SIGTERM"),
+    );
+}
+
+#[test]
+fn waiters_that_get_sigterm_leave_the_zookeeper_queue() {
+    let server = ZkServer::start();
+    signalled_waiters_do_not_hold_back_the_next(&server.url(), "zookeeper");
+}
+
+#[test]
+fn waiters_that_get_sigterm_leave_the_etcd_queue() {
+    let server = dlock_tests::servers::etcd::EtcdServer::start();
+    signalled_waiters_do_not_hold_back_the_next(&server.url(), "etcd");
+}
