@@ -6,13 +6,23 @@
 //! | code | when |
 //! |---|---|
 //! | the command's | `run`: the command exited (128 + N if a signal N ended it) |
+//! | 130 / 143 | `run`: SIGINT / SIGTERM while waiting for the lock (128 + the signal); the command did not run |
 //! | 75 (`--conflict-exit-code`) | `run`: the lock was held (`--wait` ran out); the command did not run |
 //! | 76 | `run`: the lease was lost while the command ran; it got SIGTERM (SIGKILL after `--grace`) |
 //! | 0 / 1 | `inspect`: held / free; `release --force`: freed / was free |
 //! | 69 | the service failed or refused (connection, permissions) |
 //! | 64 | a bad URL, key or option (a `list --prefix` that matches more than 10,000 keys) |
 //! | 2 | bad arguments (clap) |
-#![forbid(unsafe_code)]
+//!
+//! Every exit goes through `dlock::shutdown()`, which waits (at most 1 s)
+//! for the background work of a drop, such as leaving a waiter queue: a
+//! `run` that gave up waiting leaves no ticket behind.
+// One exception, in `child.rs`: the `pre_exec` that sets the command's
+// parent-death signal.
+#![deny(unsafe_code)]
+
+mod child;
+mod run;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,7 +32,7 @@ use clap::{Parser, Subcommand};
 use dlock::{Lock, LockBackend, LockError, LockInfo};
 
 /// `run`: the lease was lost while the command ran.
-const EXIT_LOST: u8 = 76;
+pub(crate) const EXIT_LOST: u8 = 76;
 /// The service failed or refused.
 const EXIT_UNAVAILABLE: u8 = 69;
 /// A bad URL, key or option.
@@ -46,9 +56,17 @@ Examples:
   dlock release --force nightly-report
 
 Exit codes: the command's own (128+N after signal N); 75 lock busy (--conflict-exit-code);
-76 lease lost while the command ran; 0/1 held/free for inspect and release --force;
-69 service failed; 64 bad URL, key or option (or a list prefix matching over 10,000 keys); 2 bad arguments.
-The command sees DLOCK_KEY and DLOCK_FENCING_TOKEN (absent on Redlock) in its environment.";
+130/143 SIGINT/SIGTERM while waiting (the command did not run); 76 lease lost while the command ran;
+0/1 held/free for inspect and release --force; 69 service failed;
+64 bad URL, key or option (or a list prefix matching over 10,000 keys); 2 bad arguments.
+
+run: the command sees DLOCK_KEY and DLOCK_FENCING_TOKEN (absent on Redlock), not DLOCK_URL.
+It runs in a process group of its own: SIGINT/SIGTERM to dlock go to that whole group; a lost
+lease sends the group SIGTERM (SIGKILL after --grace); processes the command leaves behind get
+the same before the lock is released. If dlock dies (even by kill -9) the group gets SIGKILL from a
+watcher process, and on Linux the kernel also kills the command itself (parent-death signal); other
+systems have only the watcher. A waiter that gives up (--wait ran out, a signal) leaves the queue
+before dlock exits.";
 
 /// Run a command under a distributed lock, and inspect or free locks.
 #[derive(Debug, Parser)]
@@ -85,6 +103,13 @@ enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
+    /// Internal: `run`'s watcher, which kills the command's process group
+    /// if `dlock` dies (its stdin closes without a word).
+    #[command(name = "__reap-group", hide = true)]
+    ReapGroup {
+        /// The command's process group.
+        group: i32,
+    },
     /// Show who holds KEY: holder, time left, fencing token. Exit 0 if held, 1 if free.
     Inspect {
         /// The lock key.
@@ -117,19 +142,32 @@ fn duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 30s, 5m, 1h"))
 }
 
-#[tokio::main]
+// A current-thread runtime: `run` spawns the command from the main thread,
+// which lives as long as the process. Linux sends the parent-death signal
+// when the *thread* that forked the child ends; a worker thread of a
+// multi-thread runtime could end before `dlock` does. (dlock's renewals run
+// on its own background thread, whatever runtime the caller has.)
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli).await {
-        Ok(code) => ExitCode::from(code),
+    if let Command::ReapGroup { group } = cli.command {
+        return ExitCode::from(child::reap_group_when_orphaned(group));
+    }
+    let outcome = run(cli).await;
+    let code = match outcome {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("dlock: {e}");
-            ExitCode::from(match e {
+            match e {
                 LockError::InvalidKey { .. } | LockError::InvalidOption { .. } => EXIT_USAGE,
                 _ => EXIT_UNAVAILABLE,
-            })
+            }
         }
-    }
+    };
+    // On every exit path: a queue departure or a dropped guard's release
+    // handed to dlock's background runtime is done before the process ends.
+    dlock::shutdown().await;
+    ExitCode::from(code)
 }
 
 async fn connect(url: Option<String>) -> Result<Arc<dyn LockBackend>, LockError> {
@@ -147,6 +185,13 @@ async fn connect(url: Option<String>) -> Result<Arc<dyn LockBackend>, LockError>
 }
 
 async fn run(cli: Cli) -> Result<u8, LockError> {
+    // Before anything waits: a signal must not kill `dlock` (the default
+    // action) while it holds a queue ticket; one that comes while it
+    // connects is answered as soon as the acquisition starts.
+    let signals = match cli.command {
+        Command::Run { .. } => Some(run::Signals::install()?),
+        _ => None,
+    };
     let backend = connect(cli.url).await?;
     match cli.command {
         Command::Run {
@@ -158,8 +203,15 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
             command,
         } => {
             let lock = Lock::new(key).ttl(ttl).wait(wait).with_backend(backend);
-            run_locked(lock, conflict_exit_code, grace, command).await
+            let signals = match signals {
+                Some(signals) => signals,
+                None => run::Signals::install()?,
+            };
+            run::run_locked(lock, signals, conflict_exit_code, grace, command).await
         }
+        Command::ReapGroup { .. } => Err(LockError::invalid_option(
+            "__reap-group is dlock's internal watcher, not a command to run",
+        )),
         Command::Inspect { key, json } => {
             let info = Lock::new(key.clone())
                 .with_backend(backend)
@@ -226,72 +278,6 @@ fn describe(key: &str, i: &LockInfo) -> String {
     )
 }
 
-/// `run`: take, spawn, watch the child, the lease and our own signals.
-async fn run_locked(
-    lock: Lock,
-    conflict: u8,
-    grace: Duration,
-    command: Vec<String>,
-) -> Result<u8, LockError> {
-    let guard = match lock.acquire().await {
-        Ok(guard) => guard,
-        Err(LockError::Busy { key }) | Err(LockError::Timeout { key, .. }) => {
-            eprintln!("dlock: `{key}` is held by another holder; not running the command");
-            return Ok(conflict);
-        }
-        Err(e) => return Err(e),
-    };
-    let mut child_cmd = tokio::process::Command::new(&command[0]);
-    child_cmd.args(&command[1..]).env("DLOCK_KEY", guard.key());
-    match guard.fencing_token() {
-        Some(t) => child_cmd.env("DLOCK_FENCING_TOKEN", t.to_string()),
-        None => child_cmd.env_remove("DLOCK_FENCING_TOKEN"),
-    };
-    let mut child = match child_cmd.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            eprintln!("dlock: cannot run `{}`: {e}", command[0]);
-            let _ = guard.release().await;
-            return Ok(127);
-        }
-    };
-    let pid = child.id().and_then(|p| i32::try_from(p).ok());
-    let signal_child = |sig: nix::sys::signal::Signal| {
-        if let Some(pid) = pid {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-        }
-    };
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut interrupts = signal(SignalKind::interrupt()).map_err(io_error)?;
-    let mut terminates = signal(SignalKind::terminate()).map_err(io_error)?;
-    let lost = guard.lost();
-    tokio::pin!(lost);
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status.map_err(io_error)?,
-            _ = interrupts.recv() => signal_child(nix::sys::signal::Signal::SIGINT),
-            _ = terminates.recv() => signal_child(nix::sys::signal::Signal::SIGTERM),
-            _ = &mut lost => {
-                eprintln!("dlock: the lease on `{}` was lost; stopping the command", guard.key());
-                signal_child(nix::sys::signal::Signal::SIGTERM);
-                if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                    let _ = child.kill().await;
-                }
-                return Ok(EXIT_LOST);
-            }
-        }
-    };
-    if let Err(e) = guard.release().await {
-        eprintln!("dlock: releasing the lock: {e}");
-    }
-    use std::os::unix::process::ExitStatusExt;
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
-        _ => 1,
-    })
-}
-
-fn io_error(e: std::io::Error) -> LockError {
+pub(crate) fn io_error(e: std::io::Error) -> LockError {
     LockError::backend("dlock-cli", e)
 }

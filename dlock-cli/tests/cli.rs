@@ -160,7 +160,7 @@ fn a_signal_to_dlock_reaches_the_command() {
             "trap 'exit 7' TERM; sleep 30 & wait",
         ])
         .stdout(Stdio::null())
-        // The shell's `sleep` outlives it: no pipe it could hold open.
+        // No pipe a process of the command could hold open.
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn the holder");

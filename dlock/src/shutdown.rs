@@ -5,8 +5,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use crate::lease::held::LeaseShared;
+
+/// How long [`shutdown`] waits for background work still in flight.
+const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
 /// Releases every lease this process holds (locks, segments, permits, read
 /// and write leases, on every backend), then stops dlock's background
@@ -27,6 +31,14 @@ use crate::lease::held::LeaseShared;
 ///   its ttl). A lease whose guard was already released but that is kept on
 ///   the server until its [`hold_at_least`](crate::Lock::hold_at_least) is
 ///   left to expire by its ttl.
+/// - Then it waits, at most 1 s, for the work dlock handed to its
+///   background runtime that is still in flight: a waiter's departure from
+///   its queue (Redis, etcd, ZooKeeper) after its acquisition was dropped or
+///   timed out, the release of a guard dropped without `release()`, the
+///   clean-up of an abandoned acquisition. So a process that gives up
+///   waiting and then calls `shutdown` leaves no stale queue ticket behind
+///   it. Work that needs longer (an unreachable service) is dropped with
+///   the runtime; its ticket or lease expires on the server.
 /// - Then the background runtime is shut down: the watchdog, every backend's
 ///   connections, sessions and subscribers are dropped, and this future ends
 ///   once the thread `dlock-background` has exited. No dlock thread is left.
@@ -92,6 +104,15 @@ pub async fn shutdown() -> usize {
         }
     })
     .await;
+    // What drops handed to the background (queue departures, releases of
+    // dropped guards and abandoned acquisitions) is done before the
+    // runtime goes; a service that does not answer costs at most this.
+    if !crate::lease::background::in_flight::settle(SETTLE_LIMIT).await {
+        tracing::debug!(
+            in_flight = crate::lease::background::in_flight::count(),
+            "dlock::shutdown stopped waiting for background work; what is left ends with the runtime"
+        );
+    }
     crate::lease::background::stop().await;
     span.record("released", released);
     crate::inspect::count("shutdown", "all", "released");

@@ -186,8 +186,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// started, on the caller's runtime. Never panics: outside any runtime and
 /// without the background one, `task` is dropped unrun.
 ///
+/// The task is *in flight* until it ends or is dropped: [`crate::shutdown`]
+/// waits for it (bounded, see [`in_flight::settle`]) before it stops the
+/// runtime, so work handed off by a drop (leaving a waiter queue, releasing
+/// a dropped guard) is done before the process exits. A task that lives as
+/// long as a backend or a lease goes through [`spawn_daemon`] instead.
+///
 /// After [`crate::shutdown`] stopped the runtime, `task` is dropped unrun.
 pub(crate) fn spawn<F>(task: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    spawn_daemon(in_flight::tracked(task));
+}
+
+/// [`spawn`] for a task that lives as long as what started it (the
+/// watchdog, a backend's watcher, a reaper): `shutdown` does not wait for
+/// it, it is dropped with the runtime.
+pub(crate) fn spawn_daemon<F>(task: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
@@ -215,6 +231,7 @@ pub(crate) fn is_current() -> bool {
     ON_BACKGROUND.get()
 }
 
+pub(crate) mod in_flight;
 // Empty without a backend that connects to a server (its `#![cfg]`).
 mod run;
 #[cfg(any(

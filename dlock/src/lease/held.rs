@@ -211,12 +211,15 @@ impl LeaseShared {
     pub(crate) fn finish_in_background(self: Arc<Self>, was_held: bool) {
         let runtime = self.runtime.clone();
         let mut elsewhere = ReleaseElsewhere(Some((self, was_held)));
-        drop(runtime.spawn(async move {
-            if let Some((shared, was_held)) = elsewhere.0.clone() {
-                report_background(shared.finish_release(was_held).await);
-            }
-            elsewhere.disarm();
-        }));
+        // Counted in flight: `dlock::shutdown` waits for it (bounded).
+        drop(
+            runtime.spawn(crate::lease::background::in_flight::tracked(async move {
+                if let Some((shared, was_held)) = elsewhere.0.clone() {
+                    report_background(shared.finish_release(was_held).await);
+                }
+                elsewhere.disarm();
+            })),
+        );
     }
 
     /// Compare-and-delete on the server; this process's turn on the key goes
@@ -272,7 +275,7 @@ impl LeaseShared {
             }
         }
         tracing::debug!(key = %self.key, remaining = ?until.saturating_duration_since(Instant::now()), "release deferred for hold_at_least");
-        crate::lease::background::spawn(async move {
+        crate::lease::background::spawn_daemon(async move {
             self.keep_until(until).await;
             report_background(self.release_now(true).await);
         });

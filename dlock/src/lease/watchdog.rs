@@ -106,7 +106,7 @@ impl Watchdog {
             state.running = true;
             state.sleeping_until = None;
             let me = self.clone();
-            crate::lease::background::spawn(async move { me.run().await });
+            crate::lease::background::spawn_daemon(async move { me.run().await });
             return;
         }
         let wake = state.sleeping_until.is_none_or(|at| first_event < at);

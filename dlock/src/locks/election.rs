@@ -437,7 +437,7 @@ impl Leadership {
         let lost = self.lost();
         let ended = self.ended.clone();
         let (label, name, term) = (self.label.clone(), self.name.clone(), self.term);
-        crate::lease::background::spawn(async move {
+        crate::lease::background::spawn_daemon(async move {
             tokio::select! {
                 biased;
                 () = lost => observe::leadership_ended(&label, &name, term, "lost"),

@@ -179,7 +179,7 @@ impl Inner {
         };
         running.asks.send(tx).ok()?;
         watch.running = Some(running);
-        crate::lease::background::spawn(follow(Arc::downgrade(self), stream, asked, start));
+        crate::lease::background::spawn_daemon(follow(Arc::downgrade(self), stream, asked, start));
         Some((covers, rx))
     }
 

@@ -269,7 +269,7 @@ fn count_idle_revoke(backend: &str, outcome: &'static str) {
 /// weakly, and ends at the first check after its drop.
 pub(super) fn watch_idle(inner: &Arc<Inner>) {
     let inner = Arc::downgrade(inner);
-    crate::lease::background::spawn(async move {
+    crate::lease::background::spawn_daemon(async move {
         let mut ticks = tokio::time::interval(IDLE_CHECK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;

@@ -85,7 +85,7 @@ pub(super) fn remember(
             _reaper: reaper,
         },
     );
-    crate::lease::background::spawn(reap(
+    crate::lease::background::spawn_daemon(reap(
         Arc::downgrade(held),
         token.to_owned(),
         valid_until,

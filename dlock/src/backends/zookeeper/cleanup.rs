@@ -94,11 +94,18 @@ impl Drop for Cleanup {
             std::mem::take(&mut self.uuid),
             self.path.take(),
         );
-        drop(self.runtime.spawn(async move {
-            if let Err(e) = remove_node_eventually(&client, &dir, &uuid, path.as_deref()).await {
-                tracing::debug!(%dir, error = %e, "background delete of a lock node failed; it ends with the session");
-            }
-        }));
+        // Counted in flight: `dlock::shutdown` waits for it (bounded), so a
+        // process that gave up waiting leaves the queue before it exits.
+        drop(
+            self.runtime
+                .spawn(crate::lease::background::in_flight::tracked(async move {
+                    if let Err(e) =
+                        remove_node_eventually(&client, &dir, &uuid, path.as_deref()).await
+                    {
+                        tracing::debug!(%dir, error = %e, "background delete of a lock node failed; it ends with the session");
+                    }
+                })),
+        );
     }
 }
 
