@@ -141,7 +141,7 @@ impl Sentinel {
             response_timeout: limit,
             _stop_watching: stop.clone().drop_guard(),
         });
-        background::spawn(watch_switches(Arc::downgrade(&inner), stop));
+        background::spawn_daemon(watch_switches(Arc::downgrade(&inner), stop));
         Ok(Sentinel { inner })
     }
 

@@ -224,7 +224,7 @@ impl Subscriber {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        crate::lease::background::spawn(run(
+        crate::lease::background::spawn_daemon(run(
             self.source.clone(),
             self.channels.clone(),
             self.refused.clone(),
@@ -386,7 +386,7 @@ impl Drop for Subscription {
         if !idle.is_empty() {
             // Unsubscribed after the linger, unless a waiter came back.
             let commands = self.commands.clone();
-            crate::lease::background::spawn(async move {
+            crate::lease::background::spawn_daemon(async move {
                 tokio::time::sleep(LINGER).await;
                 let _ = commands.send(Command::Unsubscribe(idle));
             });
