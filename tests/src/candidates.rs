@@ -144,6 +144,24 @@ impl Candidates {
         (found, seen)
     }
 
+    /// Every line heard from now until `until`, in order.
+    pub async fn all_until(&mut self, until: Instant) -> Vec<Heard> {
+        let mut heard = Vec::new();
+        let killed = &self.killed;
+        let _ = tokio::time::timeout_at(until.into(), async {
+            while let Some(h) = self.heard.recv().await {
+                assert!(
+                    h.said != Said::Exited || killed[h.who],
+                    "candidate {} exited: {heard:?}",
+                    h.who
+                );
+                heard.push(h);
+            }
+        })
+        .await;
+        heard
+    }
+
     /// Freezes candidate `who` with SIGSTOP, and waits (up to 2 s) until
     /// every thread of it stopped.
     pub fn pause(&self, who: usize) {

@@ -10,7 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::candidates::{CandidateSpec, Candidates};
+use dlock::{Election, Leader};
+
+use crate::candidates::{CandidateSpec, Candidates, Said};
 use crate::conformance::unique_key;
 use crate::election::ElectionFixture;
 
@@ -29,6 +31,7 @@ macro_rules! election_process_suite {
             $crate::election_process_suite!(@cases $fixture, $binary;
                 a_paused_leader_process_is_replaced,
                 a_killed_leader_process_is_replaced,
+                a_leader_is_elected_after_a_server_restart,
             );
         }
     };
@@ -36,8 +39,8 @@ macro_rules! election_process_suite {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let fixture = $fixture;
-                $crate::election_processes::$case(&fixture, $binary).await;
+                let mut fixture = $fixture;
+                $crate::election_processes::$case(&mut fixture, $binary).await;
             }
         )*
     };
@@ -77,6 +80,10 @@ pub trait LeaderProcessFixture: ElectionFixture {
     fn killed_leader_freed_after(&self) -> Duration {
         self.process_ttl()
     }
+
+    /// Stops the server and starts it again (same port, same data), and
+    /// returns once it answers. Called on a blocking thread.
+    fn restart_server(&mut self);
 }
 
 /// What a bound may be late by on a loaded 2-core machine.
@@ -92,11 +99,11 @@ const FIRST_ELECTION: Duration = Duration::from_secs(60);
 async fn two_candidates<F: LeaderProcessFixture>(
     fixture: &F,
     binary: &str,
-    case: &str,
+    name: &str,
 ) -> (Candidates, usize, u64) {
     let spec = CandidateSpec {
         url: fixture.candidate_url(),
-        name: unique_key(case),
+        name: name.to_owned(),
         ttl: fixture.process_ttl(),
         lifetime: LIFETIME,
     };
@@ -117,11 +124,12 @@ async fn two_candidates<F: LeaderProcessFixture>(
 /// leader gives it up, whichever comes first, plus [`SLACK`]; never left
 /// leaderless for good by the resumed leader's stale place in the queue.
 pub async fn a_paused_leader_process_is_replaced<F: LeaderProcessFixture>(
-    fixture: &F,
+    fixture: &mut F,
     binary: &str,
 ) {
     const ROUNDS: usize = 3;
-    let (mut candidates, mut leader, mut term) = two_candidates(fixture, binary, "paused").await;
+    let (mut candidates, mut leader, mut term) =
+        two_candidates(fixture, binary, &unique_key("paused")).await;
     let pause = fixture.pause();
     let freed_after = fixture.frozen_leader_freed_after();
     for round in 0..ROUNDS {
@@ -143,9 +151,13 @@ pub async fn a_paused_leader_process_is_replaced<F: LeaderProcessFixture>(
             panic!("round {round}: no leader after the paused leader {leader} resumed: {seen:?}");
         };
         let from_pause = at - paused;
-        let from_resume = at.saturating_duration_since(resumed);
+        let when = if at < resumed {
+            "during the pause".to_owned()
+        } else {
+            format!("{:?} after it resumed", at - resumed)
+        };
         eprintln!(
-            "round {round}: candidate {next} elected (term {next_term}) {from_pause:?} after the leader {leader} was paused, {from_resume:?} after it resumed (paused for {pause:?}, ttl {:?}, freed by the server after {freed_after:?})",
+            "round {round}: candidate {next} elected (term {next_term}) {from_pause:?} after the leader {leader} was paused, {when} (paused for {pause:?}, ttl {:?}, freed by the server after {freed_after:?})",
             fixture.process_ttl()
         );
         let bound = freed_after.min(resumed - paused) + SLACK;
@@ -163,10 +175,11 @@ pub async fn a_paused_leader_process_is_replaced<F: LeaderProcessFixture>(
 /// elected within [`killed_leader_freed_after`](LeaderProcessFixture::killed_leader_freed_after)
 /// plus [`SLACK`].
 pub async fn a_killed_leader_process_is_replaced<F: LeaderProcessFixture>(
-    fixture: &F,
+    fixture: &mut F,
     binary: &str,
 ) {
-    let (mut candidates, leader, term) = two_candidates(fixture, binary, "killed").await;
+    let (mut candidates, leader, term) =
+        two_candidates(fixture, binary, &unique_key("killed")).await;
     candidates.kill9(leader).await;
     let killed = Instant::now();
     let bound = fixture.killed_leader_freed_after() + SLACK;
@@ -187,5 +200,70 @@ pub async fn a_killed_leader_process_is_replaced<F: LeaderProcessFixture>(
     assert!(
         took <= bound,
         "leaderless for {took:?} after the kill (bound {bound:?})"
+    );
+}
+
+/// The server is restarted under two candidates. Whatever it kept (etcd's
+/// leases, ZooKeeper's sessions) or lost (Redis without persistence,
+/// PostgreSQL's sessions), a candidate leads within the ttl plus [`SLACK`]
+/// of the server answering again, and every leaderless stretch the
+/// candidates report after it ends within that too; another client's
+/// `leader()` then names that candidate and term.
+pub async fn a_leader_is_elected_after_a_server_restart<F: LeaderProcessFixture>(
+    fixture: &mut F,
+    binary: &str,
+) {
+    let name = unique_key("restart");
+    let (mut candidates, leader, term) = two_candidates(fixture, binary, &name).await;
+    let stopped = Instant::now();
+    tokio::task::block_in_place(|| fixture.restart_server());
+    let back = Instant::now();
+    let bound = fixture.process_ttl() + SLACK;
+    let heard = candidates.all_until(back + bound + SLACK).await;
+    // Who leads, by what the candidates said; when the last leaderless
+    // stretch began (if one is open).
+    let mut leads = Some((leader, term));
+    let mut leaderless_since: Option<Instant> = None;
+    let mut longest_after_back = Duration::ZERO;
+    for h in &heard {
+        match h.said {
+            Said::Elected(t) => {
+                if let Some(since) = leaderless_since.take() {
+                    let gap = h.at - since.max(back);
+                    longest_after_back = longest_after_back.max(gap);
+                    assert!(
+                        h.at <= since.max(back) + bound,
+                        "leaderless from {:?} after the restart began until {:?}: {heard:?}",
+                        since - stopped,
+                        h.at - stopped
+                    );
+                }
+                leads = Some((h.who, t));
+            }
+            Said::Lost(t) if leads == Some((h.who, t)) => {
+                leads = None;
+                leaderless_since = Some(h.at);
+            }
+            _ => {}
+        }
+    }
+    let Some((now_leads, now_term)) = leads else {
+        panic!(
+            "nobody leads {:?} after the server answered again: {heard:?}",
+            bound + SLACK
+        );
+    };
+    eprintln!(
+        "server restarted in {:?}; then candidate {now_leads} leads (term {now_term}; before: candidate {leader}, term {term}); the longest leaderless stretch after the server answered: {longest_after_back:?}; heard {heard:?}",
+        back - stopped
+    );
+    let election = Election::new(name.as_str()).with_backend(fixture.backend().await);
+    assert_eq!(
+        election.leader().await.expect("leader()"),
+        Some(Leader {
+            value: format!("candidate-{now_leads}"),
+            term: now_term
+        }),
+        "leader() from another client"
     );
 }
