@@ -121,7 +121,7 @@ async fn two_candidates<F: LeaderProcessFixture>(
 /// [`pause`](LeaderProcessFixture::pause) (past its ttl), then resumed. A
 /// leader is elected (the other candidate, or the resumed one campaigning
 /// again) no later than the server frees the frozen lease or the resumed
-/// leader gives it up, whichever comes first, plus [`SLACK`]; never left
+/// leader gives it up, whichever comes first, plus 3 s of slack; never left
 /// leaderless for good by the resumed leader's stale place in the queue.
 pub async fn a_paused_leader_process_is_replaced<F: LeaderProcessFixture>(
     fixture: &mut F,
@@ -173,7 +173,7 @@ pub async fn a_paused_leader_process_is_replaced<F: LeaderProcessFixture>(
 
 /// The leader's process is killed (SIGKILL): the other candidate is
 /// elected within [`killed_leader_freed_after`](LeaderProcessFixture::killed_leader_freed_after)
-/// plus [`SLACK`].
+/// plus 3 s of slack.
 pub async fn a_killed_leader_process_is_replaced<F: LeaderProcessFixture>(
     fixture: &mut F,
     binary: &str,
@@ -205,7 +205,7 @@ pub async fn a_killed_leader_process_is_replaced<F: LeaderProcessFixture>(
 
 /// The server is restarted under two candidates. Whatever it kept (etcd's
 /// leases, ZooKeeper's sessions) or lost (Redis without persistence,
-/// PostgreSQL's sessions), a candidate leads within the ttl plus [`SLACK`]
+/// PostgreSQL's sessions), a candidate leads within the ttl plus 3 s of slack
 /// of the server answering again, and every leaderless stretch the
 /// candidates report after it ends within that too; another client's
 /// `leader()` then names that candidate and term.
