@@ -45,20 +45,21 @@ pub(super) type Campaigns = Arc<Mutex<HashMap<String, usize>>>;
 pub(super) struct Campaigning {
     campaigns: Campaigns,
     dir: String,
-    /// Whether it was the only campaign of the directory when it began.
-    alone: bool,
 }
 
 impl Campaigning {
+    /// Counted before the campaign sends anything, so before its create.
     pub(super) fn begin(campaigns: &Campaigns, dir: &str) -> Self {
-        let mut counts = lock(campaigns);
-        let count = counts.entry(dir.to_owned()).or_insert(0);
-        *count += 1;
+        *lock(campaigns).entry(dir.to_owned()).or_insert(0) += 1;
         Campaigning {
             campaigns: campaigns.clone(),
             dir: dir.to_owned(),
-            alone: *count == 1,
         }
+    }
+
+    /// Whether it is the only campaign of its directory in flight now.
+    fn alone(&self) -> bool {
+        lock(&self.campaigns).get(&self.dir).copied() == Some(1)
     }
 }
 
@@ -87,16 +88,13 @@ impl ZooKeeperBackend {
         campaign: &Campaigning,
         deadline: Option<Instant>,
     ) {
-        if !campaign.alone {
-            return;
-        }
         let Some(session) = self.usable_session() else {
             return;
         };
         let limit = deadline.map_or(SWEEP_LIMIT, |d| {
             d.saturating_duration_since(Instant::now()).min(SWEEP_LIMIT)
         });
-        match tokio::time::timeout(limit, self.sweep(&session, dir)).await {
+        match tokio::time::timeout(limit, self.sweep(&session, dir, campaign)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::debug!(%dir, error = %e, "could not sweep own stale participant nodes");
@@ -107,13 +105,26 @@ impl ZooKeeperBackend {
         }
     }
 
-    async fn sweep(&self, session: &Arc<Session>, dir: &str) -> Result<(), ZkError> {
+    async fn sweep(
+        &self,
+        session: &Arc<Session>,
+        dir: &str,
+        campaign: &Campaigning,
+    ) -> Result<(), ZkError> {
         let client = &session.client;
         let children = match retrying(client, || client.list_children(dir)).await {
             Ok(children) => children,
             Err(ZkError::NoNode) => return Ok(()),
             Err(e) => return Err(e),
         };
+        // Decided after the listing: a campaign of this backend that began
+        // before now and is still in flight may own a listed node, so
+        // nothing is swept then; one that began later created its node
+        // after the listing; one that ended holds its node (`held`) or
+        // left it behind, stale.
+        if !campaign.alone() {
+            return Ok(());
+        }
         let unused: Vec<String> = {
             let held = lock(&self.held);
             children
