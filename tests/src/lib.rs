@@ -4,10 +4,12 @@
 //! the tests start themselves.
 
 pub mod acquisitions;
+pub mod candidates;
 pub mod captured_log;
 pub mod conformance;
 pub mod curator;
 pub mod election;
+pub mod election_processes;
 pub mod error;
 pub mod etcd_recipe;
 pub mod failover;

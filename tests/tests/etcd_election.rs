@@ -2,7 +2,11 @@
 //! `concurrency.Election`) in one election, both ways: each waits while the
 //! other leads, is elected once the other resigns, and sees the other's
 //! value; `etcdctl elect -l` follows dlock's leader and its `proclaim`.
+//!
+//! Also the liveness of leader processes paused past their ttl and
+//! resumed, or killed (`election_process_suite!`).
 
+use dlock_tests::fixtures::etcd::EtcdFixture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,3 +187,8 @@ async fn dlock_waits_for_etcdctls_leader_and_reads_it() {
     }
     leadership.resign().await.unwrap();
 }
+
+dlock_tests::election_process_suite!(
+    EtcdFixture::single(),
+    env!("CARGO_BIN_EXE_election-candidate")
+);

@@ -3,6 +3,9 @@
 //! resignation, a dead record removed by the next read, the channel of a
 //! database other than 0, and an observer that sends no request while
 //! nothing changes (woken by pub/sub, not polling).
+//!
+//! Also the liveness of leader processes paused past their ttl and
+//! resumed, or killed (`election_process_suite!`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,3 +118,8 @@ async fn database_n_has_its_own_channel() {
     );
     leadership.resign().await.unwrap();
 }
+
+dlock_tests::election_process_suite!(
+    RedisFixture::single(),
+    env!("CARGO_BIN_EXE_election-candidate")
+);

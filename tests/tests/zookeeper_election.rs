@@ -4,6 +4,9 @@
 //! `getLeader()` shows dlock's value (a proclaimed one too), dlock's
 //! `leader()` and `observe()` show Curator's participant id; and the node
 //! layout is Curator's (`_c_<uuid>-latch-<seq>`, data = the id).
+//!
+//! Also the liveness of leader processes paused past their ttl (short of
+//! the session timeout) and resumed, or killed (`election_process_suite!`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,4 +106,88 @@ async fn curator_leader_latch_and_dlock_take_turns() {
     assert!(again.term() > leader.term);
     again.resign().await.unwrap();
     curator.exits_cleanly().await;
+}
+
+dlock_tests::election_process_suite!(
+    ZkFixture::start().await,
+    env!("CARGO_BIN_EXE_election-candidate")
+);
+
+/// A participant node `client` creates by hand under the election `path`,
+/// in Curator's protected form, as a stale one would be.
+async fn participant_node(client: &zookeeper_client::Client, path: &str, id: &str) -> String {
+    let options = zookeeper_client::CreateMode::EphemeralSequential
+        .with_acls(zookeeper_client::Acls::anyone_all());
+    let prefix = format!("{path}/_c_00000000-0000-4000-8000-{id:0>12}-latch-");
+    let (_, seq) = client
+        .create(&prefix, id.as_bytes(), &options)
+        .await
+        .expect("create a participant node");
+    format!("{prefix}{seq}")
+}
+
+/// A participant node of the campaigning backend's own session that it no
+/// longer uses (as a lost leader's whose delete never landed) is deleted
+/// by the next campaign, which is elected at once; one of another session
+/// is left alone, and the campaign waits behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_deletes_the_node_its_own_session_left_behind() {
+    let fixture = ZkFixture::start().await;
+    let path = fixture.election_path("stale");
+    let zk = Arc::new(
+        ZooKeeperBackend::connect(fixture.url())
+            .await
+            .expect("connect"),
+    );
+    let own_session = zk.client().expect("a session");
+    own_session
+        .mkdir(
+            &path,
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .expect("mkdir");
+    let stale = participant_node(&own_session, &path, "5ea1").await;
+    let backend: Arc<dyn LockBackend> = zk.clone();
+    let election = Election::new("stale")
+        .with_backend(backend)
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(10));
+    let started = std::time::Instant::now();
+    let leadership = election.campaign("node-a").await.expect("elected");
+    eprintln!(
+        "elected {:?} after a campaign that found its own stale node",
+        started.elapsed()
+    );
+    assert!(
+        !fixture
+            .election_participants("stale")
+            .await
+            .iter()
+            .any(|n| stale.ends_with(n.as_str())),
+        "the stale node is still there"
+    );
+    leadership.resign().await.unwrap();
+
+    // Another session's node (a live participant elsewhere) stays.
+    let other = fixture.admin();
+    let foreign = participant_node(&other, &path, "f0e1").await;
+    let once = election.clone().wait(Duration::ZERO);
+    assert!(
+        matches!(
+            once.campaign("node-a").await,
+            Err(dlock::LockError::Busy { .. })
+        ),
+        "elected ahead of another session's participant"
+    );
+    assert!(
+        fixture
+            .election_participants("stale")
+            .await
+            .iter()
+            .any(|n| foreign.ends_with(n.as_str())),
+        "another session's participant was deleted"
+    );
+    other.delete(&foreign, None).await.unwrap();
 }

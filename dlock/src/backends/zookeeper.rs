@@ -239,6 +239,7 @@ mod queue;
 mod renew;
 mod rw;
 mod session;
+mod stale;
 #[cfg(feature = "tls")]
 mod tls;
 
@@ -300,6 +301,8 @@ pub struct ZooKeeperBackend {
     /// Held nodes by path: the session each lives on, its local deadline,
     /// and what deletes it in the background if the lease is forgotten.
     held: Arc<Mutex<HeldMap>>,
+    /// Campaigns in flight, by election directory (see `stale.rs`).
+    campaigns: stale::Campaigns,
     /// `zks://`: the TLS options every session connects with, read from the
     /// URL's files at `connect`.
     #[cfg(feature = "tls")]
@@ -395,6 +398,7 @@ impl ZooKeeperBackend {
             reopening: tokio::sync::Mutex::new(()),
             session_timeout_ms: AtomicU64::new(0),
             held: Arc::new(Mutex::new(HashMap::new())),
+            campaigns: stale::Campaigns::default(),
             #[cfg(feature = "tls")]
             tls,
         };

@@ -346,7 +346,7 @@ impl Drop for ServerProcess {
 }
 
 /// Whether every thread of `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
-fn all_threads_stopped(pid: u32) -> bool {
+pub fn all_threads_stopped(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };

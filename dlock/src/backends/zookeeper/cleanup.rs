@@ -123,7 +123,7 @@ pub(super) async fn remove_node_eventually(
     let mut pause = Duration::from_millis(50);
     loop {
         match remove_node(client, dir, uuid, path).await {
-            Err(ZkError::ConnectionLoss) if !client.state().is_terminated() => {
+            Err(e) if connection_dropped(&e) && !client.state().is_terminated() => {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
@@ -152,7 +152,7 @@ pub(super) async fn remove_node(
     loop {
         match client.delete(&path, None).await {
             Ok(()) | Err(ZkError::NoNode) => return Ok(()),
-            Err(ZkError::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
+            Err(e) if connection_dropped(&e) && tries < MAX_RETRIES => tries += 1,
             Err(e) => return Err(e),
         }
     }
@@ -183,10 +183,22 @@ pub(super) async fn find_by_uuid(
             }
         };
         match attempt.await {
-            Err(ZkError::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
+            Err(e) if connection_dropped(&e) && tries < MAX_RETRIES => tries += 1,
             other => return other,
         }
     }
+}
+
+/// Errors that mean the connection dropped with the request in flight: it
+/// may or may not have been applied, and the session may live on (the
+/// client reconnects to it). `ConnectionLoss`, or one of the client's own
+/// errors of a dropped connection (`Custom`): an I/O error, or "no response
+/// from connection in …ms" when the client itself was frozen past its read
+/// timeout, as a process stopped by SIGSTOP or a long GC pause is. Taking
+/// the latter for a final answer once left the node of a lost lease in
+/// place for the rest of its session, and an election without a leader.
+pub(super) fn connection_dropped(e: &ZkError) -> bool {
+    matches!(e, ZkError::ConnectionLoss | ZkError::Custom(_))
 }
 
 /// Errors that mean the session is gone, and with it every node it held.

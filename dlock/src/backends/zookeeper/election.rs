@@ -16,6 +16,9 @@
 //!   ignores it and does not watch again, so it misses the leader's later
 //!   resignation until its connection resets. In an election shared with
 //!   Curator latches, proclaim only while none waits ([`crate::guide::interop`] says so).
+//! - A campaign first deletes the participant nodes its own session left
+//!   behind and no longer uses (`stale.rs`): one would lead a queue nobody
+//!   leads for the rest of the session.
 //! - Observers hold a persistent recursive watch on the election's node
 //!   (ZooKeeper 3.6+): a participant's create, delete or data change makes
 //!   them read the leader again.
@@ -28,6 +31,7 @@ use zookeeper_client::{AddWatchMode, Error as ZkError, PersistentWatcher};
 
 use super::order::{protected_sequence, Queue, LATCH_NAME};
 use super::session::Session;
+use super::stale::Campaigning;
 use super::{config, lock, ZooKeeperBackend};
 use crate::backend::{AcquireRequest, ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
 use crate::LockError;
@@ -114,6 +118,10 @@ impl ElectionBackend for ZooKeeperBackend {
             ttl: req.ttl,
         };
         let queue = (dir.as_str(), Queue::Latch);
+        // A node this session left behind would be ahead of ours, and of
+        // everyone's, for as long as the session lives: gone first.
+        let campaigning = Campaigning::begin(&self.campaigns, &dir);
+        self.sweep_own_stale(&dir, &campaigning, deadline).await;
         let lease = if once {
             self.try_queued(&participant, queue).await?
         } else {

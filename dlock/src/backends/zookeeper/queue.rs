@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, Stat};
 
-use super::cleanup::{find_by_uuid, session_ended, Cleanup, MAX_RETRIES};
+use super::cleanup::{connection_dropped, find_by_uuid, session_ended, Cleanup, MAX_RETRIES};
 use super::order::{Queue, Turn};
 use super::session::Session;
 use super::{after_sync, ZooKeeperBackend};
@@ -116,7 +116,7 @@ where
     let mut pause = FIRST_PAUSE;
     loop {
         match op().await {
-            Err(ZkError::ConnectionLoss) if !client.state().is_terminated() => {
+            Err(e) if connection_dropped(&e) && !client.state().is_terminated() => {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_PAUSE);
             }
@@ -216,7 +216,7 @@ impl ZooKeeperBackend {
                     since = None;
                     self.make_dir(client, dir).await?;
                 }
-                Err(ZkError::ConnectionLoss) => match find_by_uuid(client, dir, uuid).await {
+                Err(e) if connection_dropped(&e) => match find_by_uuid(client, dir, uuid).await {
                     // A lost create made the node: the leader committed it
                     // after `sent`.
                     Ok(Some((path, stat))) => {
