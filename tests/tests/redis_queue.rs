@@ -314,7 +314,6 @@ async fn a_foreign_del_and_a_client_that_does_not_queue() {
         waiters.push(tokio::spawn(async move {
             let guard = lock.acquire().await?;
             order.lock().unwrap().push(i);
-            let served = Instant::now();
             Ok::<_, LockError>(guard)
         }));
         until_queued(&fixture, key, i + 1).await;
