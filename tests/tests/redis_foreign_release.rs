@@ -13,8 +13,7 @@ use dlock::{Lock, LockError};
 use dlock_tests::acquisitions::{self, acquire_and_release, got_within};
 use dlock_tests::fixtures::redis::{lock_key, server_with_app_user};
 use dlock_tests::foreign::waiting::{
-    took, wait_for, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD,
-    SHORT_FOREIGN_TTL,
+    took, wait_for, BY_NOTIFICATION, BY_RECHECK, FOREIGN_TTL, HOLD, SHORT_FOREIGN_TTL,
 };
 use dlock_tests::foreign::PyLock;
 use dlock_tests::servers::redis::{RedisCluster, RedisOptions, RedisServer};

@@ -187,7 +187,10 @@ async fn killed_and_stopped_waiters_do_not_stall_the_line() {
     }
     // Resumed, they queue again (their tickets had lapsed) and wait.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert!(guard.is_held(), "a resumed waiter did not take the held key");
+    assert!(
+        guard.is_held(),
+        "a resumed waiter did not take the held key"
+    );
     assert_eq!(
         fixture.redis_cli(&["GET", &lock_key(key)]),
         guard.token(),

@@ -59,7 +59,12 @@ pub async fn py_lock_loop(
     text.lines()
         .find_map(|l| l.strip_prefix("GRANTS "))
         .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("the redis-py loop printed no GRANTS line: {text:?} ({:?})", out.status))
+        .unwrap_or_else(|| {
+            panic!(
+                "the redis-py loop printed no GRANTS line: {text:?} ({:?})",
+                out.status
+            )
+        })
 }
 
 /// The Python interpreter with the `redis` package: `$DLOCK_PYTHON` if set,

@@ -486,7 +486,10 @@ mod tests {
     fn a_live_waiter_beats_three_times_per_ticket_life() {
         let life = Duration::from_millis(lua_const("LIFE_MS"));
         assert!(HEARTBEAT * 3 <= life, "{HEARTBEAT:?} x 3 > {life:?}");
-        assert!(life <= Duration::from_secs(1), "a dead waiter drops out within a second");
+        assert!(
+            life <= Duration::from_secs(1),
+            "a dead waiter drops out within a second"
+        );
         assert_eq!(lua_const("GAP_CAP_MS"), 100);
     }
 
