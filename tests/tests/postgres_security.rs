@@ -247,15 +247,8 @@ async fn idle_keys_leave_no_rows() {
     }
     assert_eq!(rows(), "0/0/1", "the held key keeps its holder row");
     assert!(kept.is_held());
-    assert_eq!(
-        backend
-            .inspect("kept")
-            .await
-            .unwrap()
-            .and_then(|i| i.holder)
-            .is_some(),
-        true
-    );
+    let info = backend.inspect("kept").await.unwrap();
+    assert!(info.and_then(|i| i.holder).is_some(), "kept is held");
     for i in [0, 199] {
         let again = lock(&format!("r/{i}")).acquire().await.unwrap();
         assert!(

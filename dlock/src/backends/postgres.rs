@@ -232,7 +232,9 @@ pub fn advisory_key(key: &str) -> i64 {
 
 /// The advisory key of the lock `key` for a backend whose URL says
 /// `?prefix=<prefix>`: the first 8 bytes of the SHA-256 of
-/// `<prefix>:<key>`, big-endian, signed (see [`advisory_key`]).
+/// `<prefix>:<key>`, big-endian, signed (see [`advisory_key`]). The
+/// backend refuses a prefix with `:` (it would make `<prefix>:<key>`
+/// ambiguous), so such a prefix names no dlock lock.
 ///
 /// ```
 /// use dlock::backends::postgres::{advisory_key, advisory_key_in};

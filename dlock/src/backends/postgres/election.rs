@@ -73,7 +73,7 @@ impl PostgresBackend {
             {
                 return Err(LockError::invalid_option(format!(
                     "`{shown}`: the table {leaders} of leader elections is missing and this role may not create it ({e}); \
-                     have an owner run `{create}` and `GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders} TO <role>`",
+                     have a role this one is a member of (or a superuser) run `{create}` and `GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders} TO <role>`",
                     shown = self.shown,
                     leaders = self.statements.leaders,
                     e = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned()),

@@ -232,7 +232,7 @@ impl Statements {
                  ORDER BY h.name LIMIT $2::int8"
             ),
             rw: RwStatements::new(&table, retention_us),
-            sweep: super::retention::sweep(&table, &holders, retention_us, &held_by_anyone),
+            sweep: super::retention::sweep(&table, &holders, retention_us, held_by_anyone),
             permits: PermitStatements::new(),
             elections: ElectionStatements::new(&holders, &leaders),
             table,
