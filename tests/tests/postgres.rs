@@ -543,7 +543,7 @@ async fn a_role_that_may_not_create_the_table_is_told_what_to_do() {
     ))
     .await;
     let guard = lock(&backend, "weak").acquire().await.unwrap();
-    assert_eq!(guard.fencing_token(), Some(1));
+    assert!(guard.fencing_token().is_some_and(|t| t > 1));
     guard.release().await.unwrap();
 }
 

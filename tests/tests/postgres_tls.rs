@@ -173,12 +173,35 @@ async fn verify_full_checks_the_host_name() {
             && text.contains("does not name the host"),
         "{text}"
     );
+    // Issue 42, case 10: no advice that weakens the check.
+    assert!(!text.contains("verify-ca"), "{text}");
     let ok = connect(&format!(
         "{base}&sslmode=verify-ca&application_name=chain-only"
     ))
     .await;
     assert_eq!(connections(&server, "chain-only"), (1, 0));
     drop(ok);
+}
+
+/// Issue 42, case 10: `verify-ca` without `sslrootcert` would trust any
+/// certificate the public roots vouch for, for any host: refused before
+/// connecting, naming the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_ca_without_a_root_certificate_is_refused() {
+    let server = PgServer::start_tls();
+    let url = format!(
+        "postgres://postgres:hunter2@127.0.0.1:{}/postgres?connect_timeout=2&sslmode=verify-ca",
+        server.port()
+    );
+    let err = refused(&url).await;
+    let text = err.to_string();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    assert!(
+        text.contains("`sslmode=verify-ca` without `sslrootcert=<file>`")
+            && text.contains("sslmode=verify-full"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
 }
 
 /// Against a server without TLS: `require` and `verify-full` refuse

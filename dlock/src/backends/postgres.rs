@@ -10,7 +10,11 @@
 //! `?connect_timeout=`, `?target_session_attrs=`, and TLS (below). dlock's own:
 //!
 //! - `prefix` (default `dlock`): the namespace of keys, hashed into the
-//!   advisory key (see [`advisory_key_in`]).
+//!   advisory key (see [`advisory_key_in`]); no `:` (the separator of
+//!   `<prefix>:<key>`). Advisory keys are one space per database: two
+//!   `?schema=`s with one prefix share their locks.
+//! - `fence_retention` (default one day, at most 365 days): a key that
+//!   issued no fence for this long loses its rows (see Protocol).
 //! - `sessions` (default 4, at most 64): how many connections hold locks.
 //!   Leases are spread over them; holding 1,000 locks opens 4 connections
 //!   (plus one that listens for releases).
@@ -39,10 +43,11 @@
 //!   chain checked); `verify-full` (the chain and the host name checked:
 //!   **the mode to use**, as for libpq).
 //! - `sslrootcert=<file>`: the PEM CA certificates to trust. Without it,
-//!   `verify-ca` and `verify-full` trust Mozilla's roots (`webpki-roots`, as
-//!   `rediss://` without `?ca=` does); `sslrootcert=system` says so
-//!   explicitly and, as in libpq 16, asks for `verify-full`. dlock does not
-//!   read libpq's default files in `~/.postgresql/`.
+//!   `verify-full` trusts Mozilla's roots (`webpki-roots`, as `rediss://`
+//!   without `?ca=` does; `sslrootcert=system` says so explicitly and, as in
+//!   libpq 16, asks for `verify-full`), and `verify-ca` is refused: a chain
+//!   to a public root, for whatever host, proves nothing about the server.
+//!   dlock does not read libpq's default files in `~/.postgresql/`.
 //! - `sslcert=<file>` and `sslkey=<file>`: a client certificate (PEM, its
 //!   chain) and its unencrypted PEM key (PKCS#8, PKCS#1 or SEC1), for
 //!   servers whose `pg_hba.conf` says `cert` or `clientcert=verify-ca|verify-full`.
@@ -52,7 +57,7 @@
 //! | `sslmode` | without `sslrootcert` | with `sslrootcert` |
 //! |---|---|---|
 //! | `prefer`, `require` | only that the server holds its key (any certificate accepted) | the chain |
-//! | `verify-ca` | the chain, to Mozilla's roots | the chain |
+//! | `verify-ca` | refused | the chain |
 //! | `verify-full` | the chain and the host name, to Mozilla's roots | the chain and the host name |
 //!
 //! `require` without `sslrootcert` is libpq's `require`: encrypted, but an
@@ -83,13 +88,19 @@
 //!   bigint. Stable across versions; psql computes the same number.
 //! - `try_acquire` sends one statement on one session: `pg_try_advisory_lock`
 //!   and, when granted, the next fencing token: an upsert of the key's row in
-//!   `<schema>.dlock_fences` (`counter + 1`, created on first use, kept for
-//!   good), and the holder's token, fence and expiry in the unlogged table
+//!   `<schema>.dlock_fences` (`GREATEST(counter + 1, the server's clock in
+//!   µs)`, created on first use, deleted once idle past `?fence_retention=`
+//!   by a bounded sweep sent behind releases), and the holder's token, fence and expiry in the unlogged table
 //!   `<schema>.dlock_holders` (for `inspect`, `list`, `force_release` and
 //!   the renewal's check; unlogged, so that releases and renewals cost no
 //!   WAL flush). Fencing tokens therefore increase strictly per key across
 //!   releases, sessions, clients and server restarts; the counter's upsert
-//!   is the one durable write (one commit) of an acquisition.
+//!   is the one durable write (one commit) of an acquisition; a forgotten
+//!   counter restarts at the clock, above every fence before it.
+//! - Every session first pins `search_path` to `pg_catalog, pg_temp`, and
+//!   dlock's tables are refused when a role dlock's role is not a member of
+//!   (nor a superuser) owns them: no other role's function, operator or
+//!   trigger runs as dlock's role.
 //! - A session never asks for a key it holds (advisory locks are reentrant
 //!   per session): each session keeps the set of its keys, and a key held
 //!   through every session is busy.
@@ -169,8 +180,10 @@ mod inspect;
 mod listener;
 mod permits;
 mod renew_rounds;
+mod retention;
 mod rw;
 mod session;
+mod setup;
 mod sql;
 #[cfg(feature = "tls")]
 mod tls;
@@ -219,7 +232,9 @@ pub fn advisory_key(key: &str) -> i64 {
 
 /// The advisory key of the lock `key` for a backend whose URL says
 /// `?prefix=<prefix>`: the first 8 bytes of the SHA-256 of
-/// `<prefix>:<key>`, big-endian, signed (see [`advisory_key`]).
+/// `<prefix>:<key>`, big-endian, signed (see [`advisory_key`]). The
+/// backend refuses a prefix with `:` (it would make `<prefix>:<key>`
+/// ambiguous), so such a prefix names no dlock lock.
 ///
 /// ```
 /// use dlock::backends::postgres::{advisory_key, advisory_key_in};
@@ -295,6 +310,8 @@ pub struct PostgresBackend {
     leaders_ready: std::sync::atomic::AtomicBool,
     /// Raised when a lock session ends (see `LockBackend::loss_alarm`).
     alarm: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Deletes rows idle past `?fence_retention=`, behind releases.
+    sweeper: retention::Sweeper,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -402,7 +419,7 @@ impl PostgresBackend {
         crate::lease::background::check()?;
         let config = config::parse(url)?;
         let shown = config::shown(url);
-        let statements = Statements::new(&config.schema);
+        let statements = Statements::new(&config.schema, config.fence_retention);
         let alarm = Arc::new(tokio::sync::watch::channel(0).0);
         let first = {
             let (config, statements, shown) = (config.clone(), statements.clone(), shown.clone());
@@ -413,8 +430,11 @@ impl PostgresBackend {
             .await?
         };
         let pool = Pool::new(config.sessions);
+        let sweeper = retention::Sweeper::new(config.fence_retention);
+        sweeper.maybe(&first, &statements.sweep, &shown);
         pool.adopt(first);
         Ok(PostgresBackend {
+            sweeper,
             config,
             shown,
             statements,
@@ -667,80 +687,6 @@ impl Drop for PostgresBackend {
     }
 }
 
-/// Refuses a standby: its advisory locks exclude nobody on the primary,
-/// and it cannot write fences.
-async fn check_server(
-    client: &tokio_postgres::Client,
-    config: &Config,
-    shown: &str,
-) -> Result<(), LockError> {
-    let answer = tokio::time::timeout(
-        config.timeout,
-        client.query_one("SELECT pg_is_in_recovery()", &[]),
-    )
-    .await;
-    let in_recovery: bool = match answer {
-        Ok(Ok(row)) => row.get(0),
-        Ok(Err(e)) => return Err(failed(shown, e)),
-        Err(_) => return Err(failed(shown, "the server did not answer")),
-    };
-    if in_recovery {
-        return Err(LockError::invalid_option(format!(
-            "`{shown}` is a read-only standby (pg_is_in_recovery() is true): locks must be taken on the primary; list the primary, or every host with `?target_session_attrs=read-write`"
-        )));
-    }
-    Ok(())
-}
-
-/// Creates the fence and holder tables on first use; a clear error when the
-/// role may not.
-async fn ensure_table(
-    client: &tokio_postgres::Client,
-    config: &Config,
-    statements: &Statements,
-    shown: &str,
-) -> Result<(), LockError> {
-    let asked = async {
-        client
-            .query_one(
-                "SELECT to_regclass($1::text) IS NOT NULL AND to_regclass($2::text) IS NOT NULL",
-                &[&statements.table, &statements.holders],
-            )
-            .await
-    };
-    let exists: bool = match tokio::time::timeout(config.timeout, asked).await {
-        Ok(Ok(row)) => row.get(0),
-        Ok(Err(e)) => return Err(failed(shown, e)),
-        Err(_) => return Err(failed(shown, "the server did not answer")),
-    };
-    if exists {
-        return Ok(());
-    }
-    match client.batch_execute(&statements.create_tables()).await {
-        Ok(()) => Ok(()),
-        // Another client created it at the same time.
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => Ok(()),
-        Err(e)
-            if matches!(
-                e.code(),
-                Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
-                    | Some(&tokio_postgres::error::SqlState::INVALID_SCHEMA_NAME)
-            ) =>
-        {
-            Err(LockError::invalid_option(format!(
-                "`{shown}`: the tables {table} and {holders} are missing and this role may not create them ({e}); \
-                 have an owner run `{create}` and `GRANT SELECT, INSERT, UPDATE ON {table}, {holders} TO <role>`, \
-                 or name a schema the role may create tables in with `?schema=`",
-                table = statements.table,
-                holders = statements.holders,
-                create = statements.create_tables(),
-                e = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned()),
-            )))
-        }
-        Err(e) => Err(failed(shown, e)),
-    }
-}
-
 #[async_trait]
 impl LockBackend for PostgresBackend {
     fn describe(&self) -> String {
@@ -810,6 +756,8 @@ impl LockBackend for PostgresBackend {
         };
         pending.disarm();
         h.session.unreserve(h.key);
+        self.sweeper
+            .maybe(&h.session, &self.statements.sweep, &self.shown);
         let unlocked: bool = row.get(0);
         let ours: i64 = row.get(1);
         Ok(unlocked && ours == 1)

@@ -58,6 +58,7 @@ pub(crate) const POSTGRES: &[&str] = &[
     "sessions",
     "schema",
     "session_timeout",
+    "fence_retention",
 ];
 /// `zk://` and `zks://`.
 pub(crate) const ZOOKEEPER: &[&str] = &[

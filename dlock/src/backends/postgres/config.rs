@@ -140,6 +140,9 @@ pub(super) struct Config {
     pub(super) session_timeout: Duration,
     /// `?client_name=`.
     pub(super) client_name: Option<String>,
+    /// `?fence_retention=`: how long a key's rows stay after its last
+    /// fence (see `retention.rs`).
+    pub(super) fence_retention: Duration,
     /// `sslmode`, `sslrootcert`, `sslcert`, `sslkey`.
     pub(super) tls: TlsParams,
     /// The TLS configuration every connection uses (built at `parse`, so a
@@ -160,6 +163,7 @@ impl std::fmt::Debug for Config {
             .field("sessions", &self.sessions)
             .field("timeout", &self.timeout)
             .field("session_timeout", &self.session_timeout)
+            .field("fence_retention", &self.fence_retention)
             .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
@@ -193,6 +197,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let mut timeout = DEFAULT_TIMEOUT;
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut client_name = None;
+    let mut fence_retention = super::retention::DEFAULT_FENCE_RETENTION;
     let mut tls = TlsParams {
         mode: SslMode::Prefer,
         root: None,
@@ -236,7 +241,10 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             }
             "sslcert" => sslcert = Some(file(name, &value).map_err(&bad)?),
             "sslkey" => sslkey = Some(file(name, &value).map_err(&bad)?),
-            "prefix" => prefix = crate::url::prefix::parse(raw).map_err(&bad)?,
+            "prefix" => prefix = postgres_prefix(raw).map_err(&bad)?,
+            "fence_retention" => {
+                fence_retention = super::retention::parse(&value).map_err(&bad)?;
+            }
             "client_name" => {
                 client_name = Some(
                     crate::inspect::check_client_name(&value).map_err(|e| bad(e.to_string()))?,
@@ -301,6 +309,14 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             )));
         }
     }
+    // The public roots vouch for host names: a chain to them alone proves
+    // nothing about who the server is (libpq 16 refuses the same for
+    // `sslrootcert=system`).
+    if tls.mode == SslMode::VerifyCa && tls.root.is_none() {
+        return Err(bad(
+            "`sslmode=verify-ca` without `sslrootcert=<file>` would accept any certificate that Mozilla's public roots vouch for, whatever host it names: give the CA that signed the server's certificate (`sslrootcert=/path/to/ca.pem`), or use `sslmode=verify-full`, which checks the host name too".into(),
+        ));
+    }
     // No parameter goes unused (libpq would ignore these).
     if tls.mode == SslMode::Disable && (tls.root.is_some() || tls.identity.is_some()) {
         return Err(bad(
@@ -319,6 +335,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         timeout,
         session_timeout,
         client_name,
+        fence_retention,
         tls,
     };
     if config.pg.get_hosts().is_empty() {
@@ -338,6 +355,23 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         config.pg.application_name("dlock");
     }
     Ok(config)
+}
+
+/// `?prefix=`: the rule every backend shares, and no `:`. The lock name
+/// hashed into the advisory key is `<prefix>:<key>` and keys may hold `:`,
+/// so with `a:b` allowed, `?prefix=a` key `b:c` and `?prefix=a:b` key `c`
+/// would be one lock. Refusing `:` keeps every valid prefix's numbers as
+/// they always were (`advisory_key_in`), where a new encoding would have
+/// split the locks of clients before and after an upgrade.
+fn postgres_prefix(raw: &str) -> Result<String, String> {
+    let prefix = crate::url::prefix::parse(raw)?;
+    if prefix.contains(':') {
+        return Err(format!(
+            "`prefix={prefix}` contains `:`, the separator of the lock name `<prefix>:<key>` on PostgreSQL (prefix `a` with key `b:c` would be the lock of prefix `a:b` with key `c`); use another character, e.g. `prefix={}`",
+            prefix.replace(':', "-")
+        ));
+    }
+    Ok(prefix)
 }
 
 /// A file parameter's path (`sslcert`, `sslkey`).
@@ -401,7 +435,13 @@ mod tests {
         assert_eq!(c.sessions, 2);
         assert_eq!(c.schema, "locks");
         assert_eq!(c.prefix, "billing");
+        assert_eq!(
+            c.fence_retention,
+            super::super::retention::DEFAULT_FENCE_RETENTION
+        );
         assert_eq!(c.session_timeout, Duration::from_secs(10));
+        let retained = parse("postgres://u@h/db?fence_retention=1h").unwrap();
+        assert_eq!(retained.fence_retention, Duration::from_secs(3600));
         assert_eq!(c.pg.get_connect_timeout(), Some(&DEFAULT_TIMEOUT));
         let socket = parse("postgresql://app@/db?host=/var/run/postgresql&port=5444").unwrap();
         assert_eq!(socket.pg.get_ports(), &[5444]);
@@ -420,6 +460,16 @@ mod tests {
         assert!(err("postgres://u@h/db?sslmode=requir").contains("not one of disable"));
         assert!(err("postgres://u@h/db?sessions=0").contains("from 1 to 64"));
         assert!(err("postgres://u@h/db?schema=a;drop").contains("plain identifier"));
+        let e = err("postgres://u@h/db?prefix=a:b");
+        assert!(
+            e.contains("contains `:`") && e.contains("prefix=a-b"),
+            "{e}"
+        );
+        assert!(err("postgres://u@h/db?prefix=a%3Ab").contains("contains `:`"));
+        assert!(err("postgres://u@h/db?fence_retention=0s").contains("longer than zero"));
+        assert!(err("postgres://u@h/db?fence_retention=400d").contains("365 days"));
+        let e = err("postgres://u@h/db?sslmode=verify-ca");
+        assert!(e.contains("without `sslrootcert=<file>`"), "{e}");
         assert!(err("postgres://u@h/db?acl=open").contains("ZooKeeper"));
         assert!(err("postgres://h/db").contains("no user"));
         let e = err("postgres://u:hunter2@h:notaport/db");
@@ -465,9 +515,9 @@ mod tests {
     #[test]
     fn tls_modes_and_their_files() {
         use tokio_postgres::config::SslMode as Wire;
+        // (`verify-ca` needs `sslrootcert`: `refuses_what_it_cannot_do`.)
         for (mode, ours) in [
             ("require", SslMode::Require),
-            ("verify-ca", SslMode::VerifyCa),
             ("verify-full", SslMode::VerifyFull),
         ] {
             let c = parse(&format!("postgres://u@h/db?sslmode={mode}")).unwrap();

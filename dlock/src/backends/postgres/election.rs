@@ -40,7 +40,7 @@ const LISTENER_CHECK: Duration = Duration::from_secs(1);
 
 impl PostgresBackend {
     /// Creates the leaders' table on the first use of an election; a clear
-    /// error when the role may not.
+    /// error when the role may not, or when another role owns it.
     async fn ensure_leaders(&self) -> Result<(), LockError> {
         if self.leaders_ready.load(Ordering::Acquire) {
             return Ok(());
@@ -73,7 +73,7 @@ impl PostgresBackend {
             {
                 return Err(LockError::invalid_option(format!(
                     "`{shown}`: the table {leaders} of leader elections is missing and this role may not create it ({e}); \
-                     have an owner run `{create}` and `GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders} TO <role>`",
+                     have a role this one is a member of (or a superuser) run `{create}` and `GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders} TO <role>`",
                     shown = self.shown,
                     leaders = self.statements.leaders,
                     e = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned()),
@@ -81,6 +81,10 @@ impl PostgresBackend {
             }
             Ok(Err(e)) => return Err(failed(&self.shown, e)),
         }
+        // Made by another role first, its triggers would run as ours.
+        let tables = [&self.statements.leaders];
+        let (config, shown) = (&self.config, &self.shown);
+        super::setup::check_owners(&session.client, config, &config.schema, &tables, shown).await?;
         self.leaders_ready.store(true, Ordering::Release);
         Ok(())
     }
@@ -127,6 +131,14 @@ impl ElectionBackend for PostgresBackend {
     }
 
     async fn proclaim(&self, lease: &Lease, value: &str) -> Result<bool, LockError> {
+        // A `text` value cannot hold NUL: refused before any server work,
+        // not as the server's 22021 after the term was drawn.
+        if value.contains('\0') {
+            return Err(LockError::invalid_option(format!(
+                "the value of election `{}` contains a NUL byte, which PostgreSQL's `text` cannot store; publish an address or a name without it",
+                lease.key
+            )));
+        }
         let Some(term) = lease.fencing_token.and_then(|t| i64::try_from(t).ok()) else {
             return Ok(false);
         };

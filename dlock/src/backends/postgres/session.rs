@@ -195,7 +195,8 @@ impl Pool {
     }
 }
 
-/// Opens one lock session: connects, sets the server's timeouts that free
+/// Opens one lock session: connects, pins its `search_path` to the
+/// system's schema (`setup.rs`), sets the server's timeouts that free
 /// its locks when this client goes silent, prepares the statements, and
 /// starts its pinger; `alarm` is raised when the session ends. The `first`
 /// session of a backend also checks the
@@ -216,9 +217,10 @@ pub(super) async fn open(
     // speaks every third of it), and its TCP keepalives and user timeout
     // notice a dead peer in about the same time.
     let settings = format!(
-        "SET idle_session_timeout = {ms}; SET tcp_user_timeout = {ms}; \
+        "{pin}; SET idle_session_timeout = {ms}; SET tcp_user_timeout = {ms}; \
          SET tcp_keepalives_idle = {third_secs}; SET tcp_keepalives_interval = {third_secs}; \
          SET tcp_keepalives_count = 3",
+        pin = super::setup::PIN_SEARCH_PATH,
         ms = t.as_millis(),
     );
     let closing = Arc::new(Notify::new());
@@ -242,8 +244,8 @@ pub(super) async fn open(
             .await
             .map_err(|e| failed(shown, e))?;
         if first {
-            super::check_server(&client, config, shown).await?;
-            super::ensure_table(&client, config, statements, shown).await?;
+            super::setup::check_server(&client, config, shown).await?;
+            super::setup::ensure_table(&client, config, statements, shown).await?;
         }
         let (acquire, renew, release, unlock) = tokio::try_join!(
             client.prepare(&statements.acquire),
@@ -366,7 +368,7 @@ fn with_tls_hint(failure: Failure) -> Failure {
     let hint = if text.contains("server does not support TLS") {
         "the server offers no TLS here: turn `ssl = on` in its postgresql.conf; over a Unix socket, which never has TLS, or on a trusted network only, connect with `sslmode=prefer` or `disable`"
     } else if text.contains("not valid for name") {
-        "the server's certificate does not name the host dlock connected to: connect by a name (or address) the certificate holds, or with `sslmode=verify-ca`, which checks the chain only"
+        "the server's certificate does not name the host dlock connected to: connect by a name (or address) the certificate holds, or have the server's certificate issued for the name you connect to"
     } else if text.contains("invalid peer certificate") {
         "the server's certificate is not signed by a CA of `sslrootcert` (without it, of Mozilla's roots), or is expired or not for a server"
     } else {

@@ -1,6 +1,16 @@
 //! Every SQL statement the backend sends, built once per backend with the
 //! fence table's schema quoted in.
 //!
+//! Each statement runs on a session whose `search_path` is pinned to
+//! `pg_catalog, pg_temp` (`trust::PIN_SEARCH_PATH`), so every unqualified
+//! function, operator and type below is the system's; dlock's tables are
+//! always written with their schema.
+//!
+//! A fence is `GREATEST(last + 1, the server's clock in µs)` ([`NOW_US`]):
+//! a key's counter row can then be forgotten once idle past
+//! `?fence_retention=` (see `retention.rs`), and the next fence still
+//! exceeds every earlier one.
+//!
 //! A bigint advisory lock shows in `pg_locks` as `classid` = its high 32 bits
 //! and `objid` = its low 32 bits (both unsigned), `objsubid` = 1, in the
 //! database of the session that took it: [`HELD_BY`] matches that.
@@ -13,6 +23,10 @@ pub(super) const CHANNEL: &str = "dlock_released";
 /// advisory key in decimal, a newline, and the announcement
 /// (`backends::announcements`).
 pub(super) const ELECTED: &str = "dlock_elected";
+
+/// The server's clock in µs since the epoch, an `int8`: the floor of every
+/// fence.
+pub(super) const NOW_US: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::int8";
 
 /// `pg_locks` rows of the advisory lock `$id` (an expression naming a
 /// bigint) in this database, granted.
@@ -69,6 +83,8 @@ pub(super) struct Statements {
     pub(super) list: String,
     /// The read-write lock statements.
     pub(super) rw: RwStatements,
+    /// Deletes a bounded batch of the rows idle past `?fence_retention=`.
+    pub(super) sweep: String,
     /// The semaphore statements.
     pub(super) permits: PermitStatements,
     /// `"schema".dlock_leaders`: each election's leader record, created on
@@ -160,7 +176,10 @@ macro_rules! pair {
 }
 
 impl Statements {
-    pub(super) fn new(schema: &str) -> Self {
+    /// The statements for the tables of `schema`, fence rows kept
+    /// `retention` after their last fence.
+    pub(super) fn new(schema: &str, retention: std::time::Duration) -> Self {
+        let retention_us = i64::try_from(retention.as_micros()).unwrap_or(i64::MAX);
         let table = format!("\"{schema}\".dlock_fences");
         let holders = format!("\"{schema}\".dlock_holders");
         let leaders = format!("\"{schema}\".dlock_leaders");
@@ -169,8 +188,8 @@ impl Statements {
         Statements {
             acquire: format!(
                 "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok), \
-                 fence AS (INSERT INTO {table} AS f (name, counter) SELECT $2::text, 1 FROM got WHERE ok \
-                   ON CONFLICT (name) DO UPDATE SET counter = f.counter + 1 RETURNING counter), \
+                 fence AS (INSERT INTO {table} AS f (name, counter) SELECT $2::text, {NOW_US} FROM got WHERE ok \
+                   ON CONFLICT (name) DO UPDATE SET counter = GREATEST(f.counter + 1, EXCLUDED.counter) RETURNING counter), \
                  who AS (INSERT INTO {holders} AS h (name, lock_id, fence, holder, expires) \
                    SELECT $2::text, $1::int8, fence.counter, $3::text, clock_timestamp() + make_interval(secs => $4::float8) FROM fence \
                    ON CONFLICT (name) DO UPDATE SET lock_id = EXCLUDED.lock_id, fence = EXCLUDED.fence, \
@@ -212,7 +231,8 @@ impl Statements {
                  FROM {holders} h WHERE h.holder IS NOT NULL AND starts_with(h.name, $1::text) AND {held_by_anyone} \
                  ORDER BY h.name LIMIT $2::int8"
             ),
-            rw: RwStatements::new(&table),
+            rw: RwStatements::new(&table, retention_us),
+            sweep: super::retention::sweep(&table, &holders, retention_us, held_by_anyone),
             permits: PermitStatements::new(),
             elections: ElectionStatements::new(&holders, &leaders),
             table,
@@ -266,7 +286,7 @@ impl ElectionStatements {
 }
 
 impl RwStatements {
-    fn new(table: &str) -> Self {
+    fn new(table: &str, retention_us: i64) -> Self {
         let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()", "2");
         let (main, intent) = (pair!("1"), pair!("2"));
         RwStatements {
@@ -276,14 +296,18 @@ impl RwStatements {
                  u AS (SELECT pg_advisory_unlock_shared({intent}) FROM i, m WHERE i.ok) \
                  SELECT (SELECT ok FROM m), (SELECT count(*) FROM u)"
             ),
+            // No row: the last write is older than the retention (or there
+            // was none), so its fence was below `now - retention`, and the
+            // next write's will be above it.
             fence: format!(
-                "SELECT COALESCE((SELECT counter FROM {table} WHERE name = $1::text), 0)::int8"
+                "SELECT COALESCE((SELECT counter FROM {table} WHERE name = $1::text), \
+                 GREATEST(0, {NOW_US} - {retention_us}))::int8"
             ),
             write: format!(
                 "WITH i AS (SELECT CASE WHEN $4::bool THEN true ELSE pg_try_advisory_lock({intent}) END AS ok), \
                  m AS (SELECT CASE WHEN i.ok THEN pg_try_advisory_lock({main}) ELSE false END AS ok FROM i), \
-                 fence AS (INSERT INTO {table} AS f (name, counter) SELECT $3::text, 1 FROM m WHERE m.ok \
-                   ON CONFLICT (name) DO UPDATE SET counter = f.counter + 1 RETURNING counter), \
+                 fence AS (INSERT INTO {table} AS f (name, counter) SELECT $3::text, {NOW_US} FROM m WHERE m.ok \
+                   ON CONFLICT (name) DO UPDATE SET counter = GREATEST(f.counter + 1, EXCLUDED.counter) RETURNING counter), \
                  u AS (SELECT pg_advisory_unlock({intent}) AS ok FROM i, m, (SELECT count(*) FROM fence) x \
                    WHERE i.ok AND (m.ok OR NOT $5::bool)), \
                  n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE u.ok) \

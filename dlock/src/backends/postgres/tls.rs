@@ -8,7 +8,7 @@
 //! | `sslmode` | without `sslrootcert` | with `sslrootcert` |
 //! |---|---|---|
 //! | `prefer`, `require` | nothing but the handshake's signature | the chain |
-//! | `verify-ca` | the chain, to Mozilla's roots | the chain |
+//! | `verify-ca` | refused (`config.rs`): public roots vouch for names, not for a chain alone | the chain |
 //! | `verify-full` | the chain and the host name, to Mozilla's roots | the chain and the host name |
 //!
 //! "Nothing but the handshake's signature": the server proves it holds the
