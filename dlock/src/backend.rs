@@ -23,6 +23,7 @@ pub(crate) mod refusal;
 mod rw;
 pub(crate) mod schemes;
 pub use all_keys::{AllKeysBackend, AllOrNone};
+pub use key::invisible_char;
 pub use election::{
     no_elections, ElectionBackend, Leader, LeaderChange, LeaderChanges, MAX_VALUE_BYTES,
 };
