@@ -299,7 +299,13 @@ pub async fn keys_that_print_alike_are_refused<F: Fixture>(fixture: &F) {
         );
     }
     let plain = unique_key("order:42");
-    lock(&a, &plain).acquire().await.unwrap().release().await.unwrap();
+    lock(&a, &plain)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 pub async fn invalid_input_is_rejected<F: Fixture>(fixture: &F) {

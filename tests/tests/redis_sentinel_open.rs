@@ -40,7 +40,8 @@ impl FakeMaster {
             while !stopped.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(120) {
                 if let Ok((conn, _)) = listener.accept() {
                     conn.set_nonblocking(false).unwrap();
-                    conn.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+                    conn.set_read_timeout(Some(Duration::from_millis(50)))
+                        .unwrap();
                     open.push(conn);
                 }
                 let mut buf = [0u8; 4096];
@@ -92,7 +93,14 @@ async fn an_open_sentinel_cannot_steer_the_master_password_to_a_fake_master() {
         group.sentinel_cli(i, &["SENTINEL", "REMOVE", group.master_name()]);
         group.sentinel_cli(
             i,
-            &["SENTINEL", "MONITOR", group.master_name(), "127.0.0.1", &port, "2"],
+            &[
+                "SENTINEL",
+                "MONITOR",
+                group.master_name(),
+                "127.0.0.1",
+                &port,
+                "2",
+            ],
         );
     }
     let url = format!(
@@ -112,7 +120,10 @@ async fn an_open_sentinel_cannot_steer_the_master_password_to_a_fake_master() {
         "{text}"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!fake.got_password(), "the fake master received the password");
+    assert!(
+        !fake.got_password(),
+        "the fake master received the password"
+    );
 
     // The risk is real: accepting open sentinels sends the password there.
     let accepted = format!("{url}&sentinel_auth=none");

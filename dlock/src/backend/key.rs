@@ -31,7 +31,10 @@ pub(crate) fn validate(key: &str) -> Result<(), LockError> {
             "the key contains the control character {c:?}; use printable characters only"
         ));
     }
-    if let Some((c, what)) = key.chars().find_map(|c| invisible_char(c).map(|what| (c, what))) {
+    if let Some((c, what)) = key
+        .chars()
+        .find_map(|c| invisible_char(c).map(|what| (c, what)))
+    {
         return invalid(format!(
             "the key contains U+{:04X} ({what}), which changes how a key prints without showing: \
              two keys that print alike would be different locks; remove it",
@@ -79,7 +82,10 @@ mod tests {
         assert!(validate("stock/10001#3").is_ok());
         assert!(validate(&"k".repeat(MAX_KEY_BYTES)).is_ok());
         assert!(validate("заказ:7").is_ok());
-        assert!(validate("שלום:7").is_ok(), "right-to-left letters are not controls");
+        assert!(
+            validate("שלום:7").is_ok(),
+            "right-to-left letters are not controls"
+        );
         assert!(validate("emoji:🔒").is_ok());
     }
 

@@ -574,7 +574,7 @@ impl Observer {
                         Seen::New | Seen::SameTerm => {}
                     },
                     LeaderChange::Ended { term } => {
-                        if !self.current_term().is_some_and(|now| now <= term) {
+                        if self.current_term().is_none_or(|now| now > term) {
                             continue;
                         }
                         let end = LeaderChange::Ended { term };

@@ -196,7 +196,7 @@ impl ElectionBackend for RedisBackend {
         let inbox = self.subscriber.inbox(&names.channel);
         let subscription = self
             .subscriber
-            .subscribe(&[names.channel.clone()], None)
+            .subscribe(std::slice::from_ref(&names.channel), None)
             .await;
         let mut call = scripts::evalsha(&announced::LAST, 1);
         call.arg(&names.announced);

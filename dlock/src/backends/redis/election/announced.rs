@@ -133,7 +133,13 @@ mod tests {
     #[test]
     fn a_mark_drops_what_came_before_it() {
         let live = Mark::of_last_line("7 0123abcd");
-        assert_eq!(live, Mark { term: 7, ended: false });
+        assert_eq!(
+            live,
+            Mark {
+                term: 7,
+                ended: false
+            }
+        );
         assert!(live.is_before(&elected(6)));
         assert!(!live.is_before(&elected(7)), "a new value in the live term");
         assert!(!live.is_before(&LeaderChange::Ended { term: 7 }));

@@ -68,7 +68,9 @@ mod tests {
     use super::super::super::config::RedisOptions;
 
     fn parsed(url: &str) -> Result<(), String> {
-        RedisOptions::parse(url).map(drop).map_err(|e| e.to_string())
+        RedisOptions::parse(url)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -78,7 +80,10 @@ mod tests {
             refused.contains("sentinel_password") && refused.contains("sentinel_auth=none"),
             "{refused}"
         );
-        assert!(!refused.contains("masterpw"), "the password is not shown: {refused}");
+        assert!(
+            !refused.contains("masterpw"),
+            "the password is not shown: {refused}"
+        );
         let refused = parsed("redis+sentinel://app:pw@127.0.0.1:26379/mm").unwrap_err();
         assert!(refused.contains("SENTINEL REMOVE"), "{refused}");
         for fine in [
