@@ -72,7 +72,8 @@ pub trait LeaderChanges: Send + Sync {
     /// in the order the server made them. A backend that announces each
     /// record as it is written ([`LeaderChange::Elected`],
     /// [`LeaderChange::Ended`]) lets an observer see every term however
-    /// short; one that only knows that something changed answers
+    /// short, as far as [`ElectionBackend::confirm`] vouches for each
+    /// announcement; one that only knows that something changed answers
     /// [`LeaderChange::Unknown`] and the observer reads.
     async fn changed(&mut self) -> LeaderChange;
 }
