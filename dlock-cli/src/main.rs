@@ -23,6 +23,7 @@
 
 mod child;
 mod run;
+mod shown;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -157,7 +158,7 @@ async fn main() -> ExitCode {
     let code = match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("dlock: {e}");
+            eprintln!("dlock: {}", shown::text(&e.to_string()));
             match e {
                 LockError::InvalidKey { .. } | LockError::InvalidOption { .. } => EXIT_USAGE,
                 _ => EXIT_UNAVAILABLE,
@@ -218,9 +219,9 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
                 .inspect()
                 .await?;
             match (&info, json) {
-                (_, true) => println!("{}", info_json(&key, info.as_ref())),
+                (_, true) => println!("{}", shown::json(&info_json(&key, info.as_ref()))),
                 (Some(i), false) => println!("{}", describe(&key, i)),
-                (None, false) => println!("{key}: free"),
+                (None, false) => println!("{}: free", shown::text(&key)),
             }
             Ok(if info.is_some() { 0 } else { 1 })
         }
@@ -231,7 +232,7 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
                     .iter()
                     .map(|(key, i)| info_json(key, Some(i)))
                     .collect();
-                println!("{}", serde_json::Value::Array(items));
+                println!("{}", shown::json(&serde_json::Value::Array(items)));
             } else {
                 for (key, info) in &held {
                     println!("{}", describe(key, info));
@@ -245,7 +246,8 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
                 .with_backend(backend)
                 .force_release()
                 .await?;
-            println!("{key}: {}", if freed { "released" } else { "was free" });
+            let outcome = if freed { "released" } else { "was free" };
+            println!("{}: {outcome}", shown::text(&key));
             Ok(if freed { 0 } else { 1 })
         }
     }
@@ -265,13 +267,16 @@ fn info_json(key: &str, info: Option<&LockInfo>) -> serde_json::Value {
     }
 }
 
-/// One held key as a line.
+/// One held key as a line, the key and the holder's name escaped.
 fn describe(key: &str, i: &LockInfo) -> String {
     let remaining =
         Duration::from_millis(u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX));
     format!(
-        "{key}: held by {} for {} more (fencing token {})",
-        i.holder.as_deref().unwrap_or("an unnamed holder"),
+        "{}: held by {} for {} more (fencing token {})",
+        shown::text(key),
+        i.holder
+            .as_deref()
+            .map_or_else(|| "an unnamed holder".to_owned(), shown::text),
         humantime::format_duration(remaining),
         i.fencing_token
             .map_or_else(|| "none".to_owned(), |t| t.to_string())

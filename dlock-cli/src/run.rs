@@ -47,7 +47,8 @@ pub(crate) async fn run_locked(
     grace: Duration,
     command: Vec<String>,
 ) -> Result<u8, LockError> {
-    let key = lock.key().to_owned();
+    // Printed escaped, as every text `dlock` prints.
+    let key = crate::shown::text(lock.key());
     // A signal while waiting drops the acquisition, which leaves the queue
     // (in the background; `main`'s `dlock::shutdown` waits for it).
     let acquired = tokio::select! {
@@ -59,7 +60,7 @@ pub(crate) async fn run_locked(
     };
     let guard = match acquired {
         Ok(guard) => guard,
-        Err(LockError::Busy { key }) | Err(LockError::Timeout { key, .. }) => {
+        Err(LockError::Busy { .. }) | Err(LockError::Timeout { .. }) => {
             eprintln!("dlock: `{key}` is held by another holder; not running the command");
             return Ok(conflict);
         }
@@ -68,7 +69,8 @@ pub(crate) async fn run_locked(
     let mut child = match child::spawn(&command, &guard) {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("dlock: cannot run `{}`: {e}", command[0]);
+            let program = crate::shown::text(&command[0]);
+            eprintln!("dlock: cannot run `{program}`: {e}");
             let _ = guard.release().await;
             return Ok(127);
         }
@@ -90,6 +92,7 @@ pub(crate) async fn run_locked(
     // Nothing the command started runs once the lock is released.
     child.stop_leftovers(grace).await;
     if let Err(e) = guard.release().await {
+        let e = crate::shown::text(&e.to_string());
         eprintln!("dlock: releasing the lock: {e}");
     }
     child.finish().await;

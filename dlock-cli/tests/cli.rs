@@ -267,3 +267,51 @@ fn memory_is_refused_and_a_missing_url_is_named() {
     assert_eq!(code(&out), 64, "{}", text(&out));
     assert!(text(&out).contains("DLOCK_URL"), "{}", text(&out));
 }
+
+/// A key some other client wrote on the server with `ESC[2J`, a newline
+/// that forges a second line and a right-to-left override, held under a
+/// holder name with a terminal title sequence: `list` (text and JSON) and
+/// `inspect` print them escaped, each on one line, with no control
+/// character or override reaching the terminal.
+#[test]
+fn keys_and_holders_from_the_server_print_escaped() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let prefix = format!("cli:esc:{}:", std::process::id());
+    let key = format!("{prefix}a\u{1b}[2J\nx: held by forged\u{202e}fdp");
+    let holder = "0123456789abcdef0123456789abcdef@evil\u{1b}]0;title\u{7}";
+    server.redis_cli(&["SET", &format!("dlock:{{{key}}}"), holder, "PX", "60000"]);
+    let raw = |out: &Output| {
+        let all = [&out.stdout[..], &out.stderr[..]].concat();
+        let text = String::from_utf8_lossy(&all).into_owned();
+        text.chars()
+            .find(|&c| (c.is_control() && c != '\n') || c == '\u{202e}')
+    };
+
+    let out = dlock(&url, &["list", "--prefix", &prefix]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(raw(&out), None, "{stdout:?}");
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout:?}");
+    assert!(
+        stdout.starts_with(&format!(
+            "{prefix}a\\u{{001B}}[2J\\nx: held by forged\\u{{202E}}fdp: held by evil\\u{{001B}}]0;title\\u{{0007}} for "
+        )),
+        "{stdout:?}"
+    );
+
+    let out = dlock(&url, &["list", "--prefix", &prefix, "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(raw(&out), None, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout:?}");
+    assert!(stdout.contains("\\u202e"), "{stdout:?}");
+
+    // `inspect` of that key: refused as a key no lock may have, the key
+    // shown escaped in the error.
+    let out = dlock(&url, &["inspect", &key]);
+    assert_eq!(code(&out), 64, "{}", text(&out));
+    assert_eq!(raw(&out), None, "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+}

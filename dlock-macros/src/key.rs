@@ -156,6 +156,23 @@ impl Template {
     }
 }
 
+/// The characters `dlock::backend::invisible_char` names (repeated: the
+/// macro cannot depend on dlock): bidirectional controls, zero-width
+/// characters, line and paragraph separators. dlock refuses keys with them.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{2060}'
+            | '\u{FEFF}'
+            | '\u{2028}'
+            | '\u{2029}'
+    )
+}
+
 /// Splits the template into text and placeholders, or says what is wrong.
 fn parse_parts(template: &str) -> Result<Vec<Part>, String> {
     if template.is_empty() {
@@ -166,6 +183,12 @@ fn parse_parts(template: &str) -> Result<Vec<Part>, String> {
     if let Some(c) = template.chars().find(|c| c.is_control()) {
         return Err(format!(
             "the key contains the control character {c:?}; lock keys are printable text"
+        ));
+    }
+    if let Some(c) = template.chars().find(|&c| invisible(c)) {
+        return Err(format!(
+            "the key contains U+{:04X}, a bidirectional or zero-width character that changes how the key prints without showing (two keys that print alike would be different locks); remove it",
+            u32::from(c)
         ));
     }
 
@@ -413,6 +436,8 @@ mod tests {
         assert!(err("{a.01}").starts_with("invalid placeholder"));
         assert!(err("{type}").starts_with("invalid placeholder"));
         assert!(err("a\tb").contains("control character '\\t'"));
+        assert!(err("pay\u{202E}{id}").contains("U+202E"));
+        assert!(err("a\u{200B}{id}").contains("U+200B"));
         assert!(err(&"k".repeat(513)).contains("512-byte"));
         assert!(parse_parts(&"k".repeat(512)).is_ok());
         assert!(parse_parts(&format!("{{{}}}", "k".repeat(600))).is_ok());

@@ -26,6 +26,7 @@ pub use all_keys::{AllKeysBackend, AllOrNone};
 pub use election::{
     no_elections, ElectionBackend, Leader, LeaderChange, LeaderChanges, MAX_VALUE_BYTES,
 };
+pub use key::invisible_char;
 pub use permits::{no_semaphores, permit_count_differs, PermitBackend, PermitRequest};
 pub use rw::{no_rw_locks, RwBackend, RwMode, RwRequest};
 

@@ -63,6 +63,7 @@ macro_rules! conformance_suite {
             drop_hands_over_promptly,
             cancelled_acquire_leaves_nothing_behind,
             invalid_input_is_rejected,
+            keys_that_print_alike_are_refused,
             the_shortest_ttl_works,
             reacquire_after_loss_while_the_lost_guard_lives,
             a_lease_of_a_second_runtime_is_renewed,
@@ -276,6 +277,35 @@ pub async fn cancelled_acquire_leaves_nothing_behind<F: Fixture>(fixture: &F) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Keys holding a bidirectional control or a zero-width character print
+/// like other keys while being other locks: every backend refuses them as
+/// `InvalidKey`, naming the code point, before any request.
+pub async fn keys_that_print_alike_are_refused<F: Fixture>(fixture: &F) {
+    let a = fixture.backend().await;
+    for (key, code) in [
+        ("invoice\u{202E}fdp.exe", "U+202E"),
+        ("order\u{200B}:42", "U+200B"),
+        ("order\u{2028}42", "U+2028"),
+        ("\u{FEFF}order:42", "U+FEFF"),
+        ("order\u{2067}:42", "U+2067"),
+    ] {
+        let err = lock(&a, key).acquire().await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, LockError::InvalidKey { .. }) && text.contains(code),
+            "{key:?}: {text}"
+        );
+    }
+    let plain = unique_key("order:42");
+    lock(&a, &plain)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 pub async fn invalid_input_is_rejected<F: Fixture>(fixture: &F) {

@@ -623,7 +623,26 @@ pub async fn bad_input_is_refused_clearly<F: ElectionFixture>(fixture: &F) {
         leadership.proclaim(long).await,
         Err(LockError::InvalidOption { .. })
     ));
+    let term = leadership.term();
+    let nul = leadership.proclaim("node\0a").await.unwrap_err();
+    assert!(
+        matches!(nul, LockError::InvalidOption { .. }) && nul.to_string().contains("NUL"),
+        "{nul}"
+    );
     leadership.resign().await.unwrap();
+    // A NUL in a value is refused on every backend before any request (PostgreSQL
+    // cannot store it): no term is used up.
+    let nul = election(&backend, &name)
+        .campaign("node\0a")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(nul, LockError::InvalidOption { .. }) && nul.to_string().contains("NUL"),
+        "{nul}"
+    );
+    let next = election(&backend, &name).campaign("node-b").await.unwrap();
+    assert!(next.term() > term);
+    next.resign().await.unwrap();
 
     let without = Forward::without_rw(backend.clone());
     assert!(without.election().is_none());

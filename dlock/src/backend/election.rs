@@ -72,7 +72,8 @@ pub trait LeaderChanges: Send + Sync {
     /// in the order the server made them. A backend that announces each
     /// record as it is written ([`LeaderChange::Elected`],
     /// [`LeaderChange::Ended`]) lets an observer see every term however
-    /// short; one that only knows that something changed answers
+    /// short, as far as [`ElectionBackend::confirm`] vouches for each
+    /// announcement; one that only knows that something changed answers
     /// [`LeaderChange::Unknown`] and the observer reads.
     async fn changed(&mut self) -> LeaderChange;
 }
@@ -145,6 +146,25 @@ pub trait ElectionBackend: Send + Sync {
     /// Announcements of changes of the leader of `name`, subscribed before
     /// this returns.
     async fn watch(&self, name: &str) -> Result<Box<dyn LeaderChanges>, LockError>;
+
+    /// Whether `change` ([`LeaderChange::Elected`] or
+    /// [`LeaderChange::Ended`]), heard on a [`watch`](Self::watch) of
+    /// `name`, is a change this backend's own operations made. An observer
+    /// reports a confirmed change as it is; for one not confirmed (or an
+    /// error) it reads [`leader`](Self::leader) instead and reports what
+    /// the read shows, so a forged or replayed announcement costs a read
+    /// and never shows a leader nobody elected, pins a term, or hides the
+    /// real leader.
+    ///
+    /// The default, `true`, suits announcements that only the backend's
+    /// own store can make (memory's, in-process; etcd's, events of its own
+    /// keys). A backend whose announcements travel where any client may
+    /// speak (Redis `PUBLISH`, PostgreSQL `NOTIFY`) checks them against
+    /// what it wrote, or answers `false` to have them read.
+    async fn confirm(&self, name: &str, change: &LeaderChange) -> Result<bool, LockError> {
+        let _ = (name, change);
+        Ok(true)
+    }
 }
 
 /// The error of a backend that has no leader election: what

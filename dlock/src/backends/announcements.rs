@@ -5,7 +5,10 @@
 //!
 //! Carrying the record is what lets an observer see every term however
 //! short: a leader elected and resigned between two of its reads still
-//! reaches it, in order. The inbox is bounded; an observer that falls
+//! reaches it, in order. Anyone who may publish on the channel can write
+//! such text, so the observer reports an announcement only once the
+//! backend confirms it (`ElectionBackend::confirm`; Redis keeps a list of
+//! what it announced, PostgreSQL confirms nothing and has them read). The inbox is bounded; an observer that falls
 //! [`INBOX`] announcements behind gets [`LeaderChange::Unknown`] in their
 //! place and reads the leader instead.
 

@@ -103,7 +103,9 @@ someone leads; by default it waits until elected.",
     /// [`LockError::Timeout`] when the wait runs out, [`LockError::Busy`]
     /// when the wait is zero and someone leads, [`LockError::InvalidKey`]
     /// for an empty or invalid name, [`LockError::InvalidOption`] for a
-    /// value longer than the backend stores or a backend without leader
+    /// value longer than the backend stores, a value holding a NUL
+    /// character (on every backend, before any request, so no term is used
+    /// up), or a backend without leader
     /// election ([`no_elections`]), [`LockError::NoBackend`], and
     /// [`LockError::Backend`] when the service fails.
     ///
@@ -204,10 +206,14 @@ someone leads; by default it waits until elected.",
     /// resignation), never a term older than one already seen. Woken by
     /// the server, not by polling.
     ///
-    /// No term is missed, however short: memory, Redis, etcd and PostgreSQL
+    /// No term is missed, however short, on memory, Redis and etcd: they
     /// announce each leader with its record (term and value), kept for the
-    /// stream until it is polled. On ZooKeeper, whose events name a node
-    /// but carry no data, each item is the state read after an event, so a
+    /// stream until it is polled. Announcements are hints: one the backend
+    /// does not confirm ([`ElectionBackend::confirm`]: Redis checks a list
+    /// of what its scripts announced) is read instead, so a forged
+    /// `PUBLISH` or `NOTIFY` never shows a leader nobody elected. On
+    /// ZooKeeper, whose events carry no data, and on PostgreSQL, where any
+    /// role may `NOTIFY`, each item is the state read after an event, so a
     /// leader whose whole term is shorter than one read may be skipped
     /// there (its successor is not). Several values proclaimed within one
     /// term may be seen as the last of them. A leader whose lease expired
@@ -235,6 +241,7 @@ someone leads; by default it waits until elected.",
             election: self.clone(),
             watching: None,
             last: None,
+            ended: 0,
         };
         Box::pin(futures_util::stream::unfold(
             observer,
@@ -276,6 +283,13 @@ fn check_value(
             "the value of election `{name}` is {} bytes, over the {limit}-byte limit of the {} backend; publish an address or a name, not a payload",
             value.len(),
             backend.describe()
+        )));
+    }
+    // One rule on every backend: PostgreSQL's text cannot hold NUL, so no
+    // backend takes it, and it is refused before a term is used up.
+    if let Some(at) = value.find('\0') {
+        return Err(LockError::invalid_option(format!(
+            "the value of election `{name}` holds a NUL character (at byte {at}), which not every backend can store; publish text without NUL (encode binary data, e.g. as hex)"
         )));
     }
     Ok(())
@@ -375,7 +389,8 @@ impl Leadership {
     /// # Errors
     /// [`LockError::NotHeld`] if the leadership has ended;
     /// [`LockError::InvalidOption`] for a value longer than the backend
-    /// stores; [`LockError::Backend`] when the service fails.
+    /// stores or holding a NUL character (refused on every backend, before
+    /// any request); [`LockError::Backend`] when the service fails.
     pub async fn proclaim(&self, value: impl Into<String>) -> Result<(), LockError> {
         let value = value.into();
         let elections = capability(&self.backend)?;
@@ -482,6 +497,34 @@ struct Observer {
     watching: Option<(Arc<dyn LockBackend>, Box<dyn LeaderChanges>)>,
     /// What was yielded last.
     last: Option<Option<Leader>>,
+    /// The highest term whose end was reported: an announcement of it
+    /// again is a replay.
+    ended: u64,
+}
+
+/// Whether the backend confirms that `leader` was announced by a leader.
+async fn confirmed(backend: &Arc<dyn LockBackend>, name: &str, leader: &Leader) -> bool {
+    confirms(backend, name, &LeaderChange::Elected(leader.clone())).await
+}
+
+/// Whether the backend confirms `change`; an error counts as no (the
+/// observer reads then).
+async fn confirms(backend: &Arc<dyn LockBackend>, name: &str, change: &LeaderChange) -> bool {
+    let Some(elections) = backend.election() else {
+        return false;
+    };
+    match elections.confirm(name, change).await {
+        Ok(confirmed) => {
+            if !confirmed {
+                tracing::debug!(election = %name, ?change, "an announcement the backend does not confirm; reading the leader instead");
+            }
+            confirmed
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, election = %name, "confirming an announcement failed; reading the leader instead");
+            false
+        }
+    }
 }
 
 impl Observer {
@@ -518,18 +561,27 @@ impl Observer {
                     }
                     LeaderChange::Unknown => {}
                     LeaderChange::Elected(leader) => match self.seen(&leader) {
-                        Seen::New => return Some(self.yield_now(Some(leader))),
                         Seen::Old => continue,
+                        // Announcements are hints: one the backend does not
+                        // confirm (forged, replayed, or too old for it to
+                        // tell) is read instead.
+                        Seen::New if confirmed(&backend, self.election.name(), &leader).await => {
+                            return Some(self.yield_now(Some(leader)));
+                        }
                         // A new value in the term already shown: read,
                         // since an announcement queued before this
                         // observer's last read may be older than it.
-                        Seen::SameTerm => {}
+                        Seen::New | Seen::SameTerm => {}
                     },
                     LeaderChange::Ended { term } => {
-                        if self.current_term().is_some_and(|now| now <= term) {
+                        if self.current_term().is_none_or(|now| now > term) {
+                            continue;
+                        }
+                        let end = LeaderChange::Ended { term };
+                        if confirms(&backend, self.election.name(), &end).await {
+                            self.ended = self.ended.max(term);
                             return Some(self.yield_now(None));
                         }
-                        continue;
                     }
                 }
             }
@@ -541,6 +593,10 @@ impl Observer {
                         (Some(now), Some(Some(last))) => now.term < last.term,
                         _ => false,
                     };
+                    if now.is_none() {
+                        // Nobody leads: the term shown last is over.
+                        self.ended = self.ended.max(self.current_term().unwrap_or(0));
+                    }
                     if self.last.as_ref() != Some(&now) && !older {
                         return Some(self.yield_now(now));
                     }
@@ -561,6 +617,9 @@ impl Observer {
 
     /// How an announced leader compares with what was yielded last.
     fn seen(&self, leader: &Leader) -> Seen {
+        if leader.term <= self.ended {
+            return Seen::Old;
+        }
         match &self.last {
             Some(Some(last)) if last == leader => Seen::Old,
             Some(Some(last)) if leader.term < last.term => Seen::Old,

@@ -32,13 +32,14 @@ pub(crate) const REDIS: &[&str] = &join::<7, 4, 11>(
     ["ca", "protocol", "fence_retention", "foreign_share"],
 );
 /// `redis+sentinel://` and `rediss+sentinel://`.
-pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 7, 14>(
+pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 8, 15>(
     REDIS_ANY,
     [
         "ca",
         "db",
         "sentinel_user",
         "sentinel_password",
+        "sentinel_auth",
         "fence_retention",
         "foreign_share",
         "replica_gone_after",

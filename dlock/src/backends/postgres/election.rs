@@ -16,8 +16,11 @@
 //!   backend's one `LISTEN` connection (the lock waiters'): the payload is
 //!   the election's advisory key and the announcement
 //!   (`backends::announcements`: the term and value, or the end of a
-//!   term), kept in each observer's inbox, so an observer sees every term
-//!   however short. `NOTIFY` payloads are capped at 8,000 bytes, hence
+//!   term), kept in each observer's inbox. Any role that may connect may
+//!   `NOTIFY` on that channel, so an announcement is only a hint: the
+//!   observer reads the leader for each one and reports what the read
+//!   shows (a term that began and ended between two reads is not
+//!   reported; its successor is). `NOTIFY` payloads are capped at 8,000 bytes, hence
 //!   [`MAX_VALUE_BYTES`] (7,900) for values.
 //!
 //! A record left by a leader that crashed stays (one row per election
@@ -213,5 +216,14 @@ impl ElectionBackend for PostgresBackend {
         };
         inbox.settle();
         Ok(Box::new(Changes { inbox, listening }))
+    }
+
+    /// Never: any role that may connect may `NOTIFY dlock_elected` with any
+    /// text, and nothing on the server keeps what was announced, so an
+    /// observer reads the leader for every announcement instead (a term
+    /// over before that read is not reported).
+    async fn confirm(&self, name: &str, change: &LeaderChange) -> Result<bool, LockError> {
+        let _ = (name, change);
+        Ok(false)
     }
 }

@@ -173,7 +173,10 @@ impl RedisOptions {
                     replica_timeout =
                         Some(options::duration(name, value).map_err(|why| bad(&why))?);
                 }
-                "db" | "sentinel_user" | "sentinel_password" | "replica_gone_after" if sentinel => {
+                "db" | "sentinel_user" | "sentinel_password" | "sentinel_auth"
+                | "replica_gone_after"
+                    if sentinel =>
+                {
                     sentinel_query.take(name, value).map_err(|why| bad(&why))?;
                 }
                 "ca" => {
@@ -220,7 +223,11 @@ impl RedisOptions {
             format!("?{}", passed_on.join("&"))
         };
         let target = if sentinel {
-            Some(sentinel_target(before_query, sentinel_query).map_err(|why| bad(&why))?)
+            let open_sentinels = sentinel_query.open_sentinels;
+            let target = sentinel_target(before_query, sentinel_query).map_err(|why| bad(&why))?;
+            super::sentinel::open::refuse_open_sentinels(&target, tls, open_sentinels)
+                .map_err(|why| bad(&why))?;
+            Some(target)
         } else {
             None
         };
@@ -306,6 +313,9 @@ struct SentinelQuery {
     user: Option<String>,
     password: Option<String>,
     replica_gone_after: Option<Duration>,
+    /// `?sentinel_auth=none`: sentinels without a password are accepted
+    /// even when the master has one (see `sentinel/open.rs`).
+    open_sentinels: bool,
 }
 
 impl SentinelQuery {
@@ -320,6 +330,9 @@ impl SentinelQuery {
             }
             "replica_gone_after" => {
                 self.replica_gone_after = Some(options::duration(name, value)?);
+            }
+            "sentinel_auth" => {
+                self.open_sentinels = super::sentinel::open::parse_sentinel_auth(value)?;
             }
             "sentinel_user" => {
                 self.user =

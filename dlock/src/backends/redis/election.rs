@@ -10,11 +10,19 @@
 //! The scripts use only commands the lock's ACL rule already grants (`GET`,
 //! `SET`, `DEL`, `PUBLISH`).
 //!
+//! Anyone who may `PUBLISH` on the channel can announce anything, so an
+//! announcement is a hint: the same scripts note each one in a short list
+//! beside the record (`announced`), and an observer reports only what the
+//! list confirms, reading the leader for anything else.
+//!
 //! The record has no expiry: a resignation deletes it, and a read that
 //! finds the lock no longer holds its token deletes it then (tokens are
 //! never reused, so such a record is dead for good). What stays after a
 //! crash is one small hash per election name, until the next leader or
-//! the next read.
+//! the next read, and the list of the last announcements, which expires a
+//! day after the last of them.
+
+mod announced;
 
 use std::sync::{Arc, LazyLock};
 
@@ -29,34 +37,40 @@ use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease
 use crate::backends::announcements::Inbox;
 use crate::LockError;
 
-/// Writes the record if the lock holds the token, and announces it.
-/// KEYS: lock, record; ARGV: token, value, term, channel. 1: written.
+/// Writes the record if the lock holds the token, notes and announces it.
+/// KEYS: lock, record, announcements; ARGV: token, value, term, channel.
+/// 1: written.
 static PROCLAIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{note}
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[3] .. '\n' .. ARGV[2])
+note(KEYS[3], ARGV[3] .. ' ' .. redis.sha1hex(ARGV[2]))
 redis.pcall('PUBLISH', ARGV[4], ARGV[3] .. '\n' .. ARGV[2])
 return 1
 ",
-    )
+        note = *announced::NOTE
+    ))
 });
 
-/// Deletes the record if it is the token's, and announces that its term
-/// ended (`-<term>`). KEYS: record; ARGV: token, channel.
+/// Deletes the record if it is the token's, notes and announces that its
+/// term ended (`-<term>`). KEYS: record, announcements; ARGV: token,
+/// channel.
 static WITHDRAW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{note}
 local r = redis.call('GET', KEYS[1])
 if r and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   redis.call('DEL', KEYS[1])
   local rest = string.sub(r, #ARGV[1] + 2)
   local term = string.sub(rest, 1, (string.find(rest, '\n', 1, true) or (#rest + 1)) - 1)
+  note(KEYS[2], '-' .. term)
   redis.pcall('PUBLISH', ARGV[2], '-' .. term)
 end
 return 1
 ",
-    )
+        note = *announced::NOTE
+    ))
 });
 
 /// `{term, value}` if the lock holds the record's token, else `{}` (and a
@@ -82,6 +96,8 @@ return {string.sub(r, a + 1, b - 1), string.sub(r, b + 1)}
 struct ElectionNames {
     lock: String,
     record: String,
+    /// The list of the last announcements (`announced`).
+    announced: String,
     channel: String,
 }
 
@@ -92,6 +108,7 @@ impl RedisBackend {
         db_channel(&mut channel, self.db);
         ElectionNames {
             record: format!("{lock}:leader"),
+            announced: format!("{lock}:terms"),
             channel,
             lock,
         }
@@ -102,6 +119,9 @@ impl RedisBackend {
 /// its announcements go to.
 struct Changes {
     inbox: Arc<Inbox>,
+    /// Where the announcements stood when subscribed: earlier ones heard
+    /// now are replays.
+    mark: announced::Mark,
     /// Keeps the channel subscribed.
     _subscription: Subscription,
 }
@@ -109,7 +129,12 @@ struct Changes {
 #[async_trait]
 impl LeaderChanges for Changes {
     async fn changed(&mut self) -> LeaderChange {
-        self.inbox.next().await
+        loop {
+            let change = self.inbox.next().await;
+            if !self.mark.is_before(&change) {
+                return change;
+            }
+        }
     }
 }
 
@@ -120,9 +145,10 @@ impl ElectionBackend for RedisBackend {
             return Ok(false);
         };
         let names = self.election_names(&lease.key);
-        let mut call = scripts::evalsha(&PROCLAIM, 2);
+        let mut call = scripts::evalsha(&PROCLAIM, 3);
         call.arg(&names.lock)
             .arg(&names.record)
+            .arg(&names.announced)
             .arg(&lease.token)
             .arg(value)
             .arg(term)
@@ -136,8 +162,9 @@ impl ElectionBackend for RedisBackend {
 
     async fn withdraw(&self, lease: &Lease) -> Result<(), LockError> {
         let names = self.election_names(&lease.key);
-        let mut call = scripts::evalsha(&WITHDRAW, 1);
+        let mut call = scripts::evalsha(&WITHDRAW, 2);
         call.arg(&names.record)
+            .arg(&names.announced)
             .arg(&lease.token)
             .arg(&names.channel);
         let _: i64 = self
@@ -167,12 +194,36 @@ impl ElectionBackend for RedisBackend {
     async fn watch(&self, name: &str) -> Result<Box<dyn LeaderChanges>, LockError> {
         let names = self.election_names(name);
         let inbox = self.subscriber.inbox(&names.channel);
-        let subscription = self.subscriber.subscribe(&[names.channel], None).await;
+        let subscription = self
+            .subscriber
+            .subscribe(std::slice::from_ref(&names.channel), None)
+            .await;
+        let mut call = scripts::evalsha(&announced::LAST, 1);
+        call.arg(&names.announced);
+        let last: String = self
+            .eval(&announced::LAST, &call)
+            .await
+            .map_err(|e| self.name_refusal(e, About::Lock(name)))?;
         inbox.settle();
         Ok(Box::new(Changes {
             inbox,
+            mark: announced::Mark::of_last_line(&last),
             _subscription: subscription,
         }))
+    }
+
+    async fn confirm(&self, name: &str, change: &LeaderChange) -> Result<bool, LockError> {
+        let Some((kind, term, value)) = announced::confirm_args(change) else {
+            return Ok(false);
+        };
+        let names = self.election_names(name);
+        let mut call = scripts::evalsha(&announced::CONFIRM, 1);
+        call.arg(&names.announced).arg(kind).arg(term).arg(value);
+        let found: i64 = self
+            .eval(&announced::CONFIRM, &call)
+            .await
+            .map_err(|e| self.name_refusal(e, About::Lock(name)))?;
+        Ok(found == 1)
     }
 }
 
