@@ -57,7 +57,11 @@ fn count(limit: usize) -> impl Strategy<Value = usize> {
 }
 
 fn key_is_valid(key: &str) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_BYTES && !key.chars().any(char::is_control)
+    !key.is_empty()
+        && key.len() <= MAX_KEY_BYTES
+        && !key
+            .chars()
+            .any(|c| c.is_control() || dlock::backend::invisible_char(c).is_some())
 }
 
 fn ttl_is_valid(ttl: Duration) -> bool {

@@ -28,7 +28,9 @@ fn random_char(rng: &mut StdRng) -> char {
         4 => ['\u{e000}', '\u{f8ff}', '\u{fff0}', '\u{ffff}', 'é', '日'][rng.random_range(0..6)],
         _ => char::from_u32(rng.random_range(0xa0..0x1_0000)).unwrap_or('é'),
     };
-    if picked.is_control() {
+    // Control characters and the invisible ones dlock refuses in keys
+    // (bidirectional controls, zero-width characters) are not valid keys.
+    if picked.is_control() || dlock::backend::invisible_char(picked).is_some() {
         'x'
     } else {
         picked
@@ -154,7 +156,9 @@ mod tests {
         assert!(keys
             .iter()
             .all(|k| !k.is_empty() && k.len() <= MAX_KEY_BYTES));
-        assert!(keys.iter().all(|k| !k.chars().any(char::is_control)));
+        assert!(keys.iter().all(|k| !k
+            .chars()
+            .any(|c| c.is_control() || dlock::backend::invisible_char(c).is_some())));
         assert!(keys.iter().filter(|k| k.len() == MAX_KEY_BYTES).count() >= 3);
         assert!(keys.iter().any(|k| k.chars().any(|c| c > '\u{ffff}')));
     }
