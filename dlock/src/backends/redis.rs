@@ -800,23 +800,7 @@ impl LockBackend for RedisBackend {
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         // Behind Sentinel, through a failover within the wait (`ride_through.rs`).
-        self.riding_failovers(req, deadline, |req| async move {
-            let req = &req;
-            let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
-            let ticket = waiter_queue::Ticket::of(&req.token);
-            let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
-            let undo = |granted: Option<Lease>| async move {
-                if let Some(lease) = granted {
-                    let _ = self.release_unbatched(&lease).await;
-                }
-            };
-            let arm = || self.release_if_dropped(&names, &req.token);
-            let answer = self
-                .replicated(&req.key, (deadline, false), ask, arm, undo)
-                .await;
-            answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
-        })
-        .await
+        self.riding_failovers(req, deadline).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

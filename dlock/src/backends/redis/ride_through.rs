@@ -16,10 +16,12 @@
 //! compare-and-delete with its token; sent late, on the new master, it must
 //! not delete the lease of the next attempt.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use super::connection::Server;
+use super::refused::About;
+use super::scripts::KeyNames;
+use super::waiter_queue::Ticket;
 use super::{Conn, RedisBackend};
 use crate::backend::deadline::saturating_add;
 use crate::backend::{AcquireRequest, Lease};
@@ -37,27 +39,24 @@ const PAUSE: Duration = Duration::from_millis(250);
 const NO_WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 impl RedisBackend {
-    /// `attempt` with `req`, and behind Sentinel, after a `Backend` error
-    /// with time left before `deadline`, again with a new owner token until
-    /// one answers otherwise or the time is up (then the last error).
-    pub(super) async fn riding_failovers<F, Fut>(
+    /// A lock's waiting acquisition with `req` until `deadline`, and behind
+    /// Sentinel, after a `Backend` error with time left before `deadline`,
+    /// again with a new owner token until one answers otherwise or the time
+    /// is up (then the last error). Elsewhere one attempt, with `req` as
+    /// it is (no copy on the common path).
+    pub(super) async fn riding_failovers(
         &self,
         req: &AcquireRequest,
         deadline: Option<Instant>,
-        attempt: F,
-    ) -> Result<Option<Lease>, LockError>
-    where
-        F: Fn(AcquireRequest) -> Fut,
-        Fut: Future<Output = Result<Option<Lease>, LockError>>,
-    {
+    ) -> Result<Option<Lease>, LockError> {
         let Conn::Single(Server::Followed(sentinel)) = &self.conn else {
-            return attempt(req.clone()).await;
+            return self.wait_for_lock(req, deadline).await;
         };
         let give_up = deadline.unwrap_or_else(|| saturating_add(Instant::now(), NO_WAIT_LIMIT));
         let mut req = req.clone();
         let mut failures = 0u32;
         loop {
-            let failed = match attempt(req.clone()).await {
+            let failed = match self.wait_for_lock(&req, deadline).await {
                 Err(e @ LockError::Backend { .. }) => e,
                 answer => {
                     if failures > 0 {
@@ -80,5 +79,28 @@ impl RedisBackend {
             }
             req.token = crate::inspect::owner_token(self)?;
         }
+    }
+
+    /// One waiting acquisition of a lock: queued on the server (see
+    /// `waiter_queue.rs`), its grant acknowledged by the replicas, and a
+    /// grant given up on the way released.
+    async fn wait_for_lock(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
+        let ticket = Ticket::of(&req.token);
+        let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
+        let undo = |granted: Option<Lease>| async move {
+            if let Some(lease) = granted {
+                let _ = self.release_unbatched(&lease).await;
+            }
+        };
+        let arm = || self.release_if_dropped(&names, &req.token);
+        let answer = self
+            .replicated(&req.key, (deadline, false), ask, arm, undo)
+            .await;
+        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
     }
 }
