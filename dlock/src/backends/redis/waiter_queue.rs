@@ -161,11 +161,10 @@ local function wake(ticket, channel)
 end
 local function vacate(lock, channel)
   local waiters = lock .. ':waiters'
+  redis.call('DEL', lock)
   if redis.call('EXISTS', waiters) == 0 then
-    redis.call('DEL', lock)
     return
   end
-  redis.call('DEL', lock)
   local head = head_of(lock)
   if head then
     local granted = tonumber(redis.call('GET', lock .. ':fence'))
