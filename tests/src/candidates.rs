@@ -2,13 +2,12 @@
 //! what they print, for the liveness tests of elections whose leader
 //! process is paused (SIGSTOP), resumed (SIGCONT) or killed (SIGKILL).
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::mpsc;
 
 use crate::servers::process::all_threads_stopped;
@@ -65,20 +64,16 @@ impl Candidates {
         let (tx, heard) = mpsc::unbounded_channel();
         let mut children = Vec::new();
         for who in 0..count {
-            let mut child = Command::new(binary)
-                .args([
+            let (child, stdout) = crate::holder::spawn_piped(
+                binary,
+                &[
                     spec.url.clone(),
                     spec.name.clone(),
                     format!("candidate-{who}"),
                     spec.ttl.as_millis().to_string(),
                     spec.lifetime.as_millis().to_string(),
-                ])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
-            let stdout = child.stdout.take().expect("stdout is piped");
+                ],
+            );
             let tx = tx.clone();
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stdout).lines();

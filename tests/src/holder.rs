@@ -102,15 +102,7 @@ impl Holder {
     }
 
     fn spawn_args(binary: &str, args: &[String]) -> Holder {
-        let mut command = Command::new(binary);
-        command.args(args);
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
-        let stdout = child.stdout.take().expect("stdout is piped");
+        let (child, stdout) = spawn_piped(binary, args);
         Holder {
             child,
             lines: BufReader::new(stdout).lines(),
@@ -162,6 +154,20 @@ impl Holder {
             .expect("wait for the holder");
         assert!(status.success(), "the holder failed: {status}");
     }
+}
+
+/// Starts `binary` with `args`, its stdout piped to the test and its
+/// stderr inherited; killed when the returned child is dropped.
+pub(crate) fn spawn_piped(binary: &str, args: &[String]) -> (Child, ChildStdout) {
+    let mut child = Command::new(binary)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+    let stdout = child.stdout.take().expect("stdout is piped");
+    (child, stdout)
 }
 
 /// Checks a marks file written by holders: critical sections never

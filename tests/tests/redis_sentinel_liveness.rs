@@ -43,6 +43,18 @@ fn lock(backend: &Arc<RedisBackend>, key: &str, ttl: Duration) -> Lock {
         .ttl(ttl)
 }
 
+/// One lock cycle on `key`, so `backend` is connected to the current master
+/// before a fault, as a running service's client is.
+async fn warm_up(backend: &Arc<RedisBackend>, key: &str) {
+    lock(backend, key, Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// Pauses the only replica and waits until the master dropped it
 /// (`connected_slaves:0`, after its `repl-timeout`, set to 2 s here).
 fn pause_until_dropped(group: &mut RedisSentinel) -> usize {
@@ -231,13 +243,7 @@ async fn an_acquire_rides_through_a_failover_within_its_wait() {
     let url = group.url();
     let a = sentinel_client(&url).await;
     // Connected and warmed up on the first master.
-    lock(&a, "sentinel:ride:warm", Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm_up(&a, "sentinel:ride:warm").await;
     let old = group.master_addr();
     blocking(|| group.kill_master());
     let killed_at = Instant::now();
@@ -309,13 +315,7 @@ async fn a_scheduled_job_keeps_its_tick_across_a_failover() {
     for _ in 0..3 {
         let backend = sentinel_client(&url).await;
         // Connected and warm, as a running job's client is.
-        lock(&backend, "sentinel:job:warm", Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        warm_up(&backend, "sentinel:job:warm").await;
         jobs.push(lock(&backend, "sentinel:job", Duration::from_secs(5)).hold_at_least(AT_LEAST));
     }
     blocking(|| group.kill_master());
