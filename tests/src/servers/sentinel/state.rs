@@ -1,0 +1,197 @@
+//! Waiting for a group's state: replicas synced, sentinels agreeing on the master and seeing
+//! every replica; the logs quoted when a wait runs out.
+
+use super::*;
+
+impl RedisSentinel {
+    /// Waits until every running, unpaused node but the master replicates from it
+    /// (`master_link_status:up`) and has acknowledged everything written so far (`WAIT` on
+    /// the master).
+    ///
+    /// The acknowledgement matters: after a full sync, Redis 7.0 streams nothing to a
+    /// replica until its first `REPLCONF ACK` (sent every second), though both sides
+    /// already report the link up; a replica paused in that window never gets the writes
+    /// made meanwhile.
+    pub fn wait_replicas_synced(&mut self, limit: Duration) -> HarnessResult<()> {
+        let master = self.try_master_index()?;
+        self.wait_for("replicas synced", limit, |g| g.synced_state(master))
+    }
+
+    /// Ok once every running, unpaused node but `master` replicates from it with the link
+    /// up, and `WAIT` on the master counts them all.
+    pub(super) fn synced_state(&self, master: usize) -> Result<(), String> {
+        let master_port = self.nodes[master].port().to_string();
+        let mut count = 0;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if i == master || node.pid().is_none() || node.process().is_paused() {
+                continue;
+            }
+            let info = self.info_replication(i)?;
+            if info_field(&info, "master_port") != Some(&master_port)
+                || info_field(&info, "master_link_status") != Some("up")
+            {
+                return Err(format!("node {i} ({}) reports:\n{info}", node.addr()));
+            }
+            count += 1;
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let acked = self.nodes[master]
+            .cli_with_limit(&["WAIT", &count.to_string(), "500"], PROBE_LIMIT)
+            .map(|out| out.stdout.trim().to_string())
+            .unwrap_or_default();
+        if acked.parse::<usize>().is_ok_and(|n| n >= count) {
+            Ok(())
+        } else {
+            Err(format!("WAIT {count} on the master answered {acked:?}"))
+        }
+    }
+
+    /// `INFO replication` of node `i`, or why not.
+    pub(super) fn info_replication(&self, i: usize) -> Result<String, String> {
+        let out = self.nodes[i]
+            .cli_with_limit(&["INFO", "replication"], PROBE_LIMIT)
+            .map_err(|e| e.to_string())?;
+        if out.success() {
+            Ok(out.stdout)
+        } else {
+            Err(format!(
+                "node {i} ({}): {}{}",
+                self.nodes[i].addr(),
+                out.stdout,
+                out.stderr
+            ))
+        }
+    }
+
+    /// Ok once `replicas` replicas report their link to node `master` up, it reports
+    /// `connected_slaves:N`, and they have acknowledged its stream.
+    pub(super) fn replication_state(&self, master: usize, replicas: usize) -> Result<(), String> {
+        for i in (0..self.nodes.len()).filter(|&i| i != master) {
+            let info = self.info_replication(i)?;
+            if info_field(&info, "master_link_status") != Some("up") {
+                return Err(format!(
+                    "replica {i} ({}) reports:\n{info}",
+                    self.nodes[i].addr()
+                ));
+            }
+        }
+        let info = self.info_replication(master)?;
+        if info_field(&info, "connected_slaves") != Some(&replicas.to_string()) {
+            return Err(format!("the master reports:\n{info}"));
+        }
+        self.synced_state(master)
+    }
+
+    /// Ok once every sentinel names `master`, knows the other sentinels and `replicas`
+    /// replicas, all healthy.
+    pub(super) fn sentinels_state(
+        &self,
+        master: SocketAddr,
+        replicas: usize,
+    ) -> Result<(), String> {
+        let name = &self.options.master_name;
+        for s in &self.sentinels {
+            let named = s.master_addr_of(name);
+            if named != Some(master) {
+                return Err(format!("sentinel {} names {named:?}", s.addr()));
+            }
+            let peers = s.entries("sentinels", name).unwrap_or_default();
+            if peers.len() != SENTINELS - 1 || !peers.iter().all(|e| is_healthy(e, "sentinel")) {
+                return Err(format!(
+                    "sentinel {} knows the sentinels {peers:?}",
+                    s.addr()
+                ));
+            }
+            let known = s.entries("replicas", name).unwrap_or_default();
+            if known.len() != replicas || !known.iter().all(|e| is_healthy(e, "slave")) {
+                return Err(format!(
+                    "sentinel {} knows the replicas {known:?}",
+                    s.addr()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ok once every running, unpaused sentinel lists `replica` with flags `slave`.
+    pub(super) fn sentinels_see_replica(
+        &self,
+        name: &str,
+        replica: SocketAddr,
+    ) -> Result<(), String> {
+        for s in self.sentinels.iter().filter(|s| s.answers()) {
+            let known = s.entries("replicas", name).unwrap_or_default();
+            let seen = known.iter().any(|e| {
+                e.get("ip").map(String::as_str) == Some("127.0.0.1")
+                    && e.get("port") == Some(&replica.port().to_string())
+                    && is_healthy(e, "slave")
+            });
+            if !seen {
+                return Err(format!(
+                    "sentinel {} knows the replicas {known:?}",
+                    s.addr()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Probes `check` every 20 ms for at most `limit`; fails early if a started process
+    /// exited, and on timeout with `check`'s last reason and every log's end.
+    pub(super) fn wait_for(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut check: impl FnMut(&Self) -> Result<(), String>,
+    ) -> HarnessResult<()> {
+        let started = Instant::now();
+        loop {
+            if let Some(name) = self.exited() {
+                return Err(HarnessError::new(format!(
+                    "{name} exited while the sentinel group was getting {what}; logs:\n{}",
+                    self.logs()
+                )));
+            }
+            let reason = match check(self) {
+                Ok(()) => return Ok(()),
+                Err(reason) => reason,
+            };
+            if started.elapsed() >= limit {
+                return Err(HarnessError::new(format!(
+                    "sentinel group not {what} after {limit:?}: {reason}\nlogs:\n{}",
+                    self.logs()
+                )));
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+        }
+    }
+
+    /// The name of a process that was started (and not stopped by the harness) but exited.
+    pub(super) fn exited(&mut self) -> Option<String> {
+        let nodes = self.nodes.iter_mut().map(|n| n.process_mut());
+        let sentinels = self.sentinels.iter_mut().map(|s| s.process_mut());
+        nodes
+            .chain(sentinels)
+            .find_map(|p| (p.pid().is_some() && !p.is_running()).then(|| p.name().to_string()))
+    }
+
+    /// The end of every process's log, for error messages.
+    pub(super) fn logs(&self) -> String {
+        let nodes = self.nodes.iter().map(|n| n.process());
+        let sentinels = self.sentinels.iter().map(|s| s.process());
+        nodes
+            .chain(sentinels)
+            .map(|p| {
+                format!(
+                    "--- {} ({}):\n{}",
+                    p.name(),
+                    p.log_path().display(),
+                    log_tail(p.log_path(), GROUP_LOG_LINES)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
