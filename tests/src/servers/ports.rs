@@ -7,10 +7,16 @@
 //! same port) an outgoing client connection could take it as its local port; and some servers
 //! need companion ports at fixed offsets (Redis Cluster's bus at port + 10000), which must fit
 //! below 65536. Each candidate (and each companion) is checked by binding it on 127.0.0.1, and
-//! a port is never handed out twice by one test process, so parallel tests do not collide.
+//! a port is never handed out twice while its test process lives: not by that process (a set
+//! in memory), nor by another (a lock file per port, `flock`ed until the process exits, which
+//! the kernel releases even after `kill -9`). The test runner runs every test in a process of
+//! its own and several at once, and a test that stops a server to restart it on the same port
+//! leaves that port unbound for a while: only the lock keeps another test from taking it then.
 
 use std::collections::BTreeSet;
+use std::fs::File;
 use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use crate::error::{HarnessError, HarnessResult};
@@ -22,6 +28,10 @@ const ATTEMPTS: usize = 500;
 
 /// Ports (including companions) already handed out by this process.
 static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// The lock files of the ports handed out by this process, held open (and so locked) until
+/// it exits.
+static RESERVED: Mutex<Vec<File>> = Mutex::new(Vec::new());
 
 /// One free port on 127.0.0.1.
 pub fn free_port() -> HarnessResult<u16> {
@@ -53,13 +63,56 @@ pub fn free_port_with_offsets(offsets: &[u16]) -> HarnessResult<u16> {
             continue;
         }
         if all.iter().all(|&p| is_free(p)) {
+            let Some(locks) = reserve_across_processes(&all)? else {
+                continue;
+            };
             handed.extend(all);
+            RESERVED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(locks);
             return Ok(port);
         }
     }
     Err(HarnessError::new(format!(
         "found no free loopback port (offsets {offsets:?}) in {ATTEMPTS} attempts"
     )))
+}
+
+/// Locks one file per port in a directory every test process of the machine shares; `None`
+/// when another live process holds one of them (its locks went with it if it died).
+fn reserve_across_processes(ports: &[u16]) -> HarnessResult<Option<Vec<File>>> {
+    let dir = reservations_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        HarnessError::new(format!("create the port reservations directory {}: {e}", dir.display()))
+    })?;
+    let mut locks = Vec::with_capacity(ports.len());
+    for port in ports {
+        let path = dir.join(format!("{port}.lock"));
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| HarnessError::new(format!("open {}: {e}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => locks.push(file),
+            // Taken by another process: the caller tries another port (the locks taken so far
+            // are released as `locks` drops).
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(HarnessError::new(format!("lock {}: {e}", path.display())))
+            }
+        }
+    }
+    Ok(Some(locks))
+}
+
+/// Where the ports' lock files live: one directory per user, so that the lock files of a
+/// run as root and of one as `postgres` do not refuse each other's permissions.
+fn reservations_dir() -> PathBuf {
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".to_string());
+    std::env::temp_dir().join(format!("dlock-test-ports-{user}"))
 }
 
 /// Whether a TCP listener can bind `127.0.0.1:port` right now.
