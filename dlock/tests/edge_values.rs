@@ -82,6 +82,17 @@ fn bounded<T>(runtime: &tokio::runtime::Runtime, work: impl std::future::Future<
         .expect("hung for 10 s")
 }
 
+/// A release succeeded, or found the lease already lost: a ttl of a few milliseconds
+/// (`MIN_TTL` and up) can lapse between two renewals on a busy machine, and the release of a
+/// lost lease answers `NotHeld`. With a ttl of a second or more, nothing may be lost.
+fn released(result: Result<(), LockError>, ttl: Duration) {
+    match result {
+        Ok(()) => {}
+        Err(LockError::NotHeld { .. }) if ttl < Duration::from_secs(1) => {}
+        Err(e) => panic!("release with ttl {ttl:?} failed: {e:?}"),
+    }
+}
+
 /// The answer for invalid input names what was wrong.
 fn assert_typed(err: &LockError, key_ok: bool) {
     let expected = if key_ok {
@@ -118,7 +129,7 @@ proptest! {
                     prop_assert!(valid, "accepted key {key:?} with ttl {ttl:?}");
                     prop_assert!(guard.is_held());
                     prop_assert!(guard.fencing_token().is_some());
-                    bounded(&runtime, guard.release()).unwrap();
+                    released(bounded(&runtime, guard.release()), ttl);
                 }
                 Ok(None) => prop_assert!(false, "a free key was reported held"),
                 Err(e) => {
@@ -146,7 +157,7 @@ proptest! {
             Ok(guard) => {
                 prop_assert!(valid, "accepted key {key:?} with ttl {ttl:?}");
                 prop_assert!(guard.fencing_token().is_some());
-                bounded(&runtime, guard.release()).unwrap();
+                released(bounded(&runtime, guard.release()), ttl);
             }
             Err(e) => {
                 prop_assert!(!valid, "refused valid input: {e:?}");
@@ -168,7 +179,7 @@ proptest! {
             Ok(guard) => {
                 prop_assert!(valid, "accepted keys {keys:?} with ttl {ttl:?}");
                 prop_assert_eq!(guard.keys().count(), lock.keys().len());
-                bounded(&runtime, guard.release()).unwrap();
+                released(bounded(&runtime, guard.release()), ttl);
             }
             Err(e) => {
                 prop_assert!(!valid, "refused valid input: {e:?}");
@@ -191,7 +202,7 @@ proptest! {
         match bounded(&runtime, semaphore.acquire()) {
             Ok(permit) => {
                 prop_assert!(valid, "accepted {name:?}, {permits} permits, ttl {ttl:?}");
-                bounded(&runtime, permit.release()).unwrap();
+                released(bounded(&runtime, permit.release()), ttl);
             }
             Err(e) => {
                 prop_assert!(!valid, "refused valid input: {e:?}");
@@ -220,7 +231,7 @@ proptest! {
             Ok(guard) => {
                 prop_assert!(valid, "accepted {key:?} with {segments} segments, ttl {ttl:?}");
                 prop_assert!(guard.segment().is_some_and(|s| s < segments));
-                bounded(&runtime, guard.release()).unwrap();
+                released(bounded(&runtime, guard.release()), ttl);
             }
             Err(e) => {
                 prop_assert!(!valid, "refused valid input: {e:?}");
