@@ -396,7 +396,7 @@ impl EtcdBackend {
             prefix: config.prefix,
             client_name: config
                 .client_name
-                .unwrap_or_else(|| crate::inspect::default_client_name().to_owned()),
+                .unwrap_or_else(|| crate::backend::holder::default_client_name().to_owned()),
             timeout: config.timeout,
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),

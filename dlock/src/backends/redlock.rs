@@ -594,8 +594,11 @@ impl LockBackend for RedlockBackend {
         let mut keys = std::collections::BTreeSet::new();
         for found in self.answered_by_quorum(answers)? {
             keys.extend(found);
-            if keys.len() > crate::inspect::MAX_LISTED {
-                return Err(crate::inspect::too_many_to_list(&self.describe(), prefix));
+            if keys.len() > crate::backend::holder::MAX_LISTED {
+                return Err(crate::backend::holder::too_many_to_list(
+                    &self.describe(),
+                    prefix,
+                ));
             }
         }
         let mut held = Vec::new();

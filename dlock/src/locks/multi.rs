@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use tracing::{Instrument, Span};
 
-use crate::lease::acquire::lock_watched;
 use crate::lease::observe::{Kind, StaleReason};
 use crate::lease::options::{lease_option_setters, LeaseOptions};
 use crate::locks::multi_at_once::{take_all, NotTaken};
 use crate::locks::multi_guard::MultiGuard;
+use crate::locks::within::lock_watched;
 use crate::{backend::deadline, lease::observe, LockError, LockGuard};
 
 /// A lock on several keys at once: [`acquire`](Self::acquire) holds every

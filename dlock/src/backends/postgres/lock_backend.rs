@@ -21,7 +21,7 @@ impl LockBackend for PostgresBackend {
             self.config
                 .client_name
                 .as_deref()
-                .unwrap_or_else(|| crate::inspect::default_client_name()),
+                .unwrap_or_else(|| crate::backend::holder::default_client_name()),
         )
     }
 

@@ -49,7 +49,7 @@ impl LockBackend for ZooKeeperBackend {
             self.config
                 .client_name
                 .as_deref()
-                .unwrap_or(crate::inspect::default_client_name()),
+                .unwrap_or(crate::backend::holder::default_client_name()),
         )
     }
 
