@@ -150,6 +150,7 @@ fn module_of(relative: &Path) -> Vec<String> {
     parts
 }
 
+/// `#[cfg(test)]` or `#[cfg(all(test, ..))]`: code only unit tests compile.
 fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("cfg") && {
@@ -445,6 +446,7 @@ fn imports_go_down_the_floors() {
     let (references, files) = resolved_references();
     let mut broken = Vec::new();
     let mut crossing = 0;
+    let mut seen = BTreeSet::new();
     for (module, reference) in &references {
         if module.is_empty() {
             continue; // the crate root re-exports every floor
@@ -462,6 +464,7 @@ fn imports_go_down_the_floors() {
             continue;
         }
         crossing += 1;
+        seen.insert((from, to));
         let allowed = FLOORS
             .iter()
             .find(|(u, _)| *u == from)
@@ -494,6 +497,21 @@ fn imports_go_down_the_floors() {
         crossing >= 100,
         "only {crossing} references between units: the scanner is broken"
     );
+    // Edges every version of the crate has: if one is missing, resolution broke.
+    for edge in [
+        ("locks", "lease"),
+        ("lease", "backend"),
+        ("backends::redis", "backend"),
+        ("backends::redlock", "backends::redis"),
+        ("connect", "backends::memory"),
+    ] {
+        assert!(
+            seen.contains(&edge),
+            "no reference from `{}` to `{}` found: the scanner is broken",
+            edge.0,
+            edge.1
+        );
+    }
     // Every backend is a unit of its own, so that no backend uses another.
     let backends = std::fs::read_to_string(source_dir().join("backends").join("mod.rs"))
         .expect("dlock/src/backends/mod.rs");
