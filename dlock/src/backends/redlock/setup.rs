@@ -141,7 +141,7 @@ impl RedlockBackend {
     }
 
     /// Sets the per-node timeout of every request instead of the default
-    /// (ttl/100, at least [`MIN_NODE_TIMEOUT`]). Keep it small against the
+    /// (ttl/100, at least [`MIN_NODE_TIMEOUT`](super::MIN_NODE_TIMEOUT)). Keep it small against the
     /// ttl: the validity of a lease is what is left of the ttl after the
     /// slowest master needed for the quorum answered. A zero is raised to
     /// 1 ms.
@@ -176,7 +176,7 @@ impl RedlockBackend {
     /// time every lease granted before the loss has expired. The cost: the
     /// first acquisitions after the option is turned on, and after each
     /// data loss, wait out the quarantine on that master. Acquisition is
-    /// never batched with this option. A quarantine above [`MAX_TTL`] makes
+    /// never batched with this option. A quarantine above [`MAX_TTL`](crate::MAX_TTL) makes
     /// every acquisition fail with [`LockError::InvalidOption`].
     ///
     /// ```no_run
