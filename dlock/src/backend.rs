@@ -7,6 +7,22 @@
 //! (`key.rs`), overflow-free deadlines (`deadline.rs`), the table of URL
 //! schemes (`schemes.rs`), and the holder's identity (`holder.rs`: owner
 //! tokens, client names, `LockInfo`).
+//!
+//! # What a backend must guarantee
+//!
+//! For [`LockBackend`] and [`PermitBackend`] alike: a cancel-safe `acquire`;
+//! transport failures as [`LockError::Backend`]; a wait that runs out as
+//! `Ok(None)` even with a request in flight (the Redis backend drops the
+//! request, whose release-if-dropped guard gives back a grant answered too
+//! late; `Backend` only for a server that failed or stayed silent, as etcd's
+//! and ZooKeeper's one-second stall line); `valid_until` from
+//! [`lease_deadline`] or stricter; credentials never in `describe()`.
+//! `renew` and `release` never see a permit lease or a read-write lease, so a
+//! backend's lock protocol does not change when it adds semaphores or
+//! read-write locks. [`RwBackend`] adds: any number of readers or one writer;
+//! a waiting writer served before readers that ask after it; each lease
+//! (every reader's too) expiring on its own; write fences strictly increasing
+//! per key, a read's fence at least every earlier write's and below every later write's.
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -50,7 +50,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("axum",      &["backend"]),
     // Floor 6: operator entry points, above every other floor.
     ("shutdown",  &["backend", "url", "lease::background", "registry", "lease", "locks", "inspect", "connect"]),
-    ("blocking",  &["backend", "url", "lease::background", "registry", "locks", "connect", "shutdown"]),
+    ("blocking",  &["backend", "url", "lease::background", "registry", "locks", "connect"]),
     // The user's manual: rustdoc pages, no code.
     ("guide",     &[]),
 ];

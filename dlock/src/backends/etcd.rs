@@ -226,6 +226,29 @@
 //! # Ok(()) }
 //! ```
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - URL / configuration: `config.rs` (+ TLS)
+// - requests, errors: `client.rs`
+// - waiting in line: `queue.rs` (the `Line` every entry waits in: sessions, retries, watch,
+//   clean-up; a line says what it asks (`Asked`), how it names, creates and waits behind an entry,
+//   and knows its `Inner`; the lease of a won entry is the trait's default), `mutex.rs` (the plain
+//   lock's line), `contenders.rs` (only a directory's direct children are entries; paged reads)
+// - renewal: `session.rs` (one lease per ttl; revoked after `SESSION_IDLE` unused, and at the
+//   backend's drop), `held.rs`; `renew.rs` (`renew_any`: one keep-alive per session, then
+//   `read_revisions`: held keys read in transactions of at most 64 keys and 128 KiB, 128 in
+//   flight), or for 128 keys and more in one renewal `deletions.rs` (one watch stream of the
+//   namespace's deletes marks held records deleted; a renewal waits for one progress answer; keys
+//   older than the watch, and renewals it does not answer in time, are read)
+// - sessions: `session.rs`
+// - clean-up of abandoned entries: `queue.rs` (`Queued`), `held.rs`
+// - semaphores (`PermitBackend`): `permits.rs`
+// - leader election (`ElectionBackend`): `election.rs` (`own_layout`: `concurrency.Election`'s
+//   keys `<prefix>-election/<name>/<lease-hex>` in the mutex's `Line`
+//   (`enqueue_in`/`predecessor_in` with the directory and value), its own turn (the directory),
+//   `proclaim` by create revision, a watch of the directory)
+// - read-write locks (`RwBackend`): `rw.rs` (etcd's recipe `RWMutex`: a `Line` whose entries are
+//   `read/<ns>`, `write/<ns>` under `<prefix>-rw/<key>/`)
 mod client;
 mod config;
 mod contenders;

@@ -14,6 +14,16 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - waiting in line: `ticket.rs` (+ the nap between tries), `table.rs` (one wait loop: a try
+//   under the lock that queues the ticket, then register for the wake-up and try again; and the
+//   try, renewal, release and forced removal, for locks, semaphores and read-write locks alike)
+// - clean-up of abandoned entries: `ticket.rs`
+// - semaphores (`PermitBackend`): `permits.rs`
+// - leader election (`ElectionBackend`): `election.rs` (records beside the lock table, a
+//   generation per observed election)
+// - read-write locks (`RwBackend`): `rw.rs`
 mod election;
 mod permits;
 mod rw;

@@ -22,7 +22,7 @@
 //!   is silent that long (`idle_session_timeout`, and TCP keepalives and
 //!   `tcp_user_timeout` of about the same length), so a frozen or vanished
 //!   client's locks are freed within it. Each session speaks every third of
-//!   it. A lease's ttl is capped at it ([`Lease::ttl`] reports the capped
+//!   it. A lease's ttl is capped at it ([`Lease::ttl`](crate::backend::Lease::ttl) reports the capped
 //!   value).
 //! - `schema` (default `public`): the schema of the two tables.
 //! - `timeout` (default 5 s): the bound on connecting and on one request.
@@ -173,6 +173,76 @@
 //! # Ok(()) }
 //! ```
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - advisory keys (the numbers `pg_advisory_lock` takes): `keys.rs`
+// - the `LockBackend` impl, each call handed on: `lock_backend.rs`
+// - URL / configuration: `config.rs`: dlock's parameters taken out of the query (`?prefix=`
+//   without `:`; `verify-ca` only with `sslrootcert`), the rest (libpq's, an allow-list) handed to
+//   `tokio_postgres::Config::from_str`; libpq's TLS parameters (`sslmode`, `sslrootcert`,
+//   `sslcert`, `sslkey`) read by dlock (`TlsParams`; tokio-postgres is told only
+//   disable/prefer/require)
+// - TLS (feature `tls`): `tls.rs`: the rustls `ClientConfig` of the `TlsParams`, built once at
+//   `connect` and kept in `Config` (tokio-postgres-rustls's `MakeRustlsConnect`, with channel
+//   binding): per mode the verifier (`AnyCertificate`: the handshake signature only; `ChainOnly`:
+//   the chain to the roots, no name; rustls's `WebPkiServerVerifier` for `verify-full`), roots
+//   from `sslrootcert` or `webpki-roots`, the client certificate; `session.rs`'s `connect` (every
+//   lock session and the listener) uses it, and adds what to check to a failed handshake's error
+// - requests: `sql.rs`: every statement, built once with the quoted schema (`dlock_fences`: the
+//   logged counter, the one durable write of an acquisition; `dlock_holders`: unlogged, holder
+//   token, fence, expiry, what release, renewal, inspect, list and force_release write or read);
+//   `pg_locks` matched by `classid`/`objid` = high/low 32 bits, `objsubid` = 1, this database
+// - sessions: `session.rs`: `Pool` (bounded slots, least loaded session without the key; a dead
+//   slot refilled on demand, one connect at a time), `Session` (client, prepared statements, the
+//   set of advisory keys held or asked for, alive flag, the connection task on dlock's background
+//   runtime, a ping every `session_timeout`/3); every session first runs `setup.rs`'s
+//   `PIN_SEARCH_PATH` (`search_path = pg_catalog, pg_temp`); the first session runs `setup.rs`'s
+//   checks (`pg_is_in_recovery()`, `dlock_fences` and `dlock_holders` created if missing, and
+//   refused when their owner is a role dlock's role is not a member of nor a superuser:
+//   `check_owners`, also run on `dlock_leaders` by `ensure_leaders`)
+// - bounded rows: `retention.rs`: `?fence_retention=`; fences are `GREATEST(last + 1, clock µs)`
+//   (`sql.rs`'s `NOW_US`), so a counter below `now - retention` is an idle key's; `Sweeper` sends
+//   one bounded `DELETE` (1,000 rows of each table, picked by `ctid`) at connect and behind
+//   releases, at most once per `min(retention, 60 s)`, in the background on the releasing session
+// - waiting in line: `listener.rs`: one `LISTEN dlock_released` connection per backend,
+//   `Waiters` (a `Notify` per advisory key, registered before each attempt, woken with
+//   `notify_waiters`; and the inboxes of election observers, per advisory key); one wait loop,
+//   `waiting.rs`'s `wait_for`, for locks, read-write locks (`rw.rs`) and permits (`permits.rs`):
+//   each an attempt within `crate::deadline::until` and a nap until `recheck_at` (the jittered 1 s
+//   re-check, capped at the deadline) or the announcement
+// - leader election (`ElectionBackend`): `election.rs`: the election is the plain lock of its
+//   name; the record is a row of the unlogged `dlock_leaders` (token, writing session's pid, term,
+//   value), made on first use (`ensure_leaders`: asks `to_regclass` first, since `CREATE … IF NOT
+//   EXISTS` needs the right even when the table is there); `proclaim` on the holding session
+//   checks its own `pg_locks` row and the holder row; `leader` joins the record with the holder
+//   row and `pg_locks` of the writing pid; announcements on `dlock_elected`
+//   (`<key>\n<announcement>`) into the observers' inboxes; statements in `sql.rs`'s
+//   `ElectionStatements`
+// - held leases, clean-up: `held.rs`: owner token → session, key and `Hold` (plain, read, write;
+//   `Intent` for a waiting writer's key); the reaper that unlocks a lease past its local deadline
+//   (its wait, `backends/held_deadline.rs`, shared with ZooKeeper's); `unlock_in_background` /
+//   `undo_in_background` (also what a dropped attempt's `Pending` or `RwHold` guard calls: the
+//   unlocks go out on the same session behind the attempt)
+// - renewal: `renew_rounds.rs` (`renew_in_rounds`, shared by locks, read-write leases and
+//   permits: leases grouped by session, cut into statements of at most 1,000 leases and 128 KiB,
+//   all sent at once), then `waiting.rs`'s `renew_on`, `rw.rs`'s `renew_rw_on`, `permits.rs`'s
+//   `renew_permits_on` (one statement each; `renewed` and `forget` answer a lease alike for all
+//   three); a statement that failed is answered by `failed_round` (`SessionExpired` for each lease
+//   when the session ended, else the error)
+// - operator's view: `inspect.rs` (`inspect`, `force_release`, `list` from the rows joined with
+//   `pg_locks`)
+// - read-write locks (`RwBackend`): `rw.rs`: two-`int4` advisory keys (a namespace apart from
+//   plain locks' `bigint` ones): the lock, taken shared by readers and exclusively by writers, and
+//   a writer-intent key that a waiting writer holds (readers take it shared for an instant first,
+//   so they stay out behind a waiting writer); `RwHold` carries a waiting writer's intent and
+//   session between attempts and undoes in the background what a dropped attempt may hold; a
+//   read's fence is read by a second statement pipelined behind the grant; `renew_rw` checks the
+//   session's own `pg_locks` rows (`objsubid` = 2); statements in `sql.rs`'s `RwStatements`
+// - semaphores (`PermitBackend`): `permits.rs`: N `bigint` slot keys from a base and a
+//   two-`int4` count marker held shared by every holder (`pg_locks` shows the stored count); one
+//   statement takes the marker and the first free slot (`sql.rs`'s `PermitStatements`); one permit
+//   or attempt per semaphore per session (a local reservation), so `free` lets go whatever the
+//   session holds of it, which is also how a dropped attempt is undone (`PermitPending`)
 mod config;
 mod election;
 mod held;

@@ -104,6 +104,47 @@
 //! is kept after its last fence, default one day, at most 365 days), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - connecting, and what the connection found out about the server: `connect.rs`
+// - the `LockBackend` impl, each call handed on: `lock_backend.rs`
+// - one request (a command or a script, alone or batched, bounded by the caller's deadline), the
+//   acquire script's answer: `requests.rs`
+// - URL / configuration: `config.rs` (+ clients, TLS)
+// - requests, errors: `scripts.rs` (`run`: the one NOSCRIPT reload, for a call or a pipeline),
+//   `compare_set.rs`, `connection.rs` (a single server's connection, kept on dlock's runtime;
+//   `Server`: that, or the Sentinel master followed)
+// - finding the server: `sentinel.rs` (`redis+sentinel://`: asks the sentinels, follows
+//   `+switch-master`, `READONLY` and lost connections; the failed request sent once more to the
+//   new master), `sentinel/listed.rs` (`SENTINEL REPLICAS` on a kept connection: the replicas a
+//   grant must reach, connected or not), `ride_through.rs` (a lock's `acquire` with a wait,
+//   `wait_for_lock`: queued, acknowledged, a grant given up released; behind Sentinel a `Backend`
+//   error tried again with a new owner token until the wait ends)
+// - replication: `replicas.rs` (`WAIT` after every grant and renewal, `?replicas=auto` counted
+//   in `replicas/count.rs` with `INFO replication` per master (its replication id), behind
+//   Sentinel joined with the sentinels' list, per slot on a Cluster, a lower count believed after
+//   5 s; a grant or renewal answered across a Sentinel switch not trusted; one server's `WAIT`s
+//   shared (group commit); `replicated`: an unacknowledged grant given back unbatched and asked
+//   for again, cancel-safe through the acquire's own drop guard)
+// - waiting in line: `subscriber.rs` (channels and queued tickets: a `turn:<ticket>` message
+//   wakes its waiter alone), `subscriber/waiting.rs` (one wait loop: locks, several keys, read-
+//   write leases), `waiter_queue.rs` (a lock's waiters queue on the server with a heartbeat; the
+//   release wakes the live head, which takes the key after a gap left to clients that do not
+//   queue), `recheck.rs`
+// - renewal: `renew.rs` (scripts, or Lua-free `SET … IFEQ` by `compare_set.rs`), `renew_many.rs`
+//   (the scripts that renew up to 100 leases a call, each checked on its own; a Cluster's cut by
+//   hash slot)
+// - clean-up of abandoned entries: `unfinished.rs`, `rw.rs` (`AbandonIfDropped`: a lease or a
+//   waiting writer's mark)
+// - batching: `batching.rs` (queue), `batching/ops.rs` (the two batched requests)
+// - what another backend uses: `for_redlock.rs` (feature `redlock`)
+// - semaphores (`PermitBackend`): `permits.rs`
+// - several keys in one call (`AllKeysBackend`): `all_keys.rs` (single server only)
+// - leader election (`ElectionBackend`): `election.rs` (the record `<lock>:leader`, the channel
+//   `<lock>:elected`, the list of announcements `<lock>:terms` (`election/announced.rs`), scripts
+//   on the lock's commands; the subscriber's generations wake observers)
+// - read-write locks (`RwBackend`): `rw.rs` (names, one attempt, release, `AbandonIfDropped`),
+//   `rw/scripts.rs`, `rw/waiting.rs` (what a reader or writer watches); renewal in `renew.rs`
 mod all_keys;
 mod batching;
 mod compare_set;

@@ -151,6 +151,17 @@
 //! are built with [`RedlockBackend::from_urls`] or
 //! [`RedlockBackend::from_backends`].
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - building the backend (from a URL, URLs or backends) and its settings: `setup.rs`
+// - URL / configuration: `config.rs`
+// - waiting in line: each master's subscriber, `quorum.rs` (between rounds)
+// - the round on N masters: `quorum.rs` (round, unwinding)
+// - renewal: `redlock.rs`
+// - clean-up of abandoned entries: `quorum.rs` (`Unwind`; `Undos`: a retry with the same token
+//   skips a master whose undo is unfinished)
+// - leader election (`ElectionBackend`): none (`no_elections`: no fence to be the term)
+// - read-write locks (`RwBackend`): none (`rw()` is `None`: `no_rw_locks`)
 mod config;
 mod quorum;
 mod setup;

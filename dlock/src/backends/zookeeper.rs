@@ -226,6 +226,28 @@
 //! # Ok(()) }
 //! ```
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - a lock's node, taken (in the queue) and deleted: `lock_node.rs`
+// - the `LockBackend` impl, each call handed on: `lock_backend.rs`
+// - URL / configuration: `config.rs` (key escaping, `?acl=`), `tls.rs` (`zks://`: `?ca=`,
+//   `?cert=`/`?key=` as `zookeeper-client`'s `TlsOptions`; feature `tls`)
+// - access control: `acl.rs` (the ACL of created nodes by `?acl=`; each acquisition's key
+//   directory checked, tightened or refused)
+// - waiting in line: `queue.rs` (+ the protected create; one queue code for lock, read and write
+//   nodes), `order.rs` (Curator's rules of whose turn it is)
+// - renewal: `renew.rs` (held nodes read in multi-reads of at most 1,000 nodes and 128 KiB,
+//   behind one `sync` per session), `lease.rs`, `held.rs`
+// - sessions: `session.rs` (opened on dlock's runtime)
+// - clean-up of abandoned entries: `cleanup.rs`, `stale.rs` (a campaign's sweep of its own
+//   session's unused participant nodes)
+// - semaphores (`PermitBackend`): `permits.rs`
+// - leader election (`ElectionBackend`): `election.rs` (`own_layout`: Curator's `LeaderLatch`,
+//   `latch-` nodes (`order.rs`'s `Queue::Latch`) in the lock's queue code, created from a request
+//   carrying the value as the node's data; `proclaim` sets the data; a persistent recursive watch
+//   for observers, re-made on a new session when its session ends)
+// - read-write locks (`RwBackend`): `rw.rs` (Curator's `InterProcessReadWriteLock` layout,
+//   `rw_lock_path`, why a read's `czxid` fences), `order.rs`
 mod acl;
 mod cleanup;
 mod config;

@@ -115,7 +115,7 @@ impl StaleReason {
 }
 
 /// A lease was granted but not handed over, because it was no longer live
-/// at that instant (the rule in ARCHITECTURE.md's invariants): a `WARN`
+/// at that instant (the hand-over rule in `lease`'s module docs): a `WARN`
 /// event and the `dlock_stale_grants_total` counter. The acquisition gives
 /// it back and tries again within its wait.
 pub(crate) fn stale_grant(
