@@ -155,7 +155,7 @@ impl RedisBackend {
 
     /// One run of the acquire script, alone or in a batch. With
     /// `release_unclaimed`, a lease taken in a batch whose caller went away
-    /// meanwhile is released at once (see `batched.rs` for why Redlock
+    /// meanwhile is released at once (see `batching/ops.rs` for why Redlock
     /// declines).
     pub(crate) async fn attempt(
         &self,
