@@ -4,8 +4,25 @@
 //! several keys in one call (`all_keys.rs`), leader election
 //! (`election.rs`). Beside them, the contract's vocabulary that the core and
 //! every backend share: the one error type (`error.rs`), key validation
-//! (`key.rs`), overflow-free deadlines (`deadline.rs`) and the table of URL
-//! schemes (`schemes.rs`).
+//! (`key.rs`), overflow-free deadlines (`deadline.rs`), the table of URL
+//! schemes (`schemes.rs`), and the holder's identity (`holder.rs`: owner
+//! tokens, client names, `LockInfo`).
+//!
+//! # What a backend must guarantee
+//!
+//! For [`LockBackend`] and [`PermitBackend`] alike: a cancel-safe `acquire`;
+//! transport failures as [`LockError::Backend`]; a wait that runs out as
+//! `Ok(None)` even with a request in flight (the Redis backend drops the
+//! request, whose release-if-dropped guard gives back a grant answered too
+//! late; `Backend` only for a server that failed or stayed silent, as etcd's
+//! and ZooKeeper's one-second stall line); `valid_until` from
+//! [`lease_deadline`] or stricter; credentials never in `describe()`.
+//! `renew` and `release` never see a permit lease or a read-write lease, so a
+//! backend's lock protocol does not change when it adds semaphores or
+//! read-write locks. [`RwBackend`] adds: any number of readers or one writer;
+//! a waiting writer served before readers that ask after it; each lease
+//! (every reader's too) expiring on its own; write fences strictly increasing
+//! per key, a read's fence at least every earlier write's and below every later write's.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -16,6 +33,7 @@ mod all_keys;
 pub(crate) mod deadline;
 mod election;
 pub(crate) mod error;
+pub(crate) mod holder;
 pub(crate) mod key;
 mod permits;
 #[cfg(any(feature = "redis", feature = "etcd"))]
@@ -382,7 +400,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// (see [`crate::inspect`]): `?client_name=` from its URL, by default
     /// [`default_client_name`](crate::default_client_name). `None`: none.
     fn client_name(&self) -> Option<&str> {
-        Some(crate::inspect::default_client_name())
+        Some(holder::default_client_name())
     }
 
     /// Who holds the lock `key` (not a semaphore or read-write lock of
@@ -390,10 +408,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// [`InvalidOption`](LockError::InvalidOption) error: not supported.
     async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
         let _ = key;
-        Err(crate::inspect::not_supported(
-            &self.describe(),
-            "inspecting a lock",
-        ))
+        Err(holder::not_supported(&self.describe(), "inspecting a lock"))
     }
 
     /// Removes the lease on the lock `key` whoever holds it, and wakes its
@@ -402,10 +417,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// The default is an [`InvalidOption`](LockError::InvalidOption) error.
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {
         let _ = key;
-        Err(crate::inspect::not_supported(
-            &self.describe(),
-            "a forced release",
-        ))
+        Err(holder::not_supported(&self.describe(), "a forced release"))
     }
 
     /// The lock keys held now that start with `prefix`, each with what
@@ -417,9 +429,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// [`InvalidOption`](LockError::InvalidOption) error: not supported.
     async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
         let _ = prefix;
-        Err(crate::inspect::not_supported(
-            &self.describe(),
-            "listing locks",
-        ))
+        Err(holder::not_supported(&self.describe(), "listing locks"))
     }
 }

@@ -44,6 +44,7 @@ mod axum;
 pub mod backend;
 pub mod backends;
 mod blocking;
+mod connect;
 pub mod guide;
 pub mod inspect;
 mod lease;
@@ -59,9 +60,11 @@ pub mod url;
 pub mod __private;
 
 pub use backend::error::LockError;
+pub use backend::holder::{default_client_name, LockInfo};
 pub use backend::key::MAX_KEY_BYTES;
 pub use backend::{Leader, LockBackend};
 pub use blocking::connect_blocking;
+pub use connect::connect;
 /// ```
 /// use dlock::{distributed_lock, LockError, LockGuard};
 ///
@@ -79,7 +82,7 @@ pub use blocking::connect_blocking;
 /// ```
 #[doc(inline)]
 pub use dlock_macros::distributed_lock;
-pub use inspect::{default_client_name, list_locks, LockInfo};
+pub use inspect::list_locks;
 pub use lease::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use locks::election::{Election, Leadership};
 pub use locks::guard::LockGuard;
@@ -89,5 +92,5 @@ pub use locks::multi_guard::MultiGuard;
 pub use locks::rwlock::RwLock;
 pub use locks::segmented::SegmentedLock;
 pub use locks::semaphore::{Permit, Semaphore};
-pub use registry::{connect, registry, Registry};
+pub use registry::{registry, Registry};
 pub use shutdown::shutdown;

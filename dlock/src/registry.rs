@@ -1,11 +1,11 @@
-//! The global registry of named backends, and `connect(url)`.
+//! The global registry of named backends. It stores `Arc<dyn LockBackend>`
+//! and knows no backend: `connect(url)`, which knows them all, is in
+//! `connect.rs`, on a floor above the backends.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock, RwLock};
 
-use crate::backend::schemes::{self, Backend};
 use crate::backend::LockBackend;
-use crate::backends::memory::MemoryBackend;
 use crate::LockError;
 
 /// The name under which the default backend is reported in errors.
@@ -120,73 +120,4 @@ impl Registry {
 pub fn registry() -> &'static Registry {
     static GLOBAL: LazyLock<Registry> = LazyLock::new(Registry::new);
     &GLOBAL
-}
-
-/// Connects to the lock service named by `url` and returns it as a backend.
-///
-/// Schemes: `memory://` always; `redis://`, `rediss://`, `redis+cluster://`,
-/// `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`,
-/// `redlock://`, `etcd://`, `etcds://`, `zk://`, `zks://`, `postgres://`,
-/// `postgresql://` with
-/// their cargo features (the table in [`backends`](crate::backends)).
-///
-/// # Errors
-/// [`LockError::InvalidOption`] naming the URL (password redacted) if the
-/// scheme is unknown, its feature is off, or the URL is malformed;
-/// [`LockError::Backend`] if the service cannot be reached;
-/// [`LockError::ShutDown`] after [`dlock::shutdown`](crate::shutdown).
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let memory = dlock::connect("memory://").await.unwrap();
-/// assert_eq!(memory.describe(), "memory://");
-/// let err = dlock::connect("mongo://u:hunter2@db").await.unwrap_err();
-/// assert!(err.to_string().contains("mongo://u:***@db"));
-/// # }
-/// ```
-pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
-    crate::lease::background::check()?;
-    let shown = crate::url::redact(url);
-    let Some(scheme) = crate::url::scheme(url) else {
-        return Err(LockError::invalid_option(format!(
-            "`{shown}` is not a lock service URL; write `scheme://address`, e.g. `redis://127.0.0.1:6379` or `memory://`"
-        )));
-    };
-    let Some(row) = schemes::find(scheme) else {
-        return Err(LockError::invalid_option(format!(
-            "`{shown}` has the unknown scheme `{scheme}`; dlock knows {}",
-            schemes::all_listed()
-        )));
-    };
-    match row.backend {
-        Backend::Memory => Ok(Arc::new(MemoryBackend::connect(url).await?)),
-        #[cfg(feature = "redis")]
-        Backend::Redis => Ok(Arc::new(
-            crate::backends::redis::RedisBackend::connect(url).await?,
-        )),
-        #[cfg(feature = "redlock")]
-        Backend::Redlock => Ok(Arc::new(
-            crate::backends::redlock::RedlockBackend::connect(url).await?,
-        )),
-        #[cfg(feature = "etcd")]
-        Backend::Etcd => Ok(Arc::new(
-            crate::backends::etcd::EtcdBackend::connect(url).await?,
-        )),
-        #[cfg(feature = "zookeeper")]
-        Backend::ZooKeeper => Ok(Arc::new(
-            crate::backends::zookeeper::ZooKeeperBackend::connect(url).await?,
-        )),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => Ok(Arc::new(
-            crate::backends::postgres::PostgresBackend::connect(url).await?,
-        )),
-        // A backend whose cargo feature is off in this build.
-        #[allow(unreachable_patterns)]
-        _ => {
-            let feature = row.feature.unwrap_or(scheme);
-            Err(LockError::invalid_option(format!(
-                "`{shown}` needs dlock's `{feature}` cargo feature; enable it: dlock-rs = {{ version = \"0.1\", features = [\"{feature}\"] }}"
-            )))
-        }
-    }
 }

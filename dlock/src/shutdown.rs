@@ -1,5 +1,12 @@
 //! `dlock::shutdown`: give back every lease this process holds and stop
 //! dlock's background runtime, for a SIGTERM handler.
+//!
+//! The order: `background::close` (later calls get `LockError::ShutDown`;
+//! grants between the server's answer and their registration settle first,
+//! `background::Settling`); every backend's watchdog gives up its leases
+//! (`local::all`, `Watchdog::take_all`), each released; background work in
+//! flight is waited for (at most 1 s, `in_flight::settle`); then
+//! `background::stop` shuts the runtime down and joins its thread.
 
 use std::future::Future;
 use std::pin::Pin;

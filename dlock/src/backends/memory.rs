@@ -14,6 +14,16 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - waiting in line: `ticket.rs` (+ the nap between tries), `table.rs` (one wait loop: a try
+//   under the lock that queues the ticket, then register for the wake-up and try again; and the
+//   try, renewal, release and forced removal, for locks, semaphores and read-write locks alike)
+// - clean-up of abandoned entries: `ticket.rs`
+// - semaphores (`PermitBackend`): `permits.rs`
+// - leader election (`ElectionBackend`): `election.rs` (records beside the lock table, a
+//   generation per observed election)
+// - read-write locks (`RwBackend`): `rw.rs`
 mod election;
 mod permits;
 mod rw;
@@ -139,7 +149,7 @@ impl MemoryBackend {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=').unwrap_or((pair, "")) {
                 ("client_name", name) => {
-                    backend.client_name = Some(crate::inspect::check_client_name(name)?);
+                    backend.client_name = Some(crate::backend::holder::check_client_name(name)?);
                 }
                 (other, _) => {
                     return Err(LockError::invalid_option(format!(
@@ -306,7 +316,7 @@ impl LockBackend for MemoryBackend {
         Some(
             self.client_name
                 .as_deref()
-                .unwrap_or(crate::inspect::default_client_name()),
+                .unwrap_or(crate::backend::holder::default_client_name()),
         )
     }
 
@@ -321,7 +331,7 @@ impl LockBackend for MemoryBackend {
                 crate::LockInfo::new(
                     h.expires - now,
                     Some(h.fence),
-                    crate::inspect::holder_of(&h.token).map(str::to_owned),
+                    crate::backend::holder::holder_of(&h.token).map(str::to_owned),
                 )
             }))
     }
@@ -335,13 +345,16 @@ impl LockBackend for MemoryBackend {
             let Some(h) = entry.holder.as_ref().filter(|h| h.expires > now) else {
                 continue;
             };
-            if held.len() == crate::inspect::MAX_LISTED {
-                return Err(crate::inspect::too_many_to_list(&self.describe(), prefix));
+            if held.len() == crate::backend::holder::MAX_LISTED {
+                return Err(crate::backend::holder::too_many_to_list(
+                    &self.describe(),
+                    prefix,
+                ));
             }
             let info = crate::LockInfo::new(
                 h.expires - now,
                 Some(h.fence),
-                crate::inspect::holder_of(&h.token).map(str::to_owned),
+                crate::backend::holder::holder_of(&h.token).map(str::to_owned),
             );
             held.push((key.clone(), info));
         }

@@ -22,7 +22,7 @@
 //!   is silent that long (`idle_session_timeout`, and TCP keepalives and
 //!   `tcp_user_timeout` of about the same length), so a frozen or vanished
 //!   client's locks are freed within it. Each session speaks every third of
-//!   it. A lease's ttl is capped at it ([`Lease::ttl`] reports the capped
+//!   it. A lease's ttl is capped at it ([`Lease::ttl`](crate::backend::Lease::ttl) reports the capped
 //!   value).
 //! - `schema` (default `public`): the schema of the two tables.
 //! - `timeout` (default 5 s): the bound on connecting and on one request.
@@ -173,11 +173,83 @@
 //! # Ok(()) }
 //! ```
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - advisory keys (the numbers `pg_advisory_lock` takes): `keys.rs`
+// - the `LockBackend` impl, each call handed on: `lock_backend.rs`
+// - URL / configuration: `config.rs`: dlock's parameters taken out of the query (`?prefix=`
+//   without `:`; `verify-ca` only with `sslrootcert`), the rest (libpq's, an allow-list) handed to
+//   `tokio_postgres::Config::from_str`; libpq's TLS parameters (`sslmode`, `sslrootcert`,
+//   `sslcert`, `sslkey`) read by dlock (`TlsParams`; tokio-postgres is told only
+//   disable/prefer/require)
+// - TLS (feature `tls`): `tls.rs`: the rustls `ClientConfig` of the `TlsParams`, built once at
+//   `connect` and kept in `Config` (tokio-postgres-rustls's `MakeRustlsConnect`, with channel
+//   binding): per mode the verifier (`AnyCertificate`: the handshake signature only; `ChainOnly`:
+//   the chain to the roots, no name; rustls's `WebPkiServerVerifier` for `verify-full`), roots
+//   from `sslrootcert` or `webpki-roots`, the client certificate; `session.rs`'s `connect` (every
+//   lock session and the listener) uses it, and adds what to check to a failed handshake's error
+// - requests: `sql.rs`: every statement, built once with the quoted schema (`dlock_fences`: the
+//   logged counter, the one durable write of an acquisition; `dlock_holders`: unlogged, holder
+//   token, fence, expiry, what release, renewal, inspect, list and force_release write or read);
+//   `pg_locks` matched by `classid`/`objid` = high/low 32 bits, `objsubid` = 1, this database
+// - sessions: `session.rs`: `Pool` (bounded slots, least loaded session without the key; a dead
+//   slot refilled on demand, one connect at a time), `Session` (client, prepared statements, the
+//   set of advisory keys held or asked for, alive flag, the connection task on dlock's background
+//   runtime, a ping every `session_timeout`/3); every session first runs `setup.rs`'s
+//   `PIN_SEARCH_PATH` (`search_path = pg_catalog, pg_temp`); the first session runs `setup.rs`'s
+//   checks (`pg_is_in_recovery()`, `dlock_fences` and `dlock_holders` created if missing, and
+//   refused when their owner is a role dlock's role is not a member of nor a superuser:
+//   `check_owners`, also run on `dlock_leaders` by `ensure_leaders`)
+// - bounded rows: `retention.rs`: `?fence_retention=`; fences are `GREATEST(last + 1, clock µs)`
+//   (`sql.rs`'s `NOW_US`), so a counter below `now - retention` is an idle key's; `Sweeper` sends
+//   one bounded `DELETE` (1,000 rows of each table, picked by `ctid`) at connect and behind
+//   releases, at most once per `min(retention, 60 s)`, in the background on the releasing session
+// - waiting in line: `listener.rs`: one `LISTEN dlock_released` connection per backend,
+//   `Waiters` (a `Notify` per advisory key, registered before each attempt, woken with
+//   `notify_waiters`; and the inboxes of election observers, per advisory key); one wait loop,
+//   `waiting.rs`'s `wait_for`, for locks, read-write locks (`rw.rs`) and permits (`permits.rs`):
+//   each an attempt within `crate::deadline::until` and a nap until `recheck_at` (the jittered 1 s
+//   re-check, capped at the deadline) or the announcement
+// - leader election (`ElectionBackend`): `election.rs`: the election is the plain lock of its
+//   name; the record is a row of the unlogged `dlock_leaders` (token, writing session's pid, term,
+//   value), made on first use (`ensure_leaders`: asks `to_regclass` first, since `CREATE … IF NOT
+//   EXISTS` needs the right even when the table is there); `proclaim` on the holding session
+//   checks its own `pg_locks` row and the holder row; `leader` joins the record with the holder
+//   row and `pg_locks` of the writing pid; announcements on `dlock_elected`
+//   (`<key>\n<announcement>`) into the observers' inboxes; statements in `sql.rs`'s
+//   `ElectionStatements`
+// - held leases, clean-up: `held.rs`: owner token → session, key and `Hold` (plain, read, write;
+//   `Intent` for a waiting writer's key); the reaper that unlocks a lease past its local deadline
+//   (its wait, `backends/held_deadline.rs`, shared with ZooKeeper's); `unlock_in_background` /
+//   `undo_in_background` (also what a dropped attempt's `Pending` or `RwHold` guard calls: the
+//   unlocks go out on the same session behind the attempt)
+// - renewal: `renew_rounds.rs` (`renew_in_rounds`, shared by locks, read-write leases and
+//   permits: leases grouped by session, cut into statements of at most 1,000 leases and 128 KiB,
+//   all sent at once), then `waiting.rs`'s `renew_on`, `rw.rs`'s `renew_rw_on`, `permits.rs`'s
+//   `renew_permits_on` (one statement each; `renewed` and `forget` answer a lease alike for all
+//   three); a statement that failed is answered by `failed_round` (`SessionExpired` for each lease
+//   when the session ended, else the error)
+// - operator's view: `inspect.rs` (`inspect`, `force_release`, `list` from the rows joined with
+//   `pg_locks`)
+// - read-write locks (`RwBackend`): `rw.rs`: two-`int4` advisory keys (a namespace apart from
+//   plain locks' `bigint` ones): the lock, taken shared by readers and exclusively by writers, and
+//   a writer-intent key that a waiting writer holds (readers take it shared for an instant first,
+//   so they stay out behind a waiting writer); `RwHold` carries a waiting writer's intent and
+//   session between attempts and undoes in the background what a dropped attempt may hold; a
+//   read's fence is read by a second statement pipelined behind the grant; `renew_rw` checks the
+//   session's own `pg_locks` rows (`objsubid` = 2); statements in `sql.rs`'s `RwStatements`
+// - semaphores (`PermitBackend`): `permits.rs`: N `bigint` slot keys from a base and a
+//   two-`int4` count marker held shared by every holder (`pg_locks` shows the stored count); one
+//   statement takes the marker and the first free slot (`sql.rs`'s `PermitStatements`); one permit
+//   or attempt per semaphore per session (a local reservation), so `free` lets go whatever the
+//   session holds of it, which is also how a dropped attempt is undone (`PermitPending`)
 mod config;
 mod election;
 mod held;
 mod inspect;
+mod keys;
 mod listener;
+mod lock_backend;
 mod permits;
 mod renew_rounds;
 mod retention;
@@ -187,113 +259,25 @@ mod setup;
 mod sql;
 #[cfg(feature = "tls")]
 mod tls;
+mod waiting;
 
 pub use self::election::MAX_VALUE_BYTES;
+pub use self::keys::{advisory_key, advisory_key_in, rw_advisory_key, rw_advisory_key_in};
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-use async_trait::async_trait;
-use sha2::{Digest, Sha256};
+use std::time::Duration;
 
 use self::config::Config;
 use self::held::HeldMap;
+use self::keys::digest;
 use self::listener::{Listener, Waiters};
 use self::session::{Pool, Reserved, Session};
 use self::sql::Statements;
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
-use crate::{LockError, LockInfo};
+use crate::LockError;
 
 /// How often a waiter tries again when no release was announced.
 const RECHECK: Duration = Duration::from_secs(1);
-
-/// The advisory key of the lock `key` under the default prefix (`dlock`):
-/// what `SELECT pg_advisory_lock(<number>)` takes to exclude a dlock holder
-/// of `key`, and to be excluded by one.
-///
-/// The number is the first 8 bytes of the SHA-256 of `dlock:<key>` (UTF-8),
-/// read as a big-endian signed 64-bit integer. It never changes between
-/// versions of dlock. psql computes the same number:
-///
-/// ```sql
-/// SELECT ('x' || left(encode(sha256(convert_to('dlock:nightly-report', 'UTF8')), 'hex'), 16))::bit(64)::bigint;
-/// -- then: SELECT pg_advisory_lock(that number);
-/// ```
-///
-/// ```
-/// use dlock::backends::postgres::advisory_key;
-/// assert_eq!(advisory_key("job"), advisory_key("job"));
-/// assert_ne!(advisory_key("job"), advisory_key("job2"));
-/// ```
-pub fn advisory_key(key: &str) -> i64 {
-    advisory_key_in(config::DEFAULT_PREFIX, key)
-}
-
-/// The advisory key of the lock `key` for a backend whose URL says
-/// `?prefix=<prefix>`: the first 8 bytes of the SHA-256 of
-/// `<prefix>:<key>`, big-endian, signed (see [`advisory_key`]). The
-/// backend refuses a prefix with `:` (it would make `<prefix>:<key>`
-/// ambiguous), so such a prefix names no dlock lock.
-///
-/// ```
-/// use dlock::backends::postgres::{advisory_key, advisory_key_in};
-/// assert_eq!(advisory_key_in("dlock", "job"), advisory_key("job"));
-/// ```
-pub fn advisory_key_in(prefix: &str, key: &str) -> i64 {
-    let digest = digest(prefix, key);
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(first)
-}
-
-/// The two `int4` keys of the read-write lock `key` under the default
-/// prefix: what `SELECT pg_advisory_lock_shared(k1, k2)` takes to read
-/// beside dlock's readers and exclude its writers, and
-/// `pg_advisory_lock(k1, k2)` to write.
-///
-/// They are bytes 8..16 of the SHA-256 of `dlock:<key>` (the bytes after
-/// those of [`advisory_key`]), big-endian, split into a signed high and
-/// low half. psql computes the same numbers:
-///
-/// ```sql
-/// SELECT ('x' || substr(encode(sha256(convert_to('dlock:prices', 'UTF8')), 'hex'), 17, 8))::bit(32)::int4,
-///        ('x' || substr(encode(sha256(convert_to('dlock:prices', 'UTF8')), 'hex'), 25, 8))::bit(32)::int4;
-/// -- then: SELECT pg_advisory_lock_shared(k1, k2);
-/// ```
-///
-/// The two-`int4` form is a namespace of its own in PostgreSQL,
-/// so the read-write lock and the plain lock of one key are separate
-/// locks. Writers also take a writer-intent key, bytes 16..24 in the same
-/// form, while they wait: readers that see it held stay out. Stable
-/// across versions.
-///
-/// ```
-/// use dlock::backends::postgres::{rw_advisory_key, rw_advisory_key_in};
-/// assert_eq!(rw_advisory_key("job"), rw_advisory_key_in("dlock", "job"));
-/// ```
-pub fn rw_advisory_key(key: &str) -> (i32, i32) {
-    rw_advisory_key_in(config::DEFAULT_PREFIX, key)
-}
-
-/// The two `int4` keys of the read-write lock `key` for a backend whose
-/// URL says `?prefix=<prefix>` (see [`rw_advisory_key`]).
-pub fn rw_advisory_key_in(prefix: &str, key: &str) -> (i32, i32) {
-    let digest = digest(prefix, key);
-    let hi = i32::from_be_bytes([digest[8], digest[9], digest[10], digest[11]]);
-    let lo = i32::from_be_bytes([digest[12], digest[13], digest[14], digest[15]]);
-    (hi, lo)
-}
-
-/// SHA-256 of `<prefix>:<key>`.
-fn digest(prefix: &str, key: &str) -> [u8; 32] {
-    Sha256::new()
-        .chain_update(prefix.as_bytes())
-        .chain_update(b":")
-        .chain_update(key.as_bytes())
-        .finalize()
-        .into()
-}
 
 /// The PostgreSQL backend (see the module docs).
 pub struct PostgresBackend {
@@ -503,339 +487,10 @@ impl PostgresBackend {
             Reserved::Busy => Err(failed(&self.shown, "no session could be opened")),
         }
     }
-
-    /// Runs `attempt` on `state` (what the attempts need, and what they
-    /// carry from one to the next) until it gives a lease, or `Ok(None)` once
-    /// `deadline` passes: the wait of a lock, a read-write lock or a
-    /// semaphore whose advisory key is `key`. A release's notification on
-    /// `key` wakes it; the re-check timer too, since a lock freed by another
-    /// client announces nothing.
-    async fn wait_for<S: Send>(
-        &self,
-        key: i64,
-        deadline: Option<Instant>,
-        state: &mut S,
-        attempt: impl for<'s> Fn(&'s mut S) -> Attempt<'s> + Send,
-    ) -> Result<Option<Lease>, LockError> {
-        let waiting = self.waiters.register(key);
-        loop {
-            // Listening before the attempt: a release after it is not missed.
-            self.ensure_listener().await;
-            let notified = waiting.notify.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            let Some(answer) = crate::backend::deadline::until(deadline, attempt(state)).await
-            else {
-                return Ok(None);
-            };
-            if let Some(lease) = answer? {
-                return Ok(Some(lease));
-            }
-            let Some(nap) = recheck_at(deadline) else {
-                return Ok(None);
-            };
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(nap.into()) => {}
-            }
-        }
-    }
-
-    /// Makes sure the listening connection is up; false if it cannot be.
-    async fn ensure_listener(&self) -> bool {
-        let mut listener = self.listener.lock().await;
-        if listener.as_ref().is_some_and(Listener::is_alive) {
-            return true;
-        }
-        let (config, shown, waiters) = (
-            self.config.clone(),
-            self.shown.clone(),
-            Arc::downgrade(&self.waiters),
-        );
-        match crate::lease::background::run(async move {
-            Listener::open(&config, &shown, waiters).await
-        })
-        .await
-        {
-            Ok(new) => {
-                *listener = Some(new);
-                listener::listening_again(&self.waiters);
-                true
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "PostgreSQL listener could not connect; waiters re-check on a timer");
-                false
-            }
-        }
-    }
-
-    /// One attempt: a free session, `pg_try_advisory_lock` and the fence.
-    async fn try_once(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
-        let key = advisory_key_in(&self.config.prefix, &req.key);
-        let session = match self.pool.reserve(&[key], || self.open_session()).await? {
-            Reserved::On(session) => session,
-            Reserved::Busy => return Ok(None),
-        };
-        let mut pending = Pending {
-            session: Some(session.clone()),
-            key,
-        };
-        let ttl = self.clamp(req.ttl);
-        let name = self.name_of(&req.key);
-        let secs = ttl.as_secs_f64();
-        let sent = Instant::now();
-        let row = self
-            .bounded(
-                session
-                    .client
-                    .query_one(&session.prepared.acquire, &[&key, &name, &req.token, &secs]),
-            )
-            .await?;
-        pending.disarm();
-        let granted: bool = row.get(0);
-        if !granted {
-            session.unreserve(key);
-            return Ok(None);
-        }
-        let fence: Option<i64> = row.get(1);
-        let valid_until = lease_deadline(sent, ttl);
-        held::remember(
-            &self.held,
-            &req.token,
-            session,
-            key,
-            held::Hold::Plain,
-            valid_until,
-        );
-        Ok(Some(Lease {
-            key: req.key.clone(),
-            token: req.token.clone(),
-            ttl,
-            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
-            valid_until,
-            resource: format!("pg_advisory_lock({key})"),
-        }))
-    }
-
-    /// Renews the leases `at` (indexes into `leases`) on one session.
-    async fn renew_on(
-        &self,
-        session: Arc<Session>,
-        leases: &[Lease],
-        at: Vec<usize>,
-    ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        if !session.is_alive() {
-            at.iter().for_each(|&i| self.forget(&leases[i]));
-            return at
-                .into_iter()
-                .map(|i| (i, Ok(Renewal::SessionExpired)))
-                .collect();
-        }
-        let keys: Vec<i64> = at
-            .iter()
-            .map(|&i| advisory_key_in(&self.config.prefix, &leases[i].key))
-            .collect();
-        let names: Vec<String> = at.iter().map(|&i| self.name_of(&leases[i].key)).collect();
-        let tokens: Vec<&str> = at.iter().map(|&i| leases[i].token.as_str()).collect();
-        let secs: Vec<f64> = at
-            .iter()
-            .map(|&i| self.clamp(leases[i].ttl).as_secs_f64())
-            .collect();
-        let sent = Instant::now();
-        let rows = self
-            .bounded(
-                session
-                    .client
-                    .query(&session.prepared.renew, &[&keys, &names, &tokens, &secs]),
-            )
-            .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => return self.failed_round(&session, leases, at.into_iter(), &e.to_string()),
-        };
-        let found: std::collections::HashMap<&str, bool> = rows
-            .iter()
-            .map(|row| (row.get::<_, &str>(0), row.get::<_, bool>(1)))
-            .collect();
-        at.into_iter()
-            .zip(keys.iter().zip(&names))
-            .map(|(i, (&key, name))| {
-                let answer = match found.get(name.as_str()) {
-                    Some(true) => self.renewed(&leases[i], sent),
-                    // The row names another holder: force-released. The
-                    // session still has the lock: let it go.
-                    Some(false) => {
-                        self.forget(&leases[i]);
-                        held::unlock_in_background(session.clone(), key);
-                        Renewal::Deleted
-                    }
-                    None => {
-                        self.forget(&leases[i]);
-                        session.unreserve(key);
-                        Renewal::Refused
-                    }
-                };
-                (i, Ok(answer))
-            })
-            .collect()
-    }
 }
 
 impl Drop for PostgresBackend {
     fn drop(&mut self) {
         self.pool.close_all();
     }
-}
-
-#[async_trait]
-impl LockBackend for PostgresBackend {
-    fn describe(&self) -> String {
-        self.shown.clone()
-    }
-
-    fn client_name(&self) -> Option<&str> {
-        Some(
-            self.config
-                .client_name
-                .as_deref()
-                .unwrap_or_else(|| crate::inspect::default_client_name()),
-        )
-    }
-
-    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
-        self.try_once(req).await
-    }
-
-    async fn acquire(
-        &self,
-        req: &AcquireRequest,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, LockError> {
-        let key = advisory_key_in(&self.config.prefix, &req.key);
-        self.wait_for(key, deadline, &mut (self, req), |(backend, req)| {
-            Box::pin(backend.try_once(req))
-        })
-        .await
-    }
-
-    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_in_rounds(
-            leases,
-            |i, _| i,
-            |session, at| self.renew_on(session, leases, at),
-        )
-        .await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let Some(h) = lock(&self.held).remove(&lease.token) else {
-            return Ok(false);
-        };
-        if !h.session.is_alive() {
-            return Ok(false);
-        }
-        let mut pending = Pending {
-            session: Some(h.session.clone()),
-            key: h.key,
-        };
-        let name = self.name_of(&lease.key);
-        let row = self
-            .bounded(
-                h.session
-                    .client
-                    .query_one(&h.session.prepared.release, &[&h.key, &name, &lease.token]),
-            )
-            .await;
-        let row = match row {
-            Ok(row) => row,
-            Err(_) if !h.session.is_alive() => {
-                pending.disarm();
-                return Ok(false);
-            }
-            Err(e) => return Err(e),
-        };
-        pending.disarm();
-        h.session.unreserve(h.key);
-        self.sweeper
-            .maybe(&h.session, &self.statements.sweep, &self.shown);
-        let unlocked: bool = row.get(0);
-        let ours: i64 = row.get(1);
-        Ok(unlocked && ours == 1)
-    }
-
-    fn capabilities(&self) -> crate::backend::Capabilities<'_> {
-        crate::backend::Capabilities::all(self)
-    }
-
-    fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.alarm.subscribe())
-    }
-
-    async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
-        self.inspect_key(key).await
-    }
-
-    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
-        self.force_release_key(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<(String, LockInfo)>, LockError> {
-        self.list_keys(prefix).await
-    }
-}
-
-/// When a waiter whose try was refused tries again with no release
-/// announced (the re-check, jittered so that waiters spread out), at the
-/// latest at `deadline`; `None` once the deadline has passed.
-fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
-    let jitter = Duration::from_millis(u64::from(rand_byte()) * 2);
-    let nap = Instant::now() + RECHECK - Duration::from_millis(256) + jitter;
-    match deadline {
-        Some(d) if Instant::now() >= d => None,
-        Some(d) => Some(nap.min(d)),
-        None => Some(nap),
-    }
-}
-
-/// One attempt of a wait (see `PostgresBackend::wait_for`), borrowing its
-/// state.
-type Attempt<'s> = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Option<Lease>, LockError>> + Send + 's>,
->;
-
-/// A random byte, for jitter.
-fn rand_byte() -> u8 {
-    let mut b = [0u8; 1];
-    let _ = getrandom::fill(&mut b);
-    b[0]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Fixed vectors: these numbers are a public contract (SQL code takes
-    /// them), so they must never change.
-    #[test]
-    fn advisory_keys_never_change() {
-        assert_eq!(advisory_key("job"), advisory_key_in("dlock", "job"));
-        assert_eq!(advisory_key("job"), FIXED_JOB);
-        assert_eq!(advisory_key_in("billing", "invoice/7"), FIXED_BILLING);
-        assert_eq!(advisory_key(""), FIXED_EMPTY);
-    }
-    // Computed independently: `SELECT ('x' || left(encode(sha256(convert_to(
-    // 'dlock:job', 'UTF8')), 'hex'), 16))::bit(64)::bigint` in psql.
-    const FIXED_JOB: i64 = -468_033_427_176_012_955;
-
-    /// The read-write lock's numbers are a public contract too.
-    #[test]
-    fn rw_advisory_keys_never_change() {
-        assert_eq!(rw_advisory_key("job"), (-1_341_658_790, 645_462_815));
-        assert_eq!(
-            rw_advisory_key_in("billing", "invoice/7"),
-            (1_866_582_156, 827_806_218)
-        );
-    }
-    const FIXED_BILLING: i64 = 2_343_783_483_635_354_943;
-    const FIXED_EMPTY: i64 = -5_487_780_231_628_317_163;
 }

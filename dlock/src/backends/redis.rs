@@ -104,15 +104,58 @@
 //! is kept after its last fence, default one day, at most 365 days), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - connecting, and what the connection found out about the server: `connect.rs`
+// - the `LockBackend` impl, each call handed on: `lock_backend.rs`
+// - one request (a command or a script, alone or batched, bounded by the caller's deadline), the
+//   acquire script's answer: `requests.rs`
+// - URL / configuration: `config.rs` (+ clients, TLS)
+// - requests, errors: `scripts.rs` (`run`: the one NOSCRIPT reload, for a call or a pipeline),
+//   `compare_set.rs`, `connection.rs` (a single server's connection, kept on dlock's runtime;
+//   `Server`: that, or the Sentinel master followed)
+// - finding the server: `sentinel.rs` (`redis+sentinel://`: asks the sentinels, follows
+//   `+switch-master`, `READONLY` and lost connections; the failed request sent once more to the
+//   new master), `sentinel/listed.rs` (`SENTINEL REPLICAS` on a kept connection: the replicas a
+//   grant must reach, connected or not), `ride_through.rs` (a lock's `acquire` with a wait,
+//   `wait_for_lock`: queued, acknowledged, a grant given up released; behind Sentinel a `Backend`
+//   error tried again with a new owner token until the wait ends)
+// - replication: `replicas.rs` (`WAIT` after every grant and renewal, `?replicas=auto` counted
+//   in `replicas/count.rs` with `INFO replication` per master (its replication id), behind
+//   Sentinel joined with the sentinels' list, per slot on a Cluster, a lower count believed after
+//   5 s; a grant or renewal answered across a Sentinel switch not trusted; one server's `WAIT`s
+//   shared (group commit); `replicated`: an unacknowledged grant given back unbatched and asked
+//   for again, cancel-safe through the acquire's own drop guard)
+// - waiting in line: `subscriber.rs` (channels and queued tickets: a `turn:<ticket>` message
+//   wakes its waiter alone), `subscriber/waiting.rs` (one wait loop: locks, several keys, read-
+//   write leases), `waiter_queue.rs` (a lock's waiters queue on the server with a heartbeat; the
+//   release wakes the live head, which takes the key after a gap left to clients that do not
+//   queue), `recheck.rs`
+// - renewal: `renew.rs` (scripts, or Lua-free `SET … IFEQ` by `compare_set.rs`), `renew_many.rs`
+//   (the scripts that renew up to 100 leases a call, each checked on its own; a Cluster's cut by
+//   hash slot)
+// - clean-up of abandoned entries: `unfinished.rs`, `rw.rs` (`AbandonIfDropped`: a lease or a
+//   waiting writer's mark)
+// - batching: `batching.rs` (queue), `batching/ops.rs` (the two batched requests)
+// - what another backend uses: `for_redlock.rs` (feature `redlock`)
+// - semaphores (`PermitBackend`): `permits.rs`
+// - several keys in one call (`AllKeysBackend`): `all_keys.rs` (single server only)
+// - leader election (`ElectionBackend`): `election.rs` (the record `<lock>:leader`, the channel
+//   `<lock>:elected`, the list of announcements `<lock>:terms` (`election/announced.rs`), scripts
+//   on the lock's commands; the subscriber's generations wake observers)
+// - read-write locks (`RwBackend`): `rw.rs` (names, one attempt, release, `AbandonIfDropped`),
+//   `rw/scripts.rs`, `rw/waiting.rs` (what a reader or writer watches); renewal in `renew.rs`
 mod all_keys;
 mod batching;
 mod compare_set;
 mod config;
+mod connect;
 mod connection;
 mod election;
 #[cfg(feature = "redlock")]
 mod for_redlock;
 mod inspect;
+mod lock_backend;
 mod permits;
 pub(crate) mod recheck;
 mod refused;
@@ -120,6 +163,7 @@ pub use self::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
 mod renew;
 mod renew_many;
 mod replicas;
+mod requests;
 mod ride_through;
 mod rw;
 pub(crate) mod scripts;
@@ -128,30 +172,21 @@ pub(crate) mod subscriber;
 mod unfinished;
 mod waiter_queue;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use async_trait::async_trait;
 use redis::cluster_async::ClusterConnection;
-use redis::{RedisError, RedisResult, Script};
 
-use self::batching::ops::{AcquireOp, Acquires, ReleaseOp, Releases};
-use self::batching::{Batcher, Turn};
-use self::config::{client, tls_cluster, RedisOptions};
-use self::connection::{Connection, Server};
+use self::batching::ops::{Acquires, Releases};
+use self::batching::Batcher;
+use self::config::RedisOptions;
+use self::connection::Server;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
-use self::recheck::{keyspace_channel, notifies_releases, Recheck};
-use self::refused::About;
 use self::replicas::ReplicaAck;
-use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
-use self::sentinel::Sentinel;
-use self::subscriber::{Source, Subscriber};
-use self::unfinished::ReleaseIfDropped;
-use crate::backend::{
-    lease_deadline, AcquireRequest, AllKeysBackend, Capabilities, Lease, LockBackend, Renewal,
-};
+use self::subscriber::Subscriber;
+use crate::backend::Lease;
 use crate::LockError;
 
 #[cfg(feature = "redlock")]
@@ -162,6 +197,9 @@ pub(crate) use self::config::REDIS_PORT;
 /// minus the current time) and the permit scripts' expiry scores (Lua
 /// numbers, exact below 2^53 ms).
 pub(crate) use crate::lease::ttl::MAX_TTL;
+
+/// Built by `requests.rs`, used by the other files that read an acquire's answer.
+pub(crate) use self::requests::{granted, holder_left};
 
 /// Refuses a ttl above [`MAX_TTL`] for `what` (a lock key or a semaphore
 /// name) on `backend`.
@@ -280,601 +318,9 @@ pub(crate) enum Attempt {
     Behind(Option<Duration>),
 }
 
-impl RedisBackend {
-    /// Connects to the server or cluster named by `url`.
-    ///
-    /// Forms: `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS, needs
-    /// the `tls` feature; `?ca=/path/ca.pem` to trust a private CA),
-    /// `redis+cluster://[user:pass@]host:port,host:port,…`,
-    /// `redis+sentinel://[user:pass@]host:port,host:port/<master>[?db=N&sentinel_user=..&sentinel_password=..]`
-    /// (and `rediss+sentinel://`). Every form takes `?replicas=auto|N` and
-    /// `?replica_timeout=` (replica acknowledgement of grants and renewals).
-    ///
-    /// # Errors
-    /// [`LockError::InvalidOption`] for a malformed URL, naming it with the
-    /// password redacted; [`LockError::Backend`] if the server cannot be
-    /// reached or refuses the credentials.
-    pub async fn connect(url: &str) -> Result<Self, LockError> {
-        let options = RedisOptions::parse(url)?;
-        let fail = |e: RedisError| LockError::backend(options.shown.clone(), e);
-        let first = client(&options, &options.nodes[0])?;
-        let mut db = first.get_connection_info().redis_settings().db();
-        let replicas = Arc::new(ReplicaAck::new(
-            options.replicas,
-            options.replica_timeout,
-            options.aof,
-        ));
-        let mut source = Source::Fixed(Box::new(first.clone()));
-        let conn = if let Some(target) = &options.sentinel {
-            // A failover moves the master: its replica counts are another's.
-            let on_switch = {
-                let replicas = replicas.clone();
-                Box::new(move || replicas.forget())
-            };
-            let sentinel =
-                Sentinel::connect(&options, target, connection_config(&options), on_switch).await?;
-            db = target.db;
-            source = Source::Master(sentinel.clone());
-            Conn::Single(Server::Followed(sentinel))
-        } else if options.cluster {
-            let mut builder = redis::cluster::ClusterClientBuilder::new(options.nodes.clone())
-                .connection_timeout(Duration::from_secs(2))
-                .response_timeout(options.response_timeout);
-            if options.tls {
-                builder = tls_cluster(builder, &options)?;
-            }
-            let cluster = builder.build().map_err(fail)?;
-            // Created on the background runtime: the cluster connection
-            // spawns its driver where it is created.
-            let connected =
-                crate::lease::background::run(async move { cluster.get_async_connection().await });
-            Conn::Cluster(connected.await.map_err(fail)?)
-        } else {
-            Conn::Single(Server::One(
-                Connection::open(first.clone(), connection_config(&options))
-                    .await
-                    .map_err(fail)?,
-            ))
-        };
-        let batchers = match &conn {
-            Conn::Single(c) => Some(Batchers {
-                acquire: Batcher::new(c.clone()),
-                release: Batcher::new(c.clone()),
-            }),
-            Conn::Cluster(_) => None,
-        };
-        let mut backend = RedisBackend {
-            conn,
-            batchers,
-            // In a cluster a PUBLISH reaches every node, so one subscriber
-            // connection to any node hears every release.
-            subscriber: Subscriber::new(source),
-            replicas,
-            options,
-            notifying_db: None,
-            db,
-            set_ifeq: AtomicBool::new(false),
-            metrics: Counters::default(),
-        };
-        // Prove the connection and credentials now, not at the first lock;
-        // the setting and the server's commands are read in the same round
-        // trip.
-        let (loaded, notifying, set_ifeq) = tokio::join!(
-            backend.load_scripts(),
-            backend.read_notifications(),
-            backend.probe_set_ifeq()
-        );
-        loaded.map_err(|e| backend.name_connect_refusal(e))?;
-        backend.notifying_db = notifying.then_some(db);
-        *backend.set_ifeq.get_mut() = set_ifeq;
-        Ok(backend)
-    }
-
-    /// The address (`host:port`) of the master this backend writes to: for
-    /// a `redis+sentinel://` URL, the one the sentinels named last (it
-    /// changes with a failover); `None` for one server or a Cluster.
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
-    /// let redis = dlock::backends::redis::RedisBackend::connect(
-    ///     "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
-    /// )
-    /// .await?;
-    /// println!("writing to {:?}", redis.sentinel_master());
-    /// # Ok(()) }
-    /// ```
-    pub fn sentinel_master(&self) -> Option<String> {
-        match &self.conn {
-            Conn::Single(Server::Followed(sentinel)) => Some(sentinel.master_addr()),
-            _ => None,
-        }
-    }
-
-    /// Request counts so far.
-    pub fn metrics(&self) -> RedisMetrics {
-        let batches = self
-            .batchers
-            .as_ref()
-            .map_or(0, |b| b.acquire.batches() + b.release.batches());
-        RedisMetrics {
-            round_trips: self.metrics.round_trips.load(Ordering::Relaxed) + batches,
-            batches,
-            renew_round_trips: self.metrics.renew_round_trips.load(Ordering::Relaxed),
-            rechecks: self.metrics.rechecks.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Whether waiters listen to the server's keyspace notifications, which
-    /// wake them on a release nobody announced: the server publishes generic
-    /// and expired events on keyspace channels (`notify-keyspace-events`
-    /// with `K`, `g` and `x`, or `K` and `A`, as read at connect) and has
-    /// not refused this user those channels (ACL). Always `false` on a Redis
-    /// Cluster, whose nodes each publish only their own keys' events: there
-    /// waiters re-check instead.
-    pub fn keyspace_notifications(&self) -> bool {
-        self.notifying_db.is_some()
-            && !self.subscriber.keyspace_refused()
-            && !self.subscriber.release_refused()
-    }
-
-    /// Whether the server refused dlock's release channels to this user
-    /// (an ACL that allows no `&dlock:*` channel): waiters then wake at the
-    /// holder's expiry or by re-checking the key, not at a release. Known
-    /// once a waiter has tried to subscribe; logged once as a warning.
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> Result<(), dlock::LockError> {
-    /// let redis = dlock::backends::redis::RedisBackend::connect("redis://127.0.0.1:6379").await?;
-    /// if redis.release_channels_refused() {
-    ///     eprintln!("allow dlock's channels: ACL SETUSER <user> &dlock:*");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn release_channels_refused(&self) -> bool {
-        self.subscriber.release_refused()
-    }
-
-    /// Reads `notify-keyspace-events` (single servers only: see
-    /// [`keyspace_notifications`](Self::keyspace_notifications)). dlock
-    /// never changes it. A server that refuses `CONFIG` (an ACL without it,
-    /// a managed Redis that renames it) counts as not notifying: its
-    /// waiters re-check.
-    async fn read_notifications(&self) -> bool {
-        let Conn::Single(mut conn) = self.conn.clone() else {
-            return false;
-        };
-        self.count();
-        let answer: RedisResult<std::collections::HashMap<String, String>> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("notify-keyspace-events")
-            .query_async(&mut conn)
-            .await;
-        match answer {
-            Ok(config) => config
-                .get("notify-keyspace-events")
-                .is_some_and(|flags| notifies_releases(flags)),
-            Err(e) => {
-                tracing::debug!(backend = %self.options.shown, error = %e,
-                    "cannot read notify-keyspace-events; waiters re-check instead");
-                false
-            }
-        }
-    }
-
-    /// Whether lock renewals use `SET … IFEQ … PX` (one plain command)
-    /// instead of the compare-and-`PEXPIRE` script: the server took the
-    /// command when probed at connect (Valkey 8.1 and later, Redis 8.4 and
-    /// later), and no server has refused it since. Same effect either way;
-    /// the command spares the server a script call per renewal.
-    ///
-    /// A server that answers it with a syntax error later (a failover or a
-    /// rolling downgrade to a version without it; on a Cluster, a node that
-    /// lacks it) turns this off for good: that renewal, and every one
-    /// after it, runs the script instead, which every server takes.
-    pub fn renews_without_scripts(&self) -> bool {
-        self.set_ifeq.load(Ordering::Relaxed)
-    }
-
-    async fn probe_set_ifeq(&self) -> bool {
-        self.count();
-        let prefix = &self.options.prefix;
-        match self.conn.clone() {
-            Conn::Single(mut c) => compare_set::probe(&mut c, prefix).await,
-            Conn::Cluster(mut c) => compare_set::probe(&mut c, prefix).await,
-        }
-    }
-
-    /// The keyspace channel of the lock key `lock` if the server notifies
-    /// (see [`keyspace_notifications`](Self::keyspace_notifications)).
-    pub(crate) fn keyspace_channel(&self, lock: &str) -> Option<String> {
-        self.notifying_db
-            .filter(|_| self.keyspace_notifications())
-            .map(|db| keyspace_channel(db, lock))
-    }
-
-    /// A waiter's re-check schedule on this server (`None`: off).
-    fn recheck(&self) -> Option<Recheck> {
-        Recheck::new(self.options.recheck, self.keyspace_notifications())
-    }
-
-    /// One re-check: whether the key `lock` is gone (`PTTL` = -2). Queued
-    /// waiters do not re-check: their heartbeat tries are their checks
-    /// (see `waiter_queue.rs`).
-    pub(crate) async fn key_is_free(&self, lock: &str) -> Result<bool, LockError> {
-        self.metrics.rechecks.fetch_add(1, Ordering::Relaxed);
-        let mut cmd = redis::cmd("PTTL");
-        cmd.arg(lock);
-        let pttl: i64 = self.query(&cmd).await?;
-        Ok(pttl == -2)
-    }
-
-    /// Sends one plain command, on whichever connection this backend has.
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, LockError> {
-        self.count();
-        let answer = match self.conn.clone() {
-            Conn::Single(mut c) => cmd.query_async(&mut c).await,
-            Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
-        };
-        answer.map_err(|e| self.error(e))
-    }
-
-    fn error(&self, e: RedisError) -> LockError {
-        LockError::backend(self.options.shown.clone(), e)
-    }
-
-    /// The answer of a request that went out in a batch.
-    async fn batched<T>(
-        &self,
-        answer: tokio::sync::oneshot::Receiver<Result<T, String>>,
-    ) -> Result<T, LockError> {
-        match answer.await {
-            Ok(Ok(out)) => Ok(out),
-            Ok(Err(message)) => Err(LockError::backend(self.options.shown.clone(), message)),
-            Err(_) => Err(LockError::backend(
-                self.options.shown.clone(),
-                "the batch was dropped unsent (is the runtime shutting down?)",
-            )),
-        }
-    }
-
-    fn count(&self) {
-        self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Loads the acquire, renew and release scripts (and their batched
-    /// forms) into a single server's cache, all in one round trip, which
-    /// also proves the connection and the credentials; a cluster is pinged
-    /// instead (its scripts load on each node at first use).
-    ///
-    /// Why at connect: the first use of a script not in the cache costs three
-    /// round trips (`EVALSHA`, `NOSCRIPT`, load, again). Redlock's per-node
-    /// timeouts are short against that, and a local waiter's acquire sent
-    /// right behind a first release would overtake the release's retry.
-    async fn load_scripts(&self) -> Result<(), LockError> {
-        let Conn::Single(conn) = &self.conn else {
-            return self.ping().await;
-        };
-        self.count();
-        // Polled together, the loads go out in one write.
-        let loads = [
-            &*ACQUIRE,
-            &*renew_many::RENEW_KEYS,
-            &*RELEASE,
-            &*ACQUIRE_MANY,
-            &*RELEASE_MANY,
-            &*scripts::ACQUIRE_ALL,
-        ]
-        .map(|script| {
-            let mut conn = conn.clone();
-            async move { script.load_async(&mut conn).await }
-        });
-        futures_util::future::try_join_all(loads)
-            .await
-            .map(drop)
-            .map_err(|e| self.error(e))
-    }
-
-    async fn ping(&self) -> Result<(), LockError> {
-        self.count();
-        let mut cmd = redis::cmd("PING");
-        let answer: RedisResult<String> = match self.conn.clone() {
-            Conn::Single(mut c) => cmd.query_async(&mut c).await,
-            Conn::Cluster(mut c) => cmd.arg("dlock").query_async(&mut c).await,
-        };
-        answer.map(drop).map_err(|e| self.error(e))
-    }
-
-    /// Runs a script call built by [`scripts::evalsha`].
-    async fn eval<T: redis::FromRedisValue>(
-        &self,
-        script: &Script,
-        call: &redis::Cmd,
-    ) -> Result<T, LockError> {
-        self.count();
-        let answer = match self.conn.clone() {
-            Conn::Single(mut c) => scripts::run(&mut c, script, call).await,
-            Conn::Cluster(mut c) => scripts::run(&mut c, script, call).await,
-        };
-        answer.map_err(|e| self.error(e))
-    }
-
-    /// Bounds one request by the caller's deadline: when the wait runs out
-    /// with the request in flight, the answer is `ran_out` (a "held" that
-    /// ends the wait, so the caller gets `Timeout`), not an error. The
-    /// server did not fail; the caller's time ended. The request is
-    /// dropped, and what it may have taken is given back by its own
-    /// release-if-dropped guard (`unfinished.rs`). An outage still shows:
-    /// a request that fails before the deadline is `Backend`.
-    async fn within<T>(
-        &self,
-        deadline: Option<Instant>,
-        request: impl std::future::Future<Output = Result<T, LockError>>,
-        ran_out: T,
-    ) -> Result<T, LockError> {
-        match crate::backend::deadline::until(deadline, request).await {
-            Some(answer) => answer,
-            None => Ok(ran_out),
-        }
-    }
-
-    /// One run of the acquire script, alone or in a batch. With
-    /// `release_unclaimed`, a lease taken in a batch whose caller went away
-    /// meanwhile is released at once (see `batched.rs` for why Redlock
-    /// declines).
-    pub(crate) async fn attempt(
-        &self,
-        req: &AcquireRequest,
-        names: &KeyNames,
-        release_unclaimed: bool,
-    ) -> Result<Attempt, LockError> {
-        let sent = Instant::now();
-        let turn = self.batchers.as_ref().map(|b| {
-            b.acquire.enter(|| AcquireOp {
-                lock: names.lock.clone(),
-                fence: names.fence.clone(),
-                token: req.token.clone(),
-                ttl_ms: millis(req.ttl),
-                retention_ms: self.fence_retention_ms(),
-                release_unclaimed: release_unclaimed.then(|| names.channel.clone()),
-            })
-        });
-        let (won, value): (i64, i64) = match turn {
-            Some(Turn::Queued(answer)) => self.batched(answer).await?,
-            _alone => {
-                let mut call = scripts::evalsha(&ACQUIRE, 2);
-                call.arg(&names.lock)
-                    .arg(&names.fence)
-                    .arg(&req.token)
-                    .arg(millis(req.ttl))
-                    .arg(self.fence_retention_ms());
-                self.eval(&ACQUIRE, &call).await?
-            }
-        };
-        self.attempt_answer(req, names, sent, won, value)
-    }
-
-    /// The last argument of every script that issues fences: how long a
-    /// fencing counter outlives its last fence, in ms (`?fence_retention=`).
-    pub(crate) fn fence_retention_ms(&self) -> u64 {
-        millis(self.options.fence_retention)
-    }
-
-    /// Reads the acquire scripts' answer: `{1, fence}` or `{0, pttl}`.
-    fn attempt_answer(
-        &self,
-        req: &AcquireRequest,
-        names: &KeyNames,
-        sent: Instant,
-        won: i64,
-        value: i64,
-    ) -> Result<Attempt, LockError> {
-        if won == 1 {
-            let fence = u64::try_from(value).map_err(|_| {
-                self.error(RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "fence counter is negative",
-                    names.fence.clone(),
-                )))
-            })?;
-            return Ok(Attempt::Acquired(granted(req, names, sent, fence)));
-        }
-        Ok(Attempt::Held(holder_left(value)))
-    }
-
-    /// The compare-and-delete of `lease`, sent by this future itself and
-    /// never queued in a release batch: on the connection at its first
-    /// poll (unless the connection is being re-established), and never sent
-    /// once the future is dropped. Redlock undoes a failed round with it,
-    /// so that the undo is not held back behind other keys' releases while
-    /// the next round's acquire of the same token goes out ahead of it.
-    pub(crate) async fn release_unbatched(&self, lease: &Lease) -> Result<bool, LockError> {
-        let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
-        let mut call = scripts::evalsha(&RELEASE, 1);
-        call.arg(&names.lock).arg(&lease.token).arg(&names.channel);
-        let released: i64 = self.eval(&RELEASE, &call).await?;
-        Ok(released == 1)
-    }
-
-    /// A guard that releases the lock `names` for `token` if dropped
-    /// armed: an acquisition that may have been granted and was given up.
-    fn release_if_dropped<'a>(
-        &'a self,
-        names: &'a KeyNames,
-        token: &'a str,
-    ) -> ReleaseIfDropped<'a> {
-        ReleaseIfDropped::arm(&self.conn, &RELEASE, &names.lock, token, &names.channel)
-    }
-
-    /// [`attempt`](Self::attempt) for this backend's own `acquire` and
-    /// `try_acquire`: if the future is dropped (or fails) with the script in
-    /// flight, the lease it may have taken is released, not left to its ttl.
-    ///
-    /// Not for Redlock, which retries with the same token after a dropped
-    /// attempt: a release queued for the dropped one could delete the retry's
-    /// lease. Here a dropped or failed attempt always ends the acquisition.
-    async fn attempt_or_release(
-        &self,
-        req: &AcquireRequest,
-        names: &KeyNames,
-    ) -> Result<Attempt, LockError> {
-        let mut unfinished = self.release_if_dropped(names, &req.token);
-        let answer = self.attempt(req, names, true).await?;
-        unfinished.disarm();
-        Ok(answer)
-    }
-}
-
-/// How the connection to one server (or to a Sentinel deployment's master)
-/// connects and retries.
-fn connection_config(options: &RedisOptions) -> redis::aio::ConnectionManagerConfig {
-    redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(options.response_timeout))
-        .set_number_of_retries(2)
-        .set_max_delay(Duration::from_millis(500))
-}
-
-/// The lease an acquire script (`ACQUIRE`, `ACQUIRE_ALL`) granted `req` on
-/// the lock key of `names`, with its fence; sent at `sent`, from which its
-/// validity runs.
-pub(crate) fn granted(req: &AcquireRequest, names: &KeyNames, sent: Instant, fence: u64) -> Lease {
-    Lease {
-        key: req.key.clone(),
-        token: req.token.clone(),
-        ttl: req.ttl,
-        fencing_token: Some(fence),
-        valid_until: lease_deadline(sent, req.ttl),
-        resource: names.lock.clone(),
-    }
-}
-
-/// A holder's time left from its key's `PTTL`: -2 the key vanished meanwhile
-/// (retry now); -1 a key without expiry, set by someone else (unknown: wait
-/// for a release).
-pub(crate) fn holder_left(pttl: i64) -> Option<Duration> {
-    match pttl {
-        -2 => Some(Duration::ZERO),
-        ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
-        _ => None,
-    }
-}
-
 /// A small random delay, so waiters woken by the same expiry do not all try
 /// in the same millisecond.
 pub(crate) fn jitter(max: Duration) -> Duration {
     let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
     Duration::from_micros(getrandom::u64().unwrap_or(0) % max_us)
-}
-
-#[async_trait]
-impl LockBackend for RedisBackend {
-    fn describe(&self) -> String {
-        self.options.shown.clone()
-    }
-
-    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
-        check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
-        let ask = || async {
-            Ok(match self.attempt_or_release(req, &names).await? {
-                Attempt::Acquired(lease) => Some(lease),
-                Attempt::Held(_) | Attempt::Behind(_) => None,
-            })
-        };
-        let undo = |granted: Option<Lease>| async move {
-            if let Some(lease) = granted {
-                let _ = self.release_unbatched(&lease).await;
-            }
-        };
-        let arm = || self.release_if_dropped(&names, &req.token);
-        let answer = self
-            .replicated(&req.key, (None, true), ask, arm, undo)
-            .await;
-        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
-    }
-
-    async fn acquire(
-        &self,
-        req: &AcquireRequest,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, LockError> {
-        check_ttl(req.ttl, &req.key, &self.options.shown)?;
-        // Behind Sentinel, through a failover within the wait (`ride_through.rs`).
-        self.riding_failovers(req, deadline).await
-    }
-
-    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        let renewed = self.renew_locks(leases).await;
-        self.name_refusals(leases, renewed, About::Lock)
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let answer = self.release_lock(lease).await;
-        answer.map_err(|e| self.name_refusal(e, About::Lock(&lease.key)))
-    }
-
-    async fn release_after(
-        &self,
-        lease: &Lease,
-        remaining: Duration,
-    ) -> Result<Option<bool>, LockError> {
-        let names = KeyNames::new(&self.options.prefix, &lease.key);
-        // At least a millisecond: `PEXPIRE 0` would delete without a
-        // release message.
-        let ms = millis(remaining).max(1);
-        let mut call = scripts::evalsha(&scripts::KEEP_FOR, 1);
-        call.arg(&names.lock).arg(&lease.token).arg(ms);
-        let kept: i64 = self.eval(&scripts::KEEP_FOR, &call).await?;
-        Ok(Some(kept == 1))
-    }
-
-    fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
-    }
-
-    /// A single server takes a `MultiLock`'s keys in one script; a Cluster
-    /// cannot (the keys of different locks live in different slots).
-    fn all_keys(&self) -> Option<&dyn AllKeysBackend> {
-        matches!(self.conn, Conn::Single(_)).then_some(self as &dyn AllKeysBackend)
-    }
-
-    fn client_name(&self) -> Option<&str> {
-        Some(self.own_client_name())
-    }
-
-    async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
-        self.inspect_lock(key, true).await
-    }
-
-    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
-        self.force_release_lock(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
-        let answer = self.list_locks(prefix).await;
-        answer.map_err(|e| self.name_list_refusal(e, prefix))
-    }
-}
-
-impl RedisBackend {
-    /// A lock's compare-and-`DEL` (batched under load) and its `PUBLISH`.
-    async fn release_lock(&self, lease: &Lease) -> Result<bool, LockError> {
-        let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
-        let turn = self.batchers.as_ref().map(|b| {
-            b.release.enter(|| ReleaseOp {
-                lock: names.lock.clone(),
-                token: lease.token.clone(),
-                channel: names.channel.clone(),
-            })
-        });
-        let released: i64 = match turn {
-            Some(Turn::Queued(answer)) => self.batched(answer).await?,
-            _alone => {
-                let mut call = scripts::evalsha(&RELEASE, 1);
-                call.arg(&names.lock).arg(&lease.token).arg(&names.channel);
-                self.eval(&RELEASE, &call).await?
-            }
-        };
-        Ok(released == 1)
-    }
 }

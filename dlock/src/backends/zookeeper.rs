@@ -226,6 +226,28 @@
 //! # Ok(()) }
 //! ```
 
+// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
+// table points to):
+// - a lock's node, taken (in the queue) and deleted: `lock_node.rs`
+// - the `LockBackend` impl, each call handed on: `lock_backend.rs`
+// - URL / configuration: `config.rs` (key escaping, `?acl=`), `tls.rs` (`zks://`: `?ca=`,
+//   `?cert=`/`?key=` as `zookeeper-client`'s `TlsOptions`; feature `tls`)
+// - access control: `acl.rs` (the ACL of created nodes by `?acl=`; each acquisition's key
+//   directory checked, tightened or refused)
+// - waiting in line: `queue.rs` (+ the protected create; one queue code for lock, read and write
+//   nodes), `order.rs` (Curator's rules of whose turn it is)
+// - renewal: `renew.rs` (held nodes read in multi-reads of at most 1,000 nodes and 128 KiB,
+//   behind one `sync` per session), `lease.rs`, `held.rs`
+// - sessions: `session.rs` (opened on dlock's runtime)
+// - clean-up of abandoned entries: `cleanup.rs`, `stale.rs` (a campaign's sweep of its own
+//   session's unused participant nodes)
+// - semaphores (`PermitBackend`): `permits.rs`
+// - leader election (`ElectionBackend`): `election.rs` (`own_layout`: Curator's `LeaderLatch`,
+//   `latch-` nodes (`order.rs`'s `Queue::Latch`) in the lock's queue code, created from a request
+//   carrying the value as the node's data; `proclaim` sets the data; a persistent recursive watch
+//   for observers, re-made on a new session when its session ends)
+// - read-write locks (`RwBackend`): `rw.rs` (Curator's `InterProcessReadWriteLock` layout,
+//   `rw_lock_path`, why a read's `czxid` fences), `order.rs`
 mod acl;
 mod cleanup;
 mod config;
@@ -233,6 +255,8 @@ mod election;
 mod held;
 mod inspect;
 mod lease;
+mod lock_backend;
+mod lock_node;
 mod order;
 mod permits;
 mod queue;
@@ -249,18 +273,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use tokio::runtime::Handle;
 use zookeeper_client::{Client, Error as ZkError, SessionState, Stat};
 
-use self::cleanup::{deleted, Cleanup};
 use self::config::Config;
 use self::held::HeldMap;
-use self::order::Queue;
-use self::queue::new_uuid;
 use self::session::Session;
-use crate::backend::{AcquireRequest, Capabilities, Lease, LockBackend, Renewal};
-use crate::{backend::deadline, LockError};
+use crate::backend::{AcquireRequest, Lease};
+use crate::LockError;
 
 /// How long the clean-up of a timed-out waiter may take before `acquire`
 /// returns anyway (the node is then deleted in the background, or with the
@@ -565,215 +585,5 @@ impl ZooKeeperBackend {
             valid_until: lease::deadline(sent, answered, ttl, session_timeout),
             resource: path.to_owned(),
         })
-    }
-}
-
-#[async_trait]
-impl LockBackend for ZooKeeperBackend {
-    fn describe(&self) -> String {
-        self.shown.clone()
-    }
-
-    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
-        let dir = self.lock_path(&req.key)?;
-        self.try_queued(req, (&dir, Queue::Lock)).await
-    }
-
-    async fn acquire(
-        &self,
-        req: &AcquireRequest,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, LockError> {
-        let dir = self.lock_path(&req.key)?;
-        self.acquire_queued(req, (&dir, Queue::Lock), deadline)
-            .await
-    }
-
-    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_nodes(leases).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.release_node(lease).await
-    }
-
-    fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
-    }
-
-    fn client_name(&self) -> Option<&str> {
-        Some(
-            self.config
-                .client_name
-                .as_deref()
-                .unwrap_or(crate::inspect::default_client_name()),
-        )
-    }
-
-    async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
-        self.inspect_lock(key).await
-    }
-
-    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
-        self.force_release_lock(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<(String, crate::LockInfo)>, LockError> {
-        self.list_locks(prefix).await
-    }
-}
-
-impl ZooKeeperBackend {
-    /// `try_acquire` of a lock or a read-write lease: one place taken in
-    /// `queue` under `dir`, left again at once unless it is our turn.
-    async fn try_queued(
-        &self,
-        req: &AcquireRequest,
-        (dir, queue): (&str, Queue),
-    ) -> Result<Option<Lease>, LockError> {
-        let session = self.session().await?;
-        let client = &session.client;
-        // One attempt must not wait for a reconnect: while disconnected,
-        // requests queue until the session comes back or expires.
-        let state = client.state();
-        if !is_connected(state) {
-            return Err(LockError::backend(
-                self.shown.clone(),
-                format!("ZooKeeper is unreachable (session {state})"),
-            ));
-        }
-        let limit = client.session_timeout();
-        match tokio::time::timeout(limit, self.try_once(&session, req, (dir, queue))).await {
-            Ok(answer) => answer,
-            Err(_) => Err(LockError::backend(
-                self.shown.clone(),
-                format!("ZooKeeper did not answer within the session timeout ({limit:?})"),
-            )),
-        }
-    }
-
-    /// `acquire` of a lock or a read-write lease: a place in `queue` under
-    /// `dir`, and the wait for our turn until `deadline`.
-    async fn acquire_queued(
-        &self,
-        req: &AcquireRequest,
-        (dir, queue): (&str, Queue),
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, LockError> {
-        let deadline = representable(deadline);
-        let uuid = new_uuid()?;
-        // A session can be dead on the server while this client does not
-        // know it yet (cut off, it learns of the expiry when it reconnects):
-        // then the first request of this acquisition fails with "session
-        // expired" before it got a place in the queue. Nothing was taken, so
-        // the acquisition starts over, once, on a new session. A session that
-        // expires while we wait in the queue still ends the wait with an
-        // error: the caller lost its place.
-        let mut started_over = false;
-        let (session, mut cleanup, waited) = loop {
-            let opened = async { self.session().await };
-            let opening = Instant::now();
-            let session = match deadline {
-                Some(d) => match tokio::time::timeout_at(d.into(), opened).await {
-                    Ok(c) => c?,
-                    // A short wait that ends while a session opens is a
-                    // timeout (the caller's time ran out, not the server);
-                    // a session that took a second or more without an
-                    // answer is a server that does not answer.
-                    Err(_) if opening.elapsed() < SESSION_STALLED => return Ok(None),
-                    Err(_) => {
-                        return Err(LockError::backend(
-                            self.shown.clone(),
-                            format!(
-                                "could not open a ZooKeeper session in {:?}, when the wait ran out",
-                                opening.elapsed()
-                            ),
-                        ))
-                    }
-                },
-                None => opened.await?,
-            };
-            // Armed from before the create: the node goes if this future is
-            // dropped, or the wait runs out, at any await.
-            let mut cleanup = Cleanup::new(&session, dir, &uuid);
-            let waited = deadline::until(
-                deadline,
-                self.queue_and_wait(&session, req, (dir, queue), &mut cleanup),
-            )
-            .await;
-            let expired_before_queueing = matches!(waited, Some(Err(_)))
-                && cleanup.path.is_none()
-                && session.client.state().is_terminated();
-            if expired_before_queueing && !started_over {
-                // Its node, if the create landed, went with the session.
-                cleanup.disarm();
-                started_over = true;
-                continue;
-            }
-            break (session, cleanup, waited);
-        };
-        let client = &session.client;
-        match waited {
-            Some(Ok(lease)) => {
-                self.remember(&lease, &session, cleanup);
-                Ok(Some(lease))
-            }
-            // A node still armed is deleted in the background.
-            Some(Err(e)) => Err(e),
-            None => {
-                let state = client.state();
-                if !is_connected(state) {
-                    // Say why the wait ran out, and wait no longer for a
-                    // server that does not answer: the node goes in the
-                    // background (after a reconnect if need be; an expired
-                    // session takes it anyway).
-                    return Err(LockError::backend(
-                        self.shown.clone(),
-                        format!(
-                            "ZooKeeper was unreachable when the wait ran out (session {state})"
-                        ),
-                    ));
-                }
-                // Delete it here and wait for that, so a timed-out waiter
-                // never blocks whoever comes next. If that fails, `cleanup`
-                // stays armed and tries again in the background.
-                match tokio::time::timeout(CLEANUP_WAIT, cleanup.remove_now()).await {
-                    Ok(Ok(())) => Ok(None),
-                    Ok(Err(e)) => Err(self.error("the wait ran out, and deleting own lock node failed", e)),
-                    Err(_) => Err(LockError::backend(
-                        self.shown.clone(),
-                        format!("the wait ran out, and deleting own lock node did not finish within {CLEANUP_WAIT:?}"),
-                    )),
-                }
-            }
-        }
-    }
-
-    /// `release` of lock, permit and read-write nodes alike: the delete of
-    /// the node.
-    async fn release_node(&self, lease: &Lease) -> Result<bool, LockError> {
-        let Some(mut held) = lock(&self.held).remove(&lease.resource) else {
-            return Ok(false);
-        };
-        if !held.session.is_usable() {
-            // The session ended, and its ephemeral nodes with it (or ends
-            // soon: its runtime is gone, so the server expires it).
-            held.cleanup.disarm();
-            return Ok(false);
-        }
-        match deleted(held.session.client.delete(&lease.resource, None).await) {
-            Ok(was_there) => {
-                held.cleanup.disarm();
-                Ok(was_there)
-            }
-            Err(e) => {
-                // Dropping `held` retries the delete in the background.
-                held.cleanup.arm();
-                Err(self.error(
-                    format_args!("cannot delete lock node {}", lease.resource),
-                    e,
-                ))
-            }
-        }
     }
 }

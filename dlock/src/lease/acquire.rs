@@ -1,12 +1,14 @@
 //! The one acquire path of every lease: the outcome of a public acquire
 //! (its span, `Busy` or `Timeout`), and the taking of one lease on a lock
 //! key, a semaphore or a read-write lock (local turn → backend call →
-//! register).
+//! register), handed over as a [`Taken`]. Reentrancy, which looks at the
+//! caller's scope, is the lock kinds' (`locks/within.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::holder::{new_token, owner_token};
 use crate::backend::{
     no_rw_locks, no_semaphores, AcquireRequest, Lease, LockBackend, PermitRequest, RwMode,
     RwRequest,
@@ -14,19 +16,13 @@ use crate::backend::{
 use crate::lease::held::{release_on, LeaseKind, LeaseShared, NewLease};
 use crate::lease::observe::{self, Acquisition, Kind, StaleReason};
 use crate::lease::options::LeaseOptions;
-use crate::locks::guard::LockGuard;
-use crate::{backend::deadline, lease::local, locks::scope, LockError};
+use crate::lease::watchdog::Watchdog;
+use crate::{backend::deadline, lease::local, LockError};
 
 /// What a granted acquisition shows operators: whether it re-entered, and
 /// its fence.
 pub(crate) trait Observed {
     fn observed(&self) -> (bool, Option<u64>);
-}
-
-impl Observed for LockGuard {
-    fn observed(&self) -> (bool, Option<u64>) {
-        (self.is_reentrant(), self.fencing_token())
-    }
 }
 
 /// A public `acquire`: runs `attempt` with the options' wait in a
@@ -72,7 +68,7 @@ where
 }
 
 /// Runs `attempt` in a `dlock.acquire` span and records its outcome.
-async fn watched<T: Observed>(
+pub(crate) async fn watched<T: Observed>(
     options: &LeaseOptions,
     kind: Kind,
     wait: Option<Duration>,
@@ -81,25 +77,6 @@ async fn watched<T: Observed>(
 ) -> Result<Option<T>, LockError> {
     let watch = Acquisition::start(kind, &options.key, options.label(), options.ttl, wait);
     observe::watched(watch, once, attempt, |held: &T| held.observed()).await
-}
-
-/// Takes the lock on the options' key as one step of a larger acquisition
-/// (a [`MultiLock`](crate::MultiLock)'s key): its own `dlock.acquire` span,
-/// reentrant like [`lock_within`], waiting up to `wait` (zero: one
-/// attempt). `Ok(None)`: not acquired in time.
-pub(crate) async fn lock_watched(
-    options: &LeaseOptions,
-    wait: Option<Duration>,
-) -> Result<Option<LockGuard>, LockError> {
-    let once = wait == Some(Duration::ZERO);
-    watched(
-        options,
-        Kind::Lock,
-        wait,
-        once,
-        lock_within(options, wait, Kind::Lock),
-    )
-    .await
 }
 
 /// What a lease is taken on.
@@ -118,50 +95,12 @@ pub(crate) enum Target<'a> {
     Rw(RwMode),
 }
 
-/// The guard of a lease on the options' key whose critical section the
-/// running code is inside of, if any: a reentrant guard, no round trip.
-pub(crate) fn held_here(options: &LeaseOptions) -> Result<Option<LockGuard>, LockError> {
-    let backend = options.check()?;
-    Ok(scope::enclosing(&backend, &options.key).map(LockGuard::reentrant))
-}
-
-/// Takes the lock on the options' key, waiting up to `wait` (`None`: no
-/// limit; zero: one attempt); reentrant inside the critical section of a
-/// guard that holds it. `Ok(None)`: not acquired in time.
-pub(crate) async fn lock_within(
-    options: &LeaseOptions,
-    wait: Option<Duration>,
-    observed: Kind,
-) -> Result<Option<LockGuard>, LockError> {
-    let backend = options.check()?;
-    if let Some(held) = scope::enclosing(&backend, &options.key) {
-        return Ok(Some(LockGuard::reentrant(held)));
-    }
-    take(options, backend, Target::Lock, wait, observed).await
-}
-
-/// Takes a `mode` lease on the read-write lock of the options' key, waiting
-/// up to `wait` (as [`lock_within`]). Inside the critical section of a
-/// lease on the same read-write lock and backend: a write holder's read or
-/// write, and a read holder's read, re-enter; a read holder's write is
-/// [`LockError::InvalidOption`] at once, as it would wait for itself.
-pub(crate) async fn rw_within(
-    options: &LeaseOptions,
-    mode: RwMode,
-    wait: Option<Duration>,
-    observed: Kind,
-) -> Result<Option<LockGuard>, LockError> {
-    let backend = options.check()?;
-    if let Some(held) = scope::enclosing_rw(&backend, &options.key) {
-        return match (held.kind, mode) {
-            (LeaseKind::Rw(RwMode::Read), RwMode::Write) => Err(LockError::invalid_option(format!(
-                "write on read-write lock `{}` asked inside the scope of a read guard of it: the write would wait for that reader, itself, for ever; release the read guard first, or take the write lease from the start",
-                options.key
-            ))),
-            _ => Ok(Some(LockGuard::reentrant(held))),
-        };
-    }
-    take(options, backend, Target::Rw(mode), wait, observed).await
+/// A lease just taken, registered with its backend's watchdog: what the
+/// guard of every lock kind is made of (`LockGuard::from`). The watchdog is
+/// the one that lets the lease go when the guard is released.
+pub(crate) struct Taken {
+    pub(crate) shared: Arc<LeaseShared>,
+    pub(crate) watchdog: Arc<Watchdog>,
 }
 
 /// Takes one lease on `target` from `backend`: this process's turn first
@@ -180,7 +119,7 @@ pub(crate) async fn take(
     target: Target<'_>,
     wait: Option<Duration>,
     observed: Kind,
-) -> Result<Option<LockGuard>, LockError> {
+) -> Result<Option<Taken>, LockError> {
     let local = local::for_backend(&backend);
     let once = wait == Some(Duration::ZERO);
     let deadline = wait.and_then(deadline::after);
@@ -240,7 +179,10 @@ pub(crate) async fn take(
     });
     local.watchdog.register(&shared);
     drop(settling);
-    Ok(Some(LockGuard::outer(shared, local.watchdog.clone())))
+    Ok(Some(Taken {
+        shared,
+        watchdog: local.watchdog.clone(),
+    }))
 }
 
 /// One backend call for a lease on `target` with a new owner token: one
@@ -254,7 +196,7 @@ async fn ask(
 ) -> Result<Option<Lease>, LockError> {
     match target {
         Target::Lock => {
-            let token = crate::inspect::owner_token(backend)?;
+            let token = owner_token(backend)?;
             let request = AcquireRequest {
                 key: options.key.to_string(),
                 token,
@@ -267,7 +209,7 @@ async fn ask(
             }
         }
         Target::Election { value } => {
-            let token = crate::inspect::owner_token(backend)?;
+            let token = owner_token(backend)?;
             let Some(elections) = backend.election() else {
                 return Err(crate::backend::no_elections(&backend.describe()));
             };
@@ -315,35 +257,5 @@ async fn ask(
                 rw.acquire_rw(&request, deadline).await
             }
         }
-    }
-}
-
-/// 128 random bits from the OS, hex encoded: the owner token.
-pub(crate) fn new_token() -> Result<String, LockError> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        LockError::backend("os-rng", format!("no randomness for the owner token: {e}"))
-    })?;
-    // Encoded by hand: a `format!` per byte costs more than the syscall.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut token = String::with_capacity(2 * bytes.len());
-    for b in bytes {
-        token.push(char::from(HEX[usize::from(b >> 4)]));
-        token.push(char::from(HEX[usize::from(b & 0x0f)]));
-    }
-    Ok(token)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_are_128_bit_hex_and_differ() {
-        let a = new_token().unwrap();
-        let b = new_token().unwrap();
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
     }
 }

@@ -157,7 +157,8 @@ someone leads; by default it waits until elected.",
                 Target::Lock
             };
             let guard = acquire::acquire(&options, Kind::Lock, |wait| {
-                take(&options, backend.clone(), target, wait, Kind::Lock)
+                let taking = take(&options, backend.clone(), target, wait, Kind::Lock);
+                async move { Ok(taking.await?.map(LockGuard::from)) }
             })
             .await?;
             let Some(term) = guard.fencing_token() else {

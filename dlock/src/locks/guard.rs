@@ -5,7 +5,9 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::lease::acquire::Taken;
 use crate::lease::held::LeaseShared;
+use crate::lease::observe::HeldKey;
 use crate::lease::queue::Turn;
 use crate::lease::watchdog::Watchdog;
 use crate::LockError;
@@ -61,6 +63,22 @@ impl fmt::Debug for LockGuard {
             .field("segment", &self.segment)
             .field("held", &self.is_held())
             .finish_non_exhaustive()
+    }
+}
+
+impl HeldKey for LockGuard {
+    fn held_key(&self) -> &str {
+        self.key()
+    }
+
+    fn held_fence(&self) -> Option<u64> {
+        self.fencing_token()
+    }
+}
+
+impl From<Taken> for LockGuard {
+    fn from(taken: Taken) -> Self {
+        LockGuard::outer(taken.shared, taken.watchdog)
     }
 }
 

@@ -2,10 +2,11 @@
 
 use std::fmt;
 
-use crate::lease::acquire::{self, lock_within};
+use crate::lease::acquire;
 use crate::lease::observe::Kind;
 use crate::lease::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
 use crate::locks::guard::LockGuard;
+use crate::locks::within::lock_within;
 use crate::LockError;
 
 /// A distributed lock: a key and the options to take it with.

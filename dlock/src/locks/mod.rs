@@ -10,6 +10,8 @@
 //! - `election.rs`: one leader at a time, its term a fence.
 //! - `guard.rs`: [`LockGuard`](crate::LockGuard), release on drop, `lost()`.
 //! - `scope.rs`: reentrancy, the holder's own critical section as a task-local scope.
+//! - `within.rs`: the way into the acquire path, reentrant where the caller's
+//!   scope holds the key; the taken lease made a [`LockGuard`](crate::LockGuard).
 
 pub(crate) mod election;
 pub(crate) mod guard;
@@ -21,3 +23,4 @@ pub(crate) mod rwlock;
 pub(crate) mod scope;
 pub(crate) mod segmented;
 pub(crate) mod semaphore;
+pub(crate) mod within;

@@ -1,16 +1,40 @@
 //! `MultiLock`: several keys taken all or none, in one canonical order, so
 //! callers that name the same keys in any order never deadlock.
+//!
+//! `MultiLock::new(keys)` sorts and dedups its keys once (the canonical order). `acquire` /
+//! `try_acquire` check every key first (`LeaseOptions::check` per key, `MAX_KEYS`), open the
+//! `dlock.acquire_all` span (lease/observe.rs), and `take_in_order` takes the keys one by one through
+//! `within::lock_watched`: the ordinary lock path (`lock_within` → reentrancy or `take`) with
+//! what is left of the one deadline, each in its own `dlock.acquire` span. The first key that
+//! stays busy, times out or errors ends the attempt: the guards taken so far are released,
+//! awaited (`give_back`), so a caller sees them free when the error reaches it; a dropped
+//! acquire future drops them (drop-release). Before the guards are handed over, every one must be live (`is_held`): a key taken early may
+//! have lapsed or been lost while a later key was waited for. Then every key is given back and
+//! the acquisition starts over in canonical order within the one wait (`stale_grant`, `reason =
+//! lapsed`); when the wait has run out, the lapsed key is the one named in the `Timeout`. The
+//! single-Redis one-call path goes through the same check. The result is a `MultiGuard`: a `Vec<LockGuard>`
+//! in canonical order; `lost()` polls every guard's lost future, `release()` releases them last
+//! first and keeps the first error, `scope()` pushes one reentrancy frame per lease
+//! (`scope::inside_all`). The macro's `keys = [..]` expands to `MultiLock::new([...])` and
+//! the same `__private::run_body` / `finish` as one key, generic over `BodyGuard`.
+//!
+//! A backend that takes every key in one call (the `AllKeysBackend`
+//! capability, `LockBackend::all_keys`: a single Redis server) goes through
+//! `multi_at_once.rs` instead: the local turns key by key in canonical order,
+//! then every key in one call (one script, `redis/all_keys.rs`), each returned
+//! lease registered as `take` registers one. Cluster, Redlock, etcd, ZooKeeper
+//! and PostgreSQL keep the key-by-key path.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use tracing::{Instrument, Span};
 
-use crate::lease::acquire::lock_watched;
 use crate::lease::observe::{Kind, StaleReason};
 use crate::lease::options::{lease_option_setters, LeaseOptions};
 use crate::locks::multi_at_once::{take_all, NotTaken};
 use crate::locks::multi_guard::MultiGuard;
+use crate::locks::within::lock_watched;
 use crate::{backend::deadline, lease::observe, LockError, LockGuard};
 
 /// A lock on several keys at once: [`acquire`](Self::acquire) holds every

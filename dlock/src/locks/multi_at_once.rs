@@ -76,8 +76,8 @@ pub(crate) async fn take_all(
     let mut requests = Vec::new();
     for (at, (key, one)) in keys.iter().zip(&pending).enumerate() {
         if matches!(one.step, Step::Turn(_)) {
-            let token =
-                crate::inspect::owner_token(&**backend).map_err(|e| NotTaken::Failed(at, e))?;
+            let token = crate::backend::holder::owner_token(&**backend)
+                .map_err(|e| NotTaken::Failed(at, e))?;
             requests.push(AcquireRequest {
                 key: key.clone(),
                 token,

@@ -4,10 +4,11 @@
 use std::fmt;
 
 use crate::backend::RwMode;
-use crate::lease::acquire::{self, rw_within};
+use crate::lease::acquire;
 use crate::lease::observe::Kind;
 use crate::lease::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
 use crate::locks::guard::LockGuard;
+use crate::locks::within::rw_within;
 use crate::LockError;
 
 /// A distributed read-write lock: any number of readers, or one writer.

@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::lease::acquire::{self, held_here, lock_within};
+use crate::lease::acquire;
 use crate::lease::observe::Kind;
 use crate::lease::options::{hold_at_least_setter, lease_option_setters, LeaseOptions};
+use crate::locks::within::{held_here, lock_within};
 use crate::{backend::deadline, lease::local, LockError, LockGuard};
 
 /// A lock on one resource split into `segments` parts, each guarded by its

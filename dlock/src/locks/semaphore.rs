@@ -128,8 +128,10 @@ impl Semaphore {
         let target = Target::Permit {
             permits: self.permits,
         };
-        let guard = take(&self.options, backend, target, wait, Kind::Permit).await?;
-        Ok(guard.map(|guard| Permit { guard }))
+        let taken = take(&self.options, backend, target, wait, Kind::Permit).await?;
+        Ok(taken.map(|taken| Permit {
+            guard: LockGuard::from(taken),
+        }))
     }
 }
 

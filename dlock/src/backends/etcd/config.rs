@@ -114,7 +114,8 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             "prefix" => config.prefix = crate::url::prefix::parse(raw).map_err(&bad)?,
             "client_name" => {
                 config.client_name = Some(
-                    crate::inspect::check_client_name(&value).map_err(|e| bad(e.to_string()))?,
+                    crate::backend::holder::check_client_name(&value)
+                        .map_err(|e| bad(e.to_string()))?,
                 )
             }
             "ca" if !tls => {

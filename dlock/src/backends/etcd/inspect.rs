@@ -181,8 +181,11 @@ impl Inner {
                         next = Some(past);
                     }
                 }
-                if keys.len() > crate::inspect::MAX_LISTED {
-                    return Err(crate::inspect::too_many_to_list(&self.shown, prefix));
+                if keys.len() > crate::backend::holder::MAX_LISTED {
+                    return Err(crate::backend::holder::too_many_to_list(
+                        &self.shown,
+                        prefix,
+                    ));
                 }
             }
             match next {

@@ -247,7 +247,8 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             }
             "client_name" => {
                 client_name = Some(
-                    crate::inspect::check_client_name(&value).map_err(|e| bad(e.to_string()))?,
+                    crate::backend::holder::check_client_name(&value)
+                        .map_err(|e| bad(e.to_string()))?,
                 )
             }
             "timeout" => timeout = options::duration(name, &value).map_err(&bad)?,

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use super::PostgresBackend;
+use crate::backend::holder::{holder_of, MAX_LISTED};
 use crate::backend::LockBackend;
-use crate::inspect::{holder_of, MAX_LISTED};
 use crate::{LockError, LockInfo};
 
 /// Seconds as a duration, never panicking on odd values.
@@ -89,7 +89,10 @@ impl PostgresBackend {
             )
             .await?;
         if rows.len() > MAX_LISTED {
-            return Err(crate::inspect::too_many_to_list(&self.describe(), prefix));
+            return Err(crate::backend::holder::too_many_to_list(
+                &self.describe(),
+                prefix,
+            ));
         }
         let skip = self.name_of("").len();
         Ok(rows

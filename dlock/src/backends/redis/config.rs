@@ -185,7 +185,7 @@ impl RedisOptions {
                 "prefix" => prefix = crate::url::prefix::parse(value).map_err(|why| bad(&why))?,
                 "client_name" => {
                     client_name = Some(
-                        crate::inspect::check_client_name(value)
+                        crate::backend::holder::check_client_name(value)
                             .map_err(|e| bad(&e.to_string()))?,
                     )
                 }

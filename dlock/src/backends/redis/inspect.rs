@@ -81,7 +81,7 @@ impl RedisBackend {
         let fencing_token = fence.and_then(|f| f.parse::<u64>().ok());
         let holder = value
             .as_deref()
-            .and_then(crate::inspect::holder_of)
+            .and_then(crate::backend::holder::holder_of)
             .map(str::to_owned);
         Ok(Some(LockInfo::new(remaining, fencing_token, holder)))
     }
@@ -196,8 +196,8 @@ impl RedisBackend {
                 }
             };
             keys.extend(found.iter().filter_map(|k| self.key_of(k)));
-            if keys.len() > crate::inspect::MAX_LISTED {
-                return Err(crate::inspect::too_many_to_list(
+            if keys.len() > crate::backend::holder::MAX_LISTED {
+                return Err(crate::backend::holder::too_many_to_list(
                     &self.options.shown,
                     prefix,
                 ));
@@ -264,6 +264,6 @@ impl RedisBackend {
         self.options
             .client_name
             .as_deref()
-            .unwrap_or(crate::inspect::default_client_name())
+            .unwrap_or(crate::backend::holder::default_client_name())
     }
 }

@@ -77,7 +77,7 @@ impl RedisBackend {
             if let Err(e) = sentinel.refresh().await {
                 tracing::debug!(error = %e, "no sentinel named a master yet");
             }
-            req.token = crate::inspect::owner_token(self)?;
+            req.token = crate::backend::holder::owner_token(self)?;
         }
     }
 

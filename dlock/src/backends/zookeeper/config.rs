@@ -148,7 +148,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             "prefix" => prefix = crate::url::prefix::parse(value).map_err(&bad)?,
             "client_name" => {
                 client_name =
-                    Some(crate::inspect::check_client_name(value).map_err(|e| bad(e.to_string()))?)
+                    Some(crate::backend::holder::check_client_name(value).map_err(|e| bad(e.to_string()))?)
             }
             "acl" => {
                 acl = Some(match value {

@@ -46,7 +46,7 @@ impl ZooKeeperBackend {
         };
         let holder = std::str::from_utf8(&data)
             .ok()
-            .and_then(crate::inspect::holder_of)
+            .and_then(crate::backend::holder::holder_of)
             .map(str::to_owned);
         Ok(Some(LockInfo::new(
             session.client.session_timeout(),
@@ -72,8 +72,8 @@ impl ZooKeeperBackend {
             .filter_map(|name| super::config::unescape_key(name))
             .filter(|key| key.starts_with(prefix) && crate::backend::key::validate(key).is_ok())
             .collect();
-        if keys.len() > crate::inspect::MAX_LISTED {
-            return Err(crate::inspect::too_many_to_list(
+        if keys.len() > crate::backend::holder::MAX_LISTED {
+            return Err(crate::backend::holder::too_many_to_list(
                 &crate::LockBackend::describe(self),
                 prefix,
             ));

@@ -1,0 +1,216 @@
+//! A wait on the server: one attempt on a free session, the attempts repeated
+//! until a release's notification or the re-check timer grants the key, and
+//! the renewal of leases on one session.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::listener::Listener;
+use super::session::{Reserved, Session};
+use super::{advisory_key_in, held, listener, Pending, PostgresBackend, RECHECK};
+use crate::backend::{lease_deadline, AcquireRequest, Lease, Renewal};
+use crate::LockError;
+
+impl PostgresBackend {
+    /// Runs `attempt` on `state` (what the attempts need, and what they
+    /// carry from one to the next) until it gives a lease, or `Ok(None)` once
+    /// `deadline` passes: the wait of a lock, a read-write lock or a
+    /// semaphore whose advisory key is `key`. A release's notification on
+    /// `key` wakes it; the re-check timer too, since a lock freed by another
+    /// client announces nothing.
+    pub(super) async fn wait_for<S: Send>(
+        &self,
+        key: i64,
+        deadline: Option<Instant>,
+        state: &mut S,
+        attempt: impl for<'s> Fn(&'s mut S) -> Attempt<'s> + Send,
+    ) -> Result<Option<Lease>, LockError> {
+        let waiting = self.waiters.register(key);
+        loop {
+            // Listening before the attempt: a release after it is not missed.
+            self.ensure_listener().await;
+            let notified = waiting.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let Some(answer) = crate::backend::deadline::until(deadline, attempt(state)).await
+            else {
+                return Ok(None);
+            };
+            if let Some(lease) = answer? {
+                return Ok(Some(lease));
+            }
+            let Some(nap) = recheck_at(deadline) else {
+                return Ok(None);
+            };
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(nap.into()) => {}
+            }
+        }
+    }
+
+    /// Makes sure the listening connection is up; false if it cannot be.
+    pub(super) async fn ensure_listener(&self) -> bool {
+        let mut listener = self.listener.lock().await;
+        if listener.as_ref().is_some_and(Listener::is_alive) {
+            return true;
+        }
+        let (config, shown, waiters) = (
+            self.config.clone(),
+            self.shown.clone(),
+            Arc::downgrade(&self.waiters),
+        );
+        match crate::lease::background::run(async move {
+            Listener::open(&config, &shown, waiters).await
+        })
+        .await
+        {
+            Ok(new) => {
+                *listener = Some(new);
+                listener::listening_again(&self.waiters);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "PostgreSQL listener could not connect; waiters re-check on a timer");
+                false
+            }
+        }
+    }
+
+    /// One attempt: a free session, `pg_try_advisory_lock` and the fence.
+    pub(super) async fn try_once(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        let key = advisory_key_in(&self.config.prefix, &req.key);
+        let session = match self.pool.reserve(&[key], || self.open_session()).await? {
+            Reserved::On(session) => session,
+            Reserved::Busy => return Ok(None),
+        };
+        let mut pending = Pending {
+            session: Some(session.clone()),
+            key,
+        };
+        let ttl = self.clamp(req.ttl);
+        let name = self.name_of(&req.key);
+        let secs = ttl.as_secs_f64();
+        let sent = Instant::now();
+        let row = self
+            .bounded(
+                session
+                    .client
+                    .query_one(&session.prepared.acquire, &[&key, &name, &req.token, &secs]),
+            )
+            .await?;
+        pending.disarm();
+        let granted: bool = row.get(0);
+        if !granted {
+            session.unreserve(key);
+            return Ok(None);
+        }
+        let fence: Option<i64> = row.get(1);
+        let valid_until = lease_deadline(sent, ttl);
+        held::remember(
+            &self.held,
+            &req.token,
+            session,
+            key,
+            held::Hold::Plain,
+            valid_until,
+        );
+        Ok(Some(Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl,
+            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
+            valid_until,
+            resource: format!("pg_advisory_lock({key})"),
+        }))
+    }
+
+    /// Renews the leases `at` (indexes into `leases`) on one session.
+    pub(super) async fn renew_on(
+        &self,
+        session: Arc<Session>,
+        leases: &[Lease],
+        at: Vec<usize>,
+    ) -> Vec<(usize, Result<Renewal, LockError>)> {
+        if !session.is_alive() {
+            at.iter().for_each(|&i| self.forget(&leases[i]));
+            return at
+                .into_iter()
+                .map(|i| (i, Ok(Renewal::SessionExpired)))
+                .collect();
+        }
+        let keys: Vec<i64> = at
+            .iter()
+            .map(|&i| advisory_key_in(&self.config.prefix, &leases[i].key))
+            .collect();
+        let names: Vec<String> = at.iter().map(|&i| self.name_of(&leases[i].key)).collect();
+        let tokens: Vec<&str> = at.iter().map(|&i| leases[i].token.as_str()).collect();
+        let secs: Vec<f64> = at
+            .iter()
+            .map(|&i| self.clamp(leases[i].ttl).as_secs_f64())
+            .collect();
+        let sent = Instant::now();
+        let rows = self
+            .bounded(
+                session
+                    .client
+                    .query(&session.prepared.renew, &[&keys, &names, &tokens, &secs]),
+            )
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => return self.failed_round(&session, leases, at.into_iter(), &e.to_string()),
+        };
+        let found: std::collections::HashMap<&str, bool> = rows
+            .iter()
+            .map(|row| (row.get::<_, &str>(0), row.get::<_, bool>(1)))
+            .collect();
+        at.into_iter()
+            .zip(keys.iter().zip(&names))
+            .map(|(i, (&key, name))| {
+                let answer = match found.get(name.as_str()) {
+                    Some(true) => self.renewed(&leases[i], sent),
+                    // The row names another holder: force-released. The
+                    // session still has the lock: let it go.
+                    Some(false) => {
+                        self.forget(&leases[i]);
+                        held::unlock_in_background(session.clone(), key);
+                        Renewal::Deleted
+                    }
+                    None => {
+                        self.forget(&leases[i]);
+                        session.unreserve(key);
+                        Renewal::Refused
+                    }
+                };
+                (i, Ok(answer))
+            })
+            .collect()
+    }
+}
+
+/// When a waiter whose try was refused tries again with no release
+/// announced (the re-check, jittered so that waiters spread out), at the
+/// latest at `deadline`; `None` once the deadline has passed.
+pub(super) fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
+    let jitter = Duration::from_millis(u64::from(rand_byte()) * 2);
+    let nap = Instant::now() + RECHECK - Duration::from_millis(256) + jitter;
+    match deadline {
+        Some(d) if Instant::now() >= d => None,
+        Some(d) => Some(nap.min(d)),
+        None => Some(nap),
+    }
+}
+
+/// One attempt of a wait (see `PostgresBackend::wait_for`), borrowing its
+/// state.
+type Attempt<'s> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Option<Lease>, LockError>> + Send + 's>,
+>;
+
+/// A random byte, for jitter.
+pub(super) fn rand_byte() -> u8 {
+    let mut b = [0u8; 1];
+    let _ = getrandom::fill(&mut b);
+    b[0]
+}
