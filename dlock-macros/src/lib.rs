@@ -12,7 +12,10 @@ mod args;
 mod bindings;
 mod error;
 mod expand;
+mod guard_param;
 mod key;
+mod setting;
+mod shape;
 
 use proc_macro::TokenStream;
 

@@ -9,9 +9,11 @@
 //!   call, and `multi_guard.rs`): several keys in an order that cannot deadlock.
 //! - `election.rs`: one leader at a time, its term a fence.
 //! - `guard.rs`: [`LockGuard`](crate::LockGuard), release on drop, `lost()`.
+//! - `ensure.rs`: `ensure()` on every guard, the check before a side effect.
 //! - `scope.rs`: reentrancy, the holder's own critical section as a task-local scope.
 
 pub(crate) mod election;
+pub(crate) mod ensure;
 pub(crate) mod guard;
 pub(crate) mod lock;
 pub(crate) mod multi;
