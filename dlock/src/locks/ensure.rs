@@ -78,7 +78,8 @@ impl MultiGuard {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
     /// let backend = std::sync::Arc::new(dlock::backends::memory::MemoryBackend::new());
-    /// let guard = dlock::MultiLock::new(["a", "b"]).with_backend(backend.clone()).acquire().await?;
+    /// let guard = dlock::MultiLock::new(["a", "b"]).with_backend(backend.clone())
+    ///     .ttl(std::time::Duration::from_millis(300)).acquire().await?;
     /// guard.ensure()?;
     /// backend.force_expire("b"); // as an operator's DEL would
     /// tokio::time::timeout(std::time::Duration::from_secs(5), guard.lost()).await.unwrap();
