@@ -13,6 +13,7 @@ use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, Lit, LitBool, LitInt, LitStr, Meta, Token};
 
 use crate::error::Errors;
+use crate::setting::{self, DurationArg, Setting};
 
 /// Every argument the attribute accepts, in the order the docs list them.
 pub(crate) const VALID: &[&str] = &[
@@ -28,15 +29,9 @@ pub(crate) const VALID: &[&str] = &[
     "hold_at_least",
 ];
 
-/// The shortest ttl `dlock` accepts (`dlock::MIN_TTL`). The macro only knows
-/// `dlock`'s public API, so the value is repeated here to fail at compile
-/// time rather than at the first acquisition.
-const MIN_TTL: Duration = Duration::from_millis(30);
-
-/// The longest ttl `dlock` accepts (`dlock::MAX_TTL`), repeated for the same reason.
-const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
-
-/// The most segments (`dlock::SegmentedLock::MAX_SEGMENTS`), repeated for the same reason.
+/// The most segments (`dlock::SegmentedLock::MAX_SEGMENTS`). The macro only
+/// knows `dlock`'s public API, so the value is repeated here to fail at
+/// compile time rather than at the first acquisition.
 const MAX_SEGMENTS: usize = 1024;
 
 /// The parsed and validated arguments.
@@ -46,9 +41,11 @@ pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
     /// `keys = [..]`: a `MultiLock` on every template; never empty.
     pub(crate) keys: Option<Vec<LitStr>>,
-    pub(crate) ttl: Option<Located<Duration>>,
-    pub(crate) wait: Option<Located<Duration>>,
-    pub(crate) backend: Option<LitStr>,
+    /// `ttl`, `wait`, `hold_at_least` and `backend`: a literal checked now,
+    /// or an expression evaluated at each call (see `setting.rs`).
+    pub(crate) ttl: Option<Setting<Duration>>,
+    pub(crate) wait: Option<Setting<Duration>>,
+    pub(crate) backend: Option<Setting<LitStr>>,
     pub(crate) renew: Option<LitBool>,
     pub(crate) on_lost: OnLost,
     /// `segments = N`: a `SegmentedLock` of N segments instead of a `Lock`.
@@ -57,7 +54,7 @@ pub(crate) struct Args {
     pub(crate) mode: Option<Located<Mode>>,
     /// `hold_at_least = "50s"`: the key stays taken that long after the
     /// acquisition, even when the body ends sooner.
-    pub(crate) hold_at_least: Option<Located<Duration>>,
+    pub(crate) hold_at_least: Option<Setting<Duration>>,
 }
 
 /// Which side of a read-write lock the body holds.
@@ -100,14 +97,14 @@ struct Builder {
     /// The first `keys = [..]` as a whole, even with a bad value: for the
     /// error that it clashes with `key`.
     keys_whole: Option<TokenStream>,
-    ttl: Option<Located<Duration>>,
-    wait: Option<Located<Duration>>,
-    backend: Option<LitStr>,
+    ttl: Option<Setting<Duration>>,
+    wait: Option<Setting<Duration>>,
+    backend: Option<Setting<LitStr>>,
     renew: Option<LitBool>,
     on_lost: Option<OnLost>,
     segments: Option<Located<usize>>,
     mode: Option<Located<Mode>>,
-    hold_at_least: Option<Located<Duration>>,
+    hold_at_least: Option<Setting<Duration>>,
 }
 
 impl Args {
@@ -146,7 +143,7 @@ impl Args {
                 }
                 if let (Some(_), Some(at_least)) = (&seen.keys_whole, &seen.hold_at_least) {
                     errors.push(syn::Error::new(
-                        at_least.span,
+                        at_least.span(),
                         "`hold_at_least` with `keys`: a multi-key lock has no minimum hold; remove it, or lock one `key`",
                     ));
                 }
@@ -226,36 +223,20 @@ impl Builder {
                 set(&mut self.keys, keys, &name, &whole)
             }
             "ttl" => {
-                let lit = string(&name, value)?;
-                let ttl = duration(&name, &lit)?;
-                check_ttl(ttl.value, &lit)?;
+                let ttl = setting::duration(DurationArg::Ttl, value)?;
                 set(&mut self.ttl, ttl, &name, &whole)
             }
             "wait" => {
-                let lit = string(&name, value)?;
-                let wait = duration(&name, &lit)?;
+                let wait = setting::duration(DurationArg::Wait, value)?;
                 set(&mut self.wait, wait, &name, &whole)
             }
             "hold_at_least" => {
-                let lit = string(&name, value)?;
-                let at_least = duration(&name, &lit)?;
-                if at_least.value > MAX_TTL {
-                    return Err(syn::Error::new_spanned(
-                        &lit,
-                        "`hold_at_least` is longer than dlock's maximum of 365 days (`dlock::MAX_TTL`)",
-                    ));
-                }
+                let at_least = setting::duration(DurationArg::HoldAtLeast, value)?;
                 set(&mut self.hold_at_least, at_least, &name, &whole)
             }
             "backend" => {
-                let lit = string(&name, value)?;
-                if lit.value().is_empty() {
-                    return Err(syn::Error::new(
-                        lit.span(),
-                        "`backend` is empty: name a registered backend, e.g. `backend = \"etcd\"`, or leave `backend` out to use the default",
-                    ));
-                }
-                set(&mut self.backend, lit, &name, &whole)
+                let backend = setting::backend(value)?;
+                set(&mut self.backend, backend, &name, &whole)
             }
             "renew" => {
                 let lit = match value {
@@ -360,21 +341,6 @@ fn string(name: &str, value: Expr) -> syn::Result<LitStr> {
     }
 }
 
-/// Parses a humantime duration, re-spanning its error on the literal.
-fn duration(name: &str, lit: &LitStr) -> syn::Result<Located<Duration>> {
-    let text = lit.value();
-    match humantime::parse_duration(&text) {
-        Ok(value) => Ok(Located {
-            value,
-            span: lit.span(),
-        }),
-        Err(e) => Err(syn::Error::new(
-            lit.span(),
-            format!("invalid duration `{text}` for `{name}`: {e}; write e.g. \"30s\" or \"500ms\""),
-        )),
-    }
-}
-
 /// `keys = ["..", ".."]`: a non-empty array of string literals.
 fn keys(value: Expr) -> syn::Result<Located<Vec<LitStr>>> {
     let Expr::Array(array) = value else {
@@ -444,34 +410,6 @@ fn segments(value: Expr) -> syn::Result<Located<usize>> {
     })
 }
 
-fn check_ttl(ttl: Duration, lit: &LitStr) -> syn::Result<()> {
-    if ttl.is_zero() {
-        return Err(syn::Error::new(
-            lit.span(),
-            "`ttl` must be positive: a zero-length lease expires as soon as it is granted; write e.g. `ttl = \"30s\"`",
-        ));
-    }
-    if ttl > MAX_TTL {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!(
-                "`ttl` of {} is longer than dlock's maximum of 365 days (`dlock::MAX_TTL`); with renewal on, a ttl of `\"30s\"` keeps the lock for as long as the body runs",
-                humantime::format_duration(ttl)
-            ),
-        ));
-    }
-    if ttl < MIN_TTL {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!(
-                "`ttl` of {} is shorter than dlock's minimum of 30ms (`dlock::MIN_TTL`), below which renewal cannot keep the lease; write at least `ttl = \"30ms\"`, e.g. `ttl = \"30s\"`",
-                humantime::format_duration(ttl)
-            ),
-        ));
-    }
-    Ok(())
-}
-
 fn path_text(path: &syn::Path) -> String {
     let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
     segments.join("::")
@@ -537,9 +475,12 @@ mod tests {
         .unwrap();
         assert_eq!(args.segments.unwrap().value, 5);
         assert_eq!(args.key.unwrap().value(), "order:{id}");
-        assert_eq!(args.ttl.unwrap().value, Duration::from_secs(90));
-        assert_eq!(args.wait.unwrap().value, Duration::from_millis(250));
-        assert_eq!(args.backend.unwrap().value(), "etcd");
+        assert_eq!(args.ttl.unwrap().literal(), Some(Duration::from_secs(90)));
+        assert_eq!(
+            args.wait.unwrap().literal(),
+            Some(Duration::from_millis(250))
+        );
+        assert!(matches!(args.backend, Some(Setting::Literal(b)) if b.value.value() == "etcd"));
         assert!(!args.renew.unwrap().value);
         assert_eq!(args.on_lost, OnLost::Continue);
     }
@@ -555,7 +496,7 @@ mod tests {
     #[test]
     fn zero_wait_is_one_attempt_not_an_error() {
         let args = parse(quote!(key = "k", wait = "0s")).unwrap();
-        assert_eq!(args.wait.unwrap().value, Duration::ZERO);
+        assert_eq!(args.wait.unwrap().literal(), Some(Duration::ZERO));
     }
 
     #[test]
@@ -575,6 +516,30 @@ mod tests {
         assert!(err(quote!(key = "k", ttl = "0s")).contains("must be positive"));
         assert!(err(quote!(key = "k", ttl = "10ms")).contains("30ms"));
         assert!(err(quote!(key = "k", wait = 5)).contains("string literal"));
+        assert!(err(quote!(key = "k", backend = "")).contains("`backend` is empty"));
+    }
+
+    #[test]
+    fn expressions_are_evaluated_at_each_call() {
+        let args = parse(quote!(
+            key = "k",
+            ttl = CONFIG.lock_ttl,
+            wait = self.settings.wait(),
+            hold_at_least = Duration::from_secs(50),
+            backend = config.backend.as_str()
+        ))
+        .unwrap();
+        assert!(matches!(args.ttl, Some(Setting::Expr(_))));
+        assert!(matches!(args.wait, Some(Setting::Expr(_))));
+        assert!(matches!(args.hold_at_least, Some(Setting::Expr(_))));
+        assert!(matches!(args.backend, Some(Setting::Expr(_))));
+        let e = err(quote!(key = "k", ttl = 30));
+        assert!(
+            e.contains("`ttl` takes a string literal or a `std::time::Duration` expression"),
+            "{e}"
+        );
+        assert!(err(quote!(key = "k", backend = 7)).contains("`&str`/`String` expression"));
+        assert!(err(quote!(key = "k", ttl = a, ttl = b)).contains("duplicate argument `ttl`"));
     }
 
     #[test]

@@ -7,18 +7,16 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
-use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
-use syn::{
-    Expr, ExprAsync, FnArg, GenericArgument, GenericParam, Ident, ItemFn, Pat, PathArguments,
-    ReturnType, Signature, Stmt, Type, WherePredicate,
-};
+use syn::{Ident, ItemFn, Type};
 
 use crate::args::{Args, Mode, OnLost};
 use crate::bindings::bound_names;
 use crate::error::Errors;
+use crate::guard_param::{find_guard, remove_param};
 use crate::key::{Scope, Template};
+use crate::shape::{async_trait_block, Shape};
 
 /// The attribute's entry point: the expanded function, or the errors
 /// together with the function as callers see it (see [`stand_in`]), so the
@@ -168,278 +166,6 @@ fn not_a_function(item: TokenStream) -> syn::Error {
     }
 }
 
-/// What kind of function the attribute sits on.
-enum Shape {
-    /// `async fn ... -> Output`.
-    Async { output: Type },
-    /// A method already rewritten by `#[async_trait]` (which runs first, as
-    /// the attribute of the enclosing `impl`): `fn ... -> Pin<Box<dyn
-    /// Future<Output = Output> + ...>>` whose body is `Box::pin(async move { .. })`.
-    AsyncTrait { output: Type },
-}
-
-impl Shape {
-    fn of(func: &ItemFn) -> syn::Result<Shape> {
-        let sig = &func.sig;
-        if sig.asyncness.is_none() {
-            if let (Some(output), true) = (future_output(&sig.output), is_async_trait_body(func)) {
-                return Ok(Shape::AsyncTrait { output });
-            }
-            return Err(syn::Error::new_spanned(
-                sig.fn_token,
-                "#[distributed_lock] needs an `async fn`; add `async`",
-            ));
-        }
-        match &sig.output {
-            ReturnType::Type(_, ty) => Ok(Shape::Async {
-                output: (**ty).clone(),
-            }),
-            ReturnType::Default => {
-                let mut name_and_params = sig.ident.to_token_stream();
-                sig.paren_token
-                    .surround(&mut name_and_params, |tokens| sig.inputs.to_tokens(tokens));
-                Err(syn::Error::new_spanned(
-                    name_and_params,
-                    "#[distributed_lock] needs a return type `-> Result<T, E>` with `E: From<dlock::LockError>`, to report a lock that could not be taken; add e.g. `-> Result<(), dlock::LockError>`",
-                ))
-            }
-        }
-    }
-}
-
-/// `Output` in `Pin<Box<dyn Future<Output = Output> + Send + 'async_trait>>`.
-fn future_output(output: &ReturnType) -> Option<Type> {
-    let ReturnType::Type(_, ty) = output else {
-        return None;
-    };
-    find_output(ty)
-}
-
-fn find_output(ty: &Type) -> Option<Type> {
-    match ty {
-        Type::Path(path) => path.path.segments.iter().find_map(|segment| {
-            let PathArguments::AngleBracketed(args) = &segment.arguments else {
-                return None;
-            };
-            args.args.iter().find_map(|arg| match arg {
-                GenericArgument::AssocType(assoc) if assoc.ident == "Output" => {
-                    Some(assoc.ty.clone())
-                }
-                GenericArgument::Type(inner) => find_output(inner),
-                _ => None,
-            })
-        }),
-        Type::TraitObject(object) => object.bounds.iter().find_map(|bound| match bound {
-            syn::TypeParamBound::Trait(t) => find_output(&Type::Path(syn::TypePath {
-                qself: None,
-                path: t.path.clone(),
-            })),
-            _ => None,
-        }),
-        Type::Group(group) => find_output(&group.elem),
-        Type::Paren(paren) => find_output(&paren.elem),
-        _ => None,
-    }
-}
-
-fn is_async_trait_body(func: &ItemFn) -> bool {
-    let mut func = func.clone();
-    async_trait_block(&mut func).is_some()
-}
-
-/// The `async move` block in async-trait's `Box::pin(async move { .. })`.
-fn async_trait_block(func: &mut ItemFn) -> Option<&mut ExprAsync> {
-    let Some(Stmt::Expr(Expr::Call(call), None)) = func.block.stmts.last_mut() else {
-        return None;
-    };
-    let Expr::Path(path) = &*call.func else {
-        return None;
-    };
-    let is_box_pin = path.path.segments.len() >= 2
-        && path
-            .path
-            .segments
-            .iter()
-            .rev()
-            .take(2)
-            .map(|s| s.ident.to_string())
-            .eq(["pin", "Box"]);
-    if !is_box_pin || call.args.len() != 1 {
-        return None;
-    }
-    match call.args.first_mut() {
-        Some(Expr::Async(block)) if block.capture.is_some() => Some(block),
-        _ => None,
-    }
-}
-
-/// The `&LockGuard` parameter.
-struct GuardParam {
-    /// Its position in `sig.inputs`.
-    index: usize,
-    /// The name it binds; `None` for `_`.
-    name: Option<Ident>,
-    pat: Pat,
-    /// The referenced type as written: `LockGuard`, `dlock::LockGuard`.
-    guard_type: Type,
-    /// The lifetime async-trait gave it (`&'life1 LockGuard`), which must go
-    /// with the parameter.
-    lifetime: Option<syn::Lifetime>,
-    /// It names `MultiGuard` (the guard of `keys = [..]`), not `LockGuard`.
-    names_multi: bool,
-}
-
-impl GuardParam {
-    /// A `key` function takes `&LockGuard`, a `keys` function `&MultiGuard`.
-    fn fits(&self, multi: bool) -> syn::Result<()> {
-        match (multi, self.names_multi) {
-            (true, false) => Err(syn::Error::new_spanned(
-                &self.guard_type,
-                "with `keys = [..]` the guard parameter is `&MultiGuard` (it holds every key); write `guard: &MultiGuard`",
-            )),
-            (false, true) => Err(syn::Error::new_spanned(
-                &self.guard_type,
-                "`&MultiGuard` is the guard of `keys = [..]`; with `key = ..` write `guard: &LockGuard`",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// `let guard: &LockGuard = &__dlock_guard;` with the user's pattern
-    /// (so `mut guard` or `_guard` stay as written) and the user's path to
-    /// `LockGuard` (so their import stays used), minus any lifetime.
-    fn binding(&self, held: &Ident) -> TokenStream {
-        let pat = &self.pat;
-        let guard_type = &self.guard_type;
-        quote!(let #pat: &#guard_type = &#held;)
-    }
-}
-
-/// Finds the optional `&LockGuard` parameter; a second one is an error.
-fn find_guard(sig: &Signature) -> syn::Result<Option<GuardParam>> {
-    let mut errors = Errors::default();
-    let mut found: Option<GuardParam> = None;
-    for (index, input) in sig.inputs.iter().enumerate() {
-        let FnArg::Typed(arg) = input else { continue };
-        let Type::Reference(reference) = strip(&arg.ty) else {
-            if guard_kind(&arg.ty).is_some() {
-                errors.push(syn::Error::new_spanned(
-                    &arg.ty,
-                    "take the guard by reference: `&LockGuard` (the function releases the lock itself when the body ends)",
-                ));
-            }
-            continue;
-        };
-        let Some(names_multi) = guard_kind(&reference.elem) else {
-            continue;
-        };
-        if let Some(mutability) = reference.mutability {
-            errors.push(syn::Error::new_spanned(
-                mutability,
-                "the guard parameter is `&LockGuard`, not `&mut LockGuard`; remove `mut`",
-            ));
-            continue;
-        }
-        let name = match &*arg.pat {
-            Pat::Ident(ident) if ident.by_ref.is_none() && ident.subpat.is_none() => {
-                Some(ident.ident.clone())
-            }
-            Pat::Wild(_) => None,
-            other => {
-                errors.push(syn::Error::new_spanned(
-                    other,
-                    "bind the guard to a name, e.g. `guard: &LockGuard`",
-                ));
-                continue;
-            }
-        };
-        if let Some(first) = &found {
-            let first = first
-                .name
-                .as_ref()
-                .map_or_else(|| "`_`".to_owned(), |n| format!("`{n}`"));
-            errors.push(syn::Error::new_spanned(
-                arg,
-                format!(
-                    "only one `&LockGuard` parameter is allowed; this function already takes the guard as {first}; remove this one"
-                ),
-            ));
-            continue;
-        }
-        found = Some(GuardParam {
-            index,
-            name,
-            pat: (*arg.pat).clone(),
-            guard_type: (*reference.elem).clone(),
-            lifetime: reference.lifetime.clone(),
-            names_multi,
-        });
-    }
-    errors.finish()?;
-    Ok(found)
-}
-
-fn strip(ty: &Type) -> &Type {
-    match ty {
-        Type::Group(group) => strip(&group.elem),
-        Type::Paren(paren) => strip(&paren.elem),
-        other => other,
-    }
-}
-
-/// `LockGuard`, `dlock::LockGuard`, `::dlock::MultiGuard`, ...: any path
-/// whose last segment is `LockGuard` (`Some(false)`) or `MultiGuard`
-/// (`Some(true)`); the macro cannot resolve imports.
-fn guard_kind(ty: &Type) -> Option<bool> {
-    let Type::Path(path) = strip(ty) else {
-        return None;
-    };
-    let last = path.path.segments.last()?;
-    if path.qself.is_some() || !last.arguments.is_none() {
-        return None;
-    }
-    if last.ident == "LockGuard" {
-        Some(false)
-    } else if last.ident == "MultiGuard" {
-        Some(true)
-    } else {
-        None
-    }
-}
-
-/// Removes the guard parameter (and async-trait's lifetime for it, which
-/// the trait's own signature does not have).
-fn remove_param(sig: &mut Signature, guard: &GuardParam) {
-    // Collecting values (not pairs) re-punctuates: no trailing comma is
-    // left behind when the guard was the last parameter.
-    sig.inputs = std::mem::take(&mut sig.inputs)
-        .into_iter()
-        .enumerate()
-        .filter(|(index, _)| *index != guard.index)
-        .map(|(_, input)| input)
-        .collect();
-    let Some(lifetime) = &guard.lifetime else {
-        return;
-    };
-    if sig.asyncness.is_some() || !lifetime.ident.to_string().starts_with("life") {
-        // A lifetime the user wrote: they may use it elsewhere; an unused
-        // lifetime parameter is harmless on a function.
-        return;
-    }
-    sig.generics.params = std::mem::take(&mut sig.generics.params)
-        .into_pairs()
-        .filter(
-            |pair| !matches!(pair.value(), GenericParam::Lifetime(l) if l.lifetime == *lifetime),
-        )
-        .collect();
-    if let Some(where_clause) = &mut sig.generics.where_clause {
-        where_clause.predicates = std::mem::take(&mut where_clause.predicates)
-            .into_pairs()
-            .filter(|pair| !matches!(pair.value(), WherePredicate::Lifetime(p) if p.lifetime == *lifetime))
-            .collect::<Punctuated<_, _>>();
-    }
-}
-
 /// Everything the generated body needs.
 struct Lock<'a> {
     args: &'a Args,
@@ -556,36 +282,33 @@ impl Lock<'_> {
         }
     }
 
-    /// `.ttl(..).wait(..).renew(..).backend(..)`, for the options given.
+    /// `.ttl(..).wait(..).renew(..).backend(..)`, for the options given:
+    /// constants for literals, the user's expressions (evaluated here, at
+    /// each call) otherwise.
     fn options(&self) -> TokenStream {
+        let args = self.args;
         let mut options = TokenStream::new();
-        if let Some(ttl) = &self.args.ttl {
-            let ttl = duration(ttl.value, ttl.span);
+        if let Some(ttl) = &args.ttl {
+            let ttl = ttl.tokens();
             options.extend(quote!(.ttl(#ttl)));
         }
-        if let Some(wait) = &self.args.wait {
-            let wait = duration(wait.value, wait.span);
+        if let Some(wait) = &args.wait {
+            let wait = wait.tokens();
             options.extend(quote!(.wait(#wait)));
         }
-        if let Some(renew) = &self.args.renew {
+        if let Some(renew) = &args.renew {
             options.extend(quote!(.renew(#renew)));
         }
-        if let Some(backend) = &self.args.backend {
+        if let Some(backend) = &args.backend {
+            let backend = backend.tokens();
             options.extend(quote!(.backend(#backend)));
         }
-        if let Some(at_least) = &self.args.hold_at_least {
-            let at_least = duration(at_least.value, at_least.span);
+        if let Some(at_least) = &args.hold_at_least {
+            let at_least = at_least.tokens();
             options.extend(quote!(.hold_at_least(#at_least)));
         }
         options
     }
-}
-
-/// `::core::time::Duration::new(secs, nanos)`: a constant, no parsing at run time.
-fn duration(value: std::time::Duration, span: Span) -> TokenStream {
-    let secs = value.as_secs();
-    let nanos = value.subsec_nanos();
-    quote_spanned!(span=> ::core::time::Duration::new(#secs, #nanos))
 }
 
 /// `impl Trait` cannot be named in a turbofish or a `let` type; `_` lets

@@ -12,7 +12,10 @@ mod args;
 mod bindings;
 mod error;
 mod expand;
+mod guard_param;
 mod key;
+mod setting;
+mod shape;
 
 use proc_macro::TokenStream;
 
@@ -27,15 +30,15 @@ use proc_macro::TokenStream;
 /// | argument | value | default |
 /// |---|---|---|
 /// | `key` | template, required: `"order:{id}"`, `"user:{user.id}"`, `"{self.tenant}:jobs"` | — |
-/// | `ttl` | lease length, humantime: `"30s"`, `"1m 30s"`, `"250ms"`; at least `"30ms"` | 30 s |
-/// | `wait` | how long to wait for the lock; `"0s"` = one attempt, then `LockError::Busy` | no limit |
-/// | `backend` | name registered in `dlock::registry()` | the default backend |
+/// | `ttl` | lease length, humantime: `"30s"`, `"1m 30s"`, `"250ms"`; at least `"30ms"`; or a `Duration` expression | 30 s |
+/// | `wait` | how long to wait for the lock; `"0s"` = one attempt, then `LockError::Busy`; or a `Duration` expression | no limit |
+/// | `backend` | name registered in `dlock::registry()`; or a `&str`/`String` expression | the default backend |
 /// | `renew` | `true` / `false`: watchdog renewal every ttl/3 | `true` |
 /// | `on_lost` | `"cancel"` / `"continue"`: what a lost lease does to the running body | `"cancel"` |
 /// | `keys` | instead of `key`: an array of templates, `["account:{from}", "account:{to}"]`: hold every key at once (`dlock::MultiLock`) | — |
 /// | `segments` | positive integer: take any free one of N segments `<key>#0`..`<key>#N-1` (`dlock::SegmentedLock`) | one plain lock |
 /// | `mode` | `"read"` / `"write"`: one side of a read-write lock on `key` (`dlock::RwLock`) | one plain lock |
-/// | `hold_at_least` | humantime: the key stays taken this long after the acquisition, even when the body ends sooner (`Lock::hold_at_least`): a job run once per tick across replicas | none |
+/// | `hold_at_least` | humantime: the key stays taken this long after the acquisition, even when the body ends sooner (`Lock::hold_at_least`): a job run once per tick across replicas; or a `Duration` expression | none |
 ///
 /// - **`key`**: `{name}` and `{name.field.sub}` name any binding of the
 ///   parameters' patterns: `id: u64`, `Path(id): Path<u64>`,
@@ -47,8 +50,15 @@ use proc_macro::TokenStream;
 ///   text (no control characters, not over dlock's 512-byte key limit).
 ///   Format specs (`{id:?}`) are not supported: implement `Display`, or
 ///   pass a parameter that is already formatted.
-/// - **`ttl`**, **`wait`**: parsed at compile time with humantime and turned
-///   into `Duration` constants.
+/// - **`ttl`**, **`wait`**, **`hold_at_least`**, **`backend`**: a string
+///   literal is parsed and checked at compile time (humantime, turned into
+///   a `Duration` constant); any other expression of the right type
+///   (`ttl = CONFIG.lock_ttl`, `wait = self.settings.wait()`, `backend =
+///   &self.backend`) is evaluated at each call, before the lock is taken,
+///   in the function's scope. A `Duration` is what the durations take (an
+///   out-of-range one is `LockError::InvalidOption` at the call), a `&str`
+///   or `String` what `backend` takes; another type is an error on the
+///   expression that says so.
 /// - **`keys = [..]`**: each element is a key template as for `key`; the
 ///   function holds all of them at once, taken in sorted order (so callers
 ///   naming them in any order never deadlock), and its body runs inside

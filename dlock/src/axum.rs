@@ -8,6 +8,9 @@ use http::StatusCode;
 
 use crate::LockError;
 
+mod http_error;
+pub use http_error::HttpError;
+
 /// The `Retry-After` of a lock another caller holds, in seconds: the
 /// holder of a request-sized critical section is usually done by then.
 const RETRY_AFTER_SECS: &str = "1";

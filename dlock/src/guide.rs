@@ -14,7 +14,8 @@
 //!    server, how waiters are woken, its limits; what stays on the server;
 //!    least-privilege grants.
 //! 4. [`guarantees`]: what a lock promises and what it does not: leases and
-//!    loss, fencing, failover windows, Redlock's limits, reentrancy,
+//!    loss (`ensure()` before each side effect), fencing, the GETSET race
+//!    as a lesson, failover windows, Redlock's limits, reentrancy,
 //!    security, errors.
 //! 5. [`interop`]: sharing locks with services that are not dlock (Java's
 //!    Curator, Go and `etcdctl`, SQL, redis-py).

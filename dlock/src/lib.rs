@@ -59,6 +59,9 @@ pub mod url;
 #[path = "private.rs"]
 pub mod __private;
 
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub use axum::HttpError;
 pub use backend::error::LockError;
 pub use backend::holder::{default_client_name, LockInfo};
 pub use backend::key::MAX_KEY_BYTES;

@@ -2,6 +2,10 @@
 
 use std::future::Future;
 
+#[path = "private/settings.rs"]
+mod settings;
+pub use settings::{backend_setting, duration_setting, BackendSetting, DurationSetting};
+
 pub use crate::{Lock, LockError, LockGuard, MultiGuard, MultiLock, RwLock, SegmentedLock};
 
 /// Whether a lost lease cancels the body.

@@ -415,3 +415,52 @@ async fn read_mode_shares_and_write_mode_excludes() {
     );
     assert_eq!(inside.load(Ordering::SeqCst), 0);
 }
+
+// --- settings from configuration: evaluated at each call ---------------------
+
+/// A service's configuration as it may change at run time (a reload): the
+/// lock's ttl in milliseconds, and the backend's name.
+static CONFIG_TTL_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(400);
+
+fn configured_ttl() -> Duration {
+    Duration::from_millis(CONFIG_TTL_MS.load(Ordering::SeqCst))
+}
+
+struct Jobs {
+    backend: String,
+}
+
+impl Jobs {
+    #[distributed_lock(key = "configured", ttl = configured_ttl(), wait = Duration::ZERO, backend = &self.backend, renew = false)]
+    async fn run(&self, guard: &LockGuard) -> Result<Duration, LockError> {
+        Ok(guard.remaining())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_from_expressions_are_read_at_each_call() {
+    let backend = register("configured");
+    let jobs = Jobs {
+        backend: "configured".to_owned(),
+    };
+    let first = jobs.run().await.unwrap();
+    assert!(
+        first <= Duration::from_millis(400) && first > Duration::from_millis(100),
+        "{first:?}"
+    );
+    // The configuration changes: the next call takes the new ttl.
+    CONFIG_TTL_MS.store(20_000, Ordering::SeqCst);
+    let second = jobs.run().await.unwrap();
+    assert!(second > Duration::from_secs(10), "{second:?}");
+    // A zero wait from an expression: one attempt, `Busy` while held.
+    let _held = dlock::Lock::new("configured")
+        .with_backend(backend)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(matches!(jobs.run().await, Err(LockError::Busy { .. })));
+    // An out-of-range value is refused at the call, as `Lock::ttl` would.
+    CONFIG_TTL_MS.store(1, Ordering::SeqCst);
+    let err = jobs.run().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err}");
+}

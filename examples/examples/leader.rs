@@ -38,6 +38,12 @@ async fn candidate(backend: Arc<dyn LockBackend>, name: String) -> Result<(), Lo
             }
             _ = sleep(LEAD_FOR / 2) => {}
         }
+        // Right before each act of the leader: still leading? (No round trip;
+        // a process resumed from a pause is refused here before `lost()` fires.)
+        if leadership.ensure().is_err() {
+            println!("{name}: term {term} is over; not acting on it");
+            continue;
+        }
         leadership.proclaim(format!("{name}:9090")).await?;
         sleep(LEAD_FOR / 2).await;
         leadership.resign().await?;

@@ -71,8 +71,11 @@ async fn buy_unlocked(shop: Arc<Shop>, _sku: u64) -> Result<(), ShopError> {
 /// uses the same lock service.
 #[distributed_lock(key = "stock:{sku}", ttl = "10s", wait = "30s")]
 async fn buy_locked(shop: Arc<Shop>, sku: u64, guard: &LockGuard) -> Result<(), ShopError> {
-    // The fencing token would go with the write to the real stock table.
+    // The fencing token would go with the write to the real stock table,
+    // and `ensure()` checks, without a round trip, that the lock is still
+    // ours right before it.
     let _fence = guard.fencing_token();
+    guard.ensure()?;
     shop.sell_one().await
 }
 

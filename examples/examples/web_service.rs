@@ -3,9 +3,11 @@
 //!
 //! The handler does a read-sleep-write of a counter in Redis: without the
 //! lock, concurrent requests on one order lose increments; with it, the
-//! counter equals the number of successful requests. Lock errors answer
-//! through dlock's `axum` feature (`IntoResponse for LockError`): a busy
-//! order is 409 with `Retry-After`, a failing lock service 503.
+//! counter equals the number of successful requests. Errors answer through
+//! dlock's `axum` feature (`HttpError`): a busy order is 409 with
+//! `Retry-After`, a failing lock service 503, a failing store 500. The
+//! lock's ttl and wait come from the configuration (`LOCK_TTL_MS`,
+//! `LOCK_WAIT_MS`), evaluated by the attribute at each request.
 //!
 //! ```sh
 //! redis-server --port 6379 &
@@ -19,15 +21,33 @@
 //! `tests/tests/web_service.rs` as two instances under 200 concurrent
 //! requests.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use dlock::{distributed_lock, LockError, LockGuard};
+use dlock::{distributed_lock, HttpError, LockGuard};
 use redis::AsyncCommands;
+
+/// The service's configuration, read once: the lock's settings come from
+/// here, not from literals in the attribute.
+struct Config {
+    /// `LOCK_TTL_MS`, default 10 s.
+    lock_ttl: Duration,
+    /// `LOCK_WAIT_MS`, default 5 s.
+    lock_wait: Duration,
+}
+
+fn millis_from_env(name: &str, default: u64) -> Duration {
+    let millis = std::env::var(name).ok().and_then(|v| v.parse().ok());
+    Duration::from_millis(millis.unwrap_or(default))
+}
+
+static CONFIG: LazyLock<Config> = LazyLock::new(|| Config {
+    lock_ttl: millis_from_env("LOCK_TTL_MS", 10_000),
+    lock_wait: millis_from_env("LOCK_WAIT_MS", 5_000),
+});
 
 /// What every handler shares: the store of the counters.
 #[derive(Clone)]
@@ -35,37 +55,9 @@ struct App {
     store: redis::aio::MultiplexedConnection,
 }
 
-/// The handler's error: the lock's (answered by dlock's `IntoResponse`) or
-/// the store's.
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-    Store(redis::RedisError),
-}
-
-impl From<LockError> for AppError {
-    fn from(e: LockError) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-impl From<redis::RedisError> for AppError {
-    fn from(e: redis::RedisError) -> Self {
-        AppError::Store(e)
-    }
-}
-
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        match self {
-            AppError::Lock(e) => e.into_response(),
-            AppError::Store(e) => {
-                eprintln!("store error: {e}");
-                (StatusCode::INTERNAL_SERVER_ERROR, "store error").into_response()
-            }
-        }
-    }
-}
+// No error type of our own: `HttpError` (dlock's `axum` feature) takes any
+// error with `?`; a lock error answers 409 (with `Retry-After`) or 503, a
+// store error 500 with the details in the log.
 
 fn counter(id: u64) -> String {
     format!("web-example:order:{id}:paid")
@@ -74,18 +66,20 @@ fn counter(id: u64) -> String {
 /// Pays order `id`: one request per order at a time in the whole fleet.
 /// `#[axum::debug_handler]` goes below `#[distributed_lock]`, so that it
 /// checks the function callers see (without the guard parameter).
-#[distributed_lock(key = "order:{id}", ttl = "10s", wait = "5s")]
+#[distributed_lock(key = "order:{id}", ttl = CONFIG.lock_ttl, wait = CONFIG.lock_wait)]
 #[axum::debug_handler]
 async fn pay(
     Path(id): Path<u64>,
     State(app): State<App>,
     guard: &LockGuard,
-) -> Result<String, AppError> {
+) -> Result<String, HttpError> {
     let mut store = app.store.clone();
     // A read-sleep-write: safe only because the lock is held.
     let paid: Option<u64> = store.get(counter(id)).await?;
     tokio::time::sleep(Duration::from_millis(1)).await;
     let paid = paid.unwrap_or(0) + 1;
+    // Right before the side effect: still ours? (No round trip.)
+    guard.ensure()?;
     let () = store.set(counter(id), paid).await?;
     Ok(format!(
         "order {id}: payment {paid} (fence {:?})\n",
@@ -94,7 +88,7 @@ async fn pay(
 }
 
 /// How many payments order `id` has.
-async fn paid(Path(id): Path<u64>, State(app): State<App>) -> Result<String, AppError> {
+async fn paid(Path(id): Path<u64>, State(app): State<App>) -> Result<String, HttpError> {
     let mut store = app.store.clone();
     let paid: Option<u64> = store.get(counter(id)).await?;
     Ok(format!("{}\n", paid.unwrap_or(0)))

@@ -323,6 +323,8 @@ pub struct ZooKeeperBackend {
     held: Arc<Mutex<HeldMap>>,
     /// Campaigns in flight, by election directory (see `stale.rs`).
     campaigns: stale::Campaigns,
+    /// A ttl cut to the session's bound is a WARN, once (see `lease.rs`).
+    cut_ttl: lease::CutTtlWarning,
     /// `zks://`: the TLS options every session connects with, read from the
     /// URL's files at `connect`.
     #[cfg(feature = "tls")]
@@ -419,6 +421,7 @@ impl ZooKeeperBackend {
             session_timeout_ms: AtomicU64::new(0),
             held: Arc::new(Mutex::new(HashMap::new())),
             campaigns: stale::Campaigns::default(),
+            cut_ttl: lease::CutTtlWarning::default(),
             #[cfg(feature = "tls")]
             tls,
         };
@@ -570,6 +573,7 @@ impl ZooKeeperBackend {
         (sent, answered): (Instant, Instant),
     ) -> Result<Lease, LockError> {
         let session_timeout = client.session_timeout();
+        self.cut_ttl.check(&self.shown, req.ttl, session_timeout);
         let ttl = req.ttl.min(lease::max_ttl(session_timeout));
         let fencing_token = fence_of(stat).ok_or_else(|| {
             LockError::backend(

@@ -346,6 +346,11 @@ impl fmt::Debug for Leadership {
 }
 
 impl Leadership {
+    /// The lease on the election's name, until resigned (for `ensure`).
+    pub(crate) fn lease_guard(&self) -> Option<&LockGuard> {
+        self.guard.as_ref()
+    }
+
     /// The election's name.
     pub fn name(&self) -> &str {
         &self.name

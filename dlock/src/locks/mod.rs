@@ -9,11 +9,13 @@
 //!   call, and `multi_guard.rs`): several keys in an order that cannot deadlock.
 //! - `election.rs`: one leader at a time, its term a fence.
 //! - `guard.rs`: [`LockGuard`](crate::LockGuard), release on drop, `lost()`.
+//! - `ensure.rs`: `ensure()` on every guard, the check before a side effect.
 //! - `scope.rs`: reentrancy, the holder's own critical section as a task-local scope.
 //! - `within.rs`: the way into the acquire path, reentrant where the caller's
 //!   scope holds the key; the taken lease made a [`LockGuard`](crate::LockGuard).
 
 pub(crate) mod election;
+pub(crate) mod ensure;
 pub(crate) mod guard;
 pub(crate) mod lock;
 pub(crate) mod multi;

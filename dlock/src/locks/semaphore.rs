@@ -175,6 +175,11 @@ impl Observed for Permit {
 }
 
 impl Permit {
+    /// The lease under the permit (for `ensure`).
+    pub(crate) fn lease_guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         self.guard.key()

@@ -1,19 +1,27 @@
 //! An operator's view of a lock key: the lock node with the lowest sequence
 //! in the key's directory holds it; its data is the holder's owner token
-//! (only its client name is shown), its `czxid` the fence. The node lives
-//! as long as its holder's session, whose timeout a reader cannot see: the
-//! time left reported is this client's session timeout. A forced release
+//! (only its client name is shown), its `czxid` the fence. A forced release
 //! deletes that node, which wakes the next node's watch.
+//!
+//! The time left: a lease is the holder's own (its local deadline, moved by
+//! each renewal; the holder deletes its node when it passes), which the
+//! server does not store. For a node this backend holds, the time left is
+//! that deadline's, exactly as the holder's `LockGuard::remaining` says.
+//! For another client's node a reader can see neither that deadline nor the
+//! holder's session: the figure is then the longest the node can outlive
+//! its holder, this client's session timeout (an upper bound).
 //!
 //! A listing reads the children of the prefix node `/<prefix>` (one key
 //! directory each, a container that may outlive its last lock node for a
 //! while), keeps the keys that start with the listing's prefix and inspects
 //! each: an empty directory is a free key.
 
+use std::time::Instant;
+
 use zookeeper_client::Error as ZkError;
 
 use super::order::sequence_of;
-use super::{fence_of, ZooKeeperBackend};
+use super::{fence_of, lock, ZooKeeperBackend};
 use crate::{LockError, LockInfo};
 
 impl ZooKeeperBackend {
@@ -48,8 +56,11 @@ impl ZooKeeperBackend {
             .ok()
             .and_then(crate::backend::holder::holder_of)
             .map(str::to_owned);
+        let own_lease = lock(&self.held)
+            .get(&path)
+            .map(|held| held.valid_until.saturating_duration_since(Instant::now()));
         Ok(Some(LockInfo::new(
-            session.client.session_timeout(),
+            own_lease.unwrap_or_else(|| session.client.session_timeout()),
             fence_of(&stat),
             holder,
         )))

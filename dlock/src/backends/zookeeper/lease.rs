@@ -39,9 +39,38 @@
 //! ends an `acquire`'s wait, renewals, permits): a follower answers it only
 //! after the leader answered the sync.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::backend::lease_deadline;
+
+/// The WARN, once per backend, that a ttl was cut to what the session can
+/// back. Granted, not refused: the default ttl (30 s) is longer than the
+/// default session (30 s) can back (16.5 s), so refusing would fail the
+/// default configuration, while the cut lease is safe (its local deadline
+/// is the cut one) and renewal keeps it for as long as the holder runs.
+#[derive(Debug, Default)]
+pub(super) struct CutTtlWarning {
+    warned: AtomicBool,
+}
+
+impl CutTtlWarning {
+    /// Warns (the first time only) when `ttl` is longer than [`max_ttl`]
+    /// of `session_timeout`.
+    pub(super) fn check(&self, backend: &str, ttl: Duration, session_timeout: Duration) {
+        let longest = max_ttl(session_timeout);
+        if ttl <= longest || self.warned.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::warn!(
+            backend = %backend,
+            ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            granted_ms = u64::try_from(longest.as_millis()).unwrap_or(u64::MAX),
+            session_timeout_ms = u64::try_from(session_timeout.as_millis()).unwrap_or(u64::MAX),
+            "ttl longer than the ZooKeeper session can back: each lease lasts at most 11/20 of session_timeout between renewals; raise `?session_timeout=` on the URL (to about twice the ttl) for the full ttl"
+        );
+    }
+}
 
 /// The longest lease a session with this timeout can back: 11/20 of it
 /// (see the module docs).
@@ -93,6 +122,19 @@ mod tests {
             deadline(sent, sent, Duration::MAX, session),
             lease_deadline(sent, Duration::from_secs(22))
         );
+    }
+
+    #[test]
+    fn the_cut_is_warned_once() {
+        let warning = CutTtlWarning::default();
+        let session = Duration::from_secs(30);
+        warning.check("zk://h", Duration::from_secs(10), session);
+        assert!(
+            !warning.warned.load(Ordering::Relaxed),
+            "10 s fits in 16.5 s"
+        );
+        warning.check("zk://h", Duration::from_secs(120), session);
+        assert!(warning.warned.load(Ordering::Relaxed));
     }
 
     #[test]
