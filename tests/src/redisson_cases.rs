@@ -1,0 +1,163 @@
+//! The node-redisson interop cases of dlock's Redisson layout, each run on
+//! one Redis server and on a Redis Cluster by `tests/tests/redisson_interop.rs`.
+//!
+//! Waiters on both sides are given no re-check (`recheck_ms=0` for dlock;
+//! node-redisson waits for the holder's `PTTL`, 30 s under its watchdog),
+//! so a hand-over within the bound is the release message's doing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{Lock, LockBackend};
+
+use crate::conformance::unique_key;
+use crate::fixtures::redisson::RedissonFixture;
+use crate::redisson::{epoch_ms, NodeRedisson};
+
+/// The bound asserted on a wake-up across clients (the target is 100 ms).
+const WAKE_BOUND_MS: u64 = 500;
+
+/// node-redisson's default watchdog: a waiter that missed the message would
+/// wait most of this.
+const NODE_WATCHDOG: Duration = Duration::from_secs(30);
+
+async fn backend(fixture: &RedissonFixture) -> Arc<dyn LockBackend> {
+    let url = format!("{}&recheck_ms=0", fixture.url());
+    dlock::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
+    Lock::new(key).with_backend(backend.clone())
+}
+
+fn channel(key: &str) -> String {
+    format!("redisson_lock__channel:{{{key}}}")
+}
+
+/// A node-redisson holder keeps dlock out (and shows as a holder that is
+/// not dlock); once it unlocks, dlock takes the lock and keeps
+/// node-redisson out; after dlock's release node-redisson takes it.
+pub async fn each_keeps_the_other_out(fixture: &RedissonFixture) {
+    let key = unique_key("redisson-exclusion");
+    let dlock = backend(fixture).await;
+    let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
+    node.lock(&key, Duration::from_secs(10)).await;
+    assert!(lock(&dlock, &key).try_acquire().await.unwrap().is_none(), "dlock took a node-redisson lock");
+    let info = lock(&dlock, &key).inspect().await.unwrap().expect("held by node-redisson");
+    assert_eq!(info.holder, None, "{info:?}");
+    assert_eq!(fixture.redis_cli(&["TYPE", &key]), "hash");
+    node.unlock(&key).await;
+
+    let guard = lock(&dlock, &key).try_acquire().await.unwrap().expect("free after node's unlock");
+    assert_eq!(fixture.redis_cli(&["HLEN", &key]), "1");
+    assert!(!node.try_lock(&key).await, "node-redisson took dlock's lock");
+    guard.release().await.unwrap();
+    assert!(node.try_lock(&key).await, "free after dlock's release");
+    node.unlock(&key).await;
+    assert_eq!(fixture.redis_cli(&["EXISTS", &key]), "0");
+}
+
+/// node-redisson's unlock wakes a waiting dlock acquire by its message.
+pub async fn node_release_wakes_a_dlock_waiter(fixture: &RedissonFixture) {
+    let key = unique_key("redisson-wakes-dlock");
+    let dlock = backend(fixture).await;
+    let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
+    node.lock(&key, Duration::from_secs(10)).await;
+    let waiter = {
+        let lock = lock(&dlock, &key).wait(Duration::from_secs(20));
+        tokio::spawn(async move {
+            let guard = lock.acquire().await;
+            (epoch_ms(), guard)
+        })
+    };
+    // Subscribed and past its first try.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "dlock took a held lock");
+    let unlocked = node.unlock(&key).await;
+    let (granted, guard) = waiter.await.unwrap();
+    let guard = guard.expect("dlock's waiter was granted");
+    let woke = granted.saturating_sub(unlocked);
+    println!("node-redisson unlock -> dlock waiter granted: {woke} ms");
+    assert!(woke < WAKE_BOUND_MS, "woken after {woke} ms");
+    guard.release().await.unwrap();
+}
+
+/// dlock's release (or a dropped guard, `drop = true`) wakes a waiting
+/// node-redisson `lock()` by its message.
+pub async fn dlock_release_wakes_a_node_waiter(fixture: &RedissonFixture, drop: bool) {
+    let key = unique_key("redisson-wakes-node");
+    let dlock = backend(fixture).await;
+    let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
+    let guard = lock(&dlock, &key).ttl(Duration::from_secs(30)).acquire().await.unwrap();
+    node.send(&format!("lock {key}")).await;
+    node.subscribed(&channel(&key), Duration::from_secs(10)).await;
+    let released = epoch_ms();
+    if drop {
+        std::mem::drop(guard);
+    } else {
+        guard.release().await.unwrap();
+    }
+    let granted = node.locked(&key, Duration::from_secs(20)).await;
+    let woke = granted.saturating_sub(released);
+    let how = if drop { "drop" } else { "release" };
+    println!("dlock {how} -> node-redisson waiter granted: {woke} ms");
+    assert!(woke < WAKE_BOUND_MS, "woken after {woke} ms");
+    node.unlock(&key).await;
+}
+
+/// node-redisson's watchdog and dlock's renewal each keep their lease past
+/// several ttls while the other side keeps trying.
+pub async fn both_renewals_outlast_their_ttls(fixture: &RedissonFixture) {
+    let ttl = Duration::from_secs(1);
+    let hold = Duration::from_millis(3_500);
+    let dlock = backend(fixture).await;
+    let mut node = NodeRedisson::start(fixture, ttl).await;
+
+    let key = unique_key("redisson-node-watchdog");
+    node.lock(&key, Duration::from_secs(10)).await;
+    let start = Instant::now();
+    let mut tries = 0;
+    while start.elapsed() < hold {
+        assert!(lock(&dlock, &key).try_acquire().await.unwrap().is_none(), "node's lease lapsed after {:?}", start.elapsed());
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    node.unlock(&key).await;
+
+    let key = unique_key("redisson-dlock-renewal");
+    let guard = lock(&dlock, &key).ttl(ttl).acquire().await.unwrap();
+    let start = Instant::now();
+    while start.elapsed() < hold {
+        assert!(!node.try_lock(&key).await, "dlock's lease lapsed after {:?}", start.elapsed());
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    println!("{tries} tries refused over 2 x {hold:?} of 1 s leases");
+}
+
+/// A node-redisson holder killed with `kill -9` keeps the lock until its
+/// lease (the watchdog's last extension) runs out, and not much longer.
+pub async fn a_killed_node_holder_frees_at_its_lease(fixture: &RedissonFixture) {
+    let watchdog = Duration::from_secs(2);
+    let key = unique_key("redisson-killed");
+    let dlock = backend(fixture).await;
+    let mut node = NodeRedisson::start(fixture, watchdog).await;
+    node.lock(&key, Duration::from_secs(10)).await;
+    // Past one watchdog extension.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    node.kill_9().await;
+    let killed = Instant::now();
+    let guard = lock(&dlock, &key)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("free at the killed holder's lease");
+    let after = killed.elapsed();
+    println!("taken {after:?} after kill -9 of the node-redisson holder (lease {watchdog:?})");
+    assert!(after <= watchdog + Duration::from_millis(1_500), "{after:?}");
+    guard.release().await.unwrap();
+}
