@@ -46,7 +46,11 @@ impl NodeRedisson {
             "node-redisson is not installed in {}: run scripts/install-deps.sh (or `npm ci` in that directory)",
             dir.display()
         );
-        let mode = if fixture.is_cluster() { "cluster" } else { "single" };
+        let mode = if fixture.is_cluster() {
+            "cluster"
+        } else {
+            "single"
+        };
         let mut child = Command::new("node")
             .current_dir(&dir)
             .arg("holder.js")

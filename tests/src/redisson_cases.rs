@@ -44,15 +44,29 @@ pub async fn each_keeps_the_other_out(fixture: &RedissonFixture) {
     let dlock = backend(fixture).await;
     let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
     node.lock(&key, Duration::from_secs(10)).await;
-    assert!(lock(&dlock, &key).try_acquire().await.unwrap().is_none(), "dlock took a node-redisson lock");
-    let info = lock(&dlock, &key).inspect().await.unwrap().expect("held by node-redisson");
+    assert!(
+        lock(&dlock, &key).try_acquire().await.unwrap().is_none(),
+        "dlock took a node-redisson lock"
+    );
+    let info = lock(&dlock, &key)
+        .inspect()
+        .await
+        .unwrap()
+        .expect("held by node-redisson");
     assert_eq!(info.holder, None, "{info:?}");
     assert_eq!(fixture.redis_cli(&["TYPE", &key]), "hash");
     node.unlock(&key).await;
 
-    let guard = lock(&dlock, &key).try_acquire().await.unwrap().expect("free after node's unlock");
+    let guard = lock(&dlock, &key)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after node's unlock");
     assert_eq!(fixture.redis_cli(&["HLEN", &key]), "1");
-    assert!(!node.try_lock(&key).await, "node-redisson took dlock's lock");
+    assert!(
+        !node.try_lock(&key).await,
+        "node-redisson took dlock's lock"
+    );
     guard.release().await.unwrap();
     assert!(node.try_lock(&key).await, "free after dlock's release");
     node.unlock(&key).await;
@@ -90,9 +104,14 @@ pub async fn dlock_release_wakes_a_node_waiter(fixture: &RedissonFixture, drop: 
     let key = unique_key("redisson-wakes-node");
     let dlock = backend(fixture).await;
     let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
-    let guard = lock(&dlock, &key).ttl(Duration::from_secs(30)).acquire().await.unwrap();
+    let guard = lock(&dlock, &key)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
     node.send(&format!("lock {key}")).await;
-    node.subscribed(&channel(&key), Duration::from_secs(10)).await;
+    node.subscribed(&channel(&key), Duration::from_secs(10))
+        .await;
     let released = epoch_ms();
     if drop {
         std::mem::drop(guard);
@@ -120,7 +139,11 @@ pub async fn both_renewals_outlast_their_ttls(fixture: &RedissonFixture) {
     let start = Instant::now();
     let mut tries = 0;
     while start.elapsed() < hold {
-        assert!(lock(&dlock, &key).try_acquire().await.unwrap().is_none(), "node's lease lapsed after {:?}", start.elapsed());
+        assert!(
+            lock(&dlock, &key).try_acquire().await.unwrap().is_none(),
+            "node's lease lapsed after {:?}",
+            start.elapsed()
+        );
         tries += 1;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -130,7 +153,11 @@ pub async fn both_renewals_outlast_their_ttls(fixture: &RedissonFixture) {
     let guard = lock(&dlock, &key).ttl(ttl).acquire().await.unwrap();
     let start = Instant::now();
     while start.elapsed() < hold {
-        assert!(!node.try_lock(&key).await, "dlock's lease lapsed after {:?}", start.elapsed());
+        assert!(
+            !node.try_lock(&key).await,
+            "dlock's lease lapsed after {:?}",
+            start.elapsed()
+        );
         tries += 1;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -158,6 +185,9 @@ pub async fn a_killed_node_holder_frees_at_its_lease(fixture: &RedissonFixture) 
         .expect("free at the killed holder's lease");
     let after = killed.elapsed();
     println!("taken {after:?} after kill -9 of the node-redisson holder (lease {watchdog:?})");
-    assert!(after <= watchdog + Duration::from_millis(1_500), "{after:?}");
+    assert!(
+        after <= watchdog + Duration::from_millis(1_500),
+        "{after:?}"
+    );
     guard.release().await.unwrap();
 }

@@ -23,6 +23,7 @@
 //! - fencing: `RFencedLock`'s counter `redisson_lock_token:{<name>}`,
 //!   incremented at each grant (it never expires, as Redisson's).
 
+mod abandoned;
 mod inspect;
 mod names;
 mod scripts;
@@ -32,8 +33,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use redis::Script;
 
+use self::abandoned::ReleaseIfDropped;
 use self::names::{holder_field, RedissonNames};
-use super::scripts::{evalsha, millis, run};
+use super::scripts::{evalsha, millis};
 use super::subscriber::waiting::nap_until;
 use super::{check_ttl, holder_left, jitter, Conn, RedisBackend};
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
@@ -102,7 +104,10 @@ fn without_layout(url: &str) -> Result<String, LockError> {
             LAYOUT if pair == "layout=redisson" => {}
             LAYOUT => {
                 let value = pair.split_once('=').map_or("", |(_, v)| v);
-                return Err(LockError::invalid_option(format!("`{shown}`: {}", layout_not_here(value))));
+                return Err(LockError::invalid_option(format!(
+                    "`{shown}`: {}",
+                    layout_not_here(value)
+                )));
             }
             "prefix" | "fence_retention" | "foreign_share" => {
                 return Err(LockError::invalid_option(format!(
@@ -195,15 +200,11 @@ impl RedissonBackend {
         req: &AcquireRequest,
         names: &RedissonNames,
     ) -> Result<Result<Lease, Option<Duration>>, LockError> {
-        let mut unfinished = Some(self.release_call(names, &req.token, req.ttl));
-        let answer = self.attempt(req, names).await;
-        if answer.is_ok() {
-            unfinished = None;
-        }
-        if let Some(call) = unfinished {
-            self.release_in_background(call);
-        }
-        answer
+        let call = self.release_call(names, &req.token, req.ttl);
+        let mut unfinished = ReleaseIfDropped::arm(&self.redis.conn, call);
+        let answer = self.attempt(req, names).await?;
+        unfinished.disarm();
+        Ok(answer)
     }
 
     /// The release of `token`'s hold on `names`, as a script call.
@@ -219,19 +220,6 @@ impl RedissonBackend {
             .arg(if spublish { "1" } else { "0" })
             .arg(names.channels());
         call
-    }
-
-    fn release_in_background(&self, call: redis::Cmd) {
-        let conn = self.redis.conn.clone();
-        crate::lease::background::spawn(async move {
-            let answer: redis::RedisResult<i64> = match conn {
-                Conn::Single(mut c) => run(&mut c, &scripts::RELEASE, &call).await,
-                Conn::Cluster(mut c) => run(&mut c, &scripts::RELEASE, &call).await,
-            };
-            if let Err(e) = answer {
-                tracing::debug!(error = %e, "could not release an abandoned Redisson acquisition; it expires by its ttl");
-            }
-        });
     }
 
     async fn eval_i64(&self, script: &Script, call: &redis::Cmd) -> Result<i64, LockError> {
@@ -373,10 +361,17 @@ mod tests {
             without_layout("redis://h:1?layout=redisson&timeout_ms=5").unwrap(),
             "redis://h:1?timeout_ms=5"
         );
-        assert_eq!(without_layout("redis://h:1?layout=redisson").unwrap(), "redis://h:1");
+        assert_eq!(
+            without_layout("redis://h:1?layout=redisson").unwrap(),
+            "redis://h:1"
+        );
         let err = without_layout("redis://:pw@h:1?layout=redisson&prefix=x").unwrap_err();
         assert!(err.to_string().contains("`prefix` does not apply"), "{err}");
         assert!(!err.to_string().contains("pw"), "{err}");
+        let err = super::super::config::RedisOptions::parse("redis://h:1?layout=redisson")
+            .err()
+            .expect("RedisBackend's own parser refuses the layout");
+        assert!(err.to_string().contains("dlock::connect"), "{err}");
         let err = without_layout("redis://h:1?layout=redison").unwrap_err();
         assert!(err.to_string().contains("layout=redisson"), "{err}");
     }

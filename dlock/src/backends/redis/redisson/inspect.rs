@@ -42,7 +42,10 @@ impl RedissonBackend {
             _ => {
                 let mut get = redis::cmd("GET");
                 get.arg(&names.fence);
-                self.redis.query::<Option<String>>(&get).await?.unwrap_or_default()
+                self.redis
+                    .query::<Option<String>>(&get)
+                    .await?
+                    .unwrap_or_default()
             }
         };
         let holder = field.as_deref().and_then(holder_name).map(str::to_owned);
@@ -57,7 +60,10 @@ impl RedissonBackend {
         let mut keys = BTreeSet::new();
         let mut scans = 0;
         match self.redis.conn.clone() {
-            Conn::Single(_) => self.scan(&pattern, prefix, None, &mut scans, &mut keys).await?,
+            Conn::Single(_) => {
+                self.scan(&pattern, prefix, None, &mut scans, &mut keys)
+                    .await?
+            }
             Conn::Cluster(mut c) => {
                 for slot in self.redis.cluster_masters(&mut c).await? {
                     self.scan(&pattern, prefix, Some(slot), &mut scans, &mut keys)
@@ -94,7 +100,11 @@ impl RedissonBackend {
             }
             *scans += 1;
             let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
             let (next, found): (u64, Vec<String>) = match (slot, self.redis.conn.clone()) {
                 (Some(slot), Conn::Cluster(mut c)) => {
                     let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(

@@ -97,12 +97,12 @@ return 1
 });
 
 /// Who holds the lock. KEYS: the hash, then (when in its slot) the fence
-/// counter. Answers `{0}` (free, or not a hash), or `{1, first field,
+/// counter. Answers `{0, '', -2, ''}` (free, or not a hash), or `{1, first field,
 /// pttl, fence or ''}`.
 pub(super) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('type', KEYS[1])['ok'] ~= 'hash' then return {0} end
+if redis.call('type', KEYS[1])['ok'] ~= 'hash' then return {0, '', -2, ''} end
 local fields = redis.call('hkeys', KEYS[1])
 local fence = ''
 if #KEYS > 1 then fence = redis.call('get', KEYS[2]) or '' end
