@@ -79,18 +79,18 @@ pub async fn node_release_wakes_a_dlock_waiter(fixture: &RedissonFixture) {
     let dlock = backend(fixture).await;
     let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
     node.lock(&key, Duration::from_secs(10)).await;
-    let waiter = {
-        let lock = lock(&dlock, &key).wait(Duration::from_secs(20));
-        tokio::spawn(async move {
-            let guard = lock.acquire().await;
-            (epoch_ms(), guard)
-        })
+    let lock = lock(&dlock, &key).wait(Duration::from_secs(20));
+    let waiter = async {
+        let guard = lock.acquire().await;
+        (epoch_ms(), guard)
     };
-    // Subscribed and past its first try.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!waiter.is_finished(), "dlock took a held lock");
-    let unlocked = node.unlock(&key).await;
-    let (granted, guard) = waiter.await.unwrap();
+    let unlocker = async {
+        // The waiter is subscribed and past its first try by then.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        node.unlock(&key).await
+    };
+    let ((granted, guard), unlocked) = tokio::join!(waiter, unlocker);
+    assert!(granted >= unlocked, "dlock was granted a held lock");
     let guard = guard.expect("dlock's waiter was granted");
     let woke = granted.saturating_sub(unlocked);
     println!("node-redisson unlock -> dlock waiter granted: {woke} ms");

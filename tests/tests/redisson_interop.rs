@@ -1,4 +1,3 @@
-#![recursion_limit = "256"]
 //! dlock's Redisson layout against node-redisson (a Node process, the
 //! layout of Java Redisson's `RLock`), both ways, on one Redis server and on
 //! a Redis Cluster of three masters.
@@ -6,43 +5,47 @@
 use dlock_tests::fixtures::redisson::RedissonFixture;
 use dlock_tests::redisson_cases as cases;
 
+// Each case is awaited boxed: inlined into the test's own future, the
+// nesting of a case (dlock's acquire, the Node process's lines) takes
+// rustc past its query depth limit when it lays the future out.
+
 mod single {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_keeps_the_other_out() {
         let f = &RedissonFixture::single();
-        cases::each_keeps_the_other_out(f).await;
+        Box::pin(cases::each_keeps_the_other_out(f)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn node_release_wakes_a_dlock_waiter() {
         let f = &RedissonFixture::single();
-        cases::node_release_wakes_a_dlock_waiter(f).await;
+        Box::pin(cases::node_release_wakes_a_dlock_waiter(f)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dlock_release_wakes_a_node_waiter() {
         let f = &RedissonFixture::single();
-        cases::dlock_release_wakes_a_node_waiter(f, false).await;
+        Box::pin(cases::dlock_release_wakes_a_node_waiter(f, false)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_dlock_guard_hands_over_to_node() {
         let f = &RedissonFixture::single();
-        cases::dlock_release_wakes_a_node_waiter(f, true).await;
+        Box::pin(cases::dlock_release_wakes_a_node_waiter(f, true)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn both_renewals_outlast_their_ttls() {
         let f = &RedissonFixture::single();
-        cases::both_renewals_outlast_their_ttls(f).await;
+        Box::pin(cases::both_renewals_outlast_their_ttls(f)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_killed_node_holder_frees_at_its_lease() {
         let f = &RedissonFixture::single();
-        cases::a_killed_node_holder_frees_at_its_lease(f).await;
+        Box::pin(cases::a_killed_node_holder_frees_at_its_lease(f)).await;
     }
 }
 
@@ -52,36 +55,36 @@ mod cluster {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_keeps_the_other_out() {
         let f = &RedissonFixture::cluster();
-        cases::each_keeps_the_other_out(f).await;
+        Box::pin(cases::each_keeps_the_other_out(f)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn node_release_wakes_a_dlock_waiter() {
         let f = &RedissonFixture::cluster();
-        cases::node_release_wakes_a_dlock_waiter(f).await;
+        Box::pin(cases::node_release_wakes_a_dlock_waiter(f)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dlock_release_wakes_a_node_waiter() {
         let f = &RedissonFixture::cluster();
-        cases::dlock_release_wakes_a_node_waiter(f, false).await;
+        Box::pin(cases::dlock_release_wakes_a_node_waiter(f, false)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_dlock_guard_hands_over_to_node() {
         let f = &RedissonFixture::cluster();
-        cases::dlock_release_wakes_a_node_waiter(f, true).await;
+        Box::pin(cases::dlock_release_wakes_a_node_waiter(f, true)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn both_renewals_outlast_their_ttls() {
         let f = &RedissonFixture::cluster();
-        cases::both_renewals_outlast_their_ttls(f).await;
+        Box::pin(cases::both_renewals_outlast_their_ttls(f)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_killed_node_holder_frees_at_its_lease() {
         let f = &RedissonFixture::cluster();
-        cases::a_killed_node_holder_frees_at_its_lease(f).await;
+        Box::pin(cases::a_killed_node_holder_frees_at_its_lease(f)).await;
     }
 }
