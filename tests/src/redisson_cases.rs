@@ -191,3 +191,85 @@ pub async fn a_killed_node_holder_frees_at_its_lease(fixture: &RedissonFixture) 
     );
     guard.release().await.unwrap();
 }
+
+/// A key with a `{` that does not start with one (`cart{…}`): Java and
+/// node-redisson name its channel differently, and dlock serves both. A
+/// node-redisson waiter is woken by dlock's release, and a dlock waiter by
+/// node-redisson's unlock (one server: on a Cluster node-redisson's own
+/// unlock script is refused for such a key, its channel in another slot).
+pub async fn inner_braces_wake_both_ways(fixture: &RedissonFixture) {
+    let key = format!("cart{{{}}}", unique_key("redisson-braces"));
+    let dlock = backend(fixture).await;
+    let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
+    let guard = lock(&dlock, &key)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    node.send(&format!("lock {key}")).await;
+    node.subscribed(
+        &format!("redisson_lock__channel:{{{key}}}"),
+        Duration::from_secs(10),
+    )
+    .await;
+    let released = epoch_ms();
+    guard.release().await.unwrap();
+    let woke = node
+        .locked(&key, Duration::from_secs(20))
+        .await
+        .saturating_sub(released);
+    println!("{key}: dlock release -> node-redisson waiter granted: {woke} ms");
+    assert!(woke < WAKE_BOUND_MS, "woken after {woke} ms");
+
+    let lock = lock(&dlock, &key).wait(Duration::from_secs(20));
+    let waiter = async {
+        let guard = lock.acquire().await;
+        (epoch_ms(), guard)
+    };
+    let unlocker = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        node.unlock(&key).await
+    };
+    let ((granted, guard), unlocked) = tokio::join!(waiter, unlocker);
+    let woke = granted.saturating_sub(unlocked);
+    println!("{key}: node-redisson unlock -> dlock waiter granted: {woke} ms");
+    assert!(woke < WAKE_BOUND_MS, "woken after {woke} ms");
+    guard.expect("granted").release().await.unwrap();
+}
+
+/// The layout behind Sentinel (`redis+sentinel://…?layout=redisson`): the
+/// master holds the hash, a second client is kept out and woken at the
+/// release, and fences go up. `redis_cli` runs on the master.
+pub async fn through_sentinel(url: &str, redis_cli: impl Fn(&[&str]) -> String) {
+    let join = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{join}layout=redisson&recheck_ms=0");
+    let connect = || async {
+        dlock::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", dlock::url::redact(&url)))
+    };
+    let (a, b) = (connect().await, connect().await);
+    let key = unique_key("redisson-sentinel");
+    let first = lock(&a, &key)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(redis_cli(&["TYPE", &key]), "hash");
+    assert!(lock(&b, &key).try_acquire().await.unwrap().is_none());
+    let fence = first.fencing_token().expect("a fence");
+    let waiter = lock(&b, &key).wait(Duration::from_secs(20));
+    let releaser = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        first.release().await.unwrap();
+        released
+    };
+    let (second, released) = tokio::join!(waiter.acquire(), releaser);
+    let woke = released.elapsed();
+    println!("behind Sentinel: release -> waiter granted within {woke:?}");
+    assert!(woke < Duration::from_millis(WAKE_BOUND_MS), "{woke:?}");
+    let second = second.unwrap();
+    assert!(second.fencing_token() > Some(fence));
+    second.release().await.unwrap();
+}

@@ -3,6 +3,7 @@
 //! a Redis Cluster of three masters.
 
 use dlock_tests::fixtures::redisson::RedissonFixture;
+use dlock_tests::fixtures::sentinel::SentinelFixture;
 use dlock_tests::redisson_cases as cases;
 
 // Each case is awaited boxed: inlined into the test's own future, the
@@ -47,6 +48,18 @@ mod single {
         let f = &RedissonFixture::single();
         Box::pin(cases::a_killed_node_holder_frees_at_its_lease(f)).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inner_braces_wake_both_ways() {
+        let f = &RedissonFixture::single();
+        Box::pin(cases::inner_braces_wake_both_ways(f)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel() {
+    let f = SentinelFixture::start();
+    Box::pin(cases::through_sentinel(f.url(), |args| f.redis_cli(args))).await;
 }
 
 mod cluster {
