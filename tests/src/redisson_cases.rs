@@ -273,3 +273,35 @@ pub async fn through_sentinel(url: &str, redis_cli: impl Fn(&[&str]) -> String) 
     assert!(second.fencing_token() > Some(fence));
     second.release().await.unwrap();
 }
+
+/// On a Redis 7+ Cluster Java Redisson announces its unlock with
+/// `SPUBLISH` only (its default `shardedSubscriptionMode`): a holder written
+/// as Java writes it (a `<uuid>:<thread id>` field) and released as Java
+/// releases it on such a Cluster (delete, `SPUBLISH 0` on the lock's
+/// channel, from one script), sent with `redis-cli`, wakes a dlock waiter
+/// that has no re-check at once.
+pub async fn a_sharded_release_wakes_a_dlock_waiter(fixture: &RedissonFixture) {
+    let key = unique_key("redisson-sharded");
+    let dlock = backend(fixture).await;
+    fixture.redis_cli(&["HSET", &key, "0b3c5f4e-java-client:1", "1"]);
+    fixture.redis_cli(&["PEXPIRE", &key, "30000"]);
+    let lock = lock(&dlock, &key).wait(Duration::from_secs(20));
+    let waiter = async {
+        let guard = lock.acquire().await;
+        (Instant::now(), guard)
+    };
+    let release =
+        "if redis.call('del', KEYS[1]) == 1 then redis.call('spublish', KEYS[2], ARGV[1]) end";
+    let channel = channel(&key);
+    let releaser = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let sent = Instant::now();
+        fixture.redis_cli(&["EVAL", release, "2", &key, &channel, "0"]);
+        sent
+    };
+    let ((granted, guard), sent) = tokio::join!(waiter, releaser);
+    let woke = granted.saturating_duration_since(sent);
+    println!("a sharded (Java-style) release -> dlock waiter granted within {woke:?}");
+    assert!(woke < Duration::from_millis(WAKE_BOUND_MS), "{woke:?}");
+    guard.expect("granted").release().await.unwrap();
+}

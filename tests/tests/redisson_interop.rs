@@ -100,4 +100,10 @@ mod cluster {
         let f = &RedissonFixture::cluster();
         Box::pin(cases::a_killed_node_holder_frees_at_its_lease(f)).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sharded_release_wakes_a_dlock_waiter() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(cases::a_sharded_release_wakes_a_dlock_waiter(f)).await;
+    }
 }

@@ -17,9 +17,10 @@
 //!   node-redisson's channel where its name differs; with `SPUBLISH` too on
 //!   a Cluster that has sharded pub/sub, which Java Redisson listens to
 //!   there);
-//! - waiters subscribe to those channels before they try, and try again
-//!   on a message, at the holder's `PTTL`, or at the latest every
-//!   `recheck_ms` (a release they cannot hear: Java's `SPUBLISH`, a `DEL`);
+//! - waiters subscribe to those channels before they try (on such a
+//!   Cluster with `SSUBSCRIBE` as well, on a connection of their own, see
+//!   `sharded.rs`), and try again on a message, at the holder's `PTTL`, or
+//!   at the latest every `recheck_ms` (a release nobody announced: a `DEL`);
 //! - fencing: `RFencedLock`'s counter `redisson_lock_token:{<name>}`,
 //!   incremented at each grant (it never expires, as Redisson's).
 
@@ -27,6 +28,7 @@ mod abandoned;
 mod inspect;
 mod names;
 mod scripts;
+mod sharded;
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,7 @@ use redis::Script;
 
 use self::abandoned::ReleaseIfDropped;
 use self::names::{holder_field, RedissonNames};
+use self::sharded::{Sharded, ShardedWait};
 use super::scripts::{evalsha, millis};
 use super::subscriber::waiting::nap_until;
 use super::{check_ttl, holder_left, jitter, Conn, RedisBackend};
@@ -64,6 +67,9 @@ pub struct RedissonBackend {
     /// A Cluster whose nodes take `SPUBLISH`: releases announce there too,
     /// where Java Redisson (`shardedSubscriptionMode` AUTO) listens.
     sharded: bool,
+    /// On such a Cluster, where waiters hear Java Redisson's `SPUBLISH`
+    /// (`None` elsewhere, or when it could not connect: waiters re-check).
+    listener: Option<Sharded>,
 }
 
 impl std::fmt::Debug for RedissonBackend {
@@ -141,10 +147,20 @@ impl RedissonBackend {
             Conn::Cluster(_) => redis.takes_sharded_publish().await,
             Conn::Single(_) => false,
         };
+        let listener = if sharded {
+            let connected = Sharded::connect(&redis.options).await;
+            connected
+                .map_err(|e| tracing::warn!(backend = %redis.options.shown, error = %e,
+                    "no sharded pub/sub connection: waiters hear Java Redisson's releases on this Cluster by re-checking"))
+                .ok()
+        } else {
+            None
+        };
         Ok(RedissonBackend {
             redis,
             client_id,
             sharded,
+            listener,
         })
     }
 
@@ -240,9 +256,16 @@ impl RedissonBackend {
             .subscriber
             .subscribe(&names.channels(), deadline)
             .await;
+        let mut sharded = match &self.listener {
+            Some(listener) if names.same_slot => Some(listener.subscribe(&names.channel).await),
+            _ => None,
+        };
         let recheck = self.redis.options.recheck.unwrap_or(Duration::MAX);
         loop {
             subscription.mark_seen();
+            if let Some(sharded) = sharded.as_mut() {
+                sharded.mark_seen();
+            }
             let tried = self.attempt_or_release(req, &names);
             let answer = match crate::backend::deadline::until(deadline, tried).await {
                 Some(answer) => answer?,
@@ -258,12 +281,21 @@ impl RedissonBackend {
             let nap = left.unwrap_or(recheck).min(recheck) + jitter(Duration::from_millis(5));
             tokio::select! {
                 () = subscription.changed() => {}
+                () = sharded_changed(sharded.as_mut()) => {}
                 () = nap_until(nap, deadline) => {}
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(None);
             }
         }
+    }
+}
+
+/// Resolves at a message on the sharded subscription; never without one.
+async fn sharded_changed(wait: Option<&mut ShardedWait>) {
+    match wait {
+        Some(wait) => wait.changed().await,
+        None => std::future::pending().await,
     }
 }
 
