@@ -400,9 +400,10 @@ mod tests {
         let err = without_layout("redis://:pw@h:1?layout=redisson&prefix=x").unwrap_err();
         assert!(err.to_string().contains("`prefix` does not apply"), "{err}");
         assert!(!err.to_string().contains("pw"), "{err}");
-        let err = super::super::config::RedisOptions::parse("redis://h:1?layout=redisson")
-            .err()
-            .expect("RedisBackend's own parser refuses the layout");
+        let Err(err) = super::super::config::RedisOptions::parse("redis://h:1?layout=redisson")
+        else {
+            panic!("RedisBackend's own parser refuses the layout");
+        };
         assert!(err.to_string().contains("dlock::connect"), "{err}");
         let err = without_layout("redis://h:1?layout=redison").unwrap_err();
         assert!(err.to_string().contains("layout=redisson"), "{err}");
