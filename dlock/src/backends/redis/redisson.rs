@@ -120,6 +120,11 @@ fn without_layout(url: &str) -> Result<String, LockError> {
                     "`{shown}`: `{name}` does not apply to `layout=redisson`: the Redis key is the lock's name itself, as Redisson's getLock(name), and its fence counter is RFencedLock's; drop `{name}`"
                 )));
             }
+            "replicas" | "replica_timeout" | "aof" => {
+                return Err(LockError::invalid_option(format!(
+                    "`{shown}`: `{name}` does not apply to `layout=redisson`: its grants and renewals are not acknowledged by replicas (`WAIT`); drop `{name}`"
+                )));
+            }
             _ => kept.push(pair),
         }
     }
@@ -134,7 +139,8 @@ impl RedissonBackend {
     /// Connects to the Redis server, Cluster or Sentinel master named by
     /// `url` (every form and parameter of
     /// [`RedisBackend::connect`](super::RedisBackend::connect), but
-    /// `?prefix=`, `?fence_retention=` and `?foreign_share=`;
+    /// `?prefix=`, `?fence_retention=`, `?foreign_share=`, `?replicas=`,
+    /// `?replica_timeout=` and `?aof=`;
     /// `?layout=redisson` may be given or left out).
     ///
     /// # Errors
@@ -399,6 +405,11 @@ mod tests {
         );
         let err = without_layout("redis://:pw@h:1?layout=redisson&prefix=x").unwrap_err();
         assert!(err.to_string().contains("`prefix` does not apply"), "{err}");
+        let err = without_layout("redis://h:1?layout=redisson&replicas=1").unwrap_err();
+        assert!(
+            err.to_string().contains("`replicas` does not apply"),
+            "{err}"
+        );
         assert!(!err.to_string().contains("pw"), "{err}");
         let Err(err) = super::super::config::RedisOptions::parse("redis://h:1?layout=redisson")
         else {
