@@ -195,8 +195,9 @@ pub async fn a_killed_node_holder_frees_at_its_lease(fixture: &RedissonFixture) 
 /// A key with a `{` that does not start with one (`cart{…}`): Java and
 /// node-redisson name its channel differently, and dlock serves both. A
 /// node-redisson waiter is woken by dlock's release, and a dlock waiter by
-/// node-redisson's unlock (one server: on a Cluster node-redisson's own
-/// unlock script is refused for such a key, its channel in another slot).
+/// node-redisson's unlock (one server only: node-redisson's unlock script
+/// names its channel as a key, which on a Cluster lies in another slot
+/// than such a lock).
 pub async fn inner_braces_wake_both_ways(fixture: &RedissonFixture) {
     let key = format!("cart{{{}}}", unique_key("redisson-braces"));
     let dlock = backend(fixture).await;
