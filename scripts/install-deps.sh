@@ -23,6 +23,10 @@
 #                                    no Python is needed to run it (or set DLOCK_VALKEY_SERVER)
 #   cargo-nextest (the test runner of scripts/test.sh: tests in parallel, in groups)
 #                                    `cargo install cargo-nextest --locked`, version pinned below
+#   node, npm (node-redisson, for the Redisson-layout interop tests)
+#                                    nodejs npm
+#   node-redisson + ioredis          `npm ci` in tests/foreign/redisson (its committed
+#                                    package-lock.json), when its node_modules is missing
 set -euo pipefail
 
 # cargo-nextest, the runner that runs the suite's tests side by side (.config/nextest.toml).
@@ -86,6 +90,18 @@ install_redis_py() {
     "$venv/bin/python3" -m pip install --quiet 'redis>=4.2'
 }
 
+# node-redisson and its Redis client, from the committed lock file, for
+# tests/tests/redisson_interop.rs. Idempotent: skipped when installed.
+install_node_redisson() {
+    local dir
+    dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/foreign/redisson"
+    if [[ -d "$dir/node_modules/node-redisson" && -d "$dir/node_modules/ioredis" ]]; then
+        return 0
+    fi
+    echo "install-deps: npm ci in $dir (node-redisson)"
+    (cd "$dir" && npm ci --no-audit --no-fund)
+}
+
 missing=()
 
 need_cmd() { # need_cmd COMMAND PACKAGE...
@@ -116,11 +132,14 @@ need_file /usr/include/google/protobuf/timestamp.proto libprotobuf-dev
 # Debian keeps the server's binaries off PATH, one directory per major version.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 need_cmd psql postgresql-client
+need_cmd node nodejs
+need_cmd npm npm
 
 if [[ ${#missing[@]} -eq 0 ]]; then
     install_redis_py
     install_valkey
     install_nextest
+    install_node_redisson
     echo "install-deps: everything is installed"
     exit 0
 fi
@@ -151,3 +170,4 @@ echo "install-deps: installing ${packages[*]}"
 install_redis_py
 install_valkey
 install_nextest
+install_node_redisson

@@ -27,6 +27,8 @@ pub mod ordinary_code;
 pub mod overlap;
 pub mod poll;
 pub mod proxy;
+pub mod redisson;
+pub mod redisson_cases;
 pub mod rw;
 pub mod rw_crash;
 pub mod segments;

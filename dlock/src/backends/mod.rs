@@ -8,6 +8,7 @@
 //! |---|---|---|---|---|---|
 //! | [`memory::MemoryBackend`] | `memory://` | always | per-process counter | yes | yes |
 //! | [`redis::RedisBackend`] | `redis://`, `rediss://`, `redis+cluster://`, `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://` | `redis` (default), `tls` | per-key counter | yes | yes (single server, Cluster and Sentinel) |
+//! | [`redis::redisson::RedissonBackend`] | any Redis URL with `?layout=redisson` | `redis` | `RFencedLock`'s counter | no | no (see [interop](crate::guide::interop)) |
 //! | [`redlock::RedlockBackend`] | `redlock://h1:port,h2:port,h3:port` | `redlock` | none (see its docs) | no | no |
 //! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd`, `tls` for `etcds://` | the key's create revision | yes | yes (etcd's recipe `RWMutex` layout) |
 //! | `postgres::PostgresBackend` | `postgres://[user[:password]@]host[:port][,host[:port]...][/dbname]`, `postgresql://` (libpq URL syntax) | `postgres` | a per-key counter row | yes (N slot advisory locks) | yes (shared advisory locks, a writer-intent key) |

@@ -158,6 +158,7 @@ mod inspect;
 mod lock_backend;
 mod permits;
 pub(crate) mod recheck;
+pub mod redisson;
 mod refused;
 pub use self::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
 mod renew;

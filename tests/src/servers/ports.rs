@@ -84,7 +84,10 @@ pub fn free_port_with_offsets(offsets: &[u16]) -> HarnessResult<u16> {
 fn reserve_across_processes(ports: &[u16]) -> HarnessResult<Option<Vec<File>>> {
     let dir = reservations_dir();
     std::fs::create_dir_all(&dir).map_err(|e| {
-        HarnessError::new(format!("create the port reservations directory {}: {e}", dir.display()))
+        HarnessError::new(format!(
+            "create the port reservations directory {}: {e}",
+            dir.display()
+        ))
     })?;
     let mut locks = Vec::with_capacity(ports.len());
     for port in ports {

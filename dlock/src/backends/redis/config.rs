@@ -209,6 +209,7 @@ impl RedisOptions {
                     );
                     return Err(bad(&why));
                 }
+                "layout" => return Err(bad(&super::redisson::layout_not_here(value))),
                 // The `redis` crate's own: RESP2 or RESP3.
                 "protocol" => passed_on.push(pair),
                 _ => return Err(bad(&options::unknown(name, "Redis", options::REDIS, false))),

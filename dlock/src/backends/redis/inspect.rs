@@ -211,7 +211,10 @@ impl RedisBackend {
 
     /// One slot of each master of a Cluster (the first of its ranges in
     /// `CLUSTER SLOTS`), to route a `SCAN` to that master.
-    async fn cluster_masters(&self, c: &mut ClusterConnection) -> Result<Vec<u16>, LockError> {
+    pub(super) async fn cluster_masters(
+        &self,
+        c: &mut ClusterConnection,
+    ) -> Result<Vec<u16>, LockError> {
         self.count();
         let answer: Value = redis::cmd("CLUSTER")
             .arg("SLOTS")

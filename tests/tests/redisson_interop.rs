@@ -1,0 +1,109 @@
+//! dlock's Redisson layout against node-redisson (a Node process, the
+//! layout of Java Redisson's `RLock`), both ways, on one Redis server and on
+//! a Redis Cluster of three masters.
+
+use dlock_tests::fixtures::redisson::RedissonFixture;
+use dlock_tests::fixtures::sentinel::SentinelFixture;
+use dlock_tests::redisson_cases as cases;
+
+// Each case is awaited boxed: inlined into the test's own future, the
+// nesting of a case (dlock's acquire, the Node process's lines) takes
+// rustc past its query depth limit when it lays the future out.
+
+mod single {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_keeps_the_other_out() {
+        let f = &RedissonFixture::single();
+        Box::pin(cases::each_keeps_the_other_out(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn node_release_wakes_a_dlock_waiter() {
+        let f = &RedissonFixture::single();
+        Box::pin(cases::node_release_wakes_a_dlock_waiter(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dlock_release_wakes_a_node_waiter() {
+        let f = &RedissonFixture::single();
+        Box::pin(cases::dlock_release_wakes_a_node_waiter(f, false)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_dlock_guard_hands_over_to_node() {
+        let f = &RedissonFixture::single();
+        Box::pin(cases::dlock_release_wakes_a_node_waiter(f, true)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn both_renewals_outlast_their_ttls() {
+        let f = &RedissonFixture::single();
+        Box::pin(cases::both_renewals_outlast_their_ttls(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_killed_node_holder_frees_at_its_lease() {
+        let f = &RedissonFixture::single();
+        Box::pin(cases::a_killed_node_holder_frees_at_its_lease(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inner_braces_wake_both_ways() {
+        let f = &RedissonFixture::single();
+        Box::pin(cases::inner_braces_wake_both_ways(f)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel() {
+    let f = SentinelFixture::start();
+    Box::pin(cases::through_sentinel(f.url(), |args| f.redis_cli(args))).await;
+}
+
+mod cluster {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_keeps_the_other_out() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(cases::each_keeps_the_other_out(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn node_release_wakes_a_dlock_waiter() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(cases::node_release_wakes_a_dlock_waiter(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dlock_release_wakes_a_node_waiter() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(cases::dlock_release_wakes_a_node_waiter(f, false)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_dlock_guard_hands_over_to_node() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(cases::dlock_release_wakes_a_node_waiter(f, true)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn both_renewals_outlast_their_ttls() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(cases::both_renewals_outlast_their_ttls(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_killed_node_holder_frees_at_its_lease() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(cases::a_killed_node_holder_frees_at_its_lease(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sharded_release_wakes_a_dlock_waiter() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(cases::a_sharded_release_wakes_a_dlock_waiter(f)).await;
+    }
+}
