@@ -167,7 +167,7 @@ pub async fn a_writer_excludes_readers_and_writers<F: RwFixture>(fixture: &F) {
             let seed = client * TASKS_PER_CLIENT + task;
             tasks.push(tokio::spawn(async move {
                 for cycle in 0..CYCLES {
-                    if (seed + cycle) % 4 == 0 {
+                    if (seed + cycle).is_multiple_of(4) {
                         let guard = lock.write().await.expect("a writer waited");
                         inside.write();
                         let read = written.load(Ordering::SeqCst);
