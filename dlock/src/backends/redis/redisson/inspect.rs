@@ -120,8 +120,8 @@ impl RedissonBackend {
                 _ => self.redis.query(&cmd).await?,
             };
             keys.extend(found.into_iter().filter(|k| k.starts_with(prefix)));
-            if keys.len() > crate::inspect::MAX_LISTED {
-                return Err(crate::inspect::too_many_to_list(shown, prefix));
+            if keys.len() > crate::backend::holder::MAX_LISTED {
+                return Err(crate::backend::holder::too_many_to_list(shown, prefix));
             }
             cursor = next;
             if cursor == 0 {

@@ -95,7 +95,7 @@ pub(super) fn holder_field(client_id: &str, token: &str) -> String {
 /// The dlock client name in a holder field, if a dlock holder wrote it.
 pub(super) fn holder_name(field: &str) -> Option<&str> {
     let (_, token) = field.split_once(':')?;
-    crate::inspect::holder_of(token)
+    crate::backend::holder::holder_of(token)
 }
 
 #[cfg(test)]
