@@ -178,7 +178,9 @@ mod election;
 mod held;
 mod inspect;
 mod listener;
+mod lock_table;
 mod permits;
+mod renew_plain;
 mod renew_rounds;
 mod retention;
 mod rw;
@@ -187,6 +189,7 @@ mod setup;
 mod sql;
 #[cfg(feature = "tls")]
 mod tls;
+mod turns;
 
 pub use self::election::MAX_VALUE_BYTES;
 
@@ -302,6 +305,8 @@ pub struct PostgresBackend {
     shown: String,
     statements: Statements,
     pool: Pool,
+    /// The sessions acquisitions wait in the lock's queue on (`turns.rs`).
+    waiting: Pool,
     held: Arc<Mutex<HeldMap>>,
     waiters: Arc<Waiters>,
     listener: tokio::sync::Mutex<Option<Listener>>,
@@ -433,12 +438,14 @@ impl PostgresBackend {
         let sweeper = retention::Sweeper::new(config.fence_retention);
         sweeper.maybe(&first, &statements.sweep, &shown);
         pool.adopt(first);
+        let sessions = config.sessions;
         Ok(PostgresBackend {
             sweeper,
             config,
             shown,
             statements,
             pool,
+            waiting: Pool::new(sessions),
             held: Arc::new(Mutex::new(HeldMap::new())),
             waiters: Arc::new(Waiters::default()),
             listener: tokio::sync::Mutex::new(None),
@@ -585,7 +592,7 @@ impl PostgresBackend {
         let secs = ttl.as_secs_f64();
         let sent = Instant::now();
         let row = self
-            .bounded(
+            .bounded_acquire(
                 session
                     .client
                     .query_one(&session.prepared.acquire, &[&key, &name, &req.token, &secs]),
@@ -616,74 +623,12 @@ impl PostgresBackend {
             resource: format!("pg_advisory_lock({key})"),
         }))
     }
-
-    /// Renews the leases `at` (indexes into `leases`) on one session.
-    async fn renew_on(
-        &self,
-        session: Arc<Session>,
-        leases: &[Lease],
-        at: Vec<usize>,
-    ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        if !session.is_alive() {
-            at.iter().for_each(|&i| self.forget(&leases[i]));
-            return at
-                .into_iter()
-                .map(|i| (i, Ok(Renewal::SessionExpired)))
-                .collect();
-        }
-        let keys: Vec<i64> = at
-            .iter()
-            .map(|&i| advisory_key_in(&self.config.prefix, &leases[i].key))
-            .collect();
-        let names: Vec<String> = at.iter().map(|&i| self.name_of(&leases[i].key)).collect();
-        let tokens: Vec<&str> = at.iter().map(|&i| leases[i].token.as_str()).collect();
-        let secs: Vec<f64> = at
-            .iter()
-            .map(|&i| self.clamp(leases[i].ttl).as_secs_f64())
-            .collect();
-        let sent = Instant::now();
-        let rows = self
-            .bounded(
-                session
-                    .client
-                    .query(&session.prepared.renew, &[&keys, &names, &tokens, &secs]),
-            )
-            .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => return self.failed_round(&session, leases, at.into_iter(), &e.to_string()),
-        };
-        let found: std::collections::HashMap<&str, bool> = rows
-            .iter()
-            .map(|row| (row.get::<_, &str>(0), row.get::<_, bool>(1)))
-            .collect();
-        at.into_iter()
-            .zip(keys.iter().zip(&names))
-            .map(|(i, (&key, name))| {
-                let answer = match found.get(name.as_str()) {
-                    Some(true) => self.renewed(&leases[i], sent),
-                    // The row names another holder: force-released. The
-                    // session still has the lock: let it go.
-                    Some(false) => {
-                        self.forget(&leases[i]);
-                        held::unlock_in_background(session.clone(), key);
-                        Renewal::Deleted
-                    }
-                    None => {
-                        self.forget(&leases[i]);
-                        session.unreserve(key);
-                        Renewal::Refused
-                    }
-                };
-                (i, Ok(answer))
-            })
-            .collect()
-    }
 }
 
 impl Drop for PostgresBackend {
     fn drop(&mut self) {
         self.pool.close_all();
+        self.waiting.close_all();
     }
 }
 
@@ -711,20 +656,11 @@ impl LockBackend for PostgresBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let key = advisory_key_in(&self.config.prefix, &req.key);
-        self.wait_for(key, deadline, &mut (self, req), |(backend, req)| {
-            Box::pin(backend.try_once(req))
-        })
-        .await
+        self.acquire_in_turn(req, deadline).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_in_rounds(
-            leases,
-            |i, _| i,
-            |session, at| self.renew_on(session, leases, at),
-        )
-        .await
+        self.renew_plain(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
@@ -739,15 +675,11 @@ impl LockBackend for PostgresBackend {
             key: h.key,
         };
         let name = self.name_of(&lease.key);
-        let row = self
-            .bounded(
-                h.session
-                    .client
-                    .query_one(&h.session.prepared.release, &[&h.key, &name, &lease.token]),
-            )
+        let released = self
+            .release_on(&h.session, h.key, &name, &lease.token)
             .await;
-        let row = match row {
-            Ok(row) => row,
+        let released = match released {
+            Ok(released) => released,
             Err(_) if !h.session.is_alive() => {
                 pending.disarm();
                 return Ok(false);
@@ -758,9 +690,7 @@ impl LockBackend for PostgresBackend {
         h.session.unreserve(h.key);
         self.sweeper
             .maybe(&h.session, &self.statements.sweep, &self.shown);
-        let unlocked: bool = row.get(0);
-        let ours: i64 = row.get(1);
-        Ok(unlocked && ours == 1)
+        Ok(released)
     }
 
     fn capabilities(&self) -> crate::backend::Capabilities<'_> {
