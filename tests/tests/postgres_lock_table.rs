@@ -1,9 +1,9 @@
 //! A full PostgreSQL lock table: the server keeps every advisory lock in
-//! one shared table of about `max_locks_per_transaction × (max_connections
-//! + max_prepared_transactions)` entries. Asking for more locks than fit is
-//! a refusal naming the setting, and no lease already granted is lost
-//! because another acquisition failed. The server here has a small table
-//! (10 × 20), so the test fills it in a few seconds.
+//! one shared table sized for about `max_locks_per_transaction` times
+//! (`max_connections` plus `max_prepared_transactions`) entries. Asking
+//! for more locks than fit is a refusal naming the setting, and no lease
+//! already granted is lost because another acquisition failed. The server
+//! here has a small table (10 × 20), so the test fills it in a second.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -104,15 +104,20 @@
 //! - A session never asks for a key it holds (advisory locks are reentrant
 //!   per session): each session keeps the set of its keys, and a key held
 //!   through every session is busy.
-//! - `release` is one statement: the holder row cleared, `pg_advisory_unlock`, and
-//!   `NOTIFY dlock_released, '<advisory key>'`.
-//! - `acquire` waits on a dedicated `LISTEN dlock_released` connection and
-//!   tries again when its key is announced, with a re-check every second as
-//!   the net for releases nobody announces (psql's unlock, a session the
-//!   server ended). A dropped or timed-out attempt whose grant may have
-//!   happened unlocks in the background, on the same session, behind it.
-//! - `renew` runs one statement per session: it reads `pg_locks` for the
-//!   session's own advisory locks and moves the rows' expiry. A lock no
+//! - `release` is one statement: `pg_advisory_unlock`,
+//!   `NOTIFY dlock_released, '<advisory key>'`, and the holder row cleared.
+//! - `acquire`, its try refused, waits in the server's queue of the lock
+//!   (a blocking `pg_advisory_lock`, deadline as `lock_timeout`) on an idle
+//!   waiting session: waiters of all processes and SQL's own
+//!   `pg_advisory_lock` are served in arrival order (`turns.rs`). With no
+//!   idle waiting session it waits on a `LISTEN dlock_released` connection
+//!   and tries again when its key is announced, with a re-check every
+//!   second as the net for releases nobody announces. A dropped or
+//!   timed-out attempt whose grant may have happened is undone.
+//! - A full server lock table (`max_locks_per_transaction`) refuses an
+//!   acquisition by name and costs no granted lease (`lock_table.rs`).
+//! - `renew` reads, once per session per round, the session's own
+//!   advisory locks in `pg_locks`, and moves the rows' expiry. A lock no
 //!   longer held by the session is `Refused`; a row no longer naming the
 //!   lease's token (`force_release`) is `Deleted` and the lock is unlocked;
 //!   a session whose connection ended (`pg_terminate_backend`, a restart) is
@@ -307,6 +312,8 @@ pub struct PostgresBackend {
     pool: Pool,
     /// The sessions acquisitions wait in the lock's queue on (`turns.rs`).
     waiting: Pool,
+    /// Keys whose try was refused lately (`turns.rs`).
+    contended: turns::Contended,
     held: Arc<Mutex<HeldMap>>,
     waiters: Arc<Waiters>,
     listener: tokio::sync::Mutex<Option<Listener>>,
@@ -446,6 +453,7 @@ impl PostgresBackend {
             statements,
             pool,
             waiting: Pool::new(sessions),
+            contended: turns::Contended::default(),
             held: Arc::new(Mutex::new(HeldMap::new())),
             waiters: Arc::new(Waiters::default()),
             listener: tokio::sync::Mutex::new(None),
