@@ -83,15 +83,17 @@ const TRY_HEAD: &str = "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok
 /// with `pg_try_advisory_lock`): the same fence and holder row, after a
 /// `pg_advisory_lock` that waits in the lock's queue at most `$5` ms
 /// (`lock_timeout`; `0`: no limit), a setting local to the statement's
-/// transaction.
+/// transaction and put back to no limit once the lock is granted: the
+/// fence's and holder row's writes may wait for the previous holder's
+/// release to commit, and must not time out holding the lock.
 pub(super) fn waiting(acquire: &str) -> String {
     let rest = acquire.strip_prefix(TRY_HEAD).unwrap_or_else(|| {
         unreachable!("the acquisition statement starts with its try: {acquire}")
     });
     format!(
         "WITH t AS (SELECT set_config('lock_timeout', $5::text, true) AS s), \
-         got AS (SELECT true AS ok FROM t, LATERAL (SELECT pg_advisory_lock($1::int8) \
-           WHERE t.s IS NOT NULL) x){rest}"
+         got AS (SELECT set_config('lock_timeout', '0', true) IS NOT NULL AS ok \
+           FROM t, LATERAL (SELECT pg_advisory_lock($1::int8) WHERE t.s IS NOT NULL) x){rest}"
     )
 }
 
@@ -184,16 +186,19 @@ impl PostgresBackend {
             // No limit: the session's keepalives notice a dead server.
             None => statement.await,
         };
+        // A refused statement may have been granted the lock before its
+        // failure (advisory locks are not transactional): unlocked behind
+        // it, on the session, before the key is free for this session.
         let row = match answer {
             Ok(row) => row,
             Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                 queued.session = None;
-                session.unreserve(key);
+                held::unlock_in_background(session, key);
                 return Ok(None);
             }
             Err(e) if e.code() == Some(&SqlState::OUT_OF_MEMORY) => {
                 queued.session = None;
-                session.unreserve(key);
+                held::unlock_in_background(session, key);
                 return Err(self.lock_table_full());
             }
             // Unknown: the drop of `queued` closes the session.
