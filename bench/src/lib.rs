@@ -9,6 +9,7 @@ pub mod etcd;
 pub mod held;
 pub mod observed;
 pub mod postgres;
+pub mod postgres_held;
 pub mod processes;
 pub mod read_mostly;
 pub mod redis;

@@ -6,10 +6,13 @@
 //! (default 1, 10 and 50): critical sections per second, the wait for the
 //! lock (p50 / p99 / max, and p99 against the ideal FIFO wait: P − 1
 //! critical sections of the measured mean length), per-process max / min
-//! of critical sections (1.0 is perfectly even), and on Redis the server's
-//! commands (`INFO commandstats`, the calls scripts make included),
-//! `EVALSHA`s and CPU per critical section. The P = 1 row is the baseline
-//! the others are read against.
+//! of critical sections (1.0 is perfectly even), the share of grants
+//! served in arrival order (no acquisition that asked earlier was granted
+//! later), and on Redis the server's commands (`INFO commandstats`, the
+//! calls scripts make included), `EVALSHA`s and CPU per critical section;
+//! on PostgreSQL the server's transactions per critical section
+//! (`pg_stat_database`: each of dlock's statements is one). The P = 1 row
+//! is the baseline the others are read against.
 
 use std::time::{Duration, Instant};
 
@@ -24,9 +27,37 @@ pub const DEFAULT_PROCESSES: &[usize] = &[1, 10, 50];
 const WINDOW: Duration = Duration::from_secs(10);
 const CRITICAL_SECTION: Duration = Duration::from_millis(1);
 
-/// What one process did: its waits.
+/// What one process did: when each acquisition asked and was granted.
 struct Process {
-    waits: Vec<Duration>,
+    grants: Vec<(Instant, Instant)>,
+}
+
+/// The share of grants served in arrival order: those for which every
+/// acquisition that asked earlier had been granted before.
+fn in_arrival_order(mut grants: Vec<(Instant, Instant)>) -> f64 {
+    grants.sort_by_key(|&(_, granted)| granted);
+    let mut earliest_later: Option<Instant> = None;
+    let mut in_order = 0;
+    for &(asked, _) in grants.iter().rev() {
+        if earliest_later.is_none_or(|later| asked <= later) {
+            in_order += 1;
+        }
+        earliest_later = Some(earliest_later.map_or(asked, |later| later.min(asked)));
+    }
+    in_order as f64 / grants.len().max(1) as f64
+}
+
+/// A PostgreSQL database's transactions so far (`pg_stat_database`).
+async fn pg_transactions(client: &tokio_postgres::Client) -> Result<u64, BoxError> {
+    // Backends report their counts at most once a second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let row = client
+        .query_one(
+            "SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .await?;
+    Ok(row.get::<_, i64>(0).max(0) as u64)
 }
 
 /// A Redis server's counters: CPU seconds, commands, `EVALSHA`s.
@@ -68,15 +99,15 @@ async fn round(
     let mut running = Vec::with_capacity(processes);
     for lock in locks {
         running.push(tokio::spawn(async move {
-            let mut waits = Vec::new();
+            let mut grants = Vec::new();
             while Instant::now() < stop {
                 let asked = Instant::now();
                 let guard = lock.acquire().await?;
-                waits.push(asked.elapsed());
+                grants.push((asked, Instant::now()));
                 tokio::time::sleep(CRITICAL_SECTION).await;
                 guard.release().await?;
             }
-            Ok::<_, dlock::LockError>(Process { waits })
+            Ok::<_, dlock::LockError>(Process { grants })
         }));
     }
     let mut done = Vec::with_capacity(processes);
@@ -98,12 +129,25 @@ pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
     } else {
         None
     };
+    let pg_stats = if matches!(dlock::url::scheme(url), Some("postgres" | "postgresql")) {
+        let (client, connection) = url
+            .split('?')
+            .next()
+            .unwrap_or(url)
+            .parse::<tokio_postgres::Config>()?
+            .connect(tokio_postgres::NoTls)
+            .await?;
+        tokio::spawn(connection);
+        Some(client)
+    } else {
+        None
+    };
     println!(
         "\n### P processes on one key ({}), acquire → {CRITICAL_SECTION:?} → release for {WINDOW:?}\n",
         dlock::url::redact(url)
     );
-    println!("| P | critical sections/s | wait p50 / p99 / max | p99 vs ideal FIFO | per-process max / min | server commands per CS | `EVALSHA` per CS | server CPU per CS |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| P | critical sections/s | wait p50 / p99 / max | p99 vs ideal FIFO | per-process max / min | in arrival order | server commands (PostgreSQL: transactions) per CS | `EVALSHA` per CS | server CPU per CS |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let run_id = std::process::id();
     for &p in counts {
         let key = format!("bench:{run_id}:processes:{p}");
@@ -111,14 +155,25 @@ pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
             Some(conn) => Some(redis_counters(conn).await?),
             None => None,
         };
+        let pg_before = match pg_stats.as_ref() {
+            Some(client) => Some(pg_transactions(client).await?),
+            None => None,
+        };
         let (processes, took) = round(url, &key, p).await?;
         let after = match stats_conn.as_mut() {
             Some(conn) => Some(redis_counters(conn).await?),
             None => None,
         };
-        let counts: Vec<usize> = processes.iter().map(|p| p.waits.len()).collect();
+        let pg_after = match pg_stats.as_ref() {
+            Some(client) => Some(pg_transactions(client).await?),
+            None => None,
+        };
+        let counts: Vec<usize> = processes.iter().map(|p| p.grants.len()).collect();
         let sections: usize = counts.iter().sum();
-        let mut waits: Vec<Duration> = processes.into_iter().flat_map(|p| p.waits).collect();
+        let grants: Vec<(Instant, Instant)> =
+            processes.into_iter().flat_map(|p| p.grants).collect();
+        let mut waits: Vec<Duration> = grants.iter().map(|&(a, g)| g - a).collect();
+        let ordered = in_arrival_order(grants);
         let max_wait = waits.iter().max().copied().unwrap_or_default();
         let Some(summary) = Summary::of(&mut waits) else {
             return Err(format!("no critical section at P = {p}").into());
@@ -144,14 +199,26 @@ pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
                     )),
                 )
             }
-            _ => ("–".to_owned(), "–".to_owned(), "–".to_owned()),
+            _ => match (pg_before, pg_after) {
+                // Less the two reads of the counters themselves.
+                (Some(b), Some(a)) => (
+                    format!(
+                        "{:.1}",
+                        a.saturating_sub(b + 2) as f64 / sections.max(1) as f64
+                    ),
+                    "–".to_owned(),
+                    "–".to_owned(),
+                ),
+                _ => ("–".to_owned(), "–".to_owned(), "–".to_owned()),
+            },
         };
         println!(
-            "| {p} | {per_second:.0} | {} / {} / {} | {:.2}× | {spread} | {} | {} | {} |",
+            "| {p} | {per_second:.0} | {} / {} / {} | {:.2}× | {spread} | {:.1} % | {} | {} | {} |",
             fmt_duration(summary.p50),
             fmt_duration(summary.p99),
             fmt_duration(max_wait),
             summary.p99.as_secs_f64() / ideal.as_secs_f64(),
+            ordered * 100.0,
             server.0,
             server.1,
             server.2,

@@ -16,12 +16,16 @@
 //! unless listed, acquiring at most `--in-flight` (default 500) at once:
 //! acquire rate, leases lost, the server's requests and CPU per held lock,
 //! the bench's CPU and RSS per lock. With one N on Redis, also the Redis
-//! CPU each renewal costs against one script call per lease.
+//! CPU each renewal costs against one script call per lease. On
+//! PostgreSQL (N = 1,000, 10,000 and 20,000 unless listed): the renewal
+//! round at N, and N asked for three ttls: granted, refused (by name),
+//! lost.
 //!
 //! `--processes[=P,…]` (any backend) runs P processes (separate backends)
 //! in turns on one key, for P = 1, 10 and 50 unless listed: critical
-//! sections per second, waits, fairness between processes, and on Redis
-//! the server's commands and CPU per critical section.
+//! sections per second, waits, fairness between processes, the share
+//! served in arrival order, and on Redis the server's commands and CPU
+//! per critical section (on PostgreSQL its transactions).
 //!
 //! `--beside=<url>` (PostgreSQL) also times dlock's uncontended cycle on
 //! the backend at `<url>` (a Redis, say), interleaved with the PostgreSQL
@@ -123,6 +127,14 @@ async fn main() -> ExitCode {
         .map(|counts| held_options(&args, counts));
     let result = if let Some(options) = held {
         match options {
+            Ok(options) if matches!(dlock::url::scheme(&url), Some("postgres" | "postgresql")) => {
+                let counts = if args.iter().any(|a| a == "--held") {
+                    dlock_bench::postgres_held::DEFAULT_HELD.to_vec()
+                } else {
+                    options.counts
+                };
+                dlock_bench::postgres_held::run(&url, &counts, options.in_flight).await
+            }
             Ok(options) => dlock_bench::held::run(&url, &options).await,
             Err(e) => Err(e.into()),
         }

@@ -104,15 +104,20 @@
 //! - A session never asks for a key it holds (advisory locks are reentrant
 //!   per session): each session keeps the set of its keys, and a key held
 //!   through every session is busy.
-//! - `release` is one statement: the holder row cleared, `pg_advisory_unlock`, and
-//!   `NOTIFY dlock_released, '<advisory key>'`.
-//! - `acquire` waits on a dedicated `LISTEN dlock_released` connection and
-//!   tries again when its key is announced, with a re-check every second as
-//!   the net for releases nobody announces (psql's unlock, a session the
-//!   server ended). A dropped or timed-out attempt whose grant may have
-//!   happened unlocks in the background, on the same session, behind it.
-//! - `renew` runs one statement per session: it reads `pg_locks` for the
-//!   session's own advisory locks and moves the rows' expiry. A lock no
+//! - `release` is one statement: `pg_advisory_unlock`,
+//!   `NOTIFY dlock_released, '<advisory key>'`, and the holder row cleared.
+//! - `acquire`, its try refused, waits in the server's queue of the lock
+//!   (a blocking `pg_advisory_lock`, deadline as `lock_timeout`) on an idle
+//!   waiting session: waiters of all processes and SQL's own
+//!   `pg_advisory_lock` are served in arrival order (`turns.rs`). With no
+//!   idle waiting session it waits on a `LISTEN dlock_released` connection
+//!   and tries again when its key is announced, with a re-check every
+//!   second as the net for releases nobody announces. A dropped or
+//!   timed-out attempt whose grant may have happened is undone.
+//! - A full server lock table (`max_locks_per_transaction`) refuses an
+//!   acquisition by name and costs no granted lease (`lock_table.rs`).
+//! - `renew` reads, once per session per round, the session's own
+//!   advisory locks in `pg_locks`, and moves the rows' expiry. A lock no
 //!   longer held by the session is `Refused`; a row no longer naming the
 //!   lease's token (`force_release`) is `Deleted` and the lock is unlocked;
 //!   a session whose connection ended (`pg_terminate_backend`, a restart) is
@@ -218,6 +223,10 @@
 //   row and `pg_locks` of the writing pid; announcements on `dlock_elected`
 //   (`<key>\n<announcement>`) into the observers' inboxes; statements in `sql.rs`'s
 //   `ElectionStatements`
+// - waiting in the lock's own server queue (a blocking `pg_advisory_lock` on a session of the
+//   `waiting` pool, deadline as `lock_timeout`): `turns.rs`; the `LISTEN`/re-check wait it falls
+//   back on: `waiting.rs` + `listener.rs`
+// - a full server lock table (`53200`) refused by name, never a lost session: `lock_table.rs`
 // - held leases, clean-up: `held.rs`: owner token → session, key and `Hold` (plain, read, write;
 //   `Intent` for a waiting writer's key); the reaper that unlocks a lease past its local deadline
 //   (its wait, `backends/held_deadline.rs`, shared with ZooKeeper's); `unlock_in_background` /
@@ -225,7 +234,8 @@
 //   unlocks go out on the same session behind the attempt)
 // - renewal: `renew_rounds.rs` (`renew_in_rounds`, shared by locks, read-write leases and
 //   permits: leases grouped by session, cut into statements of at most 1,000 leases and 128 KiB,
-//   all sent at once), then `waiting.rs`'s `renew_on`, `rw.rs`'s `renew_rw_on`, `permits.rs`'s
+//   all sent at once), then `renew_plain.rs` (plain locks: the session's own `pg_locks` read once
+//   per round), `rw.rs`'s `renew_rw_on`, `permits.rs`'s
 //   `renew_permits_on` (one statement each; `renewed` and `forget` answer a lease alike for all
 //   three); a statement that failed is answered by `failed_round` (`SessionExpired` for each lease
 //   when the session ended, else the error)
@@ -250,7 +260,9 @@ mod inspect;
 mod keys;
 mod listener;
 mod lock_backend;
+mod lock_table;
 mod permits;
+mod renew_plain;
 mod renew_rounds;
 mod retention;
 mod rw;
@@ -259,6 +271,7 @@ mod setup;
 mod sql;
 #[cfg(feature = "tls")]
 mod tls;
+mod turns;
 mod waiting;
 
 pub use self::election::MAX_VALUE_BYTES;
@@ -286,6 +299,10 @@ pub struct PostgresBackend {
     shown: String,
     statements: Statements,
     pool: Pool,
+    /// The sessions acquisitions wait in the lock's queue on (`turns.rs`).
+    waiting: Pool,
+    /// Keys whose try was refused lately (`turns.rs`).
+    contended: turns::Contended,
     held: Arc<Mutex<HeldMap>>,
     waiters: Arc<Waiters>,
     listener: tokio::sync::Mutex<Option<Listener>>,
@@ -417,12 +434,15 @@ impl PostgresBackend {
         let sweeper = retention::Sweeper::new(config.fence_retention);
         sweeper.maybe(&first, &statements.sweep, &shown);
         pool.adopt(first);
+        let sessions = config.sessions;
         Ok(PostgresBackend {
             sweeper,
             config,
             shown,
             statements,
             pool,
+            waiting: Pool::new(sessions),
+            contended: turns::Contended::default(),
             held: Arc::new(Mutex::new(HeldMap::new())),
             waiters: Arc::new(Waiters::default()),
             listener: tokio::sync::Mutex::new(None),
@@ -492,5 +512,6 @@ impl PostgresBackend {
 impl Drop for PostgresBackend {
     fn drop(&mut self) {
         self.pool.close_all();
+        self.waiting.close_all();
     }
 }

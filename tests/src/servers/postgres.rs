@@ -284,25 +284,34 @@ impl PgServer {
 
     /// Fallible [`PgServer::start`].
     pub fn try_start() -> HarnessResult<Self> {
-        retry_port_clash(|| Self::try_start_once(Tls::Off))
+        retry_port_clash(|| Self::try_start_once(Tls::Off, &[]))
+    }
+
+    /// Starts a server with extra `name=value` settings (each passed as
+    /// `-c`, after the harness's own, so they win: e.g.
+    /// `max_connections=20`). Panics if it cannot.
+    #[track_caller]
+    pub fn start_with_settings(settings: &[&str]) -> Self {
+        retry_port_clash(|| Self::try_start_once(Tls::Off, settings))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Starts a server with TLS on, its certificate from fresh
     /// [`TestCerts`] (see [`PgServer::certs`]). Panics if it cannot.
     #[track_caller]
     pub fn start_tls() -> Self {
-        retry_port_clash(|| Self::try_start_once(Tls::Fresh)).unwrap_or_else(|e| panic!("{e}"))
+        retry_port_clash(|| Self::try_start_once(Tls::Fresh, &[])).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Starts a server with TLS on and `certs`' server certificate (e.g.
     /// one for another host name). Panics if it cannot.
     #[track_caller]
     pub fn start_tls_with(certs: &TestCerts) -> Self {
-        retry_port_clash(|| Self::try_start_once(Tls::Given(certs)))
+        retry_port_clash(|| Self::try_start_once(Tls::Given(certs), &[]))
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_start_once(tls: Tls<'_>) -> HarnessResult<Self> {
+    fn try_start_once(tls: Tls<'_>, settings: &[&str]) -> HarnessResult<Self> {
         let bin = bindir()?;
         let psql = require_binary("psql", POSTGRES_PACKAGES)?;
         let user = server_user()?;
@@ -370,6 +379,9 @@ impl PgServer {
             for setting in settings {
                 spec = spec.arg("-c").arg(setting);
             }
+        }
+        for setting in settings {
+            spec = spec.arg("-c").arg(setting);
         }
         let process = ServerProcess::spawn(spec)?;
         let mut server = PgServer {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use super::{advisory_key_in, lock, Pending, PostgresBackend};
+use super::{lock, Pending, PostgresBackend};
 use crate::backend::{AcquireRequest, Lease, LockBackend, Renewal};
 use crate::{LockError, LockInfo};
 
@@ -34,20 +34,11 @@ impl LockBackend for PostgresBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let key = advisory_key_in(&self.config.prefix, &req.key);
-        self.wait_for(key, deadline, &mut (self, req), |(backend, req)| {
-            Box::pin(backend.try_once(req))
-        })
-        .await
+        self.acquire_in_turn(req, deadline).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
-        self.renew_in_rounds(
-            leases,
-            |i, _| i,
-            |session, at| self.renew_on(session, leases, at),
-        )
-        .await
+        self.renew_plain(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
@@ -62,15 +53,11 @@ impl LockBackend for PostgresBackend {
             key: h.key,
         };
         let name = self.name_of(&lease.key);
-        let row = self
-            .bounded(
-                h.session
-                    .client
-                    .query_one(&h.session.prepared.release, &[&h.key, &name, &lease.token]),
-            )
+        let released = self
+            .release_on(&h.session, h.key, &name, &lease.token)
             .await;
-        let row = match row {
-            Ok(row) => row,
+        let released = match released {
+            Ok(released) => released,
             Err(_) if !h.session.is_alive() => {
                 pending.disarm();
                 return Ok(false);
@@ -81,9 +68,7 @@ impl LockBackend for PostgresBackend {
         h.session.unreserve(h.key);
         self.sweeper
             .maybe(&h.session, &self.statements.sweep, &self.shown);
-        let unlocked: bool = row.get(0);
-        let ours: i64 = row.get(1);
-        Ok(unlocked && ours == 1)
+        Ok(released)
     }
 
     fn capabilities(&self) -> crate::backend::Capabilities<'_> {

@@ -92,7 +92,7 @@ impl PostgresBackend {
         let ttl = self.clamp(req.ttl);
         let sent = Instant::now();
         let row = self
-            .bounded(
+            .bounded_acquire(
                 session
                     .client
                     .query_one(&session.prepared.permits.take, &[&base, &mark, &count]),

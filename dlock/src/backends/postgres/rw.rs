@@ -156,7 +156,7 @@ impl PostgresBackend {
                     [&(dyn tokio_postgres::types::ToSql + Sync); 1],
                 ) = ([&main, &intent], [&name]);
                 let (granted, fence) = self
-                    .bounded(async {
+                    .bounded_acquire(async {
                         tokio::try_join!(
                             session.client.query_one(&rw.read, &read_params),
                             session.client.query_one(&rw.fence, &fence_params),
@@ -176,7 +176,7 @@ impl PostgresBackend {
                 hold.main_may_be_held = Some(Hold::Write);
                 hold.intent_held = true;
                 let row = self
-                    .bounded(session.client.query_one(
+                    .bounded_acquire(session.client.query_one(
                         &session.prepared.rw.write,
                         &[&main, &intent, &name, &had, &keep_intent],
                     ))

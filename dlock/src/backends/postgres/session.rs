@@ -50,7 +50,9 @@ impl std::fmt::Debug for Session {
 /// The statements every lock session runs, prepared once.
 pub(super) struct Prepared {
     pub(super) acquire: Statement,
+    pub(super) wait: Statement,
     pub(super) renew: Statement,
+    pub(super) own_locks: Statement,
     pub(super) release: Statement,
     pub(super) unlock: Statement,
     /// The read-write lock statements (see `sql.rs`).
@@ -91,6 +93,11 @@ impl Session {
     /// Reserves every key of `keys` on this session.
     fn reserve(&self, keys: &[i64]) {
         lock(&self.held).extend(keys.iter().copied());
+    }
+
+    /// How many keys are held (or asked for) through this session.
+    pub(super) fn load(&self) -> usize {
+        lock(&self.held).len()
     }
 
     /// Forgets `key`: no longer held through this session.
@@ -215,11 +222,14 @@ pub(super) async fn open(
     // The server ends the session when the client sends nothing for
     // `session_timeout` (a frozen or vanished client; the pinger below
     // speaks every third of it), and its TCP keepalives and user timeout
-    // notice a dead peer in about the same time.
+    // notice a dead peer in about the same time. A statement that waits
+    // (`turns.rs`) checks every second that its client is still there, so
+    // a killed waiter leaves the lock's queue.
     let settings = format!(
         "{pin}; SET idle_session_timeout = {ms}; SET tcp_user_timeout = {ms}; \
          SET tcp_keepalives_idle = {third_secs}; SET tcp_keepalives_interval = {third_secs}; \
-         SET tcp_keepalives_count = 3",
+         SET tcp_keepalives_count = 3; SET client_connection_check_interval = {check_ms}",
+        check_ms = super::turns::CHECK_CLIENT_MS,
         pin = super::setup::PIN_SEARCH_PATH,
         ms = t.as_millis(),
     );
@@ -247,9 +257,11 @@ pub(super) async fn open(
             super::setup::check_server(&client, config, shown).await?;
             super::setup::ensure_table(&client, config, statements, shown).await?;
         }
-        let (acquire, renew, release, unlock) = tokio::try_join!(
+        let (acquire, wait, renew, own_locks, release, unlock) = tokio::try_join!(
             client.prepare(&statements.acquire),
+            client.prepare(&statements.wait),
             client.prepare(&statements.renew),
+            client.prepare(&statements.own_locks),
             client.prepare(&statements.release),
             client.prepare(&statements.unlock),
         )
@@ -278,7 +290,9 @@ pub(super) async fn open(
         Ok::<_, LockError>((
             Prepared {
                 acquire,
+                wait,
                 renew,
+                own_locks,
                 release,
                 unlock,
                 rw: RwPrepared {

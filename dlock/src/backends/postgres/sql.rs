@@ -65,12 +65,30 @@ pub(super) struct Statements {
     /// Try the lock; if granted, the next fence and the holder's row.
     /// `$1` advisory key, `$2` name, `$3` token, `$4` ttl in seconds.
     pub(super) acquire: String,
-    /// Which of `$1` keys (names `$2`, tokens `$3`, ttls `$4`) this session
-    /// still holds, and whether the holder row still names the token.
+    /// [`acquire`](Self::acquire) waiting in the server's own queue of the
+    /// lock (`pg_advisory_lock`) at most `$5` ms (`lock_timeout`, 0: no
+    /// limit); see `turns.rs`.
+    pub(super) wait: String,
+    /// Moves the expiry of the holder rows `$1` (names) that still name
+    /// their token (`$2`, ttls `$3`); answers the names of those rows.
+    /// Whether the session still holds each lock is [`own_locks`](Self::own_locks)'
+    /// answer, read once per session per renewal round.
     pub(super) renew: String,
-    /// Clear the holder row of `$2` if it names `$3`, then unlock `$1` and
-    /// announce. The row goes first: cleared after the unlock, it could
-    /// meet the next holder's row and leave it alone.
+    /// The advisory locks (`bigint` form) this session holds: `pg_locks`
+    /// filtered by its own pid, set-based. The view is built from the
+    /// whole server's lock table at each read, so a renewal round reads it
+    /// once per session, whatever the number of its statements. No
+    /// `pg_database` look-up (a session's advisory locks are all in its
+    /// own database): that shared catalog would take a lock-table entry,
+    /// which a full table refuses.
+    pub(super) own_locks: String,
+    /// Unlock `$1` and announce, then clear the holder row of `$2` if it
+    /// names `$3`; answers whether the lock was held and whether the row
+    /// named `$3` before the unlock (read first, so a next holder's row
+    /// written in between does not make the answer false). The unlock
+    /// comes first because it needs no room in the server's lock table
+    /// and frees some: the row's clear (a write, which locks its
+    /// transaction id) and the announcement then find room in a full one.
     pub(super) release: String,
     /// Unlock `$1` and announce, whatever the row says.
     pub(super) unlock: String,
@@ -183,10 +201,8 @@ impl Statements {
         let table = format!("\"{schema}\".dlock_fences");
         let holders = format!("\"{schema}\".dlock_holders");
         let leaders = format!("\"{schema}\".dlock_leaders");
-        let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()");
         let held_by_anyone = held_by!("h.lock_id", "");
-        Statements {
-            acquire: format!(
+        let acquire = format!(
                 "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok), \
                  fence AS (INSERT INTO {table} AS f (name, counter) SELECT $2::text, {NOW_US} FROM got WHERE ok \
                    ON CONFLICT (name) DO UPDATE SET counter = GREATEST(f.counter + 1, EXCLUDED.counter) RETURNING counter), \
@@ -195,20 +211,25 @@ impl Statements {
                    ON CONFLICT (name) DO UPDATE SET lock_id = EXCLUDED.lock_id, fence = EXCLUDED.fence, \
                    holder = EXCLUDED.holder, expires = EXCLUDED.expires RETURNING 1) \
                  SELECT (SELECT ok FROM got), (SELECT counter FROM fence), (SELECT count(*) FROM who)"
-            ),
+        );
+        Statements {
+            wait: super::turns::waiting(&acquire),
+            acquire,
             renew: format!(
-                "WITH asked AS (SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::float8[]) AS a(id, name, token, secs)), \
-                 held AS (SELECT a.* FROM asked a WHERE {held_by_me}), \
-                 ours AS (UPDATE {holders} h SET expires = clock_timestamp() + make_interval(secs => k.secs) \
-                   FROM held k WHERE h.name = k.name AND h.holder = k.token RETURNING h.name) \
-                 SELECT k.name, EXISTS (SELECT 1 FROM ours o WHERE o.name = k.name) FROM held k"
+                "UPDATE {holders} h SET expires = clock_timestamp() + make_interval(secs => k.secs) \
+                 FROM unnest($1::text[], $2::text[], $3::float8[]) AS k(name, token, secs) \
+                 WHERE h.name = k.name AND h.holder = k.token RETURNING h.name"
             ),
+            own_locks: "SELECT ((l.classid::int8 << 32) | l.objid::int8) FROM pg_locks l \
+                 WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+                .to_owned(),
             release: format!(
-                "WITH c AS (UPDATE {holders} SET holder = NULL, expires = NULL \
-                   WHERE name = $2::text AND holder = $3::text RETURNING 1), \
-                 u AS (SELECT pg_advisory_unlock($1::int8) AS ok, x.n FROM (SELECT count(*) AS n FROM c) x), \
+                "WITH mine AS (SELECT count(*) AS n FROM {holders} WHERE name = $2::text AND holder = $3::text), \
+                 u AS (SELECT pg_advisory_unlock($1::int8) AS ok, mine.n FROM mine), \
+                 c AS (UPDATE {holders} SET holder = NULL, expires = NULL \
+                   WHERE name = $2::text AND holder = $3::text AND (SELECT ok FROM u) IS NOT NULL RETURNING 1), \
                  n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE ok) \
-                 SELECT (SELECT ok FROM u), (SELECT n FROM u), (SELECT count(*) FROM n)"
+                 SELECT (SELECT ok FROM u), (SELECT n FROM u), (SELECT count(*) FROM n), (SELECT count(*) FROM c)"
             ),
             unlock: format!(
                 "WITH u AS (SELECT pg_advisory_unlock($1::int8) AS ok), \

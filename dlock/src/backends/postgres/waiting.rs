@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::listener::Listener;
-use super::session::{Reserved, Session};
+use super::session::Reserved;
 use super::{advisory_key_in, held, listener, Pending, PostgresBackend, RECHECK};
-use crate::backend::{lease_deadline, AcquireRequest, Lease, Renewal};
+use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::LockError;
 
 impl PostgresBackend {
@@ -93,7 +93,7 @@ impl PostgresBackend {
         let secs = ttl.as_secs_f64();
         let sent = Instant::now();
         let row = self
-            .bounded(
+            .bounded_acquire(
                 session
                     .client
                     .query_one(&session.prepared.acquire, &[&key, &name, &req.token, &secs]),
@@ -123,69 +123,6 @@ impl PostgresBackend {
             valid_until,
             resource: format!("pg_advisory_lock({key})"),
         }))
-    }
-
-    /// Renews the leases `at` (indexes into `leases`) on one session.
-    pub(super) async fn renew_on(
-        &self,
-        session: Arc<Session>,
-        leases: &[Lease],
-        at: Vec<usize>,
-    ) -> Vec<(usize, Result<Renewal, LockError>)> {
-        if !session.is_alive() {
-            at.iter().for_each(|&i| self.forget(&leases[i]));
-            return at
-                .into_iter()
-                .map(|i| (i, Ok(Renewal::SessionExpired)))
-                .collect();
-        }
-        let keys: Vec<i64> = at
-            .iter()
-            .map(|&i| advisory_key_in(&self.config.prefix, &leases[i].key))
-            .collect();
-        let names: Vec<String> = at.iter().map(|&i| self.name_of(&leases[i].key)).collect();
-        let tokens: Vec<&str> = at.iter().map(|&i| leases[i].token.as_str()).collect();
-        let secs: Vec<f64> = at
-            .iter()
-            .map(|&i| self.clamp(leases[i].ttl).as_secs_f64())
-            .collect();
-        let sent = Instant::now();
-        let rows = self
-            .bounded(
-                session
-                    .client
-                    .query(&session.prepared.renew, &[&keys, &names, &tokens, &secs]),
-            )
-            .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => return self.failed_round(&session, leases, at.into_iter(), &e.to_string()),
-        };
-        let found: std::collections::HashMap<&str, bool> = rows
-            .iter()
-            .map(|row| (row.get::<_, &str>(0), row.get::<_, bool>(1)))
-            .collect();
-        at.into_iter()
-            .zip(keys.iter().zip(&names))
-            .map(|(i, (&key, name))| {
-                let answer = match found.get(name.as_str()) {
-                    Some(true) => self.renewed(&leases[i], sent),
-                    // The row names another holder: force-released. The
-                    // session still has the lock: let it go.
-                    Some(false) => {
-                        self.forget(&leases[i]);
-                        held::unlock_in_background(session.clone(), key);
-                        Renewal::Deleted
-                    }
-                    None => {
-                        self.forget(&leases[i]);
-                        session.unreserve(key);
-                        Renewal::Refused
-                    }
-                };
-                (i, Ok(answer))
-            })
-            .collect()
     }
 }
 

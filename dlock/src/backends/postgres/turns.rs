@@ -1,0 +1,230 @@
+//! Waiting in turn: a waiting acquisition waits in the server's own queue
+//! of the advisory lock (`pg_advisory_lock`, a blocking call) on a
+//! connection of its own, so that waiters of every process, and SQL
+//! clients' `pg_advisory_lock` on the same key, are served in arrival
+//! order; a release wakes exactly the next waiter (the server's lock
+//! manager grants it the lock inside the unlock), and no waiter re-checks.
+//!
+//! - The first attempt is the ordinary `pg_try_advisory_lock` on a lock
+//!   session (an uncontended acquisition costs what it did), unless a try
+//!   of this key was refused in the last second: the waiting statement,
+//!   which a free lock grants at once, then goes first, which saves the
+//!   try's round trip and transaction on a contended key and puts the
+//!   waiter in the queue one round trip after it asked.
+//! - Refused, the waiter takes an idle *waiting session* (a second pool of
+//!   at most `?sessions=` connections, opened when first needed; a session
+//!   qualifies when nothing is held or asked through it) and sends the
+//!   blocking statement there. The session's lock then carries the lease,
+//!   as a lock session's does; released, the session is idle again.
+//! - The deadline is the statement's `lock_timeout` (set for that
+//!   statement only): the server takes the waiter out of the queue when it
+//!   passes. An acquisition dropped while it waits closes its waiting
+//!   session (which holds nothing else), so the server drops it from the
+//!   queue.
+//! - A waiter whose process dies leaves the queue as soon as its server
+//!   process notices: within `client_connection_check_interval` (1 s on
+//!   dlock's sessions), or at once when its turn comes (it is granted the
+//!   lock, cannot answer, and ends, which frees it).
+//! - With no idle waiting session (more waits at once than `?sessions=`),
+//!   a waiter falls back to re-trying when a release is announced
+//!   (`NOTIFY`) and every second.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::error::SqlState;
+
+use super::held::{self, Hold};
+use super::session::{Reserved, Session};
+use super::{advisory_key_in, failed, lock, PostgresBackend};
+use crate::backend::{lease_deadline, AcquireRequest, Lease};
+use crate::LockError;
+
+/// How often a waiting server process checks that its client is still
+/// there (`client_connection_check_interval`, in ms, set on every
+/// session: the check's timer starts with a statement, so setting it in
+/// the waiting statement itself would be too late).
+pub(super) const CHECK_CLIENT_MS: u32 = 1000;
+
+/// How long after a refused try a key's acquisitions wait in line at once.
+const CONTENDED_FOR: Duration = Duration::from_secs(1);
+
+/// The most keys [`Contended`] remembers.
+const MAX_CONTENDED: usize = 1024;
+
+/// The keys whose try this backend saw refused lately, and when.
+#[derive(Debug, Default)]
+pub(super) struct Contended(Mutex<HashMap<i64, Instant>>);
+
+impl Contended {
+    fn recently(&self, key: i64) -> bool {
+        lock(&self.0)
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < CONTENDED_FOR)
+    }
+
+    fn mark(&self, key: i64) {
+        let mut keys = lock(&self.0);
+        if keys.len() >= MAX_CONTENDED && !keys.contains_key(&key) {
+            keys.retain(|_, at| at.elapsed() < CONTENDED_FOR);
+            if keys.len() >= MAX_CONTENDED {
+                return;
+            }
+        }
+        keys.insert(key, Instant::now());
+    }
+}
+
+/// The head of the try statement [`waiting`] rewrites.
+const TRY_HEAD: &str = "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok)";
+
+/// The waiting form of the acquisition statement `acquire` (which tries
+/// with `pg_try_advisory_lock`): the same fence and holder row, after a
+/// `pg_advisory_lock` that waits in the lock's queue at most `$5` ms
+/// (`lock_timeout`; `0`: no limit), a setting local to the statement's
+/// transaction and put back to no limit once the lock is granted: the
+/// fence's and holder row's writes may wait for the previous holder's
+/// release to commit, and must not time out holding the lock.
+pub(super) fn waiting(acquire: &str) -> String {
+    let rest = acquire.strip_prefix(TRY_HEAD).unwrap_or_else(|| {
+        unreachable!("the acquisition statement starts with its try: {acquire}")
+    });
+    format!(
+        "WITH t AS (SELECT set_config('lock_timeout', $5::text, true) AS s), \
+         got AS (SELECT set_config('lock_timeout', '0', true) IS NOT NULL AS ok \
+           FROM t, LATERAL (SELECT pg_advisory_lock($1::int8) WHERE t.s IS NOT NULL) x){rest}"
+    )
+}
+
+/// A wait in the lock's queue: if dropped before its answer is read, its
+/// waiting session is closed, which takes it out of the queue (and frees
+/// the lock if it was granted meanwhile).
+struct Queued {
+    session: Option<Arc<Session>>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            session.close();
+        }
+    }
+}
+
+impl PostgresBackend {
+    /// `acquire`: a try, then a wait in the lock's queue (see the module
+    /// docs), or the re-checking wait when no waiting session is idle.
+    pub(super) async fn acquire_in_turn(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let key = advisory_key_in(&self.config.prefix, &req.key);
+        if !self.contended.recently(key) {
+            if let Some(lease) = self.try_once(req).await? {
+                return Ok(Some(lease));
+            }
+        }
+        self.contended.mark(key);
+        match self.waiting.reserve(&[key], || self.open_session()).await {
+            Ok(Reserved::On(session)) if session.load() == 1 => {
+                return self.wait_in_line(session, key, req, deadline).await;
+            }
+            Ok(Reserved::On(session)) => session.unreserve(key),
+            Ok(Reserved::Busy) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "PostgreSQL waiting session could not connect; re-checking instead");
+            }
+        }
+        self.wait_for(key, deadline, &mut (self, req), |(backend, req)| {
+            Box::pin(backend.try_once(req))
+        })
+        .await
+    }
+
+    /// Waits for `key` in the server's queue on `session` (idle, `key`
+    /// reserved on it) until `deadline`.
+    async fn wait_in_line(
+        &self,
+        session: Arc<Session>,
+        key: i64,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let limit_ms: u128 = match deadline {
+            None => 0,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    session.unreserve(key);
+                    return Ok(None);
+                }
+                left.as_millis().clamp(1, i32::MAX as u128)
+            }
+        };
+        let mut queued = Queued {
+            session: Some(session.clone()),
+        };
+        let ttl = self.clamp(req.ttl);
+        let name = self.name_of(&req.key);
+        let secs = ttl.as_secs_f64();
+        let limit = limit_ms.to_string();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [&key, &name, &req.token, &secs, &limit];
+        let statement = session.client.query_one(&session.prepared.wait, &params);
+        let answer = match deadline {
+            // The server ends the wait at the deadline; past it by the
+            // request timeout, it is silent.
+            Some(d) => {
+                let silent_at = d + self.config.timeout;
+                match tokio::time::timeout_at(silent_at.into(), statement).await {
+                    Ok(answer) => answer,
+                    Err(_) => return Err(self.silent()),
+                }
+            }
+            // No limit: the session's keepalives notice a dead server.
+            None => statement.await,
+        };
+        // A refused statement may have been granted the lock before its
+        // failure (advisory locks are not transactional): unlocked behind
+        // it, on the session, before the key is free for this session.
+        let row = match answer {
+            Ok(row) => row,
+            Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                queued.session = None;
+                held::unlock_in_background(session, key);
+                return Ok(None);
+            }
+            Err(e) if e.code() == Some(&SqlState::OUT_OF_MEMORY) => {
+                queued.session = None;
+                held::unlock_in_background(session, key);
+                return Err(self.lock_table_full());
+            }
+            // Unknown: the drop of `queued` closes the session.
+            Err(e) => return Err(failed(&self.shown, e)),
+        };
+        queued.session = None;
+        let fence: Option<i64> = row.get(1);
+        // Granted somewhere between the send and now: the ttl counts from
+        // the answer. What excludes others is the session's lock, which
+        // the server frees only when the session ends.
+        let valid_until = lease_deadline(Instant::now(), ttl);
+        held::remember(
+            &self.held,
+            &req.token,
+            session,
+            key,
+            Hold::Plain,
+            valid_until,
+        );
+        Ok(Some(Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl,
+            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
+            valid_until,
+            resource: format!("pg_advisory_lock({key})"),
+        }))
+    }
+}
