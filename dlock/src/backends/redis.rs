@@ -124,6 +124,7 @@ mod ride_through;
 mod rw;
 pub(crate) mod scripts;
 mod sentinel;
+mod turns;
 pub(crate) mod subscriber;
 mod unfinished;
 mod waiter_queue;
@@ -148,6 +149,7 @@ use self::replicas::ReplicaAck;
 use self::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
 use self::sentinel::Sentinel;
 use self::subscriber::{Source, Subscriber};
+use self::turns::Beats;
 use self::unfinished::ReleaseIfDropped;
 use crate::backend::{
     lease_deadline, AcquireRequest, AllKeysBackend, Capabilities, Lease, LockBackend, Renewal,
@@ -198,6 +200,8 @@ pub struct RedisBackend {
     /// Request batching under load (see `batch.rs`); single servers only.
     batchers: Option<Batchers>,
     subscriber: Subscriber,
+    /// The heartbeat of this backend's queued waiters (see `turns.rs`).
+    beats: Beats,
     /// Replica acknowledgement of grants and renewals (`?replicas=`).
     replicas: Arc<ReplicaAck>,
     options: RedisOptions,
@@ -348,7 +352,8 @@ impl RedisBackend {
             batchers,
             // In a cluster a PUBLISH reaches every node, so one subscriber
             // connection to any node hears every release.
-            subscriber: Subscriber::new(source),
+            subscriber: Subscriber::new(source, &options.prefix),
+            beats: Beats::default(),
             replicas,
             options,
             notifying_db: None,

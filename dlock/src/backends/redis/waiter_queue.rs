@@ -142,12 +142,12 @@ local function leave_line(lock, ticket)
   redis.call('ZREM', lock .. ':queue', ticket)
   redis.call('ZREM', lock .. ':waiters', ticket)
 end
-local function head_of(lock)
+local function head_of(lock, me)
   local queue, waiters = lock .. ':queue', lock .. ':waiters'
   while true do
     local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first then
-      return nil
+    if not first or first == me then
+      return first
     end
     local gone_at = tonumber(redis.call('ZSCORE', waiters, first))
     if gone_at and gone_at > now_ms() then
@@ -157,14 +157,12 @@ local function head_of(lock)
   end
 end
 local function wake(ticket, channel)
-  redis.pcall('PUBLISH', channel, 'turn:' .. ticket)
+  local own = string.match(ticket, '@(.+)$')
+  redis.pcall('PUBLISH', own or channel, 'turn:' .. ticket)
 end
-local function vacate(lock, channel)
+local function vacate_waited(lock, channel)
   local waiters = lock .. ':waiters'
   redis.call('DEL', lock)
-  if redis.call('EXISTS', waiters) == 0 then
-    return
-  end
   local head = head_of(lock)
   if head then
     local granted = tonumber(redis.call('GET', lock .. ':fence'))
@@ -180,6 +178,13 @@ local function vacate(lock, channel)
   if redis.call('EXISTS', waiters) == 1 then
     redis.pcall('PUBLISH', channel, '1')
   end
+end
+local function vacate(lock, channel)
+  if redis.call('EXISTS', lock .. ':waiters') == 0 then
+    redis.call('DEL', lock)
+    return
+  end
+  vacate_waited(lock, channel)
 end
 local function gap_left(lock, share)
   if share <= 0 then
@@ -198,14 +203,14 @@ local function gap_left(lock, share)
 end
 local function keep_for(key, life)
   if redis.call('PTTL', key) < life then
-    redis.call('PEXPIRE', key, life)
+    redis.call('PEXPIRE', key, life + LIFE_MS)
   end
 end
 local function wait_in_line(lock, who, queued, life)
   local queue, waiters = lock .. ':queue', lock .. ':waiters'
   if queued then
     redis.call('ZADD', queue, 'NX', now_ms(), who)
-    keep_for(queue, life)
+    redis.call('PEXPIRE', queue, LIFE_MS)
   end
   redis.call('ZADD', waiters, now_ms() + life, who)
   keep_for(waiters, life)
@@ -246,12 +251,12 @@ end
 if holder then
   wait_in_line(lock, ticket, true, LIFE_MS)
   local behind = 0
-  if head_of(lock) ~= ticket then
+  if head_of(lock, ticket) ~= ticket then
     behind = 1
   end
   return {0, redis.call('PTTL', lock), behind}
 end
-local head = head_of(lock)
+local head = head_of(lock, ticket)
 if head and head ~= ticket then
   if redis.call('EXISTS', lock .. ':handoff') == 0 then
     wake(head, channel)
@@ -268,6 +273,8 @@ if head then
 end
 leave_line(lock, ticket)
 redis.call('SET', lock, token, 'PX', ttl)
+-- One reading of the clock for the queue and the fence.
+now = queue_clock_us
 return {1, fence(KEYS[2], ttl)}
 ";
     Script::new(&format!("{ACQUIRE_FUNCTIONS}{QUEUE_FUNCTIONS}{queued}"))
@@ -290,15 +297,16 @@ return 1
     Script::new(&format!("{QUEUE_FUNCTIONS}{leave}"))
 });
 
-/// The ticket of the waiter acquiring with owner token `token`: a hash of
-/// it under a key drawn once per process, in hex. Tickets are published on
-/// the release channel and the token is a secret, so the ticket must not
-/// reveal it; derived rather than drawn, so an uncontended acquire (which
-/// never queues) costs no randomness for it, and a retry with the same
-/// token keeps its place.
-fn ticket_of(token: &str) -> String {
+/// The ticket of the waiter acquiring with owner token `token` whose
+/// backend hears its turns on `turns`: a hash of the token under a key
+/// drawn once per process, in hex, then `@` and that channel (see
+/// `turns.rs`). Tickets are published and the token is a secret, so the
+/// ticket must not reveal it; derived rather than drawn, so an uncontended
+/// acquire (which never queues) costs no randomness for it, and a retry
+/// with the same token keeps its place.
+fn ticket_of(token: &str, turns: &str) -> String {
     static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
-    format!("{:016x}", KEY.hash_one(token))
+    format!("{:016x}@{turns}", KEY.hash_one(token))
 }
 
 /// A waiter's ticket, derived from its token (see [`ticket_of`]) the
@@ -306,21 +314,25 @@ fn ticket_of(token: &str) -> String {
 /// first try never needs one.
 pub(crate) struct Ticket<'a> {
     token: &'a str,
+    turns: &'a str,
     derived: OnceLock<String>,
 }
 
 impl<'a> Ticket<'a> {
-    /// The ticket of the waiter with owner token `token`.
-    pub(crate) fn of(token: &'a str) -> Self {
+    /// The ticket of the waiter with owner token `token`, whose backend
+    /// hears its turns on channel `turns`.
+    pub(crate) fn of(token: &'a str, turns: &'a str) -> Self {
         Ticket {
             token,
+            turns,
             derived: OnceLock::new(),
         }
     }
 
     /// The ticket itself.
     pub(crate) fn get(&self) -> &str {
-        self.derived.get_or_init(|| ticket_of(self.token))
+        self.derived
+            .get_or_init(|| ticket_of(self.token, self.turns))
     }
 }
 
