@@ -512,6 +512,51 @@ mod tests {
         forever.release().await.unwrap();
     }
 
+    /// An extension to a shorter ttl moves the lease earlier in the
+    /// watchdog's time order: it is renewed every third of the new ttl,
+    /// not first at the old ttl's third (20 s here, long after the new
+    /// ttl ran out).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_extended_to_a_shorter_ttl_is_renewed_on_time() {
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let guard = take(&backend, "shortened", std::time::Duration::from_secs(60)).await;
+        guard
+            .extend(std::time::Duration::from_millis(300))
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+        assert!(guard.is_held(), "the shortened lease was not renewed");
+        guard.release().await.unwrap();
+    }
+
+    /// Many leases of different ttls, taken and released in a churn: each
+    /// is renewed on its own schedule, and the released ones leave nothing
+    /// behind in the watchdog.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leases_of_mixed_ttls_are_each_renewed_and_released_ones_forgotten() {
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let watchdog = local::for_backend(&backend).watchdog.clone();
+        let mut kept = Vec::new();
+        for i in 0..60u64 {
+            let ttl = std::time::Duration::from_millis(150 + 50 * (i % 6));
+            let guard = take(&backend, format!("mixed:{i}"), ttl).await;
+            if i % 3 == 0 {
+                kept.push(guard);
+            } else {
+                guard.release().await.unwrap();
+            }
+        }
+        assert_eq!(watchdog.len(), kept.len());
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        for guard in &kept {
+            assert!(guard.is_held(), "{guard:?} was not renewed");
+        }
+        for guard in kept {
+            guard.release().await.unwrap();
+        }
+        assert_eq!(watchdog.len(), 0);
+    }
+
     #[tokio::test]
     async fn leases_of_an_idle_second_runtime_are_renewed() {
         let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());

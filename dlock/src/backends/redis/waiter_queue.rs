@@ -31,17 +31,21 @@
 //!   is taken if nobody live is ahead of this waiter; otherwise the ticket
 //!   joins (or keeps its place in) the queue, and the answer is how long to
 //!   sleep unless woken.
-//! - **Liveness.** A ticket counts as alive for a second (`LIFE_MS`) after its
-//!   last try, and a queued waiter tries at least every [`HEARTBEAT`]
-//!   whatever else it waits for. A waiter killed, stopped or cut off thus
+//! - **Liveness.** A ticket counts as alive for a second (`LIFE_MS`) after it
+//!   last proved it: by a try, or by its backend's heartbeat, one script per
+//!   [`HEARTBEAT`] for all the backend's queued tickets (see `turns.rs`). A
+//!   waiter tries only when woken: its turn, the holder's expiry, or (the
+//!   head alone) a keyspace event. A waiter killed, stopped or cut off thus
 //!   drops out of the line within a second: the next release skips it
 //!   instead of handing it a turn, and the waiter behind it is served. A
 //!   waiter that comes back after its ticket lapsed queues again at the end.
 //! - A release (`RELEASE`, batched or not) calls [`QUEUE_FUNCTIONS`]'
 //!   `vacate`: with nobody waiting it is a `DEL` (no `PUBLISH` at all); with
 //!   a live head it deletes the key and publishes `turn:<ticket>` on the
-//!   key's channel, which wakes that one waiter and nobody else; with only
-//!   listeners left it publishes `1`, as every release did before.
+//!   channel the ticket names, its backend's own (see `turns.rs`): only
+//!   that process hears it, and it wakes that one waiter; with only
+//!   listeners left it publishes `1` on the key's channel, as every release
+//!   did before.
 //! - A waiter that gives up (its wait ran out, its future was dropped)
 //!   leaves: its ticket goes, and if the key is free the next head is woken.
 //!
@@ -60,10 +64,13 @@
 //! hot key that dlock alone hands on loses nothing.
 //!
 //! **What it does not rely on.** A lost `turn` message (a subscription
-//! being re-established, an ACL without the channel) costs the head at most
-//! a heartbeat: its next try finds the key free and takes it. A foreign
-//! release (`DEL`, an expiry, redis-py's release) announces nothing; the
-//! waiters notice it by keyspace notifications or their next heartbeat.
+//! being re-established) costs the head at most a heartbeat: the next
+//! heartbeat of any queued process finds the key free with no hand-off
+//! under way and wakes the head again. A foreign release (`DEL`, an expiry,
+//! redis-py's release) announces nothing; the head notices it by keyspace
+//! notifications, or the next heartbeat wakes it. Where the server refuses
+//! dlock's channels (an ACL), no turn can arrive, and queued waiters try
+//! every heartbeat themselves, as before.
 //!
 //! **Who does not queue.** A `MultiLock` taking all its keys in one script,
 //! and Redlock's waiters, register as listeners: a release with nobody
@@ -84,8 +91,8 @@ use super::{Attempt, RedisBackend};
 use crate::backend::{AcquireRequest, Lease};
 use crate::LockError;
 
-/// The longest a queued waiter sleeps between two tries, whatever it waits
-/// for: each try proves it alive for a second (`LIFE_MS` in
+/// How often a backend's heartbeat proves its queued tickets alive (see
+/// `turns.rs`): each beat keeps them for a second (`LIFE_MS` in
 /// [`QUEUE_FUNCTIONS`], the longest a dead or stopped waiter can hold up
 /// the waiters behind it), so a live waiter whose process is late by up to
 /// two heartbeats keeps its place.
@@ -111,11 +118,14 @@ pub(crate) fn parse_foreign_share(value: &str) -> Result<u8, String> {
 /// itself (same hash tag, so the same cluster slot; an ACL key pattern
 /// `~<prefix>:*` covers them).
 ///
-/// - `head_of(lock)`: the first live ticket, dropping dead ones on the way.
-/// - `wake(ticket, channel)`: wakes only that ticket's waiter.
+/// - `head_of(lock, me)`: the first live ticket, dropping dead ones on the
+///   way (`me`, the ticket asking, is live: it is not looked up).
+/// - `wake(ticket, channel)`: wakes only that ticket's waiter, on the
+///   channel the ticket names (`<hash>@<channel>`), else on `channel`.
 /// - `vacate(lock, channel)`: frees a key whose holder ended: deleted, and
 ///   the head woken (with the hand-off recorded for its gap), or the
-///   listeners told (`1`) if only they wait.
+///   listeners told (`1`) if only they wait; `vacate_waited` is the same
+///   for a caller that found `:waiters` already.
 /// - `gap_left(lock, share)`: how long a head still leaves the key to
 ///   others after a hand-off.
 /// - `wait_in_line(lock, who, queued, life)`: keeps `who` waiting for
@@ -229,8 +239,9 @@ end
 /// last the fence counter's retention in ms (as every script with `fence`).
 /// Answers as `ACQUIRE` does: `{1, fence}`, or `{0, ms, behind}` with how
 /// long to sleep unless woken (the holder's time left; `-1` for a holder
-/// without expiry), and `behind` 1 when a live waiter is ahead of this one
-/// (it then leaves the re-checks of the key to that head).
+/// without expiry), and `behind` 1 when a ticket is ahead of this one (it
+/// then leaves the key's messages, keyspace events, to that head: its own
+/// turn comes to it).
 ///
 /// The free key is this waiter's when no live ticket is ahead of it (once
 /// the gap of a hand-off to it has passed); a free key with someone else
@@ -250,8 +261,9 @@ if holder == token then
 end
 if holder then
   wait_in_line(lock, ticket, true, LIFE_MS)
+  -- Behind anybody, live or not: the release skips the dead ones.
   local behind = 0
-  if head_of(lock, ticket) ~= ticket then
+  if redis.call('ZRANK', lock .. ':queue', ticket) > 0 then
     behind = 1
   end
   return {0, redis.call('PTTL', lock), behind}
