@@ -263,7 +263,7 @@ if holder then
   wait_in_line(lock, ticket, true, LIFE_MS)
   -- Behind anybody, live or not: the release skips the dead ones.
   local behind = 0
-  if redis.call('ZRANK', lock .. ':queue', ticket) > 0 then
+  if redis.call('ZRANGE', lock .. ':queue', 0, 0)[1] ~= ticket then
     behind = 1
   end
   return {0, redis.call('PTTL', lock), behind}
