@@ -46,7 +46,14 @@ type Seen = Arc<Mutex<Vec<(String, String)>>>;
 /// has seen so far. The child is killed when dropped.
 async fn observe(port: u16) -> (Child, Seen) {
     let mut child = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "PSUBSCRIBE", "dlock:*"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "PSUBSCRIBE",
+            "dlock:*",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -88,7 +95,10 @@ async fn observe(port: u16) -> (Child, Seen) {
 /// How many tickets wait in `key`'s queue (`cli` runs a redis-cli command).
 fn queued(cli: &dyn Fn(&[&str]) -> String, key: &str) -> usize {
     let queue = format!("{}:queue", lock_key(key));
-    cli(&["ZCARD", &queue]).trim().parse().expect("ZCARD answers a number")
+    cli(&["ZCARD", &queue])
+        .trim()
+        .parse()
+        .expect("ZCARD answers a number")
 }
 
 /// Waits (bounded) until `key`'s queue holds `n` tickets.
@@ -112,7 +122,12 @@ async fn until_queued(cli: &dyn Fn(&[&str]) -> String, key: &str, n: usize) {
 /// to the channel of the process whose ticket it names, each waiting
 /// process hears its own turn and nothing else (not the other waiters'
 /// turns, nothing on the key's shared channel), and each is served once.
-async fn one_process_per_hand_off(url: &str, cli: &dyn Fn(&[&str]) -> String, port: u16, what: &str) {
+async fn one_process_per_hand_off(
+    url: &str,
+    cli: &dyn Fn(&[&str]) -> String,
+    port: u16,
+    what: &str,
+) {
     let url = format!("{url}?foreign_share=0");
     let key = "turns-one";
     let (mut observer, seen) = observe(port).await;
@@ -220,9 +235,16 @@ async fn queued_waiters_of_one_process_share_one_heartbeat() {
     }
     let channels = server.redis_cli(&["PUBSUB", "CHANNELS", "dlock:turns:*"]);
     let channels: Vec<&str> = channels.lines().collect();
-    assert_eq!(channels.len(), 1, "one waiting process, one turn channel: {channels:?}");
     assert_eq!(
-        server.redis_cli(&["PUBSUB", "NUMSUB", channels[0]]).lines().nth(1),
+        channels.len(),
+        1,
+        "one waiting process, one turn channel: {channels:?}"
+    );
+    assert_eq!(
+        server
+            .redis_cli(&["PUBSUB", "NUMSUB", channels[0]])
+            .lines()
+            .nth(1),
         Some("1"),
         "only the waiting process hears its turn channel"
     );
@@ -235,7 +257,10 @@ async fn queued_waiters_of_one_process_share_one_heartbeat() {
         scripts <= 16,
         "{scripts} scripts in {window:?}: more than one heartbeat per 300 ms for all {KEYS} waiters (10)"
     );
-    assert!(scripts >= 5, "{scripts} scripts in {window:?}: the heartbeat stopped");
+    assert!(
+        scripts >= 5,
+        "{scripts} scripts in {window:?}: the heartbeat stopped"
+    );
     for waiter in waiters {
         assert!(matches!(
             waiter.await.expect("the waiter task"),

@@ -124,8 +124,8 @@ mod ride_through;
 mod rw;
 pub(crate) mod scripts;
 mod sentinel;
-mod turns;
 pub(crate) mod subscriber;
+mod turns;
 mod unfinished;
 mod waiter_queue;
 

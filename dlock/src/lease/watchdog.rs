@@ -30,7 +30,7 @@ use crate::LockError;
 
 mod schedule;
 
-use schedule::{id, Schedule, Scanned};
+use schedule::{id, Scanned, Schedule};
 
 /// The renewals of one backend.
 #[derive(Debug, Default)]

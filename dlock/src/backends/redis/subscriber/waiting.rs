@@ -165,7 +165,10 @@ impl RedisBackend {
             };
             if let (Some(ticket), None) = (ticket, &beating) {
                 let lock = watched.first().and_then(|one| one.key).unwrap_or_default();
-                let channel = watched.first().and_then(|one| one.channel).unwrap_or_default();
+                let channel = watched
+                    .first()
+                    .and_then(|one| one.channel)
+                    .unwrap_or_default();
                 beating = Some(self.beat_while_queued(lock, channel, ticket.get()));
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
