@@ -2,27 +2,25 @@
 //! it concerns, not every lease of the backend.
 //!
 //! Two min-heaps of `(instant, lease id)`: the leases' deadlines
-//! (`valid_until`, for loss), and the instants their renewals may join a
-//! batch (`next_renew` less half their renewal interval, see
-//! [`COALESCE_DIVISOR`]). Entries are not removed when a lease changes:
-//! each lease records the one entry of each heap that counts
-//! ([`Tracked::deadline_at`], [`Tracked::renew_at`]) and any other entry
-//! popped for it is skipped. A renewal moves a deadline later without
-//! touching the heap: the old entry, popped, is pushed again at the new
-//! deadline, so a lease costs about one pop per deadline heap per ttl. A
-//! lease whose renewal window opened waits in `ready` until one of them is
-//! due, so leases taken at slightly different times share a batch. The
-//! heaps are rebuilt from the live leases when stale entries outnumber
-//! them (released leases leave theirs behind), so memory follows the
-//! leases held.
+//! (`valid_until`, for loss) and their renewals (`next_renew`). A renewal
+//! or an extension pushes the lease's new entries; each lease records the
+//! one entry of each heap that counts ([`Tracked::deadline_at`],
+//! [`Tracked::renew_at`]), and any other entry is skipped and dropped when
+//! it reaches the top, so the watchdog never wakes for a stale one. The
+//! task wakes when the first renewal is due (or a deadline passes); the
+//! batch then takes along, in order, the leases due within half their
+//! renewal interval ([`COALESCE_DIVISOR`]), so leases taken at slightly
+//! different times share a round trip. The heaps are rebuilt from the
+//! live leases when stale entries outnumber them (released leases leave
+//! theirs behind), so memory follows the leases held.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend::deadline::saturating_add;
-use crate::lease::held::{LeaseShared, LeaseState, Status};
+use crate::lease::held::{LeaseShared, Status};
 
 /// Leases due within this share of their renewal interval are renewed with
 /// the batch, so leases taken at slightly different times share round trips.
@@ -42,9 +40,11 @@ struct Tracked {
     shared: Arc<LeaseShared>,
     /// Its entry in `deadlines`.
     deadline_at: Instant,
-    /// Its entry in `renewals`; `None` while it is ready or renewing (or
-    /// never renewed).
+    /// Its entry in `renewals`; `None` while it is renewing (or never
+    /// renewed).
     renew_at: Option<Instant>,
+    /// Its renewal interval (a third of its ttl).
+    interval: Duration,
 }
 
 /// What one look at the schedule found.
@@ -64,22 +64,13 @@ pub(super) struct Schedule {
     leases: HashMap<usize, Tracked>,
     deadlines: Heap,
     renewals: Heap,
-    /// Leases in their renewal window, waiting for one of them to be due.
-    ready: Vec<usize>,
 }
 
-/// Makes `next` the earlier of itself and `at`.
-fn earliest(next: &mut Option<Instant>, at: Instant) {
-    *next = Some(next.map_or(at, |n| n.min(at)));
-}
-
-/// When a lease with this state may join a renewal batch.
-fn window_opens(state: &LeaseState) -> Instant {
-    let half = state.lease.ttl / 3 / COALESCE_DIVISOR;
-    state
-        .next_renew
-        .checked_sub(half)
-        .unwrap_or(state.next_renew)
+/// Which heap an entry is in.
+#[derive(Clone, Copy)]
+enum Which {
+    Deadline,
+    Renewal,
 }
 
 impl Schedule {
@@ -93,27 +84,25 @@ impl Schedule {
     }
 
     /// Watches `shared` (again, if it is watched: its times may have
-    /// moved earlier). Returns its first event.
+    /// moved). Returns its first event.
     pub(super) fn insert(&mut self, shared: &Arc<LeaseShared>) -> Instant {
         let key = id(shared);
-        let (deadline, renew_at) = {
+        let (deadline, renew_at, interval) = {
             let state = shared.lock_state();
-            let renew = (shared.renew && !state.renewing).then(|| window_opens(&state));
-            (state.lease.valid_until, renew)
+            let renew = (shared.renew && !state.renewing).then_some(state.next_renew);
+            (state.lease.valid_until, renew, state.lease.ttl / 3)
         };
         self.deadlines.push(Reverse((deadline, key)));
         if let Some(at) = renew_at {
             self.renewals.push(Reverse((at, key)));
         }
-        // A lease already ready stays ready; its new entry, if any, is
-        // skipped when popped while it is not `renew_at`.
-        let was_ready = self.ready.contains(&key);
         self.leases.insert(
             key,
             Tracked {
                 shared: shared.clone(),
                 deadline_at: deadline,
-                renew_at: renew_at.filter(|_| !was_ready),
+                renew_at,
+                interval,
             },
         );
         self.compact_if_stale();
@@ -130,7 +119,6 @@ impl Schedule {
     pub(super) fn drain(&mut self) -> Vec<Arc<LeaseShared>> {
         self.deadlines.clear();
         self.renewals.clear();
-        self.ready.clear();
         self.leases.drain().map(|(_, t)| t.shared).collect()
     }
 
@@ -143,9 +131,9 @@ impl Schedule {
             }
             let mut state = shared.lock_state();
             state.next_renew = state.next_renew.min(now);
-            if !state.renewing && tracked.renew_at.is_some() {
-                tracked.renew_at = Some(now);
-                self.renewals.push(Reverse((now, *key)));
+            if !state.renewing {
+                tracked.renew_at = Some(state.next_renew);
+                self.renewals.push(Reverse((state.next_renew, *key)));
             }
         }
     }
@@ -160,77 +148,98 @@ impl Schedule {
         if state.status != Status::Held || state.renewing {
             return;
         }
-        let at = window_opens(&state);
-        tracked.renew_at = Some(at);
-        self.renewals.push(Reverse((at, key)));
-        // A deadline moved earlier must be seen (a later one is caught
-        // when the old entry pops).
-        if state.lease.valid_until < tracked.deadline_at {
+        tracked.renew_at = Some(state.next_renew);
+        tracked.interval = state.lease.ttl / 3;
+        self.renewals.push(Reverse((state.next_renew, key)));
+        if state.lease.valid_until != tracked.deadline_at {
             tracked.deadline_at = state.lease.valid_until;
             self.deadlines.push(Reverse((state.lease.valid_until, key)));
         }
     }
 
-    /// The leases that need something at `now`. With a batch in flight
-    /// (`busy`), ready leases wait for it and go in the next batch, unless
-    /// they are a further renewal interval late (still a third of the ttl
-    /// before their deadline): otherwise leases taken at slightly
-    /// different times would each get a round trip of their own. Only a
-    /// due lease starts a batch, which takes the ready ones along: a batch
-    /// whenever a lease merely entered its window would renew a trickle of
-    /// leases a few at a time.
+    /// The first entry of `which` that counts, dropping stale ones on the
+    /// way: its time, lease and renewal interval.
+    fn top(&mut self, which: Which) -> Option<(Instant, usize, Duration)> {
+        let heap = match which {
+            Which::Deadline => &mut self.deadlines,
+            Which::Renewal => &mut self.renewals,
+        };
+        while let Some(&Reverse((at, key))) = heap.peek() {
+            let current = self.leases.get(&key).and_then(|t| match which {
+                Which::Deadline => Some((t.deadline_at, t.interval)),
+                Which::Renewal => t.renew_at.map(|r| (r, t.interval)),
+            });
+            match current {
+                Some((counts, interval)) if counts == at => return Some((at, key, interval)),
+                _ => {
+                    heap.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// The leases that need something at `now`. Only a due lease starts a
+    /// batch, which takes along the leases due within half their renewal
+    /// interval: a batch whenever a lease merely came near would renew a
+    /// trickle of leases a few at a time. With a batch in flight (`busy`),
+    /// due leases wait for it and go in the next batch, unless they are a
+    /// further renewal interval late (still a third of the ttl before
+    /// their deadline): otherwise leases taken at slightly different times
+    /// would each get a round trip of their own.
     pub(super) fn scan(&mut self, now: Instant, busy: bool) -> Scanned {
         let overdue = self.pop_deadlines(now);
-        self.pop_renewals(now);
         let mut due = Vec::new();
-        let mut next: Option<Instant> = None;
-        // What the ready leases ask for.
-        let mut any_due = false;
-        let mut still_ready = Vec::with_capacity(self.ready.len());
-        for key in self.ready.drain(..) {
-            let Some(tracked) = self.leases.get(&key) else {
-                continue;
-            };
-            let state = tracked.shared.lock_state();
-            if state.status != Status::Held || state.renewing {
-                continue;
-            }
-            let interval = state.lease.ttl / 3;
-            let urgent_at = saturating_add(state.next_renew, interval);
-            if busy && now >= urgent_at {
-                due.push(key);
+        let starts = |at: Instant, interval: Duration| {
+            if busy {
+                saturating_add(at, interval) <= now
             } else {
-                any_due |= now >= state.next_renew;
-                earliest(&mut next, if busy { urgent_at } else { state.next_renew });
-                still_ready.push(key);
+                at <= now
+            }
+        };
+        if self
+            .top(Which::Renewal)
+            .is_some_and(|(at, _, interval)| starts(at, interval))
+        {
+            while let Some((at, key, interval)) = self.top(Which::Renewal) {
+                let joins = if busy {
+                    starts(at, interval)
+                } else {
+                    at <= saturating_add(now, interval / COALESCE_DIVISOR)
+                };
+                if !joins {
+                    break;
+                }
+                self.renewals.pop();
+                let Some(tracked) = self.leases.get_mut(&key) else {
+                    continue;
+                };
+                tracked.renew_at = None;
+                let mut state = tracked.shared.lock_state();
+                if state.status == Status::Held && !state.renewing {
+                    state.renewing = true;
+                    drop(state);
+                    due.push(tracked.shared.clone());
+                }
             }
         }
-        if !busy && any_due {
-            due.append(&mut still_ready);
-            next = None;
-        }
-        self.ready = still_ready;
-        let due: Vec<Arc<LeaseShared>> = due
-            .into_iter()
-            .filter_map(|key| self.leases.get(&key).map(|t| t.shared.clone()))
-            .collect();
-        for shared in &due {
-            shared.lock_state().renewing = true;
-        }
-        for heap in [&self.deadlines, &self.renewals] {
-            if let Some(Reverse((at, _))) = heap.peek() {
-                earliest(&mut next, *at);
-            }
+        let mut next = self.top(Which::Deadline).map(|(at, _, _)| at);
+        if let Some((at, _, interval)) = self.top(Which::Renewal) {
+            let at = if busy {
+                saturating_add(at, interval)
+            } else {
+                at
+            };
+            next = Some(next.map_or(at, |n| n.min(at)));
         }
         Scanned { due, overdue, next }
     }
 
     /// Pops the deadlines that passed: leases lost (taken off), leases
-    /// finished (forgotten), deadlines moved later by renewals (pushed
-    /// again).
+    /// finished (forgotten), deadlines moved later (pushed again).
     fn pop_deadlines(&mut self, now: Instant) -> Vec<Arc<LeaseShared>> {
         let mut overdue = Vec::new();
-        while let Some(&Reverse((at, key))) = self.deadlines.peek() {
+        while let Some((at, key, _)) = self.top(Which::Deadline) {
             if at > now {
                 break;
             }
@@ -238,9 +247,6 @@ impl Schedule {
             let Some(tracked) = self.leases.get_mut(&key) else {
                 continue;
             };
-            if tracked.deadline_at != at {
-                continue;
-            }
             let (status, valid_until) = {
                 let state = tracked.shared.lock_state();
                 (state.status, state.lease.valid_until)
@@ -257,37 +263,6 @@ impl Schedule {
             }
         }
         overdue
-    }
-
-    /// Pops the renewal windows that opened: the leases join `ready`.
-    fn pop_renewals(&mut self, now: Instant) {
-        while let Some(&Reverse((at, key))) = self.renewals.peek() {
-            if at > now {
-                break;
-            }
-            self.renewals.pop();
-            let Some(tracked) = self.leases.get_mut(&key) else {
-                continue;
-            };
-            if tracked.renew_at != Some(at) {
-                continue;
-            }
-            let state = tracked.shared.lock_state();
-            if state.status != Status::Held || state.renewing {
-                tracked.renew_at = None;
-                continue;
-            }
-            let opens = window_opens(&state);
-            drop(state);
-            if opens > now {
-                // Moved later (an extension): wait for the new window.
-                tracked.renew_at = Some(opens);
-                self.renewals.push(Reverse((opens, key)));
-            } else {
-                tracked.renew_at = None;
-                self.ready.push(key);
-            }
-        }
     }
 
     /// Rebuilds the heaps from the watched leases when stale entries

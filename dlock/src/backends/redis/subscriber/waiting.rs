@@ -61,14 +61,11 @@ impl RedisBackend {
             key,
         }];
         // A queued waiter's ticket is kept alive by its backend's
-        // heartbeat (see `turns.rs`), and its turn comes as a message. Only
-        // where the server refuses dlock's channels does it try every
-        // heartbeat itself, as no turn can reach it.
+        // heartbeat (see `turns.rs`), and its turn comes as a message
+        // (where the server refuses dlock's channels, see `wait_on_keys`).
         let pace = Pace {
             unknown_expiry,
-            at_most: ticket
-                .filter(|_| self.subscriber.release_refused())
-                .map(|_| HEARTBEAT),
+            at_most: None,
         };
         let waited = self
             .wait_on_keys(&watched, ticket, deadline, pace, |queued| {
@@ -177,6 +174,12 @@ impl RedisBackend {
             let mut nap = left.saturating_add(jitter(left / 10 + Duration::from_millis(2)));
             if let Some(at_most) = pace.at_most {
                 nap = nap.min(at_most);
+            }
+            // No turn can reach a queued waiter whose server refuses
+            // dlock's channels (known once subscribed): it tries every
+            // heartbeat itself.
+            if ticket.is_some() && self.subscriber.release_refused() {
+                nap = nap.min(HEARTBEAT);
             }
             let expiry = nap_until(nap, deadline);
             tokio::pin!(expiry);
