@@ -296,6 +296,12 @@ async fn extend(
             state.lease.ttl = ttl;
             state.lease.valid_until = valid_until;
             state.next_renew = crate::backend::deadline::saturating_add(sent, ttl / 3);
+            drop(state);
+            // The watchdog keeps leases in time order: a shorter ttl moves
+            // them earlier.
+            crate::lease::local::for_backend(&shared.backend)
+                .watchdog
+                .register(&shared);
             Ok(())
         }
         _ => {

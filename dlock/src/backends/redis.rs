@@ -170,6 +170,7 @@ mod rw;
 pub(crate) mod scripts;
 mod sentinel;
 pub(crate) mod subscriber;
+mod turns;
 mod unfinished;
 mod waiter_queue;
 
@@ -187,6 +188,7 @@ use self::connection::Server;
 pub(crate) use self::for_redlock::nap_until;
 use self::replicas::ReplicaAck;
 use self::subscriber::Subscriber;
+use self::turns::Beats;
 use crate::backend::Lease;
 use crate::LockError;
 
@@ -237,6 +239,8 @@ pub struct RedisBackend {
     /// Request batching under load (see `batch.rs`); single servers only.
     batchers: Option<Batchers>,
     subscriber: Subscriber,
+    /// The heartbeat of this backend's queued waiters (see `turns.rs`).
+    beats: Beats,
     /// Replica acknowledgement of grants and renewals (`?replicas=`).
     replicas: Arc<ReplicaAck>,
     options: RedisOptions,

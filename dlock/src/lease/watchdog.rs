@@ -2,7 +2,9 @@
 //!
 //! One watchdog task per backend (not one per guard) wakes when the earliest
 //! lease is due and renews every lease that is due, or nearly due, in one
-//! `LockBackend::renew` call. The same task marks a lease lost when its local
+//! `LockBackend::renew` call. The leases are kept in time order (see
+//! `watchdog/schedule.rs`), so a wake-up costs the leases it concerns, not
+//! every lease of the backend. The same task marks a lease lost when its local
 //! deadline passes without a successful renewal, so `lost()` fires on time
 //! even while a renewal hangs on a dead connection.
 //!
@@ -12,7 +14,6 @@
 //! saturates, so no lease's values (a ttl of `Duration::MAX` given to a
 //! backend directly) can make it panic and stop renewing the others.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,10 @@ use crate::lease::held::{release_on, renew_on, LeaseKind, LeaseShared, Status};
 use crate::lease::observe::{self, LossReason, RenewCounts};
 use crate::LockError;
 
+mod schedule;
+
+use schedule::{id, Scanned, Schedule};
+
 /// The renewals of one backend.
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
@@ -40,7 +45,7 @@ pub(crate) struct Watchdog {
 
 #[derive(Debug, Default)]
 struct WatchdogState {
-    leases: HashMap<usize, Arc<LeaseShared>>,
+    leases: Schedule,
     running: bool,
     /// When the task will next look, if it is asleep: a new lease due
     /// earlier must wake it; one due later need not (no cross-thread wake-up
@@ -51,14 +56,6 @@ struct WatchdogState {
 /// How long an idle watchdog task stays around for the next lease, so a
 /// steady stream of short critical sections does not spawn one per lease.
 const IDLE_LINGER: Duration = Duration::from_secs(5);
-
-fn id(lease: &LeaseShared) -> usize {
-    lease as *const LeaseShared as usize
-}
-
-/// Leases due within this share of their renewal interval are renewed with
-/// the batch, so leases taken at slightly different times share round trips.
-const COALESCE_DIVISOR: u32 = 2;
 
 /// How soon a failed renewal is tried again: often enough to catch a server
 /// that comes back, rarely enough not to hammer one that is down.
@@ -89,19 +86,12 @@ impl Watchdog {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts watching `lease`; spawns the watchdog task on dlock's
-    /// background runtime if none runs.
+    /// Starts watching `lease` (again, after its times changed: an
+    /// extension); spawns the watchdog task on dlock's background runtime
+    /// if none runs.
     pub(crate) fn register(self: &Arc<Self>, lease: &Arc<LeaseShared>) {
-        let first_event = {
-            let l = lease.lock_state();
-            if lease.renew {
-                l.next_renew.min(l.lease.valid_until)
-            } else {
-                l.lease.valid_until
-            }
-        };
         let mut state = self.lock_state();
-        state.leases.insert(id(lease), lease.clone());
+        let first_event = state.leases.insert(lease);
         if !state.running {
             state.running = true;
             state.sleeping_until = None;
@@ -118,12 +108,12 @@ impl Watchdog {
 
     /// Stops watching `lease` (it was released).
     pub(crate) fn deregister(&self, lease: &LeaseShared) {
-        self.lock_state().leases.remove(&id(lease));
+        self.lock_state().leases.remove(id(lease));
     }
 
     /// Stops watching every lease and returns them (`dlock::shutdown`).
     pub(crate) fn take_all(&self) -> Vec<Arc<LeaseShared>> {
-        self.lock_state().leases.drain().map(|(_, l)| l).collect()
+        self.lock_state().leases.drain()
     }
 
     /// How many leases this watchdog keeps alive.
@@ -176,7 +166,7 @@ impl Watchdog {
             tokio::select! {
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                     if let Ok(result) = done {
-                        Self::apply(result);
+                        self.apply(result);
                     }
                 }
                 _ = sleep_until(next_event) => {}
@@ -196,13 +186,7 @@ impl Watchdog {
 
     /// Makes every renewed lease due now: the backend raised its alarm.
     fn renew_all_now(&self) {
-        let now = Instant::now();
-        for shared in self.lock_state().leases.values() {
-            if shared.renew {
-                let mut lease = shared.lock_state();
-                lease.next_renew = lease.next_renew.min(now);
-            }
-        }
+        self.lock_state().leases.all_due(Instant::now());
     }
 
     /// Marks overdue leases lost, forgets finished ones, and returns the
@@ -214,74 +198,22 @@ impl Watchdog {
     ) -> Option<(Vec<Arc<LeaseShared>>, Option<Instant>)> {
         let mut state = self.lock_state();
         state.sleeping_until = None;
-        let now = Instant::now();
-        // Leases that may go in a batch now, and whether one of them is
-        // actually due: only a due lease starts a batch (which then takes
-        // the nearly due ones along). Starting one whenever a lease merely
-        // entered the coalescing window would renew a trickle of leases a
-        // few at a time.
-        let mut candidates: Vec<Arc<LeaseShared>> = Vec::new();
-        let mut trigger = false;
-        let mut next_event: Option<Instant> = None;
-        let mut earliest = |at: Instant| {
-            next_event = Some(next_event.map_or(at, |n| n.min(at)));
-        };
-        state.leases.retain(|_, shared| {
-            let lease = shared.lock_state();
-            if lease.status != Status::Held {
-                return false;
-            }
-            if now >= lease.lease.valid_until {
-                let expired = lease.lease.clone();
-                drop(lease);
-                shared.mark_lost(if shared.renew {
-                    LossReason::Unreachable
-                } else {
-                    LossReason::Expired
-                });
-                give_back(shared.backend.clone(), shared.kind, expired);
-                return false;
-            }
-            earliest(lease.lease.valid_until);
-            if shared.renew && !lease.renewing {
-                let interval = lease.lease.ttl / 3;
-                let nearly_due =
-                    saturating_add(now, interval / COALESCE_DIVISOR) >= lease.next_renew;
-                // While a batch is in flight, leases that come due wait for
-                // it to finish and go together in the next one, unless they
-                // are a further ttl/3 late (still a third of the ttl before
-                // their deadline): otherwise leases taken at slightly
-                // different times would each get a round trip of their own.
-                let urgent_at = saturating_add(lease.next_renew, interval);
-                if nearly_due && (!busy || now >= urgent_at) {
-                    trigger |= now >= lease.next_renew;
-                    candidates.push(shared.clone());
-                } else if nearly_due {
-                    earliest(urgent_at);
-                } else {
-                    earliest(lease.next_renew);
-                }
-            }
-            true
-        });
-        let due = if trigger {
-            for shared in &candidates {
-                shared.lock_state().renewing = true;
-            }
-            candidates
-        } else {
-            for shared in &candidates {
-                let at = shared.lock_state().next_renew;
-                next_event = Some(next_event.map_or(at, |n| n.min(at)));
-            }
-            Vec::new()
-        };
+        let Scanned { due, overdue, next } = state.leases.scan(Instant::now(), busy);
+        for shared in overdue {
+            let expired = shared.lock_state().lease.clone();
+            shared.mark_lost(if shared.renew {
+                LossReason::Unreachable
+            } else {
+                LossReason::Expired
+            });
+            give_back(shared.backend.clone(), shared.kind, expired);
+        }
         let lingered = idle_for.is_some_and(|idle| idle >= IDLE_LINGER);
         if state.leases.is_empty() && !busy && lingered {
             state.running = false;
             return None;
         }
-        Some((due, next_event))
+        Some((due, next))
     }
 
     fn start_renewal(in_flight: &mut JoinSet<RenewResult>, due: Vec<Arc<LeaseShared>>) {
@@ -313,7 +245,7 @@ impl Watchdog {
         );
     }
 
-    fn apply(result: RenewResult) {
+    fn apply(&self, result: RenewResult) {
         let RenewResult {
             batch,
             sent,
@@ -358,6 +290,12 @@ impl Watchdog {
             drop(state);
             if let Some(reason) = lost {
                 shared.mark_lost(reason);
+            }
+        }
+        {
+            let mut state = self.lock_state();
+            for shared in &batch {
+                state.leases.renewed(shared);
             }
         }
         if let Some(first) = batch.first() {
@@ -572,6 +510,51 @@ mod tests {
         assert!(normal.is_held(), "the watchdog stopped renewing");
         normal.release().await.unwrap();
         forever.release().await.unwrap();
+    }
+
+    /// An extension to a shorter ttl moves the lease earlier in the
+    /// watchdog's time order: it is renewed every third of the new ttl,
+    /// not first at the old ttl's third (20 s here, long after the new
+    /// ttl ran out).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_extended_to_a_shorter_ttl_is_renewed_on_time() {
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let guard = take(&backend, "shortened", std::time::Duration::from_secs(60)).await;
+        guard
+            .extend(std::time::Duration::from_millis(300))
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+        assert!(guard.is_held(), "the shortened lease was not renewed");
+        guard.release().await.unwrap();
+    }
+
+    /// Many leases of different ttls, taken and released in a churn: each
+    /// is renewed on its own schedule, and the released ones leave nothing
+    /// behind in the watchdog.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leases_of_mixed_ttls_are_each_renewed_and_released_ones_forgotten() {
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let watchdog = local::for_backend(&backend).watchdog.clone();
+        let mut kept = Vec::new();
+        for i in 0..60u64 {
+            let ttl = std::time::Duration::from_millis(150 + 50 * (i % 6));
+            let guard = take(&backend, format!("mixed:{i}"), ttl).await;
+            if i % 3 == 0 {
+                kept.push(guard);
+            } else {
+                guard.release().await.unwrap();
+            }
+        }
+        assert_eq!(watchdog.len(), kept.len());
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        for guard in &kept {
+            assert!(guard.is_held(), "{guard:?} was not renewed");
+        }
+        for guard in kept {
+            guard.release().await.unwrap();
+        }
+        assert_eq!(watchdog.len(), 0);
     }
 
     #[tokio::test]

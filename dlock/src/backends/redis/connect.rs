@@ -15,6 +15,7 @@ use super::recheck::notifies_releases;
 use super::replicas::ReplicaAck;
 use super::sentinel::Sentinel;
 use super::subscriber::{Source, Subscriber};
+use super::turns::Beats;
 use super::{compare_set, Batchers, Conn, Counters, RedisBackend, RedisMetrics};
 use crate::LockError;
 
@@ -86,7 +87,8 @@ impl RedisBackend {
             batchers,
             // In a cluster a PUBLISH reaches every node, so one subscriber
             // connection to any node hears every release.
-            subscriber: Subscriber::new(source),
+            subscriber: Subscriber::new(source, &options.prefix),
+            beats: Beats::default(),
             replicas,
             options,
             notifying_db: None,

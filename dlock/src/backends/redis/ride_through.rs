@@ -90,7 +90,7 @@ impl RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let names = KeyNames::new(&self.options.prefix, &req.key).in_db(self.db);
-        let ticket = Ticket::of(&req.token);
+        let ticket = Ticket::of(&req.token, self.subscriber.turn_channel());
         let ask = || self.wait_in_queue(req, &names, &ticket, deadline);
         let undo = |granted: Option<Lease>| async move {
             if let Some(lease) = granted {

@@ -150,7 +150,7 @@ if redis.call('EXISTS', KEYS[1] .. ':waiters') == 0 then
 end
 ";
     let waited_for = r"
-vacate(KEYS[1], ARGV[2])
+vacate_waited(KEYS[1], ARGV[2])
 return 1
 ";
     Script::new(&format!("{uncontended}{QUEUE_FUNCTIONS}{waited_for}"))

@@ -174,6 +174,9 @@ impl std::fmt::Debug for Source {
 #[derive(Debug)]
 pub(crate) struct Subscriber {
     source: Source,
+    /// This backend's own channel for turns (see `turns.rs`): a queued
+    /// release wakes the head's process on it, and no other.
+    turns: String,
     channels: Arc<Mutex<Channels>>,
     /// How many channels are subscribed (see `Channels::subscribed`).
     subscribed: Arc<AtomicUsize>,
@@ -195,6 +198,20 @@ struct Refused {
     release: AtomicBool,
 }
 
+/// Wakes a queued waiter of this backend from within the process (see
+/// `turns.rs`: the heartbeat found its ticket out of line).
+#[derive(Clone)]
+pub(crate) struct Bell {
+    channels: Arc<Mutex<Channels>>,
+}
+
+impl Bell {
+    /// Wakes the waiter of `ticket`, as its turn message would.
+    pub(crate) fn ring(&self, ticket: &str) {
+        lock(&self.channels).give_turn(ticket.as_bytes());
+    }
+}
+
 /// A waiter's subscription to one key's channels; unsubscribes its share on
 /// drop.
 pub(crate) struct Subscription {
@@ -207,10 +224,12 @@ pub(crate) struct Subscription {
 }
 
 impl Subscriber {
-    pub(crate) fn new(source: Source) -> Self {
+    /// The subscriber of a backend whose keys start with `prefix`.
+    pub(crate) fn new(source: Source, prefix: &str) -> Self {
         let channels = Channels::default();
         Subscriber {
             source,
+            turns: super::turns::turn_channel(prefix),
             subscribed: channels.subscribed.clone(),
             channels: Arc::new(Mutex::new(channels)),
             refused: Arc::default(),
@@ -241,6 +260,19 @@ impl Subscriber {
         self.subscribed.load(Ordering::Relaxed) > 0
             && !self.release_refused()
             && lock(&self.channels).by_name.contains_key(channel)
+    }
+
+    /// What wakes this backend's queued waiters from within the process.
+    pub(crate) fn bell(&self) -> Bell {
+        Bell {
+            channels: self.channels.clone(),
+        }
+    }
+
+    /// This backend's channel for turns, on which queued releases wake its
+    /// waiters one by one (see `turns.rs`).
+    pub(crate) fn turn_channel(&self) -> &str {
+        &self.turns
     }
 
     /// Whether the server refused a keyspace channel: none is asked for again.

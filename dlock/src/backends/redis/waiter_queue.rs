@@ -31,17 +31,21 @@
 //!   is taken if nobody live is ahead of this waiter; otherwise the ticket
 //!   joins (or keeps its place in) the queue, and the answer is how long to
 //!   sleep unless woken.
-//! - **Liveness.** A ticket counts as alive for a second (`LIFE_MS`) after its
-//!   last try, and a queued waiter tries at least every [`HEARTBEAT`]
-//!   whatever else it waits for. A waiter killed, stopped or cut off thus
+//! - **Liveness.** A ticket counts as alive for a second (`LIFE_MS`) after it
+//!   last proved it: by a try, or by its backend's heartbeat, one script per
+//!   [`HEARTBEAT`] for all the backend's queued tickets (see `turns.rs`). A
+//!   waiter tries only when woken: its turn, the holder's expiry, or (the
+//!   head alone) a keyspace event. A waiter killed, stopped or cut off thus
 //!   drops out of the line within a second: the next release skips it
 //!   instead of handing it a turn, and the waiter behind it is served. A
 //!   waiter that comes back after its ticket lapsed queues again at the end.
 //! - A release (`RELEASE`, batched or not) calls [`QUEUE_FUNCTIONS`]'
 //!   `vacate`: with nobody waiting it is a `DEL` (no `PUBLISH` at all); with
 //!   a live head it deletes the key and publishes `turn:<ticket>` on the
-//!   key's channel, which wakes that one waiter and nobody else; with only
-//!   listeners left it publishes `1`, as every release did before.
+//!   channel the ticket names, its backend's own (see `turns.rs`): only
+//!   that process hears it, and it wakes that one waiter; with only
+//!   listeners left it publishes `1` on the key's channel, as every release
+//!   did before.
 //! - A waiter that gives up (its wait ran out, its future was dropped)
 //!   leaves: its ticket goes, and if the key is free the next head is woken.
 //!
@@ -60,10 +64,13 @@
 //! hot key that dlock alone hands on loses nothing.
 //!
 //! **What it does not rely on.** A lost `turn` message (a subscription
-//! being re-established, an ACL without the channel) costs the head at most
-//! a heartbeat: its next try finds the key free and takes it. A foreign
-//! release (`DEL`, an expiry, redis-py's release) announces nothing; the
-//! waiters notice it by keyspace notifications or their next heartbeat.
+//! being re-established) costs the head at most a heartbeat: the next
+//! heartbeat of any queued process finds the key free with no hand-off
+//! under way and wakes the head again. A foreign release (`DEL`, an expiry,
+//! redis-py's release) announces nothing; the head notices it by keyspace
+//! notifications, or the next heartbeat wakes it. Where the server refuses
+//! dlock's channels (an ACL), no turn can arrive, and queued waiters try
+//! every heartbeat themselves, as before.
 //!
 //! **Who does not queue.** A `MultiLock` taking all its keys in one script,
 //! and Redlock's waiters, register as listeners: a release with nobody
@@ -84,8 +91,8 @@ use super::{Attempt, RedisBackend};
 use crate::backend::{AcquireRequest, Lease};
 use crate::LockError;
 
-/// The longest a queued waiter sleeps between two tries, whatever it waits
-/// for: each try proves it alive for a second (`LIFE_MS` in
+/// How often a backend's heartbeat proves its queued tickets alive (see
+/// `turns.rs`): each beat keeps them for a second (`LIFE_MS` in
 /// [`QUEUE_FUNCTIONS`], the longest a dead or stopped waiter can hold up
 /// the waiters behind it), so a live waiter whose process is late by up to
 /// two heartbeats keeps its place.
@@ -111,11 +118,14 @@ pub(crate) fn parse_foreign_share(value: &str) -> Result<u8, String> {
 /// itself (same hash tag, so the same cluster slot; an ACL key pattern
 /// `~<prefix>:*` covers them).
 ///
-/// - `head_of(lock)`: the first live ticket, dropping dead ones on the way.
-/// - `wake(ticket, channel)`: wakes only that ticket's waiter.
+/// - `head_of(lock, me)`: the first live ticket, dropping dead ones on the
+///   way (`me`, the ticket asking, is live: it is not looked up).
+/// - `wake(ticket, channel)`: wakes only that ticket's waiter, on the
+///   channel the ticket names (`<hash>@<channel>`), else on `channel`.
 /// - `vacate(lock, channel)`: frees a key whose holder ended: deleted, and
 ///   the head woken (with the hand-off recorded for its gap), or the
-///   listeners told (`1`) if only they wait.
+///   listeners told (`1`) if only they wait; `vacate_waited` is the same
+///   for a caller that found `:waiters` already.
 /// - `gap_left(lock, share)`: how long a head still leaves the key to
 ///   others after a hand-off.
 /// - `wait_in_line(lock, who, queued, life)`: keeps `who` waiting for
@@ -142,12 +152,12 @@ local function leave_line(lock, ticket)
   redis.call('ZREM', lock .. ':queue', ticket)
   redis.call('ZREM', lock .. ':waiters', ticket)
 end
-local function head_of(lock)
+local function head_of(lock, me)
   local queue, waiters = lock .. ':queue', lock .. ':waiters'
   while true do
     local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first then
-      return nil
+    if not first or first == me then
+      return first
     end
     local gone_at = tonumber(redis.call('ZSCORE', waiters, first))
     if gone_at and gone_at > now_ms() then
@@ -157,14 +167,12 @@ local function head_of(lock)
   end
 end
 local function wake(ticket, channel)
-  redis.pcall('PUBLISH', channel, 'turn:' .. ticket)
+  local own = string.match(ticket, '@(.+)$')
+  redis.pcall('PUBLISH', own or channel, 'turn:' .. ticket)
 end
-local function vacate(lock, channel)
+local function vacate_waited(lock, channel)
   local waiters = lock .. ':waiters'
   redis.call('DEL', lock)
-  if redis.call('EXISTS', waiters) == 0 then
-    return
-  end
   local head = head_of(lock)
   if head then
     local granted = tonumber(redis.call('GET', lock .. ':fence'))
@@ -180,6 +188,13 @@ local function vacate(lock, channel)
   if redis.call('EXISTS', waiters) == 1 then
     redis.pcall('PUBLISH', channel, '1')
   end
+end
+local function vacate(lock, channel)
+  if redis.call('EXISTS', lock .. ':waiters') == 0 then
+    redis.call('DEL', lock)
+    return
+  end
+  vacate_waited(lock, channel)
 end
 local function gap_left(lock, share)
   if share <= 0 then
@@ -198,14 +213,14 @@ local function gap_left(lock, share)
 end
 local function keep_for(key, life)
   if redis.call('PTTL', key) < life then
-    redis.call('PEXPIRE', key, life)
+    redis.call('PEXPIRE', key, life + LIFE_MS)
   end
 end
 local function wait_in_line(lock, who, queued, life)
   local queue, waiters = lock .. ':queue', lock .. ':waiters'
   if queued then
     redis.call('ZADD', queue, 'NX', now_ms(), who)
-    keep_for(queue, life)
+    redis.call('PEXPIRE', queue, LIFE_MS)
   end
   redis.call('ZADD', waiters, now_ms() + life, who)
   keep_for(waiters, life)
@@ -224,8 +239,9 @@ end
 /// last the fence counter's retention in ms (as every script with `fence`).
 /// Answers as `ACQUIRE` does: `{1, fence}`, or `{0, ms, behind}` with how
 /// long to sleep unless woken (the holder's time left; `-1` for a holder
-/// without expiry), and `behind` 1 when a live waiter is ahead of this one
-/// (it then leaves the re-checks of the key to that head).
+/// without expiry), and `behind` 1 when a ticket is ahead of this one (it
+/// then leaves the key's messages, keyspace events, to that head: its own
+/// turn comes to it).
 ///
 /// The free key is this waiter's when no live ticket is ahead of it (once
 /// the gap of a hand-off to it has passed); a free key with someone else
@@ -245,13 +261,14 @@ if holder == token then
 end
 if holder then
   wait_in_line(lock, ticket, true, LIFE_MS)
+  -- Behind anybody, live or not: the release skips the dead ones.
   local behind = 0
-  if head_of(lock) ~= ticket then
+  if redis.call('ZRANGE', lock .. ':queue', 0, 0)[1] ~= ticket then
     behind = 1
   end
   return {0, redis.call('PTTL', lock), behind}
 end
-local head = head_of(lock)
+local head = head_of(lock, ticket)
 if head and head ~= ticket then
   if redis.call('EXISTS', lock .. ':handoff') == 0 then
     wake(head, channel)
@@ -268,6 +285,8 @@ if head then
 end
 leave_line(lock, ticket)
 redis.call('SET', lock, token, 'PX', ttl)
+-- One reading of the clock for the queue and the fence.
+now = queue_clock_us
 return {1, fence(KEYS[2], ttl)}
 ";
     Script::new(&format!("{ACQUIRE_FUNCTIONS}{QUEUE_FUNCTIONS}{queued}"))
@@ -290,15 +309,16 @@ return 1
     Script::new(&format!("{QUEUE_FUNCTIONS}{leave}"))
 });
 
-/// The ticket of the waiter acquiring with owner token `token`: a hash of
-/// it under a key drawn once per process, in hex. Tickets are published on
-/// the release channel and the token is a secret, so the ticket must not
-/// reveal it; derived rather than drawn, so an uncontended acquire (which
-/// never queues) costs no randomness for it, and a retry with the same
-/// token keeps its place.
-fn ticket_of(token: &str) -> String {
+/// The ticket of the waiter acquiring with owner token `token` whose
+/// backend hears its turns on `turns`: a hash of the token under a key
+/// drawn once per process, in hex, then `@` and that channel (see
+/// `turns.rs`). Tickets are published and the token is a secret, so the
+/// ticket must not reveal it; derived rather than drawn, so an uncontended
+/// acquire (which never queues) costs no randomness for it, and a retry
+/// with the same token keeps its place.
+fn ticket_of(token: &str, turns: &str) -> String {
     static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
-    format!("{:016x}", KEY.hash_one(token))
+    format!("{:016x}@{turns}", KEY.hash_one(token))
 }
 
 /// A waiter's ticket, derived from its token (see [`ticket_of`]) the
@@ -306,21 +326,25 @@ fn ticket_of(token: &str) -> String {
 /// first try never needs one.
 pub(crate) struct Ticket<'a> {
     token: &'a str,
+    turns: &'a str,
     derived: OnceLock<String>,
 }
 
 impl<'a> Ticket<'a> {
-    /// The ticket of the waiter with owner token `token`.
-    pub(crate) fn of(token: &'a str) -> Self {
+    /// The ticket of the waiter with owner token `token`, whose backend
+    /// hears its turns on channel `turns`.
+    pub(crate) fn of(token: &'a str, turns: &'a str) -> Self {
         Ticket {
             token,
+            turns,
             derived: OnceLock::new(),
         }
     }
 
     /// The ticket itself.
     pub(crate) fn get(&self) -> &str {
-        self.derived.get_or_init(|| ticket_of(self.token))
+        self.derived
+            .get_or_init(|| ticket_of(self.token, self.turns))
     }
 }
 

@@ -60,11 +60,12 @@ impl RedisBackend {
             channel: Some(channel),
             key,
         }];
-        // A queued waiter beats: each try keeps its ticket alive (see
-        // `waiter_queue.rs`), whatever else it waits for.
+        // A queued waiter's ticket is kept alive by its backend's
+        // heartbeat (see `turns.rs`), and its turn comes as a message
+        // (where the server refuses dlock's channels, see `wait_on_keys`).
         let pace = Pace {
             unknown_expiry,
-            at_most: ticket.map(|_| HEARTBEAT),
+            at_most: None,
         };
         let waited = self
             .wait_on_keys(&watched, ticket, deadline, pace, |queued| {
@@ -116,7 +117,9 @@ impl RedisBackend {
         F: FnMut(bool) -> Fut,
         Fut: Future<Output = Result<Try<T>, LockError>>,
     {
+        let turns = self.subscriber.turn_channel();
         let warm = ticket.is_some()
+            && self.subscriber.is_subscribed(turns)
             && watched
                 .first()
                 .and_then(|one| one.channel)
@@ -132,7 +135,10 @@ impl RedisBackend {
                 return Ok(Err(first_on));
             }
         }
-        let mut channels: Vec<String> = Vec::with_capacity(2 * watched.len());
+        let mut channels: Vec<String> = Vec::with_capacity(2 * watched.len() + 1);
+        if ticket.is_some() {
+            channels.push(turns.to_owned());
+        }
         for one in watched {
             channels.extend(one.channel.map(str::to_owned));
             channels.extend(one.key.and_then(|k| self.keyspace_channel(k)));
@@ -146,12 +152,22 @@ impl RedisBackend {
         // ends as last seen.
         let mut rechecks: Option<(&str, Recheck)> = None;
         let mut in_way_until: Option<Instant> = None;
+        // The heartbeat of the ticket, from its first queued try on.
+        let mut beating = None;
         loop {
             released.mark_seen();
             let (on, left) = match attempt(ticket.is_some()).await? {
                 Try::Done(done) => return Ok(Ok(done)),
                 Try::Held { on, left } => (on, left.unwrap_or(pace.unknown_expiry)),
             };
+            if let (Some(ticket), None) = (ticket, &beating) {
+                let lock = watched.first().and_then(|one| one.key).unwrap_or_default();
+                let channel = watched
+                    .first()
+                    .and_then(|one| one.channel)
+                    .unwrap_or_default();
+                beating = Some(self.beat_while_queued(lock, channel, ticket.get()));
+            }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(Err(on));
             }
@@ -159,15 +175,27 @@ impl RedisBackend {
             if let Some(at_most) = pace.at_most {
                 nap = nap.min(at_most);
             }
+            // No turn can reach a queued waiter whose server refuses
+            // dlock's channels (known once subscribed): it tries every
+            // heartbeat itself.
+            if ticket.is_some() && self.subscriber.release_refused() {
+                nap = nap.min(HEARTBEAT);
+            }
             let expiry = nap_until(nap, deadline);
             tokio::pin!(expiry);
             // A new schedule when the key in the way changed hands (its
             // expiry moved later: a new holder, perhaps a foreign one, or a
-            // renewal); the same one goes on doubling across the heartbeats
-            // of a queued waiter. A queued waiter with someone live ahead of
-            // it (`on` is `None`) does not re-check: the head does, and its
-            // heartbeat is its net.
-            let key = on.and_then(|on| watched.get(on)).and_then(|one| one.key);
+            // renewal). A queued waiter does not re-check at all: its
+            // backend's heartbeat looks at the key once per beat for all
+            // its waiters, and wakes the head of a key left free (see
+            // `turns.rs`). Nor does a queued waiter with someone live
+            // ahead of it (`on` is `None`) wake on the key's messages
+            // (keyspace events, listeners' `1`): its turn comes to it.
+            let listens = ticket.is_none() || on.is_some();
+            let key = on
+                .filter(|_| ticket.is_none())
+                .and_then(|on| watched.get(on))
+                .and_then(|one| one.key);
             let until = Instant::now().checked_add(left);
             let moved = match (until, in_way_until) {
                 (Some(now), Some(before)) => now > before + Duration::from_millis(10),
@@ -189,8 +217,15 @@ impl RedisBackend {
                     tokio::time::sleep(schedule.pause()).await;
                     self.key_is_free(key).await
                 };
+                let changed = async {
+                    if listens {
+                        released.changed().await;
+                    } else {
+                        std::future::pending::<()>().await;
+                    }
+                };
                 tokio::select! {
-                    () = released.changed() => break,
+                    () = changed => break,
                     () = turned(turn.as_deref()) => break,
                     () = &mut expiry => break,
                     free = recheck => match free {
