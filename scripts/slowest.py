@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Prints the slowest tests and test binaries of a nextest run from its JUnit report.
 
-Usage: slowest.py JUNIT_XML [COUNT]
+Usage: slowest.py JUNIT_XML... (COUNT=10 from the environment variable SLOWEST_COUNT)
 
 The test command (scripts/test.sh) calls it after `cargo nextest run`, so that every run
 ends with where its time went: the binaries whose tests took longest (summed; they run
 side by side, so the sum is the binary's share of the machine, not its wall time) and the
 single slowest tests.
 """
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -15,18 +16,20 @@ from collections import defaultdict
 
 def main() -> int:
     if len(sys.argv) < 2:
-        print("usage: slowest.py JUNIT_XML [COUNT]", file=sys.stderr)
+        print("usage: slowest.py JUNIT_XML...", file=sys.stderr)
         return 2
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-    try:
-        root = ET.parse(sys.argv[1]).getroot()
-    except (OSError, ET.ParseError) as e:
-        print(f"slowest: cannot read the JUnit report {sys.argv[1]}: {e}", file=sys.stderr)
-        return 1
+    count = int(os.environ.get("SLOWEST_COUNT", "10"))
+    roots = []
+    for path in sys.argv[1:]:
+        try:
+            roots.append(ET.parse(path).getroot())
+        except (OSError, ET.ParseError) as e:
+            print(f"slowest: cannot read the JUnit report {path}: {e}", file=sys.stderr)
+            return 1
     tests = []
     failed = 0
     by_binary = defaultdict(float)
-    for case in root.iter("testcase"):
+    for case in (case for root in roots for case in root.iter("testcase")):
         seconds = float(case.get("time", "0"))
         # nextest names a suite `<package>::<binary>`.
         binary = case.get("classname", "?")

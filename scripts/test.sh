@@ -24,9 +24,9 @@ if [ "${free_gib:-0}" -lt 6 ]; then
   echo "warning: only ${free_gib} GiB free for $target_dir; the full test build needs about 6 GiB." >&2
   echo "         Free some space (old target/ directories, /tmp) if the build fails with ENOSPC." >&2
 fi
-echo "== cargo fmt"
+echo "== $(date +%T) cargo fmt"
 cargo fmt --all -- --check
-echo "== first run: the quickstart and seckill_segmented build with cargo alone (no protoc)"
+echo "== $(date +%T) first run: the quickstart and seckill_segmented build with cargo alone (no protoc)"
 # The README's quick start must work on a machine with only a Rust toolchain.
 # install-deps.sh has just put protoc on this one, so hide it from every build
 # script in the examples' graph: PROTOC points nowhere, and a `protoc` first on
@@ -39,17 +39,17 @@ printf '#!/bin/sh\necho "protoc is hidden here: the examples must build without 
 chmod +x "$no_protoc_bin/protoc"
 PROTOC=/nonexistent PATH="$no_protoc_bin:$PATH" CARGO_TARGET_DIR="$target_dir/first-run" \
   cargo build -p dlock-examples --example quickstart --example seckill_segmented
-echo "== cargo clippy"
+echo "== $(date +%T) cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
-echo "== cargo doc"
+echo "== $(date +%T) cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
-echo "== cargo publish --dry-run (the library and its macro package stay publishable: manifest, files, packaged build)"
+echo "== $(date +%T) cargo publish --dry-run (the library and its macro package stay publishable: manifest, files, packaged build)"
 cargo publish --dry-run --allow-dirty -p dlock-macros -p dlock-rs
-echo "== cargo test (macro UI cases and allocation-free tracing, built without features: see dlock/tests/ui.rs and quiet_observability.rs)"
+echo "== $(date +%T) cargo test (macro UI cases and allocation-free tracing, built without features: see dlock/tests/ui.rs and quiet_observability.rs)"
 cargo test -p dlock-rs --no-default-features --test ui --test quiet_observability
-echo "== doc tests (nextest does not run them)"
+echo "== $(date +%T) doc tests (nextest does not run them)"
 cargo test --workspace --all-features --doc
-echo "== cargo nextest: every other test, each in its own process, several at once (.config/nextest.toml)"
+echo "== $(date +%T) cargo nextest (.config/nextest.toml): every other test, each in its own process"
 # The servers' data directories (tempfile's, through TMPDIR) go to memory: etcd, ZooKeeper
 # and PostgreSQL sync their logs to disk on every write, which the tests only wait on.
 # World-writable like /tmp: the PostgreSQL servers run as the `postgres` user.
@@ -60,7 +60,24 @@ if [ -d /dev/shm ] && [ -w /dev/shm ]; then
   export TMPDIR="$test_tmp"
 fi
 status=0
-cargo nextest run --workspace --all-features || status=$?
-# Where the time went, and the run's count, from nextest's JUnit report.
-python3 scripts/slowest.py "$target_dir/nextest/default/junit.xml" 10 || true
+alone='binary(held_50k)'
+torture='package(dlock-torture) & binary(runs)'
+echo "== $(date +%T) nextest, alone: 50,000 held locks renewed on time need the whole machine"
+cargo nextest run --workspace --all-features --profile alone -E "$alone" || status=$?
+# The torture runs (30 s each, 4 worker processes and up to 7 servers) one at a time, beside
+# the rest of the suite: their output goes to a file, printed when they are done.
+torture_log=$(mktemp)
+echo "== $(date +%T) nextest: the torture runs one at a time, beside the rest (output below when done)"
+cargo nextest run --workspace --all-features --profile one-at-a-time -E "$torture" \
+  >"$torture_log" 2>&1 &
+torture_pid=$!
+echo "== $(date +%T) nextest: every other test, eight at a time"
+cargo nextest run --workspace --all-features -E "not ($alone) & not ($torture)" || status=$?
+wait "$torture_pid" || status=$?
+echo "== $(date +%T) the torture runs"
+cat "$torture_log"
+rm -f "$torture_log"
+# Where the time went, and the run's count, from nextest's JUnit reports.
+echo "== $(date +%T) done"
+python3 scripts/slowest.py "$target_dir"/nextest/{alone,one-at-a-time,default}/junit.xml || true
 exit "$status"

@@ -95,14 +95,21 @@ impl IntoResponse for LockError {
         } else {
             tracing::debug!(error = %self, status = status.as_u16(), "lock error answered");
         }
-        let mut response = (status, self.public_text()).into_response();
-        if matches!(self, LockError::Busy { .. } | LockError::Timeout { .. }) {
-            response
-                .headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
-        }
-        response
+        let retry = matches!(self, LockError::Busy { .. } | LockError::Timeout { .. });
+        answer(status, self.public_text(), retry)
     }
+}
+
+/// The response to an error: its status, its text, and `Retry-After` when trying again soon
+/// may succeed (a busy key, a wait that ran out).
+fn answer(status: StatusCode, text: impl IntoResponse, retry_after: bool) -> Response {
+    let mut response = (status, text).into_response();
+    if retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+    }
+    response
 }
 
 #[cfg(test)]

@@ -7,30 +7,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock::backends::redis::RedisBackend;
-use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::fixtures::redis::{lock_key, RedisFixture};
+use dlock::LockError;
+use dlock_tests::fixtures::redis::{
+    lock_key, queue_backend as backend, queue_lock as lock, RedisFixture,
+};
 use dlock_tests::foreign::py_lock_loop;
 use dlock_tests::holder::{check_marks, Holder, HolderSpec};
 use dlock_tests::servers::redis::RedisOptions;
 
 /// Waiters of the tests, each in its own "process".
 const WAITERS: usize = 5;
-
-async fn backend(url: &str) -> Arc<RedisBackend> {
-    Arc::new(
-        RedisBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", dlock::url::redact(url))),
-    )
-}
-
-fn lock(key: &str, backend: Arc<RedisBackend>) -> Lock {
-    Lock::new(key)
-        .ttl(Duration::from_secs(30))
-        .wait(Duration::from_secs(20))
-        .with_backend(backend as Arc<dyn LockBackend>)
-}
 
 /// How many tickets wait in `key`'s queue.
 fn queued(fixture: &RedisFixture, key: &str) -> usize {

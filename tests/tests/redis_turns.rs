@@ -14,30 +14,14 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock::backends::redis::RedisBackend;
-use dlock::{Lock, LockBackend, LockError};
-use dlock_tests::fixtures::redis::lock_key;
+use dlock::LockError;
+use dlock_tests::fixtures::redis::{lock_key, queue_backend as backend, queue_lock as lock};
 use dlock_tests::servers::redis::{RedisCluster, RedisServer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Waiting processes of the hand-off tests.
 const WAITERS: usize = 5;
-
-async fn backend(url: &str) -> Arc<RedisBackend> {
-    Arc::new(
-        RedisBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", dlock::url::redact(url))),
-    )
-}
-
-fn lock(key: &str, backend: Arc<RedisBackend>) -> Lock {
-    Lock::new(key)
-        .ttl(Duration::from_secs(30))
-        .wait(Duration::from_secs(20))
-        .with_backend(backend as Arc<dyn LockBackend>)
-}
 
 /// The messages an observer saw, as (channel, payload).
 type Seen = Arc<Mutex<Vec<(String, String)>>>;

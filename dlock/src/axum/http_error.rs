@@ -6,10 +6,8 @@ use std::error::Error;
 use std::fmt;
 
 use axum_core::response::{IntoResponse, Response};
-use http::header::{HeaderValue, RETRY_AFTER};
 use http::StatusCode;
 
-use super::RETRY_AFTER_SECS;
 use crate::LockError;
 
 type BoxError = Box<dyn Error + Send + Sync + 'static>;
@@ -191,18 +189,14 @@ impl IntoResponse for HttpError {
                 tracing::debug!(error = %error, status, "error answered");
             }
         }
-        let mut response = (self.status, self.text).into_response();
-        if self.retry_after {
-            response
-                .headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
-        }
-        response
+        super::answer(self.status, self.text, self.retry_after)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use http::header::RETRY_AFTER;
+
     use super::*;
 
     #[derive(Debug)]

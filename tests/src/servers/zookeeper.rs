@@ -165,6 +165,14 @@ impl ZkServer {
             let mut server =
                 Self::spawn_with(plan, &[], ZkOptions::default(), Some((tls, secure_port)))?;
             server.wait_ready()?;
+            // The TLS port's factory starts after the plain one: a client that connects as
+            // soon as `srvr` answers may find nothing listening there yet.
+            let secure = SocketAddr::from(([127, 0, 0, 1], secure_port));
+            server
+                .process
+                .wait_until("the TLS port accepting", ZK_READY_LIMIT, || {
+                    TcpStream::connect_timeout(&secure, Duration::from_millis(200)).is_ok()
+                })?;
             Ok(server)
         })
         .unwrap_or_else(|e| panic!("{e}"))

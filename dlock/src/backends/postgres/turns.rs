@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::error::SqlState;
 
-use super::held::{self, Hold};
+use super::held;
 use super::session::{Reserved, Session};
 use super::{advisory_key_in, failed, lock, PostgresBackend};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
@@ -210,21 +210,13 @@ impl PostgresBackend {
         // the answer. What excludes others is the session's lock, which
         // the server frees only when the session ends.
         let valid_until = lease_deadline(Instant::now(), ttl);
-        held::remember(
-            &self.held,
-            &req.token,
+        Ok(Some(self.granted_plain(
+            req,
             session,
             key,
-            Hold::Plain,
-            valid_until,
-        );
-        Ok(Some(Lease {
-            key: req.key.clone(),
-            token: req.token.clone(),
             ttl,
-            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
+            fence,
             valid_until,
-            resource: format!("pg_advisory_lock({key})"),
-        }))
+        )))
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::listener::Listener;
-use super::session::Reserved;
+use super::session::{Reserved, Session};
 use super::{advisory_key_in, held, listener, Pending, PostgresBackend, RECHECK};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::LockError;
@@ -77,6 +77,35 @@ impl PostgresBackend {
         }
     }
 
+    /// A plain lock granted on `session` (a try, or a wait in the lock's queue): remembered as
+    /// held there, and its lease.
+    pub(super) fn granted_plain(
+        &self,
+        req: &AcquireRequest,
+        session: Arc<Session>,
+        key: i64,
+        ttl: Duration,
+        fence: Option<i64>,
+        valid_until: Instant,
+    ) -> Lease {
+        held::remember(
+            &self.held,
+            &req.token,
+            session,
+            key,
+            held::Hold::Plain,
+            valid_until,
+        );
+        Lease {
+            key: req.key.clone(),
+            token: req.token.clone(),
+            ttl,
+            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
+            valid_until,
+            resource: format!("pg_advisory_lock({key})"),
+        }
+    }
+
     /// One attempt: a free session, `pg_try_advisory_lock` and the fence.
     pub(super) async fn try_once(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let key = advisory_key_in(&self.config.prefix, &req.key);
@@ -107,22 +136,14 @@ impl PostgresBackend {
         }
         let fence: Option<i64> = row.get(1);
         let valid_until = lease_deadline(sent, ttl);
-        held::remember(
-            &self.held,
-            &req.token,
+        Ok(Some(self.granted_plain(
+            req,
             session,
             key,
-            held::Hold::Plain,
-            valid_until,
-        );
-        Ok(Some(Lease {
-            key: req.key.clone(),
-            token: req.token.clone(),
             ttl,
-            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
+            fence,
             valid_until,
-            resource: format!("pg_advisory_lock({key})"),
-        }))
+        )))
     }
 }
 
