@@ -5,23 +5,27 @@ use super::*;
 
 impl RedisSentinel {
     /// Waits until every running, unpaused node but the master replicates from it
-    /// (`master_link_status:up`) and has acknowledged everything written so far (`WAIT` on
-    /// the master).
+    /// (`master_link_status:up`) and has processed everything written so far (its
+    /// replication offset has reached the master's).
     ///
-    /// The acknowledgement matters: after a full sync, Redis 7.0 streams nothing to a
-    /// replica until its first `REPLCONF ACK` (sent every second), though both sides
-    /// already report the link up; a replica paused in that window never gets the writes
-    /// made meanwhile.
+    /// The offset matters: after a full sync, Redis 7.0 streams nothing to a replica until
+    /// its first `REPLCONF ACK` (sent every second), though both sides already report the
+    /// link up; a replica paused in that window never gets the writes made meanwhile. (Not
+    /// `WAIT` on a new connection: it waits for the offset of that connection's own last
+    /// write, which has none, so it answered at once while a replica still lacked a write
+    /// made on another connection.)
     pub fn wait_replicas_synced(&mut self, limit: Duration) -> HarnessResult<()> {
         let master = self.try_master_index()?;
         self.wait_for("replicas synced", limit, |g| g.synced_state(master))
     }
 
     /// Ok once every running, unpaused node but `master` replicates from it with the link
-    /// up, and `WAIT` on the master counts them all.
+    /// up, and its offset has reached the one the master reported first.
     pub(super) fn synced_state(&self, master: usize) -> Result<(), String> {
         let master_port = self.nodes[master].port().to_string();
-        let mut count = 0;
+        let master_info = self.info_replication(master)?;
+        let written = replication_offset(&master_info, "master_repl_offset")
+            .ok_or_else(|| format!("the master reports no offset:\n{master_info}"))?;
         for (i, node) in self.nodes.iter().enumerate() {
             if i == master || node.pid().is_none() || node.process().is_paused() {
                 continue;
@@ -32,20 +36,15 @@ impl RedisSentinel {
             {
                 return Err(format!("node {i} ({}) reports:\n{info}", node.addr()));
             }
-            count += 1;
+            let processed = replication_offset(&info, "slave_repl_offset").unwrap_or(0);
+            if processed < written {
+                return Err(format!(
+                    "node {i} ({}) has processed offset {processed} of the master's {written}",
+                    node.addr()
+                ));
+            }
         }
-        if count == 0 {
-            return Ok(());
-        }
-        let acked = self.nodes[master]
-            .cli_with_limit(&["WAIT", &count.to_string(), "500"], PROBE_LIMIT)
-            .map(|out| out.stdout.trim().to_string())
-            .unwrap_or_default();
-        if acked.parse::<usize>().is_ok_and(|n| n >= count) {
-            Ok(())
-        } else {
-            Err(format!("WAIT {count} on the master answered {acked:?}"))
-        }
+        Ok(())
     }
 
     /// `INFO replication` of node `i`, or why not.
@@ -194,4 +193,9 @@ impl RedisSentinel {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// A replication offset field of `INFO replication`.
+fn replication_offset(info: &str, field: &str) -> Option<u64> {
+    info_field(info, field)?.trim().parse().ok()
 }
