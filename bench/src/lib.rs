@@ -4,6 +4,7 @@
 //! server in the same run and prints ratios, because absolute numbers on a
 //! shared machine mean little.
 
+pub mod allocations;
 pub mod cycle_suite;
 pub mod etcd;
 pub mod held;

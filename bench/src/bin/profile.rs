@@ -1,17 +1,22 @@
-//! `cargo run --release -p dlock-bench --bin profile -- <url> [rounds]`
+//! `cargo run --release -p dlock-bench --bin profile -- <url> [rounds] [--rslock]`
 //!
 //! Workload (b) of the bench, dlock's side alone (64 tasks, each on its own
 //! key, 2,000 acquire+release cycles per task per round), for a profiler to
 //! watch: `perf record -g --call-graph dwarf target/release/profile
-//! redis://127.0.0.1:6379`. Prints each round's cycles per second and this
-//! process's CPU per cycle (all threads).
+//! redis://127.0.0.1:6379`. Prints each round's cycles per second, this
+//! process's CPU per cycle (all threads) and its heap allocations per cycle.
+//!
+//! `--rslock` alternates each dlock round with a round of `rslock` 0.10 on
+//! the same server (a Redis URL), so that the two are compared under the
+//! same load from elsewhere.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use dlock::LockBackend;
+use dlock_bench::allocations;
 use dlock_bench::observed::cpu_time;
-use dlock_bench::workloads::{distinct_dlock, Sizes};
+use dlock_bench::workloads::{distinct_dlock, BoxError, Sizes};
 
 const SIZES: Sizes = Sizes {
     uncontended_cycles: 0,
@@ -25,11 +30,13 @@ const SIZES: Sizes = Sizes {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(url) = args.first() else {
-        eprintln!("usage: profile <url> [rounds]   (e.g. redis://127.0.0.1:6379)");
+    let with_rslock = args.iter().any(|a| a == "--rslock");
+    let positional: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let Some(url) = positional.first() else {
+        eprintln!("usage: profile <url> [rounds] [--rslock]   (e.g. redis://127.0.0.1:6379)");
         return ExitCode::FAILURE;
     };
-    let rounds = match args.get(1).map(|r| r.parse::<usize>()) {
+    let rounds = match positional.get(1).map(|r| r.parse::<usize>()) {
         None => 6,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
@@ -37,32 +44,59 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let backend: Arc<dyn LockBackend> = match dlock::connect(url).await {
-        Ok(backend) => backend,
+    match run(url, rounds, with_rslock).await {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
+            eprintln!("profile: {e}");
+            ExitCode::FAILURE
         }
+    }
+}
+
+async fn run(url: &str, rounds: usize, with_rslock: bool) -> Result<(), BoxError> {
+    let backend: Arc<dyn LockBackend> = dlock::connect(url).await?;
+    let rs = if with_rslock {
+        Some(dlock_bench::rslock::manager(&[url.to_owned()])?)
+    } else {
+        None
     };
     let cycles = (SIZES.distinct_tasks * SIZES.distinct_cycles) as f64;
     for round in 0..rounds {
-        let before = cpu_time();
-        let rate = match distinct_dlock(&SIZES, &backend, &format!("profile-{round}")).await {
-            Ok(rate) => rate,
-            Err(e) => {
-                eprintln!("round {round}: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let cpu = before
-            .zip(cpu_time())
-            .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / cycles);
-        match cpu {
-            Some(us) => {
-                println!("round {round}: {rate:.0} cycles/s, client CPU {us:.2} µs per cycle")
-            }
-            None => println!("round {round}: {rate:.0} cycles/s"),
+        let measured = Measured::start();
+        let rate = distinct_dlock(&SIZES, &backend, &format!("profile-{round}")).await?;
+        measured.print(&format!("round {round}: dlock "), rate, cycles);
+        if let Some(rs) = &rs {
+            let measured = Measured::start();
+            let prefix = format!("bench:profile-rs-{round}");
+            let rate = dlock_bench::rslock::distinct(&SIZES, rs, &prefix).await?;
+            measured.print(&format!("round {round}: rslock"), rate, cycles);
         }
     }
-    ExitCode::SUCCESS
+    Ok(())
+}
+
+/// The process's CPU time and allocation count when a round began.
+struct Measured {
+    cpu: Option<std::time::Duration>,
+    allocations: u64,
+}
+
+impl Measured {
+    fn start() -> Self {
+        Measured {
+            cpu: cpu_time(),
+            allocations: allocations::count(),
+        }
+    }
+
+    fn print(self, label: &str, rate: f64, cycles: f64) {
+        let allocs = allocations::per_cycle(self.allocations, allocations::count(), cycles);
+        match self.cpu.zip(cpu_time()) {
+            Some((b, a)) => {
+                let us = a.saturating_sub(b).as_secs_f64() * 1e6 / cycles;
+                println!("{label} {rate:.0} cycles/s, client CPU {us:.2} µs, {allocs:.1} allocations per cycle")
+            }
+            None => println!("{label} {rate:.0} cycles/s, {allocs:.1} allocations per cycle"),
+        }
+    }
 }

@@ -133,8 +133,10 @@ pub fn holder_of(stored: &str) -> Option<&str> {
 /// A new owner token for a lock lease on `backend`: random, then the
 /// backend's client name.
 pub(crate) fn owner_token(backend: &dyn LockBackend) -> Result<String, LockError> {
-    let mut token = new_token()?;
-    if let Some(name) = backend.client_name() {
+    let name = backend.client_name();
+    // Made room for the name at once: one allocation per token, not two.
+    let mut token = token_with_room(name.map_or(0, |n| n.len() + SEPARATOR.len_utf8()))?;
+    if let Some(name) = name {
         token.push(SEPARATOR);
         token.push_str(name);
     }
@@ -176,13 +178,18 @@ pub fn too_many_to_list(backend: &str, prefix: &str) -> LockError {
 
 /// 128 random bits from the OS, hex encoded: the owner token.
 pub(crate) fn new_token() -> Result<String, LockError> {
+    token_with_room(0)
+}
+
+/// [`new_token`] in a string with room for `extra` more bytes.
+fn token_with_room(extra: usize) -> Result<String, LockError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| {
         LockError::backend("os-rng", format!("no randomness for the owner token: {e}"))
     })?;
     // Encoded by hand: a `format!` per byte costs more than the syscall.
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut token = String::with_capacity(2 * bytes.len());
+    let mut token = String::with_capacity(2 * bytes.len() + extra);
     for b in bytes {
         token.push(char::from(HEX[usize::from(b >> 4)]));
         token.push(char::from(HEX[usize::from(b & 0x0f)]));

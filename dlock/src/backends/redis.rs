@@ -112,8 +112,10 @@
 //   acquire script's answer: `requests.rs`
 // - URL / configuration: `config.rs` (+ clients, TLS)
 // - requests, errors: `scripts.rs` (`run`: the one NOSCRIPT reload, for a call or a pipeline),
-//   `compare_set.rs`, `connection.rs` (a single server's connection, kept on dlock's runtime;
-//   `Server`: that, or the Sentinel master followed)
+//   `compare_set.rs`, `connection.rs` (a single server's connection, kept on dlock's runtime,
+//   and one per multi-thread runtime that makes requests; `Server`: that, or the Sentinel master
+//   followed), `lanes.rs` (which connection a request goes on: its runtime's lane, or the
+//   background one; `following`: a task that keeps the lane it was started from)
 // - finding the server: `sentinel.rs` (`redis+sentinel://`: asks the sentinels, follows
 //   `+switch-master`, `READONLY` and lost connections; the failed request sent once more to the
 //   new master), `sentinel/listed.rs` (`SENTINEL REPLICAS` on a kept connection: the replicas a
@@ -136,7 +138,8 @@
 //   hash slot)
 // - clean-up of abandoned entries: `unfinished.rs`, `rw.rs` (`AbandonIfDropped`: a lease or a
 //   waiting writer's mark)
-// - batching: `batching.rs` (queue), `batching/ops.rs` (the two batched requests)
+// - batching: `batching.rs` (queues, a pair per lane), `batching/ops.rs` (the two batched
+//   requests)
 // - what another backend uses: `for_redlock.rs` (feature `redlock`)
 // - semaphores (`PermitBackend`): `permits.rs`
 // - several keys in one call (`AllKeysBackend`): `all_keys.rs` (single server only)
@@ -155,6 +158,7 @@ mod election;
 #[cfg(feature = "redlock")]
 mod for_redlock;
 mod inspect;
+pub(crate) mod lanes;
 mod lock_backend;
 mod permits;
 pub(crate) mod recheck;
@@ -180,12 +184,13 @@ use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
 
-use self::batching::ops::{Acquires, Releases};
-use self::batching::Batcher;
+use self::batching::LaneBatchers;
 use self::config::RedisOptions;
 use self::connection::Server;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
+#[cfg(feature = "redlock")]
+pub(crate) use self::lanes::spawn_following;
 use self::replicas::ReplicaAck;
 use self::subscriber::Subscriber;
 use self::turns::Beats;
@@ -236,8 +241,9 @@ pub(crate) fn check_ttl(ttl: Duration, what: &str, backend: &str) -> Result<(), 
 /// ```
 pub struct RedisBackend {
     conn: Conn,
-    /// Request batching under load (see `batch.rs`); single servers only.
-    batchers: Option<Batchers>,
+    /// Request batching under load, per lane (see `batching.rs` and
+    /// `lanes.rs`); single servers only.
+    batchers: Option<LaneBatchers>,
     subscriber: Subscriber,
     /// The heartbeat of this backend's queued waiters (see `turns.rs`).
     beats: Beats,
@@ -269,11 +275,6 @@ enum Conn {
     /// One server, or the master of a Sentinel deployment.
     Single(Server),
     Cluster(ClusterConnection),
-}
-
-struct Batchers {
-    acquire: Batcher<Acquires>,
-    release: Batcher<Releases>,
 }
 
 #[derive(Debug, Default)]

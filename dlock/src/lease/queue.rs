@@ -13,7 +13,7 @@ use crate::backend::RwMode;
 /// The key slots of one backend, by name.
 #[derive(Debug, Default)]
 pub(crate) struct LocalQueue {
-    slots: Mutex<HashMap<String, Arc<KeySlot>>>,
+    slots: Mutex<HashMap<Arc<str>, Arc<KeySlot>>>,
 }
 
 /// One key's local state.
@@ -26,8 +26,9 @@ pub(crate) struct KeySlot {
     /// The gate's number of permits: 1 for a lock, N for a semaphore of N,
     /// [`RW_READERS`] for a read-write lock.
     capacity: usize,
-    /// The slot's name in the map, for pruning it when nobody uses it.
-    name: String,
+    /// The slot's name in the map, for pruning it when nobody uses it
+    /// (shared with the map's key: one allocation per slot, not two).
+    name: Arc<str>,
 }
 
 /// The gate permits of a read-write lock's slot: a reader takes one, a
@@ -72,7 +73,7 @@ impl LocalQueue {
         if let Some(slot) = lock(&self.slots).get(key) {
             return slot.clone();
         }
-        self.slot_with(key.to_owned(), 1)
+        self.slot_with(key, 1)
     }
 
     /// The slot of the semaphore `name` with `permits` permits, whose gate
@@ -82,14 +83,14 @@ impl LocalQueue {
     /// never share a slot; it holds the count too, so a user that gives
     /// another count gets a gate of its own, not the first user's.
     pub(crate) fn semaphore_slot(&self, name: &str, permits: usize) -> Arc<KeySlot> {
-        self.slot_with(format!("\u{1}semaphore:{permits}:{name}"), permits)
+        self.slot_with(&format!("\u{1}semaphore:{permits}:{name}"), permits)
     }
 
     /// The admission slot of the segmented lock `key` with `segments`
     /// segments: at most that many local tasks look for a segment at once.
     /// Named apart from locks and semaphores, as `semaphore_slot`.
     pub(crate) fn segments_slot(&self, key: &str, segments: usize) -> Arc<KeySlot> {
-        self.slot_with(format!("\u{1}segments:{segments}:{key}"), segments)
+        self.slot_with(&format!("\u{1}segments:{segments}:{key}"), segments)
     }
 
     /// The slot of the read-write lock `key` and how many of its gate's
@@ -99,7 +100,7 @@ impl LocalQueue {
     /// locally as on the server. Named apart from a plain lock of the same
     /// key (the server keeps them apart too), as `semaphore_slot`.
     pub(crate) fn rw_slot(&self, key: &str, mode: RwMode) -> (Arc<KeySlot>, usize) {
-        let slot = self.slot_with(format!("\u{1}rw:{key}"), RW_READERS);
+        let slot = self.slot_with(&format!("\u{1}rw:{key}"), RW_READERS);
         let weight = match mode {
             RwMode::Read => 1,
             RwMode::Write => RW_READERS,
@@ -107,15 +108,16 @@ impl LocalQueue {
         (slot, weight)
     }
 
-    fn slot_with(&self, name: String, capacity: usize) -> Arc<KeySlot> {
+    fn slot_with(&self, name: &str, capacity: usize) -> Arc<KeySlot> {
         let mut slots = lock(&self.slots);
-        if let Some(slot) = slots.get(&name) {
+        if let Some(slot) = slots.get(name) {
             return slot.clone();
         }
         // Callers bound their counts far below tokio's limits; the clamp
         // only keeps `Semaphore::new` (and a writer's `acquire_many`, a
         // `u32`) from panicking should one not.
         let capacity = capacity.min(Semaphore::MAX_PERMITS).min(u32::MAX as usize);
+        let name: Arc<str> = name.into();
         let slot = Arc::new(KeySlot {
             gate: Arc::new(Semaphore::new(capacity)),
             capacity,
@@ -177,13 +179,13 @@ impl LocalQueue {
     /// keep one slot per key.
     fn prune_released(&self, slot: &Arc<KeySlot>) {
         let mut slots = lock(&self.slots);
-        let unused = slots.get(&slot.name).is_some_and(|s| {
+        let unused = slots.get(&*slot.name).is_some_and(|s| {
             Arc::ptr_eq(s, slot)
                 && Arc::strong_count(slot) == 2
                 && slot.gate.available_permits() == slot.capacity
         });
         if unused {
-            slots.remove(&slot.name);
+            slots.remove(&*slot.name);
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{RedisError, RedisResult};
 
-use super::batching::Batcher;
+use super::batching::LaneBatchers;
 use super::config::{client, tls_cluster, RedisOptions};
 use super::connection::{Connection, Server};
 use super::recheck::notifies_releases;
@@ -16,7 +16,7 @@ use super::replicas::ReplicaAck;
 use super::sentinel::Sentinel;
 use super::subscriber::{Source, Subscriber};
 use super::turns::Beats;
-use super::{compare_set, Batchers, Conn, Counters, RedisBackend, RedisMetrics};
+use super::{compare_set, Conn, Counters, RedisBackend, RedisMetrics};
 use crate::LockError;
 
 impl RedisBackend {
@@ -70,16 +70,13 @@ impl RedisBackend {
             Conn::Cluster(connected.await.map_err(fail)?)
         } else {
             Conn::Single(Server::One(
-                Connection::open(first.clone(), connection_config(&options))
+                Connection::open(first.clone(), connection_config(&options), true)
                     .await
                     .map_err(fail)?,
             ))
         };
         let batchers = match &conn {
-            Conn::Single(c) => Some(Batchers {
-                acquire: Batcher::new(c.clone()),
-                release: Batcher::new(c.clone()),
-            }),
+            Conn::Single(c) => Some(LaneBatchers::new(c)),
             Conn::Cluster(_) => None,
         };
         let mut backend = RedisBackend {
@@ -132,10 +129,7 @@ impl RedisBackend {
 
     /// Request counts so far.
     pub fn metrics(&self) -> RedisMetrics {
-        let batches = self
-            .batchers
-            .as_ref()
-            .map_or(0, |b| b.acquire.batches() + b.release.batches());
+        let batches = self.batchers.as_ref().map_or(0, LaneBatchers::batches);
         RedisMetrics {
             round_trips: self.metrics.round_trips.load(Ordering::Relaxed) + batches,
             batches,

@@ -1,56 +1,121 @@
-//! A single server's connection, kept on dlock's background runtime.
+//! A single server's connection: on dlock's background runtime, and on a
+//! multi-thread runtime that makes requests, one of that runtime's own (its
+//! lane, see `lanes.rs`).
 //!
-//! Why: a `ConnectionManager` spawns its connection's driver (the task that
-//! writes requests and reads answers) on whatever runtime is current when it
-//! connects, and when a request finds the connection broken, the request
-//! itself reconnects, on *its* runtime. A driver on a caller's runtime stops
-//! when that runtime idles or ends: the watchdog's renewals, which run on
-//! dlock's own runtime, would then queue unsent while the leases expire.
+//! Why the background runtime: a `ConnectionManager` spawns its
+//! connection's driver (the task that writes requests and reads answers) on
+//! whatever runtime is current when it connects, and when a request finds
+//! the connection broken, the request itself reconnects, on *its* runtime.
+//! A driver on a current-thread runtime stops when that runtime idles (no
+//! one blocks on it) or ends: the watchdog's renewals, which run on dlock's
+//! own runtime, would then queue unsent while the leases expire. So the
+//! background connection is created there, and a request made from a
+//! current-thread runtime (or outside any) runs there, as a task of its own
+//! that the caller awaits. A request's task is aborted if its caller drops
+//! it before it reached the connection, as the request itself would have
+//! been; once on the connection it is sent either way, and requests handed
+//! over one after the other reach the connection in that order.
 //!
-//! How: the manager is created on the background runtime, and every request
-//! made elsewhere runs there, as a task of its own that the caller awaits,
-//! so every poll of the manager (and every reconnect it starts) happens on
-//! that runtime. Requests made on it (renewals, batches, background
-//! releases) call straight through. A request's task is aborted if its
-//! caller drops it before it reached the connection, as the request itself
-//! would have been; once on the connection it is sent either way, and
-//! requests handed over one after the other reach the connection in that
-//! order (the background runtime starts the tasks it is handed in order).
-//! The cost is a hand-over to the background thread and back per request
-//! made outside it, and one thread for every request's I/O. Measured with
-//! the bench on a busy 2-core machine: the uncontended cycle's p50 moved
-//! within the noise, a local hand-off's p50 rose by about 60 µs (≈ 215 to
-//! ≈ 280 µs), and 64 tasks on distinct keys ran at about 0.57× the
-//! hand-written baseline instead of about 0.68×.
+//! Why lanes: that hand-over costs two cross-thread wake-ups and a task per
+//! request. A multi-thread runtime drives its tasks as long as it exists, so
+//! a request made there goes on that runtime's own connection, opened at
+//! its first request (which waits for it); the watchdog, the subscriber and
+//! the releases of guards dropped outside a runtime keep the background
+//! connection.
+
+use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use tokio::sync::OnceCell;
 
+use super::lanes::PerRuntime;
 use crate::lease::background;
 
 /// A `ConnectionManager` whose driver and reconnects stay on dlock's
-/// background runtime. Cheap to clone: clones share the connection.
+/// background runtime, and one per multi-thread runtime that makes
+/// requests. Cheap to clone: clones share the connections.
 #[derive(Clone)]
-pub(crate) struct Connection(ConnectionManager);
+pub(crate) struct Connection {
+    background: ConnectionManager,
+    /// `None`: every request takes the background connection (Sentinel's
+    /// masters: a failover replaces the connection, see `sentinel.rs`).
+    lanes: Option<Arc<Lanes>>,
+}
+
+/// What opens a lane's connection, and the lanes' connections.
+struct Lanes {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    conns: PerRuntime<OnceCell<ConnectionManager>>,
+}
 
 impl Connection {
-    /// Connects on the background runtime.
+    /// Connects on the background runtime; with `lanes`, each multi-thread
+    /// runtime that makes a request gets its own connection too.
     pub(crate) async fn open(
         client: redis::Client,
         config: ConnectionManagerConfig,
+        lanes: bool,
     ) -> RedisResult<Self> {
-        background::run(async move { client.get_connection_manager_with_config(config).await })
-            .await
-            .map(Connection)
+        let lanes = lanes.then(|| {
+            Arc::new(Lanes {
+                client: client.clone(),
+                config: config.clone(),
+                conns: PerRuntime::default(),
+            })
+        });
+        let background =
+            background::run(async move { client.get_connection_manager_with_config(config).await })
+                .await?;
+        Ok(Connection { background, lanes })
+    }
+
+    /// The connection of the lane here, if it is not the background one:
+    /// made (not yet connected) on a runtime's first request.
+    fn lane(&self) -> Option<(Arc<Lanes>, Arc<OnceCell<ConnectionManager>>)> {
+        let lanes = self.lanes.as_ref()?;
+        // Once dlock is shut down, requests answer as the background
+        // connection does (refused), not on a lane.
+        if background::check().is_err() {
+            return None;
+        }
+        let cell = lanes.conns.here(|_| OnceCell::new())?;
+        Some((lanes.clone(), cell))
+    }
+
+    /// The lane's connection, connected on this runtime the first time.
+    async fn connected(
+        lanes: &Lanes,
+        cell: &OnceCell<ConnectionManager>,
+    ) -> RedisResult<ConnectionManager> {
+        let conn = cell
+            .get_or_try_init(|| {
+                lanes
+                    .client
+                    .get_connection_manager_with_config(lanes.config.clone())
+            })
+            .await?;
+        Ok(conn.clone())
     }
 }
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         if background::is_current() {
-            return self.0.req_packed_command(cmd);
+            return self.background.req_packed_command(cmd);
         }
-        let (mut conn, cmd) = (self.0.clone(), cmd.clone());
+        if let Some((lanes, cell)) = self.lane() {
+            if let Some(conn) = cell.get() {
+                let mut conn = conn.clone();
+                return Box::pin(async move { conn.send_packed_command(cmd).await });
+            }
+            return Box::pin(async move {
+                let mut conn = Self::connected(&lanes, &cell).await?;
+                conn.send_packed_command(cmd).await
+            });
+        }
+        let (mut conn, cmd) = (self.background.clone(), cmd.clone());
         Box::pin(background::run(async move {
             conn.send_packed_command(&cmd).await
         }))
@@ -63,16 +128,22 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         if background::is_current() {
-            return self.0.req_packed_commands(pipeline, offset, count);
+            return self.background.req_packed_commands(pipeline, offset, count);
         }
-        let (mut conn, pipeline) = (self.0.clone(), pipeline.clone());
+        if let Some((lanes, cell)) = self.lane() {
+            return Box::pin(async move {
+                let mut conn = Self::connected(&lanes, &cell).await?;
+                conn.send_packed_commands(pipeline, offset, count).await
+            });
+        }
+        let (mut conn, pipeline) = (self.background.clone(), pipeline.clone());
         Box::pin(background::run(async move {
             conn.send_packed_commands(&pipeline, offset, count).await
         }))
     }
 
     fn get_db(&self) -> i64 {
-        self.0.get_db()
+        self.background.get_db()
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::batching::ops::ReleaseOp;
-use super::batching::Turn;
+use super::batching::{LaneBatchers, Turn};
 use super::refused::About;
 use super::scripts::{millis, KeyNames, RELEASE};
 use super::{check_ttl, scripts, Attempt, Conn, RedisBackend};
@@ -108,7 +108,8 @@ impl RedisBackend {
     /// A lock's compare-and-`DEL` (batched under load) and its `PUBLISH`.
     async fn release_lock(&self, lease: &Lease) -> Result<bool, LockError> {
         let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
-        let turn = self.batchers.as_ref().map(|b| {
+        let batchers = self.batchers.as_ref().map(LaneBatchers::here);
+        let turn = batchers.as_ref().map(|b| {
             b.release.enter(|| ReleaseOp {
                 lock: names.lock.clone(),
                 token: lease.token.clone(),

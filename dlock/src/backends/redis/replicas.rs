@@ -32,6 +32,7 @@ use redis::RedisResult;
 
 use super::config::{replica_timeout, Replicas};
 use super::connection::Server;
+use super::lanes::PerRuntime;
 use super::Conn;
 use crate::backend::{AllOrNone, Lease, Renewal};
 use crate::LockError;
@@ -93,9 +94,12 @@ pub(crate) struct ReplicaAck {
     /// `auto`'s replica counts and when each was read: one for a single
     /// server (`None`), one per slot in use on a Cluster.
     counts: Mutex<HashMap<Option<Slot>, count::Count>>,
-    /// One server's `WAIT`s, shared by the grants that finished before each
-    /// was sent (see [`Shared`]).
+    /// One server's `WAIT`s on the background connection, shared by the
+    /// grants that finished before each was sent (see [`Shared`]).
     shared: Arc<Shared>,
+    /// The same on each lane's connection (see `lanes.rs`): a `WAIT` covers
+    /// the writes of the connection it is sent on, so each lane has its own.
+    lane_waits: PerRuntime<Shared>,
 }
 
 /// Group commit of `WAIT`s on one server's connection. A `WAIT` blocks the
@@ -139,11 +143,8 @@ impl ReplicaAck {
             timeout,
             aof,
             counts: Mutex::new(HashMap::new()),
-            shared: Arc::new(Shared {
-                aof,
-                round: Mutex::new(Round::default()),
-                done: tokio::sync::watch::channel((0, None)).0,
-            }),
+            shared: Arc::new(Shared::new(aof)),
+            lane_waits: PerRuntime::default(),
         }
     }
 
@@ -151,6 +152,23 @@ impl ReplicaAck {
     /// request at all.
     pub(crate) fn is_off(&self) -> bool {
         self.replicas == Replicas::Exactly(0) && !self.aof
+    }
+
+    /// Whether no acknowledgement is needed, as known without a request:
+    /// off, or `auto` (without `aof`) with a fresh count of no replica for
+    /// the master of `lock_key`: what [`confirm`](Self::confirm) would
+    /// answer at once, without the boxed future it needs otherwise.
+    pub(crate) fn none_needed_now(&self, conn: &Conn, lock_key: &str) -> bool {
+        if self.is_off() {
+            return true;
+        }
+        if self.aof || self.replicas != Replicas::Auto {
+            return false;
+        }
+        let slot = matches!(conn, Conn::Cluster(_)).then(|| Slot::for_key(lock_key));
+        self.lock()
+            .get(&slot)
+            .is_some_and(|known| known.fresh() == Some(0))
     }
 
     /// Forgets every replica count (the master changed: a failover).
@@ -187,7 +205,11 @@ impl ReplicaAck {
                 let answer = route(conn, lock_key, ack_cmd(self.aof, replicas, timeout)).await?;
                 acknowledgements(self.aof, &answer)?
             }
-            Conn::Single(_) => Shared::wait(&self.shared, conn, replicas, timeout).await?,
+            Conn::Single(_) => {
+                let shared = self.lane_waits.here(|_| Shared::new(self.aof));
+                let shared = shared.as_ref().unwrap_or(&self.shared);
+                Shared::wait(shared, conn, replicas, timeout).await?
+            }
         };
         if acknowledged >= needed {
             return Ok(Ok(()));
@@ -245,6 +267,14 @@ fn acknowledgements(aof: bool, answer: &redis::Value) -> RedisResult<u32> {
 }
 
 impl Shared {
+    fn new(aof: bool) -> Self {
+        Shared {
+            aof,
+            round: Mutex::new(Round::default()),
+            done: tokio::sync::watch::channel((0, None)).0,
+        }
+    }
+
     /// How many acknowledged a `WAIT` (or `WAITAOF`, counting the master's
     /// own fsync) sent after this call, so covering every write the
     /// connection sent before it, asking for at least `needed` replicas
@@ -266,8 +296,9 @@ impl Shared {
         };
         if lead {
             // A task of its own, on dlock's runtime: the grants waiting for
-            // it must not hang on a caller that went away.
-            crate::lease::background::spawn(send_waits(shared.clone(), conn.clone()));
+            // it must not hang on a caller that went away. In this lane:
+            // a `WAIT` covers the writes of its own connection only.
+            super::lanes::spawn_following(send_waits(shared.clone(), conn.clone()));
         }
         let answer = done
             .wait_for(|(number, answer)| answer.is_some() && *number >= mine)
@@ -345,7 +376,7 @@ impl super::RedisBackend {
     /// Whether enough replicas acknowledged the write that granted or
     /// extended `lease` (and every write this backend sent before it).
     async fn acknowledged(&self, lease: &Lease) -> Result<Result<(), Unacknowledged>, LockError> {
-        if self.replicas.is_off() {
+        if self.replicas.none_needed_now(&self.conn, &lease.resource) {
             return Ok(Ok(()));
         }
         // Boxed: the acknowledgement (a `WAIT`, perhaps an `INFO` and a

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::{RedisError, RedisResult, Script};
 
 use super::batching::ops::AcquireOp;
-use super::batching::Turn;
+use super::batching::{LaneBatchers, Turn};
 use super::recheck::{keyspace_channel, Recheck};
 use super::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
 use super::unfinished::ReleaseIfDropped;
@@ -164,7 +164,8 @@ impl RedisBackend {
         release_unclaimed: bool,
     ) -> Result<Attempt, LockError> {
         let sent = Instant::now();
-        let turn = self.batchers.as_ref().map(|b| {
+        let batchers = self.batchers.as_ref().map(LaneBatchers::here);
+        let turn = batchers.as_ref().map(|b| {
             b.acquire.enter(|| AcquireOp {
                 lock: names.lock.clone(),
                 fence: names.fence.clone(),

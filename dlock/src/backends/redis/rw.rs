@@ -233,9 +233,9 @@ impl Drop for AbandonIfDropped<'_> {
         call.arg(token).arg(&names.channel);
         let (conn, key) = (conn.clone(), names.writer.clone());
         // On dlock's background runtime, as `unfinished.rs` does and for
-        // the same reasons; if it cannot run, the ttl (and the mark's
-        // lifetime) is the backstop.
-        crate::lease::background::spawn(async move {
+        // the same reasons (in the acquisition's lane); if it cannot run,
+        // the ttl (and the mark's lifetime) is the backstop.
+        super::lanes::spawn_following(async move {
             let answer: redis::RedisResult<i64> = match conn {
                 Conn::Single(mut c) => run(&mut c, &ABANDON, &call).await,
                 Conn::Cluster(mut c) => run(&mut c, &ABANDON, &call).await,

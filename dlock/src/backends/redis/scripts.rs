@@ -286,11 +286,22 @@ return out
 /// Built by hand rather than with `Script::key`/`arg`, which copy every key
 /// and argument into vectors of their own and then into the same command:
 /// on the hot path of every acquire and release that is a dozen allocations.
+///
+/// Sized up front for a call of a few keys and arguments (the acquire's,
+/// the release's): growing the command's buffers argument by argument cost
+/// about seven reallocations per request.
 pub(crate) fn evalsha(script: &Script, keys: usize) -> redis::Cmd {
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(script.get_hash()).arg(keys);
+    let mut call = redis::Cmd::with_capacity(CALL_ARGS, CALL_BYTES);
+    call.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     call
 }
+
+/// The arguments and bytes a script call of [`evalsha`] is made room for:
+/// enough for the acquire's (two keys and three arguments besides the
+/// command, the hash and the key count) with keys and owner tokens of a
+/// few dozen bytes; a larger call grows as any vector does.
+const CALL_ARGS: usize = 8;
+const CALL_BYTES: usize = 256;
 
 /// Runs a call built by [`evalsha`]. If the server lost its script cache
 /// (a restart, `SCRIPT FLUSH`), loads `script` and tries once more.

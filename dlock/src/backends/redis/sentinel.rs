@@ -106,7 +106,7 @@ impl Sentinel {
             let config = config.clone();
             async move {
                 let client = master_client(&mut sentinels).await?;
-                let conn = Connection::open(client.clone(), config).await?;
+                let conn = Connection::open(client.clone(), config, false).await?;
                 Ok::<_, RedisError>((sentinels, client, conn))
             }
         });
@@ -196,7 +196,7 @@ impl Inner {
         if addr == now.addr {
             return Ok(false);
         }
-        let conn = Connection::open(client.clone(), self.config.clone()).await?;
+        let conn = Connection::open(client.clone(), self.config.clone(), false).await?;
         tracing::info!(master = %self.target.master, from = %now.addr, to = %addr, "dlock: following the Redis master after a failover");
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Master {
             addr,

@@ -10,8 +10,9 @@
 //!
 //! The guard is armed before the script is sent and disarmed once its answer
 //! was read. Dropped while armed, it queues the compare-and-delete script
-//! with the same token on the same connection, behind the acquire script, so
-//! Redis runs it after the acquire; if the acquire never ran, it is a no-op.
+//! with the same token on the same connection (the lane it is dropped in,
+//! the acquire's: see `lanes.rs`), behind the acquire script, so Redis runs
+//! it after the acquire; if the acquire never ran, it is a no-op.
 
 use redis::Script;
 
@@ -78,12 +79,12 @@ impl Drop for ReleaseIfDropped<'_> {
             armed.token.to_owned(),
             armed.channel.to_owned(),
         );
-        // On dlock's background runtime, where the connection lives: the
-        // caller's runtime may be shutting down (the likely reason the
-        // acquire was dropped) or idle. Handed over after the acquire's own
-        // request, it reaches the connection behind it. If it cannot run at
-        // all, the ttl is the backstop.
-        crate::lease::background::spawn(async move {
+        // On dlock's background runtime: the caller's runtime may be
+        // shutting down (the likely reason the acquire was dropped) or
+        // idle. In the lane of the acquire (see `lanes.rs`) and handed over
+        // after the acquire's own request, it reaches the same connection
+        // behind it. If it cannot run at all, the ttl is the backstop.
+        super::lanes::spawn_following(async move {
             match conn {
                 Conn::Single(mut c) => {
                     release_abandoned(&mut c, script, &key, &token, &channel).await

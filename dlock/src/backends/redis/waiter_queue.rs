@@ -479,7 +479,8 @@ impl Drop for Leaving {
         };
         let mut call = scripts::evalsha(&LEAVE, 1);
         call.arg(&self.lock).arg(&self.ticket).arg(&self.channel);
-        crate::lease::background::spawn(async move {
+        // In the waiter's lane: behind its join on the same connection.
+        super::lanes::spawn_following(async move {
             let left: Result<i64, _> = match conn {
                 super::Conn::Single(mut c) => scripts::run(&mut c, &LEAVE, &call).await,
                 super::Conn::Cluster(mut c) => scripts::run(&mut c, &LEAVE, &call).await,

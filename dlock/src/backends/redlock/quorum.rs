@@ -251,7 +251,9 @@ impl RedlockBackend {
         // where the masters' connections live: on the caller's, a runtime
         // that idles or shuts down would stall or drop them (and their
         // timeouts' timers).
-        crate::lease::background::spawn(async move {
+        // In the round's lanes (`spawn_following`): behind its acquires on
+        // each master's same connection.
+        crate::backends::redis::spawn_following(async move {
             let lease = &lease;
             let mut deletes: FuturesUnordered<_> = nodes
                 .into_iter()
@@ -486,10 +488,11 @@ impl Drop for Unwind<'_> {
         let lease = self.lease.clone();
         let nodes = self.nodes.to_vec();
         let timeout = self.timeout;
-        // On dlock's background runtime, where the masters' connections
-        // live: the round was likely dropped by a runtime that is shutting
-        // down. If it cannot run at all, the keys expire with the ttl.
-        crate::lease::background::spawn(async move {
+        // On dlock's background runtime: the round was likely dropped by a
+        // runtime that is shutting down. In the round's lanes, behind its
+        // acquires on each master's connection. If it cannot run at all, the
+        // keys expire with the ttl.
+        crate::backends::redis::spawn_following(async move {
             release_all(&nodes, &lease, timeout).await;
         });
     }

@@ -30,9 +30,9 @@ impl Drop for ReleaseIfDropped {
         let Some((conn, call)) = self.armed.take() else {
             return;
         };
-        // On dlock's background runtime, where the connection lives; behind
-        // the attempt on the same connection. The ttl is the backstop.
-        crate::lease::background::spawn(async move {
+        // On dlock's background runtime, in the attempt's lane: behind the
+        // attempt on the same connection. The ttl is the backstop.
+        crate::backends::redis::lanes::spawn_following(async move {
             let answer: redis::RedisResult<i64> = match conn {
                 Conn::Single(mut c) => run(&mut c, &RELEASE, &call).await,
                 Conn::Cluster(mut c) => run(&mut c, &RELEASE, &call).await,

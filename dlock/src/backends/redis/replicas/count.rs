@@ -48,6 +48,13 @@ pub(super) struct Count {
     replid: String,
 }
 
+impl Count {
+    /// The count, while it is fresh.
+    pub(super) fn fresh(&self) -> Option<u32> {
+        (self.read.elapsed() < FRESH).then_some(self.count)
+    }
+}
+
 impl ReplicaAck {
     /// `auto`'s count for the master of `lock_key`: cached, or read with
     /// `INFO replication` (and the sentinels' list) when stale or when
