@@ -10,6 +10,7 @@ use dlock::backends::redis::RedisBackend;
 use dlock::LockBackend;
 use redis::aio::MultiplexedConnection;
 
+use super::allocations;
 use super::observed::{self, Observability, Setting};
 use super::rslock::{self, RsLock};
 use super::stats::{print_table, Row, Summary};
@@ -110,7 +111,9 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             let side = &mut b_sides[(round + i) % 4];
             let before = hand.server_micros().await?;
             let client_before = observed::cpu_time();
+            let allocations_before = allocations::count();
             let rate = (side.run)().await?;
+            let allocations_after = allocations::count();
             let client_after = observed::cpu_time();
             let after = hand.server_micros().await?;
             let cycles = (round_sizes.distinct_tasks * round_sizes.distinct_cycles) as f64;
@@ -118,6 +121,8 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
                 .zip(client_after)
                 .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / cycles);
             side.record(cycles, rate, (after - before) as f64 / cycles, client_us);
+            side.allocations
+                .push(allocations::per_cycle(allocations_before, allocations_after, cycles));
         }
     }
     let [ours_b, base_b, same_protocol_b, rslock_b] = b_sides.map(|side| side.summary());
@@ -169,6 +174,11 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             ours_b.2,
             base_b.2,
         ),
+        Row::per_op(
+            "(b) allocations per cycle (this process, median of rounds)",
+            ours_b.3,
+            base_b.3,
+        ),
     ];
     rows.extend(hot_key_rows(&ours_c, &base_c));
     rows.extend(handoff_rows(&ours_d, &base_d));
@@ -199,6 +209,11 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             "(b) client CPU per cycle (this process, median of rounds)",
             ours_b.2,
             rslock_b.2,
+        ),
+        Row::per_op(
+            "(b) allocations per cycle (this process, median of rounds)",
+            ours_b.3,
+            rslock_b.3,
         ),
     ];
     rslock_rows.extend(hot_key_rows(&ours_c, &rslock_c));
@@ -300,6 +315,8 @@ struct DistinctSide<'a> {
     seconds: f64,
     server_us: Vec<f64>,
     client_us: Vec<f64>,
+    /// Heap allocations per cycle, every thread of this process.
+    allocations: Vec<f64>,
 }
 
 /// One round of one side of (b): its cycles per second.
@@ -313,6 +330,7 @@ impl<'a> DistinctSide<'a> {
             seconds: 0.0,
             server_us: Vec::new(),
             client_us: Vec::new(),
+            allocations: Vec::new(),
         }
     }
 
@@ -323,18 +341,20 @@ impl<'a> DistinctSide<'a> {
         self.client_us.extend(client_us);
     }
 
-    /// Cycles per second over all rounds, and the median round's server
-    /// and client CPU per cycle (the client's zero if it could not be read).
-    fn summary(self) -> (f64, Duration, Duration) {
+    /// Cycles per second over all rounds, the median round's server and
+    /// client CPU per cycle (the client's zero if it could not be read),
+    /// and the median round's allocations per cycle.
+    fn summary(self) -> (f64, Duration, Duration, f64) {
         let median = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
-            let m = v.get(v.len() / 2).copied().unwrap_or(0.0);
-            Duration::from_nanos((m * 1000.0) as u64)
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
         };
+        let micros = |v: Vec<f64>| Duration::from_nanos((median(v) * 1000.0) as u64);
         (
             self.cycles / self.seconds,
-            median(self.server_us),
-            median(self.client_us),
+            micros(self.server_us),
+            micros(self.client_us),
+            median(self.allocations),
         )
     }
 }

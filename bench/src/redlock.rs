@@ -11,6 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::allocations;
+use super::observed::cpu_time;
 use super::rslock::{self, RsLock};
 use super::stats::{print_table, Row};
 use super::workloads::{
@@ -77,6 +79,21 @@ async fn with_limit<T>(
         .map_err(|_| format!("{what} did not finish within {WORKLOAD_LIMIT:?}"))?
 }
 
+/// (b)'s cycles per second, with this process's CPU time and heap
+/// allocations per cycle (every thread) while it ran.
+async fn client_cost(
+    work: impl std::future::Future<Output = Result<f64, BoxError>>,
+) -> Result<(f64, std::time::Duration, f64), BoxError> {
+    let cycles = (SIZES.distinct_tasks * SIZES.distinct_cycles) as f64;
+    let (cpu, allocated) = (cpu_time(), allocations::count());
+    let rate = work.await?;
+    let allocs = allocations::per_cycle(allocated, allocations::count(), cycles);
+    let cpu = cpu.zip(cpu_time()).map_or(std::time::Duration::ZERO, |(b, a)| {
+        a.saturating_sub(b).div_f64(cycles)
+    });
+    Ok((rate, cpu, allocs))
+}
+
 async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     let n = hosts.len();
     let url = format!("redlock://{}", hosts.join(","));
@@ -104,11 +121,15 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     )
     .await?;
 
-    let ours_b = with_limit("(b) dlock", distinct_dlock(&SIZES, &backend, &run_id)).await?;
-    let base_b = with_limit(
+    let ours_b = client_cost(with_limit(
+        "(b) dlock",
+        distinct_dlock(&SIZES, &backend, &run_id),
+    ))
+    .await?;
+    let base_b = client_cost(with_limit(
         "(b) rslock",
         rslock::distinct(&SIZES, &rs, &format!("bench:{run_id}:b-rs")),
-    )
+    ))
     .await?;
 
     let ours_c = with_limit(
@@ -143,7 +164,17 @@ async fn run_set(hosts: &[String]) -> Result<(), BoxError> {
     let mut rows = vec![
         Row::latency("(a) 1 task, acquire+release, p50", ours_a.p50, base_a.p50),
         Row::latency("(a) 1 task, acquire+release, p99", ours_a.p99, base_a.p99),
-        Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b, base_b),
+        Row::throughput("(b) 64 tasks, distinct keys, cycles", ours_b.0, base_b.0),
+        Row::latency(
+            "(b) client CPU per cycle (this process)",
+            ours_b.1,
+            base_b.1,
+        ),
+        Row::per_op(
+            "(b) allocations per cycle (this process)",
+            ours_b.2,
+            base_b.2,
+        ),
     ];
     rows.extend(hot_key_rows(&ours_c, &base_c));
     rows.extend(handoff_rows(&ours_d, &base_d));

@@ -69,6 +69,17 @@ impl Row {
         }
     }
 
+    /// A row for a count per operation (lower is better): allocations per
+    /// cycle, say.
+    pub fn per_op(what: &str, ours: f64, baseline: f64) -> Row {
+        Row {
+            what: what.to_owned(),
+            ours: format!("{ours:.1}"),
+            baseline: format!("{baseline:.1}"),
+            ratio: baseline / ours.max(1e-9),
+        }
+    }
+
     /// A row for a share between 0 and 1 (higher is better), shown in %.
     pub fn share(what: &str, ours: f64, baseline: f64) -> Row {
         Row {

@@ -22,6 +22,14 @@
 //! its first request (which waits for it); the watchdog, the subscriber and
 //! the releases of guards dropped outside a runtime keep the background
 //! connection.
+//!
+//! A lane's connection may sit unused while the server restarts (the
+//! background one learns of it from the renewals): a request that finds it
+//! dropped is sent once more, on the connection the manager opens anew.
+//! Every dlock script is made to be sent twice (an acquire whose answer was
+//! lost is granted again with the first fence, a release or renewal compares
+//! the token), as the Cluster client already resends a script whose
+//! connection broke before the answer.
 
 use std::sync::Arc;
 
@@ -72,7 +80,9 @@ impl Connection {
     }
 
     /// The connection of the lane here, if it is not the background one:
-    /// made (not yet connected) on a runtime's first request.
+    /// made (not yet connected) on a runtime's first request. A task that
+    /// follows a lane whose connection was never opened takes the
+    /// background one: nothing went out on that lane for it to follow.
     fn lane(&self) -> Option<(Arc<Lanes>, Arc<OnceCell<ConnectionManager>>)> {
         let lanes = self.lanes.as_ref()?;
         // Once dlock is shut down, requests answer as the background
@@ -81,6 +91,9 @@ impl Connection {
             return None;
         }
         let cell = lanes.conns.here(|_| OnceCell::new())?;
+        if cell.get().is_none() && super::lanes::is_following() {
+            return None;
+        }
         Some((lanes.clone(), cell))
     }
 
@@ -102,18 +115,24 @@ impl Connection {
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        if background::is_current() {
-            return self.background.req_packed_command(cmd);
-        }
+        // The lane first: a task following a lane runs on dlock's thread.
         if let Some((lanes, cell)) = self.lane() {
             if let Some(conn) = cell.get() {
                 let mut conn = conn.clone();
-                return Box::pin(async move { conn.send_packed_command(cmd).await });
+                return Box::pin(async move {
+                    match conn.send_packed_command(cmd).await {
+                        Err(e) if e.is_connection_dropped() => conn.send_packed_command(cmd).await,
+                        answer => answer,
+                    }
+                });
             }
             return Box::pin(async move {
                 let mut conn = Self::connected(&lanes, &cell).await?;
                 conn.send_packed_command(cmd).await
             });
+        }
+        if background::is_current() {
+            return self.background.req_packed_command(cmd);
         }
         let (mut conn, cmd) = (self.background.clone(), cmd.clone());
         Box::pin(background::run(async move {
@@ -127,14 +146,19 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        if background::is_current() {
-            return self.background.req_packed_commands(pipeline, offset, count);
-        }
         if let Some((lanes, cell)) = self.lane() {
             return Box::pin(async move {
                 let mut conn = Self::connected(&lanes, &cell).await?;
-                conn.send_packed_commands(pipeline, offset, count).await
+                match conn.send_packed_commands(pipeline, offset, count).await {
+                    Err(e) if e.is_connection_dropped() => {
+                        conn.send_packed_commands(pipeline, offset, count).await
+                    }
+                    answer => answer,
+                }
             });
+        }
+        if background::is_current() {
+            return self.background.req_packed_commands(pipeline, offset, count);
         }
         let (mut conn, pipeline) = (self.background.clone(), pipeline.clone());
         Box::pin(background::run(async move {

@@ -46,6 +46,12 @@ pub(crate) fn here() -> Option<Id> {
     current_runtime().map(|(id, _)| id)
 }
 
+/// Whether the running task [`following`] a lane (rather than taking the
+/// lane of where it runs).
+pub(crate) fn is_following() -> bool {
+    FOLLOWING.try_with(|_| ()).is_ok()
+}
+
 /// `task`, made to use the lane of the code that calls this (not the lane
 /// of wherever it is polled): for work that must reach the server on the
 /// same connection as the requests before it.

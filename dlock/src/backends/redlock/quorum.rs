@@ -204,10 +204,11 @@ impl RedlockBackend {
     /// `send[i]`, in parallel, and returns (released, answered) of those
     /// heard before returning.
     ///
-    /// The deletes are driven by a task of their own on dlock's background
-    /// runtime, and this returns only once that task put every one on its
-    /// master's connection, so each one is sent and answered even if the
-    /// caller goes on or is dropped meanwhile (a
+    /// The deletes are put on their masters' connections in this call's
+    /// first poll (in the caller's lane, see `backends/redis/lanes.rs`),
+    /// then driven by a task of their own on dlock's background runtime, so
+    /// each one is sent and answered even if the caller goes on or is
+    /// dropped meanwhile (a
     /// user's timeout, a `SegmentedLock` dropping the waits that lost: an
     /// undo cut short would leave our token on a minority of masters until
     /// its ttl). Sent first also means a later request of ours to the same
@@ -236,7 +237,6 @@ impl RedlockBackend {
         let mut awaited = waited_for.iter().filter(|&&w| w).count();
         let mut tally = Tally::default();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let (sent, all_sent) = tokio::sync::oneshot::channel();
         let nodes: Vec<(usize, Arc<RedisBackend>, Option<UndoInFlight>)> = targets
             .iter()
             .map(|&i| {
@@ -246,47 +246,44 @@ impl RedlockBackend {
                 (i, self.nodes[i].clone(), unfinished)
             })
             .collect();
-        let lease = lease.clone();
-        // The deletes are made and driven on dlock's background runtime,
-        // where the masters' connections live: on the caller's, a runtime
-        // that idles or shuts down would stall or drop them (and their
-        // timeouts' timers).
-        // In the round's lanes (`spawn_following`): behind its acquires on
-        // each master's same connection.
-        crate::backends::redis::spawn_following(async move {
-            let lease = &lease;
-            let mut deletes: FuturesUnordered<_> = nodes
-                .into_iter()
-                .map(|(i, node, unfinished)| async move {
+        let lease = Arc::new(lease.clone());
+        let mut deletes: FuturesUnordered<_> = nodes
+            .into_iter()
+            .map(|(i, node, unfinished)| {
+                let lease = lease.clone();
+                async move {
                     let delete = async {
                         match kind {
-                            Delete::Undo => node.release_unbatched(lease).await,
-                            Delete::Release => node.release(lease).await,
+                            Delete::Undo => node.release_unbatched(&lease).await,
+                            Delete::Release => node.release(&lease).await,
                         }
                     };
                     let answer = tokio::time::timeout(timeout, delete).await;
                     drop(unfinished);
                     (i, answer.ok().and_then(Result::ok))
-                })
-                .collect();
-            // One poll puts every delete on its connection.
-            std::future::poll_fn(|cx| {
-                while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
-                    let _ = tx.send(answer);
                 }
-                Poll::Ready(())
             })
-            .await;
-            let _ = sent.send(());
+            .collect();
+        // One poll, here, puts every delete on its master's connection of
+        // this lane: our later requests to each master (the next round's
+        // acquire, the next local waiter's, which may go as soon as this
+        // call was first polled) go out behind it.
+        std::future::poll_fn(|cx| {
+            while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
+                let _ = tx.send(answer);
+            }
+            Poll::Ready(())
+        })
+        .await;
+        // The rest is driven on dlock's background runtime (in this lane):
+        // on the caller's, a runtime that idles or shuts down would stall or
+        // drop them (and their timeouts' timers).
+        crate::backends::redis::spawn_following(async move {
             while let Some(answer) = deletes.next().await {
                 // The caller may have gone on; the delete was done anyway.
                 let _ = tx.send(answer);
             }
         });
-        // Returning only once every delete is on its connection keeps our
-        // later requests to each master behind it. (An error: the task
-        // could not run at all; nothing was sent, and `rx` ends at once.)
-        let _ = all_sent.await;
         while awaited > 0 && tally.released < enough {
             let Some((i, answer)) = rx.recv().await else {
                 break;
