@@ -121,8 +121,11 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
                 .zip(client_after)
                 .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / cycles);
             side.record(cycles, rate, (after - before) as f64 / cycles, client_us);
-            side.allocations
-                .push(allocations::per_cycle(allocations_before, allocations_after, cycles));
+            side.allocations.push(allocations::per_cycle(
+                allocations_before,
+                allocations_after,
+                cycles,
+            ));
         }
     }
     let [ours_b, base_b, same_protocol_b, rslock_b] = b_sides.map(|side| side.summary());

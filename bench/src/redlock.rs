@@ -88,9 +88,11 @@ async fn client_cost(
     let (cpu, allocated) = (cpu_time(), allocations::count());
     let rate = work.await?;
     let allocs = allocations::per_cycle(allocated, allocations::count(), cycles);
-    let cpu = cpu.zip(cpu_time()).map_or(std::time::Duration::ZERO, |(b, a)| {
-        a.saturating_sub(b).div_f64(cycles)
-    });
+    let cpu = cpu
+        .zip(cpu_time())
+        .map_or(std::time::Duration::ZERO, |(b, a)| {
+            a.saturating_sub(b).div_f64(cycles)
+        });
     Ok((rate, cpu, allocs))
 }
 

@@ -246,7 +246,9 @@ impl<K: BatchKind> Shared<K> {
             drop(slot);
         };
         match &self.runtime {
-            Some(runtime) => drop(runtime.spawn(crate::lease::background::in_flight::tracked(task))),
+            Some(runtime) => {
+                drop(runtime.spawn(crate::lease::background::in_flight::tracked(task)))
+            }
             None => crate::lease::background::spawn(task),
         }
     }

@@ -80,10 +80,13 @@ fn current_runtime() -> Option<(Id, Handle)> {
     (handle.runtime_flavor() == RuntimeFlavor::MultiThread).then(|| (handle.id(), handle))
 }
 
+/// The lanes' values, by runtime.
+type Entries<T> = Mutex<Vec<(Id, Arc<T>)>>;
+
 /// One `T` per lane of a multi-thread runtime, made at the runtime's first
 /// use and dropped when the runtime ends.
 pub(crate) struct PerRuntime<T> {
-    entries: Arc<Mutex<Vec<(Id, Arc<T>)>>>,
+    entries: Arc<Entries<T>>,
 }
 
 impl<T> std::fmt::Debug for PerRuntime<T> {
@@ -151,7 +154,7 @@ impl<T: Send + Sync + 'static> PerRuntime<T> {
 
 /// Removes a lane when its runtime drops the task that holds this.
 struct RemoveOnDrop<T> {
-    entries: Weak<Mutex<Vec<(Id, Arc<T>)>>>,
+    entries: Weak<Entries<T>>,
     id: Id,
 }
 
@@ -194,7 +197,10 @@ mod tests {
         let in_a = a.block_on(async { lanes.here(|_| 1) });
         let again = a.block_on(async { lanes.here(|_| 9) });
         let in_b = b.block_on(async { lanes.here(|_| 2) });
-        assert_eq!((in_a.as_deref(), again.as_deref(), in_b.as_deref()), (Some(&1), Some(&1), Some(&2)));
+        assert_eq!(
+            (in_a.as_deref(), again.as_deref(), in_b.as_deref()),
+            (Some(&1), Some(&1), Some(&2))
+        );
         assert_eq!(lanes.all().len(), 2);
         drop(a);
         assert_eq!(lanes.all().iter().map(|t| **t).collect::<Vec<_>>(), [2]);
@@ -203,7 +209,9 @@ mod tests {
     #[test]
     fn current_thread_runtimes_and_plain_threads_take_the_background_lane() {
         let lanes: PerRuntime<u32> = PerRuntime::default();
-        let current = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         assert!(current.block_on(async { lanes.here(|_| 1) }).is_none());
         assert!(lanes.here(|_| 1).is_none());
         assert!(here().is_none());
@@ -225,9 +233,9 @@ mod tests {
         drop(a);
         // A followed lane whose runtime is gone is not made again.
         let lanes2 = lanes.clone();
-        let late = futures_util::FutureExt::now_or_never(FOLLOWING.scope(id, async move {
-            lanes2.here(|_| 9)
-        }));
+        let late = futures_util::FutureExt::now_or_never(
+            FOLLOWING.scope(id, async move { lanes2.here(|_| 9) }),
+        );
         assert_eq!(late, Some(None));
     }
 }
