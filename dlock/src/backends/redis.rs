@@ -190,7 +190,7 @@ use self::connection::Server;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
 #[cfg(feature = "redlock")]
-pub(crate) use self::lanes::spawn_following;
+pub(crate) use self::lanes::{spawn_following, spawn_in_lane};
 use self::replicas::ReplicaAck;
 use self::subscriber::Subscriber;
 use self::turns::Beats;

@@ -70,6 +70,24 @@ where
     crate::lease::background::spawn(following(task));
 }
 
+/// Runs `task` in the lane of the code that calls this, as
+/// [`spawn_following`] does, but on the lane's own runtime when the caller
+/// runs on it: a multi-thread runtime drives it whether or not the caller
+/// is polled, and no thread is woken for it. For work whose requests only
+/// await answers already on their way (the deletes a Redlock release did
+/// not wait for).
+pub(crate) fn spawn_in_lane<F>(task: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match current_runtime() {
+        Some((_, handle)) if !is_following() => {
+            drop(handle.spawn(crate::lease::background::in_flight::tracked(task)));
+        }
+        _ => spawn_following(task),
+    }
+}
+
 /// The multi-thread runtime running this code, if any, and not on dlock's
 /// background thread.
 fn current_runtime() -> Option<(Id, Handle)> {

@@ -2,6 +2,7 @@
 //! outcome is known, and unwind a partial acquisition; and the waiting on
 //! every master's release channel between rounds.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -236,7 +237,6 @@ impl RedlockBackend {
             .collect();
         let mut awaited = waited_for.iter().filter(|&&w| w).count();
         let mut tally = Tally::default();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let nodes: Vec<(usize, Arc<RedisBackend>, Option<UndoInFlight>)> = targets
             .iter()
             .map(|&i| {
@@ -247,7 +247,7 @@ impl RedlockBackend {
             })
             .collect();
         let lease = Arc::new(lease.clone());
-        let mut deletes: FuturesUnordered<_> = nodes
+        let deletes: FuturesUnordered<_> = nodes
             .into_iter()
             .map(|(i, node, unfinished)| {
                 let lease = lease.clone();
@@ -264,28 +264,30 @@ impl RedlockBackend {
                 }
             })
             .collect();
-        // One poll, here, puts every delete on its master's connection of
-        // this lane: our later requests to each master (the next round's
-        // acquire, the next local waiter's, which may go as soon as this
-        // call was first polled) go out behind it.
+        // Driven here, in the caller's task: its first poll puts every
+        // delete on its master's connection of this lane (our later
+        // requests to each master, the next round's acquire or the next
+        // local waiter's, which may go as soon as this call was first
+        // polled, go out behind it), and the answers wake the caller
+        // directly. What is left when the caller stops waiting (masters
+        // presumed down, answers after `enough`) or is dropped goes on in a
+        // task on dlock's runtime (`Leftovers`).
+        let mut deletes = Leftovers(deletes);
+        let mut first = Vec::new();
         std::future::poll_fn(|cx| {
-            while let Poll::Ready(Some(answer)) = deletes.poll_next_unpin(cx) {
-                let _ = tx.send(answer);
+            while let Poll::Ready(Some(answer)) = deletes.0.poll_next_unpin(cx) {
+                first.push(answer);
             }
             Poll::Ready(())
         })
         .await;
-        // The rest is driven on dlock's background runtime (in this lane):
-        // on the caller's, a runtime that idles or shuts down would stall or
-        // drop them (and their timeouts' timers).
-        crate::backends::redis::spawn_following(async move {
-            while let Some(answer) = deletes.next().await {
-                // The caller may have gone on; the delete was done anyway.
-                let _ = tx.send(answer);
-            }
-        });
+        let mut first = first.into_iter();
         while awaited > 0 && tally.released < enough {
-            let Some((i, answer)) = rx.recv().await else {
+            let answer = match first.next() {
+                Some(answer) => Some(answer),
+                None => deletes.0.next().await,
+            };
+            let Some((i, answer)) = answer else {
                 break;
             };
             if waited_for[i] {
@@ -491,6 +493,30 @@ impl Drop for Unwind<'_> {
         // keys expire with the ttl.
         crate::backends::redis::spawn_following(async move {
             release_all(&nodes, &lease, timeout).await;
+        });
+    }
+}
+
+/// Deletes still in flight when `RedlockBackend::release_on`'s caller stops
+/// waiting for them, or is dropped: finished by a task of their own (on
+/// the lane's runtime, or on dlock's; see `backends/redis/lanes.rs`), so
+/// that each one
+/// is sent and answered even if the caller goes on (a user's timeout, a
+/// `SegmentedLock` dropping the waits that lost: an undo cut short would
+/// leave our token on a minority of masters until its ttl), and nothing
+/// depends on the caller's runtime being driven afterwards. None left: no
+/// task at all.
+struct Leftovers<F: Future + Send + 'static>(FuturesUnordered<F>);
+
+impl<F: Future + Send + 'static> Drop for Leftovers<F> {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let mut deletes = std::mem::take(&mut self.0);
+        crate::backends::redis::spawn_in_lane(async move {
+            // The caller went on; each delete is done anyway.
+            while deletes.next().await.is_some() {}
         });
     }
 }
