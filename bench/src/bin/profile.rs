@@ -4,7 +4,8 @@
 //! key, 2,000 acquire+release cycles per task per round), for a profiler to
 //! watch: `perf record -g --call-graph dwarf target/release/profile
 //! redis://127.0.0.1:6379`. Prints each round's cycles per second, this
-//! process's CPU per cycle (all threads) and its heap allocations per cycle.
+//! process's CPU per cycle (all threads), its heap allocations per cycle,
+//! and on a Redis URL the server's CPU per cycle (`INFO cpu`).
 //!
 //! `--rslock` alternates each dlock round with a round of `rslock` 0.10 on
 //! the same server (a Redis URL), so that the two are compared under the
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use dlock::LockBackend;
 use dlock_bench::allocations;
 use dlock_bench::observed::cpu_time;
+use dlock_bench::redis_info::RedisInfo;
 use dlock_bench::workloads::{distinct_dlock, BoxError, Sizes};
 
 const SIZES: Sizes = Sizes {
@@ -60,43 +62,86 @@ async fn run(url: &str, rounds: usize, with_rslock: bool) -> Result<(), BoxError
     } else {
         None
     };
+    // The server's CPU, read around each round (Redis URLs only).
+    let mut server = match dlock::url::scheme(url) {
+        Some("redis" | "rediss") => Some(
+            redis::Client::open(url)?
+                .get_multiplexed_async_connection()
+                .await?,
+        ),
+        _ => None,
+    };
     let cycles = (SIZES.distinct_tasks * SIZES.distinct_cycles) as f64;
     for round in 0..rounds {
-        let measured = Measured::start();
+        let measured = Measured::start(&mut server).await?;
         let rate = distinct_dlock(&SIZES, &backend, &format!("profile-{round}")).await?;
-        measured.print(&format!("round {round}: dlock "), rate, cycles);
+        measured
+            .print(&mut server, &format!("round {round}: dlock "), rate, cycles)
+            .await?;
         if let Some(rs) = &rs {
-            let measured = Measured::start();
+            let measured = Measured::start(&mut server).await?;
             let prefix = format!("bench:profile-rs-{round}");
             let rate = dlock_bench::rslock::distinct(&SIZES, rs, &prefix).await?;
-            measured.print(&format!("round {round}: rslock"), rate, cycles);
+            measured
+                .print(&mut server, &format!("round {round}: rslock"), rate, cycles)
+                .await?;
         }
     }
     Ok(())
 }
 
-/// The process's CPU time and allocation count when a round began.
+type Server = Option<redis::aio::MultiplexedConnection>;
+
+/// The server's CPU seconds so far, if it is a Redis server.
+async fn server_cpu(server: &mut Server) -> Result<Option<f64>, BoxError> {
+    match server {
+        Some(conn) => Ok(Some(RedisInfo::read(conn).await?.cpu_seconds)),
+        None => Ok(None),
+    }
+}
+
+/// The process's CPU time, its allocation count and the server's CPU time
+/// when a round began.
 struct Measured {
     cpu: Option<std::time::Duration>,
     allocations: u64,
+    server: Option<f64>,
 }
 
 impl Measured {
-    fn start() -> Self {
-        Measured {
+    async fn start(server: &mut Server) -> Result<Self, BoxError> {
+        let server = server_cpu(server).await?;
+        Ok(Measured {
             cpu: cpu_time(),
             allocations: allocations::count(),
-        }
+            server,
+        })
     }
 
-    fn print(self, label: &str, rate: f64, cycles: f64) {
+    async fn print(
+        self,
+        server: &mut Server,
+        label: &str,
+        rate: f64,
+        cycles: f64,
+    ) -> Result<(), BoxError> {
         let allocs = allocations::per_cycle(self.allocations, allocations::count(), cycles);
-        match self.cpu.zip(cpu_time()) {
-            Some((b, a)) => {
-                let us = a.saturating_sub(b).as_secs_f64() * 1e6 / cycles;
-                println!("{label} {rate:.0} cycles/s, client CPU {us:.2} µs, {allocs:.1} allocations per cycle")
-            }
-            None => println!("{label} {rate:.0} cycles/s, {allocs:.1} allocations per cycle"),
+        let client = self
+            .cpu
+            .zip(cpu_time())
+            .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / cycles);
+        let server = self
+            .server
+            .zip(server_cpu(server).await?)
+            .map(|(b, a)| (a - b) * 1e6 / cycles);
+        let mut line = format!("{label} {rate:.0} cycles/s");
+        if let Some(us) = client {
+            line.push_str(&format!(", client CPU {us:.2} µs"));
         }
+        if let Some(us) = server {
+            line.push_str(&format!(", server CPU {us:.2} µs"));
+        }
+        println!("{line}, {allocs:.1} allocations per cycle");
+        Ok(())
     }
 }

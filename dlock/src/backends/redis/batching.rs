@@ -42,10 +42,11 @@ use super::scripts;
 /// How many requests of one kind go out unbatched on one lane before further
 /// ones queue. Small enough that batches form as soon as requests pile up,
 /// large enough that a few concurrent callers never wait for each other.
-/// Measured with `profile` (64 tasks on distinct keys, one lane): 16 ran
-/// 1.17× the cycles per second of 4 (104 k against 89 k), 8 the same as 4,
-/// no limit (no batches) 1.12×, 2 0.94×.
-pub(crate) const MAX_IN_FLIGHT: usize = 16;
+/// Measured with `profile` (64 tasks on distinct keys, one lane, quiet
+/// machine, alternating binaries): 16 ran 1.03× the cycles per second of 4
+/// (within the noise) for 1.11× the server's CPU per cycle (8.2 against
+/// 7.3 µs), 32 fewer cycles and more server CPU still: 4 it stays.
+pub(crate) const MAX_IN_FLIGHT: usize = 4;
 
 /// One kind of batchable request: its many-keys script, how to read its
 /// answer, and what to do with an answer nobody claims.
