@@ -49,6 +49,9 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 /// - Then the background runtime is shut down: the watchdog, every backend's
 ///   connections, sessions and subscribers are dropped, and this future ends
 ///   once the thread `dlock-background` has exited. No dlock thread is left.
+///   A Redis connection a multi-thread runtime of yours opened for its own
+///   requests (its lane) is no longer used, and closes when that runtime or
+///   the backend is dropped.
 /// - Guards of the released leases stay valid objects:
 ///   [`is_held`](crate::LockGuard::is_held) is false, dropping one does
 ///   nothing, and `release()` answers [`NotHeld`](crate::LockError::NotHeld).
