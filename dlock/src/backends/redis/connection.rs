@@ -83,8 +83,10 @@ impl Connection {
     /// made (not yet connected) on a runtime's first request. A task that
     /// follows a lane whose connection was never opened takes the
     /// background one: nothing went out on that lane for it to follow.
-    fn lane(&self) -> Option<(Arc<Lanes>, Arc<OnceCell<ConnectionManager>>)> {
-        let lanes = self.lanes.as_ref()?;
+    /// (Of the `lanes` field alone, so that the background connection can
+    /// still be borrowed beside it.)
+    fn lane(lanes: &Option<Arc<Lanes>>) -> Option<(&Lanes, Arc<OnceCell<ConnectionManager>>)> {
+        let lanes = lanes.as_deref()?;
         // Once dlock is shut down, requests answer as the background
         // connection does (refused), not on a lane.
         if background::check().is_err() {
@@ -94,7 +96,7 @@ impl Connection {
         if cell.get().is_none() && super::lanes::is_following() {
             return None;
         }
-        Some((lanes.clone(), cell))
+        Some((lanes, cell))
     }
 
     /// The lane's connection, connected on this runtime the first time.
@@ -116,7 +118,7 @@ impl Connection {
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         // The lane first: a task following a lane runs on dlock's thread.
-        if let Some((lanes, cell)) = self.lane() {
+        if let Some((lanes, cell)) = Self::lane(&self.lanes) {
             if let Some(conn) = cell.get() {
                 let mut conn = conn.clone();
                 return Box::pin(async move {
@@ -127,7 +129,7 @@ impl ConnectionLike for Connection {
                 });
             }
             return Box::pin(async move {
-                let mut conn = Self::connected(&lanes, &cell).await?;
+                let mut conn = Self::connected(lanes, &cell).await?;
                 conn.send_packed_command(cmd).await
             });
         }
@@ -146,9 +148,9 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        if let Some((lanes, cell)) = self.lane() {
+        if let Some((lanes, cell)) = Self::lane(&self.lanes) {
             return Box::pin(async move {
-                let mut conn = Self::connected(&lanes, &cell).await?;
+                let mut conn = Self::connected(lanes, &cell).await?;
                 match conn.send_packed_commands(pipeline, offset, count).await {
                     Err(e) if e.is_connection_dropped() => {
                         conn.send_packed_commands(pipeline, offset, count).await

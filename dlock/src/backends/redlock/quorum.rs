@@ -206,10 +206,11 @@ impl RedlockBackend {
     /// heard before returning.
     ///
     /// The deletes are put on their masters' connections in this call's
-    /// first poll (in the caller's lane, see `backends/redis/lanes.rs`),
-    /// then driven by a task of their own on dlock's background runtime, so
-    /// each one is sent and answered even if the caller goes on or is
-    /// dropped meanwhile (a
+    /// first poll (in the caller's lane, see `backends/redis/lanes.rs`) and
+    /// driven by the caller while it waits; those still in flight when it
+    /// stops waiting or is dropped go on in a task of their own
+    /// (`Leftovers`), so each one is sent and answered even if the caller
+    /// goes on or is dropped meanwhile (a
     /// user's timeout, a `SegmentedLock` dropping the waits that lost: an
     /// undo cut short would leave our token on a minority of masters until
     /// its ttl). Sent first also means a later request of ours to the same
