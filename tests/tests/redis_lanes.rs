@@ -181,3 +181,80 @@ fn lanes_of_several_runtimes_exclude_each_other_on_one_key() {
     );
     drop(home);
 }
+
+/// A runtime's first requests race to open its lane: eight acquisitions in
+/// one task (`join!`) all wait for the one connection, and each is granted.
+/// On another new runtime, acquisitions cut short by a timeout (during the
+/// lane's opening, and with their script in flight) leave no lease behind,
+/// and the lane serves the next one.
+#[test]
+fn a_new_lane_is_opened_once_under_concurrent_and_cancelled_first_requests() {
+    let server = RedisServer::start();
+    let home = multi_thread();
+    let backend: Arc<dyn LockBackend> =
+        Arc::new(home.block_on(RedisBackend::connect(&server.url())).unwrap());
+    let base = connections(&server);
+
+    let joined = multi_thread();
+    let lock = |key: &str| Lock::new(key).with_backend(backend.clone());
+    let (a, b, c, d, e, f, g, h) = (
+        lock("lanes:join:a"),
+        lock("lanes:join:b"),
+        lock("lanes:join:c"),
+        lock("lanes:join:d"),
+        lock("lanes:join:e"),
+        lock("lanes:join:f"),
+        lock("lanes:join:g"),
+        lock("lanes:join:h"),
+    );
+    joined.block_on(async {
+        let guards = tokio::join!(
+            a.acquire(),
+            b.acquire(),
+            c.acquire(),
+            d.acquire(),
+            e.acquire(),
+            f.acquire(),
+            g.acquire(),
+            h.acquire()
+        );
+        let guards = [
+            guards.0, guards.1, guards.2, guards.3, guards.4, guards.5, guards.6, guards.7,
+        ];
+        for guard in guards {
+            guard.expect("acquired").release().await.expect("released");
+        }
+    });
+    assert_eq!(
+        wait_for_connections(&server, base + 1),
+        base + 1,
+        "concurrent first requests opened more than one lane connection"
+    );
+
+    let cut = multi_thread();
+    cut.block_on(async {
+        for i in 0..100u64 {
+            let lock = Lock::new(format!("lanes:cut:{i}")).with_backend(backend.clone());
+            let limit = Duration::from_micros(1 + (i * 13) % 600);
+            let _ = tokio::time::timeout(limit, lock.acquire()).await;
+        }
+        let guard = Lock::new("lanes:cut:after")
+            .with_backend(backend.clone())
+            .acquire()
+            .await
+            .expect("the lane serves after the cut requests");
+        guard.release().await.expect("released");
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let left: Vec<String> = server
+        .redis_cli(&["--scan", "--pattern", "dlock:{lanes:cut:*"])
+        .lines()
+        .filter(|k| !k.ends_with(":fence") && !k.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "leases left behind until their ttl: {left:?}"
+    );
+    drop((joined, cut, home));
+}
