@@ -518,7 +518,8 @@ impl ZooKeeperBackend {
         let mut connector = Client::connector()
             .with_session_timeout(self.config.session_timeout)
             // Fail when every host refused, instead of retrying until the
-            // session timeout: the caller's own deadline decides about retries.
+            // session timeout: the caller's own deadline decides about
+            // retries (beyond the two quick ones of `Session::open`).
             .with_fail_eagerly();
         if let Some(digest) = &self.config.digest {
             connector = connector.with_auth("digest", digest.as_bytes());

@@ -41,6 +41,32 @@ impl Drop for ClearOnDrop {
     }
 }
 
+/// How many times a session is tried when no host could be connected to
+/// (the connector fails eagerly, after one pass over the hosts), and the
+/// pause between tries. One connection cut short (a reset, a TLS handshake
+/// a loaded server dropped: seen once in a parallel test run, right after
+/// another client's session opened) is then not the caller's error, while
+/// a server that is down or refuses the handshake still fails within a few
+/// hundred ms.
+const OPEN_ATTEMPTS: u32 = 3;
+const OPEN_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One pass over the hosts of `connect_string`, over TLS if `secure`.
+async fn connect(
+    connector: Connector,
+    connect_string: &str,
+    secure: bool,
+) -> Result<Client, ZkError> {
+    #[cfg(feature = "tls")]
+    if secure {
+        return connector.secure_connect(connect_string).await;
+    }
+    // Without the feature, the URL parser refuses `zks://`.
+    #[cfg(not(feature = "tls"))]
+    debug_assert!(!secure, "zks:// without the tls feature");
+    connector.connect(connect_string).await
+}
+
 impl Session {
     /// Opens a session, over TLS to every server if `secure` (`zks://`;
     /// the connector then carries the TLS options); `runtime` must be the
@@ -52,17 +78,15 @@ impl Session {
         connect_string: &str,
         secure: bool,
     ) -> Result<Self, ZkError> {
-        #[cfg(feature = "tls")]
-        let client = if secure {
-            connector.secure_connect(connect_string).await?
-        } else {
-            connector.connect(connect_string).await?
-        };
-        // Without the feature, the URL parser refuses `zks://`.
-        #[cfg(not(feature = "tls"))]
-        let client = {
-            debug_assert!(!secure, "zks:// without the tls feature");
-            connector.connect(connect_string).await?
+        let mut attempt = 1;
+        let client = loop {
+            match connect(connector.clone(), connect_string, secure).await {
+                Err(ZkError::NoHosts) if attempt < OPEN_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(OPEN_PAUSE).await;
+                }
+                answer => break answer?,
+            }
         };
         let alive = Arc::new(AtomicBool::new(true));
         let (watching, session_gone) = tokio::sync::oneshot::channel::<()>();
