@@ -155,11 +155,17 @@ async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline()
         let b = b.clone();
         async move { lock(&b, key).wait(Duration::from_secs(60)).acquire().await }
     });
-    eventually("the waiter queued", Duration::from_secs(10), || async {
-        fixture.contenders(key).await.len() == 2
-    })
-    .await;
+    // Queued and waiting: its node is in the queue and its session watches
+    // the node ahead. (Its node alone is not enough: a create whose answer
+    // the cut loses leaves an acquisition that has no place yet, and that
+    // one starts over on a new session, as the tests below show.)
     let old_id = b.client().expect("a live session").session_id();
+    eventually(
+        "the waiter queued and watching",
+        Duration::from_secs(10),
+        || async { fixture.contenders(key).await.len() == 2 && watches_in(&fixture, old_id, key) },
+    )
+    .await;
     expire_session_leaving(&fixture, &proxy, &b, key, 1).await;
 
     let limit = SESSION_TIMEOUT + Duration::from_secs(5);
@@ -185,6 +191,29 @@ async fn a_waiter_whose_session_expires_fails_without_waiting_out_its_deadline()
         "acquire after the waiter's session expired",
     )
     .await;
+}
+
+/// Whether the server holds a watch of `session` on a node of `key`'s queue
+/// (the `wchc` four-letter word lists watched paths by session).
+fn watches_in(fixture: &ZkFixture, session: zookeeper_client::SessionId, key: &str) -> bool {
+    let ZkServers::Single(server) = &fixture.servers else {
+        unreachable!("a standalone fixture")
+    };
+    let by_session = tokio::task::block_in_place(|| server.four_letter("wchc"))
+        .expect("the server answers wchc");
+    let dir = format!("{}/", fixture.lock_path(key));
+    let mut ours = false;
+    for line in by_session.lines() {
+        match line.strip_prefix("0x") {
+            Some(id) => ours = u64::from_str_radix(id.trim(), 16).ok() == Some(session.0 as u64),
+            None => {
+                if ours && line.trim().starts_with(&dir) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// An acquisition started while the backend is cut off, on a session the
