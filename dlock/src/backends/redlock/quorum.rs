@@ -11,9 +11,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::{RedlockBackend, SUBSCRIBE_WAIT, SUSPECT_FOR};
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend};
+use crate::backends::redis::scripts::KeyNames;
 use crate::backends::redis::subscriber::Subscription;
 use crate::backends::redis::{Attempt, RedisBackend};
-use crate::LockError;
 
 /// One master's answer to an acquire request.
 pub(super) enum Vote {
@@ -60,13 +60,6 @@ impl RedlockBackend {
         *until = suspect.then(|| Instant::now() + SUSPECT_FOR);
     }
 
-    pub(super) fn silent(&self, i: usize, timeout: Duration) -> LockError {
-        LockError::backend(
-            self.nodes[i].describe(),
-            format!("no answer within the per-node timeout of {timeout:?}"),
-        )
-    }
-
     /// One Redlock round: acquire on all masters in parallel, decide as soon
     /// as the outcome is known, and undo a partial acquisition.
     pub(super) async fn round(&self, req: &AcquireRequest) -> Outcome {
@@ -83,52 +76,33 @@ impl RedlockBackend {
             valid_until,
             resource: self.names(0, &req.key).lock,
         };
+        // The token is reused round after round: an acquire with it must not
+        // reach a master while an earlier round's delete of it there may
+        // still land behind the acquire (see `Undos`).
+        let shared_req = Arc::new(req.clone());
+        let votes: FuturesUnordered<_> = (0..n)
+            .map(|i| {
+                let asked = (!self.undos.unfinished(i, &req.token))
+                    .then(|| (self.nodes[i].clone(), self.acquire_names(i, &req.key)));
+                let ask = Ask {
+                    req: shared_req.clone(),
+                    quarantine: self.restart_quarantine,
+                    timeout,
+                };
+                vote(i, asked, ask)
+            })
+            .collect();
         // If this future is dropped mid-round, requests may still land:
-        // release them in the background.
+        // release them in the background, once those still on their way
+        // have been answered.
         let mut unwind = Unwind {
             nodes: &self.nodes,
             lease: &lease,
             timeout,
+            undos: &self.undos,
+            votes,
             armed: true,
         };
-        // The token is reused round after round: an acquire with it must not
-        // reach a master while an earlier round's delete of it there may
-        // still land behind the acquire (see `Undos`).
-        let undoing: Vec<bool> = (0..n)
-            .map(|i| self.undos.unfinished(i, &req.token))
-            .collect();
-        let mut votes: FuturesUnordered<_> = (0..n)
-            .map(|i| {
-                let names = self.acquire_names(i, &req.key);
-                let undoing = undoing[i];
-                async move {
-                    if undoing {
-                        return (i, Vote::NotAsked);
-                    }
-                    let node = &self.nodes[i];
-                    let attempt = async {
-                        match self.restart_quarantine {
-                            Some(q) => node.attempt_guarded(req, &names, q).await,
-                            None => node.attempt(req, &names, false).await,
-                        }
-                    };
-                    let answer = tokio::time::timeout(timeout, attempt).await;
-                    let vote = match answer {
-                        Ok(Ok(Attempt::Acquired(_))) => Vote::Won,
-                        Ok(Ok(Attempt::Held(left) | Attempt::Behind(left))) => Vote::Held(left),
-                        Ok(Err(e)) => {
-                            tracing::debug!(master = %self.nodes[i].describe(), error = %e, "acquire failed on a master");
-                            Vote::Silent
-                        }
-                        Err(_) => {
-                            tracing::debug!(error = %self.silent(i, timeout), "acquire timed out on a master");
-                            Vote::Silent
-                        }
-                    };
-                    (i, vote)
-                }
-            })
-            .collect();
         // Masters that failed recently are asked but not waited for.
         let suspect: Vec<bool> = (0..n).map(|i| self.is_suspect(i, start)).collect();
         let mut suspects_pending = suspect.iter().filter(|&&s| s).count();
@@ -137,7 +111,9 @@ impl RedlockBackend {
         let mut held: Vec<Option<Duration>> = Vec::new();
         // Masters that surely do not hold our token: they answered "held".
         let mut not_ours = vec![false; n];
-        while let Some((i, vote)) = votes.next().await {
+        let mut answered = vec![false; n];
+        while let Some((i, vote)) = unwind.votes.next().await {
+            answered[i] = true;
             if suspect[i] {
                 suspects_pending -= 1;
             }
@@ -162,13 +138,14 @@ impl RedlockBackend {
             }
         }
         silent += suspects_pending;
-        // Masters still pending are not waited on; their requests may land,
-        // which the release below (or the lease's own release) covers.
-        drop(votes);
+        // Masters still pending are not waited on here.
         unwind.armed = false;
+        let pending = std::mem::take(&mut unwind.votes);
         drop(unwind);
         let mut lease = lease;
         if won >= self.quorum && Instant::now() < valid_until {
+            // Their requests may land, which the lease's own release covers.
+            drop(pending);
             return Outcome::Acquired(lease);
         }
         // Failed: undo on every master that may hold our token. The deletes
@@ -178,8 +155,16 @@ impl RedlockBackend {
         // round counts: this round waits for the masters not presumed down,
         // and the next one does not ask a master whose undo is unfinished
         // (`Delete::Undo`).
+        //
+        // A master still pending is undone only once its acquire has been
+        // answered (`undo_when_answered`): its request may not be on the
+        // connection yet (a batch being sent by another thread, a full
+        // send queue), and a delete sent now could reach the master first.
         lease.valid_until = Instant::now();
-        let may_be_ours: Vec<bool> = not_ours.iter().map(|&surely_not| !surely_not).collect();
+        if !pending.is_empty() {
+            self.undo_when_answered(&lease, timeout, pending, &answered);
+        }
+        let may_be_ours: Vec<bool> = (0..n).map(|i| answered[i] && !not_ours[i]).collect();
         if may_be_ours.contains(&true) {
             self.release_on(&lease, timeout, &may_be_ours, usize::MAX, Delete::Undo)
                 .await;
@@ -307,6 +292,43 @@ impl RedlockBackend {
             tally.answered += 1;
             tally.released += usize::from(was_ours);
         }
+    }
+
+    /// The undo of a failed round on the masters whose acquire is still
+    /// `pending`: a task of its own waits for each answer (up to the
+    /// per-node timeout), then deletes our token where it may have been
+    /// set. The masters are listed in [`Undos`] from now until their delete
+    /// is done, so the next round does not ask them meanwhile.
+    fn undo_when_answered<V>(
+        &self,
+        lease: &Lease,
+        timeout: Duration,
+        pending: FuturesUnordered<V>,
+        answered: &[bool],
+    ) where
+        V: Future<Output = (usize, Vote)> + Send + 'static,
+    {
+        let listed: Vec<(usize, Arc<RedisBackend>, UndoInFlight)> = (0..self.nodes.len())
+            .filter(|&i| !answered[i])
+            .map(|i| (i, self.nodes[i].clone(), self.undos.start(i, &lease.token)))
+            .collect();
+        let lease = lease.clone();
+        crate::backends::redis::spawn_in_lane(async move {
+            let votes: Vec<(usize, Vote)> = pending.collect().await;
+            let deletes = listed.into_iter().map(|(i, node, unfinished)| {
+                let lease = &lease;
+                let surely_not = votes
+                    .iter()
+                    .any(|(v, vote)| *v == i && matches!(vote, Vote::Held(_) | Vote::NotAsked));
+                async move {
+                    if !surely_not {
+                        let _ = tokio::time::timeout(timeout, node.release_unbatched(lease)).await;
+                    }
+                    drop(unfinished);
+                }
+            });
+            futures_util::future::join_all(deletes).await;
+        });
     }
 
     /// Subscribes to the key's release channel on every master at once,
@@ -471,16 +493,55 @@ pub(super) async fn release_all(
     futures_util::future::join_all(releases).await
 }
 
-/// Releases a round's partial acquisition in the background if the round's
-/// future is dropped before it decided.
-pub(super) struct Unwind<'a> {
+/// What every master of a round is asked, shared by the round's votes.
+struct Ask {
+    req: Arc<AcquireRequest>,
+    quarantine: Option<Duration>,
+    timeout: Duration,
+}
+
+/// Master `i`'s vote: its answer to the acquire (`asked`: the master and the
+/// key's names there; `None`: not asked, see [`Undos`]), bounded by the
+/// per-node timeout. Owns what it needs, so that a round that stops
+/// waiting can hand its pending votes to a task that waits for them.
+async fn vote(i: usize, asked: Option<(Arc<RedisBackend>, KeyNames)>, ask: Ask) -> (usize, Vote) {
+    let Some((node, names)) = asked else {
+        return (i, Vote::NotAsked);
+    };
+    let attempt = async {
+        match ask.quarantine {
+            Some(q) => node.attempt_guarded(&ask.req, &names, q).await,
+            None => node.attempt(&ask.req, &names, false).await,
+        }
+    };
+    let vote = match tokio::time::timeout(ask.timeout, attempt).await {
+        Ok(Ok(Attempt::Acquired(_))) => Vote::Won,
+        Ok(Ok(Attempt::Held(left) | Attempt::Behind(left))) => Vote::Held(left),
+        Ok(Err(e)) => {
+            tracing::debug!(master = %node.describe(), error = %e, "acquire failed on a master");
+            Vote::Silent
+        }
+        Err(_) => {
+            tracing::debug!(master = %node.describe(), timeout = ?ask.timeout, "acquire timed out on a master: no answer within the per-node timeout");
+            Vote::Silent
+        }
+    };
+    (i, vote)
+}
+
+/// A round's votes, and the release of its partial acquisition in the
+/// background if the round's future is dropped before it decided.
+pub(super) struct Unwind<'a, V: Future<Output = (usize, Vote)> + Send + 'static> {
     pub(super) nodes: &'a [Arc<RedisBackend>],
     pub(super) lease: &'a Lease,
     pub(super) timeout: Duration,
+    pub(super) undos: &'a Undos,
+    /// The votes not counted yet.
+    pub(super) votes: FuturesUnordered<V>,
     pub(super) armed: bool,
 }
 
-impl Drop for Unwind<'_> {
+impl<V: Future<Output = (usize, Vote)> + Send + 'static> Drop for Unwind<'_, V> {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -488,12 +549,24 @@ impl Drop for Unwind<'_> {
         let lease = self.lease.clone();
         let nodes = self.nodes.to_vec();
         let timeout = self.timeout;
+        let pending = std::mem::take(&mut self.votes);
+        // Listed until the deletes are done: a retry with the same token
+        // (the caller's own, after a timeout) does not ask these masters
+        // meanwhile.
+        let listed: Vec<UndoInFlight> = (0..nodes.len())
+            .map(|i| self.undos.start(i, &lease.token))
+            .collect();
         // On dlock's background runtime: the round was likely dropped by a
-        // runtime that is shutting down. In the round's lanes, behind its
-        // acquires on each master's connection. If it cannot run at all, the
-        // keys expire with the ttl.
+        // runtime that is shutting down. In the round's lanes, on each
+        // master's connection. The acquires still on their way are waited
+        // for first (each up to the per-node timeout): one not yet on its
+        // connection (a batch being sent by another thread) could otherwise
+        // reach its master behind the delete. If the task cannot run at
+        // all, the keys expire with the ttl.
         crate::backends::redis::spawn_following(async move {
+            pending.for_each(|_| async {}).await;
             release_all(&nodes, &lease, timeout).await;
+            drop(listed);
         });
     }
 }
