@@ -12,6 +12,7 @@ use std::time::Duration;
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend};
 use dlock_tests::overlap::OverlapDetector;
+use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::redis::RedisServer;
 use tokio::sync::Barrier;
@@ -118,6 +119,56 @@ async fn concurrent_distinct_keys_go_out_in_batches() {
     );
     let left = server.redis_cli(&["--scan", "--pattern", "dlock:{batch:*}"]);
     assert!(left.trim().is_empty(), "locks left held: {left}");
+}
+
+/// A batch carries at most eight requests: with four requests alone on a
+/// slow connection (answers held back by a proxy) and forty queued behind
+/// them, the forty go out as five batches of eight, oldest first, not as one
+/// long script: a batch of everything queued made the server and the client
+/// take turns instead of working at once (see `MAX_BATCH` in `batching.rs`).
+/// Every caller gets its lock either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_carries_at_most_eight_requests() {
+    const ALONE: usize = 4;
+    const QUEUED: usize = 40;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let url = format!("redis://{}", proxy.addr());
+    let redis = Arc::new(RedisBackend::connect(&url).await.unwrap());
+    let backend: Arc<dyn LockBackend> = redis.clone();
+    // The first request on this runtime opens its connection (`lanes.rs`):
+    // done before the answers are held back.
+    let warm = Lock::new("capped:warm")
+        .ttl(TTL)
+        .with_backend(backend.clone());
+    warm.acquire().await.unwrap().release().await.unwrap();
+    let before = redis.metrics();
+
+    // Every request is sent or queued long before the first answer is let
+    // through, so none goes alone in a slot that frees.
+    proxy.delay_replies(Duration::from_millis(500));
+    let guards: Vec<_> = (0..ALONE + QUEUED)
+        .map(|t| {
+            let lock = Lock::new(format!("capped:{t}"))
+                .ttl(TTL)
+                .with_backend(backend.clone());
+            tokio::spawn(async move { lock.try_acquire().await })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for guard in guards {
+        let guard = guard.await.expect("task panicked").expect("no error");
+        held.push(guard.expect("a free key is granted"));
+    }
+    let batches = redis.metrics().batches - before.batches;
+    proxy.pass();
+    assert!(
+        (5..=QUEUED as u64).contains(&batches),
+        "{QUEUED} queued acquisitions went out in {batches} batches, expected at least 5 of at most 8"
+    );
+    for guard in held {
+        guard.release().await.expect("released");
+    }
 }
 
 /// Two connections (as two processes would have) contend on a few keys

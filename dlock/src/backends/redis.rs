@@ -48,9 +48,10 @@
 //!   changed), and re-checks the key with a `PTTL`, backing off from 5 ms
 //!   to a cap (see `recheck.rs` in the source);
 //! - under load (more than a few acquires or releases in flight at once on
-//!   a single server), queued requests go out together as one script call
-//!   that runs the same steps for each key, to spare the server the fixed
-//!   cost of a script per key (see `batching.rs` in the source).
+//!   a single server), queued requests go out together, up to eight per
+//!   script call, which runs the same steps for each key, to spare the
+//!   server the fixed cost of a script per key (see `batching.rs` in the
+//!   source).
 //!
 //! Read-write locks (`RwLock`; see `rw.rs` in the source for the table of
 //! keys): every key of one read-write lock shares the hash tag `{key}`, so

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{RedisError, RedisResult};
 
-use super::batching::LaneBatchers;
+use super::batching::{LaneBatchers, MAX_BATCH, WHOLE_QUEUE};
 use super::config::{client, tls_cluster, RedisOptions};
 use super::connection::{Connection, Server};
 use super::recheck::notifies_releases;
@@ -76,7 +76,7 @@ impl RedisBackend {
             ))
         };
         let batchers = match &conn {
-            Conn::Single(c) => Some(LaneBatchers::new(c)),
+            Conn::Single(c) => Some(LaneBatchers::new(c, MAX_BATCH)),
             Conn::Cluster(_) => None,
         };
         let mut backend = RedisBackend {
@@ -105,6 +105,15 @@ impl RedisBackend {
         backend.notifying_db = notifying.then_some(db);
         *backend.set_ifeq.get_mut() = set_ifeq;
         Ok(backend)
+    }
+
+    /// This backend as a Redlock master: its batches carry everything
+    /// queued (see `MAX_BATCH` in `batching.rs` for why a master differs).
+    pub(crate) fn into_redlock_master(mut self) -> Self {
+        if let Conn::Single(c) = &self.conn {
+            self.batchers = Some(LaneBatchers::new(c, WHOLE_QUEUE));
+        }
+        self
     }
 
     /// The address (`host:port`) of the master this backend writes to: for

@@ -96,7 +96,10 @@ impl RedlockBackend {
     pub fn from_backends(
         backends: impl IntoIterator<Item = RedisBackend>,
     ) -> Result<Self, LockError> {
-        let nodes: Vec<Arc<RedisBackend>> = backends.into_iter().map(Arc::new).collect();
+        let nodes: Vec<Arc<RedisBackend>> = backends
+            .into_iter()
+            .map(|b| Arc::new(b.into_redlock_master()))
+            .collect();
         let shown = format!(
             "redlock[{}]",
             nodes
@@ -200,6 +203,6 @@ async fn connect_all(urls: &[String]) -> Result<Vec<Arc<RedisBackend>>, LockErro
     futures_util::future::join_all(connecting)
         .await
         .into_iter()
-        .map(|r| r.map(Arc::new))
+        .map(|r| r.map(|b| Arc::new(b.into_redlock_master())))
         .collect()
 }
