@@ -42,7 +42,10 @@
 //!   retried after a random delay. The deletes are put on every master's
 //!   connection at once and finish in the background if the acquisition is
 //!   cancelled meanwhile (a caller's timeout, a `SegmentedLock` dropping the
-//!   waits that lost), so a cancelled round leaves no token behind.
+//!   waits that lost), so a cancelled round leaves no token behind. A
+//!   master whose acquire is still unanswered is undone only once it
+//!   answers (or its timeout passes): its request may not be on the
+//!   connection yet, and a delete sent first would reach the master first.
 //! - The lease's local deadline ([`Lease::valid_until`]) is the validity,
 //!   `start + ttl − drift`, where `start` is the instant before the first
 //!   request: the core treats the lease as lost from then on unless a
