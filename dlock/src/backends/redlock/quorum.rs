@@ -138,14 +138,11 @@ impl RedlockBackend {
             }
         }
         silent += suspects_pending;
-        // Masters still pending are not waited on here.
-        unwind.armed = false;
-        let pending = std::mem::take(&mut unwind.votes);
-        drop(unwind);
-        let mut lease = lease;
         if won >= self.quorum && Instant::now() < valid_until {
-            // Their requests may land, which the lease's own release covers.
-            drop(pending);
+            // Masters still pending are not waited for: their requests may
+            // land, which the lease's own release covers.
+            unwind.armed = false;
+            drop(unwind);
             return Outcome::Acquired(lease);
         }
         // Failed: undo on every master that may hold our token. The deletes
@@ -157,14 +154,34 @@ impl RedlockBackend {
         // (`Delete::Undo`).
         //
         // A master still pending is undone only once its acquire has been
-        // answered (`undo_when_answered`): its request may not be on the
-        // connection yet (a batch being sent by another thread, a full
-        // send queue), and a delete sent now could reach the master first.
+        // answered: its request may not be on the connection yet (a batch
+        // being sent by another thread, a full send queue), and a delete
+        // sent now could reach the master first. So this round first waits
+        // for the pending masters not presumed down (each up to the
+        // per-node timeout, as it would wait for their deletes; dropped
+        // meanwhile, `Unwind` does it all); those presumed down are undone
+        // by a task of their own once they answer (`undo_when_answered`).
+        let mut surely_not = not_ours.clone();
+        let mut awaited = (0..n).filter(|&i| !answered[i] && !suspect[i]).count();
+        while awaited > 0 {
+            let Some((i, vote)) = unwind.votes.next().await else {
+                break;
+            };
+            answered[i] = true;
+            if !suspect[i] {
+                awaited -= 1;
+            }
+            surely_not[i] |= matches!(vote, Vote::Held(_) | Vote::NotAsked);
+        }
+        unwind.armed = false;
+        let pending = std::mem::take(&mut unwind.votes);
+        drop(unwind);
+        let mut lease = lease;
         lease.valid_until = Instant::now();
         if !pending.is_empty() {
             self.undo_when_answered(&lease, timeout, pending, &answered);
         }
-        let may_be_ours: Vec<bool> = (0..n).map(|i| answered[i] && !not_ours[i]).collect();
+        let may_be_ours: Vec<bool> = (0..n).map(|i| answered[i] && !surely_not[i]).collect();
         if may_be_ours.contains(&true) {
             self.release_on(&lease, timeout, &may_be_ours, usize::MAX, Delete::Undo)
                 .await;
