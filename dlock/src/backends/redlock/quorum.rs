@@ -99,7 +99,6 @@ impl RedlockBackend {
             nodes: &self.nodes,
             lease: &lease,
             timeout,
-            undos: &self.undos,
             votes,
             armed: true,
         };
@@ -552,7 +551,6 @@ pub(super) struct Unwind<'a, V: Future<Output = (usize, Vote)> + Send + 'static>
     pub(super) nodes: &'a [Arc<RedisBackend>],
     pub(super) lease: &'a Lease,
     pub(super) timeout: Duration,
-    pub(super) undos: &'a Undos,
     /// The votes not counted yet.
     pub(super) votes: FuturesUnordered<V>,
     pub(super) armed: bool,
@@ -567,12 +565,6 @@ impl<V: Future<Output = (usize, Vote)> + Send + 'static> Drop for Unwind<'_, V> 
         let nodes = self.nodes.to_vec();
         let timeout = self.timeout;
         let pending = std::mem::take(&mut self.votes);
-        // Listed until the deletes are done: a retry with the same token
-        // (the caller's own, after a timeout) does not ask these masters
-        // meanwhile.
-        let listed: Vec<UndoInFlight> = (0..nodes.len())
-            .map(|i| self.undos.start(i, &lease.token))
-            .collect();
         // On dlock's background runtime: the round was likely dropped by a
         // runtime that is shutting down. In the round's lanes, on each
         // master's connection. The acquires still on their way are waited
@@ -583,7 +575,6 @@ impl<V: Future<Output = (usize, Vote)> + Send + 'static> Drop for Unwind<'_, V> 
         crate::backends::redis::spawn_following(async move {
             pending.for_each(|_| async {}).await;
             release_all(&nodes, &lease, timeout).await;
-            drop(listed);
         });
     }
 }
