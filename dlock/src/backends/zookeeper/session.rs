@@ -43,12 +43,13 @@ impl Drop for ClearOnDrop {
 
 /// How many times a session is tried when no host could be connected to
 /// (the connector fails eagerly, after one pass over the hosts), and the
-/// pause between tries. One connection cut short (a reset, a TLS handshake
-/// a loaded server dropped: seen once in a parallel test run, right after
-/// another client's session opened) is then not the caller's error, while
-/// a server that is down or refuses the handshake still fails within a few
-/// hundred ms.
-const OPEN_ATTEMPTS: u32 = 3;
+/// first pause between tries, doubled after each. A few connections cut
+/// short (a reset, a TLS handshake a loaded server dropped: seen in
+/// parallel test runs right after another client's session opened, three
+/// times in a row once, 100 ms apart) are then not the caller's error,
+/// while a server that is down or refuses the handshake still fails within
+/// about 1.5 s (pauses of 100, 200, 400 and 800 ms).
+const OPEN_ATTEMPTS: u32 = 5;
 const OPEN_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// One pass over the hosts of `connect_string`, over TLS if `secure`.
@@ -79,11 +80,13 @@ impl Session {
         secure: bool,
     ) -> Result<Self, ZkError> {
         let mut attempt = 1;
+        let mut pause = OPEN_PAUSE;
         let client = loop {
             match connect(connector.clone(), connect_string, secure).await {
                 Err(ZkError::NoHosts) if attempt < OPEN_ATTEMPTS => {
                     attempt += 1;
-                    tokio::time::sleep(OPEN_PAUSE).await;
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
                 }
                 answer => break answer?,
             }
