@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{RedisError, RedisResult};
 
-use super::batching::{LaneBatchers, MAX_BATCH, WHOLE_QUEUE};
+use super::batching::{LaneBatchers, MAX_BATCH, MAX_MASTER_BATCH};
 use super::config::{client, tls_cluster, RedisOptions};
 use super::connection::{Connection, Server};
 use super::recheck::notifies_releases;
@@ -107,11 +107,12 @@ impl RedisBackend {
         Ok(backend)
     }
 
-    /// This backend as a Redlock master: its batches carry everything
-    /// queued (see `MAX_BATCH` in `batching.rs` for why a master differs).
+    /// This backend as a Redlock master: its batches carry up to
+    /// `MAX_MASTER_BATCH` requests (see `MAX_BATCH` in `batching.rs` for why
+    /// a master differs).
     pub(crate) fn into_redlock_master(mut self) -> Self {
         if let Conn::Single(c) = &self.conn {
-            self.batchers = Some(LaneBatchers::new(c, WHOLE_QUEUE));
+            self.batchers = Some(LaneBatchers::new(c, MAX_MASTER_BATCH));
         }
         self
     }
