@@ -40,6 +40,7 @@ mod permits;
 pub(crate) mod refusal;
 mod rw;
 pub(crate) mod schemes;
+pub(crate) mod transient;
 pub use all_keys::{AllKeysBackend, AllOrNone};
 pub use election::{
     no_elections, ElectionBackend, Leader, LeaderChange, LeaderChanges, MAX_VALUE_BYTES,

@@ -19,6 +19,14 @@
 //!   peer sees a TCP RST on both the client and the upstream side), and while the mode lasts
 //!   each new connection is accepted and immediately reset too (the peer sees a connection
 //!   reset or EOF on its first read/write, not a refused connect). `pass()` ends it.
+//! - [`FaultProxy::hold`]: nothing is read from either side while the mode lasts, so bytes
+//!   wait in the sockets' buffers and are delivered late, in order, once `pass()` is set: a
+//!   network that stalls (a paused VM, a congested link) and then recovers. New connections
+//!   are accepted and held too.
+//! - [`FaultProxy::freeze_flows`]: every connection open now is silently dead for good (its
+//!   bytes are dropped both ways, whatever the mode later), while new connections pass: a NAT
+//!   or load balancer that forgot the flows. Not a mode: it applies to the flows of the
+//!   moment, and the mode stays what it was.
 //!
 //! Dropping the proxy stops the listener and every connection task. Nothing busy-loops: each
 //! task waits on socket readiness or on a mode change.
@@ -48,6 +56,8 @@ pub enum ProxyMode {
     DelayReplies(Duration),
     /// Reset current connections and every new one.
     Reset,
+    /// Read nothing from either side: bytes wait and are delivered once the mode changes.
+    Hold,
 }
 
 /// A TCP proxy with switchable faults, stopped on drop.
@@ -57,6 +67,8 @@ pub struct FaultProxy {
     upstream: SocketAddr,
     mode: watch::Sender<ProxyMode>,
     accepted: Arc<AtomicUsize>,
+    /// Connections numbered below this are frozen for good (`freeze_flows`).
+    frozen_below: Arc<AtomicUsize>,
     listener: JoinHandle<()>,
 }
 
@@ -82,17 +94,20 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(ProxyMode::Pass);
         let accepted = Arc::new(AtomicUsize::new(0));
+        let frozen_below = Arc::new(AtomicUsize::new(0));
         let listener = tokio::spawn(accept_loop(
             listener,
             upstream,
             mode_rx,
             Arc::clone(&accepted),
+            Arc::clone(&frozen_below),
         ));
         Ok(Self {
             addr,
             upstream,
             mode,
             accepted,
+            frozen_below,
             listener,
         })
     }
@@ -142,6 +157,20 @@ impl FaultProxy {
         self.set_mode(ProxyMode::Reset);
     }
 
+    /// Read nothing from either side until the mode changes: bytes are delivered late.
+    pub fn hold(&self) {
+        self.set_mode(ProxyMode::Hold);
+    }
+
+    /// Makes every connection open now silently dead for good (bytes dropped both ways, no
+    /// FIN, no RST), while new connections pass as the mode says.
+    pub fn freeze_flows(&self) {
+        self.frozen_below
+            .fetch_max(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+        // Wakes the connection tasks, so that none forwards another byte.
+        self.mode.send_modify(|_| {});
+    }
+
     /// Sets `mode` (the named methods are shorthands).
     pub fn set_mode(&self, mode: ProxyMode) {
         self.mode.send_replace(mode);
@@ -161,17 +190,19 @@ async fn accept_loop(
     upstream: SocketAddr,
     mut mode: watch::Receiver<ProxyMode>,
     accepted: Arc<AtomicUsize>,
+    frozen_below: Arc<AtomicUsize>,
 ) {
     loop {
         tokio::select! {
             conn = listener.accept() => {
                 let Ok((client, _)) = conn else { continue };
-                accepted.fetch_add(1, Ordering::Relaxed);
+                let number = accepted.fetch_add(1, Ordering::SeqCst);
                 if *mode.borrow() == ProxyMode::Reset {
                     abort_connection(&client);
                     continue;
                 }
-                tokio::spawn(connection(client, upstream, mode.clone()));
+                let frozen = Frozen { number, below: frozen_below.clone() };
+                tokio::spawn(connection(client, upstream, mode.clone(), frozen));
             }
             changed = mode.changed() => {
                 if changed.is_err() {
@@ -187,10 +218,23 @@ fn abort_connection(stream: &TcpStream) {
     let _ = stream.set_zero_linger();
 }
 
+/// Whether a connection was frozen by [`FaultProxy::freeze_flows`].
+struct Frozen {
+    number: usize,
+    below: Arc<AtomicUsize>,
+}
+
+impl Frozen {
+    fn now(&self) -> bool {
+        self.number < self.below.load(Ordering::SeqCst)
+    }
+}
+
 async fn connection(
     mut client: TcpStream,
     upstream: SocketAddr,
     mut mode: watch::Receiver<ProxyMode>,
+    frozen: Frozen,
 ) {
     let Ok(mut server) = TcpStream::connect(upstream).await else {
         abort_connection(&client);
@@ -212,14 +256,15 @@ async fn connection(
                 break true;
             }
             let next_due = delayed.front().map(|(due, _)| *due);
+            let reading = current != ProxyMode::Hold;
             tokio::select! {
-                n = client_read.read(&mut from_client) => match n {
+                n = client_read.read(&mut from_client), if reading => match n {
                     Ok(0) | Err(_) => {
                         let _ = server_write.shutdown().await;
                         break false;
                     }
                     Ok(n) => {
-                        let forward = matches!(
+                        let forward = !frozen.now() && matches!(
                             *mode.borrow(),
                             ProxyMode::Pass | ProxyMode::DropReplies | ProxyMode::DelayReplies(_)
                         );
@@ -229,12 +274,15 @@ async fn connection(
                         }
                     }
                 },
-                n = server_read.read(&mut from_server) => match n {
+                n = server_read.read(&mut from_server), if reading => match n {
                     Ok(0) | Err(_) => {
                         let _ = client_write.shutdown().await;
                         break false;
                     }
                     Ok(n) => {
+                        if frozen.now() {
+                            continue;
+                        }
                         let now = tokio::time::Instant::now();
                         let due = match *mode.borrow() {
                             ProxyMode::DelayReplies(delay) => Some(now + delay),
@@ -255,7 +303,7 @@ async fn connection(
                         }
                     }
                 },
-                () = sleep_until_due(next_due) => {
+                () = sleep_until_due(next_due), if reading => {
                     if let Some((_, bytes)) = delayed.pop_front() {
                         if client_write.write_all(&bytes).await.is_err() {
                             break true;

@@ -287,6 +287,7 @@ use self::keys::digest;
 use self::listener::{Listener, Waiters};
 use self::session::{Pool, Reserved, Session};
 use self::sql::Statements;
+use crate::backend::transient::Transient;
 use crate::LockError;
 
 /// How often a waiter tries again when no release was announced.
@@ -329,15 +330,42 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A transport or server failure of the backend `shown`.
+/// A transport or server failure of the backend `shown`; one that may pass
+/// (a connection that failed, a server that did not answer or is shutting
+/// down or starting) is marked so, and a waiting acquisition asks again
+/// (`backend/transient.rs`).
 pub(super) fn failed(shown: &str, e: impl Into<Failure>) -> LockError {
-    LockError::backend(shown, e.into().0)
+    let Failure { text, transient } = e.into();
+    if transient {
+        LockError::backend(shown, Transient::new(text))
+    } else {
+        LockError::backend(shown, text)
+    }
 }
 
 /// The text of a failure: tokio-postgres's own `Display` of a server error
 /// is only "db error", so the server's severity, code, message, detail and
 /// hint are spelled out (none of them holds the password).
-pub(super) struct Failure(String);
+pub(super) struct Failure {
+    pub(super) text: String,
+    pub(super) transient: bool,
+}
+
+impl Failure {
+    /// The server did not answer within `config.timeout`: `what` says what.
+    pub(super) fn unanswered(what: String) -> Self {
+        Failure {
+            text: what,
+            transient: true,
+        }
+    }
+}
+
+/// SQLSTATEs that pass: the connection failed (class 08), the server shuts
+/// down, crashed or is starting (57P01-57P03), too many connections.
+fn transient_state(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+}
 
 impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Self {
@@ -349,30 +377,37 @@ impl From<tokio_postgres::Error> for Failure {
             if let Some(hint) = db.hint() {
                 text.push_str(&format!("; hint: {hint}"));
             }
-            return Failure(text);
+            let transient = transient_state(db.code().code());
+            return Failure { text, transient };
         }
+        // No server error: the connection failed or closed.
+        let mut transient = e.is_closed();
         let mut text = e.to_string();
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
+            transient |= s.is::<std::io::Error>();
             let more = s.to_string();
             if !text.contains(&more) {
                 text.push_str(&format!(": {more}"));
             }
             source = s.source();
         }
-        Failure(text)
+        Failure { text, transient }
     }
 }
 
 impl From<String> for Failure {
     fn from(text: String) -> Self {
-        Failure(text)
+        Failure {
+            text,
+            transient: false,
+        }
     }
 }
 
 impl From<&str> for Failure {
     fn from(text: &str) -> Self {
-        Failure(text.to_owned())
+        Failure::from(text.to_owned())
     }
 }
 
@@ -482,7 +517,10 @@ impl PostgresBackend {
     fn silent(&self) -> LockError {
         failed(
             &self.shown,
-            format!("the server did not answer within {:?}", self.config.timeout),
+            Failure::unanswered(format!(
+                "the server did not answer within {:?}",
+                self.config.timeout
+            )),
         )
     }
 

@@ -16,6 +16,7 @@ use crate::backend::{
 use crate::lease::held::{release_on, LeaseKind, LeaseShared, NewLease};
 use crate::lease::observe::{self, Acquisition, Kind, StaleReason};
 use crate::lease::options::LeaseOptions;
+use crate::lease::ride_through::RideThrough;
 use crate::lease::watchdog::Watchdog;
 use crate::{backend::deadline, lease::local, LockError};
 
@@ -108,6 +109,10 @@ pub(crate) struct Taken {
 /// call, then the watchdog's registration. Waits up to `wait` (zero: one
 /// attempt); `Ok(None)`: not acquired in time.
 ///
+/// A transient failure (no answer in time, a reset, a restart) with time
+/// left in `wait` is asked again (`ride_through.rs`); the last error is
+/// returned once the wait is over.
+///
 /// A lease is handed over only if it is live at that instant: a grant whose
 /// answer came after the lease's local deadline (a reply slower than the
 /// ttl; the server may have expired the key and granted it to another
@@ -137,8 +142,20 @@ pub(crate) async fn take(
         Target::Permit { .. } => LeaseKind::Permit,
         Target::Rw(mode) => LeaseKind::Rw(mode),
     };
+    let mut ride = RideThrough::new(once, deadline);
     let lease = loop {
-        let Some(lease) = ask(options, &*backend, target, once, deadline).await? else {
+        // A transient failure with time left in the wait is asked again
+        // (`ride_through.rs`), with a new owner token.
+        let asked = ask(options, &*backend, target, once, deadline).await;
+        let asked = match asked {
+            Err(e) => {
+                ride.after(&options.key, e).await?;
+                continue;
+            }
+            Ok(asked) => asked,
+        };
+        ride.answered(&options.key);
+        let Some(lease) = asked else {
             return Ok(None);
         };
         let now = Instant::now();

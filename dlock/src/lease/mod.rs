@@ -142,5 +142,6 @@ pub(crate) mod local;
 pub(crate) mod observe;
 pub(crate) mod options;
 pub(crate) mod queue;
+pub(crate) mod ride_through;
 pub(crate) mod ttl;
 pub(crate) mod watchdog;

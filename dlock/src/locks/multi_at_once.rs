@@ -11,6 +11,7 @@ use crate::lease::held::{LeaseKind, LeaseShared, NewLease};
 use crate::lease::observe::{Acquisition, Kind, Outcome};
 use crate::lease::options::LeaseOptions;
 use crate::lease::queue::Turn;
+use crate::lease::ride_through::RideThrough;
 use crate::locks::guard::LockGuard;
 use crate::{backend::deadline, lease::local, locks::scope, LockError};
 
@@ -72,26 +73,45 @@ pub(crate) async fn take_all(
         });
     }
 
-    let mut asked = Vec::new();
-    let mut requests = Vec::new();
-    for (at, (key, one)) in keys.iter().zip(&pending).enumerate() {
-        if matches!(one.step, Step::Turn(_)) {
-            let token = crate::backend::holder::owner_token(&**backend)
-                .map_err(|e| NotTaken::Failed(at, e))?;
-            requests.push(AcquireRequest {
-                key: key.clone(),
-                token,
-                ttl: options.ttl,
-            });
-            asked.push(at);
+    // A transient failure with time left in the wait is asked again, with
+    // new owner tokens (`lease/ride_through.rs`).
+    let mut ride = RideThrough::new(once, deadline);
+    let (asked, requests, answer) = loop {
+        let mut asked = Vec::new();
+        let mut requests = Vec::new();
+        for (at, (key, one)) in keys.iter().zip(&pending).enumerate() {
+            if matches!(one.step, Step::Turn(_)) {
+                let token = crate::backend::holder::owner_token(&**backend)
+                    .map_err(|e| NotTaken::Failed(at, e))?;
+                requests.push(AcquireRequest {
+                    key: key.clone(),
+                    token,
+                    ttl: options.ttl,
+                });
+                asked.push(at);
+            }
         }
-    }
-    let answer = if requests.is_empty() {
-        Ok(AllOrNone::Taken(Vec::new()))
-    } else if once {
-        all.try_acquire_all(&requests).await
-    } else {
-        all.acquire_all(&requests, deadline).await
+        let answer = if requests.is_empty() {
+            Ok(AllOrNone::Taken(Vec::new()))
+        } else if once {
+            all.try_acquire_all(&requests).await
+        } else {
+            all.acquire_all(&requests, deadline).await
+        };
+        match answer {
+            Err(e) => {
+                let first = asked.first().map_or("", |&at| keys[at].as_str());
+                if let Err(e) = ride.after(first, e).await {
+                    break (asked, requests, Err(e));
+                }
+            }
+            answer => {
+                if let Some(&at) = asked.first() {
+                    ride.answered(&keys[at]);
+                }
+                break (asked, requests, answer);
+            }
+        }
     };
     let leases = match answer {
         Ok(AllOrNone::Taken(leases)) if leases.len() == requests.len() => leases,

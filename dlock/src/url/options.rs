@@ -17,9 +17,12 @@ const EVERY_BACKEND: &[(&str, &[&str])] = &[
 ];
 
 /// What every Redis form takes (Redlock: each master's).
-const REDIS_ANY: [&str; 7] = [
+const REDIS_ANY: [&str; 10] = [
     "prefix",
     "client_name",
+    "timeout",
+    "tcp_keepalive",
+    "tcp_user_timeout",
     "timeout_ms",
     "recheck_ms",
     "replicas",
@@ -27,12 +30,12 @@ const REDIS_ANY: [&str; 7] = [
     "aof",
 ];
 /// `redis://`, `rediss://` and the Cluster forms.
-pub(crate) const REDIS: &[&str] = &join::<7, 4, 11>(
+pub(crate) const REDIS: &[&str] = &join::<10, 4, 14>(
     REDIS_ANY,
     ["ca", "protocol", "fence_retention", "foreign_share"],
 );
 /// `redis+sentinel://` and `rediss+sentinel://`.
-pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 8, 15>(
+pub(crate) const REDIS_SENTINEL: &[&str] = &join::<10, 8, 18>(
     REDIS_ANY,
     [
         "ca",
@@ -47,7 +50,7 @@ pub(crate) const REDIS_SENTINEL: &[&str] = &join::<7, 8, 15>(
 );
 /// `redlock://`: its own, and each master's Redis ones.
 pub(crate) const REDLOCK: &[&str] =
-    &join::<2, 7, 9>(["node_timeout_ms", "restart_quarantine_ms"], REDIS_ANY);
+    &join::<2, 10, 12>(["node_timeout_ms", "restart_quarantine_ms"], REDIS_ANY);
 /// `etcd://` and `etcds://`.
 pub(crate) const ETCD: &[&str] = &["prefix", "client_name", "timeout", "ca", "domain"];
 /// `postgres://` and `postgresql://`: dlock's own (the libpq ones are
@@ -154,6 +157,17 @@ pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
 }
 
 #[cfg(feature = "redis")]
+/// A duration that `0` turns off (`None`).
+pub(crate) fn duration_or_off(name: &str, value: &str) -> Result<Option<Duration>, String> {
+    if value == "0" {
+        return Ok(None);
+    }
+    duration(name, value)
+        .map(Some)
+        .map_err(|why| format!("{why} (or `{name}=0` to turn it off)"))
+}
+
+#[cfg(feature = "redis")]
 /// A `…_ms` parameter: a number of milliseconds; `zero` says whether 0 is
 /// allowed (it turns something off).
 pub(crate) fn millis(name: &str, value: &str, zero: bool) -> Result<Duration, String> {
@@ -177,8 +191,8 @@ mod tests {
     fn typos_get_the_closest_name() {
         let err = unknown("prefx", "etcd", ETCD, false);
         assert!(err.contains("did you mean `prefix`?"), "{err}");
-        let err = unknown("timeout", "Redis", REDIS, false);
-        assert!(err.contains("did you mean `timeout_ms`?"), "{err}");
+        let err = unknown("timeot", "Redis", REDIS, false);
+        assert!(err.contains("did you mean `timeout`?"), "{err}");
         let err = unknown("colour", "etcd", ETCD, false);
         assert!(
             err.starts_with("unknown parameter `colour`; etcd URLs take"),

@@ -13,7 +13,7 @@ use tokio_postgres::{AsyncMessage, Client};
 
 use super::config::Config;
 use super::sql::{CHANNEL, ELECTED};
-use super::{failed, lock};
+use super::{failed, lock, Failure};
 use crate::backend::LeaderChange;
 use crate::backends::announcements::{self, Inbox, Inboxes};
 use crate::LockError;
@@ -163,7 +163,10 @@ impl Listener {
             Err(_) => {
                 return Err(failed(
                     shown,
-                    format!("LISTEN did not answer within {:?}", config.timeout),
+                    Failure::unanswered(format!(
+                        "LISTEN did not answer within {:?}",
+                        config.timeout
+                    )),
                 ))
             }
         }

@@ -106,7 +106,7 @@ impl Sweeper {
                 }
                 // The next sweep tries again; locks are not affected.
                 Ok(Err(e)) => {
-                    let Failure(why) = e.into();
+                    let Failure { text: why, .. } = e.into();
                     tracing::debug!(backend = %shown, error = %why, "PostgreSQL: the sweep of idle rows failed");
                 }
                 Err(_) => {

@@ -318,10 +318,10 @@ pub(super) async fn open(
         Err(_) => {
             return Err(failed(
                 shown,
-                format!(
+                Failure::unanswered(format!(
                     "a new session's setup did not answer within {:?}",
                     config.timeout
-                ),
+                )),
             ))
         }
     };
@@ -371,14 +371,14 @@ pub(super) async fn connect(
         Ok(Err(e)) => Err(failed(shown, with_tls_hint(e.into()))),
         Err(_) => Err(failed(
             shown,
-            format!("connecting did not finish within {limit:?}"),
+            Failure::unanswered(format!("connecting did not finish within {limit:?}")),
         )),
     }
 }
 
 /// A failed connection's text, with what to do about a TLS failure.
 fn with_tls_hint(failure: Failure) -> Failure {
-    let text = failure.0;
+    let Failure { text, transient } = failure;
     let hint = if text.contains("server does not support TLS") {
         "the server offers no TLS here: turn `ssl = on` in its postgresql.conf; over a Unix socket, which never has TLS, or on a trusted network only, connect with `sslmode=prefer` or `disable`"
     } else if text.contains("not valid for name") {
@@ -386,9 +386,13 @@ fn with_tls_hint(failure: Failure) -> Failure {
     } else if text.contains("invalid peer certificate") {
         "the server's certificate is not signed by a CA of `sslrootcert` (without it, of Mozilla's roots), or is expired or not for a server"
     } else {
-        return Failure(text);
+        return Failure { text, transient };
     };
-    Failure(format!("{text} ({hint})"))
+    // A certificate that does not fit does not pass by asking again.
+    Failure {
+        text: format!("{text} ({hint})"),
+        transient: false,
+    }
 }
 
 /// Speaks on the session every third of the session timeout, so the server

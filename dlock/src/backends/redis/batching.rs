@@ -191,7 +191,7 @@ struct State<K: BatchKind> {
 
 struct Waiting<K: BatchKind> {
     op: K::Op,
-    reply: oneshot::Sender<Result<K::Out, String>>,
+    reply: oneshot::Sender<Result<K::Out, BatchFailed>>,
 }
 
 /// What a caller does with its request.
@@ -200,7 +200,7 @@ pub(crate) enum Turn<K: BatchKind> {
     Alone { _slot: InFlight<K> },
     /// It is queued for the next batch; the answer (or the batch's error)
     /// arrives here.
-    Queued(oneshot::Receiver<Result<K::Out, String>>),
+    Queued(oneshot::Receiver<Result<K::Out, BatchFailed>>),
 }
 
 /// One request slot on the connection, given back on drop (which may send
@@ -332,8 +332,11 @@ impl<K: BatchKind> Shared<K> {
             batch.into_iter().map(|w| (w.op, w.reply)).unzip();
         let answer: RedisResult<Vec<i64>> =
             scripts::run(&mut self.conn.clone(), K::script(), &K::call(&ops)).await;
-        let outs = answer.map_err(|e| e.to_string()).and_then(|flat| {
-            K::split(ops.len(), flat).ok_or_else(|| "malformed batch answer".to_owned())
+        let outs = answer.map_err(BatchFailed::from).and_then(|flat| {
+            K::split(ops.len(), flat).ok_or_else(|| BatchFailed {
+                message: "malformed batch answer".to_owned(),
+                transient: false,
+            })
         });
         match outs {
             Ok(outs) => {
@@ -348,6 +351,25 @@ impl<K: BatchKind> Shared<K> {
                     let _ = reply.send(Err(message.clone()));
                 }
             }
+        }
+    }
+}
+
+/// Why a batch got no answers: the request's error, as text (each caller
+/// of the batch gets a copy), and whether it may pass (it timed out, its
+/// connection failed: see `backend/transient.rs`).
+#[derive(Clone, Debug)]
+pub(crate) struct BatchFailed {
+    pub(crate) message: String,
+    pub(crate) transient: bool,
+}
+
+impl From<redis::RedisError> for BatchFailed {
+    fn from(e: redis::RedisError) -> Self {
+        let transient = crate::backend::transient::is_transient_error(&e);
+        BatchFailed {
+            message: e.to_string(),
+            transient,
         }
     }
 }

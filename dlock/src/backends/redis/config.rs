@@ -23,8 +23,17 @@ pub(crate) struct RedisOptions {
     /// `?client_name=`: the holder name written into each lock's owner
     /// token (default `hostname:pid`; see `crate::inspect`).
     pub(crate) client_name: Option<String>,
-    /// `?timeout_ms=N`: how long one request may take before it counts as failed.
+    /// `?timeout=<duration>` (or `?timeout_ms=N`): how long one request may
+    /// take before it counts as failed (and retires its connection).
     pub(crate) response_timeout: Duration,
+    /// `?tcp_keepalive=<duration>|0`: the idle time before TCP keep-alive
+    /// probes on every socket to the servers (and the pause between them);
+    /// `None`: off.
+    pub(crate) tcp_keepalive: Option<Duration>,
+    /// `?tcp_user_timeout=<duration>|0`: how long sent data may stay
+    /// unacknowledged before the kernel closes the connection
+    /// (`TCP_USER_TIMEOUT`, Linux); `None`: the system's default.
+    pub(crate) tcp_user_timeout: Option<Duration>,
     /// `?recheck_ms=N`: the longest pause between a waiter's re-checks of a
     /// held key (`None`: `recheck_ms=0`, no re-check; see `recheck.rs`).
     pub(crate) recheck: Option<Duration>,
@@ -105,6 +114,16 @@ impl std::fmt::Debug for RedisOptions {
 
 pub(crate) const DEFAULT_PREFIX: &str = "dlock";
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default idle time before keep-alive probes: a flow that died
+/// silently while idle is noticed within about 5 + 3 x 5 s = 20 s (a busy
+/// one sooner, by the request timeout or the user timeout).
+const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// The default `TCP_USER_TIMEOUT`: twice the request timeout, so that the
+/// request timeout (which retires the connection) speaks first, and a
+/// connection with unacknowledged data closes soon after.
+const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default cap of a waiter's re-checks: a release that announced itself
 /// nowhere is noticed within about this long.
 pub(crate) const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
@@ -140,6 +159,8 @@ impl RedisOptions {
         let mut prefix = DEFAULT_PREFIX.to_owned();
         let mut client_name = None;
         let mut response_timeout = DEFAULT_RESPONSE_TIMEOUT;
+        let mut tcp_keepalive = Some(DEFAULT_TCP_KEEPALIVE);
+        let mut tcp_user_timeout = Some(DEFAULT_TCP_USER_TIMEOUT);
         let mut recheck = Some(DEFAULT_RECHECK);
         let mut replicas = Replicas::Auto;
         let mut replica_timeout = None;
@@ -192,6 +213,17 @@ impl RedisOptions {
                 "timeout_ms" => {
                     response_timeout =
                         options::millis(name, value, false).map_err(|why| bad(&why))?;
+                }
+                "timeout" => {
+                    response_timeout = options::duration(name, value).map_err(|why| bad(&why))?;
+                }
+                "tcp_keepalive" => {
+                    tcp_keepalive =
+                        options::duration_or_off(name, value).map_err(|why| bad(&why))?;
+                }
+                "tcp_user_timeout" => {
+                    tcp_user_timeout =
+                        options::duration_or_off(name, value).map_err(|why| bad(&why))?;
                 }
                 "recheck_ms" => {
                     let every = options::millis(name, value, true).map_err(|why| bad(&why))?;
@@ -273,6 +305,8 @@ impl RedisOptions {
             prefix,
             client_name,
             response_timeout,
+            tcp_keepalive,
+            tcp_user_timeout,
             recheck,
             replicas,
             replica_timeout,
@@ -389,11 +423,34 @@ fn sentinel_target(before_query: &str, query: SentinelQuery) -> Result<SentinelT
 }
 
 pub(super) fn client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
+    use redis::IntoConnectionInfo;
+    let info = node
+        .into_connection_info()
+        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))?
+        .set_tcp_settings(tcp_settings(options));
     if options.tls {
-        return tls_client(options, node);
+        return tls_client(options, info);
     }
-    redis::Client::open(node)
+    redis::Client::open(info)
         .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
+}
+
+/// The socket options of every connection to a server: keep-alive probes
+/// and the user timeout, so that a connection whose flow died silently is
+/// closed by the kernel even while no request times out on it.
+pub(super) fn tcp_settings(options: &RedisOptions) -> redis::io::tcp::TcpSettings {
+    let mut settings = redis::io::tcp::TcpSettings::default();
+    if let Some(idle) = options.tcp_keepalive {
+        let probes = redis::io::tcp::socket2::TcpKeepalive::new()
+            .with_time(idle)
+            .with_interval(idle)
+            .with_retries(3);
+        settings = settings.set_keepalive(probes);
+    }
+    if let Some(limit) = options.tcp_user_timeout {
+        settings = settings.set_user_timeout(limit);
+    }
+    settings
 }
 
 #[cfg(feature = "tls")]
@@ -437,7 +494,10 @@ pub(super) fn tls_certificates(
 }
 
 #[cfg(feature = "tls")]
-fn tls_client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
+fn tls_client(
+    options: &RedisOptions,
+    node: redis::ConnectionInfo,
+) -> Result<redis::Client, LockError> {
     ensure_crypto_provider();
     let certs = redis::TlsCertificates {
         client_tls: None,
@@ -448,7 +508,10 @@ fn tls_client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockE
 }
 
 #[cfg(not(feature = "tls"))]
-fn tls_client(options: &RedisOptions, _node: &str) -> Result<redis::Client, LockError> {
+fn tls_client(
+    options: &RedisOptions,
+    _node: redis::ConnectionInfo,
+) -> Result<redis::Client, LockError> {
     Err(LockError::invalid_option(format!(
         "`{}` asks for TLS, but dlock was built without its `tls` feature; enable it in Cargo.toml",
         options.shown

@@ -58,7 +58,8 @@ impl RedisBackend {
         } else if options.cluster {
             let mut builder = redis::cluster::ClusterClientBuilder::new(options.nodes.clone())
                 .connection_timeout(Duration::from_secs(2))
-                .response_timeout(options.response_timeout);
+                .response_timeout(options.response_timeout)
+                .tcp_settings(super::config::tcp_settings(&options));
             if options.tls {
                 builder = tls_cluster(builder, &options)?;
             }

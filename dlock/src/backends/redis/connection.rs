@@ -31,11 +31,11 @@
 //! the token), as the Cluster client already resends a script whose
 //! connection broke before the answer.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
-use tokio::sync::OnceCell;
 
 use super::lanes::PerRuntime;
 use crate::lease::background;
@@ -45,17 +45,145 @@ use crate::lease::background;
 /// requests. Cheap to clone: clones share the connections.
 #[derive(Clone)]
 pub(crate) struct Connection {
-    background: ConnectionManager,
+    background: Arc<Retiring>,
     /// `None`: every request takes the background connection (Sentinel's
     /// masters: a failover replaces the connection, see `sentinel.rs`).
     lanes: Option<Arc<Lanes>>,
+    opener: Arc<Opener>,
+    db: i64,
 }
 
-/// What opens a lane's connection, and the lanes' connections.
-struct Lanes {
+/// What opens a new connection to the server.
+struct Opener {
     client: redis::Client,
     config: ConnectionManagerConfig,
-    conns: PerRuntime<OnceCell<ConnectionManager>>,
+}
+
+impl Opener {
+    /// Opens a connection whose driver runs where this is polled.
+    async fn open(&self) -> RedisResult<ConnectionManager> {
+        self.client
+            .get_connection_manager_with_config(self.config.clone())
+            .await
+    }
+}
+
+/// The lanes' connections.
+struct Lanes {
+    conns: PerRuntime<Retiring>,
+}
+
+/// One connection, which a request left without an answer retires.
+///
+/// Why: the client library resends or reconnects only when it sees the
+/// connection drop. A flow that a NAT or a load balancer forgot, or a
+/// server that stopped answering, drops nothing: every request times out
+/// on it, for ever, while a new connection would work at once. So a
+/// request that timed out retires its connection: new requests open a new
+/// one; requests in flight on it finish there (a late answer reaches only
+/// the request it belongs to, in the connection's order). TCP keep-alive
+/// and `TCP_USER_TIMEOUT` (`config.rs`) catch the same on an idle
+/// connection, where no request times out.
+///
+/// Work that follows a request (`lanes::following`: the release of an
+/// acquisition that failed or was dropped) still goes on the retired
+/// connection until a new one is open: the request it follows may yet
+/// reach the server (bytes held in the network are delivered late), and
+/// only on the same connection is the follower sure to land after it. Sent
+/// on a new connection, the release could land first and leave the late
+/// grant on the key until its ttl.
+#[derive(Default)]
+struct Retiring {
+    current: Mutex<Current>,
+    /// Held while a new connection opens, so that concurrent requests open
+    /// one, not one each.
+    opening: tokio::sync::Mutex<()>,
+    opened: std::sync::atomic::AtomicU64,
+}
+
+/// The connection in use, if any, and whether it is retired.
+#[derive(Default)]
+struct Current {
+    conn: Option<Numbered>,
+    retired: bool,
+}
+
+/// A connection, and which one it is (so that a late timeout of an
+/// earlier one does not retire its successor).
+#[derive(Clone)]
+struct Numbered {
+    number: u64,
+    conn: ConnectionManager,
+}
+
+impl Retiring {
+    fn with(conn: ConnectionManager) -> Self {
+        let retiring = Retiring::default();
+        retiring.install(conn);
+        retiring
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn install(&self, conn: ConnectionManager) -> Numbered {
+        let number = self
+            .opened
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let numbered = Numbered { number, conn };
+        *self.lock() = Current {
+            conn: Some(numbered.clone()),
+            retired: false,
+        };
+        numbered
+    }
+
+    /// The connection for a request: the one in use if it is not retired,
+    /// or if the request follows another (see the type's docs).
+    fn get(&self, following: bool) -> Option<Numbered> {
+        let current = self.lock();
+        match &current.conn {
+            Some(conn) if !current.retired || following => Some(conn.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether this has a connection, retired or not.
+    fn is_empty(&self) -> bool {
+        self.lock().conn.is_none()
+    }
+
+    /// The connection for a request, or a new one opened by `opener` here
+    /// (the connection's driver lives where it is opened).
+    async fn get_or_open(&self, opener: &Opener, following: bool) -> RedisResult<Numbered> {
+        if let Some(current) = self.get(following) {
+            return Ok(current);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(current) = self.get(following) {
+            return Ok(current);
+        }
+        Ok(self.install(opener.open().await?))
+    }
+
+    /// Retires connection `number` if `answer` says it did not answer in
+    /// time; returns `answer`.
+    fn check<T>(&self, number: u64, answer: RedisResult<T>) -> RedisResult<T> {
+        if let Err(e) = &answer {
+            if e.is_timeout() {
+                let mut current = self.lock();
+                let this = current.conn.as_ref().is_some_and(|c| c.number == number);
+                if this && !current.retired {
+                    current.retired = true;
+                    drop(current);
+                    tracing::debug!(error = %e,
+                        "a Redis request got no answer in time; its connection is retired, the next request opens a new one");
+                }
+            }
+        }
+        answer
+    }
 }
 
 impl Connection {
@@ -68,77 +196,82 @@ impl Connection {
     ) -> RedisResult<Self> {
         let lanes = lanes.then(|| {
             Arc::new(Lanes {
-                client: client.clone(),
-                config: config.clone(),
                 conns: PerRuntime::default(),
             })
         });
-        let background =
-            background::run(async move { client.get_connection_manager_with_config(config).await })
-                .await?;
-        Ok(Connection { background, lanes })
+        let db = client.get_connection_info().redis_settings().db();
+        let opener = Arc::new(Opener { client, config });
+        let opening = opener.clone();
+        let background = background::run(async move { opening.open().await }).await?;
+        Ok(Connection {
+            background: Arc::new(Retiring::with(background)),
+            lanes,
+            opener,
+            db,
+        })
     }
 
-    /// The connection of the lane here, if it is not the background one:
-    /// made (not yet connected) on a runtime's first request. A task that
-    /// follows a lane whose connection was never opened takes the
-    /// background one: nothing went out on that lane for it to follow.
-    /// (Of the `lanes` field alone, so that the background connection can
-    /// still be borrowed beside it.)
-    fn lane(lanes: &Option<Arc<Lanes>>) -> Option<(&Lanes, Arc<OnceCell<ConnectionManager>>)> {
-        let lanes = lanes.as_deref()?;
+    /// The lane here, if it is not the background one: made (without a
+    /// connection yet) on a runtime's first request. A task that follows a
+    /// lane with no connection takes the background one: nothing went out
+    /// on that lane for it to follow (or what did went on a connection
+    /// that is retired).
+    fn lane(&self) -> Option<Arc<Retiring>> {
+        let lanes = self.lanes.as_deref()?;
         // Once dlock is shut down, requests answer as the background
         // connection does (refused), not on a lane.
         if background::check().is_err() {
             return None;
         }
-        let cell = lanes.conns.here(|_| OnceCell::new())?;
-        if cell.get().is_none() && super::lanes::is_following() {
+        let lane = lanes.conns.here(|_| Retiring::default())?;
+        if lane.is_empty() && super::lanes::is_following() {
             return None;
         }
-        Some((lanes, cell))
+        Some(lane)
     }
 
-    /// The lane's connection, connected on this runtime the first time.
-    async fn connected(
-        lanes: &Lanes,
-        cell: &OnceCell<ConnectionManager>,
-    ) -> RedisResult<ConnectionManager> {
-        let conn = cell
-            .get_or_try_init(|| {
-                lanes
-                    .client
-                    .get_connection_manager_with_config(lanes.config.clone())
-            })
-            .await?;
-        Ok(conn.clone())
+    /// `send` on `slot`'s connection (opened here if it has none); a
+    /// request that finds the connection dropped is sent once more, on the
+    /// connection the manager opens anew, and one that times out retires
+    /// it.
+    async fn on<T, F>(
+        slot: &Retiring,
+        opener: &Opener,
+        send: impl Fn(ConnectionManager) -> F,
+    ) -> RedisResult<T>
+    where
+        F: Future<Output = RedisResult<T>>,
+    {
+        let following = super::lanes::is_following();
+        let Numbered { number, conn } = slot.get_or_open(opener, following).await?;
+        let answer = match send(conn.clone()).await {
+            Err(e) if e.is_connection_dropped() => send(conn).await,
+            answer => answer,
+        };
+        slot.check(number, answer)
     }
 }
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let send =
+            move |mut conn: ConnectionManager| async move { conn.send_packed_command(cmd).await };
         // The lane first: a task following a lane runs on dlock's thread.
-        if let Some((lanes, cell)) = Self::lane(&self.lanes) {
-            if let Some(conn) = cell.get() {
-                let mut conn = conn.clone();
-                return Box::pin(async move {
-                    match conn.send_packed_command(cmd).await {
-                        Err(e) if e.is_connection_dropped() => conn.send_packed_command(cmd).await,
-                        answer => answer,
-                    }
-                });
-            }
-            return Box::pin(async move {
-                let mut conn = Self::connected(lanes, &cell).await?;
-                conn.send_packed_command(cmd).await
-            });
+        let opener = &*self.opener;
+        if let Some(lane) = self.lane() {
+            return Box::pin(async move { Self::on(&lane, opener, send).await });
         }
+        let slot = &*self.background;
         if background::is_current() {
-            return self.background.req_packed_command(cmd);
+            return Box::pin(Self::on(slot, opener, send));
         }
-        let (mut conn, cmd) = (self.background.clone(), cmd.clone());
+        let (slot, opener, cmd) = (self.background.clone(), self.opener.clone(), cmd.clone());
         Box::pin(background::run(async move {
-            conn.send_packed_command(&cmd).await
+            let send = |mut conn: ConnectionManager| {
+                let cmd = &cmd;
+                async move { conn.send_packed_command(cmd).await }
+            };
+            Self::on(&slot, &opener, send).await
         }))
     }
 
@@ -148,28 +281,33 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        if let Some((lanes, cell)) = Self::lane(&self.lanes) {
-            return Box::pin(async move {
-                let mut conn = Self::connected(lanes, &cell).await?;
-                match conn.send_packed_commands(pipeline, offset, count).await {
-                    Err(e) if e.is_connection_dropped() => {
-                        conn.send_packed_commands(pipeline, offset, count).await
-                    }
-                    answer => answer,
-                }
-            });
+        let send = move |mut conn: ConnectionManager| async move {
+            conn.send_packed_commands(pipeline, offset, count).await
+        };
+        let opener = &*self.opener;
+        if let Some(lane) = self.lane() {
+            return Box::pin(async move { Self::on(&lane, opener, send).await });
         }
+        let slot = &*self.background;
         if background::is_current() {
-            return self.background.req_packed_commands(pipeline, offset, count);
+            return Box::pin(Self::on(slot, opener, send));
         }
-        let (mut conn, pipeline) = (self.background.clone(), pipeline.clone());
+        let (slot, opener, pipeline) = (
+            self.background.clone(),
+            self.opener.clone(),
+            pipeline.clone(),
+        );
         Box::pin(background::run(async move {
-            conn.send_packed_commands(&pipeline, offset, count).await
+            let send = |mut conn: ConnectionManager| {
+                let pipeline = &pipeline;
+                async move { conn.send_packed_commands(pipeline, offset, count).await }
+            };
+            Self::on(&slot, &opener, send).await
         }))
     }
 
     fn get_db(&self) -> i64 {
-        self.background.get_db()
+        self.db
     }
 }
 

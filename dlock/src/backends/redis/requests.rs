@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use redis::{RedisError, RedisResult, Script};
 
 use super::batching::ops::AcquireOp;
-use super::batching::{LaneBatchers, Turn};
+use super::batching::{BatchFailed, LaneBatchers, Turn};
 use super::recheck::{keyspace_channel, Recheck};
 use super::scripts::{millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
 use super::unfinished::ReleaseIfDropped;
 use super::{renew_many, scripts, Attempt, Conn, RedisBackend};
+use crate::backend::transient::Transient;
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::LockError;
 
@@ -61,11 +62,15 @@ impl RedisBackend {
     /// The answer of a request that went out in a batch.
     pub(super) async fn batched<T>(
         &self,
-        answer: tokio::sync::oneshot::Receiver<Result<T, String>>,
+        answer: tokio::sync::oneshot::Receiver<Result<T, BatchFailed>>,
     ) -> Result<T, LockError> {
         match answer.await {
             Ok(Ok(out)) => Ok(out),
-            Ok(Err(message)) => Err(LockError::backend(self.options.shown.clone(), message)),
+            Ok(Err(BatchFailed { message, transient })) => Err(if transient {
+                LockError::backend(self.options.shown.clone(), Transient::new(message))
+            } else {
+                LockError::backend(self.options.shown.clone(), message)
+            }),
             Err(_) => Err(LockError::backend(
                 self.options.shown.clone(),
                 "the batch was dropped unsent (is the runtime shutting down?)",

@@ -1,0 +1,255 @@
+//! Networks that fail quietly (issue 52), on real servers behind a fault
+//! proxy, with one backend object kept for the whole test as an application
+//! keeps it:
+//!
+//! - **flows frozen**: every open connection silently dead (a NAT or load
+//!   balancer forgot the flows), new connections pass. The same backend
+//!   object works again, without a new `connect`, and keeps working for
+//!   calls that do not wait (so its connection was replaced, not waited
+//!   out);
+//! - **traffic held 8 s** while an acquisition with a 20 s wait is under
+//!   way (a lock, a write lock, a permit, an election campaign): granted
+//!   once the network is back, not failed at the first request timeout;
+//! - **a held lock through a 3 s pause** over its first renewal: still
+//!   held, `lost()` never fired;
+//! - **a server restart during a wait**: the waiter is served once the
+//!   server is back, with no error.
+//!
+//! Each test prints how long the service took to come back: the figures of
+//! the reliability guide's table.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{Election, Lock, LockBackend, RwLock, Semaphore};
+use dlock_tests::proxy::FaultProxy;
+use dlock_tests::servers::control::ServerControl;
+use dlock_tests::servers::postgres::PgServer;
+use dlock_tests::servers::redis::RedisServer;
+
+/// Far longer than any fault here: an acquisition that fails meanwhile
+/// fails the test; one still waiting at the end fails it too.
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn connect(url: &str) -> Arc<dyn LockBackend> {
+    dlock::connect(url)
+        .await
+        .expect("connect through the proxy")
+}
+
+/// A lock cycle on `backend`, so that its connections are open (and about
+/// to be frozen or held).
+async fn warm(backend: &Arc<dyn LockBackend>) {
+    let guard = Lock::new("warm")
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .expect("a lock before the fault");
+    guard.release().await.expect("its release");
+}
+
+/// Freezes every flow of `proxy`, then takes a free key with a wait:
+/// granted; then calls that do not wait work at once, five times.
+async fn frozen_flows_are_replaced(name: &str, proxy: &FaultProxy, backend: &Arc<dyn LockBackend>) {
+    warm(backend).await;
+    proxy.freeze_flows();
+    let frozen = Instant::now();
+    let lock = Lock::new("after-freeze").with_backend(backend.clone());
+    let guard = lock
+        .clone()
+        .wait(WAIT)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{name}: no lock after the flows froze: {e}"));
+    eprintln!(
+        "{name}: flows frozen: first lock after {:?}",
+        frozen.elapsed()
+    );
+    guard.release().await.expect("release after the freeze");
+    for i in 0..5 {
+        let guard = lock
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: call {i} after recovery failed: {e}"))
+            .expect("the key is free");
+        guard.release().await.expect("release after recovery");
+    }
+}
+
+/// Holds all traffic of `proxy` for 8 s while a lock, a write lock, a
+/// permit and (where the backend has elections) a campaign are asked for
+/// with a 20 s wait: every one is granted once the traffic flows again.
+async fn a_pause_shorter_than_the_wait_is_waited_out(
+    name: &str,
+    proxy: &FaultProxy,
+    backend: &Arc<dyn LockBackend>,
+    elections: bool,
+) {
+    const PAUSE: Duration = Duration::from_secs(8);
+    warm(backend).await;
+    proxy.hold();
+    let mut asks = tokio::task::JoinSet::new();
+    let b = backend.clone();
+    asks.spawn(async move {
+        let lock = Lock::new("paused-lock").with_backend(b).wait(WAIT);
+        lock.acquire()
+            .await
+            .map(|g| ("lock", Instant::now(), g.is_held()))
+    });
+    let b = backend.clone();
+    asks.spawn(async move {
+        let rw = RwLock::new("paused-rw").with_backend(b).wait(WAIT);
+        rw.write()
+            .await
+            .map(|g| ("write lock", Instant::now(), g.is_held()))
+    });
+    let b = backend.clone();
+    asks.spawn(async move {
+        let permits = Semaphore::new("paused-permits", 2)
+            .with_backend(b)
+            .wait(WAIT);
+        permits
+            .acquire()
+            .await
+            .map(|p| ("permit", Instant::now(), p.is_held()))
+    });
+    if elections {
+        let b = backend.clone();
+        asks.spawn(async move {
+            let election = Election::new("paused-election").with_backend(b).wait(WAIT);
+            election
+                .campaign("node-a")
+                .await
+                .map(|l| ("campaign", Instant::now(), l.is_leader()))
+        });
+    }
+    tokio::time::sleep(PAUSE).await;
+    proxy.pass();
+    let back = Instant::now();
+    while let Some(done) = asks.join_next().await {
+        let (what, at, held) = done.expect("an acquisition panicked").unwrap_or_else(|e| {
+            panic!("{name}: an acquisition failed during an {PAUSE:?} pause: {e}")
+        });
+        assert!(held, "{name}: the {what} was not held when handed over");
+        eprintln!(
+            "{name}: {PAUSE:?} pause: {what} granted {:?} after the traffic came back",
+            at.saturating_duration_since(back)
+        );
+    }
+}
+
+/// A lock with a 30 s ttl held through a 3 s pause over its first renewal
+/// (a third of the ttl in): still held, `lost()` not fired.
+async fn a_held_lock_rides_through_a_short_pause(
+    name: &str,
+    proxy: &FaultProxy,
+    backend: &Arc<dyn LockBackend>,
+) {
+    let ttl = Duration::from_secs(30);
+    let guard = Lock::new("held-through")
+        .with_backend(backend.clone())
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("the lock before the pause");
+    tokio::time::sleep(ttl / 3 - Duration::from_millis(1500)).await;
+    proxy.hold();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.pass();
+    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
+    assert!(lost.is_err(), "{name}: lost() fired after a 3 s pause");
+    assert!(
+        guard.is_held(),
+        "{name}: the lock was not held after a 3 s pause"
+    );
+    guard.release().await.expect("release after the pause");
+}
+
+fn redis_url(proxy: &FaultProxy) -> String {
+    format!("redis://{}", proxy.addr())
+}
+
+fn postgres_url(proxy: &FaultProxy) -> String {
+    format!("postgres://postgres@{}/postgres", proxy.addr())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_frozen_flows_are_replaced() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = connect(&redis_url(&proxy)).await;
+    frozen_flows_are_replaced("Redis", &proxy, &backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_waits_ride_through_an_eight_second_pause() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = connect(&redis_url(&proxy)).await;
+    a_pause_shorter_than_the_wait_is_waited_out("Redis", &proxy, &backend, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_held_lock_rides_through_a_three_second_pause() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = connect(&redis_url(&proxy)).await;
+    a_held_lock_rides_through_a_short_pause("Redis", &proxy, &backend).await;
+}
+
+/// The waiter of a held key is served once the restarted server (empty:
+/// no persistence) is back; the old holder is told it lost the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_waiter_is_served_after_a_restart() {
+    let mut server = RedisServer::start();
+    let holder = connect(&server.url()).await;
+    let waiter = connect(&server.url()).await;
+    let guard = Lock::new("restarted")
+        .with_backend(holder)
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let lock = Lock::new("restarted").with_backend(waiter).wait(WAIT);
+        lock.acquire().await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart();
+    let back = Instant::now();
+    let served = waiting
+        .await
+        .unwrap()
+        .expect("the waiter failed across the restart");
+    eprintln!(
+        "Redis: restart: waiter served {:?} after the server was back",
+        back.elapsed()
+    );
+    tokio::time::timeout(Duration::from_secs(15), guard.lost())
+        .await
+        .expect("the old holder was never told it lost the lease");
+    served.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_frozen_flows_are_replaced() {
+    let server = PgServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = connect(&postgres_url(&proxy)).await;
+    frozen_flows_are_replaced("PostgreSQL", &proxy, &backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_waits_ride_through_an_eight_second_pause() {
+    let server = PgServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = connect(&postgres_url(&proxy)).await;
+    a_pause_shorter_than_the_wait_is_waited_out("PostgreSQL", &proxy, &backend, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_held_lock_rides_through_a_three_second_pause() {
+    let server = PgServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = connect(&postgres_url(&proxy)).await;
+    a_held_lock_rides_through_a_short_pause("PostgreSQL", &proxy, &backend).await;
+}
