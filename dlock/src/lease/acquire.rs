@@ -154,7 +154,7 @@ pub(crate) async fn take(
             }
             Ok(asked) => asked,
         };
-        ride.answered(&options.key);
+        ride.answered(&options.key, asked.is_some())?;
         let Some(lease) = asked else {
             return Ok(None);
         };

@@ -16,9 +16,15 @@
 //! expiry) must not touch the lease of the next attempt.
 //!
 //! A wait of zero (`try_acquire`, `wait(0)`) asked for one attempt and
-//! fails at once, as before. A wait without a limit rides through
-//! [`NO_WAIT_LIMIT`] of failures in a row, then fails: an outage still
-//! shows as an error rather than a hang.
+//! fails at once, as before. A wait without a limit is left to the backend
+//! (Redis behind Sentinel rides a failover for up to a minute, etcd gives
+//! up after a ttl without an answer): an outage then shows as an error
+//! rather than a hang.
+//!
+//! A wait that ends while the service is failing ends with the last
+//! failure, not with `Timeout`: an attempt that followed failures and was
+//! still unanswered at the deadline has seen no holder, and `Timeout` means
+//! one was seen (a client must tell an outage from contention).
 
 use std::time::{Duration, Instant};
 
@@ -33,18 +39,16 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 /// The longest pause: a server that is back is found within this.
 const MAX_PAUSE: Duration = Duration::from_millis(500);
 
-/// How long a wait without a limit rides through failures in a row.
-pub(crate) const NO_WAIT_LIMIT: Duration = Duration::from_secs(60);
-
 /// The failures of one acquisition so far.
 #[derive(Debug)]
 pub(crate) struct RideThrough {
+    /// No second attempt: a zero wait, or a wait without a limit.
     once: bool,
-    deadline: Option<Instant>,
+    deadline: Instant,
     pause: Duration,
-    /// When the current run of failures began.
-    failing_since: Option<Instant>,
     failures: u32,
+    /// The failure that the last attempt followed, if it did.
+    last_failure: Option<LockError>,
 }
 
 impl RideThrough {
@@ -52,11 +56,11 @@ impl RideThrough {
     /// `deadline` (`None`: no limit).
     pub(crate) fn new(once: bool, deadline: Option<Instant>) -> Self {
         RideThrough {
-            once,
-            deadline,
+            once: once || deadline.is_none(),
+            deadline: deadline.unwrap_or_else(Instant::now),
             pause: FIRST_PAUSE,
-            failing_since: None,
             failures: 0,
+            last_failure: None,
         }
     }
 
@@ -64,13 +68,13 @@ impl RideThrough {
     /// next attempt and returns `Ok`, or returns `error` when it does not
     /// pass or the wait is over.
     pub(crate) async fn after(&mut self, key: &str, error: LockError) -> Result<(), LockError> {
-        if self.once || !is_transient(&error) {
+        // After `dlock::shutdown` nothing will pass: connections are gone.
+        let shut_down = crate::lease::background::check().is_err();
+        if self.once || shut_down || !is_transient(&error) {
             return Err(error);
         }
-        let now = Instant::now();
-        let give_up = self.give_up(now);
         let pause = self.pause;
-        if saturating_add(now, pause) >= give_up {
+        if saturating_add(Instant::now(), pause) >= self.deadline {
             tracing::debug!(key, failures = self.failures + 1, error = %error,
                 "the wait is over; the acquisition fails with its last error");
             return Err(error);
@@ -80,30 +84,28 @@ impl RideThrough {
             "an attempt failed on a transient error; asking again within the wait");
         tokio::time::sleep(pause).await;
         self.pause = (self.pause * 2).min(MAX_PAUSE);
+        self.last_failure = Some(error);
         Ok(())
     }
 
-    /// When the current run of failures, which had one at `now`, ends the
-    /// acquisition.
-    fn give_up(&mut self, now: Instant) -> Instant {
-        let since = *self.failing_since.get_or_insert(now);
-        self.deadline
-            .unwrap_or_else(|| saturating_add(since, NO_WAIT_LIMIT))
-    }
-
-    /// An attempt on `key` answered (granted or not): the run of failures,
-    /// if any, is over.
-    pub(crate) fn answered(&mut self, key: &str) {
-        if self.failures > 0 {
+    /// An attempt on `key` answered: granted (`true`), or not acquired
+    /// within the wait. Not acquired right after failures, at the end of
+    /// the wait, is the last failure (see the module docs), else `Ok`.
+    pub(crate) fn answered(&mut self, key: &str, granted: bool) -> Result<(), LockError> {
+        let failures = std::mem::take(&mut self.failures);
+        self.pause = FIRST_PAUSE;
+        let last_failure = self.last_failure.take();
+        if failures > 0 && granted {
             tracing::info!(
                 key,
-                failures = self.failures,
+                failures,
                 "dlock: an acquisition rode through transient failures"
             );
         }
-        self.failures = 0;
-        self.failing_since = None;
-        self.pause = FIRST_PAUSE;
+        match last_failure {
+            Some(e) if !granted && Instant::now() >= self.deadline => Err(e),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -147,18 +149,24 @@ mod tests {
         assert!(start.elapsed() < Duration::from_millis(1200));
     }
 
-    #[test]
-    fn a_wait_without_limit_gives_up_after_a_minute_of_failures() {
+    #[tokio::test]
+    async fn a_wait_without_limit_is_left_to_the_backend() {
         let mut ride = RideThrough::new(false, None);
-        let first = Instant::now();
-        assert_eq!(ride.give_up(first), first + NO_WAIT_LIMIT);
-        // Counted from the first failure of the run, not from each.
-        assert_eq!(
-            ride.give_up(first + Duration::from_secs(5)),
-            first + NO_WAIT_LIMIT
-        );
-        ride.answered("k");
-        let later = first + Duration::from_secs(90);
-        assert_eq!(ride.give_up(later), later + NO_WAIT_LIMIT);
+        assert!(ride.after("k", reset()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_wait_that_ends_in_failures_ends_with_the_last_failure() {
+        let deadline = Instant::now() + Duration::from_millis(100);
+        let mut ride = RideThrough::new(false, Some(deadline));
+        ride.after("k", reset()).await.unwrap();
+        tokio::time::sleep_until(deadline.into()).await;
+        let ended = ride.answered("k", false).unwrap_err();
+        assert!(matches!(ended, LockError::Backend { .. }), "{ended:?}");
+        // A grant is a grant, and a holder seen before the end is `Timeout`.
+        let mut ride = RideThrough::new(false, Some(Instant::now() + Duration::from_secs(5)));
+        ride.after("k", reset()).await.unwrap();
+        assert!(ride.answered("k", false).is_ok());
+        assert!(ride.answered("k", true).is_ok());
     }
 }

@@ -106,8 +106,10 @@ pub(crate) async fn take_all(
                 }
             }
             answer => {
-                if let Some(&at) = asked.first() {
-                    ride.answered(&keys[at]);
+                let first = asked.first().map_or("", |&at| keys[at].as_str());
+                let granted = matches!(answer, Ok(AllOrNone::Taken(_)));
+                if let Err(e) = ride.answered(first, granted) {
+                    break (asked, requests, Err(e));
                 }
                 break (asked, requests, answer);
             }

@@ -725,7 +725,15 @@ mod tests {
             ),
             (
                 "redis+sentinel://:secret@h:1/mm?timeout=5",
-                "unknown parameter `timeout`; did you mean `timeout_ms`?",
+                "`timeout=5` is not a duration",
+            ),
+            (
+                "redis+sentinel://:secret@h:1/mm?timeot=5s",
+                "unknown parameter `timeot`; did you mean `timeout`?",
+            ),
+            (
+                "redis://:secret@h:1?tcp_keepalive=soon",
+                "`tcp_keepalive=soon` is not a duration",
             ),
             (
                 "redis+sentinel://:secret@h:1/mm?sentinel_password=%zz",

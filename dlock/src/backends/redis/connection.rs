@@ -230,13 +230,15 @@ impl Connection {
         Some(lane)
     }
 
-    /// `send` on `slot`'s connection (opened here if it has none); a
-    /// request that finds the connection dropped is sent once more, on the
-    /// connection the manager opens anew, and one that times out retires
-    /// it.
+    /// `send` on `slot`'s connection (opened here if it has none); on a
+    /// lane (`resend`), a request that finds the connection dropped is sent
+    /// once more, on the connection the manager opens anew (the background
+    /// connection learns of a drop from the watchdog's renewals); a request
+    /// that times out retires the connection.
     async fn on<T, F>(
         slot: &Retiring,
         opener: &Opener,
+        resend: bool,
         send: impl Fn(ConnectionManager) -> F,
     ) -> RedisResult<T>
     where
@@ -245,7 +247,7 @@ impl Connection {
         let following = super::lanes::is_following();
         let Numbered { number, conn } = slot.get_or_open(opener, following).await?;
         let answer = match send(conn.clone()).await {
-            Err(e) if e.is_connection_dropped() => send(conn).await,
+            Err(e) if resend && e.is_connection_dropped() => send(conn).await,
             answer => answer,
         };
         slot.check(number, answer)
@@ -259,11 +261,11 @@ impl ConnectionLike for Connection {
         // The lane first: a task following a lane runs on dlock's thread.
         let opener = &*self.opener;
         if let Some(lane) = self.lane() {
-            return Box::pin(async move { Self::on(&lane, opener, send).await });
+            return Box::pin(async move { Self::on(&lane, opener, true, send).await });
         }
         let slot = &*self.background;
         if background::is_current() {
-            return Box::pin(Self::on(slot, opener, send));
+            return Box::pin(Self::on(slot, opener, false, send));
         }
         let (slot, opener, cmd) = (self.background.clone(), self.opener.clone(), cmd.clone());
         Box::pin(background::run(async move {
@@ -271,7 +273,7 @@ impl ConnectionLike for Connection {
                 let cmd = &cmd;
                 async move { conn.send_packed_command(cmd).await }
             };
-            Self::on(&slot, &opener, send).await
+            Self::on(&slot, &opener, false, send).await
         }))
     }
 
@@ -286,11 +288,11 @@ impl ConnectionLike for Connection {
         };
         let opener = &*self.opener;
         if let Some(lane) = self.lane() {
-            return Box::pin(async move { Self::on(&lane, opener, send).await });
+            return Box::pin(async move { Self::on(&lane, opener, true, send).await });
         }
         let slot = &*self.background;
         if background::is_current() {
-            return Box::pin(Self::on(slot, opener, send));
+            return Box::pin(Self::on(slot, opener, false, send));
         }
         let (slot, opener, pipeline) = (
             self.background.clone(),
@@ -302,7 +304,7 @@ impl ConnectionLike for Connection {
                 let pipeline = &pipeline;
                 async move { conn.send_packed_commands(pipeline, offset, count).await }
             };
-            Self::on(&slot, &opener, send).await
+            Self::on(&slot, &opener, false, send).await
         }))
     }
 
