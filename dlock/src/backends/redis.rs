@@ -191,7 +191,9 @@ use self::connection::Server;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
 #[cfg(feature = "redlock")]
-pub(crate) use self::lanes::{spawn_following, spawn_in_lane};
+pub(crate) use self::lanes::spawn_following;
+#[cfg(feature = "redlock")]
+pub(crate) use self::lanes::spawn_in_lane;
 use self::replicas::ReplicaAck;
 use self::subscriber::Subscriber;
 use self::turns::Beats;

@@ -492,7 +492,25 @@ impl ZooKeeperBackend {
     }
 
     fn error(&self, what: impl fmt::Display, e: ZkError) -> LockError {
-        LockError::backend(self.shown.clone(), format!("{what}: {e}"))
+        let text = format!("{what}: {e}");
+        // A lost connection or an unanswered request may pass: a waiting
+        // acquisition asks again (`backend/transient.rs`).
+        let transient = matches!(
+            e,
+            ZkError::ConnectionLoss
+                | ZkError::Timeout
+                | ZkError::NoHosts
+                | ZkError::SessionMoved
+                | ZkError::Throttled
+        );
+        if transient {
+            LockError::backend(
+                self.shown.clone(),
+                crate::backend::transient::Transient::new(text),
+            )
+        } else {
+            LockError::backend(self.shown.clone(), text)
+        }
     }
 
     /// The current session if new work can use it.

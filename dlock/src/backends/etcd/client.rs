@@ -61,7 +61,10 @@ impl Inner {
             let error = match tokio::time::timeout(self.timeout, call()).await {
                 Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(e)) => e,
-                Err(_) => return Err(self.error(format!("no answer within {:?}", self.timeout))),
+                Err(_) => {
+                    let silent = format!("no answer within {:?}", self.timeout);
+                    return Err(self.error(crate::backend::transient::Transient::new(silent)));
+                }
             };
             attempt += 1;
             if attempt >= UNREACHABLE_TRIES || !unreachable(&error) {

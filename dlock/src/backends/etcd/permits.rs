@@ -41,7 +41,7 @@ use etcd_client::{
     TxnOpResponse, WatchOptions,
 };
 
-use super::client::revision_of;
+use super::client::{first_create_revision, revision_of};
 use super::contenders::{get_of, Contenders};
 use super::names::Kind;
 use super::queue::{Queued, MAX_REQUEUES};
@@ -219,16 +219,25 @@ impl Inner {
                         Some(PutOptions::new().with_lease(session.id)),
                     ),
                     TxnOp::get(dir.as_str(), Some(Self::first_with_values(None))),
+                ])
+                // The key exists: our own create, applied once already. A
+                // connection that broke under it (its answer lost) makes
+                // `client.rs` ask again, and the name holds our token.
+                .or_else([
+                    TxnOp::get(entry.as_str(), None),
+                    TxnOp::get(dir.as_str(), Some(Self::first_with_values(None))),
                 ]);
             let answer = self.txn(txn).await?;
             queued.in_flight = false;
-            let mine = match revision_of(&answer) {
-                Some(rev) if answer.succeeded() => rev,
-                _ => {
-                    return Err(self.error(format!(
-                        "etcd did not create the permit key `{entry}` (it exists already)"
-                    )))
-                }
+            let mine = if answer.succeeded() {
+                revision_of(&answer)
+            } else {
+                first_create_revision(answer.op_responses().first())
+            };
+            let Some(mine) = mine else {
+                return Err(self.error(format!(
+                    "etcd did not create the permit key `{entry}` (it was not there either)"
+                )));
             };
             queued.revision = Some(mine);
             let ops = answer.op_responses();

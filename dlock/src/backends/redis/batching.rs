@@ -71,6 +71,7 @@ pub(crate) const MAX_BATCH: usize = 8;
 /// [`MAX_BATCH`]): far above what 64 tasks queue (the uncapped batches
 /// measured there), and a bound on one script's size (about 150 bytes of
 /// names and token per request) however many callers wait.
+#[cfg(feature = "redlock")]
 pub(crate) const MAX_MASTER_BATCH: usize = 128;
 
 /// One kind of batchable request: its many-keys script, how to read its

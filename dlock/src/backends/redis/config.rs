@@ -512,10 +512,16 @@ fn tls_client(
     options: &RedisOptions,
     _node: redis::ConnectionInfo,
 ) -> Result<redis::Client, LockError> {
-    Err(LockError::invalid_option(format!(
+    Err(no_tls(options))
+}
+
+/// A TLS URL on a build without the `tls` feature.
+#[cfg(not(feature = "tls"))]
+fn no_tls(options: &RedisOptions) -> LockError {
+    LockError::invalid_option(format!(
         "`{}` asks for TLS, but dlock was built without its `tls` feature; enable it in Cargo.toml",
         options.shown
-    )))
+    ))
 }
 
 #[cfg(feature = "tls")]
@@ -536,7 +542,7 @@ pub(super) fn tls_cluster(
     _builder: redis::cluster::ClusterClientBuilder,
     options: &RedisOptions,
 ) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
-    Err(tls_client(options, "").unwrap_err())
+    Err(no_tls(options))
 }
 
 #[cfg(test)]

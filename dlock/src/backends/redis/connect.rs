@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use redis::{RedisError, RedisResult};
 
-use super::batching::{LaneBatchers, MAX_BATCH, MAX_MASTER_BATCH};
+#[cfg(feature = "redlock")]
+use super::batching::MAX_MASTER_BATCH;
+use super::batching::{LaneBatchers, MAX_BATCH};
 use super::config::{client, tls_cluster, RedisOptions};
 use super::connection::{Connection, Server};
 use super::recheck::notifies_releases;
@@ -111,6 +113,7 @@ impl RedisBackend {
     /// This backend as a Redlock master: its batches carry up to
     /// `MAX_MASTER_BATCH` requests (see `MAX_BATCH` in `batching.rs` for why
     /// a master differs).
+    #[cfg(feature = "redlock")]
     pub(crate) fn into_redlock_master(mut self) -> Self {
         if let Conn::Single(c) = &self.conn {
             self.batchers = Some(LaneBatchers::new(c, MAX_MASTER_BATCH));

@@ -76,6 +76,7 @@ where
 /// is polled, and no thread is woken for it. For work whose requests only
 /// await answers already on their way (the deletes a Redlock release did
 /// not wait for).
+#[cfg(feature = "redlock")]
 pub(crate) fn spawn_in_lane<F>(task: F)
 where
     F: Future<Output = ()> + Send + 'static,

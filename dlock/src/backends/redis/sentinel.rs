@@ -281,6 +281,12 @@ fn sentinel_client(
     let mut builder = SentinelClientBuilder::new(addrs, &target.master, SentinelServerType::Master)
         .map_err(bad)?;
     builder = builder.set_client_to_redis_db(target.db);
+    // Keep-alive and the user timeout on the master's and the sentinels'
+    // sockets too (`config.rs`'s `tcp_settings`).
+    let tcp = super::config::tcp_settings(options);
+    builder = builder
+        .set_client_to_redis_tcp_settings(tcp.clone())
+        .set_client_to_sentinel_tcp_settings(tcp);
     if let Some(user) = &target.user {
         builder = builder.set_client_to_redis_username(user);
     }

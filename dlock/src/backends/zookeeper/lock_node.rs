@@ -27,7 +27,9 @@ impl ZooKeeperBackend {
         if !is_connected(state) {
             return Err(LockError::backend(
                 self.shown.clone(),
-                format!("ZooKeeper is unreachable (session {state})"),
+                crate::backend::transient::Transient::new(format!(
+                    "ZooKeeper is unreachable (session {state})"
+                )),
             ));
         }
         let limit = client.session_timeout();
@@ -35,7 +37,9 @@ impl ZooKeeperBackend {
             Ok(answer) => answer,
             Err(_) => Err(LockError::backend(
                 self.shown.clone(),
-                format!("ZooKeeper did not answer within the session timeout ({limit:?})"),
+                crate::backend::transient::Transient::new(format!(
+                    "ZooKeeper did not answer within the session timeout ({limit:?})"
+                )),
             )),
         }
     }

@@ -165,7 +165,9 @@ impl ZooKeeperBackend {
                 // One attempt must not wait for a reconnect.
                 return Err(LockError::backend(
                     self.shown.clone(),
-                    format!("ZooKeeper is unreachable (session {state})"),
+                    crate::backend::transient::Transient::new(format!(
+                        "ZooKeeper is unreachable (session {state})"
+                    )),
                 ));
             }
             // Armed before the create: dropped at any await, the node goes.
@@ -265,7 +267,9 @@ impl PermitBackend for ZooKeeperBackend {
             Ok(answer) => answer,
             Err(_) => Err(LockError::backend(
                 self.shown.clone(),
-                format!("ZooKeeper did not answer within {limit:?}"),
+                crate::backend::transient::Transient::new(format!(
+                    "ZooKeeper did not answer within {limit:?}"
+                )),
             )),
         }
     }
