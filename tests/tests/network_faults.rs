@@ -26,7 +26,7 @@ use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::etcd::EtcdServer;
 use dlock_tests::servers::postgres::PgServer;
-use dlock_tests::servers::redis::RedisServer;
+use dlock_tests::servers::redis::{RedisServer, RedisSet};
 use dlock_tests::servers::zookeeper::ZkServer;
 
 /// Far longer than any fault here: an acquisition that fails meanwhile
@@ -316,4 +316,117 @@ async fn zookeeper_held_lock_rides_through_a_three_second_pause() {
     let proxy = FaultProxy::start(server.addr()).await;
     let backend = connect(&zookeeper_url(&proxy)).await;
     a_held_lock_rides_through_a_short_pause("ZooKeeper", &proxy, &backend).await;
+}
+
+/// A Redlock set of three masters, each behind a proxy of its own.
+async fn redlock_through_proxies() -> (RedisSet, Vec<FaultProxy>, Arc<dyn LockBackend>) {
+    let set = RedisSet::start(3);
+    let mut proxies = Vec::new();
+    for server in set.servers() {
+        proxies.push(FaultProxy::start(server.addr()).await);
+    }
+    let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let backend = connect(&format!("redlock://{}", hosts.join(","))).await;
+    (set, proxies, backend)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_frozen_flows_are_replaced() {
+    let (_set, proxies, backend) = redlock_through_proxies().await;
+    warm(&backend).await;
+    for proxy in &proxies {
+        proxy.freeze_flows();
+    }
+    let frozen = Instant::now();
+    let lock = Lock::new("after-freeze").with_backend(backend.clone());
+    let guard = lock
+        .clone()
+        .wait(WAIT)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("Redlock: no lock after the flows froze: {e}"));
+    eprintln!(
+        "Redlock: flows frozen: first lock after {:?}",
+        frozen.elapsed()
+    );
+    guard.release().await.expect("release after the freeze");
+    for i in 0..5 {
+        let guard = lock
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("Redlock: call {i} after recovery failed: {e}"))
+            .expect("the key is free");
+        guard.release().await.expect("release after recovery");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_waits_ride_through_an_eight_second_pause() {
+    let (_set, proxies, backend) = redlock_through_proxies().await;
+    warm(&backend).await;
+    for proxy in &proxies {
+        proxy.hold();
+    }
+    let b = backend.clone();
+    let asking = tokio::spawn(async move {
+        let lock = Lock::new("paused-lock").with_backend(b).wait(WAIT);
+        lock.acquire().await.map(|g| (Instant::now(), g))
+    });
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    for proxy in &proxies {
+        proxy.pass();
+    }
+    let back = Instant::now();
+    let (at, guard) = asking
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("Redlock: the acquisition failed during an 8 s pause: {e}"));
+    eprintln!(
+        "Redlock: 8s pause: lock granted {:?} after the traffic came back",
+        at.saturating_duration_since(back)
+    );
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
+
+/// Twenty callers in flight on one connection whose answers arrive a second
+/// late, in order: each is granted the key it asked for, with its own
+/// token (its release, a compare-and-delete of that token, succeeds), and
+/// the fences of one key never repeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_callers_in_flight_on_a_late_connection_each_get_their_own_answer() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = connect(&format!("redis://{}?timeout=10s", proxy.addr())).await;
+    warm(&backend).await;
+    proxy.delay_replies(Duration::from_secs(1));
+    let mut asks = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let b = backend.clone();
+        asks.spawn(async move {
+            let key = format!("late:{i}");
+            let guard = Lock::new(key.clone())
+                .with_backend(b)
+                .ttl(Duration::from_secs(30))
+                .wait(WAIT)
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            (key, guard)
+        });
+    }
+    let mut guards = Vec::new();
+    while let Some(done) = asks.join_next().await {
+        let (key, guard) = done.unwrap();
+        assert_eq!(guard.key(), key, "a caller got another caller's lease");
+        guards.push(guard);
+    }
+    proxy.pass();
+    for guard in guards {
+        let key = guard.key().to_owned();
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("{key}: the lease was not this caller's: {e}"));
+    }
 }

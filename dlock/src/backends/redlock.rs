@@ -229,8 +229,9 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_millis(100);
 pub struct RedlockBackend {
     nodes: Vec<Arc<RedisBackend>>,
     /// Per master: until when it counts as down (it failed or timed out on
-    /// its last request), so rounds do not wait for it.
-    suspect_until: Vec<Mutex<Option<Instant>>>,
+    /// its last request), so rounds do not wait for it; and since when it
+    /// has been silent without a break (see `quorum.rs`'s `set_suspect`).
+    suspect_until: Vec<Mutex<Suspect>>,
     /// Failed rounds' undos still on their way, which the next round of the
     /// same token waits out per master (see `quorum.rs`).
     undos: Undos,
@@ -238,6 +239,15 @@ pub struct RedlockBackend {
     node_timeout: Option<Duration>,
     restart_quarantine: Option<Duration>,
     shown: String,
+}
+
+/// What rounds know of one master's silence.
+#[derive(Debug, Default)]
+pub(super) struct Suspect {
+    /// Until when rounds do not wait for it.
+    pub(super) until: Option<Instant>,
+    /// Since when it has failed or been silent, every round.
+    pub(super) silent_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for RedlockBackend {

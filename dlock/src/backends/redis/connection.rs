@@ -167,6 +167,16 @@ impl Retiring {
         Ok(self.install(opener.open().await?))
     }
 
+    /// Retires the connection in use, whatever it is (see
+    /// [`Connection::retire_all`]).
+    #[cfg(feature = "redlock")]
+    fn retire(&self) {
+        let mut current = self.lock();
+        if current.conn.is_some() {
+            current.retired = true;
+        }
+    }
+
     /// Retires connection `number` if `answer` says it did not answer in
     /// time; returns `answer`.
     fn check<T>(&self, number: u64, answer: RedisResult<T>) -> RedisResult<T> {
@@ -209,6 +219,21 @@ impl Connection {
             opener,
             db,
         })
+    }
+
+    /// Retires every connection (the background one and each lane's): the
+    /// next request on each opens a new one. For a caller that bounds its
+    /// requests by a timeout of its own, shorter than the response
+    /// timeout, and so never sees one time out here: a Redlock round waits
+    /// for each master only its per-node timeout.
+    #[cfg(feature = "redlock")]
+    pub(crate) fn retire_all(&self) {
+        self.background.retire();
+        if let Some(lanes) = &self.lanes {
+            for lane in lanes.conns.all() {
+                lane.retire();
+            }
+        }
     }
 
     /// The lane here, if it is not the background one: made (without a

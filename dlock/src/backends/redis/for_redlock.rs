@@ -13,6 +13,21 @@ use crate::LockError;
 pub(crate) use super::subscriber::waiting::nap_until;
 
 impl RedisBackend {
+    /// The request timeout (`?timeout=`).
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.options.response_timeout
+    }
+
+    /// Takes this master's connections out of use: the next request opens
+    /// new ones. Redlock calls it for a master silent longer than the
+    /// request timeout (its rounds wait only the per-node timeout, so no
+    /// request of theirs times out here and retires a dead flow by itself).
+    pub(crate) fn retire_connections(&self) {
+        if let super::Conn::Single(super::connection::Server::One(conn)) = &self.conn {
+            conn.retire_all();
+        }
+    }
+
     /// The `?recheck_ms=` cap (`None`: off).
     pub(crate) fn recheck_cap(&self) -> Option<Duration> {
         self.options.recheck

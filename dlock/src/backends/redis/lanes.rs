@@ -165,8 +165,7 @@ impl<T: Send + Sync + 'static> PerRuntime<T> {
     }
 
     /// Every lane's `T` now.
-    #[cfg(test)]
-    fn all(&self) -> Vec<Arc<T>> {
+    pub(crate) fn all(&self) -> Vec<Arc<T>> {
         lock(&self.entries).iter().map(|(_, t)| t.clone()).collect()
     }
 }

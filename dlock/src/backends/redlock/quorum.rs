@@ -47,17 +47,43 @@ pub(super) enum Outcome {
 
 impl RedlockBackend {
     pub(super) fn is_suspect(&self, i: usize, now: Instant) -> bool {
-        let until = self.suspect_until[i]
+        let suspect = self.suspect_until[i]
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        until.is_some_and(|until| now < until)
+        suspect.until.is_some_and(|until| now < until)
     }
 
+    /// Records whether master `i` failed or was silent (`suspect`) or
+    /// answered. A master silent for longer than its request timeout, round
+    /// after round, has its connections retired: a flow that a NAT forgot
+    /// answers nothing and drops nothing, and a round's per-node timeout is
+    /// too short to count as the request timeout that retires a connection
+    /// by itself (`redis/connection.rs`).
     pub(super) fn set_suspect(&self, i: usize, suspect: bool) {
-        let mut until = self.suspect_until[i]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        *until = suspect.then(|| Instant::now() + SUSPECT_FOR);
+        let now = Instant::now();
+        let retire = {
+            let mut state = self.suspect_until[i]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            state.until = suspect.then(|| now + SUSPECT_FOR);
+            if !suspect {
+                state.silent_since = None;
+                false
+            } else {
+                let since = *state.silent_since.get_or_insert(now);
+                let retire =
+                    now.saturating_duration_since(since) >= self.nodes[i].response_timeout();
+                if retire {
+                    state.silent_since = Some(now);
+                }
+                retire
+            }
+        };
+        if retire {
+            tracing::debug!(master = %self.nodes[i].describe(),
+                "a Redlock master silent longer than its request timeout: its connections are retired");
+            self.nodes[i].retire_connections();
+        }
     }
 
     /// One Redlock round: acquire on all masters in parallel, decide as soon

@@ -133,7 +133,7 @@ impl RedlockBackend {
             }
         }
         Ok(RedlockBackend {
-            suspect_until: nodes.iter().map(|_| Mutex::new(None)).collect(),
+            suspect_until: nodes.iter().map(|_| Mutex::default()).collect(),
             undos: Undos::default(),
             quorum: nodes.len() / 2 + 1,
             nodes,
