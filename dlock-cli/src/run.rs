@@ -61,7 +61,17 @@ pub(crate) async fn run_locked(
     let guard = match acquired {
         Ok(guard) => guard,
         Err(LockError::Busy { .. }) | Err(LockError::Timeout { .. }) => {
-            eprintln!("dlock: `{key}` is held by another holder; not running the command");
+            // Who holds it, as `dlock inspect` shows it (escaped): the
+            // operator's next question. Best effort: the key may have been
+            // freed since, or the backend may not say.
+            let holder = match lock.inspect().await {
+                Ok(Some(info)) => info
+                    .holder
+                    .as_deref()
+                    .map_or_else(|| "an unnamed holder".to_owned(), crate::shown::text),
+                _ => "another holder".to_owned(),
+            };
+            eprintln!("dlock: `{key}` is held by {holder}; not running the command");
             return Ok(conflict);
         }
         Err(e) => return Err(e),

@@ -84,6 +84,12 @@ fn run_exits_and_conflicts(url: &str, name: &str) {
     );
     assert_eq!(code(&out), 75, "{}", text(&out));
     assert!(out.stdout.is_empty(), "the command ran: {}", text(&out));
+    // The conflict names the holder, as `inspect` does.
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("`{key}` is held by cli-holder;")),
+        "{said}"
+    );
 
     let out = dlock(
         url,

@@ -18,6 +18,7 @@
 //! Each test prints how long the service took to come back: the figures of
 //! the reliability guide's table.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,32 +40,123 @@ async fn connect(url: &str) -> Arc<dyn LockBackend> {
         .expect("connect through the proxy")
 }
 
-/// A lock cycle on `backend`, so that its connections are open (and about
-/// to be frozen or held).
-async fn warm(backend: &Arc<dyn LockBackend>) {
-    let guard = Lock::new("warm")
-        .with_backend(backend.clone())
-        .acquire()
-        .await
-        .expect("a lock before the fault");
-    guard.release().await.expect("its release");
+/// A backend whose every server is behind a fault proxy of its own.
+struct Proxied {
+    name: &'static str,
+    proxies: Vec<FaultProxy>,
+    backend: Arc<dyn LockBackend>,
+    /// The servers, stopped when the test ends.
+    _servers: Box<dyn Any + Send>,
 }
 
-/// Freezes every flow of `proxy`, then takes a free key with a wait:
-/// granted; then calls that do not wait work at once, five times.
-async fn frozen_flows_are_replaced(name: &str, proxy: &FaultProxy, backend: &Arc<dyn LockBackend>) {
-    warm(backend).await;
-    proxy.freeze_flows();
+impl Proxied {
+    /// `servers` behind a proxy each; the backend of the URL
+    /// `url(proxy addresses)`.
+    async fn start<S: Any + Send>(
+        name: &'static str,
+        servers: S,
+        addrs: Vec<std::net::SocketAddr>,
+        url: impl FnOnce(&[String]) -> String,
+    ) -> Self {
+        let mut proxies = Vec::new();
+        for addr in addrs {
+            proxies.push(FaultProxy::start(addr).await);
+        }
+        let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+        let backend = connect(&url(&hosts)).await;
+        Proxied {
+            name,
+            proxies,
+            backend,
+            _servers: Box::new(servers),
+        }
+    }
+
+    fn each(&self, fault: impl Fn(&FaultProxy)) {
+        self.proxies.iter().for_each(fault);
+    }
+
+    /// A lock cycle, so that the backend's connections are open (and
+    /// about to be frozen or held).
+    async fn warm(&self) {
+        let guard = Lock::new("warm")
+            .with_backend(self.backend.clone())
+            .acquire()
+            .await
+            .expect("a lock before the fault");
+        guard.release().await.expect("its release");
+    }
+}
+
+async fn redis() -> Proxied {
+    let server = RedisServer::start();
+    let addr = server.addr();
+    Proxied::start("Redis", server, vec![addr], |h| format!("redis://{}", h[0])).await
+}
+
+async fn redlock() -> Proxied {
+    let set = RedisSet::start(3);
+    let addrs = set.servers().iter().map(|s| s.addr()).collect();
+    Proxied::start("Redlock", set, addrs, |h| {
+        format!("redlock://{}", h.join(","))
+    })
+    .await
+}
+
+async fn postgres() -> Proxied {
+    let server = PgServer::start();
+    let addr = server.addr();
+    Proxied::start("PostgreSQL", server, vec![addr], |h| {
+        format!("postgres://postgres@{}/postgres", h[0])
+    })
+    .await
+}
+
+async fn etcd() -> Proxied {
+    let server = EtcdServer::start();
+    let addr = server.addr();
+    Proxied::start("etcd", server, vec![addr], |h| format!("etcd://{}", h[0])).await
+}
+
+async fn zookeeper() -> Proxied {
+    let server = ZkServer::start();
+    let addr = server.addr();
+    Proxied::start("ZooKeeper", server, vec![addr], |h| {
+        format!("zk://{}", h[0])
+    })
+    .await
+}
+
+/// Which kinds of lease a backend's pause test asks for, beside a lock.
+#[derive(Clone, Copy)]
+struct Kinds {
+    write_lock: bool,
+    permit: bool,
+    campaign: bool,
+}
+
+const ALL: Kinds = Kinds {
+    write_lock: true,
+    permit: true,
+    campaign: true,
+};
+
+/// Freezes every flow, then takes a free key with a wait: granted; then
+/// calls that do not wait work at once, five times.
+async fn frozen_flows_are_replaced(p: Proxied) {
+    p.warm().await;
+    p.each(FaultProxy::freeze_flows);
     let frozen = Instant::now();
-    let lock = Lock::new("after-freeze").with_backend(backend.clone());
+    let lock = Lock::new("after-freeze").with_backend(p.backend.clone());
     let guard = lock
         .clone()
         .wait(WAIT)
         .acquire()
         .await
-        .unwrap_or_else(|e| panic!("{name}: no lock after the flows froze: {e}"));
+        .unwrap_or_else(|e| panic!("{}: no lock after the flows froze: {e}", p.name));
     eprintln!(
-        "{name}: flows frozen: first lock after {:?}",
+        "{}: flows frozen: first lock after {:?}",
+        p.name,
         frozen.elapsed()
     );
     guard.release().await.expect("release after the freeze");
@@ -72,71 +164,66 @@ async fn frozen_flows_are_replaced(name: &str, proxy: &FaultProxy, backend: &Arc
         let guard = lock
             .try_acquire()
             .await
-            .unwrap_or_else(|e| panic!("{name}: call {i} after recovery failed: {e}"))
+            .unwrap_or_else(|e| panic!("{}: call {i} after recovery failed: {e}", p.name))
             .expect("the key is free");
         guard.release().await.expect("release after recovery");
     }
 }
 
-/// Holds all traffic of `proxy` for 8 s while a lock, a write lock (`rw`),
-/// a permit and a campaign are asked for with a 20 s wait: every one is
-/// granted once the traffic flows again.
-async fn a_pause_shorter_than_the_wait_is_waited_out(
-    name: &str,
-    proxy: &FaultProxy,
-    backend: &Arc<dyn LockBackend>,
-    rw: bool,
-) {
+/// Holds all traffic for 8 s while a lock (and the `kinds` the backend
+/// has: a write lock, a permit, a campaign) are asked for with a 20 s
+/// wait: every one is granted once the traffic flows again.
+async fn a_pause_shorter_than_the_wait_is_waited_out(p: Proxied, kinds: Kinds) {
     const PAUSE: Duration = Duration::from_secs(8);
-    warm(backend).await;
-    proxy.hold();
+    p.warm().await;
+    p.each(FaultProxy::hold);
     let mut asks = tokio::task::JoinSet::new();
-    let b = backend.clone();
+    let b = p.backend.clone();
     asks.spawn(async move {
         let lock = Lock::new("paused-lock").with_backend(b).wait(WAIT);
-        lock.acquire()
-            .await
-            .map(|g| ("lock", Instant::now(), g.is_held()))
+        let granted = lock.acquire().await?;
+        Ok::<_, dlock::LockError>(("lock", Instant::now(), granted.is_held()))
     });
-    if rw {
-        let b = backend.clone();
+    if kinds.write_lock {
+        let b = p.backend.clone();
         asks.spawn(async move {
             let rw = RwLock::new("paused-rw").with_backend(b).wait(WAIT);
-            rw.write()
-                .await
-                .map(|g| ("write lock", Instant::now(), g.is_held()))
+            let granted = rw.write().await?;
+            Ok(("write lock", Instant::now(), granted.is_held()))
         });
     }
-    let b = backend.clone();
-    asks.spawn(async move {
-        let permits = Semaphore::new("paused-permits", 2)
-            .with_backend(b)
-            .wait(WAIT);
-        permits
-            .acquire()
-            .await
-            .map(|p| ("permit", Instant::now(), p.is_held()))
-    });
-    {
-        let b = backend.clone();
+    if kinds.permit {
+        let b = p.backend.clone();
+        asks.spawn(async move {
+            let permits = Semaphore::new("paused-permits", 2)
+                .with_backend(b)
+                .wait(WAIT);
+            let granted = permits.acquire().await?;
+            Ok(("permit", Instant::now(), granted.is_held()))
+        });
+    }
+    if kinds.campaign {
+        let b = p.backend.clone();
         asks.spawn(async move {
             let election = Election::new("paused-election").with_backend(b).wait(WAIT);
-            election
-                .campaign("node-a")
-                .await
-                .map(|l| ("campaign", Instant::now(), l.is_leader()))
+            let granted = election.campaign("node-a").await?;
+            Ok(("campaign", Instant::now(), granted.is_leader()))
         });
     }
     tokio::time::sleep(PAUSE).await;
-    proxy.pass();
+    p.each(FaultProxy::pass);
     let back = Instant::now();
     while let Some(done) = asks.join_next().await {
         let (what, at, held) = done.expect("an acquisition panicked").unwrap_or_else(|e| {
-            panic!("{name}: an acquisition failed during an {PAUSE:?} pause: {e}")
+            panic!(
+                "{}: an acquisition failed during an {PAUSE:?} pause: {e}",
+                p.name
+            )
         });
-        assert!(held, "{name}: the {what} was not held when handed over");
+        assert!(held, "{}: the {what} was not held when handed over", p.name);
         eprintln!(
-            "{name}: {PAUSE:?} pause: {what} granted {:?} after the traffic came back",
+            "{}: {PAUSE:?} pause: {what} granted {:?} after the traffic came back",
+            p.name,
             at.saturating_duration_since(back)
         );
     }
@@ -144,62 +231,74 @@ async fn a_pause_shorter_than_the_wait_is_waited_out(
 
 /// A lock with a 30 s ttl held through a 3 s pause over its first renewal
 /// (a third of the ttl in): still held, `lost()` not fired.
-async fn a_held_lock_rides_through_a_short_pause(
-    name: &str,
-    proxy: &FaultProxy,
-    backend: &Arc<dyn LockBackend>,
-) {
+async fn a_held_lock_rides_through_a_short_pause(p: Proxied) {
     let ttl = Duration::from_secs(30);
     let guard = Lock::new("held-through")
-        .with_backend(backend.clone())
+        .with_backend(p.backend.clone())
         .ttl(ttl)
         .acquire()
         .await
         .expect("the lock before the pause");
     tokio::time::sleep(ttl / 3 - Duration::from_millis(1500)).await;
-    proxy.hold();
+    p.each(FaultProxy::hold);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    proxy.pass();
+    p.each(FaultProxy::pass);
     let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
-    assert!(lost.is_err(), "{name}: lost() fired after a 3 s pause");
-    assert!(
-        guard.is_held(),
-        "{name}: the lock was not held after a 3 s pause"
-    );
+    assert!(lost.is_err(), "{}: lost() fired after a 3 s pause", p.name);
+    assert!(guard.is_held(), "{}: not held after a 3 s pause", p.name);
     guard.release().await.expect("release after the pause");
 }
 
-fn redis_url(proxy: &FaultProxy) -> String {
-    format!("redis://{}", proxy.addr())
+/// The fault matrix of one backend: `$start` builds it behind proxies,
+/// `$kinds` says what its pause test asks for.
+macro_rules! fault_matrix {
+    ($backend:ident, $start:expr, $kinds:expr) => {
+        mod $backend {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn frozen_flows_are_replaced() {
+                super::frozen_flows_are_replaced($start.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn waits_ride_through_an_eight_second_pause() {
+                super::a_pause_shorter_than_the_wait_is_waited_out($start.await, $kinds).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_held_lock_rides_through_a_three_second_pause() {
+                super::a_held_lock_rides_through_a_short_pause($start.await).await;
+            }
+        }
+    };
 }
 
-fn postgres_url(proxy: &FaultProxy) -> String {
-    format!("postgres://postgres@{}/postgres", proxy.addr())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_frozen_flows_are_replaced() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&redis_url(&proxy)).await;
-    frozen_flows_are_replaced("Redis", &proxy, &backend).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_waits_ride_through_an_eight_second_pause() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&redis_url(&proxy)).await;
-    a_pause_shorter_than_the_wait_is_waited_out("Redis", &proxy, &backend, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_held_lock_rides_through_a_three_second_pause() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&redis_url(&proxy)).await;
-    a_held_lock_rides_through_a_short_pause("Redis", &proxy, &backend).await;
-}
+fault_matrix!(on_redis, redis(), ALL);
+fault_matrix!(on_postgres, postgres(), ALL);
+fault_matrix!(on_zookeeper, zookeeper(), ALL);
+// Not the write lock on etcd: a read-write queue entry whose create was cut
+// off by the pause and applied late can stay ahead of the retry's own entry
+// for its session's life (2 of 3 runs: not acquired within 20 s). Known,
+// not yet mended: see the reliability guide.
+fault_matrix!(
+    on_etcd,
+    etcd(),
+    Kinds {
+        write_lock: false,
+        ..ALL
+    }
+);
+// Redlock has locks only.
+fault_matrix!(
+    on_redlock,
+    redlock(),
+    Kinds {
+        write_lock: false,
+        permit: false,
+        campaign: false,
+    }
+);
 
 /// The waiter of a held key is served once the restarted server (empty:
 /// no persistence) is back; the old holder is told it lost the lease.
@@ -234,161 +333,6 @@ async fn redis_a_waiter_is_served_after_a_restart() {
     served.release().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_frozen_flows_are_replaced() {
-    let server = PgServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&postgres_url(&proxy)).await;
-    frozen_flows_are_replaced("PostgreSQL", &proxy, &backend).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_waits_ride_through_an_eight_second_pause() {
-    let server = PgServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&postgres_url(&proxy)).await;
-    a_pause_shorter_than_the_wait_is_waited_out("PostgreSQL", &proxy, &backend, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_held_lock_rides_through_a_three_second_pause() {
-    let server = PgServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&postgres_url(&proxy)).await;
-    a_held_lock_rides_through_a_short_pause("PostgreSQL", &proxy, &backend).await;
-}
-
-fn etcd_url(proxy: &FaultProxy) -> String {
-    format!("etcd://{}", proxy.addr())
-}
-
-fn zookeeper_url(proxy: &FaultProxy) -> String {
-    format!("zk://{}", proxy.addr())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_frozen_flows_are_replaced() {
-    let server = EtcdServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&etcd_url(&proxy)).await;
-    frozen_flows_are_replaced("etcd", &proxy, &backend).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_waits_ride_through_an_eight_second_pause() {
-    let server = EtcdServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&etcd_url(&proxy)).await;
-    // Not the write lock: on etcd a read-write queue entry whose create was
-    // cut off by the pause and applied late can stay ahead of the retry's
-    // own entry for its session's life (2 of 3 runs: not acquired within
-    // 20 s). Known, not yet mended: see the reliability guide.
-    a_pause_shorter_than_the_wait_is_waited_out("etcd", &proxy, &backend, false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_held_lock_rides_through_a_three_second_pause() {
-    let server = EtcdServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&etcd_url(&proxy)).await;
-    a_held_lock_rides_through_a_short_pause("etcd", &proxy, &backend).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_frozen_flows_are_replaced() {
-    let server = ZkServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&zookeeper_url(&proxy)).await;
-    frozen_flows_are_replaced("ZooKeeper", &proxy, &backend).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_waits_ride_through_an_eight_second_pause() {
-    let server = ZkServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&zookeeper_url(&proxy)).await;
-    a_pause_shorter_than_the_wait_is_waited_out("ZooKeeper", &proxy, &backend, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_held_lock_rides_through_a_three_second_pause() {
-    let server = ZkServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = connect(&zookeeper_url(&proxy)).await;
-    a_held_lock_rides_through_a_short_pause("ZooKeeper", &proxy, &backend).await;
-}
-
-/// A Redlock set of three masters, each behind a proxy of its own.
-async fn redlock_through_proxies() -> (RedisSet, Vec<FaultProxy>, Arc<dyn LockBackend>) {
-    let set = RedisSet::start(3);
-    let mut proxies = Vec::new();
-    for server in set.servers() {
-        proxies.push(FaultProxy::start(server.addr()).await);
-    }
-    let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
-    let backend = connect(&format!("redlock://{}", hosts.join(","))).await;
-    (set, proxies, backend)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock_frozen_flows_are_replaced() {
-    let (_set, proxies, backend) = redlock_through_proxies().await;
-    warm(&backend).await;
-    for proxy in &proxies {
-        proxy.freeze_flows();
-    }
-    let frozen = Instant::now();
-    let lock = Lock::new("after-freeze").with_backend(backend.clone());
-    let guard = lock
-        .clone()
-        .wait(WAIT)
-        .acquire()
-        .await
-        .unwrap_or_else(|e| panic!("Redlock: no lock after the flows froze: {e}"));
-    eprintln!(
-        "Redlock: flows frozen: first lock after {:?}",
-        frozen.elapsed()
-    );
-    guard.release().await.expect("release after the freeze");
-    for i in 0..5 {
-        let guard = lock
-            .try_acquire()
-            .await
-            .unwrap_or_else(|e| panic!("Redlock: call {i} after recovery failed: {e}"))
-            .expect("the key is free");
-        guard.release().await.expect("release after recovery");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock_waits_ride_through_an_eight_second_pause() {
-    let (_set, proxies, backend) = redlock_through_proxies().await;
-    warm(&backend).await;
-    for proxy in &proxies {
-        proxy.hold();
-    }
-    let b = backend.clone();
-    let asking = tokio::spawn(async move {
-        let lock = Lock::new("paused-lock").with_backend(b).wait(WAIT);
-        lock.acquire().await.map(|g| (Instant::now(), g))
-    });
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    for proxy in &proxies {
-        proxy.pass();
-    }
-    let back = Instant::now();
-    let (at, guard) = asking
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("Redlock: the acquisition failed during an 8 s pause: {e}"));
-    eprintln!(
-        "Redlock: 8s pause: lock granted {:?} after the traffic came back",
-        at.saturating_duration_since(back)
-    );
-    assert!(guard.is_held());
-    guard.release().await.unwrap();
-}
-
 /// Twenty callers in flight on one connection whose answers arrive a second
 /// late, in order: each is granted the key it asked for, with its own
 /// token (its release, a compare-and-delete of that token, succeeds), and
@@ -398,7 +342,12 @@ async fn redis_callers_in_flight_on_a_late_connection_each_get_their_own_answer(
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
     let backend = connect(&format!("redis://{}?timeout=10s", proxy.addr())).await;
-    warm(&backend).await;
+    let guard = Lock::new("warm")
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
     proxy.delay_replies(Duration::from_secs(1));
     let mut asks = tokio::task::JoinSet::new();
     for i in 0..20 {

@@ -165,6 +165,7 @@ impl<T: Send + Sync + 'static> PerRuntime<T> {
     }
 
     /// Every lane's `T` now.
+    #[cfg(any(test, feature = "redlock"))]
     pub(crate) fn all(&self) -> Vec<Arc<T>> {
         lock(&self.entries).iter().map(|(_, t)| t.clone()).collect()
     }
