@@ -168,6 +168,8 @@ impl RedisBackend {
             unknown_expiry: shortest.unwrap_or(reqs[0].ttl),
             at_most: None,
         };
+        // Whether a try of this wait was answered (see `within`).
+        let heard = std::sync::atomic::AtomicBool::new(false);
         let waited = self
             .wait_on_keys(&watched, None, deadline, pace, |_| {
                 self.within(
@@ -177,6 +179,7 @@ impl RedisBackend {
                         on: None,
                         left: Some(Duration::ZERO),
                     },
+                    &heard,
                 )
             })
             .await?;

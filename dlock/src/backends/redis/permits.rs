@@ -181,12 +181,15 @@ impl RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let names = PermitNames::new(&self.options.prefix, &req.name).in_db(self.db);
+        // Whether a try of this wait was answered (see `within`).
+        let heard = std::sync::atomic::AtomicBool::new(false);
         // No re-check: a semaphore's waiters wake on releases and expiries.
         self.wait_for_release(&names.channel, None, None, deadline, req.ttl, |_| {
             self.within(
                 deadline,
                 self.attempt_permit(req, &names),
                 Attempt::Held(Some(Duration::ZERO)),
+                &heard,
             )
         })
         .await

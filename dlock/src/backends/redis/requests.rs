@@ -2,7 +2,7 @@
 //! whichever connection the backend has, alone or in a batch, bounded by the
 //! caller's deadline; the acquire script's run and how its answer reads.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Script};
@@ -16,6 +16,12 @@ use super::{renew_many, scripts, Attempt, Conn, RedisBackend};
 use crate::backend::transient::Transient;
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::LockError;
+
+/// How long a wait's only request must have gone unanswered for the wait's
+/// end to be an outage rather than a timeout (see `RedisBackend::within`):
+/// a healthy server answers in well under a millisecond, a loaded test
+/// machine in tens.
+const SILENT_FOR: Duration = Duration::from_millis(250);
 
 impl RedisBackend {
     /// The keyspace channel of the lock key `lock` if the server notifies
@@ -139,22 +145,45 @@ impl RedisBackend {
         answer.map_err(|e| self.error(e))
     }
 
-    /// Bounds one request by the caller's deadline: when the wait runs out
-    /// with the request in flight, the answer is `ran_out` (a "held" that
-    /// ends the wait, so the caller gets `Timeout`), not an error. The
-    /// server did not fail; the caller's time ended. The request is
-    /// dropped, and what it may have taken is given back by its own
-    /// release-if-dropped guard (`unfinished.rs`). An outage still shows:
-    /// a request that fails before the deadline is `Backend`.
+    /// Bounds one request by the caller's deadline. When the wait runs out
+    /// with the request in flight, the answer depends on what the wait has
+    /// heard (`heard`, set here by every answer of the wait's requests):
+    /// - an answer before: `ran_out` (a "held" that ends the wait, so the
+    ///   caller gets `Timeout`): the server was there, the key was taken,
+    ///   the caller's time ended;
+    /// - none, and the request was in flight for at least [`SILENT_FOR`]:
+    ///   a transient `Backend` error, "no answer before the wait ended": no
+    ///   holder was ever seen, and `Timeout` would tell the caller
+    ///   "contention" during an outage (a stopped server and a 1 s wait
+    ///   answered 409 "in use" instead of 503);
+    /// - none, in flight for less: `ran_out` all the same. A wait shorter
+    ///   than that cannot tell a silent server from a busy machine, and a
+    ///   short wait against a healthy server must end as `Timeout` (the
+    ///   conformance case `short_waits_time_out_never_fail`: 50 ms waits).
+    ///
+    /// The request is dropped either way, and what it may have taken is
+    /// given back by its own release-if-dropped guard (`unfinished.rs`).
     pub(super) async fn within<T>(
         &self,
         deadline: Option<Instant>,
         request: impl std::future::Future<Output = Result<T, LockError>>,
         ran_out: T,
+        heard: &AtomicBool,
     ) -> Result<T, LockError> {
+        let sent = Instant::now();
         match crate::backend::deadline::until(deadline, request).await {
-            Some(answer) => answer,
-            None => Ok(ran_out),
+            Some(answer) => {
+                heard.store(true, Ordering::Relaxed);
+                answer
+            }
+            None if heard.load(Ordering::Relaxed) || sent.elapsed() < SILENT_FOR => Ok(ran_out),
+            None => Err(LockError::backend(
+                self.options.shown.clone(),
+                Transient::new(format!(
+                    "no answer from the server before the wait ended (the request was {:?} in flight)",
+                    sent.elapsed()
+                )),
+            )),
         }
     }
 

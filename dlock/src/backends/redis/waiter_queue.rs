@@ -362,6 +362,8 @@ impl RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let mut leaving: Option<Leaving> = None;
+        // Whether a try of this wait was answered (see `within`).
+        let heard = std::sync::atomic::AtomicBool::new(false);
         let waited = self
             .wait_for_release(
                 &names.channel,
@@ -379,6 +381,7 @@ impl RedisBackend {
                         deadline,
                         self.try_in_line(req, names, ticket),
                         Attempt::Held(Some(Duration::ZERO)),
+                        &heard,
                     )
                 },
             )

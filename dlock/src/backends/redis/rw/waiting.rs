@@ -46,6 +46,8 @@ impl RedisBackend {
             unknown_expiry: req.ttl,
             at_most: writer.then(|| mark_ttl(req.ttl) / 3),
         };
+        // Whether a try of this wait was answered (see `within`).
+        let heard = &std::sync::atomic::AtomicBool::new(false);
         let waited = self
             .wait_on_keys(&watched, None, deadline, pace, |_| async move {
                 let tried = self
@@ -56,6 +58,7 @@ impl RedisBackend {
                             left: Some(Duration::ZERO),
                             by: Blocker::Writer,
                         },
+                        heard,
                     )
                     .await?;
                 Ok(match tried {
