@@ -45,6 +45,7 @@ pub mod backend;
 pub mod backends;
 mod blocking;
 mod connect;
+pub mod fence;
 pub mod guide;
 pub mod inspect;
 mod lease;

@@ -22,6 +22,8 @@ use syn::visit::Visit;
 const FLOORS: &[(&str, &[&str])] = &[
     // Floor 0: shared utilities that know nothing of locks.
     ("url",               &[]),
+    // Fenced writes: the storage side of a fencing token, knowing nothing else.
+    ("fence",             &[]),
     // Floor 1: the contract between the core and the services, and its vocabulary.
     ("backend",           &["url"]),
     // Floor 2: what both the core and the backends stand on: dlock's own
