@@ -102,6 +102,31 @@ impl IntoResponse for LockError {
 
 /// The response to an error: its status, its text, and `Retry-After` when trying again soon
 /// may succeed (a busy key, a wait that ran out).
+/// A handler (or a `#[distributed_lock]` function) that answers a bare
+/// `StatusCode` as its error gets the lock error's status: `?` on a
+/// `LockError`, and a lock the attribute could not take, answer 409 for
+/// contention and 503 for an outage. The error's text is logged, not sent:
+/// return [`HttpError`] to send it too.
+///
+/// ```
+/// use dlock::LockError;
+/// use http::StatusCode;
+///
+/// let outage = LockError::backend("redis://cache:6379", "connection refused");
+/// assert_eq!(StatusCode::from(outage), StatusCode::SERVICE_UNAVAILABLE);
+/// ```
+impl From<LockError> for StatusCode {
+    fn from(error: LockError) -> StatusCode {
+        let status = error.status();
+        if status.is_server_error() {
+            tracing::warn!(error = %error, status = status.as_u16(), "lock error answered");
+        } else {
+            tracing::debug!(error = %error, status = status.as_u16(), "lock error answered");
+        }
+        status
+    }
+}
+
 fn answer(status: StatusCode, text: impl IntoResponse, retry_after: bool) -> Response {
     let mut response = (status, text).into_response();
     if retry_after {

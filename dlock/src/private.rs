@@ -19,10 +19,25 @@ pub enum OnLost {
 
 /// The return type of a `#[distributed_lock]` function: a `Result` whose
 /// error can be made from a [`LockError`].
-#[diagnostic::on_unimplemented(
-    message = "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<dlock::LockError>`; found `{Self}`",
-    label = "this return type cannot carry a `dlock::LockError`",
-    note = "add `impl From<dlock::LockError> for YourError` (or a `#[from] dlock::LockError` variant with thiserror), or return `Result<T, dlock::LockError>`"
+#[cfg_attr(
+    not(feature = "axum"),
+    diagnostic::on_unimplemented(
+        message = "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<dlock::LockError>`; found `{Self}`",
+        label = "this return type cannot carry a `dlock::LockError`",
+        note = "add `impl From<dlock::LockError> for YourError` (or a `#[from] dlock::LockError` variant with thiserror), or return `Result<T, dlock::LockError>`"
+    )
+)]
+// With axum on, a handler returning `impl IntoResponse` lands here: the
+// attribute cannot turn a lock error into an opaque type, and `HttpError`
+// is the type made for it.
+#[cfg_attr(
+    feature = "axum",
+    diagnostic::on_unimplemented(
+        message = "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<dlock::LockError>`; found `{Self}`",
+        label = "this return type cannot carry a `dlock::LockError`",
+        note = "in an axum handler, return `Result<T, dlock::HttpError>` (it answers 409 for contention, 503 for an outage, with the error's text) or `Result<T, StatusCode>`; not `impl IntoResponse`, which the attribute cannot build a lock error into",
+        note = "elsewhere, add `impl From<dlock::LockError> for YourError` (or a `#[from] dlock::LockError` variant with thiserror), or return `Result<T, dlock::LockError>`"
+    )
 )]
 pub trait LockResult: Sized {
     /// The error value for a lock failure.
