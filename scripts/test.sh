@@ -61,8 +61,8 @@ echo "== $(date +%T) cargo publish --dry-run (the library and its macro package 
 # package leaves out, is checked by scripts/package_includes.py.
 cargo publish --dry-run --no-verify --allow-dirty -p dlock-macros -p dlock-rs
 python3 scripts/package_includes.py
-echo "== $(date +%T) cargo test (macro UI cases and allocation-free tracing, built without features: see dlock/tests/ui.rs and quiet_observability.rs)"
-cargo test -p dlock-rs --no-default-features --test ui --test quiet_observability
+echo "== $(date +%T) cargo test (macro UI cases and allocation-free tracing, built with the axum feature alone: see dlock/tests/ui.rs and quiet_observability.rs)"
+cargo test -p dlock-rs --no-default-features --features axum --test ui --test quiet_observability
 echo "== $(date +%T) doc tests (nextest does not run them)"
 cargo test --workspace --all-features --doc
 echo "== $(date +%T) cargo nextest (.config/nextest.toml): every other test, each in its own process"
