@@ -98,14 +98,15 @@ struct Retiring {
     /// Held while a new connection opens, so that concurrent requests open
     /// one, not one each.
     opening: tokio::sync::Mutex<()>,
-    opened: std::sync::atomic::AtomicU64,
 }
 
-/// The connection in use, if any, and whether it is retired.
+/// The connection in use, if any, whether it is retired, and how many
+/// were opened (the next one's number).
 #[derive(Default)]
 struct Current {
     conn: Option<Numbered>,
     retired: bool,
+    opened: u64,
 }
 
 /// A connection, and which one it is (so that a late timeout of an
@@ -128,14 +129,14 @@ impl Retiring {
     }
 
     fn install(&self, conn: ConnectionManager) -> Numbered {
-        let number = self
-            .opened
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let numbered = Numbered { number, conn };
-        *self.lock() = Current {
-            conn: Some(numbered.clone()),
-            retired: false,
+        let mut current = self.lock();
+        let numbered = Numbered {
+            number: current.opened,
+            conn,
         };
+        current.opened += 1;
+        current.conn = Some(numbered.clone());
+        current.retired = false;
         numbered
     }
 
