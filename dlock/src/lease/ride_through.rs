@@ -128,9 +128,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_fails_at_once() {
-        let mut ride = RideThrough::new(false, None);
+        // A wait with time left: only the kind of error ends it.
+        let mut ride = RideThrough::new(false, Some(Instant::now() + Duration::from_secs(5)));
         let refused = LockError::backend("test://", "NOPERM");
+        let start = Instant::now();
         assert!(ride.after("k", refused).await.is_err());
+        assert!(start.elapsed() < FIRST_PAUSE, "a refusal was waited on");
+        assert!(
+            ride.after("k", reset()).await.is_ok(),
+            "a reset is asked again"
+        );
     }
 
     #[tokio::test]
