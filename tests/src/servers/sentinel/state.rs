@@ -43,6 +43,19 @@ impl RedisSentinel {
                     node.addr()
                 ));
             }
+            // The replica's own offset is not enough: right after a full sync it equals the
+            // master's, while the master still holds the command stream back until the
+            // replica's first `REPLCONF ACK`. The master's view of the replica tells: the
+            // offset it lists is the last one acknowledged, so once it has reached what was
+            // written (and something was), the stream flows.
+            let acknowledged = acknowledged_offset(&master_info, node.port());
+            if written == 0 || acknowledged.is_none_or(|acked| acked < written) {
+                return Err(format!(
+                    "the master lists node {i} ({}) as acknowledging {acknowledged:?} of \
+                     offset {written}:\n{master_info}",
+                    node.addr()
+                ));
+            }
         }
         Ok(())
     }
@@ -79,6 +92,14 @@ impl RedisSentinel {
         let info = self.info_replication(master)?;
         if info_field(&info, "connected_slaves") != Some(&replicas.to_string()) {
             return Err(format!("the master reports:\n{info}"));
+        }
+        if replication_offset(&info, "master_repl_offset") == Some(0) {
+            // Nothing written yet, so no acknowledgement can show that the stream flows
+            // (see `synced_state`): a message on a channel nobody reads is a write that
+            // reaches the replicas and leaves no key behind.
+            self.nodes[master]
+                .cli_with_limit(&["PUBLISH", "__dlock_harness__", "sync"], PROBE_LIMIT)
+                .map_err(|e| e.to_string())?;
         }
         self.synced_state(master)
     }
@@ -196,6 +217,27 @@ impl RedisSentinel {
 }
 
 /// A replication offset field of `INFO replication`.
+/// The offset the master last heard acknowledged by its replica on `port`, from the
+/// `slaveN:ip=…,port=…,state=online,offset=…,lag=…` lines of its `INFO replication`
+/// (`None` while that replica is not listed as online).
+fn acknowledged_offset(master_info: &str, port: u16) -> Option<u64> {
+    let port = format!("port={port}");
+    master_info.lines().find_map(|line| {
+        let (name, fields) = line.split_once(':')?;
+        if !name.starts_with("slave") || !fields.split(',').any(|f| f == port) {
+            return None;
+        }
+        if !fields.split(',').any(|f| f == "state=online") {
+            return None;
+        }
+        fields
+            .split(',')
+            .find_map(|f| f.strip_prefix("offset="))?
+            .parse()
+            .ok()
+    })
+}
+
 fn replication_offset(info: &str, field: &str) -> Option<u64> {
     info_field(info, field)?.trim().parse().ok()
 }
