@@ -237,7 +237,7 @@ someone leads; by default it waits until elected.",
     /// assert_eq!((seen.value.as_str(), seen.term), ("node-a", leadership.term()));
     /// # Ok(()) }
     /// ```
-    pub fn observe(&self) -> impl Stream<Item = Option<Leader>> + Send + Unpin + 'static {
+    pub fn observe(&self) -> impl Stream<Item = Option<Leader>> + Send + Unpin + 'static + use<> {
         let observer = Observer {
             election: self.clone(),
             watching: None,
@@ -380,7 +380,7 @@ impl Leadership {
     /// Resolves when the leadership ends for any reason other than
     /// [`resign`](Leadership::resign): the lease lost or expired. Stop
     /// acting as the leader then.
-    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static + use<> {
         let lost = self.guard.as_ref().map(LockGuard::lost);
         async move {
             match lost {

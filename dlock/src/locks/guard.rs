@@ -222,7 +222,7 @@ impl LockGuard {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
+    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> + use<F> {
         crate::locks::scope::inside(self.shared.clone(), work)
     }
 
@@ -243,7 +243,7 @@ impl LockGuard {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
         self.shared.lost.clone().cancelled_owned()
     }
 

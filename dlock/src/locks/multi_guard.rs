@@ -90,7 +90,7 @@ impl MultiGuard {
     /// assert!(!guard.is_held());
     /// # Ok(()) }
     /// ```
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
         let mut each: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = self
             .guards
             .iter()
@@ -124,7 +124,7 @@ impl MultiGuard {
     /// assert!(inner.is_reentrant());
     /// # Ok(()) }
     /// ```
-    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
+    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> + use<F> {
         let leases = self.guards.iter().map(|g| g.lease().clone()).collect();
         crate::locks::scope::inside_all(leases, work)
     }

@@ -198,7 +198,7 @@ impl Permit {
 
     /// Resolves when the permit's lease is lost; never if it is released
     /// first. The future is `'static`, as [`LockGuard::lost`].
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
         self.guard.lost()
     }
 
