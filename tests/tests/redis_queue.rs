@@ -282,6 +282,62 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     guard.release().await.unwrap();
 }
 
+/// A waiter whose future is kept but not polled (a `select!` loop busy with
+/// other work, a future stored for later) does not hold the line: its turn,
+/// left untaken, passes to the waiter behind it within about a second
+/// (grace 600 ms, then the next heartbeat), and it queues again, behind,
+/// when it is polled again. Each waiter is a process of its own (within
+/// one process the local line is tokio's: a future that is not polled
+/// keeps its place there, as with `tokio::sync::Mutex`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_kept_but_not_polled_does_not_hold_the_line() {
+    let fixture = RedisFixture::single_with(RedisOptions::new(), "?recheck_ms=0");
+    let key = "queue-kept";
+    let holder = lock(key, backend(fixture.url()).await)
+        .acquire()
+        .await
+        .unwrap();
+    let kept_lock = lock(key, backend(fixture.url()).await);
+    let mut kept = Box::pin(async move { kept_lock.acquire().await });
+    // Polled long enough to queue, then kept without being polled.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), &mut kept)
+            .await
+            .is_err(),
+        "the key is held"
+    );
+    until_queued(&fixture, key, 1).await;
+    let next = lock(key, backend(fixture.url()).await);
+    let next = tokio::spawn(async move {
+        let guard = next.acquire().await;
+        (Instant::now(), guard)
+    });
+    until_queued(&fixture, key, 2).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (served_at, guard) = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the waiter behind the kept one is served")
+        .unwrap();
+    let guard = guard.unwrap();
+    let after = served_at - released;
+    eprintln!("served {after:?} after the release, past a kept waiter not polled");
+    assert!(
+        after < Duration::from_secs(4),
+        "the kept waiter held the line for {after:?}"
+    );
+    // Polled again, the kept waiter queues again and is served next.
+    let polled_again = tokio::spawn(async move { kept.await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.release().await.unwrap();
+    let kept_guard = tokio::time::timeout(Duration::from_secs(5), polled_again)
+        .await
+        .expect("the kept waiter, polled again, is served")
+        .unwrap()
+        .unwrap();
+    kept_guard.release().await.unwrap();
+}
+
 /// Beside the queue: an operator's `DEL` of the held key publishes nothing,
 /// yet the queue's head gets the key (the waiters' heartbeat notices it);
 /// and a client that does not queue (a plain `SET NX`) cannot take a held

@@ -28,13 +28,15 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use redis::ErrorKind;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch};
 
+pub(crate) mod turn;
 pub(crate) mod waiting;
 
 use super::recheck::{frees_the_key, is_keyspace};
 use crate::backend::LeaderChange;
 use crate::backends::announcements::{self, Inbox, Inboxes};
+use turn::Turn;
 
 enum Command {
     Subscribe(Vec<String>, oneshot::Sender<()>),
@@ -48,7 +50,7 @@ struct Channels {
     by_name: HashMap<String, Entry>,
     /// Queued waiters' tickets → their wake-up (see `waiter_queue.rs`): a
     /// turn message wakes its ticket's waiter alone, not the channel.
-    tickets: HashMap<String, Arc<Notify>>,
+    tickets: HashMap<String, Arc<Turn>>,
     /// Channel name → the inboxes of election observers (see
     /// `backends::announcements`): each message on it is put in each.
     inboxes: HashMap<String, Inboxes>,
@@ -119,7 +121,7 @@ impl Channels {
             return;
         };
         if let Some(turn) = self.tickets.get(ticket) {
-            turn.notify_one();
+            turn.give();
         }
     }
 
@@ -218,7 +220,7 @@ pub(crate) struct Subscription {
     /// Channel name and its generation, per channel.
     generations: Vec<(String, watch::Receiver<u64>)>,
     /// A queued waiter's ticket and its wake-up.
-    ticket: Option<(String, Arc<Notify>)>,
+    ticket: Option<(String, Arc<Turn>)>,
     channels: Arc<Mutex<Channels>>,
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -352,7 +354,7 @@ impl Subscription {
     /// [`turned`](Self::turned)). Before the waiter's first queued try, so
     /// a turn given right after it is not missed.
     pub(crate) fn queue_as(&mut self, ticket: &str) {
-        let turn = Arc::new(Notify::new());
+        let turn = Arc::new(Turn::default());
         lock(&self.channels)
             .tickets
             .insert(ticket.to_owned(), turn.clone());
@@ -361,7 +363,7 @@ impl Subscription {
 
     /// What resolves when this waiter's ticket is given its turn: see
     /// [`turned`].
-    pub(crate) fn turn(&self) -> Option<Arc<Notify>> {
+    pub(crate) fn turn(&self) -> Option<Arc<Turn>> {
         self.ticket.as_ref().map(|(_, turn)| turn.clone())
     }
 
@@ -392,9 +394,9 @@ impl Subscription {
 
 /// Resolves when `turn` (a [`Subscription::turn`]) is given; never
 /// without one.
-pub(crate) async fn turned(turn: Option<&Notify>) {
+pub(crate) async fn turned(turn: Option<&Turn>) {
     match turn {
-        Some(turn) => turn.notified().await,
+        Some(turn) => turn.given().await,
         None => std::future::pending().await,
     }
 }

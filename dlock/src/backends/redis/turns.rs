@@ -31,15 +31,25 @@
 //! just granted) is not put back by the beat, which cannot tell the two
 //! apart: its waiter is woken here, in the process, and its own try
 //! queues it again or finds it served.
+//!
+//! **Only waiters that take their turns.** The heartbeat proves a process
+//! alive, not each waiter: a waiter whose future is kept but not polled
+//! would stay first in line for ever. Each ticket's [`Turn`] records a turn
+//! given and not yet tried for; once one is older than [`TURN_GRACE`], the
+//! heartbeat stops proving that ticket, takes it out of line ([`LEAVE`],
+//! which wakes the next waiter of a free key), and leaves it out until its
+//! waiter tries again, behind the others.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::Duration;
 
 use redis::Script;
 
 use super::scripts;
+use super::subscriber::turn::Turn;
 use super::subscriber::Bell;
-use super::waiter_queue::{HEARTBEAT, QUEUE_FUNCTIONS};
+use super::waiter_queue::{HEARTBEAT, LEAVE, QUEUE_FUNCTIONS};
 use super::{Conn, RedisBackend};
 
 /// A new backend's channel for turns: `<prefix>:turns:<random>`.
@@ -83,6 +93,14 @@ return gone
 /// At most this many tickets per [`BEAT`] call.
 const BEAT_CHUNK: usize = 500;
 
+/// How long a queued waiter may leave a turn given to it untaken (its
+/// future not polled) before the heartbeat takes its ticket out of line
+/// and wakes the next waiter. Well above the time a polled waiter takes to
+/// try (milliseconds, a few hundred on a loaded machine's debug build);
+/// with the heartbeat's period, the next waiter is served within about a
+/// second of the release.
+pub(crate) const TURN_GRACE: Duration = Duration::from_millis(600);
+
 /// One queued ticket of this backend: its lock key and release channel.
 #[derive(Debug)]
 struct Queued {
@@ -90,6 +108,11 @@ struct Queued {
     channel: String,
     /// Waits that registered it (a retry with the same token keeps it).
     waits: usize,
+    /// The waiter's turn, watched for a turn given and not taken.
+    turn: Option<Arc<Turn>>,
+    /// Taken out of line for a turn it did not take: not beaten, and not
+    /// taken out again, until its waiter tries.
+    stepped_aside: bool,
 }
 
 #[derive(Debug, Default)]
@@ -131,18 +154,29 @@ impl RedisBackend {
     /// Keeps `ticket` (queued for the lock key `lock`, whose release
     /// channel is `channel`) alive with this backend's heartbeat until the
     /// returned guard is dropped; starts the heartbeat task if none runs.
-    pub(crate) fn beat_while_queued(&self, lock: &str, channel: &str, ticket: &str) -> Beating {
+    pub(crate) fn beat_while_queued(
+        &self,
+        lock: &str,
+        channel: &str,
+        ticket: &str,
+        turn: Option<Arc<Turn>>,
+    ) -> Beating {
         let start = {
             let mut state = lock_state(&self.beats.state);
-            state
+            let queued = state
                 .tickets
                 .entry(ticket.to_owned())
                 .or_insert_with(|| Queued {
                     lock: lock.to_owned(),
                     channel: channel.to_owned(),
                     waits: 0,
-                })
-                .waits += 1;
+                    turn: None,
+                    stepped_aside: false,
+                });
+            queued.waits += 1;
+            if turn.is_some() {
+                queued.turn = turn;
+            }
             !std::mem::replace(&mut state.running, true)
         };
         if start {
@@ -165,13 +199,24 @@ async fn beat(state: Arc<Mutex<BeatState>>, conn: Conn, bell: Bell) {
         tokio::time::sleep(HEARTBEAT).await;
         // Grouped by key: on a Cluster each group is a call of its own.
         let mut by_key: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        // Turns given and not taken: out of line, the next waiter woken.
+        let mut aside: Vec<(String, String, String)> = Vec::new();
         {
             let mut state = lock_state(&state);
             if state.tickets.is_empty() {
                 state.running = false;
                 return;
             }
-            for (ticket, queued) in &state.tickets {
+            for (ticket, queued) in state.tickets.iter_mut() {
+                let overdue = queued.turn.as_ref().is_some_and(|t| t.overdue(TURN_GRACE));
+                if !overdue {
+                    queued.stepped_aside = false;
+                } else if !std::mem::replace(&mut queued.stepped_aside, true) {
+                    aside.push((queued.lock.clone(), ticket.clone(), queued.channel.clone()));
+                    continue;
+                } else {
+                    continue;
+                }
                 by_key
                     .entry(queued.lock.clone())
                     .or_default()
@@ -204,6 +249,29 @@ async fn beat(state: Arc<Mutex<BeatState>>, conn: Conn, bell: Bell) {
         for call in calls {
             beat_once(&conn, &call, &bell).await;
         }
+        for (lock, ticket, channel) in aside {
+            step_aside(&conn, &lock, &ticket, &channel).await;
+        }
+    }
+}
+
+/// Takes a ticket whose waiter left its turn untaken out of line, and wakes
+/// the next waiter if the key is free ([`LEAVE`]). The waiter queues again,
+/// behind those already waiting, the next time it is polled.
+async fn step_aside(conn: &Conn, lock: &str, ticket: &str, channel: &str) {
+    tracing::debug!(
+        lock,
+        "a queued waiter left its turn untaken for {TURN_GRACE:?} (its future is not polled): the next waiter is served"
+    );
+    let mut call = scripts::evalsha(&LEAVE, 1);
+    call.arg(lock).arg(ticket).arg(channel);
+    let left: Result<i64, _> = match conn.clone() {
+        Conn::Single(mut c) => scripts::run(&mut c, &LEAVE, &call).await,
+        Conn::Cluster(mut c) => scripts::run(&mut c, &LEAVE, &call).await,
+    };
+    if let Err(e) = left {
+        // Not beaten any more, the ticket lapses within its life instead.
+        tracing::debug!(error = %e, "taking an untaken turn out of line failed");
     }
 }
 

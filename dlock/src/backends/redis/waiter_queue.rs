@@ -33,7 +33,8 @@
 //!   sleep unless woken.
 //! - **Liveness.** A ticket counts as alive for a second (`LIFE_MS`) after it
 //!   last proved it: by a try, or by its backend's heartbeat, one script per
-//!   [`HEARTBEAT`] for all the backend's queued tickets (see `turns.rs`). A
+//!   [`HEARTBEAT`] for all the backend's queued tickets (see `turns.rs`;
+//!   not those whose waiter left a turn untaken, its future not polled). A
 //!   waiter tries only when woken: its turn, the holder's expiry, or (the
 //!   head alone) a keyspace event. A waiter killed, stopped or cut off thus
 //!   drops out of the line within a second: the next release skips it

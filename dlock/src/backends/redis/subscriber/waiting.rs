@@ -156,6 +156,11 @@ impl RedisBackend {
         let mut beating = None;
         loop {
             released.mark_seen();
+            // Polled and trying: a turn given meanwhile is being taken (the
+            // heartbeat leaves in line only a waiter that takes its turns).
+            if let Some(turn) = &turn {
+                turn.taken();
+            }
             let (on, left) = match attempt(ticket.is_some()).await? {
                 Try::Done(done) => return Ok(Ok(done)),
                 Try::Held { on, left } => (on, left.unwrap_or(pace.unknown_expiry)),
@@ -166,7 +171,7 @@ impl RedisBackend {
                     .first()
                     .and_then(|one| one.channel)
                     .unwrap_or_default();
-                beating = Some(self.beat_while_queued(lock, channel, ticket.get()));
+                beating = Some(self.beat_while_queued(lock, channel, ticket.get(), turn.clone()));
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(Err(on));
