@@ -12,7 +12,10 @@
 //! calls scripts make included), `EVALSHA`s and CPU per critical section;
 //! on PostgreSQL the server's transactions per critical section
 //! (`pg_stat_database`: each of dlock's statements is one). The P = 1 row
-//! is the baseline the others are read against.
+//! is the baseline the others are read against. `--hold-ms=N` makes each
+//! critical section N ms instead of 1; the hand-off column (from a release
+//! to the next grant, whichever process it goes to) then shows what the
+//! queue adds between holders, e.g. the `?foreign_share=` gap.
 
 use std::time::{Duration, Instant};
 
@@ -25,11 +28,23 @@ use super::workloads::BoxError;
 /// The P values when `--processes` names none.
 pub const DEFAULT_PROCESSES: &[usize] = &[1, 10, 50];
 const WINDOW: Duration = Duration::from_secs(10);
-const CRITICAL_SECTION: Duration = Duration::from_millis(1);
+/// The critical section when `--hold-ms` names none.
+pub const DEFAULT_HOLD: Duration = Duration::from_millis(1);
 
-/// What one process did: when each acquisition asked and was granted.
+/// What one process did: when each acquisition asked and was granted, and
+/// when it released.
 struct Process {
     grants: Vec<(Instant, Instant)>,
+    releases: Vec<Instant>,
+}
+
+/// From each release to the next grant (any process's), for the grants
+/// and releases of a round: the time the lock stood free between holders.
+fn hand_offs(mut held: Vec<(Instant, Instant)>) -> Vec<Duration> {
+    held.sort_by_key(|&(granted, _)| granted);
+    held.windows(2)
+        .map(|pair| pair[1].0.saturating_duration_since(pair[0].1))
+        .collect()
 }
 
 /// The share of grants served in arrival order: those for which every
@@ -84,6 +99,7 @@ async fn round(
     url: &str,
     key: &str,
     processes: usize,
+    hold: Duration,
 ) -> Result<(Vec<Process>, Duration), BoxError> {
     let mut locks = Vec::with_capacity(processes);
     for _ in 0..processes {
@@ -100,14 +116,18 @@ async fn round(
     for lock in locks {
         running.push(tokio::spawn(async move {
             let mut grants = Vec::new();
+            let mut releases = Vec::new();
             while Instant::now() < stop {
                 let asked = Instant::now();
                 let guard = lock.acquire().await?;
                 grants.push((asked, Instant::now()));
-                tokio::time::sleep(CRITICAL_SECTION).await;
+                tokio::time::sleep(hold).await;
+                // Marked before the release's round trip: the key is free
+                // from some moment within it.
+                releases.push(Instant::now());
                 guard.release().await?;
             }
-            Ok::<_, dlock::LockError>(Process { grants })
+            Ok::<_, dlock::LockError>(Process { grants, releases })
         }));
     }
     let mut done = Vec::with_capacity(processes);
@@ -118,7 +138,7 @@ async fn round(
 }
 
 /// Runs the rounds against `url` and prints the table.
-pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
+pub async fn run(url: &str, counts: &[usize], hold: Duration) -> Result<(), BoxError> {
     let mut stats_conn = if matches!(dlock::url::scheme(url), Some("redis" | "rediss")) {
         let plain = url.split('?').next().unwrap_or(url);
         Some(
@@ -143,11 +163,11 @@ pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
         None
     };
     println!(
-        "\n### P processes on one key ({}), acquire → {CRITICAL_SECTION:?} → release for {WINDOW:?}\n",
+        "\n### P processes on one key ({}), acquire → {hold:?} → release for {WINDOW:?}\n",
         dlock::url::redact(url)
     );
-    println!("| P | critical sections/s | wait p50 / p99 / max | p99 vs ideal FIFO | per-process max / min | in arrival order | server commands (PostgreSQL: transactions) per CS | `EVALSHA` per CS | server CPU per CS |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| P | critical sections/s | wait p50 / p99 / max | p99 vs ideal FIFO | hand-off p50 / p99 | per-process max / min | in arrival order | server commands (PostgreSQL: transactions) per CS | `EVALSHA` per CS | server CPU per CS |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let run_id = std::process::id();
     for &p in counts {
         let key = format!("bench:{run_id}:processes:{p}");
@@ -159,7 +179,7 @@ pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
             Some(client) => Some(pg_transactions(client).await?),
             None => None,
         };
-        let (processes, took) = round(url, &key, p).await?;
+        let (processes, took) = round(url, &key, p, hold).await?;
         let after = match stats_conn.as_mut() {
             Some(conn) => Some(redis_counters(conn).await?),
             None => None,
@@ -170,6 +190,22 @@ pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
         };
         let counts: Vec<usize> = processes.iter().map(|p| p.grants.len()).collect();
         let sections: usize = counts.iter().sum();
+        let held: Vec<(Instant, Instant)> = processes
+            .iter()
+            .flat_map(|p| {
+                p.grants
+                    .iter()
+                    .map(|&(_, g)| g)
+                    .zip(p.releases.iter().copied())
+            })
+            .collect();
+        let mut gaps = hand_offs(held);
+        let hand_off = match Summary::of(&mut gaps) {
+            Some(gaps) if p > 1 => {
+                format!("{} / {}", fmt_duration(gaps.p50), fmt_duration(gaps.p99))
+            }
+            _ => "–".to_owned(),
+        };
         let grants: Vec<(Instant, Instant)> =
             processes.into_iter().flat_map(|p| p.grants).collect();
         let mut waits: Vec<Duration> = grants.iter().map(|&(a, g)| g - a).collect();
@@ -213,7 +249,7 @@ pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
             },
         };
         println!(
-            "| {p} | {per_second:.0} | {} / {} / {} | {:.2}× | {spread} | {:.1} % | {} | {} | {} |",
+            "| {p} | {per_second:.0} | {} / {} / {} | {:.2}× | {hand_off} | {spread} | {:.1} % | {} | {} | {} |",
             fmt_duration(summary.p50),
             fmt_duration(summary.p99),
             fmt_duration(max_wait),
@@ -225,6 +261,14 @@ pub async fn run(url: &str, counts: &[usize]) -> Result<(), BoxError> {
         );
     }
     Ok(())
+}
+
+/// The critical section of `--hold-ms=N` (N from 1 to 10,000).
+pub fn parse_hold(arg: &str) -> Option<Duration> {
+    arg.parse()
+        .ok()
+        .filter(|ms: &u64| (1..=10_000).contains(ms))
+        .map(Duration::from_millis)
 }
 
 /// The P values of `--processes[=P,P,…]`.

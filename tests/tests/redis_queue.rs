@@ -338,6 +338,131 @@ async fn a_waiter_kept_but_not_polled_does_not_hold_the_line() {
     kept_guard.release().await.unwrap();
 }
 
+/// What the queue reads from the server is bounded, whatever it says: a
+/// ticket forged into the queue (any client that may write the prefix can
+/// `ZADD` one, with a far-future life) does not block a free key, and a
+/// hand-off record whose time lies ahead (what a step back of the server's
+/// clock leaves) does not hold the head back longer than the gap's cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_tickets_and_a_clock_step_do_not_block_the_queue() {
+    let fixture = RedisFixture::single_with(RedisOptions::new(), "?recheck_ms=0");
+    let key = "queue-forged";
+    let name = lock_key(key);
+    let queue = format!("{name}:queue");
+    let waiters = format!("{name}:waiters");
+    let far = (u64::MAX / 4).to_string();
+    fixture.redis_cli(&["ZADD", &queue, "0", "forged"]);
+    fixture.redis_cli(&["ZADD", &waiters, &far, "forged"]);
+    let taken = lock(key, backend(fixture.url()).await)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a forged ticket does not hold a free key");
+    taken.release().await.unwrap();
+    assert_eq!(queued(&fixture, key), 0, "the forged ticket was dropped");
+
+    // A foreign holder for 1.5 s; a waiter queues behind it; then the
+    // hand-off record says the key was vacated for that waiter ten minutes
+    // from now, with a gap to leave.
+    fixture.redis_cli(&["SET", &name, "someone-else", "PX", "1500"]);
+    let waiter = lock(key, backend(fixture.url()).await).wait(Duration::from_secs(10));
+    let asked = Instant::now();
+    let waiter = tokio::spawn(async move { waiter.acquire().await });
+    until_queued(&fixture, key, 1).await;
+    let ticket = fixture.redis_cli(&["ZRANGE", &queue, "0", "0"]);
+    let ticket = ticket.trim();
+    let ahead = fixture.redis_cli(&["TIME"]);
+    let seconds: u64 = ahead.lines().next().unwrap().trim().parse().unwrap();
+    let record = format!("{} 1000 1 {ticket}", (seconds + 600) * 1000);
+    // A step back of the clock stretches the record's expiry too.
+    fixture.redis_cli(&["SET", &format!("{name}:handoff"), &record, "PX", "600000"]);
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the head is served")
+        .unwrap()
+        .expect("the head takes the key after at most the gap's cap");
+    eprintln!(
+        "served {:?} after asking (the holder had 1.5 s)",
+        asked.elapsed()
+    );
+    guard.release().await.unwrap();
+}
+
+/// A queue of dlock waiters alone hands the key on without a gap: the
+/// share for clients that do not queue is paid once a second as a probe,
+/// and for 30 s after one was seen taking a key handed to a waiter.
+/// Measured by `bench --processes=3 --hold-ms=100` (the performance guide);
+/// here, that the probe shows up as a gap at most once a second and that
+/// a foreign client taking a handed-over key switches the share on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_share_for_other_clients_is_paid_only_when_one_is_seen() {
+    let fixture = RedisFixture::single();
+    let key = "queue-share";
+    let name = lock_key(key);
+    let share = format!("{name}:share");
+    let holder = lock(key, backend(fixture.url()).await)
+        .acquire()
+        .await
+        .unwrap();
+    let next = lock(key, backend(fixture.url()).await);
+    let next = tokio::spawn(async move { next.acquire().await });
+    until_queued(&fixture, key, 1).await;
+    holder.release().await.unwrap();
+    let next = next.await.unwrap().unwrap();
+    assert_eq!(
+        fixture.redis_cli(&["GET", &share]).trim(),
+        "probe",
+        "the first hand-off of a second is a probe"
+    );
+    next.release().await.unwrap();
+    // A client that does not queue takes the key handed to a waiter, in the
+    // gap of the probe: held 300 ms, the gap is the cap (100 ms).
+    fixture.redis_cli(&["DEL", &share]);
+    // A connection of its own, opened ahead: the `SET NX` goes out at once.
+    let port = fixture
+        .url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
+        .expect("the fixture's URL ends with its port");
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let holder = lock(key, backend(fixture.url()).await)
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = lock(key, backend(fixture.url()).await).wait(Duration::from_secs(10));
+    let waiter = tokio::spawn(async move { waiter.acquire().await });
+    until_queued(&fixture, key, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release().await.unwrap();
+    let took = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        raw.write_all(format!("SET {name} redis-py NX PX 200\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = [0u8; 64];
+        let n = raw.read(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer[..n]).into_owned()
+    };
+    assert!(
+        took.starts_with("+OK"),
+        "the key is free in the probe's gap: {took}"
+    );
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("served after the foreign holder")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(
+        fixture.redis_cli(&["GET", &share]).trim(),
+        "foreign",
+        "a foreign holder of a handed-over key switches the share on"
+    );
+}
+
 /// Beside the queue: an operator's `DEL` of the held key publishes nothing,
 /// yet the queue's head gets the key (the waiters' heartbeat notices it);
 /// and a client that does not queue (a plain `SET NX`) cannot take a held

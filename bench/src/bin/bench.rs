@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail] [--beside=<url>]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--beside=<url>]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`) and prints a table of ratios.
@@ -109,7 +109,7 @@ async fn main() -> ExitCode {
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
         eprintln!(
-            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…]] [--observed-detail] [--beside=<url>]   ({})",
+            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--beside=<url>]   ({})",
             examples.join(", ")
         );
         return ExitCode::FAILURE;
@@ -139,9 +139,15 @@ async fn main() -> ExitCode {
             Err(e) => Err(e.into()),
         }
     } else if let Some(counts) = processes {
-        match counts {
-            Ok(counts) => dlock_bench::processes::run(&url, &counts).await,
-            Err(e) => Err(e.into()),
+        let hold = match args.iter().find_map(|a| a.strip_prefix("--hold-ms=")) {
+            None => Ok(dlock_bench::processes::DEFAULT_HOLD),
+            Some(ms) => dlock_bench::processes::parse_hold(ms).ok_or(
+                "--hold-ms takes a critical section in ms from 1 to 10000, e.g. --hold-ms=100",
+            ),
+        };
+        match (counts, hold) {
+            (Ok(counts), Ok(hold)) => dlock_bench::processes::run(&url, &counts, hold).await,
+            (Err(e), _) | (_, Err(e)) => Err(e.into()),
         }
     } else if flags.read_mostly {
         dlock_bench::read_mostly::run(&url).await

@@ -73,12 +73,17 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// retry answered "held" by the caller's own token, and the key blocked
 /// everyone, its owner included, until its ttl.
 ///
-/// The queue: a free key whose `:queue` exists is not taken (the answer is
-/// `0, 0`): it belongs to the queue's head, which takes it with
-/// `ACQUIRE_QUEUED` (see `waiter_queue.rs`). That `EXISTS` is all the
-/// uncontended acquire pays for the queue.
+/// The queue: a free key with a live ticket first in its `:queue` is not
+/// taken (the answer is `0, 0`): it belongs to the queue's head, which
+/// takes it with `ACQUIRE_QUEUED` (see `waiter_queue.rs`). Dead tickets
+/// ahead are dropped on the way (`live_queue`, the same rule as the queue's
+/// `head_of`: a ticket lives until its time, never more than
+/// `QUEUED_LIFE_MS` ahead, so a forged or clock-stepped entry does not
+/// block the key). That `EXISTS` is all the uncontended acquire pays for
+/// the queue.
 pub(crate) const ACQUIRE_FUNCTIONS: &str = r"
 local now
+local QUEUED_LIFE_MS = 1000
 local retention = tonumber(ARGV[#ARGV])
 local function fence(counter, ttl)
   if counter == '' then
@@ -96,8 +101,32 @@ local function fence(counter, ttl)
   end
   return now
 end
+local function live_queue(lock)
+  local queue, waiters = lock .. ':queue', lock .. ':waiters'
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local ms = math.floor(now / 1000)
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first then
+      return false
+    end
+    local gone_at = tonumber(redis.call('ZSCORE', waiters, first))
+    if gone_at and gone_at > ms and gone_at <= ms + QUEUED_LIFE_MS then
+      return true
+    end
+    redis.call('ZREM', queue, first)
+    redis.call('ZREM', waiters, first)
+  end
+end
 local function acquire(lock, counter, token, ttl)
-  if redis.call('EXISTS', lock .. ':queue') == 0 and redis.call('SET', lock, token, 'NX', 'PX', ttl) then
+  local queued = redis.call('EXISTS', lock .. ':queue') == 1
+  if queued and redis.call('EXISTS', lock) == 0 then
+    queued = live_queue(lock)
+  end
+  if not queued and redis.call('SET', lock, token, 'NX', 'PX', ttl) then
     return 1, fence(counter, ttl)
   end
   if redis.call('GET', lock) == token then
@@ -243,7 +272,7 @@ for i = 1, n do
   local left
   if holder and holder ~= ARGV[i] then
     left = redis.call('PTTL', KEYS[2 * i - 1])
-  elseif not holder and redis.call('EXISTS', KEYS[2 * i - 1] .. ':queue') == 1 then
+  elseif not holder and redis.call('EXISTS', KEYS[2 * i - 1] .. ':queue') == 1 and live_queue(KEYS[2 * i - 1]) then
     -- Free, but the queue's head takes it next: try again soon.
     left = 100
   end

@@ -75,7 +75,7 @@ for i = 1, #KEYS do
   if redis.call('ZSCORE', lock .. ':queue', ticket) then
     wait_in_line(lock, ticket, false, LIFE_MS)
     redis.call('PEXPIRE', lock .. ':queue', LIFE_MS)
-    if redis.call('EXISTS', lock, lock .. ':handoff') == 0 then
+    if redis.call('EXISTS', lock) == 0 and not handing_off(lock) then
       local head = head_of(lock)
       if head then
         wake(head, ARGV[2 * i])
