@@ -327,7 +327,7 @@ async fn a_waiter_kept_but_not_polled_does_not_hold_the_line() {
         "the kept waiter held the line for {after:?}"
     );
     // Polled again, the kept waiter queues again and is served next.
-    let polled_again = tokio::spawn(async move { kept.await });
+    let polled_again = tokio::spawn(kept);
     tokio::time::sleep(Duration::from_millis(300)).await;
     guard.release().await.unwrap();
     let kept_guard = tokio::time::timeout(Duration::from_secs(5), polled_again)
