@@ -262,6 +262,8 @@ fn info_json(key: &str, info: Option<&LockInfo>) -> serde_json::Value {
             "holder": i.holder,
             "remaining_ms": u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX),
             "fencing_token": i.fencing_token,
+            "waiting_processes": i.waiting.map_or(0, |w| w.processes),
+            "oldest_wait_ms": i.waiting.map(|w| u64::try_from(w.oldest.as_millis()).unwrap_or(u64::MAX)),
         }),
         None => serde_json::json!({ "key": key, "held": false }),
     }
@@ -271,8 +273,21 @@ fn info_json(key: &str, info: Option<&LockInfo>) -> serde_json::Value {
 fn describe(key: &str, i: &LockInfo) -> String {
     let remaining =
         Duration::from_millis(u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX));
+    let waiting = match i.waiting {
+        Some(w) => format!(
+            "; {} waiting, the oldest for {}",
+            match w.processes {
+                1 => "1 process".to_owned(),
+                n => format!("{n} processes"),
+            },
+            humantime::format_duration(Duration::from_millis(
+                u64::try_from(w.oldest.as_millis()).unwrap_or(u64::MAX)
+            ))
+        ),
+        None => String::new(),
+    };
     format!(
-        "{}: held by {} for {} more (fencing token {})",
+        "{}: held by {} for {} more (fencing token {}{waiting})",
         shown::text(key),
         i.holder
             .as_deref()

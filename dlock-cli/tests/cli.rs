@@ -149,6 +149,44 @@ fn redis() {
     run_exits_and_conflicts(&server.url(), "redis");
 }
 
+/// `list` and `inspect` show who waits on the server: a queue of two
+/// processes (written as dlock's waiters write it, one ticket forged with
+/// no life left) and how long the oldest has waited.
+#[test]
+fn list_shows_the_waiting_processes() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let key = format!("cli:waiting:{}", std::process::id());
+    let lock = format!("dlock:{{{key}}}");
+    server.redis_cli(&[
+        "SET",
+        &lock,
+        "0123456789abcdef0123456789abcdef@holder-1",
+        "PX",
+        "60000",
+    ]);
+    let time = server.redis_cli(&["TIME"]);
+    let now_ms: u64 = time.lines().next().unwrap().trim().parse::<u64>().unwrap() * 1000;
+    let queue = format!("{lock}:queue");
+    // The oldest has waited a minute: what the test's own steps take (a
+    // loaded machine spawns processes slowly) stays within that minute.
+    server.redis_cli(&["ZADD", &queue, &(now_ms - 60_000).to_string(), "a@x"]);
+    server.redis_cli(&["ZADD", &queue, &(now_ms - 500).to_string(), "b@y"]);
+    let out = dlock(&url, &["inspect", &key]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("held by holder-1")
+            && stdout.contains("; 2 processes waiting, the oldest for 1m"),
+        "{stdout:?}"
+    );
+    let out = dlock(&url, &["list", "--prefix", "cli:waiting:", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("\"waiting_processes\":2"), "{stdout:?}");
+    assert!(stdout.contains("\"oldest_wait_ms\":6"), "{stdout:?}");
+}
+
 /// SIGTERM to `dlock` goes to the command; the lock is released after it exits.
 #[test]
 fn a_signal_to_dlock_reaches_the_command() {

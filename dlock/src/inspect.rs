@@ -31,7 +31,7 @@ use crate::LockError;
 
 pub use crate::backend::holder::{
     check_client_name, default_client_name, holder_of, not_supported, too_many_to_list, LockInfo,
-    MAX_CLIENT_NAME, MAX_LISTED,
+    Waiting, MAX_CLIENT_NAME, MAX_LISTED,
 };
 
 /// The lock keys held now on `backend` that start with `prefix` (every key

@@ -313,6 +313,15 @@ async fn a_waiter_kept_but_not_polled_does_not_hold_the_line() {
         (Instant::now(), guard)
     });
     until_queued(&fixture, key, 2).await;
+    // The queue is visible to an operator: two processes wait.
+    let info = lock(key, backend(fixture.url()).await)
+        .inspect()
+        .await
+        .unwrap()
+        .expect("held");
+    let waiting = info.waiting.expect("the queue is shown");
+    assert_eq!(waiting.processes, 2);
+    assert!(waiting.oldest >= Duration::from_millis(300), "{waiting:?}");
     let released = Instant::now();
     holder.release().await.unwrap();
     let (served_at, guard) = tokio::time::timeout(Duration::from_secs(10), next)

@@ -41,6 +41,37 @@ pub struct LockInfo {
     /// `?client_name=` on its URL); `None` for a holder that is not dlock or
     /// wrote none. Never the owner token.
     pub holder: Option<String>,
+    /// Who waits in the server's queue for the key, where the backend keeps
+    /// one it can read at no cost to the lock (Redis's plain layout); `None`
+    /// elsewhere, and on Redis when nobody is queued.
+    pub waiting: Option<Waiting>,
+}
+
+/// The waiters queued on the server for a held key (see
+/// [`LockInfo::waiting`]): a process queues one ticket per key, whatever
+/// the number of its own waiters (they line up in the process).
+///
+/// ```
+/// use std::time::Duration;
+/// let waiting = dlock::inspect::Waiting::new(3, Duration::from_millis(1_500));
+/// assert_eq!(waiting.processes, 3);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiting {
+    /// Tickets in the queue: one per waiting process (a ticket whose
+    /// waiter died stays until it lapses, a second at most, or until the
+    /// queue passes it).
+    pub processes: usize,
+    /// How long the oldest ticket has waited, by the server's clock.
+    pub oldest: Duration,
+}
+
+impl Waiting {
+    /// A queue of `processes` tickets whose oldest has waited `oldest`.
+    pub fn new(processes: usize, oldest: Duration) -> Self {
+        Waiting { processes, oldest }
+    }
 }
 
 impl LockInfo {
@@ -56,7 +87,22 @@ impl LockInfo {
             remaining,
             fencing_token,
             holder,
+            waiting: None,
         }
+    }
+
+    /// The same description with the server's queue for the key.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock::inspect::Waiting;
+    /// let info = dlock::LockInfo::new(Duration::from_secs(3), Some(7), None)
+    ///     .with_waiting(Waiting::new(2, Duration::from_millis(40)));
+    /// assert_eq!(info.waiting.map(|w| w.processes), Some(2));
+    /// ```
+    pub fn with_waiting(mut self, waiting: Waiting) -> Self {
+        self.waiting = Some(waiting);
+        self
     }
 }
 

@@ -296,6 +296,27 @@ impl Inner {
         )))
     }
 
+    /// Whether a key under `dir` that existed at `revision` is gone now:
+    /// fewer keys created by then are there now than were then. A history
+    /// read that fails (the revision compacted already) counts as a
+    /// change: the caller reads again, and reports a real outage then.
+    async fn deleted_since(&self, dir: &str, revision: i64) -> Result<bool, LockError> {
+        let count = |options: GetOptions| {
+            self.rpc(move || {
+                let mut kv = self.client.kv_client();
+                let (dir, options) = (dir.to_owned(), options.clone());
+                async move { kv.get(dir, Some(options)).await }
+            })
+        };
+        let all = GetOptions::new().with_prefix().with_count_only();
+        let then = match count(all.clone().with_revision(revision)).await {
+            Ok(then) => then.count(),
+            Err(_) => return Ok(true),
+        };
+        let now = count(all.with_max_create_revision(revision)).await?.count();
+        Ok(now < then)
+    }
+
     /// Waits until a key under `dir` is deleted after `revision`, or until
     /// `until`. Either way the caller reads again.
     async fn await_delete_under(
@@ -304,9 +325,11 @@ impl Inner {
         revision: i64,
         until: Instant,
     ) -> Result<(), LockError> {
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(revision + 1);
+        // From the server's current revision, served at once (a watch that
+        // starts in the past waits for etcd's 100 ms catch-up loop: see
+        // `queue.rs`'s `watch`); a delete between the read and the watch's
+        // start is read instead, once the watch is there.
+        let options = WatchOptions::new().with_prefix();
         let stream = self
             .rpc(|| {
                 let mut watches = self.client.watch_client();
@@ -314,6 +337,9 @@ impl Inner {
                 async move { watches.watch(dir, Some(options)).await }
             })
             .await?;
+        if self.deleted_since(dir, revision).await? {
+            return Ok(());
+        }
         let line = Contenders {
             dir,
             kinds: Contenders::DIRECT,

@@ -1,6 +1,6 @@
 //! An operator's view of a lock key: who holds it (`GET` of the owner token,
 //! whose client name is the holder; `PTTL`; the fence counter, which holds
-//! the holder's fence) and its forced release (`DEL` and the release
+//! the holder's fence; the waiters' queue: how many, since when) and its forced release (`DEL` and the release
 //! message, so waiters wake). One script each, so the reads agree.
 
 use std::sync::LazyLock;
@@ -13,17 +13,28 @@ use redis::{RedisError, Script, Value};
 use super::refused::About;
 use super::scripts::{self, KeyNames};
 use super::RedisBackend;
+use crate::backend::holder::Waiting;
 use crate::{LockError, LockInfo};
 
-/// `{0, '', -2, ''}` when free, else `{1, value, pttl, fence or ''}`. KEYS: lock, fence.
+/// `{0, '', -2, '', 0, 0}` when free, else `{1, value, pttl, fence or '',
+/// tickets queued, ms the oldest has waited}` (see `waiter_queue.rs` for
+/// the queue). KEYS: lock, fence.
 static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local v = redis.call('GET', KEYS[1])
-if not v then return {0, '', -2, ''} end
+if not v then return {0, '', -2, '', 0, 0} end
 local f = ''
 if KEYS[2] ~= KEYS[1] then f = redis.call('GET', KEYS[2]) or '' end
-return {1, v, redis.call('PTTL', KEYS[1]), f}
+local queue = KEYS[1] .. ':queue'
+local queued = redis.call('ZCARD', queue)
+local waited = 0
+if queued > 0 then
+  local oldest = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')[2]
+  local t = redis.call('TIME')
+  waited = math.max(0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(oldest))
+end
+return {1, v, redis.call('PTTL', KEYS[1]), f, queued, waited}
 ",
     )
 });
@@ -46,7 +57,7 @@ return 0
 const MAX_SCANS: usize = 10_000;
 
 /// What [`INSPECT`] answers, read.
-type Answer = (i64, Option<String>, Option<i64>, Option<String>);
+type Answer = (i64, Option<String>, Option<i64>, Option<String>, u64, u64);
 
 impl RedisBackend {
     /// The names of the lock `key` on this server.
@@ -65,10 +76,10 @@ impl RedisBackend {
         let mut call = scripts::evalsha(&INSPECT, 2);
         call.arg(&names.lock)
             .arg(if fenced { &names.fence } else { &names.lock });
-        let (held, value, pttl, fence): Answer = self
-            .eval(&INSPECT, &call)
-            .await
-            .map_err(|e| self.name_refusal(e, About::Lock(key)))?;
+        let (held, value, pttl, fence, queued, waited): Answer =
+            self.eval(&INSPECT, &call)
+                .await
+                .map_err(|e| self.name_refusal(e, About::Lock(key)))?;
         if held != 1 {
             return Ok(None);
         }
@@ -83,7 +94,15 @@ impl RedisBackend {
             .as_deref()
             .and_then(crate::backend::holder::holder_of)
             .map(str::to_owned);
-        Ok(Some(LockInfo::new(remaining, fencing_token, holder)))
+        let info = LockInfo::new(remaining, fencing_token, holder);
+        Ok(Some(if queued > 0 {
+            info.with_waiting(Waiting::new(
+                usize::try_from(queued).unwrap_or(usize::MAX),
+                Duration::from_millis(waited),
+            ))
+        } else {
+            info
+        }))
     }
 
     /// Deletes the lock `key` on this server whoever holds it.
