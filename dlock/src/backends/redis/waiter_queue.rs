@@ -208,9 +208,13 @@ local function vacate_waited(lock, channel)
     end
     -- A gap for clients that do not queue only where one was seen lately
     -- (`foreign`), and once a second as a probe for one.
-    local seen = redis.call('SET', lock .. ':share', 'probe', 'NX', 'PX', PROBE_EVERY_MS, 'GET')
+    -- (`GET` then `SET`, not `SET NX GET`: that pair needs Redis 7.0.)
+    local seen = redis.call('GET', lock .. ':share')
     local shared = 0
-    if not seen or seen == 'foreign' then
+    if not seen then
+      redis.call('SET', lock .. ':share', 'probe', 'PX', PROBE_EVERY_MS)
+      shared = 1
+    elseif seen == 'foreign' then
       shared = 1
     end
     redis.call('SET', lock .. ':handoff', now_ms() .. ' ' .. held .. ' ' .. shared .. ' ' .. head, 'PX', HANDOFF_KEPT_MS)
