@@ -21,6 +21,37 @@ use super::waiter_queue::QUEUE_FUNCTIONS;
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{ACQUIRE_FUNCTIONS}{ACQUIRE_ONE}")));
 
+/// The Lua of the queue's one liveness rule, shared by the plain acquire
+/// (here) and the queue's own functions (`waiter_queue.rs`), so the two
+/// cannot drift apart: `LIFE_MS`, how long a ticket lives after it last
+/// proved it, and `first_live(lock, me, now_ms)`, the first ticket of the
+/// key's queue that is `me` or alive (until its time, never more than
+/// `LIFE_MS` ahead: a forged entry or a step back of the server's clock
+/// counts as gone), dropping the dead ones ahead of it; nil if none.
+macro_rules! queue_liveness_lua {
+    () => {
+        r"
+local LIFE_MS = 1000
+local function first_live(lock, me, now_ms)
+  local queue, waiters = lock .. ':queue', lock .. ':waiters'
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first or first == me then
+      return first
+    end
+    local gone_at = tonumber(redis.call('ZSCORE', waiters, first))
+    if gone_at and gone_at > now_ms and gone_at <= now_ms + LIFE_MS then
+      return first
+    end
+    redis.call('ZREM', queue, first)
+    redis.call('ZREM', waiters, first)
+  end
+end
+"
+    };
+}
+pub(crate) use queue_liveness_lua;
+
 /// The Lua shared by every script that takes a lock key: `fence(counter)`
 /// issues a fencing token, `acquire(lock, counter, token, ttl_ms)` takes the
 /// key (or finds it already taken with `token`) and answers `1, fence` or
@@ -76,14 +107,13 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// The queue: a free key with a live ticket first in its `:queue` is not
 /// taken (the answer is `0, 0`): it belongs to the queue's head, which
 /// takes it with `ACQUIRE_QUEUED` (see `waiter_queue.rs`). Dead tickets
-/// ahead are dropped on the way (`live_queue`, the same rule as the queue's
-/// `head_of`: a ticket lives until its time, never more than
-/// `QUEUED_LIFE_MS` ahead, so a forged or clock-stepped entry does not
-/// block the key). That `EXISTS` is all the uncontended acquire pays for
-/// the queue.
-pub(crate) const ACQUIRE_FUNCTIONS: &str = r"
+/// ahead are dropped on the way (`first_live`, the queue's own rule, see
+/// [`queue_liveness_lua`]). That `EXISTS` is all the uncontended acquire
+/// pays for the queue.
+pub(crate) const ACQUIRE_FUNCTIONS: &str = concat!(
+    queue_liveness_lua!(),
+    r"
 local now
-local QUEUED_LIFE_MS = 1000
 local retention = tonumber(ARGV[#ARGV])
 local function fence(counter, ttl)
   if counter == '' then
@@ -102,24 +132,11 @@ local function fence(counter, ttl)
   return now
 end
 local function live_queue(lock)
-  local queue, waiters = lock .. ':queue', lock .. ':waiters'
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local ms = math.floor(now / 1000)
-  while true do
-    local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first then
-      return false
-    end
-    local gone_at = tonumber(redis.call('ZSCORE', waiters, first))
-    if gone_at and gone_at > ms and gone_at <= ms + QUEUED_LIFE_MS then
-      return true
-    end
-    redis.call('ZREM', queue, first)
-    redis.call('ZREM', waiters, first)
-  end
+  return first_live(lock, nil, math.floor(now / 1000)) ~= nil
 end
 local function acquire(lock, counter, token, ttl)
   local queued = redis.call('EXISTS', lock .. ':queue') == 1
@@ -144,7 +161,8 @@ local function acquire(lock, counter, token, ttl)
   end
   return 0, left
 end
-";
+"
+);
 
 /// The call of [`ACQUIRE`]: one key.
 const ACQUIRE_ONE: &str = r"

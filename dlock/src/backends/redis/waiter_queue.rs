@@ -101,7 +101,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use super::scripts::{self, millis, KeyNames, ACQUIRE_FUNCTIONS};
+use super::scripts::{self, millis, queue_liveness_lua, KeyNames, ACQUIRE_FUNCTIONS};
 use super::{Attempt, RedisBackend};
 use crate::backend::{AcquireRequest, Lease};
 use crate::LockError;
@@ -154,8 +154,9 @@ pub(crate) fn parse_foreign_share(value: &str) -> Result<u8, String> {
 /// - `life_for(left, ttl)`: how long a listener that will sleep `left` ms
 ///   (the holder's time; `ttl` if unknown) counts as alive. Listeners
 ///   re-register at each try rather than beat.
-pub(crate) const QUEUE_FUNCTIONS: &str = r"
-local LIFE_MS = 1000
+pub(crate) const QUEUE_FUNCTIONS: &str = concat!(
+    queue_liveness_lua!(),
+    r"
 local GAP_CAP_MS = 100
 local PROBE_EVERY_MS = 1000
 local HANDOFF_KEPT_MS = 1000
@@ -176,21 +177,7 @@ local function leave_line(lock, ticket)
   redis.call('ZREM', lock .. ':waiters', ticket)
 end
 local function head_of(lock, me)
-  local queue, waiters = lock .. ':queue', lock .. ':waiters'
-  while true do
-    local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first or first == me then
-      return first
-    end
-    local gone_at = tonumber(redis.call('ZSCORE', waiters, first))
-    -- Alive until its time, but never longer than a ticket lives: a time
-    -- further ahead (a forged entry, a step back of the server's clock)
-    -- counts as gone.
-    if gone_at and gone_at > now_ms() and gone_at <= now_ms() + LIFE_MS then
-      return first
-    end
-    leave_line(lock, first)
-  end
+  return first_live(lock, me, now_ms())
 end
 local function wake(ticket, channel)
   local own = string.match(ticket, '@(.+)$')
@@ -288,7 +275,8 @@ local function life_for(left, ttl)
   end
   return base + math.floor(base / 4) + 1000
 end
-";
+"
+);
 
 /// A waiter's try after its first: KEYS lock and fence; ARGV token, ttl in
 /// ms, release channel, ticket, the waiter's `foreign_share` (percent), and
@@ -577,14 +565,6 @@ mod tests {
             "a dead waiter drops out within a second"
         );
         assert_eq!(lua_const("GAP_CAP_MS"), 100);
-        // The plain acquire's check of the queue counts tickets alive by
-        // the same rule as the queue's own functions.
-        let plain = scripts::ACQUIRE_FUNCTIONS;
-        let at = plain.find("local QUEUED_LIFE_MS = ").expect("defined") + 23;
-        let plain_life: u64 = plain[at..at + plain[at..].find('\n').unwrap()]
-            .parse()
-            .unwrap();
-        assert_eq!(plain_life, lua_const("LIFE_MS"));
     }
 
     #[test]
