@@ -33,6 +33,11 @@ struct PsqlHolder(std::process::Child);
 
 impl PsqlHolder {
     fn take(fixture: &PgFixture, id: i64) -> Self {
+        Self::run(fixture, &format!("SELECT pg_advisory_lock({id});"))
+    }
+
+    /// A psql session that runs `sql` and stays open until its stdin closes.
+    fn run(fixture: &PgFixture, sql: &str) -> Self {
         use std::io::Write;
         let mut child = std::process::Command::new(fixture.server().psql_path())
             .args(["-h", "127.0.0.1", "-p"])
@@ -43,9 +48,17 @@ impl PsqlHolder {
             .spawn()
             .expect("start psql");
         let stdin = child.stdin.as_mut().expect("psql stdin");
-        writeln!(stdin, "SELECT pg_advisory_lock({id});").expect("write to psql");
+        writeln!(stdin, "{sql}").expect("write to psql");
         stdin.flush().expect("flush psql");
         PsqlHolder(child)
+    }
+
+    /// Sends psql one more statement.
+    fn send(&mut self, sql: &str) {
+        use std::io::Write;
+        let stdin = self.0.stdin.as_mut().expect("psql stdin");
+        writeln!(stdin, "{sql}").expect("write to psql");
+        stdin.flush().expect("flush psql");
     }
 
     /// Ends psql's session (its stdin closes, it exits, the server frees its locks).
@@ -679,4 +692,74 @@ async fn elections_need_their_table_and_say_how_to_grant_it() {
     );
     leadership.resign().await.unwrap();
     assert_eq!(election.leader().await.unwrap(), None);
+}
+
+/// Processes started together on a fresh schema all create dlock's tables
+/// at once: PostgreSQL lets two `CREATE TABLE IF NOT EXISTS` both pass
+/// their check, and the later one fails with "type … already exists" (the
+/// CI run of `925d34d` lost an election candidate to it). To line the
+/// clients up, a psql session drops the schema in an open transaction: each
+/// client finds no table and its `CREATE` waits on the schema's lock; the
+/// transaction is rolled back and they all create at once. Every client
+/// must connect, lock and campaign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_creating_the_tables_at_once_all_start() {
+    let fixture = PgFixture::start();
+    let server = fixture.server();
+    let port = server.port();
+    const ROUNDS: usize = 8;
+    const CLIENTS: usize = 16;
+    for round in 0..ROUNDS {
+        let schema = format!("race_{round}");
+        server.psql(&format!("CREATE SCHEMA {schema}"));
+        let mut dropping = PsqlHolder::run(&fixture, &format!("BEGIN; DROP SCHEMA {schema};"));
+        eventually("psql drops the schema", Duration::from_secs(20), || {
+            server.psql(
+                "SELECT count(*) FROM pg_locks WHERE granted AND locktype = 'object' \
+                 AND mode = 'AccessExclusiveLock' AND classid = 'pg_namespace'::regclass",
+            ) == "1"
+        })
+        .await;
+        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres?schema={schema}");
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let url = url.clone();
+                tokio::spawn(async move {
+                    let failed = |what: &str, e: LockError| format!("client {i}: {what}: {e}");
+                    let backend = PostgresBackend::connect(&url)
+                        .await
+                        .map_err(|e| failed("connect", e))?;
+                    let backend: Arc<dyn LockBackend> = Arc::new(backend);
+                    let guard = lock(&backend, &format!("k{i}"))
+                        .acquire()
+                        .await
+                        .map_err(|e| failed("acquire", e))?;
+                    guard.release().await.map_err(|e| failed("release", e))?;
+                    let leadership = dlock::Election::new(format!("e{i}"))
+                        .with_backend(backend)
+                        .campaign("node")
+                        .await
+                        .map_err(|e| failed("campaign", e))?;
+                    leadership.resign().await.map_err(|e| failed("resign", e))
+                })
+            })
+            .collect();
+        let waiting = || {
+            server.psql("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'object'")
+        };
+        eventually(
+            "every client waits to create",
+            Duration::from_secs(20),
+            || waiting() == CLIENTS.to_string(),
+        )
+        .await;
+        dropping.send("ROLLBACK;");
+        for client in clients {
+            client
+                .await
+                .expect("client task")
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+        dropping.quit();
+    }
 }

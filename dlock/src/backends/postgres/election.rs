@@ -63,14 +63,12 @@ impl PostgresBackend {
             if exists {
                 Ok(())
             } else {
-                session.client.batch_execute(create).await
+                super::setup::create_if_missing(&session.client, create).await
             }
         };
         match tokio::time::timeout(self.config.timeout, created).await {
             Err(_) => return Err(self.silent()),
             Ok(Ok(())) => {}
-            // Another client created it at the same moment.
-            Ok(Err(e)) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {}
             Ok(Err(e))
                 if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
             {

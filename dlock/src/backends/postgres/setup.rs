@@ -129,10 +129,8 @@ async fn create_tables(
     statements: &Statements,
     shown: &str,
 ) -> Result<(), LockError> {
-    match client.batch_execute(&statements.create_tables()).await {
+    match create_if_missing(client, &statements.create_tables()).await {
         Ok(()) => Ok(()),
-        // Another client created it at the same time.
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => Ok(()),
         Err(e)
             if matches!(
                 e.code(),
@@ -153,4 +151,40 @@ async fn create_tables(
         }
         Err(e) => Err(failed(shown, e)),
     }
+}
+
+/// Runs `create` (`CREATE … IF NOT EXISTS` statements), again when another
+/// session created the same objects at the same moment.
+///
+/// PostgreSQL checks `IF NOT EXISTS` before it writes its catalogs, so two
+/// sessions creating a table at once can both pass the check; the later
+/// one then waits on the catalog's unique index for the first one's
+/// transaction and fails: "type … already exists" (42710), "relation …
+/// already exists" (42P07) or a unique violation (23505). The whole batch
+/// is rolled back with it, so a table later in the batch may still be
+/// missing if the other session's batch was different: run again, the
+/// check now sees what the other committed.
+pub(super) async fn create_if_missing(
+    client: &tokio_postgres::Client,
+    create: &str,
+) -> Result<(), tokio_postgres::Error> {
+    const TRIES: usize = 3;
+    let mut tries = 1;
+    loop {
+        match client.batch_execute(create).await {
+            Err(e) if tries < TRIES && created_meanwhile(&e) => tries += 1,
+            done => return done,
+        }
+    }
+}
+
+/// Whether `e` is a creation that lost a race with another session's.
+fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    matches!(
+        e.code(),
+        Some(&SqlState::UNIQUE_VIOLATION)
+            | Some(&SqlState::DUPLICATE_OBJECT)
+            | Some(&SqlState::DUPLICATE_TABLE)
+    )
 }
