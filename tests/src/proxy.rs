@@ -27,6 +27,10 @@
 //!   bytes are dropped both ways, whatever the mode later), while new connections pass: a NAT
 //!   or load balancer that forgot the flows. Not a mode: it applies to the flows of the
 //!   moment, and the mode stays what it was.
+//! - [`FaultProxy::hold_flows`]: every connection open now is held as [`FaultProxy::hold`]
+//!   holds (nothing read, bytes delivered late) until [`FaultProxy::release_flows`], while new
+//!   connections pass: one path that stalls and recovers after the client moved to another
+//!   connection, so that what it sent on the old one lands after what it sent since.
 //!
 //! Dropping the proxy stops the listener and every connection task. Nothing busy-loops: each
 //! task waits on socket readiness or on a mode change.
@@ -69,6 +73,8 @@ pub struct FaultProxy {
     accepted: Arc<AtomicUsize>,
     /// Connections numbered below this are frozen for good (`freeze_flows`).
     frozen_below: Arc<AtomicUsize>,
+    /// Connections numbered below this are held (`hold_flows`) until `release_flows`.
+    held_below: Arc<AtomicUsize>,
     listener: JoinHandle<()>,
 }
 
@@ -95,12 +101,13 @@ impl FaultProxy {
         let (mode, mode_rx) = watch::channel(ProxyMode::Pass);
         let accepted = Arc::new(AtomicUsize::new(0));
         let frozen_below = Arc::new(AtomicUsize::new(0));
+        let held_below = Arc::new(AtomicUsize::new(0));
         let listener = tokio::spawn(accept_loop(
             listener,
             upstream,
             mode_rx,
             Arc::clone(&accepted),
-            Arc::clone(&frozen_below),
+            [Arc::clone(&frozen_below), Arc::clone(&held_below)],
         ));
         Ok(Self {
             addr,
@@ -108,6 +115,7 @@ impl FaultProxy {
             mode,
             accepted,
             frozen_below,
+            held_below,
             listener,
         })
     }
@@ -171,6 +179,20 @@ impl FaultProxy {
         self.mode.send_modify(|_| {});
     }
 
+    /// Holds every connection open now (nothing read from either side, bytes delivered
+    /// late) until [`FaultProxy::release_flows`], while new connections pass as the mode says.
+    pub fn hold_flows(&self) {
+        self.held_below
+            .fetch_max(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.mode.send_modify(|_| {});
+    }
+
+    /// Ends [`FaultProxy::hold_flows`]: the held connections deliver what waited, in order.
+    pub fn release_flows(&self) {
+        self.held_below.store(0, Ordering::SeqCst);
+        self.mode.send_modify(|_| {});
+    }
+
     /// Sets `mode` (the named methods are shorthands).
     pub fn set_mode(&self, mode: ProxyMode) {
         self.mode.send_replace(mode);
@@ -190,7 +212,7 @@ async fn accept_loop(
     upstream: SocketAddr,
     mut mode: watch::Receiver<ProxyMode>,
     accepted: Arc<AtomicUsize>,
-    frozen_below: Arc<AtomicUsize>,
+    [frozen_below, held_below]: [Arc<AtomicUsize>; 2],
 ) {
     loop {
         tokio::select! {
@@ -201,8 +223,12 @@ async fn accept_loop(
                     abort_connection(&client);
                     continue;
                 }
-                let frozen = Frozen { number, below: frozen_below.clone() };
-                tokio::spawn(connection(client, upstream, mode.clone(), frozen));
+                let flow = Flow {
+                    number,
+                    frozen_below: frozen_below.clone(),
+                    held_below: held_below.clone(),
+                };
+                tokio::spawn(connection(client, upstream, mode.clone(), flow));
             }
             changed = mode.changed() => {
                 if changed.is_err() {
@@ -218,15 +244,21 @@ fn abort_connection(stream: &TcpStream) {
     let _ = stream.set_zero_linger();
 }
 
-/// Whether a connection was frozen by [`FaultProxy::freeze_flows`].
-struct Frozen {
+/// One connection, and whether [`FaultProxy::freeze_flows`] froze it or
+/// [`FaultProxy::hold_flows`] holds it.
+struct Flow {
     number: usize,
-    below: Arc<AtomicUsize>,
+    frozen_below: Arc<AtomicUsize>,
+    held_below: Arc<AtomicUsize>,
 }
 
-impl Frozen {
-    fn now(&self) -> bool {
-        self.number < self.below.load(Ordering::SeqCst)
+impl Flow {
+    fn frozen(&self) -> bool {
+        self.number < self.frozen_below.load(Ordering::SeqCst)
+    }
+
+    fn held(&self) -> bool {
+        self.number < self.held_below.load(Ordering::SeqCst)
     }
 }
 
@@ -234,7 +266,7 @@ async fn connection(
     mut client: TcpStream,
     upstream: SocketAddr,
     mut mode: watch::Receiver<ProxyMode>,
-    frozen: Frozen,
+    flow: Flow,
 ) {
     let Ok(mut server) = TcpStream::connect(upstream).await else {
         abort_connection(&client);
@@ -256,7 +288,7 @@ async fn connection(
                 break true;
             }
             let next_due = delayed.front().map(|(due, _)| *due);
-            let reading = current != ProxyMode::Hold;
+            let reading = current != ProxyMode::Hold && !flow.held();
             tokio::select! {
                 n = client_read.read(&mut from_client), if reading => match n {
                     Ok(0) | Err(_) => {
@@ -264,7 +296,7 @@ async fn connection(
                         break false;
                     }
                     Ok(n) => {
-                        let forward = !frozen.now() && matches!(
+                        let forward = !flow.frozen() && matches!(
                             *mode.borrow(),
                             ProxyMode::Pass | ProxyMode::DropReplies | ProxyMode::DelayReplies(_)
                         );
@@ -280,7 +312,7 @@ async fn connection(
                         break false;
                     }
                     Ok(n) => {
-                        if frozen.now() {
+                        if flow.frozen() {
                             continue;
                         }
                         let now = tokio::time::Instant::now();

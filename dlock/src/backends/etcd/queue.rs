@@ -303,6 +303,11 @@ impl Inner {
         let mut backoff = Duration::from_millis(20);
         let mut requeues = 0;
         let mut taken = 0;
+        // An enqueue that went unanswered may still land: the next one asks
+        // under the same name (and session), so that the late one is found
+        // and replaced instead of standing ahead of us (see `rw.rs`; a
+        // plain lock's entry name is its session's anyway).
+        let mut unanswered: Option<(String, i64)> = None;
         let mut retry = |e: LockError, failure: &mut Option<LockError>, give_up: Instant| {
             if once || (!patient && Instant::now() + backoff >= give_up) {
                 return Err(e);
@@ -340,7 +345,10 @@ impl Inner {
                 }
             }
             give_up = after(Instant::now(), asked.ttl);
-            let entry = line.entry(&session);
+            let entry = match unanswered.take() {
+                Some((entry, id)) if id == session.id => entry,
+                _ => line.entry(&session),
+            };
             queued.entry = Some(entry.clone());
             queued.revision = None;
             queued.in_flight = true;
@@ -380,6 +388,7 @@ impl Inner {
                     continue;
                 }
                 Err(e) => {
+                    unanswered = Some((entry, session.id));
                     tokio::time::sleep(retry(e, &mut progress.failure, give_up)?).await;
                     continue;
                 }
@@ -663,7 +672,57 @@ impl Drop for Queued {
         // it (by its revision, as it does any older key of its name).
         crate::lease::background::spawn(async move {
             inner.clean_up(&entry, revision, racing).await;
+            let key = turn.as_ref().map(|t| t.key.clone());
             drop(turn);
+            if racing {
+                let inner = Arc::downgrade(&inner);
+                crate::lease::background::spawn_daemon(look_for_late_enqueue(inner, entry, key));
+            }
         });
+    }
+}
+
+/// When an enqueue that was cut off in flight is looked for again, after
+/// the first cleanup: a request held in the network (a NAT or a proxy that
+/// delivers late, a paused member) can still land seconds later, and its
+/// entry, on our live session, would stand in line ahead of every other
+/// client until the session ends.
+const LATE_LOOKS: [Duration; 6] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+    Duration::from_secs(32),
+];
+
+/// Deletes `entry` if a cut-off enqueue of it lands late (see
+/// [`LATE_LOOKS`]); ends early once the backend is gone (its sessions with
+/// it). `key` is the lock key whose turn a plain lock's or an election's
+/// entry needs: while another acquisition of the key runs here the look is
+/// skipped (the entry name is the session's, and that acquisition deletes
+/// an older key of its name itself); a read-write entry's name is its own.
+async fn look_for_late_enqueue(inner: std::sync::Weak<Inner>, entry: String, key: Option<String>) {
+    let mut slept = Duration::ZERO;
+    for at in LATE_LOOKS {
+        tokio::time::sleep(at - slept).await;
+        slept = at;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let turn = match &key {
+            Some(key) => match inner.try_turn(key) {
+                Some(turn) => Some(turn),
+                None => continue,
+            },
+            None => None,
+        };
+        if let Ok(true) = inner.delete_entry(&entry, None).await {
+            tracing::debug!(
+                entry,
+                "deleted an etcd queue entry whose enqueue landed late"
+            );
+        }
+        drop(turn);
     }
 }

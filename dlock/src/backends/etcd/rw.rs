@@ -7,9 +7,11 @@
 //!   `<prefix>-rw/<escaped key>/read/<n>` or `.../write/<n>`, `<n>` the
 //!   nanoseconds since the Unix epoch (the recipe's name), with an empty
 //!   value, on the backend's session lease for the ttl. It is created by a
-//!   transaction `If(Version(key) == 0)`; a name that exists (another
-//!   client picked the same nanosecond) is never touched, a new one is
-//!   picked.
+//!   transaction `If(Version(key) == 0)`; a name that exists on another
+//!   client's lease (it picked the same nanosecond) is never touched, a new
+//!   one is picked. An enqueue that went unanswered is asked again under
+//!   the same name, so that if the first one lands late it is found (on our
+//!   own session) and replaced, never left ahead of us in line.
 //! - The create revision is the place in line. A reader waits for the
 //!   `write` key with the largest mod revision below its own revision to be
 //!   deleted, a writer for the key of either kind with the largest mod
@@ -32,7 +34,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, SortOrder, SortTarget, Txn, Tx
 use super::client::revision_of;
 use super::contenders::{get_of, Contenders};
 use super::names::Kind;
-use super::queue::{Ahead, Asked, Enqueued, Line};
+use super::queue::{Ahead, Asked, Enqueued, Line, STALE_TRIES};
 use super::refused::About;
 use super::session::Session;
 use super::{EtcdBackend, Inner};
@@ -133,6 +135,14 @@ impl Line for RwLine<'_> {
     /// The read of the keys in our way comes before the put in the
     /// transaction: it sees exactly the keys older than ours (all of them
     /// have a mod revision below the transaction's, which is ours).
+    ///
+    /// A name that exists already on one of our sessions is this
+    /// acquisition's own earlier enqueue, cut off in flight and applied
+    /// late (`take` asks again under the same name when an enqueue went
+    /// unanswered): left there, it would stand ahead of our new entry for
+    /// as long as the session lives. It is deleted by its revision and ours
+    /// created anew, as a plain lock's stale key is (`mutex.rs`). A name on
+    /// another client's lease is never touched.
     async fn enqueue(&self, session: &Session, entry: &str) -> Result<Enqueued, LockError> {
         let inner = self.inner;
         let txn = Txn::new()
@@ -143,11 +153,32 @@ impl Line for RwLine<'_> {
                     Some(Contenders::page(SortTarget::Mod, SortOrder::Descend, None)),
                 ),
                 TxnOp::put(entry, "", Some(PutOptions::new().with_lease(session.id))),
-            ]);
-        let answer = inner.txn(txn).await?;
-        if !answer.succeeded() {
-            return Ok(Enqueued::Taken);
-        }
+            ])
+            .or_else([TxnOp::get(entry, None)]);
+        let mut stale_tries = 0;
+        let answer = loop {
+            let answer = inner.txn(txn.clone()).await?;
+            if answer.succeeded() {
+                break answer;
+            }
+            let existing = get_of(answer.op_responses().first())
+                .and_then(|get| get.kvs().first())
+                .map(|kv| (kv.create_revision(), kv.lease()));
+            match existing {
+                // Gone since the compare: ask again.
+                None => {}
+                Some((revision, lease)) if lease == session.id => {
+                    inner.delete_entry(entry, Some(revision)).await?;
+                }
+                Some(_) => return Ok(Enqueued::Taken),
+            }
+            stale_tries += 1;
+            if stale_tries >= STALE_TRIES {
+                return Err(inner.error(format!(
+                    "the queue entry `{entry}` stayed taken by an older key of this backend"
+                )));
+            }
+        };
         let Some(mine) = revision_of(&answer) else {
             return Err(inner.error(format!(
                 "etcd answered the creation of `{entry}` without its revision"
