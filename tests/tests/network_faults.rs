@@ -249,6 +249,50 @@ async fn a_held_lock_rides_through_a_short_pause(p: Proxied) {
     guard.release().await.expect("release after the pause");
 }
 
+/// Every byte both ways discarded for 3 s (connections kept open, so their
+/// streams are broken mid-message afterwards) while a free key is asked
+/// for with a 20 s wait: granted once the network is back, and calls that
+/// do not wait work right after.
+async fn a_wait_rides_through_bytes_discarded(p: Proxied) {
+    p.warm().await;
+    p.each(FaultProxy::blackhole);
+    let started = Instant::now();
+    let b = p.backend.clone();
+    let asking = tokio::spawn(async move {
+        let guard = Lock::new("discarded")
+            .with_backend(b)
+            .wait(WAIT)
+            .acquire()
+            .await;
+        guard.map(|guard| (guard, Instant::now()))
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    p.each(FaultProxy::pass);
+    let back = Instant::now();
+    let (guard, at) = asking.await.unwrap().unwrap_or_else(|e| {
+        panic!(
+            "{}: a wait failed across 3 s of discarded bytes after {:?}: {e}",
+            p.name,
+            started.elapsed()
+        )
+    });
+    eprintln!(
+        "{}: bytes discarded 3 s: lock granted {:?} after the network was back",
+        p.name,
+        at.saturating_duration_since(back)
+    );
+    guard.release().await.expect("release after the fault");
+    let lock = Lock::new("after-discard").with_backend(p.backend.clone());
+    for i in 0..5 {
+        let guard = lock
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{}: call {i} after the fault failed: {e}", p.name))
+            .expect("the key is free");
+        guard.release().await.expect("release after the fault");
+    }
+}
+
 /// The fault matrix of one backend: `$start` builds it behind proxies,
 /// `$kinds` says what its pause test asks for.
 macro_rules! fault_matrix {
@@ -264,6 +308,11 @@ macro_rules! fault_matrix {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn waits_ride_through_an_eight_second_pause() {
                 super::a_pause_shorter_than_the_wait_is_waited_out($start.await, $kinds).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_wait_rides_through_three_seconds_of_discarded_bytes() {
+                super::a_wait_rides_through_bytes_discarded($start.await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -135,8 +135,9 @@ impl RedisSentinel {
         }
         // Sentinels started after the replicas are attached learn them from their first
         // `INFO` to the master; started earlier, they would only at the next one, 10 s later.
+        let mut target = None;
         group.wait_for("replicating", SENTINEL_READY_LIMIT, |g| {
-            g.replication_state(0, replicas)
+            g.replication_state(0, replicas, &mut target)
         })?;
         for _ in 0..SENTINELS {
             let sentinel = SentinelNode::try_start(&group.options, master_port)?;
@@ -386,8 +387,9 @@ impl RedisSentinel {
         self.nodes[index].wait_ready()?;
         let replica_addr = self.nodes[index].addr();
         let name = self.options.master_name.clone();
+        let mut target = None;
         self.wait_for("reconfigured as a replica", RESTART_AS_REPLICA_LIMIT, |g| {
-            g.synced_state(master)?;
+            g.synced_state(master, &mut target)?;
             g.sentinels_see_replica(&name, replica_addr)
         })
     }

@@ -16,16 +16,33 @@ impl RedisSentinel {
     /// made on another connection.)
     pub fn wait_replicas_synced(&mut self, limit: Duration) -> HarnessResult<()> {
         let master = self.try_master_index()?;
-        self.wait_for("replicas synced", limit, |g| g.synced_state(master))
+        let mut target = None;
+        self.wait_for("replicas synced", limit, |g| {
+            g.synced_state(master, &mut target)
+        })
     }
 
     /// Ok once every running, unpaused node but `master` replicates from it with the link
-    /// up, and its offset has reached the one the master reported first.
-    pub(super) fn synced_state(&self, master: usize) -> Result<(), String> {
+    /// up, and its offset has reached `target`: the one the master reported first (set on
+    /// the first probe that finds something written).
+    ///
+    /// The target is kept across probes, not read anew: the master keeps writing (the
+    /// sentinels' hello messages every 2 s each, its pings to the replicas) while replicas
+    /// acknowledge once a second, so the master's latest offset and the acknowledgements
+    /// may never meet in one probe (a CI run waited 5 s on acknowledged 3,941 of 4,197).
+    pub(super) fn synced_state(
+        &self,
+        master: usize,
+        target: &mut Option<u64>,
+    ) -> Result<(), String> {
         let master_port = self.nodes[master].port().to_string();
         let master_info = self.info_replication(master)?;
-        let written = replication_offset(&master_info, "master_repl_offset")
+        let now = replication_offset(&master_info, "master_repl_offset")
             .ok_or_else(|| format!("the master reports no offset:\n{master_info}"))?;
+        if target.is_none() && now > 0 {
+            *target = Some(now);
+        }
+        let written = target.unwrap_or(0);
         for (i, node) in self.nodes.iter().enumerate() {
             if i == master || node.pid().is_none() || node.process().is_paused() {
                 continue;
@@ -79,7 +96,12 @@ impl RedisSentinel {
 
     /// Ok once `replicas` replicas report their link to node `master` up, it reports
     /// `connected_slaves:N`, and they have acknowledged its stream.
-    pub(super) fn replication_state(&self, master: usize, replicas: usize) -> Result<(), String> {
+    pub(super) fn replication_state(
+        &self,
+        master: usize,
+        replicas: usize,
+        target: &mut Option<u64>,
+    ) -> Result<(), String> {
         for i in (0..self.nodes.len()).filter(|&i| i != master) {
             let info = self.info_replication(i)?;
             if info_field(&info, "master_link_status") != Some("up") {
@@ -101,7 +123,7 @@ impl RedisSentinel {
                 .cli_with_limit(&["PUBLISH", "__dlock_harness__", "sync"], PROBE_LIMIT)
                 .map_err(|e| e.to_string())?;
         }
-        self.synced_state(master)
+        self.synced_state(master, target)
     }
 
     /// Ok once every sentinel names `master`, knows the other sentinels and `replicas`
