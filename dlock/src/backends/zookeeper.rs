@@ -162,7 +162,7 @@
 //!
 //! # URL
 //!
-//! `zk[s]://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&prefix=dlock&acl=creator_read&ca=..&cert=..&key=..]`
+//! `zk[s]://[user:password@]host[:port][,host[:port]...][/chroot][?session_timeout=30s&timeout=5s&prefix=dlock&acl=creator_read&ca=..&cert=..&key=..]`
 //!
 //! - `user:password@`: digest auth (`addauth digest user:password`); see
 //!   *Permissions* for the ACLs it brings. Over `zk://` the credentials
@@ -174,6 +174,13 @@
 //!   negotiates it into `[2, 20] × tickTime` (its default bounds). Leases
 //!   last at most 11/20 of it, whatever ttl was asked, `Duration::MAX`
 //!   included.
+//! - `timeout`: a connection that hears nothing from its server this long
+//!   is replaced, and the session carries on over a new one (default 5 s;
+//!   the client pings after 3/8 of it without traffic, so a live server is
+//!   never that silent). A flow that a NAT or load balancer forgot, or a
+//!   stream broken mid-message, is noticed in that time instead of 2/5 of
+//!   the session timeout. `zookeeper-client` ignores it when it is longer
+//!   than 3/5 of the negotiated session timeout.
 //! - `prefix`: the top node (default `dlock`).
 //! - `acl`: `creator_read` (the default with credentials), `creator` or
 //!   `open` (the only one without credentials); see *Permissions*.
@@ -535,6 +542,10 @@ impl ZooKeeperBackend {
         }
         let mut connector = Client::connector()
             .with_session_timeout(self.config.session_timeout)
+            // A silent connection is replaced after `?timeout=` (the client
+            // keeps the default of 2/5 of the session timeout where that is
+            // shorter than 5/3 of ours).
+            .with_connection_timeout(self.config.timeout)
             // Fail when every host refused, instead of retrying until the
             // session timeout: the caller's own deadline decides about
             // retries (beyond the two quick ones of `Session::open`).

@@ -67,6 +67,7 @@ pub(crate) const POSTGRES: &[&str] = &[
 /// `zk://` and `zks://`.
 pub(crate) const ZOOKEEPER: &[&str] = &[
     "session_timeout",
+    "timeout",
     "prefix",
     "client_name",
     "acl",

@@ -14,6 +14,15 @@ pub(super) const DEFAULT_PORT: u16 = 2181;
 /// server may negotiate it into `[2, 20] × tickTime`.
 pub(super) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a connection may stay silent before it is replaced (`?timeout=`):
+/// the client pings after 3/8 of it without traffic, so a live server is
+/// never silent that long. Without it `zookeeper-client` waits 2/5 of the
+/// session timeout (12 s of the default 30 s), and a flow a NAT forgot cost
+/// 13.5 s before the first lock; a stream whose bytes were discarded
+/// mid-message (its frame lengths misread) is found silent once its ping
+/// goes unanswered.
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The longest session timeout a client can ask for: the protocol carries it
 /// as a signed 32-bit count of milliseconds (about 24.8 days); a longer one
 /// would wrap around into a negative or tiny request.
@@ -45,6 +54,9 @@ pub(super) struct Config {
     pub(super) digest: Option<String>,
     /// The requested session timeout.
     pub(super) session_timeout: Duration,
+    /// `?timeout=`: a connection silent this long is replaced (the session
+    /// moves to a new one); see [`DEFAULT_TIMEOUT`].
+    pub(super) timeout: Duration,
     /// The first path component under the chroot (already a valid node name).
     pub(super) prefix: String,
     /// The ACL of the nodes dlock creates and demands of its directories.
@@ -72,6 +84,7 @@ impl std::fmt::Debug for Config {
             .field("connect_string", &self.connect_string)
             .field("digest", &self.digest.as_ref().map(|_| "***"))
             .field("session_timeout", &self.session_timeout)
+            .field("timeout", &self.timeout)
             .field("prefix", &self.prefix)
             .field("acl", &self.acl)
             .field("tls", &self.tls)
@@ -129,6 +142,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     };
 
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
+    let mut timeout = DEFAULT_TIMEOUT;
     let mut prefix = DEFAULT_PREFIX.to_owned();
     let mut acl = None;
     let mut client_name = None;
@@ -142,6 +156,14 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                     return Err(bad(format!(
                         "`session_timeout={value}` is longer than ZooKeeper can carry ({} ms, about 24.8 days)",
                         MAX_SESSION_TIMEOUT.as_millis()
+                    )));
+                }
+            }
+            "timeout" => {
+                timeout = crate::url::options::duration(name, value).map_err(&bad)?;
+                if timeout < Duration::from_millis(100) {
+                    return Err(bad(format!(
+                        "`timeout={value}` is shorter than 100 ms: the client pings after 3/8 of it, and a live server would be taken for a silent one"
                     )));
                 }
             }
@@ -235,6 +257,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         connect_string: format!("{}{chroot}", servers.join(",")),
         digest,
         session_timeout,
+        timeout,
         prefix,
         acl,
         tls,
@@ -314,7 +337,13 @@ mod tests {
         let c = parse("zk://127.0.0.1:2181").unwrap();
         assert_eq!(c.connect_string, "127.0.0.1:2181");
         assert_eq!(c.session_timeout, DEFAULT_SESSION_TIMEOUT);
+        assert_eq!(c.timeout, DEFAULT_TIMEOUT);
         assert_eq!(c.prefix, "dlock");
+        let c = parse("zk://h:1?timeout=2s").unwrap();
+        assert_eq!(c.timeout, Duration::from_secs(2));
+        // Longer than the session allows: `zookeeper-client` keeps its own.
+        let c = parse("zk://h:1?timeout=30days").unwrap();
+        assert_eq!(c.timeout, Duration::from_secs(30 * 86_400));
         let c = parse("zk://h:1/?session_timeout=1500ms").unwrap();
         assert_eq!(c.connect_string, "h:1");
         assert_eq!(c.session_timeout, Duration::from_millis(1500));
@@ -396,6 +425,9 @@ mod tests {
                 "longer than ZooKeeper can carry",
             ),
             ("zk://h:1?session_timeout=30days", "longer than"),
+            ("zk://h:1?timeout=0s", "zero"),
+            ("zk://h:1?timeout=50ms", "shorter than 100 ms"),
+            ("zk://h:1?timeout=fast", "not a duration"),
             (
                 "zk://h:1?session_timeout=99999999999999999999m",
                 "not a duration",
