@@ -347,10 +347,11 @@ fault_matrix!(
 /// leases, a ZooKeeper session outlives a short restart) the holder gives
 /// it back once the server is back; where it does not (Redis without
 /// persistence, PostgreSQL's sessions), `lost()` tells the old holder.
-async fn a_waiter_is_served_after_a_restart<S: ServerControl>(
+async fn a_waiter_is_served_after_a_restart<S>(
     name: &str,
     server: &mut S,
     url: &str,
+    restart: impl FnOnce(&mut S),
     lease_survives: bool,
 ) {
     let holder = connect(url).await;
@@ -366,7 +367,7 @@ async fn a_waiter_is_served_after_a_restart<S: ServerControl>(
         served.map(|guard| (guard, Instant::now()))
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    tokio::task::block_in_place(|| server.restart());
+    tokio::task::block_in_place(|| restart(server));
     let back = Instant::now();
     if lease_survives {
         let released = tokio::time::timeout(Duration::from_secs(10), guard.release()).await;
@@ -391,28 +392,44 @@ async fn a_waiter_is_served_after_a_restart<S: ServerControl>(
 async fn redis_a_waiter_is_served_after_a_restart() {
     let mut server = RedisServer::start();
     let url = server.url();
-    a_waiter_is_served_after_a_restart("Redis", &mut server, &url, false).await;
+    a_waiter_is_served_after_a_restart("Redis", &mut server, &url, |s| s.restart(), false).await;
+}
+
+/// Every master of a Redlock set restarted (without persistence), one
+/// after another: the holder's lease is gone with them, and the waiter is
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_waiter_is_served_after_a_restart() {
+    let mut set = RedisSet::start(3);
+    let url = set.url();
+    let restart_each = |set: &mut RedisSet| {
+        for server in set.servers_mut() {
+            server.restart();
+        }
+    };
+    a_waiter_is_served_after_a_restart("Redlock", &mut set, &url, restart_each, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_waiter_is_served_after_a_restart() {
     let mut server = PgServer::start();
     let url = server.url();
-    a_waiter_is_served_after_a_restart("PostgreSQL", &mut server, &url, false).await;
+    a_waiter_is_served_after_a_restart("PostgreSQL", &mut server, &url, |s| s.restart(), false)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_waiter_is_served_after_a_restart() {
     let mut server = EtcdServer::start();
     let url = server.url();
-    a_waiter_is_served_after_a_restart("etcd", &mut server, &url, true).await;
+    a_waiter_is_served_after_a_restart("etcd", &mut server, &url, |s| s.restart(), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_a_waiter_is_served_after_a_restart() {
     let mut server = ZkServer::start();
     let url = server.url();
-    a_waiter_is_served_after_a_restart("ZooKeeper", &mut server, &url, true).await;
+    a_waiter_is_served_after_a_restart("ZooKeeper", &mut server, &url, |s| s.restart(), true).await;
 }
 
 /// Twenty callers in flight on one connection whose answers arrive a second
