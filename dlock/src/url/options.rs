@@ -52,13 +52,21 @@ pub(crate) const REDIS_SENTINEL: &[&str] = &join::<10, 8, 18>(
 pub(crate) const REDLOCK: &[&str] =
     &join::<2, 10, 12>(["node_timeout_ms", "restart_quarantine_ms"], REDIS_ANY);
 /// `etcd://` and `etcds://`.
-pub(crate) const ETCD: &[&str] = &["prefix", "client_name", "timeout", "ca", "domain"];
+pub(crate) const ETCD: &[&str] = &[
+    "prefix",
+    "client_name",
+    "timeout",
+    "tcp_keepalive",
+    "ca",
+    "domain",
+];
 /// `postgres://` and `postgresql://`: dlock's own (the libpq ones are
 /// `backends/postgres/config.rs`'s `LIBPQ`).
 pub(crate) const POSTGRES: &[&str] = &[
     "prefix",
     "client_name",
     "timeout",
+    "tcp_keepalive",
     "sessions",
     "schema",
     "session_timeout",
@@ -157,7 +165,7 @@ pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
     }
 }
 
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd", feature = "postgres"))]
 /// A duration that `0` turns off (`None`).
 pub(crate) fn duration_or_off(name: &str, value: &str) -> Result<Option<Duration>, String> {
     if value == "0" {

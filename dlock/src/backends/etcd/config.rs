@@ -20,6 +20,10 @@ pub(super) const DEFAULT_PREFIX: &str = "dlock";
 /// How long one request may take before it counts as failed, unless `?timeout=` says otherwise.
 pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// TCP keep-alive's idle time on every connection, unless `?tcp_keepalive=`
+/// says otherwise (the same default as Redis's).
+pub(super) const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(5);
+
 /// What an etcd URL says.
 #[derive(Clone, PartialEq, Eq)]
 pub(super) struct Config {
@@ -38,6 +42,8 @@ pub(super) struct Config {
     pub(super) domain: Option<String>,
     /// The bound on one request (`?timeout=`).
     pub(super) timeout: Duration,
+    /// TCP keep-alive's idle time (`?tcp_keepalive=`; `None`: off).
+    pub(super) tcp_keepalive: Option<Duration>,
     /// `?client_name=`: the value of each lock entry (see `crate::inspect`).
     pub(super) client_name: Option<String>,
 }
@@ -52,11 +58,12 @@ impl std::fmt::Debug for Config {
             .field("ca", &self.ca)
             .field("domain", &self.domain)
             .field("timeout", &self.timeout)
+            .field("tcp_keepalive", &self.tcp_keepalive)
             .finish()
     }
 }
 
-/// Parses `etcd[s]://[user:password@]host[:port][,host[:port]...][/][?prefix=..&ca=..&domain=..&timeout=..]`.
+/// Parses `etcd[s]://[user:password@]host[:port][,host[:port]...][/][?prefix=..&ca=..&domain=..&timeout=..&tcp_keepalive=..]`.
 pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let shown = crate::url::redact(url);
     let bad = |why: String| LockError::invalid_option(format!("etcd URL `{shown}`: {why}"));
@@ -105,6 +112,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         ca: None,
         domain: None,
         timeout: DEFAULT_TIMEOUT,
+        tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
         client_name: None,
     };
     for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
@@ -132,6 +140,9 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             }
             "domain" => config.domain = Some(value),
             "timeout" => config.timeout = options::duration(name, &value).map_err(&bad)?,
+            "tcp_keepalive" => {
+                config.tcp_keepalive = options::duration_or_off(name, &value).map_err(&bad)?
+            }
             other => return Err(bad(options::unknown(other, "etcd", options::ETCD, false))),
         }
     }
@@ -187,6 +198,21 @@ mod tests {
         assert_eq!(c.prefix, "dlock");
         assert!(!c.tls && c.user.is_none());
         assert_eq!(c.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(c.tcp_keepalive, Some(DEFAULT_TCP_KEEPALIVE));
+    }
+
+    #[test]
+    fn tcp_keepalive_is_spelled_as_on_redis() {
+        let c = parse("etcd://h?tcp_keepalive=2s").unwrap();
+        assert_eq!(c.tcp_keepalive, Some(Duration::from_secs(2)));
+        assert_eq!(
+            parse("etcd://h?tcp_keepalive=0").unwrap().tcp_keepalive,
+            None
+        );
+        let e = parse("etcd://h?tcp_keepalive=often")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`tcp_keepalive=0` to turn it off"), "{e}");
     }
 
     #[test]

@@ -140,6 +140,12 @@ pub(super) struct Config {
     pub(super) session_timeout: Duration,
     /// `?client_name=`.
     pub(super) client_name: Option<String>,
+    /// Whether the URL set TCP keep-alive itself (`?tcp_keepalive=`, or
+    /// libpq's `keepalives`/`keepalives_idle`): then `session::connect`
+    /// keeps it as written instead of dlock's default.
+    pub(super) keepalive_given: bool,
+    /// Whether the URL set libpq's `tcp_user_timeout` (kept as written).
+    pub(super) user_timeout_given: bool,
     /// `?fence_retention=`: how long a key's rows stay after its last
     /// fence (see `retention.rs`).
     pub(super) fence_retention: Duration,
@@ -197,6 +203,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let mut timeout = DEFAULT_TIMEOUT;
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut client_name = None;
+    let mut tcp_keepalive = None;
     let mut fence_retention = super::retention::DEFAULT_FENCE_RETENTION;
     let mut tls = TlsParams {
         mode: SslMode::Prefer,
@@ -252,6 +259,9 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                 )
             }
             "timeout" => timeout = options::duration(name, &value).map_err(&bad)?,
+            "tcp_keepalive" => {
+                tcp_keepalive = Some(options::duration_or_off(name, &value).map_err(&bad)?)
+            }
             "session_timeout" => {
                 let d = options::duration(name, &value).map_err(&bad)?;
                 if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&d) {
@@ -326,6 +336,25 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     }
     check_tls_feature(&tls).map_err(&bad)?;
     pg.ssl_mode(tls.mode.wire());
+    let given = |name: &str| {
+        libpq
+            .iter()
+            .any(|pair| pair.split('=').next() == Some(name))
+    };
+    let libpq_keepalive = given("keepalives") || given("keepalives_idle");
+    if let Some(idle) = tcp_keepalive {
+        if libpq_keepalive {
+            return Err(bad(
+                "`tcp_keepalive=` and libpq's `keepalives`/`keepalives_idle` set the same thing: keep one".into(),
+            ));
+        }
+        match idle {
+            Some(idle) => pg.keepalives(true).keepalives_idle(idle),
+            None => pg.keepalives(false),
+        };
+    }
+    let keepalive_given = libpq_keepalive || tcp_keepalive.is_some();
+    let user_timeout_given = given("tcp_user_timeout");
     let mut config = Config {
         #[cfg(feature = "tls")]
         connector: super::tls::connector(&tls, &shown)?,
@@ -336,6 +365,8 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         timeout,
         session_timeout,
         client_name,
+        keepalive_given,
+        user_timeout_given,
         fence_retention,
         tls,
     };
@@ -424,6 +455,29 @@ mod tests {
 
     fn err(url: &str) -> String {
         parse(url).unwrap_err().to_string()
+    }
+
+    /// dlock's keep-alive and user timeout unless the URL set its own,
+    /// in dlock's spelling (`tcp_keepalive=`) or libpq's.
+    #[test]
+    fn keep_alive_and_user_timeout_are_the_urls_when_given() {
+        use super::super::session::client_config;
+        let c = parse("postgres://u@h/db?session_timeout=9s").unwrap();
+        let pg = client_config(&c);
+        assert!(pg.get_keepalives());
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(3));
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&Duration::from_secs(9)));
+        let pg = client_config(&parse("postgres://u@h/db?tcp_keepalive=20s").unwrap());
+        assert!(pg.get_keepalives());
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(20));
+        let pg = client_config(&parse("postgres://u@h/db?tcp_keepalive=0").unwrap());
+        assert!(!pg.get_keepalives());
+        let pg = client_config(&parse("postgres://u@h/db?keepalives_idle=40").unwrap());
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(40));
+        let pg = client_config(&parse("postgres://u@h/db?tcp_user_timeout=2").unwrap());
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&Duration::from_secs(2)));
+        let e = err("postgres://u@h/db?tcp_keepalive=5s&keepalives_idle=5");
+        assert!(e.contains("keep one"), "{e}");
     }
 
     #[test]

@@ -349,6 +349,23 @@ type TlsStream = tokio_postgres::tls::NoTlsStream;
 /// A connection's task half, as [`connect`] returns it.
 pub(super) type Connection = tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>;
 
+/// tokio-postgres's settings for one connection: the URL's, with TCP
+/// keep-alive after a third of the session timeout and a user timeout of
+/// the session timeout where the URL set neither (its own `tcp_keepalive=`,
+/// or libpq's `keepalives`, `keepalives_idle`, `tcp_user_timeout`).
+pub(super) fn client_config(config: &Config) -> tokio_postgres::Config {
+    let mut pg = config.pg.clone();
+    if !config.keepalive_given {
+        let third = config.session_timeout / 3;
+        pg.keepalives(true)
+            .keepalives_idle(third.max(Duration::from_secs(1)));
+    }
+    if !config.user_timeout_given {
+        pg.tcp_user_timeout(config.session_timeout);
+    }
+    pg
+}
+
 /// Connects within the connect timeout, with the client's keepalives on,
 /// over TLS as the URL's `sslmode` says (every connection of a backend:
 /// lock sessions and the listener).
@@ -356,11 +373,7 @@ pub(super) async fn connect(
     config: &Config,
     shown: &str,
 ) -> Result<(Client, Connection), LockError> {
-    let mut pg = config.pg.clone();
-    let third = config.session_timeout / 3;
-    pg.keepalives(true)
-        .keepalives_idle(third.max(Duration::from_secs(1)))
-        .tcp_user_timeout(config.session_timeout);
+    let pg = client_config(config);
     let limit = *pg.get_connect_timeout().unwrap_or(&config.timeout);
     #[cfg(feature = "tls")]
     let tls = config.connector.clone();
