@@ -82,6 +82,12 @@ impl Inner {
         false
     }
 
+    /// Whether a guard of this backend holds a key named `entry`, at any
+    /// revision, valid or lapsed (its own release or loss deals with it).
+    pub(super) fn holds_name(&self, entry: &str) -> bool {
+        lock(&self.held).contains_key(entry)
+    }
+
     /// Until when a guard of this backend counts on `entry` at `revision`,
     /// if it still does.
     pub(super) fn live_until(&self, entry: &str, revision: i64) -> Option<Instant> {

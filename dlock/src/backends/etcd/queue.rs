@@ -717,6 +717,14 @@ async fn look_for_late_enqueue(inner: std::sync::Weak<Inner>, entry: String, key
             },
             None => None,
         };
+        // A plain lock's entry name is its session's: a guard taken since
+        // may hold a key of this name. `delete_entry` spares a guard whose
+        // lease is valid; one whose renewal is late (valid until a moment
+        // ago, still on the server) must be spared too, or its release would
+        // find its key gone. (A CI rehearsal's segment release did.)
+        if inner.holds_name(&entry) {
+            continue;
+        }
         if let Ok(true) = inner.delete_entry(&entry, None).await {
             tracing::debug!(
                 entry,
