@@ -542,9 +542,9 @@ impl ZooKeeperBackend {
         }
         let mut connector = Client::connector()
             .with_session_timeout(self.config.session_timeout)
-            // A silent connection is replaced after `?timeout=` (the client
-            // keeps the default of 2/5 of the session timeout where that is
-            // shorter than 5/3 of ours).
+            // A silent connection is replaced after `?timeout=` (ignored,
+            // and 2/5 of the session timeout kept, when ours is above 3/5
+            // of the negotiated session timeout).
             .with_connection_timeout(self.config.timeout)
             // Fail when every host refused, instead of retrying until the
             // session timeout: the caller's own deadline decides about
