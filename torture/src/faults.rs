@@ -33,6 +33,12 @@ pub enum FaultKind {
     /// (`pg_terminate_backend`, one holding advisory locks if it has one): the server
     /// frees that session's locks at once, and the worker learns it at its next renewal.
     TerminateBackend,
+    /// Freeze a worker's connections for good (its fault proxies drop every byte of the
+    /// flows open now, without a FIN or RST, while new connections pass): a NAT or load
+    /// balancer that forgot the flows. The worker must notice and open new ones. Last in
+    /// the order and not in [`FaultKind::DEFAULT`], so the seeded plans of the default
+    /// set stay what they were.
+    FreezeFlows,
 }
 
 /// What a fault acts on, which decides where it can run.
@@ -53,8 +59,25 @@ pub enum FaultTarget {
 }
 
 impl FaultKind {
-    /// Every kind, in the order reports list them.
-    pub const ALL: [FaultKind; 11] = [
+    /// Every kind, in the order reports list them (`--faults all`).
+    pub const ALL: [FaultKind; 12] = [
+        FaultKind::PauseWorkerShort,
+        FaultKind::PauseWorkerLong,
+        FaultKind::KillWorker,
+        FaultKind::Blackhole,
+        FaultKind::Reset,
+        FaultKind::PauseServerShort,
+        FaultKind::PauseServerLong,
+        FaultKind::KillLeader,
+        FaultKind::RestartServer,
+        FaultKind::Failover,
+        FaultKind::TerminateBackend,
+        FaultKind::FreezeFlows,
+    ];
+
+    /// The kinds a run injects without `--faults`: all but `freeze-flows`, which is asked
+    /// for by name (a new kind in the default set would change every seeded plan).
+    pub const DEFAULT: [FaultKind; 11] = [
         FaultKind::PauseWorkerShort,
         FaultKind::PauseWorkerLong,
         FaultKind::KillWorker,
@@ -82,6 +105,7 @@ impl FaultKind {
             FaultKind::RestartServer => "restart-server",
             FaultKind::Failover => "failover",
             FaultKind::TerminateBackend => "terminate-backend",
+            FaultKind::FreezeFlows => "freeze-flows",
         }
     }
 
@@ -96,7 +120,9 @@ impl FaultKind {
             FaultKind::PauseWorkerShort | FaultKind::PauseWorkerLong | FaultKind::KillWorker => {
                 FaultTarget::Worker
             }
-            FaultKind::Blackhole | FaultKind::Reset => FaultTarget::Proxy,
+            FaultKind::Blackhole | FaultKind::Reset | FaultKind::FreezeFlows => {
+                FaultTarget::Proxy
+            }
             FaultKind::PauseServerShort | FaultKind::PauseServerLong => FaultTarget::ServerSignal,
             FaultKind::KillLeader | FaultKind::RestartServer | FaultKind::Failover => {
                 FaultTarget::ServerProcess
@@ -116,6 +142,9 @@ impl FaultKind {
             FaultKind::KillWorker => (f(0.1), f(0.5)),
             FaultKind::Blackhole => (f(1.2), f(1.8)),
             FaultKind::Reset => (f(0.25), f(0.75)),
+            // the settling time after the freeze: the worker's clients notice a silent
+            // connection within their request timeouts (5 s by default) and open new ones
+            FaultKind::FreezeFlows => (f(2.0), f(3.0)),
             // how long the old leader stays down (an election needs about a second here)
             FaultKind::KillLeader => (f(1.0), f(1.5)),
             // stop, then start again at once (end a session at once): the length is only

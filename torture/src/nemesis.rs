@@ -171,6 +171,17 @@ impl Nemesis {
                 proxies.iter().for_each(|p| p.pass());
                 Ok(())
             }
+            FaultKind::FreezeFlows => {
+                let proxies = self
+                    .proxies
+                    .get(i)
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| format!("worker {i} has no fault proxy"))?;
+                // For good: nothing to undo. The window is the worker's time to notice.
+                proxies.iter().for_each(|p| p.freeze_flows());
+                thread::sleep(length);
+                Ok(())
+            }
             FaultKind::PauseServerShort | FaultKind::PauseServerLong => match &mut self.servers {
                 ServerSide::Local(servers) => {
                     let (node, name) = servers.server_for(planned.kind, i)?;

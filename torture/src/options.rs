@@ -19,10 +19,10 @@ options:
   --seconds S            run length in seconds instead
   --workers N            worker processes (default 4)
   --seed S               seed of the fault plan and the workloads (default: from the clock, printed)
-  --faults LIST          all (default), none, or a comma list of: pause-worker-short,
-                         pause-worker-long, kill-worker, blackhole, reset, pause-server-short,
-                         pause-server-long, kill-leader, restart-server, failover,
-                         terminate-backend
+  --faults LIST          every kind but freeze-flows (default), all, none, or a comma list
+                         of: pause-worker-short, pause-worker-long, kill-worker, blackhole,
+                         reset, pause-server-short, pause-server-long, kill-leader,
+                         restart-server, failover, terminate-backend, freeze-flows
   --ttl-ms T             lease ttl in ms (default 2000)
   --keys K               plain lock keys the workers share (default 3)
   --server-pid ADDR=PID  a server process the nemesis may SIGSTOP (repeat per server)
@@ -208,7 +208,7 @@ pub fn parse_run(args: &[String], clock_seed: u64) -> Result<RunOptions, Options
     let mut duration = Duration::from_secs(60);
     let mut workers = 4usize;
     let mut seed = None;
-    let mut faults = FaultKind::ALL.to_vec();
+    let mut faults = FaultKind::DEFAULT.to_vec();
     let mut ttl = Duration::from_millis(2000);
     let mut keys = 3usize;
     let mut server_pids = Vec::new();

@@ -46,8 +46,8 @@ fn a_plan_replays_from_its_seed() {
 
 #[test]
 fn a_thirty_second_plan_has_every_kind_of_each_backend() {
-    // the kinds each local backend takes (the suite's runs use seed 15)
-    let redis: Vec<FaultKind> = FaultKind::ALL
+    // the kinds each local backend takes (the suite's runs use seed 15, default kinds)
+    let redis: Vec<FaultKind> = FaultKind::DEFAULT
         .into_iter()
         .filter(|k| {
             !matches!(
@@ -56,7 +56,7 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
             )
         })
         .collect();
-    let consensus: Vec<FaultKind> = FaultKind::ALL
+    let consensus: Vec<FaultKind> = FaultKind::DEFAULT
         .into_iter()
         .filter(|k| {
             !matches!(
@@ -84,7 +84,7 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
 /// The kinds `--local sentinel` takes: no proxy faults (the client connects to the master
 /// the sentinels announce), no kill-leader (that is `failover` there).
 fn sentinel_kinds() -> Vec<FaultKind> {
-    FaultKind::ALL
+    FaultKind::DEFAULT
         .into_iter()
         .filter(|k| {
             !matches!(
@@ -130,7 +130,7 @@ fn the_sentinel_run_of_the_suite_has_a_failover_and_a_master_paused_past_down_af
 fn the_user_server_run_of_the_suite_has_its_kinds() {
     // runs.rs `a_users_server_by_url_and_pid`: 25 s, 3 workers, one server, seed 15, the
     // kinds that need no `--local`
-    let kinds: Vec<FaultKind> = FaultKind::ALL
+    let kinds: Vec<FaultKind> = FaultKind::DEFAULT
         .into_iter()
         .filter(|k| {
             !matches!(
@@ -312,7 +312,7 @@ fn faults_act_on_real_worker_processes_and_are_undone() {
 fn the_postgres_run_of_the_suite_has_every_kind() {
     // runs.rs `postgres_one_server`: 30 s, 4 workers, one server, seed 15; every kind but
     // kill-leader and failover (one server, no replica)
-    let kinds: Vec<FaultKind> = FaultKind::ALL
+    let kinds: Vec<FaultKind> = FaultKind::DEFAULT
         .into_iter()
         .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::Failover))
         .collect();
@@ -418,4 +418,24 @@ fn postgres_pause_stops_every_backend_terminate_and_restart_end_sessions() {
     };
     assert_eq!(pg.psql("SELECT n FROM kept"), "7");
     assert!(servers.restart_forgets_locks());
+}
+
+#[test]
+fn freeze_flows_is_asked_for_by_name_and_keeps_the_default_plans() {
+    // Not in the default set, so seeded plans of the default runs are what they were.
+    assert!(!FaultKind::DEFAULT.contains(&FaultKind::FreezeFlows));
+    assert_eq!(&FaultKind::ALL[..FaultKind::DEFAULT.len()], &FaultKind::DEFAULT[..]);
+    let kinds = vec![
+        FaultKind::PauseWorkerShort,
+        FaultKind::KillWorker,
+        FaultKind::FreezeFlows,
+    ];
+    // runs.rs `frozen_flows_on_redis_and_postgres`: seed 15, 30 s
+    let planned = plan(15, &params(kinds.clone()));
+    for kind in &kinds {
+        assert!(
+            planned.iter().any(|p| p.kind == *kind),
+            "{kind} missing from {planned:#?}"
+        );
+    }
 }
