@@ -120,9 +120,7 @@ impl FaultKind {
             FaultKind::PauseWorkerShort | FaultKind::PauseWorkerLong | FaultKind::KillWorker => {
                 FaultTarget::Worker
             }
-            FaultKind::Blackhole | FaultKind::Reset | FaultKind::FreezeFlows => {
-                FaultTarget::Proxy
-            }
+            FaultKind::Blackhole | FaultKind::Reset | FaultKind::FreezeFlows => FaultTarget::Proxy,
             FaultKind::PauseServerShort | FaultKind::PauseServerLong => FaultTarget::ServerSignal,
             FaultKind::KillLeader | FaultKind::RestartServer | FaultKind::Failover => {
                 FaultTarget::ServerProcess

@@ -424,7 +424,10 @@ fn postgres_pause_stops_every_backend_terminate_and_restart_end_sessions() {
 fn freeze_flows_is_asked_for_by_name_and_keeps_the_default_plans() {
     // Not in the default set, so seeded plans of the default runs are what they were.
     assert!(!FaultKind::DEFAULT.contains(&FaultKind::FreezeFlows));
-    assert_eq!(&FaultKind::ALL[..FaultKind::DEFAULT.len()], &FaultKind::DEFAULT[..]);
+    assert_eq!(
+        &FaultKind::ALL[..FaultKind::DEFAULT.len()],
+        &FaultKind::DEFAULT[..]
+    );
     let kinds = vec![
         FaultKind::PauseWorkerShort,
         FaultKind::KillWorker,
