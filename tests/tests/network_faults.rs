@@ -395,19 +395,17 @@ async fn redis_a_waiter_is_served_after_a_restart() {
     a_waiter_is_served_after_a_restart("Redis", &mut server, &url, |s| s.restart(), false).await;
 }
 
-/// Every master of a Redlock set restarted (without persistence), one
-/// after another: the holder's lease is gone with them, and the waiter is
-/// served.
+/// One master of a Redlock set restarted (without persistence) while a
+/// waiter waits: the holder keeps its quorum on the other two and gives the
+/// lease back once the master is back; the waiter is served. (Restarting
+/// every master in turn forgets keys a lease granted between the restarts
+/// may count on: a rehearsal saw the waiter's release find `NotHeld`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_a_waiter_is_served_after_a_restart() {
     let mut set = RedisSet::start(3);
     let url = set.url();
-    let restart_each = |set: &mut RedisSet| {
-        for server in set.servers_mut() {
-            server.restart();
-        }
-    };
-    a_waiter_is_served_after_a_restart("Redlock", &mut set, &url, restart_each, false).await;
+    let restart_one = |set: &mut RedisSet| set.servers_mut()[0].restart();
+    a_waiter_is_served_after_a_restart("Redlock", &mut set, &url, restart_one, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
