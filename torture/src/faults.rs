@@ -59,21 +59,17 @@ pub enum FaultTarget {
 }
 
 impl FaultKind {
-    /// Every kind, in the order reports list them (`--faults all`).
-    pub const ALL: [FaultKind; 12] = [
-        FaultKind::PauseWorkerShort,
-        FaultKind::PauseWorkerLong,
-        FaultKind::KillWorker,
-        FaultKind::Blackhole,
-        FaultKind::Reset,
-        FaultKind::PauseServerShort,
-        FaultKind::PauseServerLong,
-        FaultKind::KillLeader,
-        FaultKind::RestartServer,
-        FaultKind::Failover,
-        FaultKind::TerminateBackend,
-        FaultKind::FreezeFlows,
-    ];
+    /// Every kind, in the order reports list them (`--faults all`): the default set, then
+    /// the kinds asked for by name.
+    pub const ALL: [FaultKind; 12] = {
+        let mut all = [FaultKind::FreezeFlows; 12];
+        let mut i = 0;
+        while i < FaultKind::DEFAULT.len() {
+            all[i] = FaultKind::DEFAULT[i];
+            i += 1;
+        }
+        all
+    };
 
     /// The kinds a run injects without `--faults`: all but `freeze-flows`, which is asked
     /// for by name (a new kind in the default set would change every seeded plan).
