@@ -296,9 +296,15 @@ async fn connection(
                         break false;
                     }
                     Ok(n) => {
+                        // Bytes read just before a switch to `Hold` are delivered: a hold
+                        // delays what it has not read, it never drops (dropped, a request
+                        // went unanswered and shifted every later answer by one).
                         let forward = !flow.frozen() && matches!(
                             *mode.borrow(),
-                            ProxyMode::Pass | ProxyMode::DropReplies | ProxyMode::DelayReplies(_)
+                            ProxyMode::Pass
+                                | ProxyMode::DropReplies
+                                | ProxyMode::DelayReplies(_)
+                                | ProxyMode::Hold
                         );
                         if forward && server_write.write_all(&from_client[..n]).await.is_err()
                         {
@@ -318,8 +324,9 @@ async fn connection(
                         let now = tokio::time::Instant::now();
                         let due = match *mode.borrow() {
                             ProxyMode::DelayReplies(delay) => Some(now + delay),
-                            ProxyMode::Pass if !delayed.is_empty() => Some(now),
-                            ProxyMode::Pass => None,
+                            // Read just before a switch to `Hold`: delivered (see above).
+                            ProxyMode::Pass | ProxyMode::Hold if !delayed.is_empty() => Some(now),
+                            ProxyMode::Pass | ProxyMode::Hold => None,
                             _ => continue,
                         };
                         match due {

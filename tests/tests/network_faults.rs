@@ -10,15 +10,21 @@
 //! - **traffic held 8 s** while an acquisition with a 20 s wait is under
 //!   way (a lock, a write lock, a permit, an election campaign): granted
 //!   once the network is back, not failed at the first request timeout;
+//! - **traffic held 1 s, then 3 s, then 10 s**: a lock waiting 20 s is
+//!   granted after each; a free key tried without a wait is granted late or
+//!   fails as an outage, never reported held;
 //! - **a held lock through a 3 s pause** over its first renewal: still
 //!   held, `lost()` never fired;
 //! - **a server restart during a wait**: the waiter is served once the
 //!   server is back, with no error.
 //!
-//! Each test prints how long the service took to come back: the figures of
-//! the reliability guide's table.
+//! On one Redis server, a Cluster (each node announces its proxy's port),
+//! Sentinel (the sentinels watch the master through its proxy), Redlock,
+//! PostgreSQL, etcd and ZooKeeper. Each test prints how long the service
+//! took to come back: the figures of the reliability guide's table.
 
 use std::any::Any;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +33,8 @@ use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::etcd::EtcdServer;
 use dlock_tests::servers::postgres::PgServer;
-use dlock_tests::servers::redis::{RedisServer, RedisSet};
+use dlock_tests::servers::redis::{RedisCluster, RedisServer, RedisSet};
+use dlock_tests::servers::sentinel::RedisSentinel;
 use dlock_tests::servers::zookeeper::ZkServer;
 
 /// Far longer than any fault here: an acquisition that fails meanwhile
@@ -58,10 +65,24 @@ impl Proxied {
         addrs: Vec<std::net::SocketAddr>,
         url: impl FnOnce(&[String]) -> String,
     ) -> Self {
+        Self::start_prepared(name, servers, addrs, |_, _| {}, url).await
+    }
+
+    /// [`Proxied::start`], with `prepare` run once the proxies listen and
+    /// before the backend connects: where the servers must name the proxies
+    /// to their clients (a Cluster's slot map, the sentinels' master).
+    async fn start_prepared<S: Any + Send>(
+        name: &'static str,
+        servers: S,
+        addrs: Vec<std::net::SocketAddr>,
+        prepare: impl FnOnce(&S, &[FaultProxy]),
+        url: impl FnOnce(&[String]) -> String,
+    ) -> Self {
         let mut proxies = Vec::new();
         for addr in addrs {
             proxies.push(FaultProxy::start(addr).await);
         }
+        tokio::task::block_in_place(|| prepare(&servers, &proxies));
         let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
         let backend = connect(&url(&hosts)).await;
         Proxied {
@@ -101,6 +122,114 @@ async fn redlock() -> Proxied {
         format!("redlock://{}", h.join(","))
     })
     .await
+}
+
+/// Three masters, each behind a proxy whose port it announces (its bus
+/// port unchanged): the slot map and every redirect the client reads name
+/// the proxies, so the faults reach every connection it opens.
+async fn redis_cluster() -> Proxied {
+    let cluster = RedisCluster::start(3);
+    let addrs = cluster.nodes().iter().map(|n| n.addr()).collect();
+    Proxied::start_prepared("Redis Cluster", cluster, addrs, announce_proxies, |h| {
+        format!("redis+cluster://{}", h.join(","))
+    })
+    .await
+}
+
+/// Has each node announce its proxy's port, then waits until every node's
+/// view of the cluster names the proxies only.
+fn announce_proxies(cluster: &RedisCluster, proxies: &[FaultProxy]) {
+    let wanted: BTreeSet<u16> = proxies.iter().map(|p| p.addr().port()).collect();
+    for (node, proxy) in cluster.nodes().iter().zip(proxies) {
+        let bus = (node.port() + 10_000).to_string();
+        let port = proxy.addr().port().to_string();
+        assert_eq!(
+            node.redis_cli(&["CONFIG", "SET", "cluster-announce-bus-port", &bus]),
+            "OK"
+        );
+        assert_eq!(
+            node.redis_cli(&["CONFIG", "SET", "cluster-announce-port", &port]),
+            "OK"
+        );
+    }
+    let started = Instant::now();
+    loop {
+        let announced = cluster.nodes().iter().all(|node| {
+            let table = node.redis_cli(&["CLUSTER", "NODES"]);
+            let ports: BTreeSet<u16> = table
+                .lines()
+                .filter_map(|line| {
+                    let addr = line.split_whitespace().nth(1)?.split('@').next()?;
+                    addr.rsplit(':').next()?.parse().ok()
+                })
+                .collect();
+            ports == wanted
+        });
+        if announced {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the cluster's nodes did not announce their proxies within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A master, a replica and three sentinels, the master and each sentinel
+/// behind a proxy. The sentinels are told to watch the master through its
+/// proxy (so they name the proxy to the client), and to wait a minute
+/// before calling it down: the faults here are the client's network's,
+/// not a failover.
+async fn redis_sentinel() -> Proxied {
+    let group = RedisSentinel::start(1);
+    let mut addrs = vec![group.node(0).addr()];
+    addrs.extend(group.sentinel_addrs());
+    Proxied::start_prepared("Redis Sentinel", group, addrs, watch_through_proxy, |h| {
+        format!("redis+sentinel://{}/{SENTINEL_MASTER}", h[1..].join(","))
+    })
+    .await
+}
+
+const SENTINEL_MASTER: &str = "mm";
+
+/// Points every sentinel at the master's proxy (`proxies[0]`), with a
+/// minute's `down-after-milliseconds`, and waits until each names it.
+fn watch_through_proxy(group: &RedisSentinel, proxies: &[FaultProxy]) {
+    assert_eq!(group.master_name(), SENTINEL_MASTER);
+    let port = proxies[0].addr().port().to_string();
+    for i in 0..group.sentinels().len() {
+        let cli = |args: &[&str]| group.sentinel_cli(i, args);
+        assert_eq!(cli(&["SENTINEL", "REMOVE", SENTINEL_MASTER]), "OK");
+        assert_eq!(
+            cli(&[
+                "SENTINEL",
+                "MONITOR",
+                SENTINEL_MASTER,
+                "127.0.0.1",
+                &port,
+                "2"
+            ]),
+            "OK"
+        );
+        for (option, value) in [
+            ("down-after-milliseconds", "60000"),
+            ("failover-timeout", "120000"),
+        ] {
+            assert_eq!(
+                cli(&["SENTINEL", "SET", SENTINEL_MASTER, option, value]),
+                "OK"
+            );
+        }
+    }
+    let started = Instant::now();
+    while group.master_addr() != proxies[0].addr() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the sentinels did not name the master's proxy within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 async fn postgres() -> Proxied {
@@ -229,6 +358,66 @@ async fn a_pause_shorter_than_the_wait_is_waited_out(p: Proxied, kinds: Kinds) {
     }
 }
 
+/// Holds all traffic for 1 s, then 3 s, then 10 s. In each pause a lock
+/// is asked for with a 20 s wait (granted once the traffic is back) and a
+/// free key is tried without a wait: it is granted late or fails as an
+/// outage (`Backend`, or `Quorum` on Redlock), never reported held by
+/// someone.
+async fn waits_ride_through_pauses_of_one_three_and_ten_seconds(p: Proxied) {
+    p.warm().await;
+    for secs in [1, 3, 10] {
+        let pause = Duration::from_secs(secs);
+        p.each(FaultProxy::hold);
+        let held = Instant::now();
+        let waiting = Lock::new(format!("pause-{secs}"))
+            .with_backend(p.backend.clone())
+            .wait(WAIT);
+        let trying = Lock::new(format!("try-{secs}")).with_backend(p.backend.clone());
+        let waited = tokio::spawn(async move {
+            let guard = waiting.acquire().await;
+            (guard, Instant::now())
+        });
+        let tried = tokio::spawn(async move {
+            let outcome = trying.try_acquire().await;
+            (outcome, held.elapsed())
+        });
+        tokio::time::sleep(pause).await;
+        p.each(FaultProxy::pass);
+        let back = Instant::now();
+        let (guard, at) = waited.await.unwrap();
+        let guard = guard.unwrap_or_else(|e| {
+            panic!(
+                "{}: a 20 s wait failed across a {pause:?} pause: {e}",
+                p.name
+            )
+        });
+        let (tried, after) = tried.await.unwrap();
+        let outcome = match tried {
+            Ok(Some(guard)) => {
+                guard.release().await.expect("release the tried lock");
+                "granted".to_string()
+            }
+            Ok(None) => panic!(
+                "{}: a free key reported held after a {pause:?} pause",
+                p.name
+            ),
+            // An outage: the server's (`Backend`), or too few Redlock masters
+            // answering (`Quorum`).
+            Err(e @ (dlock::LockError::Backend { .. } | dlock::LockError::Quorum { .. })) => {
+                format!("{e}")
+            }
+            Err(e) => panic!("{}: a try in a {pause:?} pause ended as {e:?}", p.name),
+        };
+        eprintln!(
+            "{}: {pause:?} pause: the waiting lock granted {:?} after the traffic came back; \
+             a try without a wait: {outcome} after {after:?}",
+            p.name,
+            at.saturating_duration_since(back)
+        );
+        guard.release().await.expect("release after the pause");
+    }
+}
+
 /// A lock with a 30 s ttl held through a 3 s pause over its first renewal
 /// (a third of the ttl in): still held, `lost()` not fired.
 async fn a_held_lock_rides_through_a_short_pause(p: Proxied) {
@@ -311,6 +500,11 @@ macro_rules! fault_matrix {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn waits_ride_through_pauses_of_one_three_and_ten_seconds() {
+                super::waits_ride_through_pauses_of_one_three_and_ten_seconds($start.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_wait_rides_through_three_seconds_of_discarded_bytes() {
                 super::a_wait_rides_through_bytes_discarded($start.await).await;
             }
@@ -324,6 +518,8 @@ macro_rules! fault_matrix {
 }
 
 fault_matrix!(on_redis, redis(), ALL);
+fault_matrix!(on_redis_cluster, redis_cluster(), ALL);
+fault_matrix!(on_redis_sentinel, redis_sentinel(), ALL);
 fault_matrix!(on_postgres, postgres(), ALL);
 fault_matrix!(on_zookeeper, zookeeper(), ALL);
 // The write lock too: a read-write queue entry whose create was cut off by

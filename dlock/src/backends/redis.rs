@@ -151,6 +151,7 @@
 //   `rw/scripts.rs`, `rw/waiting.rs` (what a reader or writer watches); renewal in `renew.rs`
 mod all_keys;
 mod batching;
+mod cluster;
 mod compare_set;
 mod config;
 mod connect;
@@ -165,6 +166,7 @@ mod permits;
 pub(crate) mod recheck;
 pub mod redisson;
 mod refused;
+mod retiring;
 pub use self::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
 mod renew;
 mod renew_many;
@@ -183,7 +185,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::cluster_async::ClusterConnection;
+use self::cluster::ClusterConn;
 
 use self::batching::LaneBatchers;
 use self::config::RedisOptions;
@@ -277,7 +279,7 @@ pub struct RedisBackend {
 enum Conn {
     /// One server, or the master of a Sentinel deployment.
     Single(Server),
-    Cluster(ClusterConnection),
+    Cluster(ClusterConn),
 }
 
 #[derive(Debug, Default)]

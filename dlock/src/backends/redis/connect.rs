@@ -11,6 +11,7 @@ use redis::{RedisError, RedisResult};
 #[cfg(feature = "redlock")]
 use super::batching::MAX_MASTER_BATCH;
 use super::batching::{LaneBatchers, MAX_BATCH};
+use super::cluster::ClusterConn;
 use super::config::{client, tls_cluster, RedisOptions};
 use super::connection::{Connection, Server};
 use super::recheck::notifies_releases;
@@ -66,11 +67,7 @@ impl RedisBackend {
                 builder = tls_cluster(builder, &options)?;
             }
             let cluster = builder.build().map_err(fail)?;
-            // Created on the background runtime: the cluster connection
-            // spawns its driver where it is created.
-            let connected =
-                crate::lease::background::run(async move { cluster.get_async_connection().await });
-            Conn::Cluster(connected.await.map_err(fail)?)
+            Conn::Cluster(ClusterConn::open(cluster).await.map_err(fail)?)
         } else {
             Conn::Single(Server::One(
                 Connection::open(first.clone(), connection_config(&options), true)

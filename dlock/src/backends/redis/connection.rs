@@ -32,12 +32,13 @@
 //! connection broke before the answer.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use super::lanes::PerRuntime;
+use super::retiring::{Numbered, Retiring};
 use crate::lease::background;
 
 /// A `ConnectionManager` whose driver and reconnects stay on dlock's
@@ -45,7 +46,7 @@ use crate::lease::background;
 /// requests. Cheap to clone: clones share the connections.
 #[derive(Clone)]
 pub(crate) struct Connection {
-    background: Arc<Retiring>,
+    background: Arc<Retiring<ConnectionManager>>,
     /// `None`: every request takes the background connection (Sentinel's
     /// masters: a failover replaces the connection, see `sentinel.rs`).
     lanes: Option<Arc<Lanes>>,
@@ -70,131 +71,7 @@ impl Opener {
 
 /// The lanes' connections.
 struct Lanes {
-    conns: PerRuntime<Retiring>,
-}
-
-/// One connection, which a request left without an answer retires.
-///
-/// Why: the client library resends or reconnects only when it sees the
-/// connection drop. A flow that a NAT or a load balancer forgot, or a
-/// server that stopped answering, drops nothing: every request times out
-/// on it, for ever, while a new connection would work at once. So a
-/// request that timed out retires its connection: new requests open a new
-/// one; requests in flight on it finish there (a late answer reaches only
-/// the request it belongs to, in the connection's order). TCP keep-alive
-/// and `TCP_USER_TIMEOUT` (`config.rs`) catch the same on an idle
-/// connection, where no request times out.
-///
-/// Work that follows a request (`lanes::following`: the release of an
-/// acquisition that failed or was dropped) still goes on the retired
-/// connection until a new one is open: the request it follows may yet
-/// reach the server (bytes held in the network are delivered late), and
-/// only on the same connection is the follower sure to land after it. Sent
-/// on a new connection, the release could land first and leave the late
-/// grant on the key until its ttl.
-#[derive(Default)]
-struct Retiring {
-    current: Mutex<Current>,
-    /// Held while a new connection opens, so that concurrent requests open
-    /// one, not one each.
-    opening: tokio::sync::Mutex<()>,
-}
-
-/// The connection in use, if any, whether it is retired, and how many
-/// were opened (the next one's number).
-#[derive(Default)]
-struct Current {
-    conn: Option<Numbered>,
-    retired: bool,
-    opened: u64,
-}
-
-/// A connection, and which one it is (so that a late timeout of an
-/// earlier one does not retire its successor).
-#[derive(Clone)]
-struct Numbered {
-    number: u64,
-    conn: ConnectionManager,
-}
-
-impl Retiring {
-    fn with(conn: ConnectionManager) -> Self {
-        let retiring = Retiring::default();
-        retiring.install(conn);
-        retiring
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Current> {
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn install(&self, conn: ConnectionManager) -> Numbered {
-        let mut current = self.lock();
-        let numbered = Numbered {
-            number: current.opened,
-            conn,
-        };
-        current.opened += 1;
-        current.conn = Some(numbered.clone());
-        current.retired = false;
-        numbered
-    }
-
-    /// The connection for a request: the one in use if it is not retired,
-    /// or if the request follows another (see the type's docs).
-    fn get(&self, following: bool) -> Option<Numbered> {
-        let current = self.lock();
-        match &current.conn {
-            Some(conn) if !current.retired || following => Some(conn.clone()),
-            _ => None,
-        }
-    }
-
-    /// Whether this has a connection, retired or not.
-    fn is_empty(&self) -> bool {
-        self.lock().conn.is_none()
-    }
-
-    /// The connection for a request, or a new one opened by `opener` here
-    /// (the connection's driver lives where it is opened).
-    async fn get_or_open(&self, opener: &Opener, following: bool) -> RedisResult<Numbered> {
-        if let Some(current) = self.get(following) {
-            return Ok(current);
-        }
-        let _opening = self.opening.lock().await;
-        if let Some(current) = self.get(following) {
-            return Ok(current);
-        }
-        Ok(self.install(opener.open().await?))
-    }
-
-    /// Retires the connection in use, whatever it is (see
-    /// [`Connection::retire_all`]).
-    #[cfg(feature = "redlock")]
-    fn retire(&self) {
-        let mut current = self.lock();
-        if current.conn.is_some() {
-            current.retired = true;
-        }
-    }
-
-    /// Retires connection `number` if `answer` says it did not answer in
-    /// time; returns `answer`.
-    fn check<T>(&self, number: u64, answer: RedisResult<T>) -> RedisResult<T> {
-        if let Err(e) = &answer {
-            if e.is_timeout() {
-                let mut current = self.lock();
-                let this = current.conn.as_ref().is_some_and(|c| c.number == number);
-                if this && !current.retired {
-                    current.retired = true;
-                    drop(current);
-                    tracing::debug!(error = %e,
-                        "a Redis request got no answer in time; its connection is retired, the next request opens a new one");
-                }
-            }
-        }
-        answer
-    }
+    conns: PerRuntime<Retiring<ConnectionManager>>,
 }
 
 impl Connection {
@@ -242,7 +119,7 @@ impl Connection {
     /// lane with no connection takes the background one: nothing went out
     /// on that lane for it to follow (or what did went on a connection
     /// that is retired).
-    fn lane(&self) -> Option<Arc<Retiring>> {
+    fn lane(&self) -> Option<Arc<Retiring<ConnectionManager>>> {
         let lanes = self.lanes.as_deref()?;
         // Once dlock is shut down, requests answer as the background
         // connection does (refused), not on a lane.
@@ -262,7 +139,7 @@ impl Connection {
     /// connection learns of a drop from the watchdog's renewals); a request
     /// that times out retires the connection.
     async fn on<T, F>(
-        slot: &Retiring,
+        slot: &Retiring<ConnectionManager>,
         opener: &Opener,
         resend: bool,
         send: impl Fn(ConnectionManager) -> F,
@@ -271,7 +148,7 @@ impl Connection {
         F: Future<Output = RedisResult<T>>,
     {
         let following = super::lanes::is_following();
-        let Numbered { number, conn } = slot.get_or_open(opener, following).await?;
+        let Numbered { number, conn } = slot.get_or_open(|| opener.open(), following).await?;
         let answer = match send(conn.clone()).await {
             Err(e) if resend && e.is_connection_dropped() => send(conn).await,
             answer => answer,

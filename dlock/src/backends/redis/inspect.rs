@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::cluster_async::ClusterConnection;
+use super::cluster::ClusterConn;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, Script, Value};
 
@@ -184,7 +184,7 @@ impl RedisBackend {
         &self,
         pattern: &str,
         prefix: &str,
-        mut node: Option<(&mut ClusterConnection, u16)>,
+        mut node: Option<(&mut ClusterConn, u16)>,
         scans: &mut usize,
         keys: &mut std::collections::BTreeSet<String>,
     ) -> Result<(), LockError> {
@@ -230,10 +230,7 @@ impl RedisBackend {
 
     /// One slot of each master of a Cluster (the first of its ranges in
     /// `CLUSTER SLOTS`), to route a `SCAN` to that master.
-    pub(super) async fn cluster_masters(
-        &self,
-        c: &mut ClusterConnection,
-    ) -> Result<Vec<u16>, LockError> {
+    pub(super) async fn cluster_masters(&self, c: &mut ClusterConn) -> Result<Vec<u16>, LockError> {
         self.count();
         let answer: Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
