@@ -129,6 +129,9 @@ fn is_transient_redis(e: &redis::RedisError) -> bool {
         return true;
     }
     match e.kind() {
+        // Every node's connection lost at once (reset): the Cluster
+        // connection is opened anew from the URL's nodes (`cluster.rs`).
+        ErrorKind::ClusterConnectionNotFound => true,
         ErrorKind::Server(kind) => matches!(
             kind,
             ServerErrorKind::BusyLoading
@@ -197,6 +200,11 @@ mod tests {
             "LOADING",
         ));
         assert!(is_transient(&backend(loading)));
+        let no_node = redis::RedisError::from((
+            redis::ErrorKind::ClusterConnectionNotFound,
+            "No connections found",
+        ));
+        assert!(is_transient(&backend(no_node)));
         let noperm = redis::RedisError::from((
             redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
             "NOPERM",

@@ -6,7 +6,9 @@
 //! the same connection. A flow that a NAT or a load balancer forgot drops
 //! nothing, so every request timed out on it for good (tried here behind a
 //! proxy that froze the flows: no lock within 20 s, where a new client
-//! worked at once). So a request that times out retires the whole cluster
+//! worked at once). So a request that times out, or finds no connection to
+//! any node left (every one reset: `ClusterConnectionNotFound`, after which
+//! the client did not recover), retires the whole cluster
 //! connection (a connection per node and the slot map), and the next
 //! request opens a new one from the URL's nodes, on dlock's background
 //! runtime, where its driver lives.
@@ -54,7 +56,8 @@ impl ClusterConn {
             .get_or_open(|| open_on_background(client), following)
             .await?;
         let answer = send(conn).await;
-        self.conn.check(number, answer)
+        self.conn
+            .check_by(number, answer, retires_the_cluster_connection)
     }
 
     /// `cmd` sent where `routing` says (a given node, every master).
@@ -66,6 +69,14 @@ impl ClusterConn {
         self.on(|mut c| async move { c.route_command(cmd, routing).await })
             .await
     }
+}
+
+/// Whether `e` leaves the cluster connection unusable: no answer in time
+/// (see the module docs), or no connection left to any node (every node's
+/// connection reset at once: the client library's own advice for it is to
+/// start again from the URL's nodes).
+fn retires_the_cluster_connection(e: &redis::RedisError) -> bool {
+    e.is_timeout() || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
 }
 
 /// A new cluster connection, whose driver runs on dlock's background

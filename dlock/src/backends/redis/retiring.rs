@@ -132,15 +132,26 @@ impl<C: Clone> Retiring<C> {
     /// Retires connection `number` if `answer` says it did not answer in
     /// time; returns `answer`.
     pub(super) fn check<T>(&self, number: u64, answer: RedisResult<T>) -> RedisResult<T> {
+        self.check_by(number, answer, redis::RedisError::is_timeout)
+    }
+
+    /// Retires connection `number` if `answer` is an error that `retires`
+    /// says the connection cannot come back from; returns `answer`.
+    pub(super) fn check_by<T>(
+        &self,
+        number: u64,
+        answer: RedisResult<T>,
+        retires: impl Fn(&redis::RedisError) -> bool,
+    ) -> RedisResult<T> {
         if let Err(e) = &answer {
-            if e.is_timeout() {
+            if retires(e) {
                 let mut current = self.lock();
                 let this = current.conn.as_ref().is_some_and(|c| c.number == number);
                 if this && !current.retired {
                     current.retired = true;
                     drop(current);
                     tracing::debug!(error = %e,
-                        "a Redis request got no answer in time; its connection is retired, the next request opens a new one");
+                        "a Redis request failed for good on its connection (no answer in time); the connection is retired, the next request opens a new one");
                 }
             }
         }

@@ -1,0 +1,112 @@
+//! A wait on a server that answers nothing ends as an outage, not contention.
+
+use std::time::{Duration, Instant};
+
+use dlock::Lock;
+use dlock_tests::servers::control::ServerControl;
+use dlock_tests::servers::etcd::EtcdServer;
+use dlock_tests::servers::postgres::PgServer;
+use dlock_tests::servers::redis::RedisServer;
+use dlock_tests::servers::zookeeper::ZkServer;
+
+use super::connect;
+
+/// A wait that ends while the server has not answered at all is an outage
+/// (`Backend`, 503 through `HttpError`), not contention (`Timeout`, 409):
+/// `Timeout` means a holder was seen (issue 54). The server is stopped
+/// (SIGSTOP; on PostgreSQL every process of it) before a free key is asked
+/// for with a 1 s wait, shorter than the request timeout.
+async fn a_wait_on_a_silent_server_ends_as_an_outage<S>(
+    name: &str,
+    server: &mut S,
+    url: &str,
+    pause: impl FnOnce(&mut S),
+    resume: impl FnOnce(&mut S),
+) {
+    let backend = connect(url).await;
+    let warm_up = Lock::new("warm")
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .unwrap();
+    warm_up.release().await.unwrap();
+    pause(server);
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let ended = tokio::time::timeout(
+        wait + Duration::from_secs(10),
+        Lock::new("silent")
+            .with_backend(backend)
+            .wait(wait)
+            .acquire(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name}: the wait did not end"));
+    resume(server);
+    let err = ended.expect_err("acquired a lock on a stopped server");
+    eprintln!(
+        "{name}: stopped server, 1 s wait: {err} after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(err, dlock::LockError::Backend { .. }),
+        "{name}: a wait on a silent server ended as {err:?}, not as an outage"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_wait_on_a_silent_server_ends_as_an_outage() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    a_wait_on_a_silent_server_ends_as_an_outage(
+        "Redis",
+        &mut server,
+        &url,
+        |s| s.pause(),
+        |s| s.resume(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_wait_on_a_silent_server_ends_as_an_outage() {
+    let mut server = PgServer::start();
+    let url = server.url();
+    // Every process of the server: each session has its own.
+    a_wait_on_a_silent_server_ends_as_an_outage(
+        "PostgreSQL",
+        &mut server,
+        &url,
+        |s| s.try_pause_all().unwrap(),
+        |s| s.try_resume_all().unwrap(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_wait_on_a_silent_server_ends_as_an_outage() {
+    let mut server = EtcdServer::start();
+    let url = server.url();
+    a_wait_on_a_silent_server_ends_as_an_outage(
+        "etcd",
+        &mut server,
+        &url,
+        |s| s.pause(),
+        |s| s.resume(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_wait_on_a_silent_server_ends_as_an_outage() {
+    let mut server = ZkServer::start();
+    let url = server.url();
+    a_wait_on_a_silent_server_ends_as_an_outage(
+        "ZooKeeper",
+        &mut server,
+        &url,
+        |s| s.pause(),
+        |s| s.resume(),
+    )
+    .await;
+}
