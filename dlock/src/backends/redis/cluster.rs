@@ -50,10 +50,10 @@ impl ClusterConn {
         F: Future<Output = RedisResult<T>>,
     {
         let following = super::lanes::is_following();
-        let client = self.client.clone();
+        // The client is cloned only when a connection is opened, not per request.
         let Numbered { number, conn } = self
             .conn
-            .get_or_open(|| open_on_background(client), following)
+            .get_or_open(|| open_on_background(self.client.clone()), following)
             .await?;
         let answer = send(conn).await;
         self.conn
