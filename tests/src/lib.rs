@@ -19,6 +19,7 @@ pub mod hold_at_least;
 pub mod holder;
 pub mod keys;
 pub mod late_answer;
+pub mod layout_mix;
 pub mod multi;
 pub mod multi_live;
 pub mod nesting;

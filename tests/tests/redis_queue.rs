@@ -282,6 +282,32 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     guard.release().await.unwrap();
 }
 
+/// A wait that runs out returns once its ticket is out of the queue, so a
+/// `try_acquire` right after the holder's release (here, by the same
+/// backend, as a caller that falls back to a try does) finds the free key
+/// free. Before, the ticket's leave was sent after the return, and a try in
+/// that window was refused: the free key was kept for the waiter that had
+/// left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_runs_out_has_left_the_queue_when_it_returns() {
+    let fixture = RedisFixture::single_with(RedisOptions::new(), "?recheck_ms=0");
+    let waiting = backend(fixture.url()).await;
+    let holding = backend(fixture.url()).await;
+    for round in 0..10 {
+        let key = format!("queue-left-on-timeout-{round}");
+        let holder = lock(&key, holding.clone()).acquire().await.unwrap();
+        let waiter = lock(&key, waiting.clone()).wait(Duration::from_millis(300));
+        assert!(matches!(
+            waiter.acquire().await,
+            Err(LockError::Timeout { .. })
+        ));
+        holder.release().await.unwrap();
+        let taken = lock(&key, waiting.clone()).try_acquire().await.unwrap();
+        let taken = taken.unwrap_or_else(|| panic!("round {round}: the free key was refused"));
+        taken.release().await.unwrap();
+    }
+}
+
 /// A waiter whose future is kept but not polled (a `select!` loop busy with
 /// other work, a future stored for later) does not hold the line: its turn,
 /// left untaken, passes to the waiter behind it within about a second

@@ -1,9 +1,15 @@
 //! dlock's Redisson layout against node-redisson (a Node process, the
 //! layout of Java Redisson's `RLock`), both ways, on one Redis server and on
-//! a Redis Cluster of three masters.
+//! a Redis Cluster of three masters; and against dlock's own layout on the
+//! same names (`layout_mix`), there and behind Sentinel.
+
+// The layout-mix cases nest dlock's acquire of both layouts in one future:
+// clippy's const evaluation of its layout goes past the default query depth.
+#![recursion_limit = "256"]
 
 use dlock_tests::fixtures::redisson::RedissonFixture;
 use dlock_tests::fixtures::sentinel::SentinelFixture;
+use dlock_tests::layout_mix::{self as mix, Layouts};
 use dlock_tests::redisson_cases as cases;
 
 // Each case is awaited boxed: inlined into the test's own future, the
@@ -54,12 +60,63 @@ mod single {
         let f = &RedissonFixture::single();
         Box::pin(cases::inner_braces_wake_both_ways(f)).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_layout_keeps_the_other_out() {
+        let f = &RedissonFixture::single();
+        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+        Box::pin(mix::each_layout_keeps_the_other_out(&layouts)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_is_served_after_the_other_layouts_release() {
+        let f = &RedissonFixture::single();
+        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+        Box::pin(mix::a_waiter_is_served_after_the_other_layouts_release(
+            &layouts,
+        ))
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_two_holders_across_layouts() {
+        let f = &RedissonFixture::single();
+        Box::pin(mix::no_two_holders_across_layouts(
+            f.plain_url(),
+            f.is_cluster(),
+        ))
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_application_key_of_the_same_name_does_not_block() {
+        let f = &RedissonFixture::single();
+        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+        let cli = |args: &[&str]| f.redis_cli(args);
+        Box::pin(mix::an_application_key_of_the_same_name_does_not_block(
+            &layouts, cli,
+        ))
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_sentinel() {
     let f = SentinelFixture::start();
     Box::pin(cases::through_sentinel(f.url(), |args| f.redis_cli(args))).await;
+}
+
+/// One name, one lock behind Sentinel: the two layouts on the master
+/// exclude each other and hand over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layouts_exclude_each_other_through_sentinel() {
+    let f = SentinelFixture::start();
+    let layouts = Layouts::connect(f.url(), false).await;
+    Box::pin(mix::each_layout_keeps_the_other_out(&layouts)).await;
+    Box::pin(mix::a_waiter_is_served_after_the_other_layouts_release(
+        &layouts,
+    ))
+    .await;
 }
 
 mod cluster {
@@ -105,5 +162,43 @@ mod cluster {
     async fn a_sharded_release_wakes_a_dlock_waiter() {
         let f = &RedissonFixture::cluster();
         Box::pin(cases::a_sharded_release_wakes_a_dlock_waiter(f)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_layout_keeps_the_other_out() {
+        let f = &RedissonFixture::cluster();
+        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+        Box::pin(mix::each_layout_keeps_the_other_out(&layouts)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_is_served_after_the_other_layouts_release() {
+        let f = &RedissonFixture::cluster();
+        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+        Box::pin(mix::a_waiter_is_served_after_the_other_layouts_release(
+            &layouts,
+        ))
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_two_holders_across_layouts() {
+        let f = &RedissonFixture::cluster();
+        Box::pin(mix::no_two_holders_across_layouts(
+            f.plain_url(),
+            f.is_cluster(),
+        ))
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_application_key_of_the_same_name_does_not_block() {
+        let f = &RedissonFixture::cluster();
+        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+        let cli = |args: &[&str]| f.redis_cli(args);
+        Box::pin(mix::an_application_key_of_the_same_name_does_not_block(
+            &layouts, cli,
+        ))
+        .await;
     }
 }

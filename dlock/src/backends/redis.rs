@@ -149,6 +149,8 @@
 //   on the lock's commands; the subscriber's generations wake observers)
 // - read-write locks (`RwBackend`): `rw.rs` (names, one attempt, release, `AbandonIfDropped`),
 //   `rw/scripts.rs`, `rw/waiting.rs` (what a reader or writer watches); renewal in `renew.rs`
+// - one name, one lock across layouts: `layouts.rs` (the Lua that finds a Redisson lock of the
+//   name in every acquire script; on a Cluster, the check after a grant where no script can)
 mod all_keys;
 mod batching;
 mod cluster;
@@ -161,6 +163,7 @@ mod election;
 mod for_redlock;
 mod inspect;
 pub(crate) mod lanes;
+mod layouts;
 mod lock_backend;
 mod permits;
 pub(crate) mod recheck;

@@ -38,7 +38,8 @@ impl LockBackend for RedisBackend {
         let answer = self
             .replicated(&req.key, (None, true), ask, arm, undo)
             .await;
-        answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))
+        let granted = answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))?;
+        self.unless_redisson_holds(granted).await
     }
 
     async fn acquire(
@@ -48,7 +49,8 @@ impl LockBackend for RedisBackend {
     ) -> Result<Option<Lease>, LockError> {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         // Behind Sentinel, through a failover within the wait (`ride_through.rs`).
-        self.riding_failovers(req, deadline).await
+        let granted = self.riding_failovers(req, deadline).await?;
+        self.unless_redisson_holds(granted).await
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {

@@ -38,6 +38,7 @@ use redis::Script;
 use self::abandoned::ReleaseIfDropped;
 use self::names::{holder_field, RedissonNames};
 use self::sharded::{Sharded, ShardedWait};
+use super::layouts;
 use super::scripts::{evalsha, millis};
 use super::subscriber::waiting::nap_until;
 use super::{check_ttl, holder_left, jitter, Conn, RedisBackend};
@@ -190,7 +191,13 @@ impl RedissonBackend {
         if names.same_slot {
             call.arg(&names.fence);
         }
-        call.arg(millis(req.ttl)).arg(self.field(&req.token));
+        call.arg(millis(req.ttl))
+            .arg(self.field(&req.token))
+            .arg(if names.dlock_in_script {
+                &*names.dlock
+            } else {
+                ""
+            });
         let (won, value): (i64, i64) = self.redis.eval(&scripts::ACQUIRE, &call).await?;
         if won != 1 {
             return Ok(Err(holder_left(value)));
@@ -205,6 +212,11 @@ impl RedissonBackend {
             incr.arg(&names.fence);
             self.redis.query(&incr).await?
         };
+        if !names.dlock_in_script && self.dlock_layout_holds(names).await? {
+            let call = self.release_call(names, &req.token, req.ttl);
+            let _ = self.eval_i64(&scripts::RELEASE, &call).await;
+            return Err(layouts::mixed_layouts(&req.key, &names.dlock, "dlock"));
+        }
         Ok(Ok(Lease {
             key: req.key.clone(),
             token: req.token.clone(),
@@ -213,6 +225,14 @@ impl RedissonBackend {
             valid_until: lease_deadline(sent, req.ttl),
             resource: names.lock.clone(),
         }))
+    }
+
+    /// Whether dlock's own layout holds the name, read after a grant where
+    /// the acquire's script could not (see `layouts.rs`).
+    async fn dlock_layout_holds(&self, names: &RedissonNames) -> Result<bool, LockError> {
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(&names.dlock);
+        Ok(self.redis.query::<i64>(&exists).await? == 1)
     }
 
     /// [`attempt`](Self::attempt), giving back what it may have taken if

@@ -13,6 +13,7 @@ use std::sync::LazyLock;
 
 use redis::{RedisResult, Script};
 
+use super::layouts::other_layout_lua;
 use super::waiter_queue::QUEUE_FUNCTIONS;
 
 /// `SET NX PX` and, on success, the next fence (see [`ACQUIRE_FUNCTIONS`]):
@@ -110,8 +111,14 @@ pub(crate) use queue_liveness_lua;
 /// ahead are dropped on the way (`first_live`, the queue's own rule, see
 /// [`queue_liveness_lua`]). That `EXISTS` is all the uncontended acquire
 /// pays for the queue.
+///
+/// The other layout: a free key whose name is held in Redisson's layout is
+/// not taken either (the answer is `0` and the time to try again, at most
+/// 200 ms): one name is one lock whatever the layout (see `layouts.rs`).
+/// That `TYPE` of the name is what the uncontended acquire pays for it.
 pub(crate) const ACQUIRE_FUNCTIONS: &str = concat!(
     queue_liveness_lua!(),
+    other_layout_lua!(),
     r"
 local now
 local retention = tonumber(ARGV[#ARGV])
@@ -143,7 +150,8 @@ local function acquire(lock, counter, token, ttl)
   if queued and redis.call('EXISTS', lock) == 0 then
     queued = live_queue(lock)
   end
-  if not queued and redis.call('SET', lock, token, 'NX', 'PX', ttl) then
+  local other = not queued and other_layout_left(lock)
+  if not queued and not other and redis.call('SET', lock, token, 'NX', 'PX', ttl) then
     return 1, fence(counter, ttl)
   end
   if redis.call('GET', lock) == token then
@@ -156,8 +164,9 @@ local function acquire(lock, counter, token, ttl)
   end
   local left = redis.call('PTTL', lock)
   if left == -2 then
-    -- Free, but waiters queue for it: the queue's head takes it.
-    left = 0
+    -- Free, but waiters queue for it (the queue's head takes it), or the
+    -- name is held in Redisson's layout (see `layouts.rs`).
+    left = other or 0
   end
   return 0, left
 end
@@ -293,6 +302,9 @@ for i = 1, n do
   elseif not holder and redis.call('EXISTS', KEYS[2 * i - 1] .. ':queue') == 1 and live_queue(KEYS[2 * i - 1]) then
     -- Free, but the queue's head takes it next: try again soon.
     left = 100
+  elseif not holder then
+    -- Held in Redisson's layout, or nil (see `layouts.rs`).
+    left = other_layout_left(KEYS[2 * i - 1])
   end
   if left then
     wait_in_line(KEYS[2 * i - 1], 'listen:' .. ARGV[i], false, life_for(left, ARGV[n + i]))

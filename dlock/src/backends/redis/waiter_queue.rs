@@ -330,6 +330,13 @@ if head then
     return {0, gap}
   end
 end
+local other = other_layout_left(lock)
+if other then
+  -- Held in Redisson's layout (see `layouts.rs`), whose release does not
+  -- wake this waiter: it tries again soon, keeping its place.
+  wait_in_line(lock, ticket, true, LIFE_MS)
+  return {0, other}
+end
 leave_line(lock, ticket)
 redis.call('SET', lock, token, 'PX', ttl)
 -- One reading of the clock for the queue and the fence.
@@ -433,8 +440,13 @@ impl RedisBackend {
                 },
             )
             .await;
-        if let (Ok(Some(_)), Some(leaving)) = (&waited, leaving.as_mut()) {
-            leaving.stay();
+        match (&waited, leaving) {
+            (Ok(Some(_)), Some(mut leaving)) => leaving.stay(),
+            // A wait that ran out returns once its ticket is gone, so that a
+            // try right after (this process's or another's) finds the free
+            // key free, not kept for a waiter that has left.
+            (Ok(None), Some(leaving)) => leaving.leave_within(LEAVE_BOUND).await,
+            _ => {}
         }
         waited
     }
@@ -501,9 +513,15 @@ impl RedisBackend {
             lock: names.lock.clone(),
             channel: names.channel.clone(),
             ticket,
+            done: None,
         }
     }
 }
+
+/// How long a wait that ran out waits for its ticket's leave to be
+/// answered before it returns anyway (the leave then lands later, and the
+/// ticket lapses within `LIFE_MS` if it never does).
+const LEAVE_BOUND: Duration = Duration::from_millis(100);
 
 /// Takes a waiter's ticket out of its queue when dropped (see
 /// [`RedisBackend::leave_on_drop`]).
@@ -512,6 +530,8 @@ pub(crate) struct Leaving {
     lock: String,
     channel: String,
     ticket: String,
+    /// Told when the leave is answered (see [`Leaving::leave_within`]).
+    done: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Leaving {
@@ -519,6 +539,14 @@ impl Leaving {
     /// ticket.
     pub(crate) fn stay(&mut self) {
         self.conn = None;
+    }
+
+    /// Leaves now, and waits up to `bound` for the server's answer.
+    async fn leave_within(mut self, bound: Duration) {
+        let (done, answered) = tokio::sync::oneshot::channel();
+        self.done = Some(done);
+        drop(self);
+        let _ = tokio::time::timeout(bound, answered).await;
     }
 }
 
@@ -529,6 +557,7 @@ impl Drop for Leaving {
         };
         let mut call = scripts::evalsha(&LEAVE, 1);
         call.arg(&self.lock).arg(&self.ticket).arg(&self.channel);
+        let done = self.done.take();
         // In the waiter's lane: behind its join on the same connection.
         super::lanes::spawn_following(async move {
             let left: Result<i64, _> = match conn {
@@ -538,6 +567,9 @@ impl Drop for Leaving {
             if let Err(e) = left {
                 // The ticket expires by itself; a turn it holds lapses.
                 tracing::debug!(error = %e, "leaving a waiter queue failed");
+            }
+            if let Some(done) = done {
+                let _ = done.send(());
             }
         });
     }

@@ -4,6 +4,8 @@
 
 use redis::cluster_routing::{Route, SlotAddr};
 
+use super::super::layouts;
+
 /// A new client id in the form of Redisson's (a random UUID, version 4).
 pub(super) fn client_id() -> String {
     let high = getrandom::u64().unwrap_or_default();
@@ -36,6 +38,12 @@ pub(super) struct RedissonNames {
     /// server; on a Cluster not for names whose braces make an empty or
     /// unclosed hash tag (Redisson itself cannot lock those there).
     pub(super) same_slot: bool,
+    /// dlock's own key of the name (`redis://` without the layout), which
+    /// this layout's acquire finds held: one name, one lock.
+    pub(super) dlock: String,
+    /// Whether the acquire's script reads [`dlock`](Self::dlock) itself;
+    /// else it is read after the grant (see `layouts.rs`).
+    pub(super) dlock_in_script: bool,
 }
 
 impl RedissonNames {
@@ -45,6 +53,8 @@ impl RedissonNames {
         let node = node_prefixed("redisson_lock__channel", key);
         let same_slot = !cluster || slot(key) == slot(&fence);
         RedissonNames {
+            dlock: layouts::dlock_key(key),
+            dlock_in_script: !layouts::needs_check_after_grant(cluster, key),
             lock: key.to_owned(),
             fence,
             node_channel: (node != channel).then_some(node),

@@ -13,18 +13,26 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// Takes the lock. KEYS: the hash, then (when in its slot) the fence
-/// counter. ARGV: the lease in ms, the holder's field.
+/// counter. ARGV: the lease in ms, the holder's field, dlock's own key of
+/// the name (`''` when it lives in another Cluster slot).
 ///
 /// As Redisson's: free (no hash) or already this holder's → the field and
 /// the expiry are set; else the holder's `PTTL` comes back. Apart from
 /// Redisson, a dlock holder counts once (a resent attempt does not make it
-/// reentrant: dlock's reentrancy is its guard's scope), and the fence is
-/// `RFencedLock`'s counter, incremented on a new grant only. Answers
-/// `{1, fence}` (fence 0: no counter named) or `{0, pttl}`.
+/// reentrant: dlock's reentrancy is its guard's scope), the fence is
+/// `RFencedLock`'s counter, incremented on a new grant only, and a name
+/// that dlock's layout holds is not free (its time left, at most 200 ms,
+/// comes back: that release does not wake this waiter; see `layouts.rs`).
+/// Answers `{1, fence}` (fence 0: no counter named) or `{0, pttl}`.
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local again = redis.call('hexists', KEYS[1], ARGV[2]) == 1
+if not again and ARGV[3] ~= '' and redis.call('exists', ARGV[3]) == 1 then
+  local left = redis.call('pttl', ARGV[3])
+  if left < 0 or left > 200 then left = 200 end
+  return {0, left}
+end
 if again or redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
