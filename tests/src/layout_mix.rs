@@ -45,6 +45,15 @@ impl Layouts {
     fn both(&self) -> [(&'static str, &Arc<dyn LockBackend>); 2] {
         [("dlock", &self.plain), ("redisson", &self.redisson)]
     }
+
+    /// The layout that is not `kind`.
+    fn other_than(&self, kind: &str) -> (&'static str, &Arc<dyn LockBackend>) {
+        if kind == "dlock" {
+            ("redisson", &self.redisson)
+        } else {
+            ("dlock", &self.plain)
+        }
+    }
 }
 
 fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
@@ -77,11 +86,7 @@ pub async fn each_layout_keeps_the_other_out(layouts: &Layouts) {
     let mut refused = 0;
     for name in names() {
         for (holder_kind, holder) in layouts.both() {
-            let (other_kind, other) = layouts
-                .both()
-                .into_iter()
-                .find(|(kind, _)| *kind != holder_kind)
-                .unwrap();
+            let (other_kind, other) = layouts.other_than(holder_kind);
             let guard = lock(holder, &name).try_acquire().await.unwrap();
             let guard = guard.unwrap_or_else(|| panic!("{holder_kind} took free {name}"));
             let tried = lock(other, &name).try_acquire().await;
@@ -144,11 +149,7 @@ pub async fn each_layout_keeps_the_other_out(layouts: &Layouts) {
 pub async fn a_waiter_is_served_after_the_other_layouts_release(layouts: &Layouts) {
     let name = unique_key("layout-mix-wait");
     for (holder_kind, holder) in layouts.both() {
-        let (other_kind, other) = layouts
-            .both()
-            .into_iter()
-            .find(|(kind, _)| *kind != holder_kind)
-            .unwrap();
+        let (other_kind, other) = layouts.other_than(holder_kind);
         let guard = lock(holder, &name).acquire().await.unwrap();
         let waiter = lock(other, &name).wait(Duration::from_secs(10));
         let releaser = async {

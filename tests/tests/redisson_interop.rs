@@ -12,6 +12,49 @@ use dlock_tests::fixtures::sentinel::SentinelFixture;
 use dlock_tests::layout_mix::{self as mix, Layouts};
 use dlock_tests::redisson_cases as cases;
 
+/// The layout-mix cases (`dlock_tests::layout_mix`) on one fixture.
+macro_rules! layout_mix_tests {
+    ($fixture:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn each_layout_keeps_the_other_out() {
+            let f = &$fixture;
+            let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+            Box::pin(mix::each_layout_keeps_the_other_out(&layouts)).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_waiter_is_served_after_the_other_layouts_release() {
+            let f = &$fixture;
+            let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+            Box::pin(mix::a_waiter_is_served_after_the_other_layouts_release(
+                &layouts,
+            ))
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn no_two_holders_across_layouts() {
+            let f = &$fixture;
+            Box::pin(mix::no_two_holders_across_layouts(
+                f.plain_url(),
+                f.is_cluster(),
+            ))
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn an_application_key_of_the_same_name_does_not_block() {
+            let f = &$fixture;
+            let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
+            let cli = |args: &[&str]| f.redis_cli(args);
+            Box::pin(mix::an_application_key_of_the_same_name_does_not_block(
+                &layouts, cli,
+            ))
+            .await;
+        }
+    };
+}
+
 // Each case is awaited boxed: inlined into the test's own future, the
 // nesting of a case (dlock's acquire, the Node process's lines) takes
 // rustc past its query depth limit when it lays the future out.
@@ -61,43 +104,7 @@ mod single {
         Box::pin(cases::inner_braces_wake_both_ways(f)).await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn each_layout_keeps_the_other_out() {
-        let f = &RedissonFixture::single();
-        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
-        Box::pin(mix::each_layout_keeps_the_other_out(&layouts)).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_waiter_is_served_after_the_other_layouts_release() {
-        let f = &RedissonFixture::single();
-        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
-        Box::pin(mix::a_waiter_is_served_after_the_other_layouts_release(
-            &layouts,
-        ))
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn no_two_holders_across_layouts() {
-        let f = &RedissonFixture::single();
-        Box::pin(mix::no_two_holders_across_layouts(
-            f.plain_url(),
-            f.is_cluster(),
-        ))
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_application_key_of_the_same_name_does_not_block() {
-        let f = &RedissonFixture::single();
-        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
-        let cli = |args: &[&str]| f.redis_cli(args);
-        Box::pin(mix::an_application_key_of_the_same_name_does_not_block(
-            &layouts, cli,
-        ))
-        .await;
-    }
+    layout_mix_tests!(RedissonFixture::single());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,41 +171,5 @@ mod cluster {
         Box::pin(cases::a_sharded_release_wakes_a_dlock_waiter(f)).await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn each_layout_keeps_the_other_out() {
-        let f = &RedissonFixture::cluster();
-        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
-        Box::pin(mix::each_layout_keeps_the_other_out(&layouts)).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_waiter_is_served_after_the_other_layouts_release() {
-        let f = &RedissonFixture::cluster();
-        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
-        Box::pin(mix::a_waiter_is_served_after_the_other_layouts_release(
-            &layouts,
-        ))
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn no_two_holders_across_layouts() {
-        let f = &RedissonFixture::cluster();
-        Box::pin(mix::no_two_holders_across_layouts(
-            f.plain_url(),
-            f.is_cluster(),
-        ))
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_application_key_of_the_same_name_does_not_block() {
-        let f = &RedissonFixture::cluster();
-        let layouts = Layouts::connect(f.plain_url(), f.is_cluster()).await;
-        let cli = |args: &[&str]| f.redis_cli(args);
-        Box::pin(mix::an_application_key_of_the_same_name_does_not_block(
-            &layouts, cli,
-        ))
-        .await;
-    }
+    layout_mix_tests!(RedissonFixture::cluster());
 }

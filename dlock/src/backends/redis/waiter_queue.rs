@@ -188,11 +188,6 @@ local function vacate_waited(lock, channel)
   redis.call('DEL', lock)
   local head = head_of(lock)
   if head then
-    local granted = tonumber(redis.call('GET', lock .. ':fence'))
-    local held = 0
-    if granted and granted < now_us() then
-      held = math.floor((now_us() - granted) / 1000)
-    end
     -- A gap for clients that do not queue only where one was seen lately
     -- (`foreign`), and once a second as a probe for one.
     -- (`GET` then `SET`, not `SET NX GET`: that pair needs Redis 7.0.)
@@ -203,6 +198,15 @@ local function vacate_waited(lock, channel)
       shared = 1
     elseif seen == 'foreign' then
       shared = 1
+    end
+    -- The last hold's length sizes the gap: read only for a hand-off that
+    -- leaves one (most do not, and save the `GET`).
+    local held = 0
+    if shared == 1 then
+      local granted = tonumber(redis.call('GET', lock .. ':fence'))
+      if granted and granted < now_us() then
+        held = math.floor((now_us() - granted) / 1000)
+      end
     end
     redis.call('SET', lock .. ':handoff', now_ms() .. ' ' .. held .. ' ' .. shared .. ' ' .. head, 'PX', HANDOFF_KEPT_MS)
     wake(head, channel)
