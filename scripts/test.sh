@@ -57,19 +57,40 @@ step() {
   idle "$@"
 }
 
-# The checks that build in target directories of their own, so that they can start at once,
+# The README's quick start must work on a machine with only a Rust toolchain: nothing in the
+# examples' graph compiles protobuf code (the crates whose build scripts call protoc), and the
+# examples compile with protoc hidden (install-deps.sh has just put it on this machine:
+# PROTOC points nowhere, and a `protoc` first on PATH fails) and without a warning. In the
+# main target directory, after the lints: the dependencies checked there are reused (a target
+# directory of its own checked them all again and ran every build script: 4-5 minutes at idle
+# priority beside the test build);
+# the graph check is what makes that reuse safe, since a build script run earlier with protoc
+# is not run again.
+first_run() {
+  local needs_protoc output
+  needs_protoc=$(idle cargo tree -p dlock-examples -e normal,build --prefix none | awk '{print $1}' |
+    sort -u | grep -xE 'prost-build|tonic-build|tonic-prost-build|protobuf-codegen|protobuf-src|protoc-bin-vendored' || true)
+  if [ -n "$needs_protoc" ]; then
+    echo "error: the examples' default graph builds protobuf code, which needs protoc: $(echo "$needs_protoc" | tr '\n' ' ')" >&2
+    echo "       keep the crate that pulls it (see \`cargo tree -p dlock-examples -i <crate>\`) behind a feature that is off by default" >&2
+    return 1
+  fi
+  output=$(idle env PROTOC=/nonexistent PATH="$no_protoc_bin:$PATH" \
+    cargo check -p dlock-examples --example quickstart --example seckill_segmented --message-format=short 2>&1) || {
+    echo "$output"
+    return 1
+  }
+  echo "$output"
+  if grep -q ': warning' <<<"$output"; then
+    echo "error: the quick start's examples compile with a warning (above): every user's first build shows it" >&2
+    return 1
+  fi
+}
+
+# The check that builds in a target directory of its own, so that it can start at once,
 # beside the test build, and use what it and the 50,000 held locks leave idle (a tenth of the
 # build, two fifths of the held locks) instead of adding to the test phase.
 early_checks() {
-  # The README's quick start must work on a machine with only a Rust toolchain.
-  # install-deps.sh has just put protoc on this one, so hide it from every build
-  # script in the examples' graph: PROTOC points nowhere, and a `protoc` first on
-  # PATH fails. A target dir of its own, so that nothing built earlier with protoc
-  # is reused. A check, not a build: build scripts (where protoc would be called) run the
-  # same, and a warning in the quick start fails it; the link step adds nothing.
-  step "first run: the quickstart and seckill_segmented compile with cargo alone (no protoc), without a warning" \
-    env PROTOC=/nonexistent PATH="$no_protoc_bin:$PATH" CARGO_TARGET_DIR="$target_dir/first-run" \
-    RUSTFLAGS="-D warnings" cargo check -p dlock-examples --example quickstart --example seckill_segmented || return
   # A target dir of its own: nothing in this feature set is shared with the test build.
   step "cargo test (macro UI cases and allocation-free tracing, built with the axum feature alone: see dlock/tests/ui.rs and quiet_observability.rs)" \
     env CARGO_TARGET_DIR="$target_dir/ui" \
@@ -90,6 +111,8 @@ checks() {
     step "cargo clippy of the library, ${features:-default features}: no warnings in the feature sets users build" \
       cargo clippy -p dlock-rs --lib $features -- -D warnings || return
   done
+  echo "== $(date +%T) first run: the quickstart and seckill_segmented compile with cargo alone (no protoc), without a warning"
+  first_run || return
   step "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features || return
   # Not the build of the packages: the manifest is checked here, and what a packaged build
   # would find beyond it, a file the source includes but the package leaves out, is checked
@@ -101,7 +124,7 @@ checks() {
   echo "== $(date +%T) checks done"
 }
 
-echo "== $(date +%T) at idle priority, from now on: the examples without protoc, the macro UI cases (output below when done)"
+echo "== $(date +%T) at idle priority, from now on: the macro UI cases (output below when done)"
 early_checks >"$early_log" 2>&1 &
 early_pid=$!
 
@@ -136,7 +159,7 @@ for log in "$torture_log" "$main_log"; do
     sleep 0.2
   done
 done
-echo "== $(date +%T) beside the tests, at idle priority: lints, docs, packaging, doc tests (output below when done)"
+echo "== $(date +%T) beside the tests, at idle priority: lints, the examples without protoc, docs, packaging, doc tests (output below when done)"
 checks >"$checks_log" 2>&1 &
 checks_pid=$!
 wait "$main_pid" || status=$?
