@@ -27,16 +27,18 @@ fi
 echo "== $(date +%T) cargo fmt"
 cargo fmt --all -- --check
 # Everything but the tests themselves (the examples without protoc, lints, docs, packaging,
-# the macro's compile-error cases, the doc tests) is building, and runs at idle priority
-# beside the build and the tests (below): the test phase leaves about a third of the 2 cores
-# idle, waiting on servers and timers, and these fill it. One after another before the tests,
-# they took 7.4 minutes of a 21 m 39 s fresh-clone run (916ba42).
+# the macro's compile-error cases, the doc tests) is building, and runs beside the tests at
+# idle priority (below): the test phase leaves about a third of the 2 cores idle, waiting on
+# servers and timers, and these fill it. One after another before the tests, they took 7.4
+# minutes of a 21 m 39 s fresh-clone run (916ba42). Not beside the test build, which keeps
+# both cores busy: started beside it (949b31c, 960d855, 0bb5a02), they took its idle tenth
+# and no time off the whole (1,148 to 1,278 s against 1,112 to 1,230 s), and in one run the
+# test build took 5 m 34 s instead of 4 m 11 s to 4 m 24 s.
 no_protoc_bin=$(mktemp -d)
 checks_log=$(mktemp)
-early_log=$(mktemp)
 torture_log=$(mktemp)
 main_log=$(mktemp)
-cleanup() { rm -rf "$no_protoc_bin" "$checks_log" "$early_log" "$torture_log" "$main_log" ${test_tmp:+"$test_tmp"}; }
+cleanup() { rm -rf "$no_protoc_bin" "$checks_log" "$torture_log" "$main_log" ${test_tmp:+"$test_tmp"}; }
 trap cleanup EXIT
 printf '#!/bin/sh\necho "protoc is hidden here: the examples must build without it" >&2\nexit 1\n' >"$no_protoc_bin/protoc"
 chmod +x "$no_protoc_bin/protoc"
@@ -87,17 +89,6 @@ first_run() {
   fi
 }
 
-# The check that builds in a target directory of its own, so that it can start at once,
-# beside the test build, and use what it and the 50,000 held locks leave idle (a tenth of the
-# build, two fifths of the held locks) instead of adding to the test phase.
-early_checks() {
-  # A target dir of its own: nothing in this feature set is shared with the test build.
-  step "cargo test (macro UI cases and allocation-free tracing, built with the axum feature alone: see dlock/tests/ui.rs and quiet_observability.rs)" \
-    env CARGO_TARGET_DIR="$target_dir/ui" \
-    cargo test -p dlock-rs --no-default-features --features axum --test ui --test quiet_observability || return
-  echo "== $(date +%T) early checks done"
-}
-
 # Each step stops the chain when it fails (its output says why).
 checks() {
   step "cargo clippy" cargo clippy --workspace --all-targets --all-features -- -D warnings || return
@@ -120,13 +111,11 @@ checks() {
   step "cargo publish --dry-run (the library and its macro package stay publishable: manifest and files)" \
     cargo publish --dry-run --no-verify --allow-dirty -p dlock-macros -p dlock-rs || return
   python3 scripts/package_includes.py || return
+  step "cargo test (macro UI cases and allocation-free tracing, built with the axum feature alone: see dlock/tests/ui.rs and quiet_observability.rs)" \
+    cargo test -p dlock-rs --no-default-features --features axum --test ui --test quiet_observability || return
   step "doc tests (nextest does not run them)" cargo test --workspace --all-features --doc || return
   echo "== $(date +%T) checks done"
 }
-
-echo "== $(date +%T) at idle priority, from now on: the macro UI cases (output below when done)"
-early_checks >"$early_log" 2>&1 &
-early_pid=$!
 
 echo "== $(date +%T) cargo nextest (.config/nextest.toml): every test, each in its own process"
 # The servers' data directories (tempfile's, through TMPDIR) go to memory: etcd, ZooKeeper
@@ -159,7 +148,7 @@ for log in "$torture_log" "$main_log"; do
     sleep 0.2
   done
 done
-echo "== $(date +%T) beside the tests, at idle priority: lints, the examples without protoc, docs, packaging, doc tests (output below when done)"
+echo "== $(date +%T) beside the tests, at idle priority: lints, the examples without protoc, docs, packaging, macro UI cases, doc tests (output below when done)"
 checks >"$checks_log" 2>&1 &
 checks_pid=$!
 wait "$main_pid" || status=$?
@@ -167,9 +156,6 @@ wait "$torture_pid" || status=$?
 echo "== $(date +%T) the torture runs"
 cat "$torture_log"
 checks_status=0
-wait "$early_pid" || checks_status=$?
-echo "== $(date +%T) the checks that started with the build"
-cat "$early_log"
 wait "$checks_pid" || checks_status=$?
 echo "== $(date +%T) the checks beside the tests"
 cat "$checks_log"
