@@ -36,10 +36,9 @@ cargo fmt --all -- --check
 # test build took 5 m 34 s instead of 4 m 11 s to 4 m 24 s.
 no_protoc_bin=$(mktemp -d)
 checks_log=$(mktemp)
-ui_log=$(mktemp)
 torture_log=$(mktemp)
 main_log=$(mktemp)
-cleanup() { rm -rf "$no_protoc_bin" "$checks_log" "$ui_log" "$torture_log" "$main_log" ${test_tmp:+"$test_tmp"}; }
+cleanup() { rm -rf "$no_protoc_bin" "$checks_log" "$torture_log" "$main_log" ${test_tmp:+"$test_tmp"}; }
 trap cleanup EXIT
 printf '#!/bin/sh\necho "protoc is hidden here: the examples must build without it" >&2\nexit 1\n' >"$no_protoc_bin/protoc"
 chmod +x "$no_protoc_bin/protoc"
@@ -90,17 +89,6 @@ first_run() {
   fi
 }
 
-# The macro's cases: a second chain beside the first, in a target directory of its own (the
-# first holds cargo's lock on the main one): one chain alone is often a single crate on one
-# core, and two fill the idle time of the test phase better (run last in the one chain, these
-# took 1.75 of the 2.4 minutes the checks ran on after the last test, 9aebc93).
-ui_checks() {
-  step "cargo test (macro UI cases and allocation-free tracing, built with the axum feature alone: see dlock/tests/ui.rs and quiet_observability.rs)" \
-    env CARGO_TARGET_DIR="$target_dir/ui" \
-    cargo test -p dlock-rs --no-default-features --features axum --test ui --test quiet_observability || return
-  echo "== $(date +%T) macro cases done"
-}
-
 # Each step stops the chain when it fails (its output says why).
 checks() {
   step "cargo clippy" cargo clippy --workspace --all-targets --all-features -- -D warnings || return
@@ -123,6 +111,8 @@ checks() {
   step "cargo publish --dry-run (the library and its macro package stay publishable: manifest and files)" \
     cargo publish --dry-run --no-verify --allow-dirty -p dlock-macros -p dlock-rs || return
   python3 scripts/package_includes.py || return
+  step "cargo test (macro UI cases and allocation-free tracing, built with the axum feature alone: see dlock/tests/ui.rs and quiet_observability.rs)" \
+    cargo test -p dlock-rs --no-default-features --features axum --test ui --test quiet_observability || return
   step "doc tests (nextest does not run them)" cargo test --workspace --all-features --doc || return
   echo "== $(date +%T) checks done"
 }
@@ -158,19 +148,14 @@ for log in "$torture_log" "$main_log"; do
     sleep 0.2
   done
 done
-echo "== $(date +%T) beside the tests, at idle priority, in two chains: lints, the examples without protoc, docs, packaging, doc tests; and the macro UI cases (output below when done)"
+echo "== $(date +%T) beside the tests, at idle priority: lints, the examples without protoc, docs, packaging, macro UI cases, doc tests (output below when done)"
 checks >"$checks_log" 2>&1 &
 checks_pid=$!
-ui_checks >"$ui_log" 2>&1 &
-ui_pid=$!
 wait "$main_pid" || status=$?
 wait "$torture_pid" || status=$?
 echo "== $(date +%T) the torture runs"
 cat "$torture_log"
 checks_status=0
-wait "$ui_pid" || checks_status=$?
-echo "== $(date +%T) the macro cases beside the tests"
-cat "$ui_log"
 wait "$checks_pid" || checks_status=$?
 echo "== $(date +%T) the checks beside the tests"
 cat "$checks_log"
