@@ -37,7 +37,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::config::DEFAULT_PREFIX;
-use super::scripts::evalsha;
+use super::scripts::{evalsha, KeyNames};
 use super::RedisBackend;
 use crate::backend::Lease;
 use crate::LockError;
@@ -119,9 +119,15 @@ impl RedisBackend {
         {
             return Ok(Some(lease));
         }
+        // The grant is not the caller's yet: dropped during the check (a
+        // `timeout`, a `select!`), or refused by it, it is given back.
+        let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);
+        let token = lease.token.clone();
+        let mut unfinished = self.release_if_dropped(&names, &token);
         let mut call = evalsha(&REDISSON_HELD, 1);
         call.arg(&lease.key);
         let held = self.eval::<i64>(&REDISSON_HELD, &call).await;
+        unfinished.disarm();
         if matches!(held, Ok(0)) {
             return Ok(Some(lease));
         }
