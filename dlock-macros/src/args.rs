@@ -13,7 +13,7 @@ use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, Lit, LitBool, LitInt, LitStr, Meta, Token};
 
 use crate::error::Errors;
-use crate::setting::{self, DurationArg, Setting};
+use crate::setting::{self, DurationArg, Located, Setting};
 
 /// Every argument the attribute accepts, in the order the docs list them.
 pub(crate) const VALID: &[&str] = &[
@@ -62,14 +62,6 @@ pub(crate) struct Args {
 pub(crate) enum Mode {
     Read,
     Write,
-}
-
-/// A value and the span of the literal it came from, so generated code
-/// points back at it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Located<T> {
-    pub(crate) value: T,
-    pub(crate) span: Span,
 }
 
 /// What happens when the lease is lost while the body runs.

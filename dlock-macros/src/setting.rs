@@ -16,7 +16,13 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit, LitStr};
 
-use crate::args::Located;
+/// A value and the span of the literal it came from, so generated code
+/// points back at it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Located<T> {
+    pub(crate) value: T,
+    pub(crate) span: Span,
+}
 
 /// The shortest ttl `dlock` accepts (`dlock::MIN_TTL`). The macro only knows
 /// `dlock`'s public API, so the value is repeated here to fail at compile

@@ -48,7 +48,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
     match row.backend {
         Backend::Memory => Ok(Arc::new(MemoryBackend::connect(url).await?)),
         #[cfg(feature = "redis")]
-        Backend::Redis if crate::backends::redis::redisson::asks_for_redisson(url) => Ok(Arc::new(
+        Backend::Redis if crate::backends::redis::asks_for_redisson(url) => Ok(Arc::new(
             crate::backends::redis::redisson::RedissonBackend::connect(url).await?,
         )),
         #[cfg(feature = "redis")]

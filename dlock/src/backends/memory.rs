@@ -30,7 +30,7 @@ mod rw;
 mod table;
 mod ticket;
 
-use self::table::{lock_table, Table};
+use self::ticket::{lock_table, Table};
 use self::ticket::{Queued, Waiters};
 use crate::backend::deadline::saturating_add;
 use crate::backend::{

@@ -185,8 +185,8 @@
 // - URL / configuration: `config.rs`: dlock's parameters taken out of the query (`?prefix=`
 //   without `:`; `verify-ca` only with `sslrootcert`), the rest (libpq's, an allow-list) handed to
 //   `tokio_postgres::Config::from_str`; libpq's TLS parameters (`sslmode`, `sslrootcert`,
-//   `sslcert`, `sslkey`) read by dlock (`TlsParams`; tokio-postgres is told only
-//   disable/prefer/require)
+//   `sslcert`, `sslkey`) read by dlock (`TlsParams`, in `tls_params.rs`, which both the
+//   parser and the connector stand on; tokio-postgres is told only disable/prefer/require)
 // - TLS (feature `tls`): `tls.rs`: the rustls `ClientConfig` of the `TlsParams`, built once at
 //   `connect` and kept in `Config` (tokio-postgres-rustls's `MakeRustlsConnect`, with channel
 //   binding): per mode the verifier (`AnyCertificate`: the handshake signature only; `ChainOnly`:
@@ -205,10 +205,11 @@
 //   checks (`pg_is_in_recovery()`, `dlock_fences` and `dlock_holders` created if missing, and
 //   refused when their owner is a role dlock's role is not a member of nor a superuser:
 //   `check_owners`, also run on `dlock_leaders` by `ensure_leaders`)
-// - bounded rows: `retention.rs`: `?fence_retention=`; fences are `GREATEST(last + 1, clock µs)`
-//   (`sql.rs`'s `NOW_US`), so a counter below `now - retention` is an idle key's; `Sweeper` sends
-//   one bounded `DELETE` (1,000 rows of each table, picked by `ctid`) at connect and behind
-//   releases, at most once per `min(retention, 60 s)`, in the background on the releasing session
+// - bounded rows: `retention.rs`: `?fence_retention=` (parsed in `config.rs`); fences are
+//   `GREATEST(last + 1, clock µs)` (`sql.rs`'s `NOW_US`), so a counter below `now - retention` is
+//   an idle key's; `Sweeper` sends one bounded `DELETE` (`sql.rs`'s `sweep`: 1,000 rows of each
+//   table, picked by `ctid`) at connect and behind releases, at most once per
+//   `min(retention, 60 s)`, in the background on the releasing session
 // - waiting in line: `listener.rs`: one `LISTEN dlock_released` connection per backend,
 //   `Waiters` (a `Notify` per advisory key, registered before each attempt, woken with
 //   `notify_waiters`; and the inboxes of election observers, per advisory key); one wait loop,
@@ -224,7 +225,8 @@
 //   (`<key>\n<announcement>`) into the observers' inboxes; statements in `sql.rs`'s
 //   `ElectionStatements`
 // - waiting in the lock's own server queue (a blocking `pg_advisory_lock` on a session of the
-//   `waiting` pool, deadline as `lock_timeout`): `turns.rs`; the `LISTEN`/re-check wait it falls
+//   `waiting` pool, deadline as `lock_timeout`; the statement is `sql.rs`'s `waiting` form of
+//   the acquisition): `turns.rs`; the `LISTEN`/re-check wait it falls
 //   back on: `waiting.rs` + `listener.rs`
 // - a full server lock table (`53200`) refused by name, never a lost session: `lock_table.rs`
 // - held leases, clean-up: `held.rs`: owner token → session, key and `Hold` (plain, read, write;
@@ -271,6 +273,7 @@ mod setup;
 mod sql;
 #[cfg(feature = "tls")]
 mod tls;
+mod tls_params;
 mod turns;
 mod waiting;
 

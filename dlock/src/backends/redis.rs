@@ -111,11 +111,17 @@
 // - the `LockBackend` impl, each call handed on: `lock_backend.rs`
 // - one request (a command or a script, alone or batched, bounded by the caller's deadline), the
 //   acquire script's answer: `requests.rs`
-// - URL / configuration: `config.rs` (+ clients, TLS)
+// - URL / configuration: `config.rs` (`RedisOptions`, every URL form and the options of all of
+//   them) and, by what they configure, `config/clients.rs` (the `redis` crate's clients: socket
+//   options, TLS), `config/sentinel.rs` (the sentinels, the master, their credentials, the
+//   refusal of open sentinels before a master password), `config/replicas.rs`,
+//   `config/waiting.rs` (`?recheck_ms=`, `?foreign_share=`), `config/layout.rs` (`?layout=`)
 // - requests, errors: `scripts.rs` (`run`: the one NOSCRIPT reload, for a call or a pipeline),
-//   `compare_set.rs`, `connection.rs` (a single server's connection, kept on dlock's runtime,
-//   and one per multi-thread runtime that makes requests; `Server`: that, or the Sentinel master
-//   followed), `lanes.rs` (which connection a request goes on: its runtime's lane, or the
+//   `scripts/queue_lua.rs` and `scripts/layout_lua.rs` (the Lua text of the queue and of the
+//   other layout's lock, beneath every script that embeds it), `compare_set.rs`,
+//   `connection.rs` (a single server's connection, kept on dlock's runtime, and one per
+//   multi-thread runtime that makes requests), `server.rs` (`Server`: that, or the Sentinel
+//   master followed), `lanes.rs` (which connection a request goes on: its runtime's lane, or the
 //   background one; `following`: a task that keeps the lane it was started from)
 // - finding the server: `sentinel.rs` (`redis+sentinel://`: asks the sentinels, follows
 //   `+switch-master`, `READONLY` and lost connections; the failed request sent once more to the
@@ -130,7 +136,7 @@
 //   shared (group commit); `replicated`: an unacknowledged grant given back unbatched and asked
 //   for again, cancel-safe through the acquire's own drop guard)
 // - waiting in line: `subscriber.rs` (channels and queued tickets: a `turn:<ticket>` message
-//   wakes its waiter alone), `subscriber/waiting.rs` (one wait loop: locks, several keys, read-
+//   wakes its waiter alone; `subscriber/turn.rs`: a ticket, its turn, the backend's turn channel), `subscriber/waiting.rs` (one wait loop: locks, several keys, read-
 //   write leases), `waiter_queue.rs` (a lock's waiters queue on the server with a heartbeat; the
 //   release wakes the live head, which takes the key after a gap left to clients that do not
 //   queue), `recheck.rs`
@@ -179,6 +185,7 @@ mod ride_through;
 mod rw;
 pub(crate) mod scripts;
 mod sentinel;
+mod server;
 pub(crate) mod subscriber;
 mod turns;
 mod unfinished;
@@ -192,7 +199,6 @@ use self::cluster::ClusterConn;
 
 use self::batching::LaneBatchers;
 use self::config::RedisOptions;
-use self::connection::Server;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
 #[cfg(feature = "redlock")]
@@ -200,11 +206,13 @@ pub(crate) use self::lanes::spawn_following;
 #[cfg(feature = "redlock")]
 pub(crate) use self::lanes::spawn_in_lane;
 use self::replicas::ReplicaAck;
+use self::server::Server;
 use self::subscriber::Subscriber;
 use self::turns::Beats;
 use crate::backend::Lease;
 use crate::LockError;
 
+pub(crate) use self::config::asks_for_redisson;
 #[cfg(feature = "redlock")]
 pub(crate) use self::config::REDIS_PORT;
 /// The longest ttl: dlock's own [`MAX_TTL`], checked here

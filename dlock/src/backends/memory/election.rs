@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::table::lock_table;
+use super::ticket::lock_table;
 use super::MemoryBackend;
 use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
 use crate::backends::announcements::{Inbox, Inboxes};

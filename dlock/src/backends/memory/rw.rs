@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::table::{self, lock_table, Table};
+use super::table;
+use super::ticket::{lock_table, Table};
 use super::ticket::{Queued, Waiters};
 use crate::backend::deadline::saturating_add;
 use crate::backend::{lease_deadline, Lease, Renewal, RwMode, RwRequest};

@@ -3,23 +3,12 @@
 //! mutex, an entry is made on first use and forgotten once idle, and each
 //! kind says only how a lease is taken, found and removed on its entry.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::ticket::{changed_or_until, Queued, Ticket};
+use super::ticket::{changed_or_until, lock_table, Queued, Table, Ticket};
 use crate::backend::deadline::saturating_add;
 use crate::backend::{lease_deadline, Lease, Renewal};
 use crate::LockError;
-
-/// One table of names to entries.
-pub(super) type Table<S> = Mutex<HashMap<String, S>>;
-
-pub(super) fn lock_table<S>(table: &Table<S>) -> MutexGuard<'_, HashMap<String, S>> {
-    // Every update under these mutexes is a single insert, remove or
-    // assignment: a poisoned one still guards consistent data.
-    table.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// One try with no ticket: `take` on the entry of `name`, made if missing
 /// and forgotten again if it stays idle.

@@ -1,14 +1,22 @@
 //! A waiter's place in a FIFO queue of the in-process backend (a key's, a
 //! semaphore's or a read-write lock's), taken out however its `acquire`
-//! ends, and its nap between tries.
+//! ends, and its nap between tries; beneath them, the table type every
+//! kind keeps its entries in (`table.rs` builds on this file).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::table::lock_table;
+/// One table of names to entries.
+pub(super) type Table<S> = Mutex<HashMap<String, S>>;
+
+pub(super) fn lock_table<S>(table: &Table<S>) -> MutexGuard<'_, HashMap<String, S>> {
+    // Every update under these mutexes is a single insert, remove or
+    // assignment: a poisoned one still guards consistent data.
+    table.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The waiters of one name: their tickets and their wake-up.
 #[derive(Debug)]
@@ -44,7 +52,7 @@ pub(super) trait Queued {
 /// Removes a waiter's ticket when its `acquire` ends in any way, including
 /// being dropped, so no ghost ticket blocks the queue.
 pub(super) struct Ticket<'a, S: Queued> {
-    pub(super) state: &'a Mutex<HashMap<String, S>>,
+    pub(super) state: &'a Table<S>,
     pub(super) name: &'a str,
     pub(super) id: u64,
 }

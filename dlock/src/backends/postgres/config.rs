@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::tls_params::{Root, SslMode, TlsParams};
 use crate::url::{options, percent_decode};
 use crate::LockError;
 
@@ -29,6 +30,13 @@ const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(300);
 const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// The schema of the fence table, unless `?schema=` says otherwise.
 pub(super) const DEFAULT_SCHEMA: &str = "public";
+
+/// How long a key's rows are kept after its last fence when the URL sets
+/// no `?fence_retention=`: one day, as on Redis.
+pub(super) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest `?fence_retention=`: 365 days, as on Redis.
+pub(super) const MAX_FENCE_RETENTION: Duration = crate::lease::ttl::MAX_TTL;
 
 /// The libpq parameters tokio-postgres reads, passed to it as written.
 const LIBPQ: &[&str] = &[
@@ -55,72 +63,16 @@ const LIBPQ: &[&str] = &[
 /// but not libpq's `verify-ca` and `verify-full`, nor the files).
 const LIBPQ_TLS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey"];
 
-/// libpq's `sslmode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum SslMode {
-    /// Plain connections only.
-    Disable,
-    /// TLS if the server offers it, else plain (libpq's default; `allow`
-    /// is read as this too).
-    Prefer,
-    /// TLS or no connection; the chain checked only with `sslrootcert`.
-    Require,
-    /// TLS, the server's certificate chain checked.
-    VerifyCa,
-    /// TLS, the chain and the host name checked.
-    VerifyFull,
-}
-
-impl SslMode {
-    fn parse(value: &str) -> Option<Self> {
-        Some(match value {
-            "disable" => SslMode::Disable,
-            "allow" | "prefer" => SslMode::Prefer,
-            "require" => SslMode::Require,
-            "verify-ca" => SslMode::VerifyCa,
-            "verify-full" => SslMode::VerifyFull,
-            _ => return None,
-        })
+/// `fence_retention=<duration>`: humantime, longer than zero, at most
+/// [`MAX_FENCE_RETENTION`].
+fn parse_fence_retention(value: &str) -> Result<Duration, String> {
+    let retention = crate::url::options::duration("fence_retention", value)?;
+    if retention > MAX_FENCE_RETENTION {
+        return Err(format!(
+            "`fence_retention={value}` is longer than the maximum of 365 days; give e.g. `fence_retention=1d` (the default) or `fence_retention=7d`"
+        ));
     }
-
-    fn name(self) -> &'static str {
-        match self {
-            SslMode::Disable => "disable",
-            SslMode::Prefer => "prefer",
-            SslMode::Require => "require",
-            SslMode::VerifyCa => "verify-ca",
-            SslMode::VerifyFull => "verify-full",
-        }
-    }
-
-    /// What tokio-postgres is told: whether to ask for TLS, and whether to
-    /// go on without it (the certificate checks are the TLS configuration's).
-    fn wire(self) -> tokio_postgres::config::SslMode {
-        use tokio_postgres::config::SslMode as Wire;
-        match self {
-            SslMode::Disable => Wire::Disable,
-            SslMode::Prefer => Wire::Prefer,
-            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => Wire::Require,
-        }
-    }
-}
-
-/// `sslrootcert`: the CA certificates to trust.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Root {
-    /// `sslrootcert=system`: the roots dlock trusts by default (Mozilla's).
-    System,
-    /// A PEM file of CA certificates.
-    File(PathBuf),
-}
-
-/// The TLS part of a URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct TlsParams {
-    pub(super) mode: SslMode,
-    pub(super) root: Option<Root>,
-    /// `sslcert` and `sslkey`: the client certificate (PEM) and its key.
-    pub(super) identity: Option<(PathBuf, PathBuf)>,
+    Ok(retention)
 }
 
 /// What a PostgreSQL URL says.
@@ -204,7 +156,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut client_name = None;
     let mut tcp_keepalive = None;
-    let mut fence_retention = super::retention::DEFAULT_FENCE_RETENTION;
+    let mut fence_retention = DEFAULT_FENCE_RETENTION;
     let mut tls = TlsParams {
         mode: SslMode::Prefer,
         root: None,
@@ -250,7 +202,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             "sslkey" => sslkey = Some(file(name, &value).map_err(&bad)?),
             "prefix" => prefix = postgres_prefix(raw).map_err(&bad)?,
             "fence_retention" => {
-                fence_retention = super::retention::parse(&value).map_err(&bad)?;
+                fence_retention = parse_fence_retention(&value).map_err(&bad)?;
             }
             "client_name" => {
                 client_name = Some(
@@ -490,10 +442,7 @@ mod tests {
         assert_eq!(c.sessions, 2);
         assert_eq!(c.schema, "locks");
         assert_eq!(c.prefix, "billing");
-        assert_eq!(
-            c.fence_retention,
-            super::super::retention::DEFAULT_FENCE_RETENTION
-        );
+        assert_eq!(c.fence_retention, super::DEFAULT_FENCE_RETENTION);
         assert_eq!(c.session_timeout, Duration::from_secs(10));
         let retained = parse("postgres://u@h/db?fence_retention=1h").unwrap();
         assert_eq!(retained.fence_retention, Duration::from_secs(3600));

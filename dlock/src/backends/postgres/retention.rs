@@ -10,55 +10,18 @@
 //! is that old) and only while nobody holds the key's advisory lock: the
 //! row of a lease held for longer than the retention stays.
 //!
-//! The sweep is lazy and bounded: at most [`BATCH`] rows of each table per
-//! statement, sent in the background when the backend connects and then
+//! The sweep is lazy and bounded: at most `sql::SWEEP_BATCH` rows of each table per
+//! statement (the statement's text is `sql.rs`'s), sent in the background when the backend connects and then
 //! behind a release, at most once per [`Sweeper::every`].
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::session::Session;
-use super::sql::NOW_US;
 use super::{lock, Failure};
-
-/// How long a key's rows are kept after its last fence when the URL sets
-/// no `?fence_retention=`: one day, as on Redis.
-pub(super) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The longest `?fence_retention=`: 365 days, as on Redis.
-pub(super) const MAX_FENCE_RETENTION: Duration = crate::lease::ttl::MAX_TTL;
-
-/// The most rows of each table one sweep deletes.
-pub(super) const BATCH: u32 = 1_000;
 
 /// The longest pause between two sweeps of one backend.
 const LONGEST_PAUSE: Duration = Duration::from_secs(60);
-
-/// `fence_retention=<duration>`: humantime, longer than zero, at most
-/// [`MAX_FENCE_RETENTION`].
-pub(super) fn parse(value: &str) -> Result<Duration, String> {
-    let retention = crate::url::options::duration("fence_retention", value)?;
-    if retention > MAX_FENCE_RETENTION {
-        return Err(format!(
-            "`fence_retention={value}` is longer than the maximum of 365 days; give e.g. `fence_retention=1d` (the default) or `fence_retention=7d`"
-        ));
-    }
-    Ok(retention)
-}
-
-/// The sweep statement: deletes up to [`BATCH`] counter rows of `table`
-/// and holder rows of `holders` idle past `retention_us`; `held` is the
-/// condition "someone holds `h.lock_id`". Rows are picked by `ctid`, so a
-/// row an acquisition rewrote meanwhile (a new version) is left alone.
-pub(super) fn sweep(table: &str, holders: &str, retention_us: i64, held: &str) -> String {
-    format!(
-        "WITH f AS (DELETE FROM {table} WHERE ctid = ANY (ARRAY(SELECT c.ctid FROM {table} c \
-           WHERE c.counter < {NOW_US} - {retention_us} LIMIT {BATCH})) RETURNING 1), \
-         g AS (DELETE FROM {holders} WHERE ctid = ANY (ARRAY(SELECT h.ctid FROM {holders} h \
-           WHERE h.fence < {NOW_US} - {retention_us} AND NOT {held} LIMIT {BATCH})) RETURNING 1) \
-         SELECT (SELECT count(*) FROM f), (SELECT count(*) FROM g)"
-    )
-}
 
 /// When a backend sweeps next.
 #[derive(Debug)]

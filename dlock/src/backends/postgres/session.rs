@@ -22,6 +22,12 @@ use super::sql::Statements;
 use super::{failed, lock, Failure};
 use crate::LockError;
 
+/// How often a waiting server process checks that its client is still
+/// there (`client_connection_check_interval`, in ms, set on every
+/// session: the check's timer starts with a statement, so setting it in
+/// the waiting statement itself would be too late).
+const CHECK_CLIENT_MS: u32 = 1000;
+
 /// One connection holding locks.
 pub(super) struct Session {
     pub(super) client: Client,
@@ -229,7 +235,7 @@ pub(super) async fn open(
         "{pin}; SET idle_session_timeout = {ms}; SET tcp_user_timeout = {ms}; \
          SET tcp_keepalives_idle = {third_secs}; SET tcp_keepalives_interval = {third_secs}; \
          SET tcp_keepalives_count = 3; SET client_connection_check_interval = {check_ms}",
-        check_ms = super::turns::CHECK_CLIENT_MS,
+        check_ms = CHECK_CLIENT_MS,
         pin = super::setup::PIN_SEARCH_PATH,
         ms = t.as_millis(),
     );

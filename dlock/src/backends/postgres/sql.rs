@@ -213,7 +213,7 @@ impl Statements {
                  SELECT (SELECT ok FROM got), (SELECT counter FROM fence), (SELECT count(*) FROM who)"
         );
         Statements {
-            wait: super::turns::waiting(&acquire),
+            wait: waiting(&acquire),
             acquire,
             renew: format!(
                 "UPDATE {holders} h SET expires = clock_timestamp() + make_interval(secs => k.secs) \
@@ -253,7 +253,7 @@ impl Statements {
                  ORDER BY h.name LIMIT $2::int8"
             ),
             rw: RwStatements::new(&table, retention_us),
-            sweep: super::retention::sweep(&table, &holders, retention_us, held_by_anyone),
+            sweep: sweep(&table, &holders, retention_us, held_by_anyone),
             permits: PermitStatements::new(),
             elections: ElectionStatements::new(&holders, &leaders),
             table,
@@ -386,4 +386,42 @@ impl PermitStatements {
             renew: format!("SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {held_by_me}"),
         }
     }
+}
+
+/// The most rows of each table one sweep deletes.
+pub(super) const SWEEP_BATCH: u32 = 1_000;
+
+/// The sweep statement: deletes up to [`SWEEP_BATCH`] counter rows of `table`
+/// and holder rows of `holders` idle past `retention_us`; `held` is the
+/// condition "someone holds `h.lock_id`". Rows are picked by `ctid`, so a
+/// row an acquisition rewrote meanwhile (a new version) is left alone.
+fn sweep(table: &str, holders: &str, retention_us: i64, held: &str) -> String {
+    format!(
+        "WITH f AS (DELETE FROM {table} WHERE ctid = ANY (ARRAY(SELECT c.ctid FROM {table} c \
+           WHERE c.counter < {NOW_US} - {retention_us} LIMIT {SWEEP_BATCH})) RETURNING 1), \
+         g AS (DELETE FROM {holders} WHERE ctid = ANY (ARRAY(SELECT h.ctid FROM {holders} h \
+           WHERE h.fence < {NOW_US} - {retention_us} AND NOT {held} LIMIT {SWEEP_BATCH})) RETURNING 1) \
+         SELECT (SELECT count(*) FROM f), (SELECT count(*) FROM g)"
+    )
+}
+
+/// The head of the try statement [`waiting`] rewrites.
+const TRY_HEAD: &str = "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok)";
+
+/// The waiting form of the acquisition statement `acquire` (which tries
+/// with `pg_try_advisory_lock`): the same fence and holder row, after a
+/// `pg_advisory_lock` that waits in the lock's queue at most `$5` ms
+/// (`lock_timeout`; `0`: no limit), a setting local to the statement's
+/// transaction and put back to no limit once the lock is granted: the
+/// fence's and holder row's writes may wait for the previous holder's
+/// release to commit, and must not time out holding the lock.
+fn waiting(acquire: &str) -> String {
+    let rest = acquire.strip_prefix(TRY_HEAD).unwrap_or_else(|| {
+        unreachable!("the acquisition statement starts with its try: {acquire}")
+    });
+    format!(
+        "WITH t AS (SELECT set_config('lock_timeout', $5::text, true) AS s), \
+         got AS (SELECT set_config('lock_timeout', '0', true) IS NOT NULL AS ok \
+           FROM t, LATERAL (SELECT pg_advisory_lock($1::int8) WHERE t.s IS NOT NULL) x){rest}"
+    )
 }

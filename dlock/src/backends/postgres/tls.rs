@@ -27,7 +27,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::config::{Root, SslMode, TlsParams};
+use super::tls_params::{Root, SslMode, TlsParams};
 use crate::LockError;
 
 /// The connector every connection of the backend uses.

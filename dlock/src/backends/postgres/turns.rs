@@ -41,12 +41,6 @@ use super::{advisory_key_in, failed, lock, PostgresBackend};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::LockError;
 
-/// How often a waiting server process checks that its client is still
-/// there (`client_connection_check_interval`, in ms, set on every
-/// session: the check's timer starts with a statement, so setting it in
-/// the waiting statement itself would be too late).
-pub(super) const CHECK_CLIENT_MS: u32 = 1000;
-
 /// How long after a refused try a key's acquisitions wait in line at once.
 const CONTENDED_FOR: Duration = Duration::from_secs(1);
 
@@ -74,27 +68,6 @@ impl Contended {
         }
         keys.insert(key, Instant::now());
     }
-}
-
-/// The head of the try statement [`waiting`] rewrites.
-const TRY_HEAD: &str = "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok)";
-
-/// The waiting form of the acquisition statement `acquire` (which tries
-/// with `pg_try_advisory_lock`): the same fence and holder row, after a
-/// `pg_advisory_lock` that waits in the lock's queue at most `$5` ms
-/// (`lock_timeout`; `0`: no limit), a setting local to the statement's
-/// transaction and put back to no limit once the lock is granted: the
-/// fence's and holder row's writes may wait for the previous holder's
-/// release to commit, and must not time out holding the lock.
-pub(super) fn waiting(acquire: &str) -> String {
-    let rest = acquire.strip_prefix(TRY_HEAD).unwrap_or_else(|| {
-        unreachable!("the acquisition statement starts with its try: {acquire}")
-    });
-    format!(
-        "WITH t AS (SELECT set_config('lock_timeout', $5::text, true) AS s), \
-         got AS (SELECT set_config('lock_timeout', '0', true) IS NOT NULL AS ok \
-           FROM t, LATERAL (SELECT pg_advisory_lock($1::int8) WHERE t.s IS NOT NULL) x){rest}"
-    )
 }
 
 /// A wait in the lock's queue: if dropped before its answer is read, its

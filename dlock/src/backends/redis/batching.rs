@@ -36,9 +36,9 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use self::ops::{Acquires, Releases};
-use super::connection::Server;
 use super::lanes::PerRuntime;
 use super::scripts;
+use super::server::Server;
 
 /// How many requests of one kind go out unbatched on one lane before further
 /// ones queue. Small enough that batches form as soon as requests pile up,

@@ -4,7 +4,22 @@
 
 use std::time::Duration;
 
-use super::waiter_queue::{parse_foreign_share, DEFAULT_FOREIGN_SHARE};
+mod clients;
+mod layout;
+mod replicas;
+mod sentinel;
+mod waiting;
+
+#[cfg(feature = "tls")]
+pub(super) use self::clients::tls_certificates;
+pub(super) use self::clients::{client, tcp_settings, tls_cluster};
+pub(crate) use self::layout::asks_for_redisson;
+pub(super) use self::layout::without_layout;
+use self::replicas::parse_replicas;
+pub(crate) use self::replicas::{replica_timeout, Replicas};
+pub(crate) use self::sentinel::SentinelTarget;
+use self::sentinel::{refuse_open_sentinels, sentinel_target, SentinelQuery};
+use self::waiting::{parse_foreign_share, DEFAULT_FOREIGN_SHARE, DEFAULT_RECHECK};
 use crate::url::{options, percent_decode, redact};
 use crate::LockError;
 
@@ -61,48 +76,6 @@ pub(crate) struct RedisOptions {
     pub(crate) shown: String,
 }
 
-/// How many replicas must acknowledge (`WAIT`) each write that grants or
-/// extends a lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Replicas {
-    /// Every replica of the master: those connected to it and, behind
-    /// Sentinel, those the sentinels list (refreshed as it changes; see
-    /// `replicas/count.rs`); none, no `WAIT`.
-    Auto,
-    /// Exactly this many; 0 turns acknowledgement off.
-    Exactly(u32),
-}
-
-/// The master a `redis+sentinel://` URL names, and how to reach it.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct SentinelTarget {
-    /// `host:port` of each sentinel, as written (port 26379 if none).
-    pub(crate) sentinels: Vec<(String, u16)>,
-    /// The master's name (`sentinel monitor <name> …`).
-    pub(crate) master: String,
-    /// `?db=N` on the master.
-    pub(crate) db: i64,
-    /// The data nodes' user and password (the URL's `user:password@`).
-    pub(crate) user: Option<String>,
-    pub(crate) password: Option<String>,
-    /// `?sentinel_user=` / `?sentinel_password=`: the sentinels' own.
-    pub(crate) sentinel_user: Option<String>,
-    pub(crate) sentinel_password: Option<String>,
-    /// `?replica_gone_after=<duration>`: a replica the sentinels have not
-    /// heard from for this long is no longer waited for (`None`: it is,
-    /// as long as they list it; see `sentinel/listed.rs`).
-    pub(crate) replica_gone_after: Option<Duration>,
-}
-
-/// The replica acknowledgement wait for a lease of `ttl` when the URL sets
-/// none: a tenth of the ttl, within 10 ms and 1 s. Short against the ttl,
-/// since the lease's time runs while the grant waits for its replicas.
-pub(crate) fn replica_timeout(ttl: Duration) -> Duration {
-    (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
-/// The sentinels' default port.
-const SENTINEL_PORT: u16 = 26379;
 /// A Redis server's default port.
 pub(crate) const REDIS_PORT: u16 = 6379;
 
@@ -124,9 +97,6 @@ const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(5);
 /// request timeout (which retires the connection) speaks first, and a
 /// connection with unacknowledged data closes soon after.
 const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
-/// The default cap of a waiter's re-checks: a release that announced itself
-/// nowhere is noticed within about this long.
-pub(crate) const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
 /// How long a fencing counter is kept after it last issued a fence, when
 /// the URL sets no `?fence_retention=`: one day.
 pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
@@ -241,7 +211,7 @@ impl RedisOptions {
                     );
                     return Err(bad(&why));
                 }
-                "layout" => return Err(bad(&super::redisson::layout_not_here(value))),
+                "layout" => return Err(bad(&layout::layout_not_here(value))),
                 // The `redis` crate's own: RESP2 or RESP3.
                 "protocol" => passed_on.push(pair),
                 _ => return Err(bad(&options::unknown(name, "Redis", options::REDIS, false))),
@@ -258,8 +228,7 @@ impl RedisOptions {
         let target = if sentinel {
             let open_sentinels = sentinel_query.open_sentinels;
             let target = sentinel_target(before_query, sentinel_query).map_err(|why| bad(&why))?;
-            super::sentinel::open::refuse_open_sentinels(&target, tls, open_sentinels)
-                .map_err(|why| bad(&why))?;
+            refuse_open_sentinels(&target, tls, open_sentinels).map_err(|why| bad(&why))?;
             Some(target)
         } else {
             None
@@ -319,16 +288,6 @@ impl RedisOptions {
     }
 }
 
-/// `replicas=auto|N`.
-fn parse_replicas(value: &str) -> Result<Replicas, String> {
-    if value == "auto" {
-        return Ok(Replicas::Auto);
-    }
-    value.parse().map(Replicas::Exactly).map_err(|_| {
-        format!("`replicas={value}` is neither `auto` nor a number of replicas (0 turns acknowledgement off)")
-    })
-}
-
 /// `fence_retention=<duration>`: humantime, longer than zero, at most
 /// [`MAX_FENCE_RETENTION`].
 fn parse_fence_retention(value: &str) -> Result<Duration, String> {
@@ -339,210 +298,6 @@ fn parse_fence_retention(value: &str) -> Result<Duration, String> {
         ));
     }
     Ok(retention)
-}
-
-/// A sentinel URL's own query parameters.
-#[derive(Default)]
-struct SentinelQuery {
-    db: i64,
-    user: Option<String>,
-    password: Option<String>,
-    replica_gone_after: Option<Duration>,
-    /// `?sentinel_auth=none`: sentinels without a password are accepted
-    /// even when the master has one (see `sentinel/open.rs`).
-    open_sentinels: bool,
-}
-
-impl SentinelQuery {
-    fn take(&mut self, name: &str, value: &str) -> Result<(), String> {
-        match name {
-            "db" => {
-                self.db = value
-                    .parse()
-                    .ok()
-                    .filter(|db| *db >= 0)
-                    .ok_or_else(|| format!("`db={value}` is not a database number"))?;
-            }
-            "replica_gone_after" => {
-                self.replica_gone_after = Some(options::duration(name, value)?);
-            }
-            "sentinel_auth" => {
-                self.open_sentinels = super::sentinel::open::parse_sentinel_auth(value)?;
-            }
-            "sentinel_user" => {
-                self.user =
-                    Some(percent_decode(value).map_err(|e| format!("`sentinel_user`: {e}"))?);
-            }
-            _ => {
-                self.password =
-                    Some(percent_decode(value).map_err(|e| format!("`sentinel_password`: {e}"))?);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `[user:password@]host:port,host:port/<master>` of a sentinel URL.
-fn sentinel_target(before_query: &str, query: SentinelQuery) -> Result<SentinelTarget, String> {
-    let (auth, rest) = match before_query.rsplit_once('@') {
-        Some((auth, rest)) => (Some(auth), rest),
-        None => (None, before_query),
-    };
-    let (user, password) = match auth {
-        None => (None, None),
-        Some(auth) => {
-            let (user, password) = auth.split_once(':').unwrap_or(("", auth));
-            let user = percent_decode(user).map_err(|e| format!("the user name: {e}"))?;
-            let password = percent_decode(password).map_err(|e| format!("the password: {e}"))?;
-            ((!user.is_empty()).then_some(user), Some(password))
-        }
-    };
-    let (hosts, master) = rest.split_once('/').ok_or(
-        "a sentinel URL names the master after the hosts: redis+sentinel://host:26379,host:26380/<master-name>",
-    )?;
-    let master = percent_decode(master).map_err(|e| format!("the master name: {e}"))?;
-    if master.is_empty() || master.contains('/') {
-        return Err(format!(
-            "`{master}` is not a master name; write redis+sentinel://host:26379/<master-name>"
-        ));
-    }
-    let sentinels = crate::url::parts::hosts(hosts, SENTINEL_PORT)?
-        .into_iter()
-        .map(|host| (host.bare_host().to_owned(), host.port))
-        .collect();
-    Ok(SentinelTarget {
-        sentinels,
-        master,
-        db: query.db,
-        user,
-        password,
-        sentinel_user: query.user,
-        sentinel_password: query.password,
-        replica_gone_after: query.replica_gone_after,
-    })
-}
-
-pub(super) fn client(options: &RedisOptions, node: &str) -> Result<redis::Client, LockError> {
-    use redis::IntoConnectionInfo;
-    let info = node
-        .into_connection_info()
-        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))?
-        .set_tcp_settings(tcp_settings(options));
-    if options.tls {
-        return tls_client(options, info);
-    }
-    redis::Client::open(info)
-        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
-}
-
-/// The socket options of every connection to a server: keep-alive probes
-/// and the user timeout, so that a connection whose flow died silently is
-/// closed by the kernel even while no request times out on it.
-pub(super) fn tcp_settings(options: &RedisOptions) -> redis::io::tcp::TcpSettings {
-    let mut settings = redis::io::tcp::TcpSettings::default();
-    if let Some(idle) = options.tcp_keepalive {
-        let probes = redis::io::tcp::socket2::TcpKeepalive::new()
-            .with_time(idle)
-            .with_interval(idle)
-            .with_retries(3);
-        settings = settings.set_keepalive(probes);
-    }
-    if let Some(limit) = options.tcp_user_timeout {
-        settings = settings.set_user_timeout(limit);
-    }
-    settings
-}
-
-#[cfg(feature = "tls")]
-fn read_ca(options: &RedisOptions) -> Result<Option<Vec<u8>>, LockError> {
-    options
-        .ca_file
-        .as_ref()
-        .map(|path| {
-            std::fs::read(path).map_err(|e| {
-                LockError::invalid_option(format!(
-                    "`{}`: cannot read the CA file `{path}`: {e}",
-                    options.shown
-                ))
-            })
-        })
-        .transpose()
-}
-
-/// rustls needs a process-wide crypto provider and panics without one. The
-/// `redis` crate picks none, so dlock installs `ring` unless the application
-/// already chose a provider (which then stays in force).
-#[cfg(feature = "tls")]
-fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race with another installer is fine: some provider is set.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
-/// The certificates `rediss` connections trust: `?ca=`'s, or `None` for
-/// the system roots. Installs the crypto provider TLS needs.
-#[cfg(feature = "tls")]
-pub(super) fn tls_certificates(
-    options: &RedisOptions,
-) -> Result<Option<redis::TlsCertificates>, LockError> {
-    ensure_crypto_provider();
-    Ok(read_ca(options)?.map(|root| redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(root),
-    }))
-}
-
-#[cfg(feature = "tls")]
-fn tls_client(
-    options: &RedisOptions,
-    node: redis::ConnectionInfo,
-) -> Result<redis::Client, LockError> {
-    ensure_crypto_provider();
-    let certs = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: read_ca(options)?,
-    };
-    redis::Client::build_with_tls(node, certs)
-        .map_err(|e| LockError::invalid_option(format!("`{}`: {e}", options.shown)))
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls_client(
-    options: &RedisOptions,
-    _node: redis::ConnectionInfo,
-) -> Result<redis::Client, LockError> {
-    Err(no_tls(options))
-}
-
-/// A TLS URL on a build without the `tls` feature.
-#[cfg(not(feature = "tls"))]
-fn no_tls(options: &RedisOptions) -> LockError {
-    LockError::invalid_option(format!(
-        "`{}` asks for TLS, but dlock was built without its `tls` feature; enable it in Cargo.toml",
-        options.shown
-    ))
-}
-
-#[cfg(feature = "tls")]
-pub(super) fn tls_cluster(
-    builder: redis::cluster::ClusterClientBuilder,
-    options: &RedisOptions,
-) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
-    ensure_crypto_provider();
-    let certs = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: read_ca(options)?,
-    };
-    Ok(builder.tls(redis::TlsMode::Secure).certs(certs))
-}
-
-#[cfg(not(feature = "tls"))]
-pub(super) fn tls_cluster(
-    _builder: redis::cluster::ClusterClientBuilder,
-    options: &RedisOptions,
-) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
-    Err(no_tls(options))
 }
 
 #[cfg(test)]

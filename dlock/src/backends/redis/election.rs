@@ -29,10 +29,10 @@ use std::sync::{Arc, LazyLock};
 use async_trait::async_trait;
 use redis::Script;
 
-use super::refused::About;
 use super::scripts::{self, db_channel, KeyNames};
 use super::subscriber::Subscription;
 use super::RedisBackend;
+use crate::backend::refusal::About;
 use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
 use crate::backends::announcements::Inbox;
 use crate::LockError;

@@ -23,7 +23,7 @@ impl RedisBackend {
     /// request timeout (its rounds wait only the per-node timeout, so no
     /// request of theirs times out here and retires a dead flow by itself).
     pub(crate) fn retire_connections(&self) {
-        if let super::Conn::Single(super::connection::Server::One(conn)) = &self.conn {
+        if let super::Conn::Single(super::server::Server::One(conn)) = &self.conn {
             conn.retire_all();
         }
     }

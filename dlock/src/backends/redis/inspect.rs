@@ -10,10 +10,10 @@ use super::cluster::ClusterConn;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, Script, Value};
 
-use super::refused::About;
 use super::scripts::{self, KeyNames};
 use super::RedisBackend;
 use crate::backend::holder::Waiting;
+use crate::backend::refusal::About;
 use crate::{LockError, LockInfo};
 
 /// `{0, '', -2, '', 0, 0}` when free, else `{1, value, pttl, fence or '',

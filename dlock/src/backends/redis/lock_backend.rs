@@ -8,9 +8,9 @@ use async_trait::async_trait;
 
 use super::batching::ops::ReleaseOp;
 use super::batching::{LaneBatchers, Turn};
-use super::refused::About;
 use super::scripts::{millis, KeyNames, RELEASE};
 use super::{check_ttl, scripts, Attempt, Conn, RedisBackend};
+use crate::backend::refusal::About;
 use crate::backend::{AcquireRequest, AllKeysBackend, Capabilities, Lease, LockBackend, Renewal};
 use crate::LockError;
 

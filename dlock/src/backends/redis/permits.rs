@@ -30,10 +30,10 @@ use redis::Script;
 
 use async_trait::async_trait;
 
-use super::refused::About;
 use super::scripts::{db_channel, evalsha, millis, KeyNames};
 use super::unfinished::ReleaseIfDropped;
 use super::{check_ttl, Attempt, RedisBackend};
+use crate::backend::refusal::About;
 use crate::backend::{
     lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
 };

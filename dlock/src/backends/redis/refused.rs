@@ -6,7 +6,7 @@ use super::permits::PermitNames;
 use super::rw::RwNames;
 use super::scripts::KeyNames;
 use super::RedisBackend;
-pub(super) use crate::backend::refusal::About;
+use crate::backend::refusal::About;
 use crate::backend::refusal::{explain, says, SEE_PERMISSIONS};
 use crate::LockError;
 

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Script};
 
-use super::connection::Server;
 use super::permits::PermitNames;
 use super::renew_many::{self, RENEW_KEYS, RENEW_MEMBERS};
 use super::rw::RwNames;
 use super::scripts::{self, millis, KeyNames};
+use super::server::Server;
 use super::{compare_set, Conn, RedisBackend};
 use crate::backend::{lease_deadline, Lease, Renewal, RwMode};
 use crate::LockError;

@@ -31,8 +31,8 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, Sl
 use redis::RedisResult;
 
 use super::config::{replica_timeout, Replicas};
-use super::connection::Server;
 use super::lanes::PerRuntime;
+use super::server::Server;
 use super::Conn;
 use crate::backend::{AllOrNone, Lease, Renewal};
 use crate::LockError;

@@ -18,12 +18,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::connection::Server;
-use super::refused::About;
 use super::scripts::KeyNames;
-use super::waiter_queue::Ticket;
+use super::server::Server;
+use super::subscriber::turn::Ticket;
 use super::{Conn, RedisBackend};
 use crate::backend::deadline::saturating_add;
+use crate::backend::refusal::About;
 use crate::backend::{AcquireRequest, Lease};
 use crate::LockError;
 

@@ -32,9 +32,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use self::scripts::{ABANDON, ACQUIRE_READ, ACQUIRE_WRITE, RELEASE_READ, RELEASE_WRITE};
-use super::refused::About;
 use super::scripts::{db_channel, evalsha, millis, run, KeyNames};
 use super::{check_ttl, Conn, RedisBackend};
+use crate::backend::refusal::About;
 use crate::backend::{lease_deadline, Lease, Renewal, RwBackend, RwMode, RwRequest};
 use crate::LockError;
 

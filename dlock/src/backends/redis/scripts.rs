@@ -13,45 +13,17 @@ use std::sync::LazyLock;
 
 use redis::{RedisResult, Script};
 
-use super::layouts::other_layout_lua;
-use super::waiter_queue::QUEUE_FUNCTIONS;
+mod layout_lua;
+pub(crate) mod queue_lua;
+
+pub(crate) use self::layout_lua::other_layout_lua;
+use self::queue_lua::{queue_liveness_lua, QUEUE_FUNCTIONS};
 
 /// `SET NX PX` and, on success, the next fence (see [`ACQUIRE_FUNCTIONS`]):
 /// returns `{1, fence}`, or `{0, pttl}` with the holder's remaining time.
 /// KEYS lock, counter; ARGV token, ttl ms, the counter's retention ms.
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{ACQUIRE_FUNCTIONS}{ACQUIRE_ONE}")));
-
-/// The Lua of the queue's one liveness rule, shared by the plain acquire
-/// (here) and the queue's own functions (`waiter_queue.rs`), so the two
-/// cannot drift apart: `LIFE_MS`, how long a ticket lives after it last
-/// proved it, and `first_live(lock, me, now_ms)`, the first ticket of the
-/// key's queue that is `me` or alive (until its time, never more than
-/// `LIFE_MS` ahead: a forged entry or a step back of the server's clock
-/// counts as gone), dropping the dead ones ahead of it; nil if none.
-macro_rules! queue_liveness_lua {
-    () => {
-        r"
-local LIFE_MS = 1000
-local function first_live(lock, me, now_ms)
-  local queue, waiters = lock .. ':queue', lock .. ':waiters'
-  while true do
-    local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first or first == me then
-      return first
-    end
-    local gone_at = tonumber(redis.call('ZSCORE', waiters, first))
-    if gone_at and gone_at > now_ms and gone_at <= now_ms + LIFE_MS then
-      return first
-    end
-    redis.call('ZREM', queue, first)
-    redis.call('ZREM', waiters, first)
-  end
-end
-"
-    };
-}
-pub(crate) use queue_liveness_lua;
 
 /// The Lua shared by every script that takes a lock key: `fence(counter)`
 /// issues a fencing token, `acquire(lock, counter, token, ttl_ms)` takes the

@@ -47,7 +47,6 @@ use crate::lease::background;
 use crate::LockError;
 
 mod listed;
-pub(super) mod open;
 
 /// The channel on which sentinels announce a new master:
 /// `<name> <old ip> <old port> <new ip> <new port>`.

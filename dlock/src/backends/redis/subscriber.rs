@@ -231,7 +231,7 @@ impl Subscriber {
         let channels = Channels::default();
         Subscriber {
             source,
-            turns: super::turns::turn_channel(prefix),
+            turns: turn::turn_channel(prefix),
             subscribed: channels.subscribed.clone(),
             channels: Arc::new(Mutex::new(channels)),
             refused: Arc::default(),

@@ -47,20 +47,11 @@ use std::time::Duration;
 use redis::Script;
 
 use super::scripts;
+use super::scripts::queue_lua::{HEARTBEAT, QUEUE_FUNCTIONS};
 use super::subscriber::turn::Turn;
 use super::subscriber::Bell;
-use super::waiter_queue::{HEARTBEAT, LEAVE, QUEUE_FUNCTIONS};
+use super::waiter_queue::LEAVE;
 use super::{Conn, RedisBackend};
-
-/// A new backend's channel for turns: `<prefix>:turns:<random>`.
-pub(crate) fn turn_channel(prefix: &str) -> String {
-    // Without the OS's randomness, a per-process key hashing the clock:
-    // unique enough for a channel name, which guards no secret.
-    let drawn = getrandom::u64().unwrap_or_else(|_| {
-        std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), std::time::Instant::now())
-    });
-    format!("{prefix}:turns:{drawn:016x}")
-}
 
 /// The heartbeat of a backend's queued tickets: KEYS one lock key per
 /// ticket; ARGV each ticket and its key's release channel, in pairs. For
@@ -300,19 +291,5 @@ async fn beat_once(conn: &Conn, tickets: &[(String, String, String)], bell: &Bel
         // The tickets lapse after a second; their waiters' next tries
         // (at the holder's expiry, or a turn) queue them again.
         Err(e) => tracing::debug!(error = %e, "a queue heartbeat failed"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_backend_draws_its_own_turn_channel() {
-        let a = turn_channel("dlock");
-        let b = turn_channel("dlock");
-        assert_ne!(a, b);
-        assert!(a.starts_with("dlock:turns:"), "{a}");
-        assert_eq!(a.len(), "dlock:turns:".len() + 16);
     }
 }

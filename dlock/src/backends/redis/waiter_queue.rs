@@ -37,7 +37,7 @@
 //!   sleep unless woken.
 //! - **Liveness.** A ticket counts as alive for a second (`LIFE_MS`) after it
 //!   last proved it: by a try, or by its backend's heartbeat, one script per
-//!   [`HEARTBEAT`] for all the backend's queued tickets (see `turns.rs`;
+//!   `HEARTBEAT` (`scripts/queue_lua.rs`) for all the backend's queued tickets (see `turns.rs`;
 //!   not those whose waiter left a turn untaken, its future not polled). A
 //!   waiter tries only when woken: its turn, the holder's expiry, or (the
 //!   head alone) a keyspace event. A waiter killed, stopped or cut off thus
@@ -95,192 +95,17 @@
 //! turns lapse); a fair order over independent masters would need its own
 //! agreement protocol.
 
-use std::hash::{BuildHasher, RandomState};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use super::scripts::{self, millis, queue_liveness_lua, KeyNames, ACQUIRE_FUNCTIONS};
+use super::scripts::queue_lua::QUEUE_FUNCTIONS;
+use super::scripts::{self, millis, KeyNames, ACQUIRE_FUNCTIONS};
+use super::subscriber::turn::Ticket;
 use super::{Attempt, RedisBackend};
 use crate::backend::{AcquireRequest, Lease};
 use crate::LockError;
-
-/// How often a backend's heartbeat proves its queued tickets alive (see
-/// `turns.rs`): each beat keeps them for a second (`LIFE_MS` in
-/// [`QUEUE_FUNCTIONS`], the longest a dead or stopped waiter can hold up
-/// the waiters behind it), so a live waiter whose process is late by up to
-/// two heartbeats keeps its place.
-pub(crate) const HEARTBEAT: Duration = Duration::from_millis(300);
-
-/// The default `?foreign_share=`: the percentage of the time a key stays
-/// free, while the queue hands it on, for clients that do not queue.
-pub(crate) const DEFAULT_FOREIGN_SHARE: u8 = 30;
-
-/// `foreign_share=N`: a whole percentage from 0 (the queue's head takes a
-/// vacated key at once) to 50 (the key is free as long as it was held).
-pub(crate) fn parse_foreign_share(value: &str) -> Result<u8, String> {
-    match value.parse::<u8>() {
-        Ok(share) if share <= 50 => Ok(share),
-        _ => Err(format!(
-            "`foreign_share={value}` is not a percentage from 0 to 50; give e.g. `foreign_share=30` (the default: clients that do not queue find the key free 30 % of the time while dlock's waiters hand it on) or `foreign_share=0` (strict queue)"
-        )),
-    }
-}
-
-/// The Lua of the queue, shared by the scripts that release a lock key and
-/// by the queued acquire. The lock key's queue keys are named from the key
-/// itself (same hash tag, so the same cluster slot; an ACL key pattern
-/// `~<prefix>:*` covers them).
-///
-/// - `head_of(lock, me)`: the first live ticket, dropping dead ones on the
-///   way (`me`, the ticket asking, is live: it is not looked up).
-/// - `wake(ticket, channel)`: wakes only that ticket's waiter, on the
-///   channel the ticket names (`<hash>@<channel>`), else on `channel`.
-/// - `vacate(lock, channel)`: frees a key whose holder ended: deleted, and
-///   the head woken (with the hand-off recorded for its gap), or the
-///   listeners told (`1`) if only they wait; `vacate_waited` is the same
-///   for a caller that found `:waiters` already.
-/// - `handoff_of(lock)`: the hand-off record (time, last hold, whether it
-///   leaves a gap, the record), or nil; a time ahead of the server's clock
-///   is none. `handing_off(lock)`: a hand-off under way (within the cap).
-/// - `gap_left(lock, share)`: how long a head still leaves the key to
-///   others after a hand-off.
-/// - `foreign_took(lock, ticket)`: the key handed to `ticket` is held by
-///   somebody else: a client that does not queue, now given its share.
-/// - `wait_in_line(lock, who, queued, life)`: keeps `who` waiting for
-///   `life` ms more (a ticket also joins the queue, keeping its place).
-/// - `leave_line(lock, ticket)`: takes a ticket out of both sets.
-/// - `life_for(left, ttl)`: how long a listener that will sleep `left` ms
-///   (the holder's time; `ttl` if unknown) counts as alive. Listeners
-///   re-register at each try rather than beat.
-pub(crate) const QUEUE_FUNCTIONS: &str = concat!(
-    queue_liveness_lua!(),
-    r"
-local GAP_CAP_MS = 100
-local PROBE_EVERY_MS = 1000
-local HANDOFF_KEPT_MS = 1000
-local FOREIGN_FOR_MS = 30000
-local queue_clock_us
-local function now_us()
-  if not queue_clock_us then
-    local t = redis.call('TIME')
-    queue_clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return queue_clock_us
-end
-local function now_ms()
-  return math.floor(now_us() / 1000)
-end
-local function leave_line(lock, ticket)
-  redis.call('ZREM', lock .. ':queue', ticket)
-  redis.call('ZREM', lock .. ':waiters', ticket)
-end
-local function head_of(lock, me)
-  return first_live(lock, me, now_ms())
-end
-local function wake(ticket, channel)
-  local own = string.match(ticket, '@(.+)$')
-  redis.pcall('PUBLISH', own or channel, 'turn:' .. ticket)
-end
-local function vacate_waited(lock, channel)
-  local waiters = lock .. ':waiters'
-  redis.call('DEL', lock)
-  local head = head_of(lock)
-  if head then
-    -- A gap for clients that do not queue only where one was seen lately
-    -- (`foreign`), and once a second as a probe for one.
-    -- (`GET` then `SET`, not `SET NX GET`: that pair needs Redis 7.0.)
-    local seen = redis.call('GET', lock .. ':share')
-    local shared = 0
-    if not seen then
-      redis.call('SET', lock .. ':share', 'probe', 'PX', PROBE_EVERY_MS)
-      shared = 1
-    elseif seen == 'foreign' then
-      shared = 1
-    end
-    -- The last hold's length sizes the gap: read only for a hand-off that
-    -- leaves one (most do not, and save the `GET`).
-    local held = 0
-    if shared == 1 then
-      local granted = tonumber(redis.call('GET', lock .. ':fence'))
-      if granted and granted < now_us() then
-        held = math.floor((now_us() - granted) / 1000)
-      end
-    end
-    redis.call('SET', lock .. ':handoff', now_ms() .. ' ' .. held .. ' ' .. shared .. ' ' .. head, 'PX', HANDOFF_KEPT_MS)
-    wake(head, channel)
-    return
-  end
-  redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now_ms())
-  if redis.call('EXISTS', waiters) == 1 then
-    redis.pcall('PUBLISH', channel, '1')
-  end
-end
-local function vacate(lock, channel)
-  if redis.call('EXISTS', lock .. ':waiters') == 0 then
-    redis.call('DEL', lock)
-    return
-  end
-  vacate_waited(lock, channel)
-end
-local function handoff_of(lock)
-  local handoff = redis.call('GET', lock .. ':handoff')
-  if not handoff then
-    return nil
-  end
-  local at, held, shared = string.match(handoff, '^(%d+) (%d+) ?(%d?)')
-  -- A time ahead of the clock (a step back of the server's clock, a forged
-  -- record) is no hand-off: nothing the server stored holds a queue back.
-  if not at or tonumber(at) > now_ms() then
-    return nil
-  end
-  return tonumber(at), tonumber(held), shared ~= '0', handoff
-end
-local function handing_off(lock)
-  local at = handoff_of(lock)
-  return at ~= nil and now_ms() - at < GAP_CAP_MS
-end
-local function gap_left(lock, share)
-  if share <= 0 then
-    return 0
-  end
-  local at, held, shared = handoff_of(lock)
-  if not at or not shared then
-    return 0
-  end
-  local gap = math.min(math.floor(held * share / (100 - share)), GAP_CAP_MS)
-  return at + gap - now_ms()
-end
-local function foreign_took(lock, ticket)
-  local at, _, _, handoff = handoff_of(lock)
-  if at and string.sub(handoff, -(#ticket + 1)) == ' ' .. ticket then
-    redis.call('SET', lock .. ':share', 'foreign', 'PX', FOREIGN_FOR_MS)
-  end
-end
-local function keep_for(key, life)
-  if redis.call('PTTL', key) < life then
-    redis.call('PEXPIRE', key, life + LIFE_MS)
-  end
-end
-local function wait_in_line(lock, who, queued, life)
-  local queue, waiters = lock .. ':queue', lock .. ':waiters'
-  if queued then
-    redis.call('ZADD', queue, 'NX', now_ms(), who)
-    redis.call('PEXPIRE', queue, LIFE_MS)
-  end
-  redis.call('ZADD', waiters, now_ms() + life, who)
-  keep_for(waiters, life)
-end
-local function life_for(left, ttl)
-  local base = tonumber(left)
-  if base < 0 then
-    base = tonumber(ttl)
-  end
-  return base + math.floor(base / 4) + 1000
-end
-"
-);
 
 /// A waiter's try after its first: KEYS lock and fence; ARGV token, ttl in
 /// ms, release channel, ticket, the waiter's `foreign_share` (percent), and
@@ -366,45 +191,6 @@ return 1
 ";
     Script::new(&format!("{QUEUE_FUNCTIONS}{leave}"))
 });
-
-/// The ticket of the waiter acquiring with owner token `token` whose
-/// backend hears its turns on `turns`: a hash of the token under a key
-/// drawn once per process, in hex, then `@` and that channel (see
-/// `turns.rs`). Tickets are published and the token is a secret, so the
-/// ticket must not reveal it; derived rather than drawn, so an uncontended
-/// acquire (which never queues) costs no randomness for it, and a retry
-/// with the same token keeps its place.
-fn ticket_of(token: &str, turns: &str) -> String {
-    static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
-    format!("{:016x}@{turns}", KEY.hash_one(token))
-}
-
-/// A waiter's ticket, derived from its token (see [`ticket_of`]) the
-/// first time it is asked for: an acquire that takes a free key at its
-/// first try never needs one.
-pub(crate) struct Ticket<'a> {
-    token: &'a str,
-    turns: &'a str,
-    derived: OnceLock<String>,
-}
-
-impl<'a> Ticket<'a> {
-    /// The ticket of the waiter with owner token `token`, whose backend
-    /// hears its turns on channel `turns`.
-    pub(crate) fn of(token: &'a str, turns: &'a str) -> Self {
-        Ticket {
-            token,
-            turns,
-            derived: OnceLock::new(),
-        }
-    }
-
-    /// The ticket itself.
-    pub(crate) fn get(&self) -> &str {
-        self.derived
-            .get_or_init(|| ticket_of(self.token, self.turns))
-    }
-}
 
 impl RedisBackend {
     /// A lock's wait: the plain acquire first (uncontended keys never
@@ -582,6 +368,7 @@ impl Drop for Leaving {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backends::redis::scripts::queue_lua::HEARTBEAT;
 
     /// The Lua's number after `local NAME = `.
     fn lua_const(name: &str) -> u64 {
@@ -601,17 +388,5 @@ mod tests {
             "a dead waiter drops out within a second"
         );
         assert_eq!(lua_const("GAP_CAP_MS"), 100);
-    }
-
-    #[test]
-    fn foreign_share_is_a_percentage_up_to_half() {
-        assert_eq!(parse_foreign_share("0"), Ok(0));
-        assert_eq!(parse_foreign_share("20"), Ok(20));
-        assert_eq!(parse_foreign_share("50"), Ok(50));
-        for bad in ["51", "100", "-1", "", "20%", "0.5", "lots"] {
-            let why = parse_foreign_share(bad).unwrap_err();
-            assert!(why.contains(&format!("`foreign_share={bad}`")), "{why}");
-            assert!(why.contains("0 to 50"), "{why}");
-        }
     }
 }

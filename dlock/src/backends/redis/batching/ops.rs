@@ -7,8 +7,8 @@ use std::pin::Pin;
 use redis::{Cmd, Script};
 
 use super::BatchKind;
-use crate::backends::redis::connection::Server;
 use crate::backends::redis::scripts::{evalsha, ACQUIRE_MANY, RELEASE, RELEASE_MANY};
+use crate::backends::redis::server::Server;
 use crate::backends::redis::unfinished::release_abandoned;
 
 /// Acquire attempts: `{won, fence or pttl}` per key.

@@ -23,7 +23,7 @@ use redis::cluster_routing::Slot;
 use redis::RedisResult;
 
 use super::{route, ReplicaAck};
-use crate::backends::redis::connection::Server;
+use crate::backends::redis::server::Server;
 use crate::backends::redis::Conn;
 
 /// How long a replica count read with `INFO replication` is used before it

@@ -8,11 +8,64 @@
 //! ago than its grace and still not taken, takes the ticket out of line and
 //! wakes the next waiter (see `turns.rs`). The waiter queues again the next
 //! time it is polled: each try marks its turn taken.
+//!
+//! Turns come on a channel of the backend's own ([`turn_channel`]), so a
+//! release wakes one process, not every listener of the key.
 
-use std::sync::Mutex;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+
+/// A new backend's channel for turns: `<prefix>:turns:<random>`.
+pub(crate) fn turn_channel(prefix: &str) -> String {
+    // Without the OS's randomness, a per-process key hashing the clock:
+    // unique enough for a channel name, which guards no secret.
+    let drawn = getrandom::u64().unwrap_or_else(|_| {
+        std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), std::time::Instant::now())
+    });
+    format!("{prefix}:turns:{drawn:016x}")
+}
+
+/// The ticket of the waiter acquiring with owner token `token` whose
+/// backend hears its turns on `turns`: a hash of the token under a key
+/// drawn once per process, in hex, then `@` and that channel (see
+/// `turns.rs`). Tickets are published and the token is a secret, so the
+/// ticket must not reveal it; derived rather than drawn, so an uncontended
+/// acquire (which never queues) costs no randomness for it, and a retry
+/// with the same token keeps its place.
+fn ticket_of(token: &str, turns: &str) -> String {
+    static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+    format!("{:016x}@{turns}", KEY.hash_one(token))
+}
+
+/// A waiter's ticket, derived from its token (see [`ticket_of`]) the
+/// first time it is asked for: an acquire that takes a free key at its
+/// first try never needs one.
+pub(crate) struct Ticket<'a> {
+    token: &'a str,
+    turns: &'a str,
+    derived: OnceLock<String>,
+}
+
+impl<'a> Ticket<'a> {
+    /// The ticket of the waiter with owner token `token`, whose backend
+    /// hears its turns on channel `turns`.
+    pub(crate) fn of(token: &'a str, turns: &'a str) -> Self {
+        Ticket {
+            token,
+            turns,
+            derived: OnceLock::new(),
+        }
+    }
+
+    /// The ticket itself.
+    pub(crate) fn get(&self) -> &str {
+        self.derived
+            .get_or_init(|| ticket_of(self.token, self.turns))
+    }
+}
 
 /// One queued waiter's turn (shared by the subscriber, which gives it, the
 /// waiter, which takes it, and its backend's heartbeat, which watches it).
@@ -84,5 +137,14 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), turn.given())
             .await
             .expect("the stored wake-up");
+    }
+
+    #[test]
+    fn each_backend_draws_its_own_turn_channel() {
+        let a = turn_channel("dlock");
+        let b = turn_channel("dlock");
+        assert_ne!(a, b);
+        assert!(a.starts_with("dlock:turns:"), "{a}");
+        assert_eq!(a.len(), "dlock:turns:".len() + 16);
     }
 }

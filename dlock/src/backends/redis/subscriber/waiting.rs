@@ -4,10 +4,11 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use super::turn::Ticket;
 use super::turned;
 use crate::backend::Lease;
 use crate::backends::redis::recheck::Recheck;
-use crate::backends::redis::waiter_queue::{Ticket, HEARTBEAT};
+use crate::backends::redis::scripts::queue_lua::HEARTBEAT;
 use crate::backends::redis::{jitter, Attempt, RedisBackend};
 use crate::LockError;
 
