@@ -73,6 +73,36 @@ const EVERY_BACKEND: &str = "backends::*";
 /// The hard limit on a source file's lines (the aim is 700).
 const MAX_LINES: usize = 800;
 
+/// One backend's floors: each unit and the units it may use, bottom first.
+type Floors = &'static [(&'static str, &'static [&'static str])];
+
+/// Inside a backend, its own floors: each folder (or file) under
+/// `backends/<name>/` and the ones below it that it may use, bottom first.
+/// The backend's root file (`backends/<name>.rs`: the backend type, whose
+/// state its children extend with `impl` blocks) and each folder's module
+/// file are the parent ↔ child link, not floors. Drawn in ARCHITECTURE.md
+/// ("Inside a backend"); Redis is the model for the others.
+#[rustfmt::skip]
+const BACKEND_FLOORS: &[(&str, Floors)] = &[
+    ("redis", &[
+        // The URL and its options; the scripts and key names.
+        ("config",      &[]),
+        ("protocol",    &[]),
+        // Connections, then where the servers are.
+        ("transport",   &["config", "protocol"]),
+        ("topology",    &["config", "protocol", "transport"]),
+        // Waiting in line, then one request on its way (read against the re-check cap).
+        ("waiting",     &["config", "protocol", "transport", "topology"]),
+        ("calls",       &["config", "protocol", "transport", "topology", "waiting"]),
+        // The kinds of lock, then the layouts beside dlock's own.
+        ("kinds",       &["config", "protocol", "transport", "topology", "waiting", "calls"]),
+        ("layout",      &["config", "protocol", "transport", "topology", "waiting", "calls", "kinds"]),
+        // What assembles the backend, and what Redlock uses of it.
+        ("connect",     &["config", "protocol", "transport", "topology", "waiting", "calls", "kinds", "layout"]),
+        ("for_redlock", &["config", "protocol", "transport", "topology", "waiting", "calls", "kinds"]),
+    ]),
+];
+
 /// Files over [`MAX_LINES`] that someone is splitting right now; the list only
 /// shrinks, and an entry no longer over the limit fails the test until it is
 /// removed.
@@ -228,6 +258,70 @@ fn no_cycles_between_files_of_the_macro_crate() {
     assert_no_cycles("files of dlock-macros", edges, 5);
 }
 
+/// Inside a backend that declares its floors, every import between two of
+/// its units goes down.
+#[test]
+fn imports_inside_a_backend_go_down_its_floors() {
+    let (references, _) = resolved_references("dlock");
+    let files = file_modules("dlock");
+    let mut broken = Vec::new();
+    let mut crossing = 0;
+    for (backend, floors) in BACKEND_FLOORS {
+        let unit_of = |module: &[String]| -> Option<String> {
+            match module {
+                [top, name, unit, ..] if top == "backends" && name == backend => Some(unit.clone()),
+                _ => None,
+            }
+        };
+        for file in &files {
+            if let Some(unit) = unit_of(file) {
+                if !floors.iter().any(|(u, _)| *u == unit) {
+                    broken.push(format!(
+                        "backends/{backend}/{unit} is on none of {backend}'s floors: add it to BACKEND_FLOORS"
+                    ));
+                }
+            }
+        }
+        for (module, reference) in &references {
+            // An item of the root file (the backend type, its helpers) is
+            // the parent link, not a floor: only a file's target counts.
+            let target = file_of(&files, &reference.target);
+            let (Some(from), Some(to)) = (unit_of(module), unit_of(&target)) else {
+                continue; // the root's and outsiders' references
+            };
+            if from == to {
+                continue;
+            }
+            crossing += 1;
+            let allowed = floors
+                .iter()
+                .find(|(u, _)| *u == from)
+                .map_or(&[][..], |(_, a)| *a);
+            if !allowed.contains(&to.as_str()) {
+                broken.push(format!(
+                    "{} imports `{}`: `{backend}::{from}` may use only [{}], not `{to}` (move what it needs down, or this code up)",
+                    reference.file,
+                    reference.written,
+                    allowed.join(", ")
+                ));
+            }
+        }
+    }
+    println!("{crossing} references between the floors of backends that declare them");
+    assert!(
+        crossing >= 50,
+        "only {crossing} references between floors: the scanner is broken"
+    );
+    broken.sort();
+    broken.dedup();
+    assert!(
+        broken.is_empty(),
+        "{} imports go up a backend's floors:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}
+
 /// An import graph: `from -> to` with one import that draws it.
 type Edges = BTreeMap<(String, String), String>;
 
@@ -257,13 +351,7 @@ fn unit_edges(node: fn(&[String]) -> String) -> Edges {
 /// not an import between siblings.
 fn file_edges(krate: &str, group: fn(&[String]) -> Option<String>) -> Edges {
     let files = file_modules(krate);
-    let file_of = |target: &[String]| -> Vec<String> {
-        (0..=target.len())
-            .rev()
-            .map(|n| target[..n].to_vec())
-            .find(|m| files.contains(m))
-            .unwrap_or_default()
-    };
+    let file_of = |target: &[String]| file_of(&files, target);
     let (references, _) = resolved_references(krate);
     let mut edges = Edges::new();
     for (module, reference) in &references {
@@ -281,6 +369,15 @@ fn file_edges(krate: &str, group: fn(&[String]) -> Option<String>) -> Edges {
         }
     }
     edges
+}
+
+/// The file a path lands in: the longest file module it starts with.
+fn file_of(files: &BTreeSet<Vec<String>>, target: &[String]) -> Vec<String> {
+    (0..=target.len())
+        .rev()
+        .map(|n| target[..n].to_vec())
+        .find(|m| files.contains(m))
+        .unwrap_or_default()
 }
 
 /// Fails on any cycle in `edges`, naming an import for each of its steps;

@@ -1,4 +1,4 @@
-//! Lanes (`backends/redis/lanes.rs`): a Redis request made on a
+//! Lanes (`backends/redis/transport/lanes.rs`): a Redis request made on a
 //! multi-thread runtime goes on a connection of that runtime's own, opened
 //! at its first request and closed when the runtime is dropped; requests of
 //! a current-thread runtime take the background connection; and a lease

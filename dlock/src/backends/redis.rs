@@ -105,110 +105,81 @@
 //! is kept after its last fence, default one day, at most 365 days), and for
 //! `rediss://` with the `tls` feature, `?ca=/path/ca.pem` (trust this CA).
 
-// The files of this backend, by concern (what ARCHITECTURE.md's "Inside a backend"
-// table points to):
-// - connecting, and what the connection found out about the server: `connect.rs`
-// - the `LockBackend` impl, each call handed on: `lock_backend.rs`
-// - one request (a command or a script, alone or batched, bounded by the caller's deadline), the
-//   acquire script's answer: `requests.rs`
-// - URL / configuration: `config.rs` (`RedisOptions`, every URL form and the options of all of
-//   them) and, by what they configure, `config/clients.rs` (the `redis` crate's clients: socket
-//   options, TLS), `config/sentinel.rs` (the sentinels, the master, their credentials, the
-//   refusal of open sentinels before a master password), `config/replicas.rs`,
-//   `config/waiting.rs` (`?recheck_ms=`, `?foreign_share=`), `config/layout.rs` (`?layout=`)
-// - requests, errors: `scripts.rs` (`run`: the one NOSCRIPT reload, for a call or a pipeline),
-//   `scripts/queue_lua.rs` and `scripts/layout_lua.rs` (the Lua text of the queue and of the
-//   other layout's lock, beneath every script that embeds it), `compare_set.rs`,
-//   `connection.rs` (a single server's connection, kept on dlock's runtime, and one per
-//   multi-thread runtime that makes requests), `server.rs` (`Server`: that, or the Sentinel
-//   master followed), `lanes.rs` (which connection a request goes on: its runtime's lane, or the
-//   background one; `following`: a task that keeps the lane it was started from)
-// - finding the server: `sentinel.rs` (`redis+sentinel://`: asks the sentinels, follows
-//   `+switch-master`, `READONLY` and lost connections; the failed request sent once more to the
-//   new master), `sentinel/listed.rs` (`SENTINEL REPLICAS` on a kept connection: the replicas a
-//   grant must reach, connected or not), `ride_through.rs` (a lock's `acquire` with a wait,
-//   `wait_for_lock`: queued, acknowledged, a grant given up released; behind Sentinel a `Backend`
-//   error tried again with a new owner token until the wait ends)
-// - replication: `replicas.rs` (`WAIT` after every grant and renewal, `?replicas=auto` counted
-//   in `replicas/count.rs` with `INFO replication` per master (its replication id), behind
-//   Sentinel joined with the sentinels' list, per slot on a Cluster, a lower count believed after
-//   5 s; a grant or renewal answered across a Sentinel switch not trusted; one server's `WAIT`s
-//   shared (group commit); `replicated`: an unacknowledged grant given back unbatched and asked
-//   for again, cancel-safe through the acquire's own drop guard)
-// - waiting in line: `subscriber.rs` (channels and queued tickets: a `turn:<ticket>` message
-//   wakes its waiter alone; `subscriber/turn.rs`: a ticket, its turn, the backend's turn channel), `subscriber/waiting.rs` (one wait loop: locks, several keys, read-
-//   write leases), `waiter_queue.rs` (a lock's waiters queue on the server with a heartbeat; the
-//   release wakes the live head, which takes the key after a gap left to clients that do not
-//   queue), `recheck.rs`
-// - renewal: `renew.rs` (scripts, or Lua-free `SET … IFEQ` by `compare_set.rs`), `renew_many.rs`
-//   (the scripts that renew up to 100 leases a call, each checked on its own; a Cluster's cut by
-//   hash slot)
-// - clean-up of abandoned entries: `unfinished.rs`, `rw.rs` (`AbandonIfDropped`: a lease or a
-//   waiting writer's mark)
-// - batching: `batching.rs` (queues, a pair per lane), `batching/ops.rs` (the two batched
-//   requests)
-// - what another backend uses: `for_redlock.rs` (feature `redlock`)
-// - semaphores (`PermitBackend`): `permits.rs`
-// - several keys in one call (`AllKeysBackend`): `all_keys.rs` (single server only)
-// - leader election (`ElectionBackend`): `election.rs` (the record `<lock>:leader`, the channel
-//   `<lock>:elected`, the list of announcements `<lock>:terms` (`election/announced.rs`), scripts
-//   on the lock's commands; the subscriber's generations wake observers)
-// - read-write locks (`RwBackend`): `rw.rs` (names, one attempt, release, `AbandonIfDropped`),
-//   `rw/scripts.rs`, `rw/waiting.rs` (what a reader or writer watches); renewal in `renew.rs`
-// - one name, one lock across layouts: `layouts.rs` (the Lua that finds a Redisson lock of the
-//   name in every acquire script; on a Cluster, the check after a grant where no script can)
-mod all_keys;
-mod batching;
-mod cluster;
-mod compare_set;
+// The files of this backend, floor by floor, bottom first (each folder's module doc says what it
+// holds; `dlock/tests/layers.rs`'s `BACKEND_FLOORS` checks that a floor uses only those below it;
+// every file may use this one, the backend type its `impl` blocks extend):
+// 1. `config.rs` (`RedisOptions`: every URL form, every option) and, by what they configure,
+//    `config/clients.rs` (the `redis` crate's clients: socket options, TLS), `config/sentinel.rs`
+//    (the sentinels, the master, their credentials, open sentinels refused before a master
+//    password), `config/replicas.rs`, `config/waiting.rs` (`?recheck_ms=`, `?foreign_share=`),
+//    `config/layout.rs` (`?layout=`). Beside it, `protocol/`: `scripts.rs` (the scripts, `KeyNames`,
+//    `run`: the one NOSCRIPT reload), `scripts/queue_lua.rs` and `scripts/layout_lua.rs` (the Lua
+//    text of the queue and of the other layout's lock), `scripts/many.rs` (batches, all-keys),
+//    `compare_set.rs` (Lua-free `SET … IFEQ`), `renew_many.rs` (up to 100 renewals a call).
+// 2. `transport/`: `connection.rs` (one server's connection on dlock's runtime, and one per
+//    multi-thread runtime that makes requests), `lanes.rs` (which connection a request goes on;
+//    `following`: a task that keeps the lane it was started from), `cluster.rs`, `retiring.rs`.
+// 3. `topology/`: `sentinel.rs` (asks the sentinels, follows `+switch-master`, `READONLY` and lost
+//    connections; the failed request sent once more to the new master), `sentinel/listed.rs`
+//    (`SENTINEL REPLICAS`: the replicas a grant must reach), `server.rs` (one connection or the
+//    Sentinel master followed), `replicas.rs` (`WAIT` after every grant and renewal, shared per
+//    server), `replicas/count.rs` (`?replicas=auto`: `INFO replication` per master, per slot on a
+//    Cluster, joined with the sentinels' list), `replicas/replicated.rs` (an unacknowledged grant
+//    given back and asked for again; a grant answered across a Sentinel switch not trusted).
+// 4. `waiting/`: `subscriber.rs` (channels; `subscriber/task.rs`, the pub/sub connection;
+//    `subscriber/turn.rs`, a ticket, its turn and the backend's turn channel;
+//    `subscriber/waiting.rs`, the one wait loop of locks, several keys and read-write leases),
+//    `waiter_queue.rs` (a lock's waiters queue on the server; the release wakes the live head,
+//    which takes the key, after a gap for clients that do not queue where one was seen),
+//    `turns.rs` (the heartbeat that keeps a backend's tickets alive, but a turn left untaken),
+//    `recheck.rs`, `ride_through.rs` (a lock's wait: queued, acknowledged, a grant given up
+//    released; behind Sentinel a `Backend` error tried again until the wait ends).
+//    Then `calls/`: `requests.rs` (one request bounded by the caller's deadline; the acquire
+//    script's answer), `batching.rs` (queues, a pair per lane), `batching/ops.rs`, `unfinished.rs`
+//    (a grant whose caller went away is released).
+// 5. `kinds/`: `lock_backend.rs` (the `LockBackend` calls), `renew.rs`, `permits.rs`
+//    (`PermitBackend`), `rw.rs` + `rw/` (`RwBackend`; `AbandonIfDropped`: a lease or a waiting
+//    writer's mark), `election.rs` + `election/announced.rs` (`ElectionBackend`: the record
+//    `<lock>:leader`, the channel `<lock>:elected`, the announcements `<lock>:terms`),
+//    `all_keys.rs` (`AllKeysBackend`, single server only), `inspect.rs`, `refused.rs` (a refusal
+//    named with the ACL grant it lacks).
+// 6. `layout/`: `redisson.rs` + `redisson/` (Redisson's `RLock` layout, a `RedisBackend` wrapped),
+//    `mix.rs` (one name, one lock across layouts: the check after a grant on a Cluster).
+// 7. `connect.rs` (connecting, and what the connection found out about the server), and
+//    `for_redlock.rs` (what Redlock uses; feature `redlock`).
+mod calls;
 mod config;
 mod connect;
-mod connection;
-mod election;
 #[cfg(feature = "redlock")]
 mod for_redlock;
-mod inspect;
-pub(crate) mod lanes;
-mod layouts;
-mod lock_backend;
-mod permits;
-pub(crate) mod recheck;
-pub mod redisson;
-mod refused;
-mod retiring;
-pub use self::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
-mod renew;
-mod renew_many;
-mod replicas;
-mod requests;
-mod ride_through;
-mod rw;
-pub(crate) mod scripts;
-mod sentinel;
-mod server;
-pub(crate) mod subscriber;
-mod turns;
-mod unfinished;
-mod waiter_queue;
+mod kinds;
+mod layout;
+pub(crate) mod protocol;
+mod topology;
+pub(crate) mod transport;
+pub(crate) mod waiting;
+
+pub use self::kinds::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
+pub use self::layout::redisson;
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::cluster::ClusterConn;
+use self::transport::cluster::ClusterConn;
 
-use self::batching::LaneBatchers;
+use self::calls::batching::LaneBatchers;
 use self::config::RedisOptions;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
+use self::topology::replicas::ReplicaAck;
+use self::topology::server::Server;
 #[cfg(feature = "redlock")]
-pub(crate) use self::lanes::spawn_following;
+pub(crate) use self::transport::lanes::spawn_following;
 #[cfg(feature = "redlock")]
-pub(crate) use self::lanes::spawn_in_lane;
-use self::replicas::ReplicaAck;
-use self::server::Server;
-use self::subscriber::Subscriber;
-use self::turns::Beats;
+pub(crate) use self::transport::lanes::spawn_in_lane;
+use self::waiting::subscriber::Subscriber;
+use self::waiting::turns::Beats;
 use crate::backend::Lease;
 use crate::LockError;
 
@@ -223,7 +194,7 @@ pub(crate) use self::config::REDIS_PORT;
 pub(crate) use crate::lease::ttl::MAX_TTL;
 
 /// Built by `requests.rs`, used by the other files that read an acquire's answer.
-pub(crate) use self::requests::{granted, holder_left};
+pub(crate) use self::calls::requests::{granted, holder_left};
 
 /// Refuses a ttl above [`MAX_TTL`] for `what` (a lock key or a semaphore
 /// name) on `backend`.

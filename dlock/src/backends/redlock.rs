@@ -176,8 +176,8 @@ use async_trait::async_trait;
 
 use self::quorum::{any_released, Delete, Outcome, Undos};
 use crate::backend::{drift, lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
-use crate::backends::redis::recheck::Recheck;
-use crate::backends::redis::scripts::KeyNames;
+use crate::backends::redis::protocol::scripts::KeyNames;
+use crate::backends::redis::waiting::recheck::Recheck;
 use crate::backends::redis::{check_ttl, jitter, nap_until, RedisBackend, MAX_TTL};
 use crate::LockError;
 

@@ -4,7 +4,7 @@
 //! subscribers (connected through [`run`], whatever runtime called
 //! `connect`). The one exception: a Redis request made on a multi-thread
 //! runtime, which drives its tasks whether or not the caller is polled,
-//! goes on a connection of that runtime's own (`backends/redis/lanes.rs`).
+//! goes on a connection of that runtime's own (`backends/redis/transport/lanes.rs`).
 //!
 //! Why a runtime of its own: a lease can be taken on any runtime, and a
 //! runtime can stop being driven (an idle current-thread runtime, one that is

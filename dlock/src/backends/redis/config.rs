@@ -302,7 +302,7 @@ fn parse_fence_retention(value: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::backends::redis::config::*;
 
     #[test]
     fn single_node_with_our_parameters_taken_out() {
@@ -342,16 +342,6 @@ mod tests {
     }
 
     #[test]
-    fn recheck_ms_sets_the_cap_and_zero_turns_it_off() {
-        let o = RedisOptions::parse("redis://h:1/3?recheck_ms=250").unwrap();
-        assert_eq!(o.recheck, Some(Duration::from_millis(250)));
-        assert_eq!(o.nodes, ["redis://h:1/3"], "not passed on to the client");
-        let o = RedisOptions::parse("redis+cluster://h1:1,h2:2?recheck_ms=0").unwrap();
-        assert_eq!(o.recheck, None);
-        assert_eq!(o.nodes, ["redis://h1:1", "redis://h2:2"]);
-    }
-
-    #[test]
     fn cluster_hosts_each_get_the_credentials() {
         let o = RedisOptions::parse("redis+cluster://u:pw@h1:1,h2:2").unwrap();
         assert_eq!(o.nodes, ["redis://u:pw@h1:1", "redis://u:pw@h2:2"]);
@@ -363,76 +353,6 @@ mod tests {
         let o = RedisOptions::parse("rediss://h:1?ca=/tmp/ca.pem").unwrap();
         assert_eq!(o.ca_file.as_deref(), Some("/tmp/ca.pem"));
         assert!(o.tls);
-    }
-
-    #[test]
-    fn a_sentinel_url_names_the_sentinels_the_master_and_both_credentials() {
-        let o = RedisOptions::parse(
-            "redis+sentinel://app:p%40ss@127.0.0.1:26379,127.0.0.1:26380,h3/mm?db=2&sentinel_user=s&sentinel_password=x%26y&replicas=1&replica_timeout=50ms&replica_gone_after=2m",
-        )
-        .unwrap();
-        let t = o.sentinel.as_ref().unwrap();
-        assert_eq!(
-            t.sentinels,
-            [
-                ("127.0.0.1".to_owned(), 26379),
-                ("127.0.0.1".to_owned(), 26380),
-                ("h3".to_owned(), 26379)
-            ]
-        );
-        assert_eq!(t.master, "mm");
-        assert_eq!(t.db, 2);
-        assert_eq!(t.user.as_deref(), Some("app"));
-        assert_eq!(t.password.as_deref(), Some("p@ss"));
-        assert_eq!(t.sentinel_user.as_deref(), Some("s"));
-        assert_eq!(t.sentinel_password.as_deref(), Some("x&y"));
-        assert_eq!(t.replica_gone_after, Some(Duration::from_secs(120)));
-        assert_eq!(o.replicas, Replicas::Exactly(1));
-        assert_eq!(o.replica_timeout, Some(Duration::from_millis(50)));
-        assert!(!o.cluster && !o.tls);
-        assert!(
-            !o.shown.contains("p%40ss") && !o.shown.contains("x%26y"),
-            "{}",
-            o.shown
-        );
-        let o = RedisOptions::parse("rediss+sentinel://:pw@[::1]:26379/mm").unwrap();
-        assert!(o.tls);
-        let t = o.sentinel.unwrap();
-        assert_eq!(t.sentinels, [("::1".to_owned(), 26379)]);
-        assert_eq!((t.user, t.password.as_deref()), (None, Some("pw")));
-    }
-
-    #[test]
-    fn replicas_default_to_auto_on_every_form() {
-        for url in [
-            "redis://h:1",
-            "redis+cluster://h:1,h:2",
-            "redis+sentinel://h:1/mm",
-        ] {
-            let o = RedisOptions::parse(url).unwrap();
-            assert_eq!(o.replicas, Replicas::Auto, "{url}");
-            assert_eq!(o.replica_timeout, None, "{url}");
-        }
-        let o = RedisOptions::parse("redis://h:1?aof=true").unwrap();
-        assert!(o.aof);
-        assert!(!RedisOptions::parse("redis://h:1").unwrap().aof);
-        assert!(RedisOptions::parse("redis://h:1?aof=maybe").is_err());
-        let o = RedisOptions::parse("redis://h:1?replicas=0&replica_timeout=2s").unwrap();
-        assert_eq!(o.replicas, Replicas::Exactly(0));
-        assert_eq!(o.replica_timeout, Some(Duration::from_secs(2)));
-        assert_eq!(o.nodes, ["redis://h:1"], "not passed on to the client");
-        assert_eq!(
-            replica_timeout(Duration::from_secs(30)),
-            Duration::from_secs(1)
-        );
-        assert_eq!(
-            replica_timeout(Duration::from_millis(500)),
-            Duration::from_millis(50)
-        );
-        assert_eq!(
-            replica_timeout(Duration::from_millis(30)),
-            Duration::from_millis(10)
-        );
     }
 
     #[test]

@@ -9,18 +9,18 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult};
 
 #[cfg(feature = "redlock")]
-use super::batching::MAX_MASTER_BATCH;
-use super::batching::{LaneBatchers, MAX_BATCH};
-use super::cluster::ClusterConn;
-use super::config::{client, tls_cluster, RedisOptions};
-use super::connection::Connection;
-use super::recheck::notifies_releases;
-use super::replicas::ReplicaAck;
-use super::sentinel::Sentinel;
-use super::server::Server;
-use super::subscriber::{Source, Subscriber};
-use super::turns::Beats;
-use super::{compare_set, Conn, Counters, RedisBackend, RedisMetrics};
+use crate::backends::redis::calls::batching::MAX_MASTER_BATCH;
+use crate::backends::redis::calls::batching::{LaneBatchers, MAX_BATCH};
+use crate::backends::redis::config::{client, tls_cluster, RedisOptions};
+use crate::backends::redis::topology::replicas::ReplicaAck;
+use crate::backends::redis::topology::sentinel::Sentinel;
+use crate::backends::redis::topology::server::Server;
+use crate::backends::redis::transport::cluster::ClusterConn;
+use crate::backends::redis::transport::connection::Connection;
+use crate::backends::redis::waiting::recheck::notifies_releases;
+use crate::backends::redis::waiting::subscriber::{Source, Subscriber};
+use crate::backends::redis::waiting::turns::Beats;
+use crate::backends::redis::{protocol::compare_set, Conn, Counters, RedisBackend, RedisMetrics};
 use crate::LockError;
 
 impl RedisBackend {
@@ -63,7 +63,7 @@ impl RedisBackend {
             let mut builder = redis::cluster::ClusterClientBuilder::new(options.nodes.clone())
                 .connection_timeout(Duration::from_secs(2))
                 .response_timeout(options.response_timeout)
-                .tcp_settings(super::config::tcp_settings(&options));
+                .tcp_settings(crate::backends::redis::config::tcp_settings(&options));
             if options.tls {
                 builder = tls_cluster(builder, &options)?;
             }

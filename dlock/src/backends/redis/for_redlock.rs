@@ -4,13 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::scripts::{self, millis, KeyNames, ACQUIRE_GUARDED};
-use super::subscriber::Subscriber;
-use super::{Attempt, RedisBackend};
 use crate::backend::AcquireRequest;
+use crate::backends::redis::protocol::scripts::{self, millis, KeyNames, ACQUIRE_GUARDED};
+use crate::backends::redis::waiting::subscriber::Subscriber;
+use crate::backends::redis::{Attempt, RedisBackend};
 use crate::LockError;
 
-pub(crate) use super::subscriber::waiting::nap_until;
+pub(crate) use crate::backends::redis::waiting::subscriber::waiting::nap_until;
 
 impl RedisBackend {
     /// The request timeout (`?timeout=`).
@@ -23,7 +23,10 @@ impl RedisBackend {
     /// request timeout (its rounds wait only the per-node timeout, so no
     /// request of theirs times out here and retires a dead flow by itself).
     pub(crate) fn retire_connections(&self) {
-        if let super::Conn::Single(super::server::Server::One(conn)) = &self.conn {
+        if let crate::backends::redis::Conn::Single(
+            crate::backends::redis::topology::server::Server::One(conn),
+        ) = &self.conn
+        {
             conn.retire_all();
         }
     }

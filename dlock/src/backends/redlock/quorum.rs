@@ -11,8 +11,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::{RedlockBackend, SUBSCRIBE_WAIT, SUSPECT_FOR};
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend};
-use crate::backends::redis::scripts::KeyNames;
-use crate::backends::redis::subscriber::Subscription;
+use crate::backends::redis::protocol::scripts::KeyNames;
+use crate::backends::redis::waiting::subscriber::Subscription;
 use crate::backends::redis::{Attempt, RedisBackend};
 
 /// One master's answer to an acquire request.
@@ -233,7 +233,7 @@ impl RedlockBackend {
     /// heard before returning.
     ///
     /// The deletes are put on their masters' connections in this call's
-    /// first poll (in the caller's lane, see `backends/redis/lanes.rs`) and
+    /// first poll (in the caller's lane, see `backends/redis/transport/lanes.rs`) and
     /// driven by the caller while it waits; those still in flight when it
     /// stops waiting or is dropped go on in a task of their own
     /// (`Leftovers`), so each one is sent and answered even if the caller
@@ -607,7 +607,7 @@ impl<V: Future<Output = (usize, Vote)> + Send + 'static> Drop for Unwind<'_, V> 
 
 /// Deletes still in flight when `RedlockBackend::release_on`'s caller stops
 /// waiting for them, or is dropped: finished by a task of their own (on
-/// the lane's runtime, or on dlock's; see `backends/redis/lanes.rs`), so
+/// the lane's runtime, or on dlock's; see `backends/redis/transport/lanes.rs`), so
 /// that each one
 /// is sent and answered even if the caller goes on (a user's timeout, a
 /// `SegmentedLock` dropping the waits that lost: an undo cut short would

@@ -2,7 +2,7 @@
 //! socket options (`?tcp_keepalive=`, `?tcp_user_timeout=`) and TLS
 //! (`rediss://`, `?ca=`).
 
-use super::RedisOptions;
+use crate::backends::redis::config::RedisOptions;
 use crate::LockError;
 
 pub(in crate::backends::redis) fn client(

@@ -64,7 +64,7 @@ pub(in crate::backends::redis) fn without_layout(url: &str) -> Result<String, Lo
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::backends::redis::config::layout::*;
 
     #[test]
     fn the_layout_parameter_is_taken_out() {
@@ -86,7 +86,9 @@ mod tests {
             "{err}"
         );
         assert!(!err.to_string().contains("pw"), "{err}");
-        let Err(err) = super::super::RedisOptions::parse("redis://h:1?layout=redisson") else {
+        let Err(err) =
+            crate::backends::redis::config::RedisOptions::parse("redis://h:1?layout=redisson")
+        else {
             panic!("RedisBackend's own parser refuses the layout");
         };
         assert!(err.to_string().contains("dlock::connect"), "{err}");

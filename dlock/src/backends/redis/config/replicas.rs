@@ -32,3 +32,42 @@ pub(in crate::backends::redis) fn parse_replicas(value: &str) -> Result<Replicas
         format!("`replicas={value}` is neither `auto` nor a number of replicas (0 turns acknowledgement off)")
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::redis::config::RedisOptions;
+
+    #[test]
+    fn replicas_default_to_auto_on_every_form() {
+        for url in [
+            "redis://h:1",
+            "redis+cluster://h:1,h:2",
+            "redis+sentinel://h:1/mm",
+        ] {
+            let o = RedisOptions::parse(url).unwrap();
+            assert_eq!(o.replicas, Replicas::Auto, "{url}");
+            assert_eq!(o.replica_timeout, None, "{url}");
+        }
+        let o = RedisOptions::parse("redis://h:1?aof=true").unwrap();
+        assert!(o.aof);
+        assert!(!RedisOptions::parse("redis://h:1").unwrap().aof);
+        assert!(RedisOptions::parse("redis://h:1?aof=maybe").is_err());
+        let o = RedisOptions::parse("redis://h:1?replicas=0&replica_timeout=2s").unwrap();
+        assert_eq!(o.replicas, Replicas::Exactly(0));
+        assert_eq!(o.replica_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(o.nodes, ["redis://h:1"], "not passed on to the client");
+        assert_eq!(
+            replica_timeout(Duration::from_secs(30)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            replica_timeout(Duration::from_millis(500)),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            replica_timeout(Duration::from_millis(30)),
+            Duration::from_millis(10)
+        );
+    }
+}

@@ -181,7 +181,46 @@ pub(in crate::backends::redis) fn refuse_open_sentinels(
 
 #[cfg(test)]
 mod tests {
-    use super::super::RedisOptions;
+    use crate::backends::redis::config::RedisOptions;
+    use crate::backends::redis::config::Replicas;
+    use std::time::Duration;
+
+    #[test]
+    fn a_sentinel_url_names_the_sentinels_the_master_and_both_credentials() {
+        let o = RedisOptions::parse(
+            "redis+sentinel://app:p%40ss@127.0.0.1:26379,127.0.0.1:26380,h3/mm?db=2&sentinel_user=s&sentinel_password=x%26y&replicas=1&replica_timeout=50ms&replica_gone_after=2m",
+        )
+        .unwrap();
+        let t = o.sentinel.as_ref().unwrap();
+        assert_eq!(
+            t.sentinels,
+            [
+                ("127.0.0.1".to_owned(), 26379),
+                ("127.0.0.1".to_owned(), 26380),
+                ("h3".to_owned(), 26379)
+            ]
+        );
+        assert_eq!(t.master, "mm");
+        assert_eq!(t.db, 2);
+        assert_eq!(t.user.as_deref(), Some("app"));
+        assert_eq!(t.password.as_deref(), Some("p@ss"));
+        assert_eq!(t.sentinel_user.as_deref(), Some("s"));
+        assert_eq!(t.sentinel_password.as_deref(), Some("x&y"));
+        assert_eq!(t.replica_gone_after, Some(Duration::from_secs(120)));
+        assert_eq!(o.replicas, Replicas::Exactly(1));
+        assert_eq!(o.replica_timeout, Some(Duration::from_millis(50)));
+        assert!(!o.cluster && !o.tls);
+        assert!(
+            !o.shown.contains("p%40ss") && !o.shown.contains("x%26y"),
+            "{}",
+            o.shown
+        );
+        let o = RedisOptions::parse("rediss+sentinel://:pw@[::1]:26379/mm").unwrap();
+        assert!(o.tls);
+        let t = o.sentinel.unwrap();
+        assert_eq!(t.sentinels, [("::1".to_owned(), 26379)]);
+        assert_eq!((t.user, t.password.as_deref()), (None, Some("pw")));
+    }
 
     fn parsed(url: &str) -> Result<(), String> {
         RedisOptions::parse(url)

@@ -24,7 +24,18 @@ pub(in crate::backends::redis) fn parse_foreign_share(value: &str) -> Result<u8,
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::backends::redis::config::waiting::*;
+    use crate::backends::redis::config::RedisOptions;
+
+    #[test]
+    fn recheck_ms_sets_the_cap_and_zero_turns_it_off() {
+        let o = RedisOptions::parse("redis://h:1/3?recheck_ms=250").unwrap();
+        assert_eq!(o.recheck, Some(Duration::from_millis(250)));
+        assert_eq!(o.nodes, ["redis://h:1/3"], "not passed on to the client");
+        let o = RedisOptions::parse("redis+cluster://h1:1,h2:2?recheck_ms=0").unwrap();
+        assert_eq!(o.recheck, None);
+        assert_eq!(o.nodes, ["redis://h1:1", "redis://h2:2"]);
+    }
 
     #[test]
     fn foreign_share_is_a_percentage_up_to_half() {

@@ -1,0 +1,11 @@
+//! Floor 4 of the Redis backend: one request on its way. A command or a
+//! script, alone or batched, bounded by the caller's deadline
+//! (`requests.rs`), the batches themselves (`batching.rs`, the batched
+//! operations in `batching/ops.rs`), and the release of a grant whose
+//! caller went away before its answer (`unfinished.rs`).
+//!
+//! May use: `config`, `protocol`, `transport`, `topology`.
+
+pub(crate) mod batching;
+pub(crate) mod requests;
+pub(crate) mod unfinished;
