@@ -56,6 +56,31 @@ return 0
 /// The most `SCAN` calls of one listing (over every master of a Cluster).
 const MAX_SCANS: usize = 10_000;
 
+/// The next `SCAN` call of a listing (this layout's or Redisson's): the
+/// command for `cursor`, once the listing's count of calls, `scans`, is
+/// checked against [`MAX_SCANS`] and counted.
+pub(in crate::backends::redis) fn next_scan(
+    scans: &mut usize,
+    cursor: u64,
+    pattern: &str,
+    prefix: &str,
+    shown: &str,
+) -> Result<redis::Cmd, LockError> {
+    if *scans == MAX_SCANS {
+        return Err(LockError::invalid_option(format!(
+            "listing the locks that start with `{prefix}` on {shown} took more than {MAX_SCANS} `SCAN` calls; list a longer prefix"
+        )));
+    }
+    *scans += 1;
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(1000);
+    Ok(cmd)
+}
+
 /// What [`INSPECT`] answers, read.
 type Answer = (i64, Option<String>, Option<i64>, Option<String>, u64, u64);
 
@@ -190,19 +215,7 @@ impl RedisBackend {
     ) -> Result<(), LockError> {
         let mut cursor = 0u64;
         loop {
-            if *scans == MAX_SCANS {
-                return Err(LockError::invalid_option(format!(
-                    "listing the locks that start with `{prefix}` on {} took more than {MAX_SCANS} `SCAN` calls; list a longer prefix",
-                    self.options.shown
-                )));
-            }
-            *scans += 1;
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000);
+            let cmd = next_scan(scans, cursor, pattern, prefix, &self.options.shown)?;
             let (next, found): (u64, Vec<String>) = match node.as_mut() {
                 None => self.query(&cmd).await?,
                 Some((c, slot)) => {

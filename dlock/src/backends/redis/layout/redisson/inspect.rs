@@ -11,12 +11,10 @@ use redis::RedisError;
 use super::names::holder_name;
 use super::scripts::INSPECT;
 use super::RedissonBackend;
+use crate::backends::redis::kinds::inspect::next_scan;
 use crate::backends::redis::protocol::scripts::evalsha;
 use crate::backends::redis::Conn;
 use crate::{LockError, LockInfo};
-
-/// At most this many `SCAN` calls per listing.
-const MAX_SCANS: usize = 10_000;
 
 type Answer = (i64, Option<String>, Option<i64>, Option<String>);
 
@@ -93,18 +91,7 @@ impl RedissonBackend {
         let shown = &self.redis.options.shown;
         let mut cursor = 0u64;
         loop {
-            if *scans == MAX_SCANS {
-                return Err(LockError::invalid_option(format!(
-                    "listing the locks that start with `{prefix}` on {shown} took more than {MAX_SCANS} `SCAN` calls; list a longer prefix"
-                )));
-            }
-            *scans += 1;
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000);
+            let cmd = next_scan(scans, cursor, pattern, prefix, shown)?;
             let (next, found): (u64, Vec<String>) = match (slot, self.redis.conn.clone()) {
                 (Some(slot), Conn::Cluster(mut c)) => {
                     let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
