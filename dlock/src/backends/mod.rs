@@ -30,7 +30,13 @@
 pub(crate) mod announcements;
 #[cfg(feature = "etcd")]
 pub mod etcd;
-#[cfg(any(feature = "postgres", feature = "zookeeper"))]
+#[cfg(all(feature = "file", target_os = "linux"))]
+pub mod file;
+#[cfg(any(
+    feature = "postgres",
+    feature = "zookeeper",
+    all(feature = "file", target_os = "linux")
+))]
 pub(crate) mod held_deadline;
 #[cfg(all(test, any(feature = "etcd", feature = "zookeeper")))]
 pub(crate) mod long_key_lease;
