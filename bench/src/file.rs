@@ -147,10 +147,16 @@ fn kept_open_cycle(path: &Path) -> Result<Summary, BoxError> {
 }
 
 /// The holder on `holder`, the waiter on `waiter` (a backend of its own).
-async fn handoff_ours(holder: &Arc<FileBackend>, waiter: &Arc<FileBackend>, key: &str) -> Result<Summary, BoxError> {
+async fn handoff_ours(
+    holder: &Arc<FileBackend>,
+    waiter: &Arc<FileBackend>,
+    key: &str,
+) -> Result<Summary, BoxError> {
     let holder: Lock = lock_on(holder, key);
     let waiter_backend: Arc<dyn LockBackend> = waiter.clone();
-    let waiter = Lock::new(key).with_backend(waiter_backend).wait(Duration::from_secs(10));
+    let waiter = Lock::new(key)
+        .with_backend(waiter_backend)
+        .wait(Duration::from_secs(10));
     let mut samples = Vec::with_capacity(HANDOFFS);
     for i in 0..WARMUP / 10 + HANDOFFS {
         let held = holder.acquire().await?;
@@ -190,7 +196,9 @@ async fn handoff_bare(path: &Path) -> Result<Summary, BoxError> {
         let released = Instant::now();
         rustix::fs::flock(&held, FlockOperation::Unlock)?;
         drop(held);
-        let got = waiting.join().map_err(|_| "the waiting thread panicked")??;
+        let got = waiting
+            .join()
+            .map_err(|_| "the waiting thread panicked")??;
         if i >= WARMUP / 10 {
             samples.push(got.saturating_duration_since(released));
         }

@@ -269,3 +269,43 @@ async fn acquisitions_cancelled_at_every_point_leave_nothing() {
     assert!(after.0 <= before.0, "open files {before:?} → {after:?}");
     assert!(after.1 <= before.1 + 2, "threads {before:?} → {after:?}");
 }
+
+/// A read-write lock's file: `flock -s` shares it with dlock's readers and
+/// is kept out by its writer; `flock` (exclusive) is kept out by a reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flock_command_reads_and_writes_the_read_write_lock() {
+    let fixture = FileFixture::start();
+    let key = "interop:rw";
+    let backend = fixture.backend().await;
+    let path = fixture.file_backend().await.rw_lock_path(key);
+    let rw = dlock::RwLock::new(key).with_backend(backend.clone());
+    let flock_n = |shared: bool| {
+        let mut command = flock_command();
+        command.arg("-n");
+        if shared {
+            command.arg("-s");
+        }
+        command.arg(&path).arg("true");
+        command
+    };
+    let read = rw.read().await.unwrap();
+    assert_eq!(
+        flock_n(true).status().await.unwrap().code(),
+        Some(0),
+        "flock -s kept out by a reader"
+    );
+    assert_eq!(
+        flock_n(false).status().await.unwrap().code(),
+        Some(1),
+        "flock took a lock a reader holds"
+    );
+    read.release().await.unwrap();
+    let write = rw.write().await.unwrap();
+    assert_eq!(
+        flock_n(true).status().await.unwrap().code(),
+        Some(1),
+        "flock -s took a lock the writer holds"
+    );
+    write.release().await.unwrap();
+    assert_eq!(flock_n(false).status().await.unwrap().code(), Some(0));
+}

@@ -94,7 +94,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["file"],
         feature: Some("file"),
         semaphores: false,
-        rw_locks: false,
+        rw_locks: true,
         elections: false,
         backend: Backend::File,
     },
@@ -177,7 +177,7 @@ mod tests {
         );
         assert_eq!(
             with_rw_locks_listed(),
-            "memory://, redis://, etcd://, zk:// or postgres://"
+            "memory://, redis://, etcd://, zk://, postgres:// or file://"
         );
         assert_eq!(
             with_elections_listed(),

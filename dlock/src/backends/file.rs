@@ -84,7 +84,7 @@
 //!   A lease not renewed within its ttl (renewal off, a leaked guard, a
 //!   stalled watchdog) is let go by the backend, as a server would expire
 //!   it.
-//! - `inspect` and `list` read `/proc/locks` (which process holds a
+//! - `inspect` and `list` (plain locks) read `/proc/locks` (which process holds a
 //!   `flock` on which inode) and the record; a lock held by a process that
 //!   is not dlock, or whose record is another process's, shows no holder,
 //!   fence or time left. `force_release` cannot take a kernel lock from
@@ -95,6 +95,17 @@
 //!   waiter of the old file is not told: like every forced release, it
 //!   lets the evicted holder's work overlap the next holder's.
 //!
+//! # Read-write locks
+//!
+//! [`RwLock`](crate::RwLock) takes `<prefix>~rw~<key>.lock`, a file apart
+//! from the plain lock's: readers with `flock(LOCK_SH)`, writers with
+//! `LOCK_EX`. A waiting writer holds the gate file `<prefix>~rw~<key>.gate`
+//! exclusively until it is granted, and readers pass the gate (shared, for
+//! an instant) first, so readers that come after a waiting writer stay out.
+//! Write fences come from `<prefix>~rw~<key>.fence`; a read's fence is the
+//! last write's. `flock -s` on the file reads, `flock` writes (without the
+//! gate). See the `rw` module's docs.
+//!
 //! # Limits
 //!
 //! - **Local file systems only.** `flock` excludes processes of one
@@ -103,9 +114,9 @@
 //!   s3fs, …), naming the file system; one it does not know is taken as
 //!   local. Containers share locks when they share the directory (a bind
 //!   mount of one host directory) and the kernel.
-//! - No read-write locks, semaphores or elections yet: [`RwLock`](crate::RwLock),
-//!   [`Semaphore`](crate::Semaphore) and [`Election`](crate::Election) fail
-//!   with an error naming the backends that have them.
+//! - No semaphores or elections yet: [`Semaphore`](crate::Semaphore) and
+//!   [`Election`](crate::Election) fail with an error naming the backends
+//!   that have them.
 //! - File system calls run on the calling task: local file systems answer
 //!   in microseconds.
 //!
@@ -128,6 +139,7 @@
 // - waiting in line: `watch.rs` (the process's inotify instance, a `Notify` per watched file),
 //   `waiting.rs` (the attempt and the wait loop)
 // - held leases, renewal, the reaper of leases past their ttl: `held.rs`
+// - read-write locks (`RwBackend`): `rw.rs` (the shared/exclusive lock file, the writers' gate)
 // - the operator's view: `inspect.rs` (`/proc/locks`, the records; `force_release` by replacing)
 mod config;
 mod fs_kind;
@@ -135,6 +147,7 @@ mod held;
 mod inspect;
 mod lock_file;
 mod names;
+mod rw;
 mod waiting;
 mod watch;
 
@@ -146,7 +159,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use rustix::io::Errno;
 
-use crate::backend::{AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backend::{AcquireRequest, Capabilities, Lease, LockBackend, Renewal};
 use crate::{LockError, LockInfo};
 
 /// Locks on the files of one local directory. See the [module docs](self).
@@ -293,6 +306,13 @@ impl LockBackend for FileBackend {
 
     fn client_name(&self) -> Option<&str> {
         self.config.client_name.as_deref()
+    }
+
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities {
+            rw: Some(self),
+            ..Capabilities::default()
+        }
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

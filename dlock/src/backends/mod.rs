@@ -12,7 +12,7 @@
 //! | [`redlock::RedlockBackend`] | `redlock://h1:port,h2:port,h3:port` | `redlock` | none (see its docs) | no | no |
 //! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd`, `tls` for `etcds://` | the key's create revision | yes | yes (etcd's recipe `RWMutex` layout) |
 //! | `postgres::PostgresBackend` | `postgres://[user[:password]@]host[:port][,host[:port]...][/dbname]`, `postgresql://` (libpq URL syntax) | `postgres` | a per-key counter row | yes (N slot advisory locks) | yes (shared advisory locks, a writer-intent key) |
-//! | `file::FileBackend` | `file:///absolute/dir` (Linux) | `file` | a counter file beside the lock file, `max(last + 1, clock in µs)` | no | no |
+//! | `file::FileBackend` | `file:///absolute/dir` (Linux) | `file` | a counter file beside the lock file, `max(last + 1, clock in µs)` | no | yes (`flock` shared/exclusive, a gate file for waiting writers) |
 //! | `zookeeper::ZooKeeperBackend` | `zk://host:port[,host:port...][/chroot]`, `zks://` | `zookeeper`, `tls` for `zks://` | the lock node's `czxid` | yes | yes (Curator's `InterProcessReadWriteLock` layout) |
 //!
 //! Every backend takes a [`MultiLock`](crate::MultiLock)'s keys; a single

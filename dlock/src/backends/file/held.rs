@@ -21,7 +21,9 @@ pub(super) struct Held {
     pub(super) file: File,
     /// The lock file's name in the directory.
     pub(super) name: String,
-    pub(super) record: Record,
+    /// The holder's record, written in the file; `None` for a read-write
+    /// lock's lease (its file is shared by readers).
+    pub(super) record: Option<Record>,
     pub(super) ttl: Duration,
     pub(super) valid_until: Instant,
     /// Dropped with the entry: ends its reaper's wait.
@@ -33,7 +35,9 @@ pub(super) type HeldMap = HashMap<String, Held>;
 /// Empties the record, unlocks and closes: the close wakes the waiters of
 /// every process.
 fn let_go_of(held: Held) {
-    lock_file::clear(&held.file);
+    if held.record.is_some() {
+        lock_file::clear(&held.file);
+    }
     lock_file::unlock(&held.file);
     drop(held.file);
 }
@@ -51,7 +55,7 @@ impl FileBackend {
         token: &str,
         file: File,
         name: String,
-        record: Record,
+        record: Option<Record>,
         ttl: Duration,
         valid_until: Instant,
     ) {
@@ -75,7 +79,7 @@ impl FileBackend {
                 ran_out(map, &token, valid_until, gone_rx, |h: &Held| h.valid_until).await
             {
                 tracing::debug!(
-                    key = expired.record.key,
+                    file = expired.name,
                     "lease ran out without renewal; unlocking its file"
                 );
                 let_go_of(expired);
@@ -119,10 +123,12 @@ impl FileBackend {
             Err(e) => return Err(self.failed("cannot check the lock file", &held.name, e)),
         }
         held.valid_until = lease_deadline(sent, held.ttl);
-        held.record.expires_ms = lock_file::now_millis().saturating_add(millis(held.ttl));
-        held.record
-            .write(&held.file)
-            .map_err(|e| self.failed("cannot write the lock file", &held.name, e))?;
+        if let Some(record) = &mut held.record {
+            record.expires_ms = lock_file::now_millis().saturating_add(millis(held.ttl));
+            record
+                .write(&held.file)
+                .map_err(|e| self.failed("cannot write the lock file", &held.name, e))?;
+        }
         Ok(Renewal::Renewed {
             valid_until: held.valid_until,
         })

@@ -66,7 +66,17 @@ pub(super) fn open_existing(dir: &OwnedFd, name: &str) -> Result<Option<File>, E
 /// `flock(LOCK_EX | LOCK_NB)`: `true` if taken, `false` if another open
 /// file holds it.
 pub(super) fn try_lock(file: &File) -> Result<bool, Errno> {
-    match rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive) {
+    try_flock(file, FlockOperation::NonBlockingLockExclusive)
+}
+
+/// `flock(LOCK_SH | LOCK_NB)`: `true` if taken, `false` if another open
+/// file holds it exclusively.
+pub(super) fn try_lock_shared(file: &File) -> Result<bool, Errno> {
+    try_flock(file, FlockOperation::NonBlockingLockShared)
+}
+
+fn try_flock(file: &File, operation: FlockOperation) -> Result<bool, Errno> {
+    match rustix::fs::flock(file, operation) {
         Ok(()) => Ok(true),
         Err(Errno::WOULDBLOCK) => Ok(false),
         Err(e) => Err(e),
@@ -132,9 +142,7 @@ pub(super) fn now_millis() -> u64 {
 /// as the clock does not go back across the reboot.
 pub(super) fn next_fence(dir: &OwnedFd, stem: &str, mode: u32) -> Result<u64, Errno> {
     let counter = format!("{stem}{}", names::FENCE);
-    let last = read_small(dir, &counter)?
-        .and_then(|text| text.trim().parse::<u64>().ok())
-        .unwrap_or(0);
+    let last = last_fence(dir, stem)?;
     let next = last.saturating_add(1).max(now_micros());
     let temporary = format!(
         "{counter}.{}-{}{}",
@@ -157,6 +165,15 @@ pub(super) fn next_fence(dir: &OwnedFd, stem: &str, mode: u32) -> Result<u64, Er
         return Err(e);
     }
     Ok(next)
+}
+
+/// The last fencing token of the key whose files start with `stem`: 0
+/// when there is none (or the counter is not a number: the clock floor of
+/// the next one keeps it above every earlier token).
+pub(super) fn last_fence(dir: &OwnedFd, stem: &str) -> Result<u64, Errno> {
+    Ok(read_small(dir, &format!("{stem}{}", names::FENCE))?
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(0))
 }
 
 /// The text of a small file of `dir` (at most 4 KiB read); `None` if

@@ -26,9 +26,24 @@ const HASHED: char = '#';
 /// name on every Linux file system.
 pub(super) const MAX_STEM: usize = 200;
 
+/// Between the prefix and the key of a read-write lock's files: `rw~`
+/// (the `~` of a key is escaped, so no lock key's files start so).
+const RW: &str = "rw~";
+
 /// `<prefix>~<escaped key>`, or `<prefix>~#<hash>` for a long key: the
 /// stem of every file of the key.
 pub(super) fn stem(prefix: &str, key: &str) -> String {
+    stem_in(prefix, "", key)
+}
+
+/// The stem of the files of the read-write lock `key`:
+/// `<prefix>~rw~<escaped key>` (or hashed).
+pub(super) fn rw_stem(prefix: &str, key: &str) -> String {
+    stem_in(prefix, RW, key)
+}
+
+fn stem_in(prefix: &str, kind: &str, key: &str) -> String {
+    let prefix = format!("{prefix}{SEPARATOR}{kind}");
     let mut escaped = String::with_capacity(key.len());
     for byte in key.bytes() {
         if kept(byte) {
@@ -37,14 +52,14 @@ pub(super) fn stem(prefix: &str, key: &str) -> String {
             let _ = write!(escaped, "%{byte:02X}");
         }
     }
-    if prefix.len() + 1 + escaped.len() > MAX_STEM {
+    if prefix.len() + escaped.len() > MAX_STEM {
         let digest = Sha256::digest(key.as_bytes());
         escaped = String::from(HASHED);
         for byte in &digest[..16] {
             let _ = write!(escaped, "{byte:02x}");
         }
     }
-    format!("{prefix}{SEPARATOR}{escaped}")
+    format!("{prefix}{escaped}")
 }
 
 fn kept(byte: u8) -> bool {

@@ -20,7 +20,7 @@ use crate::LockError;
 
 /// The net under the inotify wake-ups: a waiter tries again at least this
 /// often.
-const RECHECK: Duration = Duration::from_secs(1);
+pub(super) const RECHECK: Duration = Duration::from_secs(1);
 
 /// How many times one attempt opens the file again because it was replaced
 /// between the open and the lock.
@@ -125,7 +125,7 @@ impl FileBackend {
             valid_until,
             resource: self.config.dir.join(&name).display().to_string(),
         };
-        self.hold(&req.token, file, name, record, req.ttl, valid_until);
+        self.hold(&req.token, file, name, Some(record), req.ttl, valid_until);
         Ok(lease)
     }
 
