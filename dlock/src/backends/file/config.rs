@@ -47,9 +47,11 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         _ => path,
     };
     if !path.starts_with('/') {
-        return Err(bad(format!(
-            "a file URL names an absolute directory, and `{path}` is not one: write `file:///absolute/path` (three slashes: no host, then the path), e.g. `file:///var/lock/myapp`"
-        )));
+        // (The text is not quoted apart: a mistyped server URL may hold a
+        // password there; `shown` is redacted.)
+        return Err(bad(
+            "a file URL names an absolute directory, and this one does not start with `/`: write `file:///absolute/path` (three slashes: no host, then the path), e.g. `file:///var/lock/myapp`".into(),
+        ));
     }
     let decoded = crate::url::percent_decode(path).map_err(|e| bad(format!("the path: {e}")))?;
     if decoded.contains('\0') {
@@ -125,7 +127,7 @@ mod tests {
     fn refuses_what_is_not_an_absolute_directory() {
         let e = err("file://tmp/locks");
         assert!(
-            e.contains("`tmp/locks` is not one") && e.contains("three slashes"),
+            e.contains("`file://tmp/locks`") && e.contains("three slashes"),
             "{e}"
         );
         assert!(err("file://").contains("absolute"));
