@@ -5,8 +5,8 @@
 //!   opens the file, takes `flock(LOCK_EX|LOCK_NB)`, unlocks and closes
 //!   (the close is what wakes a waiting process, so dlock closes too);
 //!   dlock's cycle adds the check that the locked file is still the one at
-//!   its name, the fence counter (read, a temporary file written and
-//!   renamed over it) and the holder's record, then the lease's
+//!   its name, the fence counter (read and written in place) and the
+//!   holder's record, then the lease's
 //!   registration and release. A second baseline row, `flock` on a
 //!   descriptor kept open, shows the lock calls alone.
 //! - **Hand-off** (a holder, one waiter on a backend of its own, as another
@@ -87,7 +87,11 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         "file bench in {url}: {CYCLES} cycles after {WARMUP} warm-up; {HANDOFFS} hand-offs; {CLIENTS} clients for {WINDOW:?}"
     );
     let lock = lock_on(&backends[0], &key).wait(Duration::from_secs(10));
-    let latency = uncontended(&lock, None, WARMUP, CYCLES, async || {
+    // The core's own share: the same cycle on `memory://`, interleaved.
+    let memory = Lock::new(key.as_str())
+        .with_backend(dlock::connect("memory://").await?)
+        .wait(Duration::from_secs(10));
+    let latency = uncontended(&lock, Some(&memory), WARMUP, CYCLES, async || {
         if !bare_cycle(&bare_path)? {
             return Err("the bare loop found its file locked".into());
         }
@@ -95,6 +99,7 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
     })
     .await?;
     let kept_open = kept_open_cycle(&bare_path)?;
+    let backend_alone = backend_cycle(&backends[0], &key).await?;
     let ours_handoff = handoff_ours(&backends[0], &backends[1], &key).await?;
     let bare_handoff = handoff_bare(&bare_path).await?;
     let ours_per_sec = dlock_throughput(&backends, &key, WINDOW).await?;
@@ -120,6 +125,14 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
     );
     let (acquire, try_acquire) = compared.p50_ratios();
     let p50 = |d: Duration| d.as_secs_f64() * 1e6;
+    if let Some(memory) = latency.beside {
+        println!(
+            "\nwhere the cycle goes (p50): the backend's calls alone (try_acquire + release, no core) {:.1} µs; dlock's cycle on memory:// (the core alone) {:.1} µs; on file:// {:.1} µs",
+            p50(backend_alone.p50),
+            p50(memory.p50),
+            p50(latency.ours.p50),
+        );
+    }
     println!(
         "\nacquire+release p50 = {acquire:.2}× the bare open+flock+unlock+close cycle (target ≤ 2×); try_acquire+release p50 = {try_acquire:.2}×; \
          flock+unlock alone on an open descriptor: p50 {:.1} µs; hand-off p50 {:.0} µs (target ≤ 1,000 µs), the kernel's own {:.0} µs",
@@ -128,6 +141,30 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         p50(bare_handoff.p50),
     );
     Ok(())
+}
+
+/// The backend's own calls, without the core: `try_acquire` (open,
+/// `flock`, the same-file check, the fence, the record, the lease's
+/// registration) and `release`.
+async fn backend_cycle(backend: &Arc<FileBackend>, key: &str) -> Result<Summary, BoxError> {
+    let mut samples = Vec::with_capacity(CYCLES);
+    for round in 0..WARMUP + CYCLES {
+        let req = dlock::backend::AcquireRequest {
+            key: key.to_owned(),
+            token: format!("{round:032x}@bench"),
+            ttl: Duration::from_secs(30),
+        };
+        let start = Instant::now();
+        let lease = backend
+            .try_acquire(&req)
+            .await?
+            .ok_or("the bench key is held")?;
+        backend.release(&lease).await?;
+        if round >= WARMUP {
+            samples.push(start.elapsed());
+        }
+    }
+    Ok(Summary::of(&mut samples).ok_or("no samples")?)
 }
 
 /// `flock` + unlock on one descriptor kept open: the lock calls alone.

@@ -15,7 +15,8 @@ use sha2::{Digest, Sha256};
 pub(super) const LOCK: &str = ".lock";
 /// The fence counter's ending.
 pub(super) const FENCE: &str = ".fence";
-/// The ending of a file being written before it is renamed into place.
+/// The ending of a file being written before it is renamed into place (a
+/// forced release's new lock file).
 pub(super) const TEMPORARY: &str = ".tmp";
 /// Between the prefix and the key.
 const SEPARATOR: char = '~';
