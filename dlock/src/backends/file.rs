@@ -82,7 +82,7 @@
 //!   cadence of the local watchdog's check: a renewal checks that the lock
 //!   file at the name is still the one held (not removed, not replaced by
 //!   an operator) and moves the record's expiry; a lease whose file is gone
-//!   or replaced is lost (`lost()` fires, [`Renewal::Deleted`](crate::backend::Renewal::Deleted)).
+//!   or replaced is lost (`lost()` fires, [`Renewal::Deleted`]).
 //!   A lease not renewed within its ttl (renewal off, a leaked guard, a
 //!   stalled watchdog) is let go by the backend, as a server would expire
 //!   it.
