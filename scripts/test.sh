@@ -96,7 +96,7 @@ checks() {
   # it), and a warning there shows in every user's build.
   for features in "--no-default-features" "" "--no-default-features --features redlock" \
     "--no-default-features --features etcd" "--no-default-features --features zookeeper" \
-    "--no-default-features --features postgres"; do
+    "--no-default-features --features postgres" "--no-default-features --features file"; do
     # shellcheck disable=SC2086 # the feature flags are words
     step "cargo clippy of the library, ${features:-default features}: no warnings in the feature sets users build" \
       cargo clippy -p dlock-rs --lib $features -- -D warnings || return

@@ -7,6 +7,8 @@
 pub mod allocations;
 pub mod cycle_suite;
 pub mod etcd;
+#[cfg(target_os = "linux")]
+pub mod file;
 pub mod held;
 pub mod observed;
 pub mod postgres;

@@ -74,7 +74,8 @@ before dlock exits.";
 #[command(name = "dlock", version, after_help = EXAMPLES)]
 struct Cli {
     /// The backend's URL (redis://, rediss://, redis+cluster://, redis+sentinel://,
-    /// redlock://, etcd://, etcds://, zk://, zks://, postgres://); `?client_name=` names this holder.
+    /// redlock://, etcd://, etcds://, zk://, zks://, postgres://, file:///dir for the processes
+    /// of one host); `?client_name=` names this holder.
     #[arg(long, env = "DLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
 
@@ -179,7 +180,7 @@ async fn connect(url: Option<String>) -> Result<Arc<dyn LockBackend>, LockError>
     };
     if url.starts_with("memory://") {
         return Err(LockError::invalid_option(
-            "memory:// locks live inside one process, so another `dlock` never sees them; use a server (redis://, etcd://, zk://, ...)",
+            "memory:// locks live inside one process, so another `dlock` never sees them; use a server (redis://, etcd://, zk://, ...), or file:///dir for the processes of one host",
         ));
     }
     dlock::connect(&url).await

@@ -228,6 +228,14 @@ fn a_signal_to_dlock_reaches_the_command() {
     );
 }
 
+/// The file backend: no server, a directory of lock files.
+#[cfg(target_os = "linux")]
+#[test]
+fn file() {
+    let fixture = dlock_tests::fixtures::file::FileFixture::start();
+    run_exits_and_conflicts(&fixture.url, "file");
+}
+
 #[test]
 fn etcd() {
     let server = EtcdServer::start();

@@ -14,7 +14,7 @@ use crate::LockError;
 /// Schemes: `memory://` always; `redis://`, `rediss://`, `redis+cluster://`,
 /// `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`,
 /// `redlock://`, `etcd://`, `etcds://`, `zk://`, `zks://`, `postgres://`,
-/// `postgresql://` with
+/// `postgresql://`, `file:///path/to/dir` (Linux) with
 /// their cargo features (the table in [`backends`](crate::backends)).
 ///
 /// # Errors
@@ -71,6 +71,14 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         Backend::Postgres => Ok(Arc::new(
             crate::backends::postgres::PostgresBackend::connect(url).await?,
         )),
+        #[cfg(all(feature = "file", target_os = "linux"))]
+        Backend::File => Ok(Arc::new(
+            crate::backends::file::FileBackend::connect(url).await?,
+        )),
+        #[cfg(all(feature = "file", not(target_os = "linux")))]
+        Backend::File => Err(LockError::invalid_option(format!(
+            "`{shown}`: the file backend runs on Linux only (it waits with inotify); use a server backend here"
+        ))),
         // A backend whose cargo feature is off in this build.
         #[allow(unreachable_patterns)]
         _ => {

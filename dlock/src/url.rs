@@ -4,7 +4,8 @@
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "file"
 ))]
 pub(crate) mod options;
 #[cfg(any(
@@ -18,7 +19,8 @@ pub(crate) mod parts;
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "file"
 ))]
 pub(crate) mod prefix;
 
@@ -96,7 +98,8 @@ fn redact_userinfo(url: &str) -> String {
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "file"
 ))]
 pub(crate) fn percent_decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();

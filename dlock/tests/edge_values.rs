@@ -268,6 +268,9 @@ fn schemes() -> Vec<&'static str> {
     if cfg!(feature = "postgres") {
         schemes.extend(["postgres", "postgresql"]);
     }
+    if cfg!(all(feature = "file", target_os = "linux")) {
+        schemes.push("file");
+    }
     schemes
 }
 
@@ -345,7 +348,15 @@ fn no_piece_of_a_password_shows() {
                     !shown.contains(head) && !shown.contains(tail),
                     "{url:?} showed a piece of its password: {shown}"
                 );
-                if !["memory", "nosuchscheme"].contains(&scheme) {
+                // A file URL takes no host or credentials: refused as not
+                // an absolute path, before any file system call.
+                if scheme == "file" {
+                    assert!(
+                        matches!(err, LockError::InvalidOption { .. })
+                            && shown.contains("absolute"),
+                        "{url:?}: {shown}"
+                    );
+                } else if !["memory", "nosuchscheme"].contains(&scheme) {
                     assert!(
                         matches!(err, LockError::InvalidOption { .. })
                             && shown.contains("percent-encode the password"),
@@ -371,6 +382,7 @@ fn prefixes_that_reach_another_namespace_are_refused() {
         .collect();
     for scheme in with_prefix {
         let base = match scheme {
+            "file" => format!("file://{}", std::env::temp_dir().display()),
             "redis+sentinel" | "rediss+sentinel" => format!("{scheme}://127.0.0.1:1/mm"),
             "redis" | "rediss" => format!("{scheme}://127.0.0.1:1"),
             _ => format!("{scheme}://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"),
@@ -419,6 +431,7 @@ fn no_url_parameter_is_ignored() {
         }
         let base = match scheme {
             "memory" => "memory://".to_owned(),
+            "file" => format!("file://{}", std::env::temp_dir().display()),
             "redis" | "rediss" => format!("{scheme}://127.0.0.1:1"),
             "redis+sentinel" | "rediss+sentinel" => format!("{scheme}://127.0.0.1:1/mm"),
             _ => format!("{scheme}://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"),
@@ -497,6 +510,12 @@ fn malformed_urls_get_clean_errors() {
         "zk://h:1?session_timeout=abc",
         "zk://h:1/chroot/",
         "zk://h:badport",
+        "file://",
+        "file://relative/dir",
+        "file:///nonexistent/dlock-dir",
+        "file:///dev/null",
+        "file:///tmp?mode=9",
+        "file:///tmp/%zz",
     ]
     .iter()
     .map(|u| u.to_string())

@@ -41,6 +41,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("backends::etcd",      A_BACKEND),
     ("backends::zookeeper", A_BACKEND),
     ("backends::postgres",  A_BACKEND),
+    ("backends::file",      A_BACKEND),
     ("backends::redlock",   &["backend", "url", "lease::background", "lease::ttl", "backends", "backends::redis"]),
     // Floor 3b: the lease machinery every lock kind shares, knowing no backend.
     ("lease",     &["backend", "url", "lease::background", "lease::ttl", "registry"]),

@@ -1,7 +1,8 @@
 //! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--beside=<url>]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
-//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`) and prints a table of ratios.
+//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`), or in the
+//! directory of `file:///dir` (Linux), and prints a table of ratios.
 //!
 //! `--segments` (Redis only) runs the hot-key suite instead: one key, 64
 //! tasks, a single `Lock` against `SegmentedLock` with 4 and 8 segments and
@@ -83,6 +84,10 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
     }),
     (&["zk"], "zk://127.0.0.1:2181", |url, _| {
         Box::pin(async move { dlock_bench::zookeeper::run(&url).await })
+    }),
+    #[cfg(target_os = "linux")]
+    (&["file"], "file:///dev/shm", |url, _| {
+        Box::pin(async move { dlock_bench::file::run(&url).await })
     }),
     (
         &["postgres", "postgresql"],

@@ -30,6 +30,7 @@ pub(crate) enum Backend {
     Etcd,
     ZooKeeper,
     Postgres,
+    File,
 }
 
 /// Every scheme, in the order errors list them.
@@ -88,6 +89,14 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         rw_locks: true,
         elections: true,
         backend: Backend::Postgres,
+    },
+    Scheme {
+        names: &["file"],
+        feature: Some("file"),
+        semaphores: false,
+        rw_locks: true,
+        elections: false,
+        backend: Backend::File,
     },
 ];
 
@@ -168,13 +177,13 @@ mod tests {
         );
         assert_eq!(
             with_rw_locks_listed(),
-            "memory://, redis://, etcd://, zk:// or postgres://"
+            "memory://, redis://, etcd://, zk://, postgres:// or file://"
         );
         assert_eq!(
             with_elections_listed(),
             "memory://, redis://, etcd://, zk:// or postgres://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
-        assert!(all_listed().ends_with(", zk://, zks://, postgres:// and postgresql://"));
+        assert!(all_listed().ends_with(", postgres://, postgresql:// and file://"));
     }
 }

@@ -14,6 +14,7 @@ const EVERY_BACKEND: &[(&str, &[&str])] = &[
     ("etcd", ETCD),
     ("ZooKeeper", ZOOKEEPER),
     ("PostgreSQL", POSTGRES),
+    ("file", FILE),
 ];
 
 /// What every Redis form takes (Redlock: each master's).
@@ -72,6 +73,8 @@ pub(crate) const POSTGRES: &[&str] = &[
     "session_timeout",
     "fence_retention",
 ];
+/// `file:///path/to/dir`.
+pub(crate) const FILE: &[&str] = &["prefix", "client_name", "mode"];
 /// `zk://` and `zks://`.
 pub(crate) const ZOOKEEPER: &[&str] = &[
     "session_timeout",
@@ -153,6 +156,16 @@ fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
 
 /// A positive humantime duration (`250ms`, `5s`, `1m 30s`), as the
 /// attribute's `ttl` and `wait` take: the one duration syntax of dlock.
+// The file backend's URL takes no duration.
+#[cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "postgres"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
     // Written in a URL, `1m 30s` is `1m%2030s`.
     let decoded = super::percent_decode(value).unwrap_or_else(|_| value.to_owned());

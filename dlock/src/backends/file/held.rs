@@ -1,0 +1,141 @@
+//! The leases this backend holds (owner token → the locked file), their
+//! renewal (the file at the name is still the one locked), their release,
+//! and the reaper that lets a lease go when its local deadline passes
+//! without a renewal, as a server would expire it.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::lock_file::{self, Record};
+use super::FileBackend;
+use crate::backend::{lease_deadline, Lease, Renewal};
+use crate::backends::held_deadline::ran_out;
+use crate::LockError;
+
+/// A held lease.
+#[derive(Debug)]
+pub(super) struct Held {
+    /// The locked lock file; closing it frees the lock.
+    pub(super) file: File,
+    /// The lock file's name in the directory.
+    pub(super) name: String,
+    /// The holder's record, written in the file; `None` for a read-write
+    /// lock's lease (its file is shared by readers).
+    pub(super) record: Option<Record>,
+    pub(super) ttl: Duration,
+    pub(super) valid_until: Instant,
+    /// Dropped with the entry: ends its reaper's wait.
+    _gone: tokio::sync::oneshot::Sender<()>,
+}
+
+pub(super) type HeldMap = HashMap<String, Held>;
+
+/// Empties the record, unlocks and closes: the close wakes the waiters of
+/// every process.
+fn let_go_of(held: Held) {
+    if held.record.is_some() {
+        lock_file::clear(&held.file);
+    }
+    lock_file::unlock(&held.file);
+    drop(held.file);
+}
+
+fn lock(map: &std::sync::Mutex<HeldMap>) -> std::sync::MutexGuard<'_, HeldMap> {
+    // Every update is one insert, remove or assignment.
+    map.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl FileBackend {
+    /// Registers a taken lock file as the lease of `token`, and starts its
+    /// reaper.
+    pub(super) fn hold(
+        &self,
+        token: &str,
+        file: File,
+        name: String,
+        record: Option<Record>,
+        ttl: Duration,
+        valid_until: Instant,
+    ) {
+        let (gone, gone_rx) = tokio::sync::oneshot::channel();
+        let held = Held {
+            file,
+            name,
+            record,
+            ttl,
+            valid_until,
+            _gone: gone,
+        };
+        if let Some(old) = lock(&self.held).insert(token.to_owned(), held) {
+            // Owner tokens are unique: never, but never leak a lock either.
+            let_go_of(old);
+        }
+        let map = Arc::downgrade(&self.held);
+        let token = token.to_owned();
+        crate::lease::background::spawn_daemon(async move {
+            if let Some(expired) =
+                ran_out(map, &token, valid_until, gone_rx, |h: &Held| h.valid_until).await
+            {
+                tracing::debug!(
+                    file = expired.name,
+                    "lease ran out without renewal; unlocking its file"
+                );
+                let_go_of(expired);
+            }
+        });
+    }
+
+    /// Releases the lease of `token`: `false` if this backend holds none.
+    pub(super) fn let_go(&self, token: &str) -> bool {
+        let held = lock(&self.held).remove(token);
+        match held {
+            Some(held) => {
+                let_go_of(held);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One lease's renewal: its file is still the one at the name (else it
+    /// is lost, and let go), and the record's expiry moves.
+    pub(super) fn renew_one(&self, lease: &Lease) -> Result<Renewal, LockError> {
+        let sent = Instant::now();
+        let mut map = lock(&self.held);
+        let Some(held) = map.get_mut(&lease.token) else {
+            return Ok(Renewal::Refused);
+        };
+        match lock_file::is_current(&self.dir, &held.name, &held.file) {
+            Ok(true) => {}
+            Ok(false) => {
+                let name = held.name.clone();
+                if let Some(held) = map.remove(&lease.token) {
+                    let_go_of(held);
+                }
+                tracing::debug!(
+                    file = name,
+                    "the lock file was removed or replaced under its holder"
+                );
+                return Ok(Renewal::Deleted);
+            }
+            Err(e) => return Err(self.failed("cannot check the lock file", &held.name, e)),
+        }
+        held.valid_until = lease_deadline(sent, held.ttl);
+        if let Some(record) = &mut held.record {
+            record.expires_ms = lock_file::now_millis().saturating_add(millis(held.ttl));
+            record
+                .write(&held.file)
+                .map_err(|e| self.failed("cannot write the lock file", &held.name, e))?;
+        }
+        Ok(Renewal::Renewed {
+            valid_until: held.valid_until,
+        })
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

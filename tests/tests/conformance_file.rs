@@ -1,0 +1,12 @@
+//! The conformance suite on the file backend: a temporary directory per
+//! test, every client a backend of its own on it.
+#![cfg(target_os = "linux")]
+
+use dlock_tests::fixtures::file::FileFixture;
+
+dlock_tests::conformance_suite!(FileFixture::start());
+// Segments and several keys are ordinary locks, key by key.
+dlock_tests::segments_suite!(FileFixture::start());
+dlock_tests::multi_suite!(FileFixture::start(), rounds = 200);
+// Readers share `flock(LOCK_SH)`, writers take `LOCK_EX` behind a gate file.
+dlock_tests::rw_suite!(FileFixture::start());
