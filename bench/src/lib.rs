@@ -8,6 +8,7 @@ pub mod allocations;
 pub mod cycle_suite;
 pub mod etcd;
 pub mod held;
+pub mod mysql;
 pub mod observed;
 pub mod postgres;
 pub mod postgres_held;

@@ -14,7 +14,7 @@ use crate::LockError;
 /// Schemes: `memory://` always; `redis://`, `rediss://`, `redis+cluster://`,
 /// `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`,
 /// `redlock://`, `etcd://`, `etcds://`, `zk://`, `zks://`, `postgres://`,
-/// `postgresql://` with
+/// `postgresql://`, `mysql://`, `mysqls://` with
 /// their cargo features (the table in [`backends`](crate::backends)).
 ///
 /// # Errors
@@ -70,6 +70,10 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         #[cfg(feature = "postgres")]
         Backend::Postgres => Ok(Arc::new(
             crate::backends::postgres::PostgresBackend::connect(url).await?,
+        )),
+        #[cfg(feature = "mysql")]
+        Backend::Mysql => Ok(Arc::new(
+            crate::backends::mysql::MysqlBackend::connect(url).await?,
         )),
         // A backend whose cargo feature is off in this build.
         #[allow(unreachable_patterns)]

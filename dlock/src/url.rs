@@ -4,21 +4,24 @@
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "mysql"
 ))]
 pub(crate) mod options;
 #[cfg(any(
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "mysql"
 ))]
 pub(crate) mod parts;
 #[cfg(any(
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "mysql"
 ))]
 pub(crate) mod prefix;
 
@@ -96,7 +99,8 @@ fn redact_userinfo(url: &str) -> String {
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "mysql"
 ))]
 pub(crate) fn percent_decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();

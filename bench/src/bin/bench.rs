@@ -1,7 +1,7 @@
 //! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--beside=<url>]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
-//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`) and prints a table of ratios.
+//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`, `mysql://…`) and prints a table of ratios.
 //!
 //! `--segments` (Redis only) runs the hot-key suite instead: one key, 64
 //! tasks, a single `Lock` against `SegmentedLock` with 4 and 8 segments and
@@ -94,6 +94,11 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
                 dlock_bench::postgres::run(&url, beside.as_deref()).await
             })
         },
+    ),
+    (
+        &["mysql"],
+        "mysql://root@127.0.0.1:3306/dlock",
+        |url, _| Box::pin(async move { dlock_bench::mysql::run(&url).await }),
     ),
 ];
 

@@ -30,6 +30,7 @@ pub(crate) enum Backend {
     Etcd,
     ZooKeeper,
     Postgres,
+    Mysql,
 }
 
 /// Every scheme, in the order errors list them.
@@ -88,6 +89,14 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         rw_locks: true,
         elections: true,
         backend: Backend::Postgres,
+    },
+    Scheme {
+        names: &["mysql", "mysqls"],
+        feature: Some("mysql"),
+        semaphores: false,
+        rw_locks: false,
+        elections: false,
+        backend: Backend::Mysql,
     },
 ];
 
@@ -175,6 +184,6 @@ mod tests {
             "memory://, redis://, etcd://, zk:// or postgres://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
-        assert!(all_listed().ends_with(", zk://, zks://, postgres:// and postgresql://"));
+        assert!(all_listed().ends_with(", postgres://, postgresql://, mysql:// and mysqls://"));
     }
 }

@@ -30,11 +30,13 @@
 pub(crate) mod announcements;
 #[cfg(feature = "etcd")]
 pub mod etcd;
-#[cfg(any(feature = "postgres", feature = "zookeeper"))]
+#[cfg(any(feature = "postgres", feature = "zookeeper", feature = "mysql"))]
 pub(crate) mod held_deadline;
 #[cfg(all(test, any(feature = "etcd", feature = "zookeeper")))]
 pub(crate) mod long_key_lease;
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

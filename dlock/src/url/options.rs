@@ -14,6 +14,7 @@ const EVERY_BACKEND: &[(&str, &[&str])] = &[
     ("etcd", ETCD),
     ("ZooKeeper", ZOOKEEPER),
     ("PostgreSQL", POSTGRES),
+    ("MySQL", MYSQL),
 ];
 
 /// What every Redis form takes (Redlock: each master's).
@@ -71,6 +72,18 @@ pub(crate) const POSTGRES: &[&str] = &[
     "schema",
     "session_timeout",
     "fence_retention",
+];
+/// `mysql://` and `mysqls://`.
+pub(crate) const MYSQL: &[&str] = &[
+    "prefix",
+    "client_name",
+    "timeout",
+    "tcp_keepalive",
+    "sessions",
+    "session_timeout",
+    "fence_retention",
+    "ssl-mode",
+    "ssl-ca",
 ];
 /// `zk://` and `zks://`.
 pub(crate) const ZOOKEEPER: &[&str] = &[
@@ -165,7 +178,12 @@ pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
     }
 }
 
-#[cfg(any(feature = "redis", feature = "etcd", feature = "postgres"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "postgres",
+    feature = "mysql"
+))]
 /// A duration that `0` turns off (`None`).
 pub(crate) fn duration_or_off(name: &str, value: &str) -> Result<Option<Duration>, String> {
     if value == "0" {
