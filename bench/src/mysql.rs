@@ -83,7 +83,12 @@ pub async fn run(url: &str) -> Result<(), BoxError> {
         backends.push(Arc::new(MysqlBackend::connect(url).await?));
         bare.push(Arc::new(Bare::connect(url, &name).await?));
     }
-    let version: Option<String> = bare[0].conn.lock().await.query_first("SELECT VERSION()").await?;
+    let version: Option<String> = bare[0]
+        .conn
+        .lock()
+        .await
+        .query_first("SELECT VERSION()")
+        .await?;
     let flush: Option<String> = bare[0]
         .conn
         .lock()

@@ -78,18 +78,34 @@ async fn sql_get_lock_and_dlock_exclude_each_other() {
     let backend = fixture.backend_for_tests().await;
     let name = sql_string(&lock_name("interop"));
     let guard = lock(&backend, "interop").acquire().await.unwrap();
-    assert_eq!(fixture.server().sql(&format!("SELECT GET_LOCK({name}, 0)")), "0");
+    assert_eq!(
+        fixture.server().sql(&format!("SELECT GET_LOCK({name}, 0)")),
+        "0"
+    );
     guard.release().await.unwrap();
-    assert_eq!(fixture.server().sql(&format!("SELECT GET_LOCK({name}, 0)")), "1");
+    assert_eq!(
+        fixture.server().sql(&format!("SELECT GET_LOCK({name}, 0)")),
+        "1"
+    );
 
     let sql = SqlSession::run(&fixture, &format!("SELECT GET_LOCK({name}, 0);"));
-    eventually("the SQL session holds the name", Duration::from_secs(10), || {
-        fixture.holder("interop").is_some()
-    })
+    eventually(
+        "the SQL session holds the name",
+        Duration::from_secs(10),
+        || fixture.holder("interop").is_some(),
+    )
     .await;
-    assert!(lock(&backend, "interop").try_acquire().await.unwrap().is_none());
+    assert!(lock(&backend, "interop")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
     let info = lock(&backend, "interop").inspect().await.unwrap();
-    assert_eq!(info.map(|i| i.holder), Some(None), "held by a client that is not dlock");
+    assert_eq!(
+        info.map(|i| i.holder),
+        Some(None),
+        "held by a client that is not dlock"
+    );
     let waiter = {
         let backend = backend.clone();
         tokio::spawn(async move {
@@ -122,13 +138,16 @@ async fn sql_waiters_and_dlock_waiters_share_the_servers_queue() {
     let held = lock(&a, "queue").acquire().await.unwrap();
     let sql = SqlSession::run(
         &fixture,
-        &format!("SELECT GET_LOCK({name}, 30); SELECT SLEEP(1);"),
+        &format!("SELECT GET_LOCK({name}, 30); SELECT SLEEP(1); SELECT RELEASE_LOCK({name});"),
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move {
-            let guard = lock(&b, "queue").wait(Duration::from_secs(20)).acquire().await;
+            let guard = lock(&b, "queue")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
             (guard, Instant::now())
         })
     };
@@ -154,17 +173,28 @@ async fn sql_waiters_and_dlock_waiters_share_the_servers_queue() {
 async fn two_leases_of_one_process_on_one_key_exclude_each_other() {
     let fixture = MysqlFixture::with_options("sessions=1");
     let backend = fixture.backend_for_tests().await;
-    let first = lock(&backend, "twice").try_acquire().await.unwrap().unwrap();
+    let first = lock(&backend, "twice")
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
     // Straight to the backend: no local queue or reentrancy in between.
     let req = dlock::backend::AcquireRequest {
         key: "twice".into(),
         token: format!("{}@test", "a".repeat(32)),
         ttl: Duration::from_secs(10),
     };
-    assert!(backend.try_acquire(&req).await.unwrap().is_none(), "granted twice on one session");
+    assert!(
+        backend.try_acquire(&req).await.unwrap().is_none(),
+        "granted twice on one session"
+    );
     let deadline = Instant::now() + Duration::from_millis(500);
     assert!(
-        backend.acquire(&req, Some(deadline)).await.unwrap().is_none(),
+        backend
+            .acquire(&req, Some(deadline))
+            .await
+            .unwrap()
+            .is_none(),
         "a wait was granted a held key"
     );
     // Another task of the same process, through the public API.
@@ -174,7 +204,11 @@ async fn two_leases_of_one_process_on_one_key_exclude_each_other() {
     };
     assert!(other.await.unwrap().unwrap().is_none());
     first.release().await.unwrap();
-    let second = backend.try_acquire(&req).await.unwrap().expect("free after the release");
+    let second = backend
+        .try_acquire(&req)
+        .await
+        .unwrap()
+        .expect("free after the release");
     assert!(backend.release(&second).await.unwrap());
     assert_eq!(fixture.holder("twice"), None);
 }
@@ -187,7 +221,10 @@ async fn long_keys_are_hashed_and_listed_by_their_key() {
     let backend = fixture.backend_for_tests().await;
     let key = format!("long:{}", "k".repeat(400));
     let guard = lock(&backend, &key).acquire().await.unwrap();
-    assert!(fixture.holder(&key).is_some(), "SQL sees the hashed name held");
+    assert!(
+        fixture.holder(&key).is_some(),
+        "SQL sees the hashed name held"
+    );
     let info = lock(&backend, &key).inspect().await.unwrap().expect("held");
     assert_eq!(info.fencing_token, guard.fencing_token());
     let listed = dlock::list_locks(backend.as_ref(), "long:").await.unwrap();
@@ -228,7 +265,9 @@ async fn least_privilege_grants_work_and_missing_ones_are_named() {
     let server = fixture.server();
     // No table yet, no CREATE: connect says what to do.
     server.sql("CREATE USER 'nothing'@'%' IDENTIFIED BY 'pw'; GRANT USAGE ON *.* TO 'nothing'@'%'");
-    let err = MysqlBackend::connect(&server.url_as("nothing", "pw")).await.unwrap_err();
+    let err = MysqlBackend::connect(&server.url_as("nothing", "pw"))
+        .await
+        .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("CREATE") || text.contains("denied"), "{text}");
     assert!(!text.contains(":pw@"), "{text}");
@@ -242,7 +281,11 @@ async fn least_privilege_grants_work_and_missing_ones_are_named() {
     let locker = connect(&server.url_as("locker", "pw")).await;
     let guard = lock(&locker, "grants").acquire().await.unwrap();
     assert!(guard.fencing_token().is_some());
-    let info = lock(&locker, "grants").inspect().await.unwrap().expect("held");
+    let info = lock(&locker, "grants")
+        .inspect()
+        .await
+        .unwrap()
+        .expect("held");
     assert_eq!(info.fencing_token, guard.fencing_token());
     assert!(lock(&locker, "grants").force_release().await.unwrap());
     tokio::time::timeout(Duration::from_secs(15), guard.lost())
@@ -258,11 +301,18 @@ async fn least_privilege_grants_work_and_missing_ones_are_named() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("UPDATE"), "{err}");
-    assert_eq!(fixture.holder("grants"), None, "a refused acquisition left the lock held");
+    assert_eq!(
+        fixture.holder("grants"),
+        None,
+        "a refused acquisition left the lock held"
+    );
     // Without INSERT: a new name's acquisition is refused.
     server.sql("GRANT UPDATE ON dlock.dlock_fences TO 'locker'@'%'; REVOKE INSERT ON dlock.dlock_fences FROM 'locker'@'%'");
     let limited = connect(&server.url_as("locker", "pw")).await;
-    let err = lock(&limited, "fresh-name").try_acquire().await.unwrap_err();
+    let err = lock(&limited, "fresh-name")
+        .try_acquire()
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("INSERT"), "{err}");
     assert_eq!(fixture.holder("fresh-name"), None);
 }
@@ -278,7 +328,8 @@ async fn a_table_that_is_not_dlocks_kind_is_refused() {
     assert!(err.to_string().contains("VIEW"), "{err}");
     server.sql("DROP VIEW dlock_fences");
     drop(fixture.backend_for_tests().await);
-    server.sql("CREATE TRIGGER sneaky BEFORE UPDATE ON dlock_fences FOR EACH ROW SET NEW.fence = 1");
+    server
+        .sql("CREATE TRIGGER sneaky BEFORE UPDATE ON dlock_fences FOR EACH ROW SET NEW.fence = 1");
     let err = MysqlBackend::connect(fixture.url()).await.unwrap_err();
     assert!(err.to_string().contains("trigger"), "{err}");
 }
@@ -289,10 +340,19 @@ async fn bad_input_is_a_clear_error_in_time() {
     let fixture = MysqlFixture::start();
     let port = fixture.server().port();
     for (url, says) in [
-        (format!("mysql://root@127.0.0.1:{port}/dlock?sesions=2"), "did you mean `sessions`?"),
+        (
+            format!("mysql://root@127.0.0.1:{port}/dlock?sesions=2"),
+            "did you mean `sessions`?",
+        ),
         (format!("mysql://root@127.0.0.1:{port}"), "no database"),
-        (format!("mysql://root:wrong@127.0.0.1:{port}/dlock"), "Access denied"),
-        (format!("mysql://root@127.0.0.1:{port}/nosuchdb"), "nosuchdb"),
+        (
+            format!("mysql://root:wrong@127.0.0.1:{port}/dlock"),
+            "Access denied",
+        ),
+        (
+            format!("mysql://root@127.0.0.1:{port}/nosuchdb"),
+            "nosuchdb",
+        ),
     ] {
         let started = Instant::now();
         let err = MysqlBackend::connect(&url).await.unwrap_err();

@@ -45,12 +45,19 @@ async fn a_killed_holder_process_frees_its_lock_at_once() {
             Duration::from_secs(60),
         ),
     );
-    let first: u64 = holder.acquired(Duration::from_secs(20)).await.parse().unwrap();
+    let first: u64 = holder
+        .acquired(Duration::from_secs(20))
+        .await
+        .parse()
+        .unwrap();
     let backend = fixture.backend_for_tests().await;
     let waiter = {
         let backend = backend.clone();
         tokio::spawn(async move {
-            let guard = lock(&backend, "crash").wait(Duration::from_secs(20)).acquire().await;
+            let guard = lock(&backend, "crash")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
             (guard, Instant::now())
         })
     };
@@ -93,7 +100,12 @@ async fn a_frozen_holder_is_freed_by_the_server() {
     let url = format!("{}?session_timeout=2s", fixture.url());
     let mut holder = Holder::spawn(
         HOLDER,
-        &HolderSpec::once(&url, "frozen", Duration::from_secs(2), Duration::from_secs(6)),
+        &HolderSpec::once(
+            &url,
+            "frozen",
+            Duration::from_secs(2),
+            Duration::from_secs(6),
+        ),
     );
     holder.acquired(Duration::from_secs(20)).await;
     let pid = holder.pid().expect("holder runs");
@@ -108,7 +120,10 @@ async fn a_frozen_holder_is_freed_by_the_server() {
         .expect("the frozen holder's lock is freed by the server");
     let freed = frozen.elapsed();
     eprintln!("a frozen holder's lock was granted to another client {freed:?} after SIGSTOP (session_timeout {session_timeout:?})");
-    assert!(freed <= session_timeout + Duration::from_secs(3), "{freed:?}");
+    assert!(
+        freed <= session_timeout + Duration::from_secs(3),
+        "{freed:?}"
+    );
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     assert!(
         !holder.exit_success(Duration::from_secs(20)).await,
@@ -133,11 +148,16 @@ async fn a_killed_session_loses_exactly_its_leases() {
     assert_ne!(victim_id, bystander_id, "two sessions, one lease each");
     let lost = victim.lost();
     let killed = Instant::now();
-    fixture.server().sql(&format!("KILL {}", victim_id.unwrap()));
+    fixture
+        .server()
+        .sql(&format!("KILL {}", victim_id.unwrap()));
     tokio::time::timeout(ttl, lost)
         .await
         .expect("lost() fired within the ttl");
-    eprintln!("loss of a killed session reported after {:?} (ttl {ttl:?})", killed.elapsed());
+    eprintln!(
+        "loss of a killed session reported after {:?} (ttl {ttl:?})",
+        killed.elapsed()
+    );
     let next = lock(&b, "victim")
         .wait(Duration::from_secs(10))
         .acquire()
@@ -146,7 +166,10 @@ async fn a_killed_session_loses_exactly_its_leases() {
     assert!(next.fencing_token() > victim.fencing_token());
     tokio::time::sleep(ttl + ttl / 2).await;
     assert!(bystander.is_held(), "a lease of another session was lost");
-    assert!(matches!(victim.release().await, Err(LockError::NotHeld { .. })));
+    assert!(matches!(
+        victim.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
     next.release().await.unwrap();
     bystander.release().await.unwrap();
 }
@@ -212,8 +235,13 @@ async fn frozen_flows_lose_the_lease_before_the_server_frees_it() {
         .await
         .expect("the server frees the silent session");
     let freed_at = frozen.elapsed();
-    eprintln!("frozen flows: lease lost after {lost_at:?}, lock free for others after {freed_at:?}");
-    assert!(lost_at < freed_at, "the holder still believed it held the lock when another got it");
+    eprintln!(
+        "frozen flows: lease lost after {lost_at:?}, lock free for others after {freed_at:?}"
+    );
+    assert!(
+        lost_at < freed_at,
+        "the holder still believed it held the lock when another got it"
+    );
     assert!(next.fencing_token().unwrap() > fence);
     next.release().await.unwrap();
     // The holder's backend opens new sessions through the proxy.
@@ -241,7 +269,8 @@ async fn acquisitions_dropped_at_every_await_leave_nothing_held() {
     for (round, &delay) in delays.iter().enumerate() {
         // A free key.
         let key = format!("cancel-free-{round}");
-        let _ = tokio::time::timeout(delay, lock(&b, &key).wait(Duration::from_secs(5)).acquire()).await;
+        let _ = tokio::time::timeout(delay, lock(&b, &key).wait(Duration::from_secs(5)).acquire())
+            .await;
         let next = lock(&c, &key)
             .wait(Duration::from_secs(3))
             .acquire()
@@ -260,7 +289,10 @@ async fn acquisitions_dropped_at_every_await_leave_nothing_held() {
             .await
             .unwrap_or_else(|e| panic!("held key, waiter dropped after {delay:?}: {e}"));
         let waited = started.elapsed();
-        assert!(waited < Duration::from_secs(2), "after {delay:?}: {waited:?}");
+        assert!(
+            waited < Duration::from_secs(2),
+            "after {delay:?}: {waited:?}"
+        );
         next.release().await.unwrap();
     }
     // Nothing of b's stays held anywhere.
@@ -270,6 +302,10 @@ async fn acquisitions_dropped_at_every_await_leave_nothing_held() {
         .sql("SELECT COUNT(*) FROM dlock_fences WHERE IS_USED_LOCK(name) IS NOT NULL");
     assert_eq!(held, "0");
     // b still works.
-    let guard = lock(&b, "cancel-after").try_acquire().await.unwrap().unwrap();
+    let guard = lock(&b, "cancel-after")
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
     guard.release().await.unwrap();
 }

@@ -95,11 +95,9 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
             })
         },
     ),
-    (
-        &["mysql"],
-        "mysql://root@127.0.0.1:3306/dlock",
-        |url, _| Box::pin(async move { dlock_bench::mysql::run(&url).await }),
-    ),
+    (&["mysql"], "mysql://root@127.0.0.1:3306/dlock", |url, _| {
+        Box::pin(async move { dlock_bench::mysql::run(&url).await })
+    }),
 ];
 
 #[tokio::main]

@@ -263,7 +263,10 @@ impl Failure {
 /// Server errors that pass: too many connections, the server shutting
 /// down, a connection killed, a lock wait or deadlock.
 fn transient_code(code: u16) -> bool {
-    matches!(code, 1040 | 1053 | 1077 | 1079 | 1152 | 1158..=1161 | 1205 | 1213 | 1317 | 1927 | 4031)
+    matches!(
+        code,
+        1040 | 1053 | 1077 | 1079 | 1152 | 1158..=1161 | 1205 | 1213 | 1317 | 1927 | 4031
+    )
 }
 
 impl From<mysql_async::Error> for Failure {
@@ -380,13 +383,19 @@ impl MysqlBackend {
     /// Opens a session on dlock's background runtime.
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
         let (config, shown, alarm) = (self.config.clone(), self.shown.clone(), self.alarm.clone());
-        crate::lease::background::run(async move { session::open(&config, &shown, alarm, None).await })
-            .await
+        crate::lease::background::run(
+            async move { session::open(&config, &shown, alarm, None).await },
+        )
+        .await
     }
 
     /// A live session for a read (inspect, list, force_release).
     async fn any_session(&self) -> Result<Arc<Session>, LockError> {
-        match self.pool.reserve(None, false, || self.open_session()).await? {
+        match self
+            .pool
+            .reserve(None, false, || self.open_session())
+            .await?
+        {
             Reserved::On(session) => Ok(session),
             Reserved::Busy => Err(failed(&self.shown, "no session could be opened")),
         }

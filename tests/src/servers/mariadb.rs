@@ -139,10 +139,7 @@ fn make_template() -> HarnessResult<PathBuf> {
     command
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
-        .args([
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-        ])
+        .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
         .args(INNODB)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -267,14 +264,16 @@ impl MariaDbServer {
         let name = format!("mariadbd 127.0.0.1:{port}");
         let log = dir.path().join("mariadb.log");
         let mut spec = match user {
-            Some((uid, gid)) => ProcessSpec::new(name, require_binary("setpriv", "util-linux")?, log)
-                .args([
-                    format!("--reuid={uid}"),
-                    format!("--regid={gid}"),
-                    "--clear-groups".to_owned(),
-                    "--".to_owned(),
-                ])
-                .arg(&bin),
+            Some((uid, gid)) => {
+                ProcessSpec::new(name, require_binary("setpriv", "util-linux")?, log)
+                    .args([
+                        format!("--reuid={uid}"),
+                        format!("--regid={gid}"),
+                        "--clear-groups".to_owned(),
+                        "--".to_owned(),
+                    ])
+                    .arg(&bin)
+            }
             None => ProcessSpec::new(name, &bin, log),
         };
         spec = spec

@@ -107,12 +107,26 @@ impl MysqlBackend {
         let ttl = self.clamp(req.ttl);
         let sent = Instant::now();
         let answer = self
-            .send_acquire(&session, &name, req, ttl, Wait::No, Some(self.config.timeout))
+            .send_acquire(
+                &session,
+                &name,
+                req,
+                ttl,
+                Wait::No,
+                Some(self.config.timeout),
+            )
             .await;
         match answer {
             Ok(Granted::Yes(fence)) => {
                 let valid_until = lease_deadline(sent, ttl);
-                Ok(Some(self.granted(req, session, name, ttl, fence, valid_until)))
+                Ok(Some(self.granted(
+                    req,
+                    session,
+                    name,
+                    ttl,
+                    fence,
+                    valid_until,
+                )))
             }
             Ok(Granted::No) => {
                 session.unreserve(&name);

@@ -117,9 +117,10 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             ))
         }
     };
-    let credentials = parts.credentials.clone().ok_or_else(|| {
-        bad("no user; write `mysql://user:password@host:3306/database`".into())
-    })?;
+    let credentials = parts
+        .credentials
+        .clone()
+        .ok_or_else(|| bad("no user; write `mysql://user:password@host:3306/database`".into()))?;
     if credentials.user.is_empty() {
         return Err(bad(
             "an empty user name; write `mysql://user:password@host:3306/database`".into(),
@@ -254,9 +255,9 @@ fn host_port(text: &str) -> Result<(String, u16), String> {
         return Err("several hosts: dlock's MySQL backend talks to one server (a lock lives in one server's memory); give one `host:port`".into());
     }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (address, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("`{text}` opens an IPv6 address with `[` but never closes it"))?;
+        let (address, after) = rest.split_once(']').ok_or_else(|| {
+            format!("`{text}` opens an IPv6 address with `[` but never closes it")
+        })?;
         (address.to_owned(), after.strip_prefix(':'))
     } else {
         match text.rsplit_once(':') {
@@ -330,7 +331,10 @@ mod tests {
             ("mysql://app:Secret9@h/db?session_timeout=1s", "between 2s"),
             ("mysql://app:Secret9@h/db?ssl-mode=PREFERRED", "not one of"),
             ("mysql://app:Secret9@h/db?ssl-mode=VERIFY_CA", "ssl-ca"),
-            ("mysql://app:Secret9@h/db?sslmode=require", "did you mean `ssl-mode`?"),
+            (
+                "mysql://app:Secret9@h/db?sslmode=require",
+                "did you mean `ssl-mode`?",
+            ),
             (
                 "mysql://app:Secret9@h/db?prefix=abcdefghijabcdefghijabcdefghijX",
                 "longer than 30",

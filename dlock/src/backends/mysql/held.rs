@@ -74,15 +74,18 @@ pub(super) fn unlock_in_background(session: Arc<Session>, name: String) {
         let sql = Statements::unlock(&name);
         let forget = name.clone();
         let op: super::session::Op<()> = Box::new(move |conn| {
-            Box::pin(async move {
-                mysql_async::prelude::Queryable::query_drop(conn, sql).await
-            })
+            Box::pin(async move { mysql_async::prelude::Queryable::query_drop(conn, sql).await })
         });
         let answer = session
-            .call(Some(std::time::Duration::from_secs(10)), false, op, move |_| Undo {
-                sql: None,
-                forget: Some(forget),
-            })
+            .call(
+                Some(std::time::Duration::from_secs(10)),
+                false,
+                op,
+                move |_| Undo {
+                    sql: None,
+                    forget: Some(forget),
+                },
+            )
             .await;
         match answer {
             Ok(()) => session.unreserve(&name),

@@ -42,7 +42,9 @@ impl MysqlBackend {
     }
 
     pub(super) async fn inspect_key(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
-        let answer = self.read(self.statements.inspect(&self.name_of(key))).await?;
+        let answer = self
+            .read(self.statements.inspect(&self.name_of(key)))
+            .await?;
         let Some(row) = answer.rows.first() else {
             return Ok(None);
         };

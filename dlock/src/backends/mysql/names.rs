@@ -42,7 +42,9 @@ pub fn lock_name_in(prefix: &str, key: &str) -> String {
     }
     let digest = Sha256::digest(full.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    let room = MAX_NAME_CHARS.saturating_sub(prefix.chars().count() + 2).clamp(32, 64);
+    let room = MAX_NAME_CHARS
+        .saturating_sub(prefix.chars().count() + 2)
+        .clamp(32, 64);
     format!("{prefix}:#{}", &hex[..room])
 }
 
@@ -77,7 +79,10 @@ mod tests {
         assert!(wide.starts_with("p:#"), "{wide}");
         assert_eq!(lock_name_in("p", &"é".repeat(62)).chars().count(), 64);
         let long_prefix = "a".repeat(30);
-        assert_eq!(lock_name_in(&long_prefix, &"k".repeat(40)).chars().count(), 64);
+        assert_eq!(
+            lock_name_in(&long_prefix, &"k".repeat(40)).chars().count(),
+            64
+        );
     }
 
     #[test]

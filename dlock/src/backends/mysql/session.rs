@@ -257,7 +257,9 @@ impl<T> Drop for Parcel<T> {
             if let Some(sql) = sql {
                 let op: Op<()> = Box::new(move |conn| Box::pin(conn.query_drop(sql)));
                 if session
-                    .call(Some(Duration::from_secs(10)), false, op, |_| Undo::default())
+                    .call(Some(Duration::from_secs(10)), false, op, |_| {
+                        Undo::default()
+                    })
                     .await
                     .is_err()
                 {
@@ -272,17 +274,22 @@ impl<T> Drop for Parcel<T> {
 }
 
 /// Every result set of the (multi-statement) `sql`; the rows of the last
-/// one that had columns, and the affected rows of the first.
+/// one that had rows, and the affected rows of the first. A statement that
+/// fails ends the batch with its error, which `mysql_async` reports only at
+/// one more `collect` after `is_empty()` says the batch is over (an error
+/// answer is not counted as a further result): that `collect` is always
+/// made, and costs nothing when the batch really is over.
 pub(super) async fn rows_of(conn: &mut Conn, sql: String) -> Result<Answer, mysql_async::Error> {
     let mut result = conn.query_iter(sql).await?;
     let first_affected = result.affected_rows();
     let mut rows = Vec::new();
     loop {
+        let done = result.is_empty();
         let set: Vec<Row> = result.collect().await?;
         if !set.is_empty() {
             rows = set;
         }
-        if result.is_empty() {
+        if done {
             break;
         }
     }
@@ -380,7 +387,9 @@ impl Pool {
                     let load = match slot {
                         Some(s) if s.is_alive() => {
                             let has = lock(&s.names);
-                            if name.is_some_and(|n| has.contains(n)) || (idle_only && !has.is_empty()) {
+                            if name.is_some_and(|n| has.contains(n))
+                                || (idle_only && !has.is_empty())
+                            {
                                 continue;
                             }
                             has.len()
@@ -437,7 +446,9 @@ pub(super) async fn open(
     let limit = config.timeout;
     let wait_timeout = config.session_timeout.as_secs().max(1);
     let setup = async {
-        let mut conn = Conn::new(config.opts.clone()).await.map_err(Failure::from)?;
+        let mut conn = Conn::new(config.opts.clone())
+            .await
+            .map_err(Failure::from)?;
         conn.query_drop(format!(
             "SET SESSION wait_timeout = {wait_timeout}, SESSION time_zone = '+00:00'"
         ))
@@ -463,12 +474,7 @@ pub(super) async fn open(
         let checks = super::setup::ensure_table(&mut conn, &config.database, statements, shown);
         match tokio::time::timeout(limit, checks).await {
             Ok(done) => done?,
-            Err(_) => {
-                return Err(failed(
-                    shown,
-                    Failure::unanswered(limit),
-                ))
-            }
+            Err(_) => return Err(failed(shown, Failure::unanswered(limit))),
         }
     }
     let session = Arc::new(Session {

@@ -32,7 +32,9 @@ pub(super) async fn ensure_table(
         "SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = {} AND TABLE_NAME = '{TABLE}'",
         hex_literal(database.as_bytes())
     );
-    let found = rows_of(conn, find.clone()).await.map_err(|e| failed(shown, e))?;
+    let found = rows_of(conn, find.clone())
+        .await
+        .map_err(|e| failed(shown, e))?;
     if found.rows.is_empty() {
         if let Err(e) = conn.query_drop(statements.create()).await {
             let f = Failure::from(e);
@@ -52,7 +54,9 @@ pub(super) async fn ensure_table(
     let kind = bytes(row, 0).map(|b| String::from_utf8_lossy(&b).into_owned());
     let engine = bytes(row, 1).map(|b| String::from_utf8_lossy(&b).into_owned());
     if kind.as_deref() != Some("BASE TABLE")
-        || !engine.as_deref().is_some_and(|e| e.eq_ignore_ascii_case("InnoDB"))
+        || !engine
+            .as_deref()
+            .is_some_and(|e| e.eq_ignore_ascii_case("InnoDB"))
     {
         return Err(LockError::invalid_option(format!(
             "{shown}: {} is a {} with engine {}, not the InnoDB table dlock makes: drop it (dlock creates it again) or give dlock another database",
@@ -65,7 +69,9 @@ pub(super) async fn ensure_table(
         "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = {} AND EVENT_OBJECT_TABLE = '{TABLE}'",
         hex_literal(database.as_bytes())
     );
-    let counted = rows_of(conn, triggers).await.map_err(|e| failed(shown, e))?;
+    let counted = rows_of(conn, triggers)
+        .await
+        .map_err(|e| failed(shown, e))?;
     if counted.rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0 {
         return Err(LockError::invalid_option(format!(
             "{shown}: {} has a trigger, which would run on every acquisition: drop the trigger, or give dlock a table of its own",

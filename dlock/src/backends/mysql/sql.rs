@@ -88,7 +88,14 @@ impl Statements {
     /// next fence and the holder's row, in one round trip. Answers one row:
     /// `GET_LOCK`'s answer (1 granted, 0 timed out, NULL error) and the
     /// fence (meaningful only when granted).
-    pub(super) fn acquire(&self, name: &str, key: &str, token: &str, ttl: Duration, wait: Wait) -> String {
+    pub(super) fn acquire(
+        &self,
+        name: &str,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        wait: Wait,
+    ) -> String {
         let (n, k, t) = (
             hex_literal(name.as_bytes()),
             hex_literal(key.as_bytes()),
@@ -131,7 +138,10 @@ impl Statements {
     /// whether the session still holds the name, and whether the row still
     /// names the token.
     pub(super) fn renew(&self, leases: &[(&str, &str)]) -> String {
-        let names: Vec<String> = leases.iter().map(|(n, _)| hex_literal(n.as_bytes())).collect();
+        let names: Vec<String> = leases
+            .iter()
+            .map(|(n, _)| hex_literal(n.as_bytes()))
+            .collect();
         let mut checks = Vec::with_capacity(leases.len());
         for ((_, token), n) in leases.iter().zip(&names) {
             checks.push(format!(

@@ -143,7 +143,14 @@ impl MysqlBackend {
                 // from the answer. What excludes others is the session's
                 // lock, which the server frees only when the session ends.
                 let valid_until = lease_deadline(Instant::now(), ttl);
-                Ok(Some(self.granted(req, session, name, ttl, fence, valid_until)))
+                Ok(Some(self.granted(
+                    req,
+                    session,
+                    name,
+                    ttl,
+                    fence,
+                    valid_until,
+                )))
             }
             Ok(Granted::No) => {
                 session.unreserve(&name);
