@@ -39,6 +39,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("backends::redis",     A_BACKEND),
     ("backends::etcd",      A_BACKEND),
     ("backends::zookeeper", A_BACKEND),
+    ("backends::mysql",     A_BACKEND),
     ("backends::postgres",  A_BACKEND),
     ("backends::redlock",   &["backend", "url", "lease::background", "lease::ttl", "backends", "backends::redis"]),
     // Floor 3b: the lease machinery every lock kind shares, knowing no backend.

@@ -24,6 +24,9 @@ use super::{failed, held, lock, MysqlBackend};
 use crate::backend::{lease_deadline, Lease, Renewal};
 use crate::LockError;
 
+/// A session and its leases to renew: (index into the round, lock name).
+type SessionLeases = (Arc<Session>, Vec<(usize, String)>);
+
 /// The most leases one renewal statement checks (two columns each).
 pub(super) const BATCH: usize = 500;
 
@@ -32,7 +35,7 @@ impl MysqlBackend {
         let mut answers: Vec<Option<Result<Renewal, LockError>>> = Vec::new();
         answers.resize_with(leases.len(), || None);
         // Leases by session (by its id), in statements of at most BATCH.
-        let mut by_session: HashMap<u32, (Arc<Session>, Vec<(usize, String)>)> = HashMap::new();
+        let mut by_session: HashMap<u32, SessionLeases> = HashMap::new();
         {
             let held = lock(&self.held);
             for (i, lease) in leases.iter().enumerate() {
