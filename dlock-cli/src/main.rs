@@ -74,7 +74,7 @@ before dlock exits.";
 #[command(name = "dlock", version, after_help = EXAMPLES)]
 struct Cli {
     /// The backend's URL (redis://, rediss://, redis+cluster://, redis+sentinel://,
-    /// redlock://, etcd://, etcds://, zk://, zks://, postgres://); `?client_name=` names this holder.
+    /// redlock://, etcd://, etcds://, zk://, zks://, postgres://, mysql://); `?client_name=` names this holder.
     #[arg(long, env = "DLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
 
