@@ -52,10 +52,13 @@ pub fn lock_name_in(prefix: &str, key: &str) -> String {
 /// token goes into a statement (nothing to escape, whatever the bytes and
 /// the server's `sql_mode`).
 pub(super) fn hex_literal(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    // A renewal round writes thousands of these: one allocation each.
     let mut s = String::with_capacity(bytes.len() * 2 + 3);
     s.push_str("X'");
     for b in bytes {
-        s.push_str(&format!("{b:02x}"));
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
     s.push('\'');
     s
