@@ -117,28 +117,6 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             ))
         }
     };
-    let credentials = parts
-        .credentials
-        .clone()
-        .ok_or_else(|| bad("no user; write `mysql://user:password@host:3306/database`".into()))?;
-    if credentials.user.is_empty() {
-        return Err(bad(
-            "an empty user name; write `mysql://user:password@host:3306/database`".into(),
-        ));
-    }
-    let (host, port) = host_port(parts.hosts).map_err(&bad)?;
-    let database = percent_decode(parts.path.trim_start_matches('/')).map_err(&bad)?;
-    if database.is_empty() || database.contains('/') {
-        return Err(bad(
-            "no database: dlock keeps its fence table in one; write `mysql://user:password@host:3306/database`".into(),
-        ));
-    }
-    if database.chars().count() > 64 {
-        return Err(bad(format!(
-            "the database name `{database}` is longer than 64 characters"
-        )));
-    }
-
     let mut prefix = DEFAULT_PREFIX.to_owned();
     let mut sessions = DEFAULT_SESSIONS;
     let mut timeout = DEFAULT_TIMEOUT;
@@ -208,6 +186,29 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             }
         }
     }
+    // The parameters first: a wrong one is named whatever else is missing.
+    let credentials = parts
+        .credentials
+        .clone()
+        .ok_or_else(|| bad("no user; write `mysql://user:password@host:3306/database`".into()))?;
+    if credentials.user.is_empty() {
+        return Err(bad(
+            "an empty user name; write `mysql://user:password@host:3306/database`".into(),
+        ));
+    }
+    let (host, port) = host_port(parts.hosts).map_err(&bad)?;
+    let database = percent_decode(parts.path.trim_start_matches('/')).map_err(&bad)?;
+    if database.is_empty() || database.contains('/') {
+        return Err(bad(
+            "no database: dlock keeps its fence table in one; write `mysql://user:password@host:3306/database`".into(),
+        ));
+    }
+    if database.chars().count() > 64 {
+        return Err(bad(format!(
+            "the database name `{database}` is longer than 64 characters"
+        )));
+    }
+
     if ssl_mode == SslMode::VerifyCa && ssl_ca.is_none() {
         return Err(bad(
             "`ssl-mode=VERIFY_CA` without `ssl-ca=<file>` would accept any certificate a public root vouches for, whatever host it names: give the CA that signed the server's certificate, or use VERIFY_IDENTITY".into(),
