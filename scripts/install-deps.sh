@@ -11,6 +11,8 @@
 #   protoc + well-known protos       protobuf-compiler libprotobuf-dev (etcd-client build)
 #   PostgreSQL server (initdb, postgres under /usr/lib/postgresql/<version>/bin), psql
 #                                    postgresql postgresql-client
+#   MariaDB server (mariadbd under /usr/sbin, mariadb-install-db), the mariadb client
+#                                    mariadb-server mariadb-client
 #   redis-py (a lock holder that is not dlock, for the foreign-release tests)
 #                                    the `redis` PyPI package, with python3 -m pip; where the
 #                                    system's Python refuses pip (PEP 668), in a virtualenv at
@@ -132,6 +134,10 @@ need_file /usr/include/google/protobuf/timestamp.proto libprotobuf-dev
 # Debian keeps the server's binaries off PATH, one directory per major version.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 need_cmd psql postgresql-client
+# The server's binary is in /usr/sbin, which a user's PATH may lack.
+[[ -x /usr/sbin/mariadbd ]] || command -v mariadbd >/dev/null || missing+=(mariadb-server)
+need_cmd mariadb-install-db mariadb-server
+need_cmd mariadb mariadb-client
 need_cmd node nodejs
 need_cmd npm npm
 

@@ -96,7 +96,8 @@ checks() {
   # it), and a warning there shows in every user's build.
   for features in "--no-default-features" "" "--no-default-features --features redlock" \
     "--no-default-features --features etcd" "--no-default-features --features zookeeper" \
-    "--no-default-features --features postgres" "--no-default-features --features file"; do
+    "--no-default-features --features postgres" "--no-default-features --features mysql" \
+    "--no-default-features --features file"; do
     # shellcheck disable=SC2086 # the feature flags are words
     step "cargo clippy of the library, ${features:-default features}: no warnings in the feature sets users build" \
       cargo clippy -p dlock-rs --lib $features -- -D warnings || return
@@ -119,14 +120,15 @@ checks() {
 echo "== $(date +%T) cargo nextest (.config/nextest.toml): every test, each in its own process"
 # The servers' data directories (tempfile's, through TMPDIR) go to memory: etcd, ZooKeeper
 # and PostgreSQL sync their logs to disk on every write, which the tests only wait on.
-# World-writable like /tmp: the PostgreSQL servers run as the `postgres` user.
+# World-writable like /tmp: the PostgreSQL and MariaDB servers run as the `postgres` and
+# `mysql` users.
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then
   test_tmp=$(mktemp -d /dev/shm/dlock-tests.XXXXXX)
   chmod 1777 "$test_tmp"
   export TMPDIR="$test_tmp"
 fi
 status=0
-alone='binary(held_50k)'
+alone='binary(held_50k) | binary(mysql_held)'
 torture='package(dlock-torture) & binary(runs)'
 echo "== $(date +%T) nextest, alone (after building every test): 50,000 held locks renewed on time need the whole machine"
 cargo nextest run --workspace --all-features --profile alone -E "$alone" || status=$?

@@ -10,6 +10,7 @@ pub mod etcd;
 #[cfg(target_os = "linux")]
 pub mod file;
 pub mod held;
+pub mod mysql;
 pub mod observed;
 pub mod postgres;
 pub mod postgres_held;

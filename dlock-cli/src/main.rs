@@ -74,8 +74,8 @@ before dlock exits.";
 #[command(name = "dlock", version, after_help = EXAMPLES)]
 struct Cli {
     /// The backend's URL (redis://, rediss://, redis+cluster://, redis+sentinel://,
-    /// redlock://, etcd://, etcds://, zk://, zks://, postgres://, file:///dir for the processes
-    /// of one host); `?client_name=` names this holder.
+    /// redlock://, etcd://, etcds://, zk://, zks://, postgres://, mysql://, file:///dir for the
+    /// processes of one host); `?client_name=` names this holder.
     #[arg(long, env = "DLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
 

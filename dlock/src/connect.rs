@@ -14,7 +14,7 @@ use crate::LockError;
 /// Schemes: `memory://` always; `redis://`, `rediss://`, `redis+cluster://`,
 /// `rediss+cluster://`, `redis+sentinel://`, `rediss+sentinel://`,
 /// `redlock://`, `etcd://`, `etcds://`, `zk://`, `zks://`, `postgres://`,
-/// `postgresql://`, `file:///path/to/dir` (Linux) with
+/// `postgresql://`, `mysql://`, `mysqls://`, `file:///path/to/dir` (Linux) with
 /// their cargo features (the table in [`backends`](crate::backends)).
 ///
 /// # Errors
@@ -79,6 +79,10 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockBackend>, LockError> {
         Backend::File => Err(LockError::invalid_option(format!(
             "`{shown}`: the file backend runs on Linux only (it waits with inotify); use a server backend here"
         ))),
+        #[cfg(feature = "mysql")]
+        Backend::Mysql => Ok(Arc::new(
+            crate::backends::mysql::MysqlBackend::connect(url).await?,
+        )),
         // A backend whose cargo feature is off in this build.
         #[allow(unreachable_patterns)]
         _ => {

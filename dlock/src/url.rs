@@ -5,14 +5,16 @@
     feature = "etcd",
     feature = "zookeeper",
     feature = "postgres",
-    feature = "file"
+    feature = "file",
+    feature = "mysql"
 ))]
 pub(crate) mod options;
 #[cfg(any(
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "mysql"
 ))]
 pub(crate) mod parts;
 #[cfg(any(
@@ -20,7 +22,8 @@ pub(crate) mod parts;
     feature = "etcd",
     feature = "zookeeper",
     feature = "postgres",
-    feature = "file"
+    feature = "file",
+    feature = "mysql"
 ))]
 pub(crate) mod prefix;
 
@@ -99,7 +102,8 @@ fn redact_userinfo(url: &str) -> String {
     feature = "etcd",
     feature = "zookeeper",
     feature = "postgres",
-    feature = "file"
+    feature = "file",
+    feature = "mysql"
 ))]
 pub(crate) fn percent_decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();

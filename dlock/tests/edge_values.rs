@@ -271,6 +271,12 @@ fn schemes() -> Vec<&'static str> {
     if cfg!(all(feature = "file", target_os = "linux")) {
         schemes.push("file");
     }
+    if cfg!(feature = "mysql") {
+        schemes.push("mysql");
+    }
+    if cfg!(all(feature = "mysql", feature = "tls")) {
+        schemes.push("mysqls");
+    }
     schemes
 }
 
@@ -434,13 +440,18 @@ fn no_url_parameter_is_ignored() {
             "file" => format!("file://{}", std::env::temp_dir().display()),
             "redis" | "rediss" => format!("{scheme}://127.0.0.1:1"),
             "redis+sentinel" | "rediss+sentinel" => format!("{scheme}://127.0.0.1:1/mm"),
+            // One server, a user and a database: the parameters are what is wrong.
+            "mysql" | "mysqls" => format!("{scheme}://u@127.0.0.1:1/db"),
             _ => format!("{scheme}://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"),
         };
         let mut cases = vec![("nosuchoption=1", "nosuchoption".to_owned())];
         if scheme != "memory" {
             cases.push(("prefx=app", "did you mean `prefix`?".to_owned()));
         }
-        let foreign = if scheme.starts_with("zk") || scheme.starts_with("postgres") {
+        let foreign = if scheme.starts_with("zk")
+            || scheme.starts_with("postgres")
+            || scheme.starts_with("mysql")
+        {
             "timeout_ms=5"
         } else {
             "session_timeout=5s"

@@ -40,6 +40,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("backends::redis",     A_BACKEND),
     ("backends::etcd",      A_BACKEND),
     ("backends::zookeeper", A_BACKEND),
+    ("backends::mysql",     A_BACKEND),
     ("backends::postgres",  A_BACKEND),
     ("backends::file",      A_BACKEND),
     ("backends::redlock",   &["backend", "url", "lease::background", "lease::ttl", "backends", "backends::redis"]),

@@ -1,7 +1,7 @@
 //! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--beside=<url>]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
-//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`), or in the
+//! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`, `mysql://…`), or in the
 //! directory of `file:///dir` (Linux), and prints a table of ratios.
 //!
 //! `--segments` (Redis only) runs the hot-key suite instead: one key, 64
@@ -100,6 +100,9 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
             })
         },
     ),
+    (&["mysql"], "mysql://root@127.0.0.1:3306/dlock", |url, _| {
+        Box::pin(async move { dlock_bench::mysql::run(&url).await })
+    }),
 ];
 
 #[tokio::main]

@@ -30,6 +30,7 @@ pub(crate) enum Backend {
     Etcd,
     ZooKeeper,
     Postgres,
+    Mysql,
     File,
 }
 
@@ -89,6 +90,14 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         rw_locks: true,
         elections: true,
         backend: Backend::Postgres,
+    },
+    Scheme {
+        names: &["mysql", "mysqls"],
+        feature: Some("mysql"),
+        semaphores: false,
+        rw_locks: false,
+        elections: false,
+        backend: Backend::Mysql,
     },
     Scheme {
         names: &["file"],
@@ -184,6 +193,7 @@ mod tests {
             "memory://, redis://, etcd://, zk:// or postgres://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
-        assert!(all_listed().ends_with(", postgres://, postgresql:// and file://"));
+        assert!(all_listed()
+            .ends_with(", postgres://, postgresql://, mysql://, mysqls:// and file://"));
     }
 }

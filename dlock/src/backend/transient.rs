@@ -40,7 +40,8 @@ impl Transient {
             feature = "redis",
             feature = "etcd",
             feature = "zookeeper",
-            feature = "postgres"
+            feature = "postgres",
+            feature = "mysql"
         )),
         allow(dead_code)
     )]

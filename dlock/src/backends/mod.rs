@@ -12,6 +12,7 @@
 //! | [`redlock::RedlockBackend`] | `redlock://h1:port,h2:port,h3:port` | `redlock` | none (see its docs) | no | no |
 //! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd`, `tls` for `etcds://` | the key's create revision | yes | yes (etcd's recipe `RWMutex` layout) |
 //! | `postgres::PostgresBackend` | `postgres://[user[:password]@]host[:port][,host[:port]...][/dbname]`, `postgresql://` (libpq URL syntax) | `postgres` | a per-key counter row | yes (N slot advisory locks) | yes (shared advisory locks, a writer-intent key) |
+//! | `mysql::MysqlBackend` | `mysql://user[:password]@host[:port]/database`, `mysqls://` (TLS) | `mysql` | a per-name counter row | no | no (`GET_LOCK` has no shared mode) |
 //! | `file::FileBackend` | `file:///absolute/dir` (Linux) | `file` | a counter file beside the lock file, `max(last + 1, clock in µs)` | no | yes (`flock` shared/exclusive, a gate file for waiting writers) |
 //! | `zookeeper::ZooKeeperBackend` | `zk://host:port[,host:port...][/chroot]`, `zks://` | `zookeeper`, `tls` for `zks://` | the lock node's `czxid` | yes | yes (Curator's `InterProcessReadWriteLock` layout) |
 //!
@@ -25,7 +26,7 @@
 //! Redis (single server, Cluster and Sentinel), etcd (in the layout of
 //! etcd's `concurrency.Election`, so `etcdctl elect` takes part) and
 //! ZooKeeper (Curator's `LeaderLatch`) and PostgreSQL (the advisory lock
-//! of the name); Redlock and the file backend refuse it with
+//! of the name); Redlock, MySQL and the file backend refuse it with
 //! [`no_elections`](crate::backend::no_elections).
 
 pub(crate) mod announcements;
@@ -36,12 +37,15 @@ pub mod file;
 #[cfg(any(
     feature = "postgres",
     feature = "zookeeper",
+    feature = "mysql",
     all(feature = "file", target_os = "linux")
 ))]
 pub(crate) mod held_deadline;
 #[cfg(all(test, any(feature = "etcd", feature = "zookeeper")))]
 pub(crate) mod long_key_lease;
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

@@ -240,6 +240,7 @@ mod run;
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "mysql"
 ))]
 pub(crate) use run::run;

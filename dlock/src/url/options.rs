@@ -15,6 +15,7 @@ const EVERY_BACKEND: &[(&str, &[&str])] = &[
     ("ZooKeeper", ZOOKEEPER),
     ("PostgreSQL", POSTGRES),
     ("file", FILE),
+    ("MySQL", MYSQL),
 ];
 
 /// What every Redis form takes (Redlock: each master's).
@@ -75,6 +76,18 @@ pub(crate) const POSTGRES: &[&str] = &[
 ];
 /// `file:///path/to/dir`.
 pub(crate) const FILE: &[&str] = &["prefix", "client_name", "mode"];
+/// `mysql://` and `mysqls://`.
+pub(crate) const MYSQL: &[&str] = &[
+    "prefix",
+    "client_name",
+    "timeout",
+    "tcp_keepalive",
+    "sessions",
+    "session_timeout",
+    "fence_retention",
+    "ssl-mode",
+    "ssl-ca",
+];
 /// `zk://` and `zks://`.
 pub(crate) const ZOOKEEPER: &[&str] = &[
     "session_timeout",
@@ -178,7 +191,12 @@ pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
     }
 }
 
-#[cfg(any(feature = "redis", feature = "etcd", feature = "postgres"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "postgres",
+    feature = "mysql"
+))]
 /// A duration that `0` turns off (`None`).
 pub(crate) fn duration_or_off(name: &str, value: &str) -> Result<Option<Duration>, String> {
     if value == "0" {

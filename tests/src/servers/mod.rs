@@ -11,6 +11,7 @@
 //! | etcd cluster | [`EtcdCluster::start`] | `url()`: `etcd://a,b,c` |
 //! | ZooKeeper | [`ZkServer::start`], [`ZkServer::start_with`] (tick time, session bounds) | `url()`: `zk://` |
 //! | PostgreSQL | [`PgServer::start`] (run as the `postgres` user when the tests run as root) | `url()`: `postgres://` |
+//! | MariaDB | [`MariaDbServer::start`] (run as the `mysql` user when the tests run as root) | `url()`: `mysql://` |
 //! | ZooKeeper ensemble | [`ZkEnsemble::start`] | `url()`: `zk://a,b,c` |
 //!
 //! Each `start` panics with a readable message when the server cannot start (a missing binary
@@ -40,6 +41,7 @@ mod accessors;
 pub mod control;
 pub mod etcd;
 mod leader;
+pub mod mariadb;
 pub mod ports;
 pub mod postgres;
 pub mod process;
@@ -49,6 +51,7 @@ pub mod zookeeper;
 
 pub use control::ServerControl;
 pub use etcd::{EtcdCluster, EtcdServer};
+pub use mariadb::MariaDbServer;
 pub use postgres::PgServer;
 pub use redis::{RedisCluster, RedisOptions, RedisServer, RedisSet};
 pub use sentinel::{RedisSentinel, SentinelNode, SentinelOptions};

@@ -5,14 +5,15 @@
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "mysql"
 ))]
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
 
 use super::{is_current, BACKGROUND, STOPPED};
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::LockError;
 
 /// What [`run`] answers for a task that cannot run because dlock was shut
@@ -43,7 +44,7 @@ impl<T> ShutDownOutput for Result<T, etcd_client::Error> {
     }
 }
 
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 impl<T> ShutDownOutput for Result<T, LockError> {
     fn shut_down() -> Self {
         Err(LockError::ShutDown)

@@ -1,0 +1,349 @@
+//! The backend's configuration: a `mysql://` or `mysqls://` URL read with
+//! the rules every backend shares (`url/parts.rs`: credentials up to the
+//! last `@`; `url/options.rs`: every parameter named, "did you mean"), and
+//! the `mysql_async` options built from it. Every error names the URL with
+//! its password redacted.
+
+use std::time::Duration;
+
+use mysql_async::{Opts, OptsBuilder};
+
+use crate::url::{options, percent_decode};
+use crate::LockError;
+
+/// The namespace of lock names when `?prefix=` is not given.
+pub(crate) const DEFAULT_PREFIX: &str = "dlock";
+/// The longest prefix, in characters: a hashed name is the prefix, `:#`
+/// and at least 32 hex digits, within the 64 characters MySQL 8 takes.
+pub(super) const MAX_PREFIX_CHARS: usize = 30;
+/// The server's port unless the URL gives one.
+pub(super) const DEFAULT_PORT: u16 = 3306;
+/// How many sessions (connections) hold locks, unless `?sessions=` says
+/// otherwise; as many again may wait in the server's queues.
+pub(super) const DEFAULT_SESSIONS: usize = 4;
+/// The most sessions of each kind one backend opens.
+pub(super) const MAX_SESSIONS: usize = 64;
+/// The bound on connecting and on one request, unless `?timeout=` says otherwise.
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the server lets a lock-holding session be silent before it
+/// ends it (`wait_timeout`), unless `?session_timeout=` says otherwise.
+pub(super) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+/// The shortest `?session_timeout=`: `wait_timeout` counts whole seconds.
+const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest `?session_timeout=`: a day.
+const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(86_400);
+
+/// `?ssl-mode=`, with the names of MySQL's own client (`--ssl-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SslMode {
+    /// Plain connections only (the default of `mysql://`).
+    Disabled,
+    /// TLS or no connection; the certificate is not checked.
+    Required,
+    /// TLS, the certificate's chain checked (to `?ssl-ca=`).
+    VerifyCa,
+    /// TLS, the chain and the host name checked (the default of `mysqls://`).
+    VerifyIdentity,
+}
+
+impl SslMode {
+    fn parse(value: &str) -> Option<Self> {
+        Some(match value.to_ascii_uppercase().as_str() {
+            "DISABLED" => SslMode::Disabled,
+            "REQUIRED" => SslMode::Required,
+            "VERIFY_CA" => SslMode::VerifyCa,
+            "VERIFY_IDENTITY" => SslMode::VerifyIdentity,
+            _ => return None,
+        })
+    }
+}
+
+/// What a MySQL URL says.
+#[derive(Clone)]
+pub(super) struct Config {
+    /// The client's options (they hold the password).
+    pub(super) opts: Opts,
+    /// The database of dlock's table.
+    pub(super) database: String,
+    /// The namespace of lock names.
+    pub(super) prefix: String,
+    /// How many sessions hold locks (and how many may wait).
+    pub(super) sessions: usize,
+    /// The bound on one request.
+    pub(super) timeout: Duration,
+    /// The server's `wait_timeout` on lock sessions.
+    pub(super) session_timeout: Duration,
+    /// `?client_name=`.
+    pub(super) client_name: Option<String>,
+    /// `?fence_retention=`.
+    pub(super) fence_retention: Duration,
+    /// `?ssl-mode=` (or the scheme's default).
+    pub(super) ssl_mode: SslMode,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("host", &self.opts.ip_or_hostname())
+            .field("port", &self.opts.tcp_port())
+            .field("user", &self.opts.user())
+            .field("database", &self.database)
+            .field("prefix", &self.prefix)
+            .field("sessions", &self.sessions)
+            .field("timeout", &self.timeout)
+            .field("session_timeout", &self.session_timeout)
+            .field("fence_retention", &self.fence_retention)
+            .field("ssl_mode", &self.ssl_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` as errors and `describe()` show it: the password hidden.
+pub(super) fn shown(url: &str) -> String {
+    crate::url::redact(url)
+}
+
+/// Parses `mysql[s]://user[:password]@host[:port]/database[?param=value&...]`.
+pub(super) fn parse(url: &str) -> Result<Config, LockError> {
+    let shown = shown(url);
+    let bad = |why: String| LockError::invalid_option(format!("MySQL URL `{shown}`: {why}"));
+    let parts = crate::url::parts::split(url).map_err(&bad)?;
+    let mut ssl_mode = match parts.scheme {
+        "mysql" => SslMode::Disabled,
+        "mysqls" => SslMode::VerifyIdentity,
+        _ => {
+            return Err(bad(
+                "not a MySQL URL; write `mysql://user:password@host:3306/database`".into(),
+            ))
+        }
+    };
+    let mut prefix = DEFAULT_PREFIX.to_owned();
+    let mut sessions = DEFAULT_SESSIONS;
+    let mut timeout = DEFAULT_TIMEOUT;
+    let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
+    let mut client_name = None;
+    let mut tcp_keepalive = None;
+    let mut fence_retention = super::retention::DEFAULT_FENCE_RETENTION;
+    let mut ssl_ca = None;
+    for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
+        let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(raw).map_err(&bad)?;
+        match name {
+            "prefix" => prefix = mysql_prefix(raw).map_err(&bad)?,
+            "client_name" => {
+                client_name = Some(
+                    crate::backend::holder::check_client_name(&value)
+                        .map_err(|e| bad(e.to_string()))?,
+                )
+            }
+            "timeout" => timeout = options::duration(name, &value).map_err(&bad)?,
+            "tcp_keepalive" => {
+                tcp_keepalive = Some(options::duration_or_off(name, &value).map_err(&bad)?)
+            }
+            "session_timeout" => {
+                let d = options::duration(name, &value).map_err(&bad)?;
+                if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&d) {
+                    return Err(bad(format!(
+                        "`session_timeout={value}` must be between 2s and one day (the server's `wait_timeout` counts whole seconds)"
+                    )));
+                }
+                session_timeout = Duration::from_secs(d.as_secs());
+            }
+            "sessions" => {
+                sessions = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_SESSIONS).contains(n))
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "`sessions={value}` must be a number from 1 to {MAX_SESSIONS}"
+                        ))
+                    })?
+            }
+            "fence_retention" => {
+                fence_retention = super::retention::parse(&value).map_err(&bad)?;
+            }
+            "ssl-mode" => {
+                ssl_mode = SslMode::parse(&value).ok_or_else(|| {
+                    bad(format!(
+                        "`ssl-mode={value}` is not one of DISABLED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY (PREFERRED, which falls back to plain text, is not offered: choose DISABLED or REQUIRED)"
+                    ))
+                })?
+            }
+            "ssl-ca" => {
+                if value.is_empty() {
+                    return Err(bad("`ssl-ca=` names no file".into()));
+                }
+                ssl_ca = Some(std::path::PathBuf::from(value));
+            }
+            other => {
+                return Err(bad(options::unknown(
+                    other,
+                    "MySQL",
+                    options::MYSQL,
+                    false,
+                )))
+            }
+        }
+    }
+    // The parameters first: a wrong one is named whatever else is missing.
+    let credentials = parts
+        .credentials
+        .clone()
+        .ok_or_else(|| bad("no user; write `mysql://user:password@host:3306/database`".into()))?;
+    if credentials.user.is_empty() {
+        return Err(bad(
+            "an empty user name; write `mysql://user:password@host:3306/database`".into(),
+        ));
+    }
+    let (host, port) = host_port(parts.hosts).map_err(&bad)?;
+    let database = percent_decode(parts.path.trim_start_matches('/')).map_err(&bad)?;
+    if database.is_empty() || database.contains('/') {
+        return Err(bad(
+            "no database: dlock keeps its fence table in one; write `mysql://user:password@host:3306/database`".into(),
+        ));
+    }
+    if database.chars().count() > 64 {
+        return Err(bad(format!(
+            "the database name `{database}` is longer than 64 characters"
+        )));
+    }
+
+    if ssl_mode == SslMode::VerifyCa && ssl_ca.is_none() {
+        return Err(bad(
+            "`ssl-mode=VERIFY_CA` without `ssl-ca=<file>` would accept any certificate a public root vouches for, whatever host it names: give the CA that signed the server's certificate, or use VERIFY_IDENTITY".into(),
+        ));
+    }
+    if ssl_mode == SslMode::Disabled && ssl_ca.is_some() {
+        return Err(bad(
+            "`ssl-ca=` without TLS would go unused: add `ssl-mode=VERIFY_IDENTITY` (or use `mysqls://`)".into(),
+        ));
+    }
+    let ssl_opts = super::tls::ssl_opts(ssl_mode, ssl_ca).map_err(&bad)?;
+    let third = (session_timeout / 3).max(Duration::from_secs(1));
+    let opts = OptsBuilder::default()
+        .ip_or_hostname(host)
+        .tcp_port(port)
+        .user(Some(credentials.user))
+        .pass(credentials.password)
+        .db_name(Some(database.clone()))
+        // A session is what holds its locks: never moved to a Unix socket
+        // behind the URL's back, never recycled by the client.
+        .prefer_socket(false)
+        .tcp_nodelay(true)
+        .tcp_keepalive(tcp_keepalive.unwrap_or(Some(third)))
+        .stmt_cache_size(0)
+        .ssl_opts(ssl_opts);
+    Ok(Config {
+        opts: Opts::from(opts),
+        database,
+        prefix,
+        sessions,
+        timeout,
+        session_timeout,
+        client_name,
+        fence_retention,
+        ssl_mode,
+    })
+}
+
+/// One `host[:port]`; an IPv6 address in brackets.
+fn host_port(text: &str) -> Result<(String, u16), String> {
+    if text.is_empty() {
+        return Err("no host; write `mysql://user:password@host:3306/database`".into());
+    }
+    if text.contains(',') {
+        return Err("several hosts: dlock's MySQL backend talks to one server (a lock lives in one server's memory); give one `host:port`".into());
+    }
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (address, after) = rest.split_once(']').ok_or_else(|| {
+            format!("`{text}` opens an IPv6 address with `[` but never closes it")
+        })?;
+        (address.to_owned(), after.strip_prefix(':'))
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (text.to_owned(), None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("`{text}` has a port but no host"));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("`{p}` in `{text}` is not a port number (1-65535)"))?,
+    };
+    Ok((host, port))
+}
+
+/// `?prefix=`: the rule every backend shares, no `:` (the separator of
+/// `<prefix>:<key>`: with `a:b` allowed, `?prefix=a` key `b:c` and
+/// `?prefix=a:b` key `c` would be one lock), and at most
+/// [`MAX_PREFIX_CHARS`] characters.
+fn mysql_prefix(raw: &str) -> Result<String, String> {
+    let prefix = crate::url::prefix::parse(raw)?;
+    if prefix.contains(':') {
+        return Err(format!(
+            "`prefix={raw}` holds a `:`, the separator of `<prefix>:<key>` in lock names: write e.g. `prefix=billing-eu`"
+        ));
+    }
+    if prefix.chars().count() > MAX_PREFIX_CHARS {
+        return Err(format!(
+            "`prefix={raw}` is longer than {MAX_PREFIX_CHARS} characters (a lock name, at most 64 characters on MySQL 8, holds the prefix and a hash of the key)"
+        ));
+    }
+    Ok(prefix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_every_part() {
+        let c = parse("mysql://app:p%40ss@db.local:3307/locks?prefix=jobs&sessions=2&session_timeout=10s&client_name=cron").unwrap();
+        assert_eq!(c.opts.ip_or_hostname(), "db.local");
+        assert_eq!(c.opts.tcp_port(), 3307);
+        assert_eq!(c.opts.user(), Some("app"));
+        assert_eq!(c.opts.pass(), Some("p@ss"));
+        assert_eq!(c.database, "locks");
+        assert_eq!((c.prefix.as_str(), c.sessions), ("jobs", 2));
+        assert_eq!(c.session_timeout, Duration::from_secs(10));
+        assert_eq!(c.client_name.as_deref(), Some("cron"));
+        assert_eq!(c.ssl_mode, SslMode::Disabled);
+        let c = parse("mysql://app@[::1]/db").unwrap();
+        assert_eq!((c.opts.ip_or_hostname(), c.opts.tcp_port()), ("::1", 3306));
+    }
+
+    #[test]
+    fn bad_urls_are_named_without_the_password() {
+        for (url, says) in [
+            ("mysql://app:Secret9@h/db?prefx=a", "did you mean `prefix`?"),
+            ("mysql://app:Secret9@h", "no database"),
+            ("mysql://h/db", "no user"),
+            ("mysql://app:Secret9@h:0/db", "not a port"),
+            ("mysql://app:Secret9@a,b/db", "one server"),
+            ("mysql://app:Secret9@h/db?prefix=a:b", "separator"),
+            ("mysql://app:Secret9@h/db?sessions=0", "from 1 to 64"),
+            ("mysql://app:Secret9@h/db?session_timeout=1s", "between 2s"),
+            ("mysql://app:Secret9@h/db?ssl-mode=PREFERRED", "not one of"),
+            ("mysql://app:Secret9@h/db?ssl-mode=VERIFY_CA", "ssl-ca"),
+            (
+                "mysql://app:Secret9@h/db?sslmode=require",
+                "did you mean `ssl-mode`?",
+            ),
+            (
+                "mysql://app:Secret9@h/db?prefix=abcdefghijabcdefghijabcdefghijX",
+                "longer than 30",
+            ),
+        ] {
+            let err = parse(url).unwrap_err().to_string();
+            assert!(err.contains(says), "{url}: {err}");
+            assert!(!err.contains("Secret9"), "{url}: {err}");
+        }
+    }
+}

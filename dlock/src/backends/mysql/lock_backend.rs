@@ -1,0 +1,100 @@
+//! [`LockBackend`] for [`MysqlBackend`]: the trait's calls, each handed to
+//! the code that does the work.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use super::session::{int, rows_of, Op, Undo};
+use super::{failed, lock, MysqlBackend};
+use crate::backend::{AcquireRequest, Lease, LockBackend, Renewal};
+use crate::{LockError, LockInfo};
+
+#[async_trait]
+impl LockBackend for MysqlBackend {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    fn client_name(&self) -> Option<&str> {
+        Some(
+            self.config
+                .client_name
+                .as_deref()
+                .unwrap_or_else(|| crate::backend::holder::default_client_name()),
+        )
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
+        self.try_once(req).await
+    }
+
+    async fn acquire(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        self.acquire_in_turn(req, deadline).await
+    }
+
+    async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_leases(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        let Some(h) = lock(&self.held).remove(&lease.token) else {
+            return Ok(false);
+        };
+        if !h.session.is_alive() {
+            return Ok(false);
+        }
+        let sql = self.statements.release(&h.name, &lease.token);
+        let op: Op<(Option<i64>, Option<i64>)> = Box::new(move |conn| {
+            Box::pin(async move {
+                let answer = rows_of(conn, sql).await?;
+                let row = answer.rows.first();
+                Ok((row.and_then(|r| int(r, 0)), row.and_then(|r| int(r, 1))))
+            })
+        });
+        let forget = h.name.clone();
+        let answer = h
+            .session
+            .call(Some(self.config.timeout), false, op, move |_| Undo {
+                sql: None,
+                forget: Some(forget),
+            })
+            .await;
+        match answer {
+            Ok((mine, released)) => {
+                h.session.unreserve(&h.name);
+                self.sweeper
+                    .maybe(&h.session, self.statements.sweep(super::retention::BATCH));
+                Ok(mine == Some(1) && released == Some(1))
+            }
+            Err(_) if !h.session.is_alive() => Ok(false),
+            Err(e) => {
+                // Refused by the server (the table's read, say): the lock
+                // is let go all the same, by the statement that needs no
+                // table.
+                super::held::unlock_in_background(h.session, h.name);
+                Err(failed(&self.shown, e))
+            }
+        }
+    }
+
+    fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.alarm.subscribe())
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        self.inspect_key(key).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        self.force_release_key(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, LockInfo)>, LockError> {
+        self.list_keys(prefix).await
+    }
+}

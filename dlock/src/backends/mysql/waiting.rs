@@ -1,0 +1,178 @@
+//! Waiting in turn: an acquisition whose try was refused waits in the
+//! server's own queue of the named lock (`GET_LOCK(name, timeout)`, a
+//! blocking call) on a *waiting session* of its own, so that waiters of
+//! every process, and SQL clients' own `GET_LOCK` on the same name, are
+//! served by the server, in its order; a release wakes the next waiter
+//! inside the server, and no waiter polls.
+//!
+//! - The first attempt is the ordinary try on a lock session, unless a try
+//!   of this name was refused in the last second: the waiting statement,
+//!   which a free lock grants at once, then goes first.
+//! - Refused, the waiter takes a waiting session that holds nothing (a
+//!   second pool of at most `?sessions=` connections, opened when first
+//!   needed) and sends the blocking statement there, the deadline as
+//!   `GET_LOCK`'s timeout. The session's lock then carries the lease, as a
+//!   lock session's does; released, the session is idle again.
+//! - An acquisition dropped while it waits closes its waiting session
+//!   (which holds nothing else): the server takes it out of the queue, or
+//!   frees what it was granted meanwhile.
+//! - A waiter whose process dies leaves the queue when the server notices
+//!   its connection closed (MariaDB checks a waiting connection about
+//!   every few seconds; at the latest when its turn comes and the answer
+//!   cannot be sent).
+//! - With no idle waiting session (more waits at once than `?sessions=`),
+//!   a waiter tries again every [`RECHECK`] (jittered).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::acquire::Granted;
+use super::session::{Reserved, Session};
+use super::sql::Wait;
+use super::{lock, MysqlBackend};
+use crate::backend::{lease_deadline, AcquireRequest, Lease};
+use crate::LockError;
+
+/// How often a waiter without a waiting session tries again.
+pub(super) const RECHECK: Duration = Duration::from_millis(250);
+
+/// How long after a refused try a name's acquisitions wait in line at once.
+const CONTENDED_FOR: Duration = Duration::from_secs(1);
+
+/// The most names [`Contended`] remembers.
+const MAX_CONTENDED: usize = 1024;
+
+/// The names whose try this backend saw refused lately, and when.
+#[derive(Debug, Default)]
+pub(super) struct Contended(Mutex<HashMap<String, Instant>>);
+
+impl Contended {
+    fn recently(&self, name: &str) -> bool {
+        lock(&self.0)
+            .get(name)
+            .is_some_and(|at| at.elapsed() < CONTENDED_FOR)
+    }
+
+    fn mark(&self, name: &str) {
+        let mut names = lock(&self.0);
+        if names.len() >= MAX_CONTENDED && !names.contains_key(name) {
+            names.retain(|_, at| at.elapsed() < CONTENDED_FOR);
+            if names.len() >= MAX_CONTENDED {
+                return;
+            }
+        }
+        names.insert(name.to_owned(), Instant::now());
+    }
+}
+
+impl MysqlBackend {
+    /// `acquire`: a try, then a wait in the lock's queue (see the module
+    /// docs), or tries every [`RECHECK`] when no waiting session is idle.
+    pub(super) async fn acquire_in_turn(
+        &self,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let name = self.name_of(&req.key);
+        if !self.contended.recently(&name) {
+            if let Some(lease) = self.try_once(req).await? {
+                return Ok(Some(lease));
+            }
+        }
+        self.contended.mark(&name);
+        match self
+            .waiting
+            .reserve(Some(&name), true, || self.open_session())
+            .await
+        {
+            Ok(Reserved::On(session)) => {
+                return self.wait_in_line(session, name, req, deadline).await;
+            }
+            Ok(Reserved::Busy) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "MySQL waiting session could not connect; re-trying instead");
+            }
+        }
+        loop {
+            let Some(nap) = recheck_at(deadline) else {
+                return Ok(None);
+            };
+            tokio::time::sleep_until(nap.into()).await;
+            let attempt = crate::backend::deadline::until(deadline, self.try_once(req)).await;
+            match attempt {
+                None => return Ok(None),
+                Some(answer) => {
+                    if let Some(lease) = answer? {
+                        return Ok(Some(lease));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for `name` in the server's queue on `session` (idle, `name`
+    /// reserved on it) until `deadline`.
+    async fn wait_in_line(
+        &self,
+        session: Arc<Session>,
+        name: String,
+        req: &AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let (wait, limit) = match deadline {
+            None => (Wait::Forever, None),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    session.unreserve(&name);
+                    return Ok(None);
+                }
+                // The server ends the wait at the deadline; past it by the
+                // request timeout, it is silent.
+                (Wait::For(left), Some(left + self.config.timeout))
+            }
+        };
+        let ttl = self.clamp(req.ttl);
+        let answer = self
+            .send_acquire(&session, &name, req, ttl, wait, limit)
+            .await;
+        match answer {
+            Ok(Granted::Yes(fence)) => {
+                // Granted somewhere between the send and now: the ttl counts
+                // from the answer. What excludes others is the session's
+                // lock, which the server frees only when the session ends.
+                let valid_until = lease_deadline(Instant::now(), ttl);
+                Ok(Some(self.granted(
+                    req,
+                    session,
+                    name,
+                    ttl,
+                    fence,
+                    valid_until,
+                )))
+            }
+            Ok(Granted::No) => {
+                session.unreserve(&name);
+                Ok(None)
+            }
+            Err(e) => {
+                session.unreserve(&name);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// When a waiter without a waiting session tries again (jittered), at the
+/// latest at `deadline`; `None` once the deadline has passed.
+fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
+    let mut b = [0u8; 1];
+    let _ = getrandom::fill(&mut b);
+    let nap = Instant::now() + RECHECK + Duration::from_millis(u64::from(b[0]) / 2);
+    match deadline {
+        Some(d) if Instant::now() >= d => None,
+        Some(d) => Some(nap.min(d)),
+        None => Some(nap),
+    }
+}

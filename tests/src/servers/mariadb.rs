@@ -1,0 +1,392 @@
+//! MariaDB for the tests: one server on a free loopback port, its data
+//! directory copied from one `mariadb-install-db` template kept in
+//! `$TMPDIR` (the install takes about half a second; a copy a few ms, holes
+//! kept), small InnoDB files and buffer pool, the superuser `root` without
+//! a password over TCP, and a database `dlock`. MariaDB refuses to run as
+//! root, so when the tests run as root, `mariadb-install-db` and `mariadbd`
+//! run as the `mysql` system user (which the Debian package creates), in
+//! directories that user owns. Readiness is `mariadb -e 'SELECT 1'`
+//! answering. Stopped on drop.
+
+use std::ffi::OsString;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::error::{Context, HarnessError, HarnessResult};
+use crate::servers::accessors::single_server_accessors;
+use crate::servers::control::ServerControl;
+use crate::servers::ports::{free_port, retry_port_clash};
+use crate::servers::process::{require_binary, run_command, ProcessSpec, ServerProcess};
+
+/// Debian packages that provide the server and the `mariadb` client.
+pub const MARIADB_PACKAGES: &str = "mariadb-server mariadb-client";
+/// Upper bound for the server to answer.
+pub const MARIADB_READY_LIMIT: Duration = Duration::from_secs(30);
+/// Upper bound for one `mariadb` client run.
+const CLIENT_LIMIT: Duration = Duration::from_secs(20);
+/// Upper bound for `mariadb-install-db`.
+const INSTALL_LIMIT: Duration = Duration::from_secs(120);
+/// The database the harness creates for dlock.
+pub const DATABASE: &str = "dlock";
+
+/// InnoDB settings of the install and of every start: small files, a small
+/// buffer pool (many servers run at once), no durability wait.
+const INNODB: [&str; 5] = [
+    "--innodb-log-file-size=4M",
+    "--innodb-data-file-path=ibdata1:4M:autoextend",
+    "--innodb-buffer-pool-size=16M",
+    "--innodb-temp-data-file-path=ibtmp1:4M:autoextend",
+    "--innodb-flush-log-at-trx-commit=2",
+];
+
+/// One MariaDB server on 127.0.0.1, stopped on drop.
+#[derive(Debug)]
+pub struct MariaDbServer {
+    // Field order matters: the process must stop before the temp dir is removed.
+    process: ServerProcess,
+    port: u16,
+    client: PathBuf,
+    dir: TempDir,
+}
+
+/// The uid and gid of the `mysql` user when this process is root (it must
+/// not run the server), else `None` (run as ourselves).
+fn server_user() -> HarnessResult<Option<(u32, u32)>> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self")
+        .context(|| "read /proc/self".to_string())?
+        .uid();
+    if me != 0 {
+        return Ok(None);
+    }
+    let passwd =
+        std::fs::read_to_string("/etc/passwd").context(|| "read /etc/passwd".to_string())?;
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"mysql") && f.len() > 3)
+        .and_then(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+        .map(Some)
+        .ok_or_else(|| {
+            HarnessError::new(format!(
+                "the tests run as root and MariaDB refuses to: there is no `mysql` user to run it as; run `sudo apt-get install {MARIADB_PACKAGES}` (which creates it) or `scripts/install-deps.sh`"
+            ))
+        })
+}
+
+/// Hands `path` (recursively) to `user`.
+fn give(path: &Path, user: Option<(u32, u32)>) -> HarnessResult<()> {
+    let Some((uid, gid)) = user else {
+        return Ok(());
+    };
+    std::os::unix::fs::chown(path, Some(uid), Some(gid))
+        .context(|| format!("chown {}", path.display()))?;
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).context(|| format!("read {}", path.display()))? {
+            let entry = entry.context(|| format!("read {}", path.display()))?;
+            give(&entry.path(), user)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `mariadbd` binary (in `/usr/sbin` on Debian, which a user's `PATH`
+/// may lack).
+fn server_binary() -> HarnessResult<PathBuf> {
+    let sbin = Path::new("/usr/sbin/mariadbd");
+    if sbin.is_file() {
+        return Ok(sbin.to_path_buf());
+    }
+    require_binary("mariadbd", MARIADB_PACKAGES)
+}
+
+/// The installed data directory every server copies: made once per
+/// machine and user at `$TMPDIR/dlock-mariadb-template-<uid>` (kept as a
+/// cache, as PostgreSQL's is), reused while its `mysql` directory is there.
+/// A process that loses the race to create it uses the winner's.
+fn template() -> HarnessResult<&'static Path> {
+    static TEMPLATE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let made = TEMPLATE.get_or_init(|| make_template().map_err(|e| e.to_string()));
+    match made {
+        Ok(data) => Ok(data.as_path()),
+        Err(e) => Err(HarnessError::new(e.clone())),
+    }
+}
+
+fn make_template() -> HarnessResult<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    server_binary()?;
+    let install = require_binary("mariadb-install-db", MARIADB_PACKAGES)?;
+    let user = server_user()?;
+    let me = std::fs::metadata("/proc/self")
+        .context(|| "read /proc/self".to_string())?
+        .uid();
+    let fixed = std::env::temp_dir().join(format!("dlock-mariadb-template-{me}"));
+    if fixed.join("data").join("mysql").is_dir() {
+        return Ok(fixed.join("data"));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("dlock-mariadb-install-")
+        .tempdir()
+        .context(|| "create temp dir for mariadb-install-db".to_string())?;
+    give(dir.path(), user)?;
+    let data = dir.path().join("data");
+    let mut command = std::process::Command::new(&install);
+    command
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+        .args(INNODB)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some((uid, gid)) = user {
+        use std::os::unix::process::CommandExt;
+        command.uid(uid).gid(gid);
+    }
+    let child = command
+        .spawn()
+        .context(|| format!("run {}", install.display()))?;
+    let out = wait_bounded(child, INSTALL_LIMIT)?;
+    if !out.status.success() {
+        return Err(HarnessError::new(format!(
+            "mariadb-install-db failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    if std::fs::rename(dir.path(), &fixed).is_ok() {
+        std::mem::forget(dir);
+    } else if !fixed.join("data").join("mysql").is_dir() {
+        return Err(HarnessError::new(format!(
+            "could not move the MariaDB template to {}",
+            fixed.display()
+        )));
+    }
+    Ok(fixed.join("data"))
+}
+
+/// Waits for `child` at most `limit`, killing it after.
+fn wait_bounded(
+    mut child: std::process::Child,
+    limit: Duration,
+) -> HarnessResult<std::process::Output> {
+    let started = std::time::Instant::now();
+    loop {
+        if child
+            .try_wait()
+            .context(|| "wait for mariadb-install-db".to_string())?
+            .is_some()
+        {
+            return child
+                .wait_with_output()
+                .context(|| "read mariadb-install-db output".to_string());
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(HarnessError::new(format!(
+                "mariadb-install-db did not finish within {limit:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Copies the directory `from` into `to`, files with their holes kept
+/// (InnoDB's system file is mostly zeros: each server's copy stays small).
+fn copy_dir(from: &Path, to: &Path) -> HarnessResult<()> {
+    std::fs::create_dir_all(to).context(|| format!("create {}", to.display()))?;
+    for entry in std::fs::read_dir(from).context(|| format!("read {}", from.display()))? {
+        let entry = entry.context(|| format!("read {}", from.display()))?;
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            sparse_copy(&entry.path(), &target)
+                .context(|| format!("copy {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn sparse_copy(from: &Path, to: &Path) -> std::io::Result<()> {
+    let mut source = std::fs::File::open(from)?;
+    let mut target = std::fs::File::create(to)?;
+    let mut block = vec![0u8; 64 * 1024];
+    let mut length = 0u64;
+    loop {
+        let n = source.read(&mut block)?;
+        if n == 0 {
+            break;
+        }
+        if block[..n].iter().all(|&b| b == 0) {
+            target.seek(SeekFrom::Current(n as i64))?;
+        } else {
+            target.write_all(&block[..n])?;
+        }
+        length += n as u64;
+    }
+    target.set_len(length)
+}
+
+impl MariaDbServer {
+    /// Starts a server. Panics with the harness error (e.g. how to install
+    /// MariaDB) if it cannot.
+    #[track_caller]
+    pub fn start() -> Self {
+        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`MariaDbServer::start`].
+    pub fn try_start() -> HarnessResult<Self> {
+        retry_port_clash(Self::try_start_once)
+    }
+
+    fn try_start_once() -> HarnessResult<Self> {
+        let bin = server_binary()?;
+        let client = require_binary("mariadb", MARIADB_PACKAGES)?;
+        let user = server_user()?;
+        let template = template()?;
+        let port = free_port()?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("dlock-mariadb-{port}-"))
+            .tempdir()
+            .context(|| "create temp dir for MariaDB".to_string())?;
+        let data = dir.path().join("data");
+        copy_dir(template, &data)?;
+        give(dir.path(), user)?;
+        // As root, `setpriv` drops to the `mysql` user and execs the server
+        // in place: the process signalled (stop, pause) is mariadbd.
+        let name = format!("mariadbd 127.0.0.1:{port}");
+        let log = dir.path().join("mariadb.log");
+        let mut spec = match user {
+            Some((uid, gid)) => {
+                ProcessSpec::new(name, require_binary("setpriv", "util-linux")?, log)
+                    .args([
+                        format!("--reuid={uid}"),
+                        format!("--regid={gid}"),
+                        "--clear-groups".to_owned(),
+                        "--".to_owned(),
+                    ])
+                    .arg(&bin)
+            }
+            None => ProcessSpec::new(name, &bin, log),
+        };
+        spec = spec
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", dir.path().join("sock").display()))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .args(["--skip-log-bin", "--max-connections=500"])
+            .args(INNODB);
+        let process = ServerProcess::spawn(spec)?;
+        let mut server = MariaDbServer {
+            process,
+            port,
+            client,
+            dir,
+        };
+        server.wait_ready()?;
+        server.try_sql(&format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"))?;
+        Ok(server)
+    }
+
+    single_server_accessors!(port);
+
+    /// The dlock URL: `mysql://root@127.0.0.1:PORT/dlock`.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/{DATABASE}", self.port)
+    }
+
+    /// The dlock URL of `user` with `password`.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!(
+            "mysql://{user}:{password}@127.0.0.1:{}/{DATABASE}",
+            self.port
+        )
+    }
+
+    /// Runs SQL with the `mariadb` client as root in the `dlock` database,
+    /// returns its trimmed output (tab-separated, no column names). Panics
+    /// on failure.
+    #[track_caller]
+    pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Fallible [`MariaDbServer::sql`].
+    pub fn try_sql(&self, sql: &str) -> HarnessResult<String> {
+        self.try_sql_as("root", "", sql)
+    }
+
+    /// Runs SQL as `user` (with `password`; empty: none).
+    pub fn try_sql_as(&self, user: &str, password: &str, sql: &str) -> HarnessResult<String> {
+        let mut args: Vec<OsString> = vec![
+            "--no-defaults".into(),
+            "-h127.0.0.1".into(),
+            format!("-P{}", self.port).into(),
+            format!("-u{user}").into(),
+            "-N".into(),
+            "-B".into(),
+        ];
+        if !password.is_empty() {
+            args.push(format!("-p{password}").into());
+        }
+        args.push("-e".into());
+        args.push(sql.into());
+        if !sql.starts_with("CREATE DATABASE") {
+            args.push(DATABASE.into());
+        }
+        let out = run_command(&self.client, &args, &[], CLIENT_LIMIT)?;
+        if out.success() {
+            Ok(out.stdout.trim().to_owned())
+        } else {
+            Err(HarnessError::new(format!(
+                "mariadb -e {sql:?} failed: {}{}",
+                out.stdout, out.stderr
+            )))
+        }
+    }
+
+    /// The `mariadb` client binary, to run a separate client process.
+    pub fn client_path(&self) -> &Path {
+        &self.client
+    }
+}
+
+impl ServerControl for MariaDbServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+
+    fn wait_ready(&mut self) -> HarnessResult<()> {
+        let port = self.port;
+        let client = self.client.clone();
+        self.process
+            .wait_until("answering the mariadb client", MARIADB_READY_LIMIT, || {
+                let args: Vec<OsString> = [
+                    "--no-defaults",
+                    "-h127.0.0.1",
+                    &format!("-P{port}"),
+                    "-uroot",
+                    "-e",
+                    "SELECT 1",
+                ]
+                .iter()
+                .map(OsString::from)
+                .collect();
+                run_command(&client, &args, &[], Duration::from_secs(3))
+                    .is_ok_and(|out| out.success())
+            })
+    }
+}
