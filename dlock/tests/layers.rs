@@ -33,9 +33,10 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("lease::ttl",        &["backend"]),
     ("registry",          &["backend"]),
     // Floor 3a: the services, each knowing only the contract, floor 2 and
-    // the backends' shared helpers (`backends`: mod.rs, announcements, ...);
-    // no backend knows another but Redlock, made of Redis backends.
-    ("backends",            &["backend"]),
+    // the backends' shared helpers (`backends`: mod.rs, announcements,
+    // `?fence_retention=`, ..., which may use what every backend may use
+    // below them); no backend knows another but Redlock, made of Redis backends.
+    ("backends",            &["backend", "url", "lease::ttl"]),
     ("backends::memory",    A_BACKEND),
     ("backends::redis",     A_BACKEND),
     ("backends::etcd",      A_BACKEND),

@@ -193,7 +193,8 @@ mod tests {
             "memory://, redis://, etcd://, zk:// or postgres://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
-        assert!(all_listed()
-            .ends_with(", postgres://, postgresql://, mysql://, mysqls:// and file://"));
+        assert!(
+            all_listed().ends_with(", postgres://, postgresql://, mysql://, mysqls:// and file://")
+        );
     }
 }

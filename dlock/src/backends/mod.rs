@@ -32,6 +32,8 @@
 pub(crate) mod announcements;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+pub(crate) mod fence_retention;
 #[cfg(all(feature = "file", target_os = "linux"))]
 pub mod file;
 #[cfg(any(

@@ -144,10 +144,12 @@
 //! ```
 
 // The files of this backend, by concern:
-// - URL / configuration: `config.rs` (`url/parts.rs` + `url/options.rs`, the client's `Opts`);
-//   TLS options: `tls.rs`
+// - URL / configuration: `config.rs` (`url/parts.rs` + `url/options.rs`, the client's `Opts`;
+//   `?fence_retention=` read by `backends/fence_retention.rs`, as on Redis and PostgreSQL);
+//   TLS: `tls.rs` (`?ssl-mode=` and the client's TLS options)
 // - lock names (64 characters at most, longer ones hashed): `names.rs`
-// - requests: `sql.rs`: every statement, names and tokens as hex literals
+// - requests: `sql.rs`: every statement, names and tokens as hex literals; answers: `rows.rs`
+//   (every result set of a batch, typed columns)
 // - sessions: `session.rs`: `Session` (a connection behind a lock, each request a task of its own on
 //   dlock's runtime, undone if its caller left; the names held or asked for; a ping every third of
 //   the session timeout), `Pool` (bounded slots, least loaded session without the name)
@@ -158,7 +160,7 @@
 // - renewal: `renew.rs`
 // - the `LockBackend` impl: `lock_backend.rs`
 // - operator's view: `inspect.rs`
-// - bounded rows (`?fence_retention=`): `retention.rs`
+// - bounded rows (`?fence_retention=`): `retention.rs` (the sweep)
 mod acquire;
 mod config;
 mod held;
@@ -167,6 +169,7 @@ mod lock_backend;
 mod names;
 mod renew;
 mod retention;
+mod rows;
 mod session;
 mod setup;
 mod sql;

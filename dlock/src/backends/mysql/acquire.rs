@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::session::{int, rows_of, Op, Reserved, Session, Undo};
+use super::rows::{int, rows_of};
+use super::session::{Op, Reserved, Session, Undo};
 use super::sql::{Statements, Wait};
 use super::{failed, held, MysqlBackend};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};

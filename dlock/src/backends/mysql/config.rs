@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mysql_async::{Opts, OptsBuilder};
 
+use super::tls::SslMode;
 use crate::url::{options, percent_decode};
 use crate::LockError;
 
@@ -32,31 +33,6 @@ pub(super) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest `?session_timeout=`: a day.
 const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(86_400);
-
-/// `?ssl-mode=`, with the names of MySQL's own client (`--ssl-mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum SslMode {
-    /// Plain connections only (the default of `mysql://`).
-    Disabled,
-    /// TLS or no connection; the certificate is not checked.
-    Required,
-    /// TLS, the certificate's chain checked (to `?ssl-ca=`).
-    VerifyCa,
-    /// TLS, the chain and the host name checked (the default of `mysqls://`).
-    VerifyIdentity,
-}
-
-impl SslMode {
-    fn parse(value: &str) -> Option<Self> {
-        Some(match value.to_ascii_uppercase().as_str() {
-            "DISABLED" => SslMode::Disabled,
-            "REQUIRED" => SslMode::Required,
-            "VERIFY_CA" => SslMode::VerifyCa,
-            "VERIFY_IDENTITY" => SslMode::VerifyIdentity,
-            _ => return None,
-        })
-    }
-}
 
 /// What a MySQL URL says.
 #[derive(Clone)]
@@ -123,7 +99,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
     let mut client_name = None;
     let mut tcp_keepalive = None;
-    let mut fence_retention = super::retention::DEFAULT_FENCE_RETENTION;
+    let mut fence_retention = crate::backends::fence_retention::DEFAULT_FENCE_RETENTION;
     let mut ssl_ca = None;
     for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
@@ -161,7 +137,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                     })?
             }
             "fence_retention" => {
-                fence_retention = super::retention::parse(&value).map_err(&bad)?;
+                fence_retention = crate::backends::fence_retention::parse(&value).map_err(&bad)?;
             }
             "ssl-mode" => {
                 ssl_mode = SslMode::parse(&value).ok_or_else(|| {

@@ -12,7 +12,8 @@
 
 use std::time::Duration;
 
-use super::session::{bytes, int, rows_of, Answer, Op, Undo};
+use super::rows::{bytes, int, rows_of, Answer};
+use super::session::{Op, Undo};
 use super::{failed, MysqlBackend};
 use crate::backend::holder::{holder_of, MAX_LISTED};
 use crate::backend::LockBackend;

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use super::session::{int, rows_of, Op, Undo};
+use super::rows::{int, rows_of};
+use super::session::{Op, Undo};
 use super::{failed, lock, MysqlBackend};
 use crate::backend::{AcquireRequest, Lease, LockBackend, Renewal};
 use crate::{LockError, LockInfo};

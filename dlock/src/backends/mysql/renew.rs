@@ -19,7 +19,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::session::{int, rows_of, Op, Session, Undo};
+use super::rows::{int, rows_of};
+use super::session::{Op, Session, Undo};
 use super::{failed, held, lock, MysqlBackend};
 use crate::backend::{lease_deadline, Lease, Renewal};
 use crate::LockError;

@@ -18,30 +18,11 @@ use std::time::{Duration, Instant};
 use super::lock;
 use super::session::{Op, Session, Undo};
 
-/// How long a name's row is kept after its last fence when the URL sets
-/// no `?fence_retention=`: one day, as on Redis and PostgreSQL.
-pub(super) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The longest `?fence_retention=`: 365 days.
-pub(super) const MAX_FENCE_RETENTION: Duration = crate::lease::ttl::MAX_TTL;
-
 /// The most rows one sweep deletes.
 pub(super) const BATCH: u32 = 1_000;
 
 /// The longest pause between two sweeps of one backend.
 const LONGEST_PAUSE: Duration = Duration::from_secs(60);
-
-/// `fence_retention=<duration>`: humantime, longer than zero, at most
-/// [`MAX_FENCE_RETENTION`].
-pub(super) fn parse(value: &str) -> Result<Duration, String> {
-    let retention = crate::url::options::duration("fence_retention", value)?;
-    if retention > MAX_FENCE_RETENTION {
-        return Err(format!(
-            "`fence_retention={value}` is longer than the maximum of 365 days; give e.g. `fence_retention=1d` (the default) or `fence_retention=7d`"
-        ));
-    }
-    Ok(retention)
-}
 
 /// When a backend sweeps next.
 #[derive(Debug)]

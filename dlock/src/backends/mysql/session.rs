@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Row};
+use mysql_async::Conn;
 
 use super::config::Config;
 use super::{failed, lock, Failure};
@@ -270,60 +270,6 @@ impl<T> Drop for Parcel<T> {
                 session.unreserve(&name);
             }
         });
-    }
-}
-
-/// Every result set of the (multi-statement) `sql`; the rows of the last
-/// one that had rows, and the affected rows of the first. A statement that
-/// fails ends the batch with its error, which `mysql_async` reports only at
-/// one more `collect` after `is_empty()` says the batch is over (an error
-/// answer is not counted as a further result): that `collect` is always
-/// made, and costs nothing when the batch really is over.
-pub(super) async fn rows_of(conn: &mut Conn, sql: String) -> Result<Answer, mysql_async::Error> {
-    let mut result = conn.query_iter(sql).await?;
-    let first_affected = result.affected_rows();
-    let mut rows = Vec::new();
-    loop {
-        let done = result.is_empty();
-        let set: Vec<Row> = result.collect().await?;
-        if !set.is_empty() {
-            rows = set;
-        }
-        if done {
-            break;
-        }
-    }
-    Ok(Answer {
-        rows,
-        affected: first_affected,
-    })
-}
-
-/// What [`rows_of`] read.
-#[derive(Debug)]
-pub(super) struct Answer {
-    pub(super) rows: Vec<Row>,
-    pub(super) affected: u64,
-}
-
-/// Column `i` of `row` as an integer; `None` for NULL or a missing column.
-pub(super) fn int(row: &Row, i: usize) -> Option<i64> {
-    match row.as_ref(i)? {
-        mysql_async::Value::NULL => None,
-        mysql_async::Value::Int(v) => Some(*v),
-        mysql_async::Value::UInt(v) => i64::try_from(*v).ok(),
-        mysql_async::Value::Bytes(b) => std::str::from_utf8(b).ok()?.trim().parse().ok(),
-        mysql_async::Value::Double(d) => Some(*d as i64),
-        mysql_async::Value::Float(d) => Some(*d as i64),
-        _ => None,
-    }
-}
-
-/// Column `i` of `row` as bytes; `None` for NULL or a missing column.
-pub(super) fn bytes(row: &Row, i: usize) -> Option<Vec<u8>> {
-    match row.as_ref(i)? {
-        mysql_async::Value::Bytes(b) => Some(b.clone()),
-        _ => None,
     }
 }
 

@@ -16,7 +16,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::names::hex_literal;
-use super::session::{bytes, int, rows_of};
+use super::rows::{bytes, int, rows_of};
 use super::sql::{Statements, TABLE};
 use super::{failed, Failure};
 use crate::LockError;

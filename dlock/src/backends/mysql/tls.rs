@@ -11,7 +11,30 @@
 
 use mysql_async::SslOpts;
 
-use super::config::SslMode;
+/// `?ssl-mode=`, with the names of MySQL's own client (`--ssl-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SslMode {
+    /// Plain connections only (the default of `mysql://`).
+    Disabled,
+    /// TLS or no connection; the certificate is not checked.
+    Required,
+    /// TLS, the certificate's chain checked (to `?ssl-ca=`).
+    VerifyCa,
+    /// TLS, the chain and the host name checked (the default of `mysqls://`).
+    VerifyIdentity,
+}
+
+impl SslMode {
+    pub(super) fn parse(value: &str) -> Option<Self> {
+        Some(match value.to_ascii_uppercase().as_str() {
+            "DISABLED" => SslMode::Disabled,
+            "REQUIRED" => SslMode::Required,
+            "VERIFY_CA" => SslMode::VerifyCa,
+            "VERIFY_IDENTITY" => SslMode::VerifyIdentity,
+            _ => return None,
+        })
+    }
+}
 
 /// The client's TLS options for `mode` and the CA file `ca`; `None` for
 /// plain connections. The file must be readable (checked here, so a wrong

@@ -10,6 +10,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::tls_params::{Root, SslMode, TlsParams};
+use crate::backends::fence_retention::{self, DEFAULT_FENCE_RETENTION};
 use crate::url::{options, percent_decode};
 use crate::LockError;
 
@@ -30,13 +31,6 @@ const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(300);
 const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// The schema of the fence table, unless `?schema=` says otherwise.
 pub(super) const DEFAULT_SCHEMA: &str = "public";
-
-/// How long a key's rows are kept after its last fence when the URL sets
-/// no `?fence_retention=`: one day, as on Redis.
-pub(super) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The longest `?fence_retention=`: 365 days, as on Redis.
-pub(super) const MAX_FENCE_RETENTION: Duration = crate::lease::ttl::MAX_TTL;
 
 /// The libpq parameters tokio-postgres reads, passed to it as written.
 const LIBPQ: &[&str] = &[
@@ -62,18 +56,6 @@ const LIBPQ: &[&str] = &[
 /// libpq's TLS parameters, read by dlock (tokio-postgres knows `sslmode`
 /// but not libpq's `verify-ca` and `verify-full`, nor the files).
 const LIBPQ_TLS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey"];
-
-/// `fence_retention=<duration>`: humantime, longer than zero, at most
-/// [`MAX_FENCE_RETENTION`].
-fn parse_fence_retention(value: &str) -> Result<Duration, String> {
-    let retention = crate::url::options::duration("fence_retention", value)?;
-    if retention > MAX_FENCE_RETENTION {
-        return Err(format!(
-            "`fence_retention={value}` is longer than the maximum of 365 days; give e.g. `fence_retention=1d` (the default) or `fence_retention=7d`"
-        ));
-    }
-    Ok(retention)
-}
 
 /// What a PostgreSQL URL says.
 #[derive(Clone)]
@@ -202,7 +184,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             "sslkey" => sslkey = Some(file(name, &value).map_err(&bad)?),
             "prefix" => prefix = postgres_prefix(raw).map_err(&bad)?,
             "fence_retention" => {
-                fence_retention = parse_fence_retention(&value).map_err(&bad)?;
+                fence_retention = fence_retention::parse(&value).map_err(&bad)?;
             }
             "client_name" => {
                 client_name = Some(

@@ -20,6 +20,7 @@ pub(crate) use self::replicas::{replica_timeout, Replicas};
 pub(crate) use self::sentinel::SentinelTarget;
 use self::sentinel::{refuse_open_sentinels, sentinel_target, SentinelQuery};
 use self::waiting::{parse_foreign_share, DEFAULT_FOREIGN_SHARE, DEFAULT_RECHECK};
+use crate::backends::fence_retention::{self, DEFAULT_FENCE_RETENTION};
 use crate::url::{options, percent_decode, redact};
 use crate::LockError;
 
@@ -59,7 +60,7 @@ pub(crate) struct RedisOptions {
     /// [`replica_timeout`] of the lease's ttl).
     pub(crate) replica_timeout: Option<Duration>,
     /// `?fence_retention=<duration>`: how long a key's fencing counter
-    /// outlives the fence it last issued (default [`DEFAULT_FENCE_RETENTION`];
+    /// outlives the fence it last issued (default one day, at most 365 days;
     /// see `scripts.rs`'s `ACQUIRE_FUNCTIONS` for why it may expire).
     pub(crate) fence_retention: Duration,
     /// `?foreign_share=N`: the percentage of the time the key stays free for
@@ -97,14 +98,6 @@ const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(5);
 /// request timeout (which retires the connection) speaks first, and a
 /// connection with unacknowledged data closes soon after.
 const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a fencing counter is kept after it last issued a fence, when
-/// the URL sets no `?fence_retention=`: one day.
-pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-/// The longest `?fence_retention=`: dlock's `MAX_TTL` (365 days). Past a
-/// year a counter is as good as kept for ever, and below it the `PX` of
-/// the counter stays exact.
-pub(crate) const MAX_FENCE_RETENTION: Duration = crate::lease::ttl::MAX_TTL;
-
 impl RedisOptions {
     pub(crate) fn parse(url: &str) -> Result<Self, LockError> {
         let shown = redact(url);
@@ -155,7 +148,7 @@ impl RedisOptions {
                     };
                 }
                 "fence_retention" => {
-                    fence_retention = parse_fence_retention(value).map_err(|why| bad(&why))?;
+                    fence_retention = fence_retention::parse(value).map_err(|why| bad(&why))?;
                 }
                 "foreign_share" => {
                     foreign_share = parse_foreign_share(value).map_err(|why| bad(&why))?;
@@ -288,18 +281,6 @@ impl RedisOptions {
     }
 }
 
-/// `fence_retention=<duration>`: humantime, longer than zero, at most
-/// [`MAX_FENCE_RETENTION`].
-fn parse_fence_retention(value: &str) -> Result<Duration, String> {
-    let retention = options::duration("fence_retention", value)?;
-    if retention > MAX_FENCE_RETENTION {
-        return Err(format!(
-            "`fence_retention={value}` is longer than the maximum of 365 days; give e.g. `fence_retention=1d` (the default) or `fence_retention=7d`"
-        ));
-    }
-    Ok(retention)
-}
-
 #[cfg(test)]
 mod tests {
     use crate::backends::redis::config::*;
@@ -338,7 +319,10 @@ mod tests {
             );
         }
         let o = RedisOptions::parse("redis://h:1?fence_retention=365d").unwrap();
-        assert_eq!(o.fence_retention, MAX_FENCE_RETENTION);
+        assert_eq!(
+            o.fence_retention,
+            crate::backends::fence_retention::MAX_FENCE_RETENTION
+        );
     }
 
     #[test]
