@@ -1,30 +1,10 @@
 //! Small URL helpers shared by `connect` and the backends.
 
-#[cfg(any(
-    feature = "redis",
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "file",
-    feature = "mysql"
-))]
+#[cfg(url_backend)]
 pub(crate) mod options;
-#[cfg(any(
-    feature = "redis",
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "mysql"
-))]
+#[cfg(server_backend)]
 pub(crate) mod parts;
-#[cfg(any(
-    feature = "redis",
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "file",
-    feature = "mysql"
-))]
+#[cfg(url_backend)]
 pub(crate) mod prefix;
 
 /// Returns `url` with any password replaced by `***`, for `Debug`, errors and logs.
@@ -97,14 +77,7 @@ fn redact_userinfo(url: &str) -> String {
 /// Decodes `%XX` escapes (for passwords and names holding `@`, `:`, `&`,
 /// `/`...). The error says what is wrong, without quoting `text`, which
 /// may be a password.
-#[cfg(any(
-    feature = "redis",
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "file",
-    feature = "mysql"
-))]
+#[cfg(url_backend)]
 pub(crate) fn percent_decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -36,7 +36,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     // the backends' shared helpers (`backends`: mod.rs, announcements,
     // `?fence_retention=`, ..., which may use what every backend may use
     // below them); no backend knows another but Redlock, made of Redis backends.
-    ("backends",            &["backend", "url", "lease::ttl"]),
+    ("backends",            &["backend", "url", "lease::background", "lease::ttl"]),
     ("backends::memory",    A_BACKEND),
     ("backends::redis",     A_BACKEND),
     ("backends::etcd",      A_BACKEND),

@@ -38,3 +38,37 @@ pub(crate) async fn ran_out<H>(
         }
     }
 }
+
+/// Records `entry` under `token` in `held` and starts its reaper on dlock's
+/// background runtime: when the entry's deadline (`deadline_of`, first
+/// `valid_until`) passes without a renewal, it is taken out of the map and
+/// handed to `expired`, which lets the lock go. `entry` is made with the
+/// reaper's end signal, which the entry keeps: dropping it (a release)
+/// ends the reaper at once. Returns the entry `token` had before, if any.
+#[cfg(any(
+    feature = "postgres",
+    feature = "mysql",
+    all(feature = "file", target_os = "linux")
+))]
+pub(crate) fn remember<H: Send + 'static>(
+    held: &std::sync::Arc<Mutex<HashMap<String, H>>>,
+    token: &str,
+    valid_until: Instant,
+    entry: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> H,
+    deadline_of: fn(&H) -> Instant,
+    expired: impl FnOnce(H) + Send + 'static,
+) -> Option<H> {
+    let (reaper, gone) = tokio::sync::oneshot::channel();
+    let before = held
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(token.to_owned(), entry(reaper));
+    let map = std::sync::Arc::downgrade(held);
+    let token = token.to_owned();
+    crate::lease::background::spawn_daemon(async move {
+        if let Some(h) = ran_out(map, &token, valid_until, gone, deadline_of).await {
+            expired(h);
+        }
+    });
+    before
+}

@@ -52,6 +52,9 @@ pub mod mysql;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sessions;
+
 #[cfg(feature = "redlock")]
 pub mod redlock;
 #[cfg(feature = "zookeeper")]

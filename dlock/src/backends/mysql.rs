@@ -178,12 +178,13 @@ mod waiting;
 
 pub use self::names::{lock_name, lock_name_in, MAX_NAME_CHARS};
 
+use crate::backends::sessions::Sessions;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use self::config::Config;
 use self::held::HeldMap;
-use self::session::{Pool, Reserved, Session};
+use self::session::Session;
 use self::sql::Statements;
 use crate::backend::transient::Transient;
 use crate::LockError;
@@ -194,17 +195,11 @@ pub struct MysqlBackend {
     /// The URL, password redacted.
     shown: String,
     statements: Statements,
-    /// The sessions tries run on (and whose locks carry their leases).
-    pool: Pool,
-    /// The sessions acquisitions wait in the server's queue on.
-    waiting: Pool,
+    /// The sessions tries run on, and those waits queue on.
+    sessions: Sessions<Session>,
     /// Names whose try was refused lately (`waiting.rs`).
     contended: waiting::Contended,
     held: Arc<Mutex<HeldMap>>,
-    /// Raised when a session ends (see `LockBackend::loss_alarm`).
-    alarm: Arc<tokio::sync::watch::Sender<u64>>,
-    /// Deletes rows idle past `?fence_retention=`, behind releases.
-    sweeper: retention::Sweeper,
 }
 
 impl std::fmt::Debug for MysqlBackend {
@@ -212,7 +207,7 @@ impl std::fmt::Debug for MysqlBackend {
         f.debug_struct("MysqlBackend")
             .field("url", &self.shown)
             .field("config", &self.config)
-            .field("pool", &self.pool)
+            .field("sessions", &self.sessions)
             .finish_non_exhaustive()
     }
 }
@@ -331,34 +326,23 @@ impl MysqlBackend {
     /// # Ok(()) }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, LockError> {
-        crate::lease::background::check()?;
         let config = config::parse(url)?;
-        let shown = config::shown(url);
-        let statements = Statements::new(&config.database, config.fence_retention);
-        let alarm = Arc::new(tokio::sync::watch::channel(0).0);
-        let first = {
+        let shown = crate::url::redact(url);
+        let statements = Statements::new(&config.database, config.session.fence_retention);
+        let open_first = {
             let (config, statements, shown) = (config.clone(), statements.clone(), shown.clone());
-            let alarm = alarm.clone();
-            crate::lease::background::run(async move {
-                session::open(&config, &shown, alarm, Some(&statements)).await
-            })
-            .await?
+            |alarm| async move { session::open(&config, &shown, alarm, Some(&statements)).await }
         };
-        let pool = Pool::new(config.sessions);
-        let sweeper = retention::Sweeper::new(config.fence_retention);
-        sweeper.maybe(&first, statements.sweep(retention::BATCH));
-        pool.adopt(first);
-        let sessions = config.sessions;
+        let (sessions, first) = Sessions::open(&config.session, open_first).await?;
+        let sweep = statements.sweep(retention::BATCH);
+        retention::sweep_if_due(&sessions.sweeper, &first, sweep);
         Ok(MysqlBackend {
-            sweeper,
             config,
             shown,
             statements,
-            pool,
-            waiting: Pool::new(sessions),
+            sessions,
             contended: waiting::Contended::default(),
             held: Arc::new(Mutex::new(HeldMap::new())),
-            alarm,
         })
     }
 
@@ -366,7 +350,7 @@ impl MysqlBackend {
     /// and frees its locks (`?session_timeout=`): a frozen client's locks
     /// are free after about this long, and every lease's ttl is capped at it.
     pub fn session_timeout(&self) -> Duration {
-        self.config.session_timeout
+        self.config.session.session_timeout
     }
 
     /// The lock name of `key` (`GET_LOCK`'s).
@@ -380,12 +364,13 @@ impl MysqlBackend {
     }
 
     fn clamp(&self, ttl: Duration) -> Duration {
-        ttl.min(self.config.session_timeout)
+        ttl.min(self.config.session.session_timeout)
     }
 
     /// Opens a session on dlock's background runtime.
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
-        let (config, shown, alarm) = (self.config.clone(), self.shown.clone(), self.alarm.clone());
+        let (config, shown) = (self.config.clone(), self.shown.clone());
+        let alarm = self.sessions.alarm.clone();
         crate::lease::background::run(
             async move { session::open(&config, &shown, alarm, None).await },
         )
@@ -394,20 +379,7 @@ impl MysqlBackend {
 
     /// A live session for a read (inspect, list, force_release).
     async fn any_session(&self) -> Result<Arc<Session>, LockError> {
-        match self
-            .pool
-            .reserve(None, false, || self.open_session())
-            .await?
-        {
-            Reserved::On(session) => Ok(session),
-            Reserved::Busy => Err(failed(&self.shown, "no session could be opened")),
-        }
-    }
-}
-
-impl Drop for MysqlBackend {
-    fn drop(&mut self) {
-        self.pool.close_all();
-        self.waiting.close_all();
+        let open = || self.open_session();
+        self.sessions.any(open, &self.shown).await
     }
 }

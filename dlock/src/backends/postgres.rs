@@ -280,6 +280,7 @@ mod waiting;
 pub use self::election::MAX_VALUE_BYTES;
 pub use self::keys::{advisory_key, advisory_key_in, rw_advisory_key, rw_advisory_key_in};
 
+use crate::backends::sessions::Sessions;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -288,7 +289,7 @@ use self::config::Config;
 use self::held::HeldMap;
 use self::keys::digest;
 use self::listener::{Listener, Waiters};
-use self::session::{Pool, Reserved, Session};
+use self::session::Session;
 use self::sql::Statements;
 use crate::backend::transient::Transient;
 use crate::LockError;
@@ -302,9 +303,8 @@ pub struct PostgresBackend {
     /// The URL, password redacted.
     shown: String,
     statements: Statements,
-    pool: Pool,
-    /// The sessions acquisitions wait in the lock's queue on (`turns.rs`).
-    waiting: Pool,
+    /// The sessions tries run on, and those waits queue on (`turns.rs`).
+    sessions: Sessions<Session>,
     /// Keys whose try was refused lately (`turns.rs`).
     contended: turns::Contended,
     held: Arc<Mutex<HeldMap>>,
@@ -313,10 +313,6 @@ pub struct PostgresBackend {
     /// Whether the leaders' table is known to exist (made on the first use
     /// of an election).
     leaders_ready: std::sync::atomic::AtomicBool,
-    /// Raised when a lock session ends (see `LockBackend::loss_alarm`).
-    alarm: Arc<tokio::sync::watch::Sender<u64>>,
-    /// Deletes rows idle past `?fence_retention=`, behind releases.
-    sweeper: retention::Sweeper,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -324,7 +320,7 @@ impl std::fmt::Debug for PostgresBackend {
         f.debug_struct("PostgresBackend")
             .field("url", &self.shown)
             .field("config", &self.config)
-            .field("pool", &self.pool)
+            .field("sessions", &self.sessions)
             .finish_non_exhaustive()
     }
 }
@@ -355,7 +351,7 @@ pub(super) struct Failure {
 }
 
 impl Failure {
-    /// The server did not answer within `config.timeout`: `what` says what.
+    /// The server did not answer within `config.session.timeout`: `what` says what.
     pub(super) fn unanswered(what: String) -> Self {
         Failure {
             text: what,
@@ -455,37 +451,25 @@ impl PostgresBackend {
     /// # Ok(()) }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, LockError> {
-        crate::lease::background::check()?;
         let config = config::parse(url)?;
-        let shown = config::shown(url);
-        let statements = Statements::new(&config.schema, config.fence_retention);
-        let alarm = Arc::new(tokio::sync::watch::channel(0).0);
-        let first = {
+        let shown = crate::url::redact(url);
+        let statements = Statements::new(&config.schema, config.session.fence_retention);
+        let open_first = {
             let (config, statements, shown) = (config.clone(), statements.clone(), shown.clone());
-            let alarm = alarm.clone();
-            crate::lease::background::run(async move {
-                session::open(&config, &statements, &shown, true, alarm).await
-            })
-            .await?
+            |alarm| async move { session::open(&config, &statements, &shown, true, alarm).await }
         };
-        let pool = Pool::new(config.sessions);
-        let sweeper = retention::Sweeper::new(config.fence_retention);
-        sweeper.maybe(&first, &statements.sweep, &shown);
-        pool.adopt(first);
-        let sessions = config.sessions;
+        let (sessions, first) = Sessions::open(&config.session, open_first).await?;
+        retention::sweep_if_due(&sessions.sweeper, &first, &statements.sweep, &shown);
         Ok(PostgresBackend {
-            sweeper,
             config,
             shown,
             statements,
-            pool,
-            waiting: Pool::new(sessions),
+            sessions,
             contended: turns::Contended::default(),
             held: Arc::new(Mutex::new(HeldMap::new())),
             waiters: Arc::new(Waiters::default()),
             listener: tokio::sync::Mutex::new(None),
             leaders_ready: std::sync::atomic::AtomicBool::new(false),
-            alarm,
         })
     }
 
@@ -493,7 +477,7 @@ impl PostgresBackend {
     /// and frees its locks (`?session_timeout=`): a frozen client's locks
     /// are free after about this long, and every lease's ttl is capped at it.
     pub fn session_timeout(&self) -> Duration {
-        self.config.session_timeout
+        self.config.session.session_timeout
     }
 
     /// The fence table's name for `key`: `<prefix>:<key>`.
@@ -502,7 +486,7 @@ impl PostgresBackend {
     }
 
     fn clamp(&self, ttl: Duration) -> Duration {
-        ttl.min(self.config.session_timeout)
+        ttl.min(self.config.session.session_timeout)
     }
 
     /// `fut` within the request timeout, its error the backend's.
@@ -510,7 +494,7 @@ impl PostgresBackend {
         &self,
         fut: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.config.timeout, fut).await {
+        match tokio::time::timeout(self.config.session.timeout, fut).await {
             Ok(Ok(t)) => Ok(t),
             Ok(Err(e)) => Err(failed(&self.shown, e)),
             Err(_) => Err(self.silent()),
@@ -522,7 +506,7 @@ impl PostgresBackend {
             &self.shown,
             Failure::unanswered(format!(
                 "the server did not answer within {:?}",
-                self.config.timeout
+                self.config.session.timeout
             )),
         )
     }
@@ -533,7 +517,7 @@ impl PostgresBackend {
             self.config.clone(),
             self.statements.clone(),
             self.shown.clone(),
-            self.alarm.clone(),
+            self.sessions.alarm.clone(),
         );
         crate::lease::background::run(async move {
             session::open(&config, &statements, &shown, false, alarm).await
@@ -543,16 +527,7 @@ impl PostgresBackend {
 
     /// A live session for a read (inspect, list, force_release).
     async fn any_session(&self) -> Result<Arc<Session>, LockError> {
-        match self.pool.reserve(&[], || self.open_session()).await? {
-            Reserved::On(session) => Ok(session),
-            Reserved::Busy => Err(failed(&self.shown, "no session could be opened")),
-        }
-    }
-}
-
-impl Drop for PostgresBackend {
-    fn drop(&mut self) {
-        self.pool.close_all();
-        self.waiting.close_all();
+        let open = || self.open_session();
+        self.sessions.any(open, &self.shown).await
     }
 }

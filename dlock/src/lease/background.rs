@@ -236,11 +236,5 @@ pub(crate) fn is_current() -> bool {
 pub(crate) mod in_flight;
 // Empty without a backend that connects to a server (its `#![cfg]`).
 mod run;
-#[cfg(any(
-    feature = "redis",
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "mysql"
-))]
+#[cfg(server_backend)]
 pub(crate) use run::run;

@@ -264,6 +264,7 @@ mod tests {
             shown,
             ["a:1", "b:2379", "[::1]:3", "[::1]:2379", "10.0.0.1:65535"]
         );
+        #[cfg(feature = "redis")]
         assert_eq!(list[2].bare_host(), "::1");
     }
 

@@ -5,13 +5,12 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::lock_file::{self, Record};
 use super::FileBackend;
 use crate::backend::{lease_deadline, Lease, Renewal};
-use crate::backends::held_deadline::ran_out;
+use crate::backends::held_deadline;
 use crate::LockError;
 
 /// A held lease.
@@ -59,8 +58,7 @@ impl FileBackend {
         ttl: Duration,
         valid_until: Instant,
     ) {
-        let (gone, gone_rx) = tokio::sync::oneshot::channel();
-        let held = Held {
+        let entry = |gone| Held {
             file,
             name,
             record,
@@ -68,23 +66,25 @@ impl FileBackend {
             valid_until,
             _gone: gone,
         };
-        if let Some(old) = lock(&self.held).insert(token.to_owned(), held) {
+        let expired = |h: Held| {
+            tracing::debug!(
+                file = h.name,
+                "lease ran out without renewal; unlocking its file"
+            );
+            let_go_of(h);
+        };
+        let before = held_deadline::remember(
+            &self.held,
+            token,
+            valid_until,
+            entry,
+            |h| h.valid_until,
+            expired,
+        );
+        if let Some(old) = before {
             // Owner tokens are unique: never, but never leak a lock either.
             let_go_of(old);
         }
-        let map = Arc::downgrade(&self.held);
-        let token = token.to_owned();
-        crate::lease::background::spawn_daemon(async move {
-            if let Some(expired) =
-                ran_out(map, &token, valid_until, gone_rx, |h: &Held| h.valid_until).await
-            {
-                tracing::debug!(
-                    file = expired.name,
-                    "lease ran out without renewal; unlocking its file"
-                );
-                let_go_of(expired);
-            }
-        });
     }
 
     /// Releases the lease of `token`: `false` if this backend holds none.

@@ -10,6 +10,7 @@ use super::session::{Op, Reserved, Session, Undo};
 use super::sql::{Statements, Wait};
 use super::{failed, held, MysqlBackend};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
+use crate::backends::sessions;
 use crate::LockError;
 
 /// What an acquisition statement answered.
@@ -72,25 +73,39 @@ impl MysqlBackend {
             .map_err(|e| failed(&self.shown, e))
     }
 
-    /// A lock granted on `session`: remembered as held there, and its lease.
-    pub(super) fn granted(
+    /// What an answer to `GET_LOCK` on `session` comes to: a grant,
+    /// remembered as held there, its ttl counted from `counted_from`; or
+    /// the name let go on the session.
+    pub(super) fn settle(
         &self,
+        answer: Result<Granted, LockError>,
         req: &AcquireRequest,
         session: Arc<Session>,
         name: String,
         ttl: Duration,
-        fence: Option<i64>,
-        valid_until: Instant,
-    ) -> Lease {
-        let resource = format!("GET_LOCK('{name}')");
-        held::remember(&self.held, &req.token, session, name, valid_until);
-        Lease {
-            key: req.key.clone(),
-            token: req.token.clone(),
-            ttl,
-            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
-            valid_until,
-            resource,
+        counted_from: Instant,
+    ) -> Result<Option<Lease>, LockError> {
+        match answer {
+            Ok(Granted::Yes(fence)) => {
+                let valid_until = lease_deadline(counted_from, ttl);
+                let resource = format!("GET_LOCK('{name}')");
+                held::remember(&self.held, &req.token, session, name, valid_until);
+                Ok(Some(sessions::lease(
+                    req,
+                    ttl,
+                    fence,
+                    valid_until,
+                    resource,
+                )))
+            }
+            Ok(Granted::No) => {
+                session.unreserve(&name);
+                Ok(None)
+            }
+            Err(e) => {
+                session.unreserve(&name);
+                Err(e)
+            }
         }
     }
 
@@ -98,8 +113,9 @@ impl MysqlBackend {
     pub(super) async fn try_once(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let name = self.name_of(&req.key);
         let session = match self
+            .sessions
             .pool
-            .reserve(Some(&name), false, || self.open_session())
+            .reserve(std::slice::from_ref(&name), false, || self.open_session())
             .await?
         {
             Reserved::On(session) => session,
@@ -114,29 +130,9 @@ impl MysqlBackend {
                 req,
                 ttl,
                 Wait::No,
-                Some(self.config.timeout),
+                Some(self.config.session.timeout),
             )
             .await;
-        match answer {
-            Ok(Granted::Yes(fence)) => {
-                let valid_until = lease_deadline(sent, ttl);
-                Ok(Some(self.granted(
-                    req,
-                    session,
-                    name,
-                    ttl,
-                    fence,
-                    valid_until,
-                )))
-            }
-            Ok(Granted::No) => {
-                session.unreserve(&name);
-                Ok(None)
-            }
-            Err(e) => {
-                session.unreserve(&name);
-                Err(e)
-            }
-        }
+        self.settle(answer, req, session, name, ttl, sent)
     }
 }

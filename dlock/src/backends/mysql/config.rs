@@ -9,6 +9,7 @@ use std::time::Duration;
 use mysql_async::{Opts, OptsBuilder};
 
 use super::tls::SslMode;
+use crate::backends::sessions::options::{SessionClock, SessionOptions};
 use crate::url::{options, percent_decode};
 use crate::LockError;
 
@@ -19,40 +20,23 @@ pub(crate) const DEFAULT_PREFIX: &str = "dlock";
 pub(super) const MAX_PREFIX_CHARS: usize = 30;
 /// The server's port unless the URL gives one.
 pub(super) const DEFAULT_PORT: u16 = 3306;
-/// How many sessions (connections) hold locks, unless `?sessions=` says
-/// otherwise; as many again may wait in the server's queues.
-pub(super) const DEFAULT_SESSIONS: usize = 4;
-/// The most sessions of each kind one backend opens.
-pub(super) const MAX_SESSIONS: usize = 64;
-/// The bound on connecting and on one request, unless `?timeout=` says otherwise.
-pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the server lets a lock-holding session be silent before it
-/// ends it (`wait_timeout`), unless `?session_timeout=` says otherwise.
-pub(super) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
-/// The shortest `?session_timeout=`: `wait_timeout` counts whole seconds.
-const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest `?session_timeout=`: a day.
-const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(86_400);
+/// How MySQL counts a session's silence: `wait_timeout`, whole seconds.
+const SESSION_CLOCK: SessionClock = SessionClock {
+    min: Duration::from_secs(2),
+    whole_seconds: true,
+};
 
 /// What a MySQL URL says.
 #[derive(Clone)]
 pub(super) struct Config {
+    /// The options every session backend shares (`backends/sessions/options.rs`).
+    pub(super) session: SessionOptions,
     /// The client's options (they hold the password).
     pub(super) opts: Opts,
     /// The database of dlock's table.
     pub(super) database: String,
     /// The namespace of lock names.
     pub(super) prefix: String,
-    /// How many sessions hold locks (and how many may wait).
-    pub(super) sessions: usize,
-    /// The bound on one request.
-    pub(super) timeout: Duration,
-    /// The server's `wait_timeout` on lock sessions.
-    pub(super) session_timeout: Duration,
-    /// `?client_name=`.
-    pub(super) client_name: Option<String>,
-    /// `?fence_retention=`.
-    pub(super) fence_retention: Duration,
     /// `?ssl-mode=` (or the scheme's default).
     pub(super) ssl_mode: SslMode,
 }
@@ -65,23 +49,15 @@ impl std::fmt::Debug for Config {
             .field("user", &self.opts.user())
             .field("database", &self.database)
             .field("prefix", &self.prefix)
-            .field("sessions", &self.sessions)
-            .field("timeout", &self.timeout)
-            .field("session_timeout", &self.session_timeout)
-            .field("fence_retention", &self.fence_retention)
+            .field("session", &self.session)
             .field("ssl_mode", &self.ssl_mode)
             .finish_non_exhaustive()
     }
 }
 
-/// `url` as errors and `describe()` show it: the password hidden.
-pub(super) fn shown(url: &str) -> String {
-    crate::url::redact(url)
-}
-
 /// Parses `mysql[s]://user[:password]@host[:port]/database[?param=value&...]`.
 pub(super) fn parse(url: &str) -> Result<Config, LockError> {
-    let shown = shown(url);
+    let shown = crate::url::redact(url);
     let bad = |why: String| LockError::invalid_option(format!("MySQL URL `{shown}`: {why}"));
     let parts = crate::url::parts::split(url).map_err(&bad)?;
     let mut ssl_mode = match parts.scheme {
@@ -94,51 +70,13 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         }
     };
     let mut prefix = DEFAULT_PREFIX.to_owned();
-    let mut sessions = DEFAULT_SESSIONS;
-    let mut timeout = DEFAULT_TIMEOUT;
-    let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
-    let mut client_name = None;
-    let mut tcp_keepalive = None;
-    let mut fence_retention = crate::backends::fence_retention::DEFAULT_FENCE_RETENTION;
+    let mut session = SessionOptions::default();
     let mut ssl_ca = None;
     for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
         let value = percent_decode(raw).map_err(&bad)?;
         match name {
             "prefix" => prefix = mysql_prefix(raw).map_err(&bad)?,
-            "client_name" => {
-                client_name = Some(
-                    crate::backend::holder::check_client_name(&value)
-                        .map_err(|e| bad(e.to_string()))?,
-                )
-            }
-            "timeout" => timeout = options::duration(name, &value).map_err(&bad)?,
-            "tcp_keepalive" => {
-                tcp_keepalive = Some(options::duration_or_off(name, &value).map_err(&bad)?)
-            }
-            "session_timeout" => {
-                let d = options::duration(name, &value).map_err(&bad)?;
-                if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&d) {
-                    return Err(bad(format!(
-                        "`session_timeout={value}` must be between 2s and one day (the server's `wait_timeout` counts whole seconds)"
-                    )));
-                }
-                session_timeout = Duration::from_secs(d.as_secs());
-            }
-            "sessions" => {
-                sessions = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_SESSIONS).contains(n))
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "`sessions={value}` must be a number from 1 to {MAX_SESSIONS}"
-                        ))
-                    })?
-            }
-            "fence_retention" => {
-                fence_retention = crate::backends::fence_retention::parse(&value).map_err(&bad)?;
-            }
             "ssl-mode" => {
                 ssl_mode = SslMode::parse(&value).ok_or_else(|| {
                     bad(format!(
@@ -152,6 +90,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                 }
                 ssl_ca = Some(std::path::PathBuf::from(value));
             }
+            other if session.take(other, &value, &SESSION_CLOCK).map_err(&bad)? => {}
             other => {
                 return Err(bad(options::unknown(
                     other,
@@ -196,7 +135,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         ));
     }
     let ssl_opts = super::tls::ssl_opts(ssl_mode, ssl_ca).map_err(&bad)?;
-    let third = (session_timeout / 3).max(Duration::from_secs(1));
+    let third = (session.session_timeout / 3).max(Duration::from_secs(1));
     let opts = OptsBuilder::default()
         .ip_or_hostname(host)
         .tcp_port(port)
@@ -207,18 +146,14 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         // behind the URL's back, never recycled by the client.
         .prefer_socket(false)
         .tcp_nodelay(true)
-        .tcp_keepalive(tcp_keepalive.unwrap_or(Some(third)))
+        .tcp_keepalive(session.tcp_keepalive.unwrap_or(Some(third)))
         .stmt_cache_size(0)
         .ssl_opts(ssl_opts);
     Ok(Config {
         opts: Opts::from(opts),
         database,
         prefix,
-        sessions,
-        timeout,
-        session_timeout,
-        client_name,
-        fence_retention,
+        session,
         ssl_mode,
     })
 }
@@ -287,9 +222,9 @@ mod tests {
         assert_eq!(c.opts.user(), Some("app"));
         assert_eq!(c.opts.pass(), Some("p@ss"));
         assert_eq!(c.database, "locks");
-        assert_eq!((c.prefix.as_str(), c.sessions), ("jobs", 2));
-        assert_eq!(c.session_timeout, Duration::from_secs(10));
-        assert_eq!(c.client_name.as_deref(), Some("cron"));
+        assert_eq!((c.prefix.as_str(), c.session.sessions), ("jobs", 2));
+        assert_eq!(c.session.session_timeout, Duration::from_secs(10));
+        assert_eq!(c.session.client_name.as_deref(), Some("cron"));
         assert_eq!(c.ssl_mode, SslMode::Disabled);
         let c = parse("mysql://app@[::1]/db").unwrap();
         assert_eq!((c.opts.ip_or_hostname(), c.opts.tcp_port()), ("::1", 3306));

@@ -3,30 +3,19 @@
 //! deadline passed without a renewal (renewal off, a leaked guard): the
 //! session would otherwise keep the lock for as long as it lives.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::lock;
 use super::session::{Session, Undo};
 use super::sql::Statements;
-use crate::backends::held_deadline::ran_out;
-
-/// One held lease.
-pub(super) struct Held {
-    pub(super) session: Arc<Session>,
-    /// The lock name (`GET_LOCK`'s).
-    pub(super) name: String,
-    /// The lease's local deadline, moved by each renewal.
-    pub(super) valid_until: Instant,
-    /// Dropped with the entry: ends the reaper at once.
-    _reaper: tokio::sync::oneshot::Sender<()>,
-}
+use crate::backends::sessions;
+use crate::backends::sessions::pool::PooledSession;
 
 /// Held leases by owner token.
-pub(super) type HeldMap = HashMap<String, Held>;
+pub(super) type HeldMap = sessions::held::HeldMap<Session, String>;
 
-/// Records a granted lease and starts its reaper.
+/// Records a granted lease and starts its reaper, which lets the lock go
+/// when the lease's local deadline passes without a renewal.
 pub(super) fn remember(
     held: &Arc<Mutex<HeldMap>>,
     token: &str,
@@ -34,37 +23,10 @@ pub(super) fn remember(
     name: String,
     valid_until: Instant,
 ) {
-    let (reaper, gone) = tokio::sync::oneshot::channel();
-    lock(held).insert(
-        token.to_owned(),
-        Held {
-            session,
-            name,
-            valid_until,
-            _reaper: reaper,
-        },
-    );
-    crate::lease::background::spawn_daemon(reap(
-        Arc::downgrade(held),
-        token.to_owned(),
-        valid_until,
-        gone,
-    ));
-}
-
-/// Lets go the lease of `token` once its local deadline has passed
-/// without a renewal.
-async fn reap(
-    held: Weak<Mutex<HeldMap>>,
-    token: String,
-    at: Instant,
-    gone: tokio::sync::oneshot::Receiver<()>,
-) {
-    let expired = ran_out(held, &token, at, gone, |h: &Held| h.valid_until).await;
-    if let Some(h) = expired {
-        tracing::debug!(name = %h.name, "lease ran out without renewal; releasing its lock");
-        unlock_in_background(h.session, h.name);
-    }
+    sessions::held::remember(held, token, session, name, valid_until, |h| {
+        tracing::debug!(name = %h.lock, "lease ran out without renewal; releasing its lock");
+        unlock_in_background(h.session, h.lock);
+    });
 }
 
 /// Lets go `name` on `session` and forgets it there, in the background,

@@ -37,7 +37,9 @@ impl MysqlBackend {
         let session = self.any_session().await?;
         let op: Op<Answer> = Box::new(move |conn| Box::pin(rows_of(conn, sql)));
         session
-            .call(Some(self.config.timeout), false, op, |_| Undo::default())
+            .call(Some(self.config.session.timeout), false, op, |_| {
+                Undo::default()
+            })
             .await
             .map_err(|e| failed(&self.shown, e))
     }

@@ -9,6 +9,7 @@ use super::rows::{int, rows_of};
 use super::session::{Op, Undo};
 use super::{failed, lock, MysqlBackend};
 use crate::backend::{AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backends::sessions::pool::PooledSession;
 use crate::{LockError, LockInfo};
 
 #[async_trait]
@@ -18,12 +19,7 @@ impl LockBackend for MysqlBackend {
     }
 
     fn client_name(&self) -> Option<&str> {
-        Some(
-            self.config
-                .client_name
-                .as_deref()
-                .unwrap_or_else(|| crate::backend::holder::default_client_name()),
-        )
+        Some(self.config.session.client_name())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
@@ -49,7 +45,7 @@ impl LockBackend for MysqlBackend {
         if !h.session.is_alive() {
             return Ok(false);
         }
-        let sql = self.statements.release(&h.name, &lease.token);
+        let sql = self.statements.release(&h.lock, &lease.token);
         let op: Op<(Option<i64>, Option<i64>)> = Box::new(move |conn| {
             Box::pin(async move {
                 let answer = rows_of(conn, sql).await?;
@@ -57,19 +53,21 @@ impl LockBackend for MysqlBackend {
                 Ok((row.and_then(|r| int(r, 0)), row.and_then(|r| int(r, 1))))
             })
         });
-        let forget = h.name.clone();
+        let forget = h.lock.clone();
         let answer = h
             .session
-            .call(Some(self.config.timeout), false, op, move |_| Undo {
-                sql: None,
-                forget: Some(forget),
+            .call(Some(self.config.session.timeout), false, op, move |_| {
+                Undo {
+                    sql: None,
+                    forget: Some(forget),
+                }
             })
             .await;
         match answer {
             Ok((mine, released)) => {
-                h.session.unreserve(&h.name);
-                self.sweeper
-                    .maybe(&h.session, self.statements.sweep(super::retention::BATCH));
+                h.session.unreserve(&h.lock);
+                let sweep = self.statements.sweep(super::retention::BATCH);
+                super::retention::sweep_if_due(&self.sessions.sweeper, &h.session, sweep);
                 Ok(mine == Some(1) && released == Some(1))
             }
             Err(_) if !h.session.is_alive() => Ok(false),
@@ -77,14 +75,14 @@ impl LockBackend for MysqlBackend {
                 // Refused by the server (the table's read, say): the lock
                 // is let go all the same, by the statement that needs no
                 // table.
-                super::held::unlock_in_background(h.session, h.name);
+                super::held::unlock_in_background(h.session, h.lock);
                 Err(failed(&self.shown, e))
             }
         }
     }
 
     fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.alarm.subscribe())
+        Some(self.sessions.alarm.subscribe())
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

@@ -23,6 +23,7 @@ use super::rows::{int, rows_of};
 use super::session::{Op, Session, Undo};
 use super::{failed, held, lock, MysqlBackend};
 use crate::backend::{lease_deadline, Lease, Renewal};
+use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
 /// A session and its leases to renew: (index into the round, lock name).
@@ -49,7 +50,7 @@ impl MysqlBackend {
                         .entry(h.session.id)
                         .or_insert_with(|| (h.session.clone(), Vec::new()))
                         .1
-                        .push((i, h.name.clone())),
+                        .push((i, h.lock.clone())),
                 }
             }
         }
@@ -96,7 +97,9 @@ impl MysqlBackend {
         });
         let sent = Instant::now();
         let answer = session
-            .call(Some(self.config.timeout), false, op, |_| Undo::default())
+            .call(Some(self.config.session.timeout), false, op, |_| {
+                Undo::default()
+            })
             .await;
         match answer {
             Ok(checks) => chunk
@@ -115,7 +118,7 @@ impl MysqlBackend {
                         Some((Some(1), _)) => {
                             // A forced release: the lock is let go now.
                             if let Some(h) = lock(&self.held).remove(&lease.token) {
-                                held::unlock_in_background(h.session, h.name);
+                                held::unlock_in_background(h.session, h.lock);
                             }
                             Renewal::Deleted
                         }

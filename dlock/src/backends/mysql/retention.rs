@@ -10,58 +10,32 @@
 //!
 //! The sweep is lazy and bounded: at most [`BATCH`] rows per statement,
 //! sent in the background when the backend connects and then behind a
-//! release, at most once per [`Sweeper::every`].
+//! release, at most once a minute (`backends/sessions/sweep.rs`).
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use super::lock;
 use super::session::{Op, Session, Undo};
+use crate::backends::sessions::sweep::{SweepSchedule, LONGEST_PAUSE};
 
 /// The most rows one sweep deletes.
 pub(super) const BATCH: u32 = 1_000;
 
-/// The longest pause between two sweeps of one backend.
-const LONGEST_PAUSE: Duration = Duration::from_secs(60);
-
-/// When a backend sweeps next.
-#[derive(Debug)]
-pub(super) struct Sweeper {
-    /// The pause between two sweeps: the retention, at most a minute.
-    pub(super) every: Duration,
-    next: Mutex<Instant>,
-}
-
-impl Sweeper {
-    pub(super) fn new(retention: Duration) -> Self {
-        Sweeper {
-            every: retention.min(LONGEST_PAUSE),
-            next: Mutex::new(Instant::now()),
-        }
+/// Sends the sweep on `session` in the background if it is due.
+pub(super) fn sweep_if_due(schedule: &SweepSchedule, session: &Arc<Session>, statement: String) {
+    if !schedule.due() {
+        return;
     }
-
-    /// Sends the sweep on `session` in the background if it is due.
-    pub(super) fn maybe(&self, session: &Arc<Session>, statement: String) {
-        {
-            let mut next = lock(&self.next);
-            let now = Instant::now();
-            if now < *next {
-                return;
-            }
-            *next = now + self.every;
-        }
-        let session = session.clone();
-        crate::lease::background::spawn(async move {
-            let op: Op<()> = Box::new(move |conn| {
-                Box::pin(mysql_async::prelude::Queryable::query_drop(conn, statement))
-            });
-            // The next sweep tries again; locks are not affected.
-            if let Err(e) = session
-                .call(Some(LONGEST_PAUSE), false, op, |_| Undo::default())
-                .await
-            {
-                tracing::debug!(error = %e.text, "MySQL: the sweep of idle rows failed");
-            }
+    let session = session.clone();
+    crate::lease::background::spawn(async move {
+        let op: Op<()> = Box::new(move |conn| {
+            Box::pin(mysql_async::prelude::Queryable::query_drop(conn, statement))
         });
-    }
+        // The next sweep tries again; locks are not affected.
+        if let Err(e) = session
+            .call(Some(LONGEST_PAUSE), false, op, |_| Undo::default())
+            .await
+        {
+            tracing::debug!(error = %e.text, "MySQL: the sweep of idle rows failed");
+        }
+    });
 }

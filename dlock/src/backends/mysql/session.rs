@@ -1,5 +1,5 @@
-//! Sessions: the connections that hold named locks, and the bounded pools
-//! of them.
+//! Sessions: the connections that hold named locks, pooled by
+//! `backends/sessions/pool.rs`.
 //!
 //! A named lock belongs to a session, and `GET_LOCK` is re-entrant within
 //! one (a second `GET_LOCK` of a name the session holds succeeds), so each
@@ -27,7 +27,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -35,6 +35,7 @@ use mysql_async::Conn;
 
 use super::config::Config;
 use super::{failed, lock, Failure};
+use crate::backends::sessions::pool::{self as session_pool, PooledSession};
 use crate::LockError;
 
 /// One request: what it does with the connection.
@@ -71,41 +72,16 @@ pub(super) struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("id", &self.id)
-            .field("alive", &self.is_alive())
-            .field("names", &lock(&self.names).len())
-            .finish()
+        session_pool::debug(self, "id", &self.id, f)
     }
 }
 
 impl Session {
-    pub(super) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::SeqCst)
-    }
-
     /// Marks the session dead and rings the alarm (once).
     fn died(&self) {
         if self.alive.swap(false, Ordering::SeqCst) {
             self.alarm.send_modify(|generation| *generation += 1);
         }
-    }
-
-    /// Ends the session: its connection closes (behind any request in
-    /// flight) and the server frees every lock it held.
-    pub(super) fn close(self: &Arc<Self>) {
-        self.died();
-        let session = self.clone();
-        crate::lease::background::spawn_daemon(async move {
-            let conn = session.conn.lock().await.take();
-            if let Some(conn) = conn {
-                let _ = tokio::time::timeout(Duration::from_secs(1), conn.disconnect()).await;
-            }
-        });
-    }
-
-    fn reserve(&self, name: &str) {
-        lock(&self.names).insert(name.to_owned());
     }
 
     /// Forgets `name`: no longer held through this session.
@@ -273,111 +249,54 @@ impl<T> Drop for Parcel<T> {
     }
 }
 
-/// The slots of a pool: a session each, or none yet.
-#[derive(Debug)]
-pub(super) struct Pool {
-    slots: Mutex<Vec<Option<Arc<Session>>>>,
-    /// One connect at a time, so two acquisitions do not fill one slot twice.
-    connecting: tokio::sync::Mutex<()>,
-}
+impl PooledSession for Session {
+    type Key = String;
 
-/// What [`Pool::reserve`] found.
-pub(super) enum Reserved {
-    /// The name is reserved on this session.
-    On(Arc<Session>),
-    /// Every session of the pool holds the name already (for this
-    /// process's other leases): busy.
-    Busy,
-}
-
-impl Pool {
-    pub(super) fn new(size: usize) -> Self {
-        Pool {
-            slots: Mutex::new(vec![None; size]),
-            connecting: tokio::sync::Mutex::new(()),
-        }
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
     }
 
-    /// Puts an opened session in the first empty or dead slot.
-    pub(super) fn adopt(&self, session: Arc<Session>) {
-        let mut slots = lock(&self.slots);
-        if let Some(slot) = slots
-            .iter_mut()
-            .find(|s| s.as_ref().is_none_or(|s| !s.is_alive()))
-        {
-            *slot = Some(session);
-        }
+    fn keys(&self) -> &Mutex<HashSet<String>> {
+        &self.names
     }
 
-    /// Reserves `name` on the least loaded session that does not have it
-    /// (with `idle_only`, only on a session that holds nothing), opening a
-    /// session in an empty (or dead) slot when that is the best. `name`
-    /// `None`: any live session, nothing reserved.
-    pub(super) async fn reserve<F, Fut>(
-        &self,
-        name: Option<&str>,
-        idle_only: bool,
-        open: F,
-    ) -> Result<Reserved, LockError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<Arc<Session>, LockError>>,
-    {
-        let size = lock(&self.slots).len();
-        // Bounded: each round either returns or fills one slot.
-        for _ in 0..=size {
-            let empty = {
-                let slots = lock(&self.slots);
-                let mut best: Option<(usize, usize)> = None; // (load, index)
-                for (i, slot) in slots.iter().enumerate() {
-                    let load = match slot {
-                        Some(s) if s.is_alive() => {
-                            let has = lock(&s.names);
-                            if name.is_some_and(|n| has.contains(n))
-                                || (idle_only && !has.is_empty())
-                            {
-                                continue;
-                            }
-                            has.len()
-                        }
-                        _ => 0,
-                    };
-                    if best.is_none_or(|(l, _)| load < l) {
-                        best = Some((load, i));
-                    }
-                }
-                let Some((_, i)) = best else {
-                    return Ok(Reserved::Busy);
-                };
-                match &slots[i] {
-                    Some(s) if s.is_alive() => {
-                        if let Some(name) = name {
-                            s.reserve(name);
-                        }
-                        return Ok(Reserved::On(s.clone()));
-                    }
-                    _ => i,
-                }
-            };
-            let _one = self.connecting.lock().await;
-            let still_empty = lock(&self.slots)[empty]
-                .as_ref()
-                .is_none_or(|s| !s.is_alive());
-            if still_empty {
-                let session = open().await?;
-                lock(&self.slots)[empty] = Some(session);
+    /// Ends the session: its connection closes (behind any request in
+    /// flight) and the server frees every lock it held.
+    fn close(self: &Arc<Self>) {
+        self.died();
+        let session = self.clone();
+        crate::lease::background::spawn_daemon(async move {
+            let conn = session.conn.lock().await.take();
+            if let Some(conn) = conn {
+                let _ = tokio::time::timeout(Duration::from_secs(1), conn.disconnect()).await;
             }
-        }
-        Ok(Reserved::Busy)
+        });
     }
 
-    /// Closes every session (the backend is dropped).
-    pub(super) fn close_all(&self) {
-        for s in lock(&self.slots).iter().flatten() {
-            s.close();
+    /// When nothing else runs on the session (then that speaks); a ping
+    /// that fails ends the session (its locks are gone).
+    async fn ping(&self, within: Duration) -> bool {
+        let Some(mut guard) = self.idle() else {
+            return true;
+        };
+        let Some(conn) = guard.as_mut() else {
+            return false;
+        };
+        if matches!(tokio::time::timeout(within, conn.ping()).await, Ok(Ok(()))) {
+            return true;
         }
+        tracing::debug!(
+            id = self.id,
+            "MySQL session ping failed; the session is gone"
+        );
+        *guard = None;
+        self.died();
+        false
     }
 }
+
+/// What [`Pool::reserve`](session_pool::Pool::reserve) found.
+pub(super) type Reserved = session_pool::Reserved<Session>;
 
 /// Opens one session: connects within the timeout, sets the server's
 /// `wait_timeout` (it ends the session, freeing its locks, when this client
@@ -389,8 +308,8 @@ pub(super) async fn open(
     alarm: Arc<tokio::sync::watch::Sender<u64>>,
     first: Option<&super::sql::Statements>,
 ) -> Result<Arc<Session>, LockError> {
-    let limit = config.timeout;
-    let wait_timeout = config.session_timeout.as_secs().max(1);
+    let limit = config.session.timeout;
+    let wait_timeout = config.session.session_timeout.as_secs().max(1);
     let setup = async {
         let mut conn = Conn::new(config.opts.clone())
             .await
@@ -430,34 +349,10 @@ pub(super) async fn open(
         alive: AtomicBool::new(true),
         alarm,
     });
-    crate::lease::background::spawn_daemon(ping(
+    crate::lease::background::spawn_daemon(session_pool::keep_alive(
         Arc::downgrade(&session),
-        config.session_timeout / 3,
+        config.session.session_timeout / 3,
     ));
     tracing::debug!(id = session.id, "MySQL lock session opened");
     Ok(session)
-}
-
-/// Speaks on the session every third of the session timeout when nothing
-/// else runs on it, so the server does not end a healthy session for
-/// silence; a ping that fails ends the session (its locks are gone).
-async fn ping(session: Weak<Session>, every: Duration) {
-    loop {
-        tokio::time::sleep(every).await;
-        let Some(s) = session.upgrade() else { return };
-        if !s.is_alive() {
-            return;
-        }
-        let Some(mut guard) = s.idle() else { continue };
-        let Some(conn) = guard.as_mut() else { return };
-        match tokio::time::timeout(every, conn.ping()).await {
-            Ok(Ok(())) => {}
-            _ => {
-                tracing::debug!(id = s.id, "MySQL session ping failed; the session is gone");
-                *guard = None;
-                s.died();
-                return;
-            }
-        }
-    }
 }

@@ -27,11 +27,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::acquire::Granted;
 use super::session::{Reserved, Session};
 use super::sql::Wait;
 use super::{lock, MysqlBackend};
-use crate::backend::{lease_deadline, AcquireRequest, Lease};
+use crate::backend::{AcquireRequest, Lease};
 use crate::LockError;
 
 /// How often a waiter without a waiting session tries again.
@@ -82,8 +81,9 @@ impl MysqlBackend {
         }
         self.contended.mark(&name);
         match self
+            .sessions
             .waiting
-            .reserve(Some(&name), true, || self.open_session())
+            .reserve(std::slice::from_ref(&name), true, || self.open_session())
             .await
         {
             Ok(Reserved::On(session)) => {
@@ -130,37 +130,17 @@ impl MysqlBackend {
                 }
                 // The server ends the wait at the deadline; past it by the
                 // request timeout, it is silent.
-                (Wait::For(left), Some(left + self.config.timeout))
+                (Wait::For(left), Some(left + self.config.session.timeout))
             }
         };
         let ttl = self.clamp(req.ttl);
         let answer = self
             .send_acquire(&session, &name, req, ttl, wait, limit)
             .await;
-        match answer {
-            Ok(Granted::Yes(fence)) => {
-                // Granted somewhere between the send and now: the ttl counts
-                // from the answer. What excludes others is the session's
-                // lock, which the server frees only when the session ends.
-                let valid_until = lease_deadline(Instant::now(), ttl);
-                Ok(Some(self.granted(
-                    req,
-                    session,
-                    name,
-                    ttl,
-                    fence,
-                    valid_until,
-                )))
-            }
-            Ok(Granted::No) => {
-                session.unreserve(&name);
-                Ok(None)
-            }
-            Err(e) => {
-                session.unreserve(&name);
-                Err(e)
-            }
-        }
+        // Granted somewhere between the send and now: the ttl counts from
+        // the answer. What excludes others is the session's lock, which the
+        // server frees only when the session ends.
+        self.settle(answer, req, session, name, ttl, Instant::now())
     }
 }
 

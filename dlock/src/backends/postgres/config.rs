@@ -10,25 +10,18 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::tls_params::{Root, SslMode, TlsParams};
-use crate::backends::fence_retention::{self, DEFAULT_FENCE_RETENTION};
+use crate::backends::sessions::options::{SessionClock, SessionOptions};
 use crate::url::{options, percent_decode};
 use crate::LockError;
 
 /// The namespace of lock keys when `?prefix=` is not given.
 pub(crate) const DEFAULT_PREFIX: &str = "dlock";
-/// How many sessions (connections) hold locks, unless `?sessions=` says otherwise.
-pub(super) const DEFAULT_SESSIONS: usize = 4;
-/// The most sessions one backend opens.
-pub(super) const MAX_SESSIONS: usize = 64;
-/// The bound on one request and on connecting, unless `?timeout=` says otherwise.
-pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the server lets a lock-holding session be silent before it
-/// ends it (`idle_session_timeout`), unless `?session_timeout=` says otherwise.
-pub(super) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
-/// The shortest `?session_timeout=`: the pings every third of it must fit.
-const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(300);
-/// The longest `?session_timeout=`: a day.
-const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(86_400);
+/// How PostgreSQL counts a session's silence: `idle_session_timeout`, in
+/// ms; the shortest must leave room for the pings every third of it.
+const SESSION_CLOCK: SessionClock = SessionClock {
+    min: Duration::from_millis(300),
+    whole_seconds: false,
+};
 /// The schema of the fence table, unless `?schema=` says otherwise.
 pub(super) const DEFAULT_SCHEMA: &str = "public";
 
@@ -60,29 +53,20 @@ const LIBPQ_TLS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey"];
 /// What a PostgreSQL URL says.
 #[derive(Clone)]
 pub(super) struct Config {
+    /// The options every session backend shares (`backends/sessions/options.rs`).
+    pub(super) session: SessionOptions,
     /// The libpq part, for tokio-postgres (it holds the password).
     pub(super) pg: tokio_postgres::Config,
     /// The namespace of lock keys.
     pub(super) prefix: String,
     /// The schema of `dlock_fences`.
     pub(super) schema: String,
-    /// How many sessions hold locks.
-    pub(super) sessions: usize,
-    /// The bound on one request.
-    pub(super) timeout: Duration,
-    /// The server's `idle_session_timeout` on lock-holding sessions.
-    pub(super) session_timeout: Duration,
-    /// `?client_name=`.
-    pub(super) client_name: Option<String>,
     /// Whether the URL set TCP keep-alive itself (`?tcp_keepalive=`, or
     /// libpq's `keepalives`/`keepalives_idle`): then `session::connect`
     /// keeps it as written instead of dlock's default.
     pub(super) keepalive_given: bool,
     /// Whether the URL set libpq's `tcp_user_timeout` (kept as written).
     pub(super) user_timeout_given: bool,
-    /// `?fence_retention=`: how long a key's rows stay after its last
-    /// fence (see `retention.rs`).
-    pub(super) fence_retention: Duration,
     /// `sslmode`, `sslrootcert`, `sslcert`, `sslkey`.
     pub(super) tls: TlsParams,
     /// The TLS configuration every connection uses (built at `parse`, so a
@@ -100,25 +84,15 @@ impl std::fmt::Debug for Config {
             .field("dbname", &self.pg.get_dbname())
             .field("prefix", &self.prefix)
             .field("schema", &self.schema)
-            .field("sessions", &self.sessions)
-            .field("timeout", &self.timeout)
-            .field("session_timeout", &self.session_timeout)
-            .field("fence_retention", &self.fence_retention)
+            .field("session", &self.session)
             .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
 
-/// `url` as errors and `describe()` show it: any password hidden, and a
-/// lone name before the `@` too (other backends read it as a password;
-/// showing too little is the safe side).
-pub(super) fn shown(url: &str) -> String {
-    crate::url::redact(url)
-}
-
 /// Parses `postgres[ql]://[user[:password]@][host][:port][,host[:port]...][/dbname][?param=value&...]`.
 pub(super) fn parse(url: &str) -> Result<Config, LockError> {
-    let shown = shown(url);
+    let shown = crate::url::redact(url);
     let bad = |why: String| LockError::invalid_option(format!("PostgreSQL URL `{shown}`: {why}"));
     // The credentials rule every backend shares (a raw `/`, `?` or `#` in a
     // password is refused before anything reads the URL).
@@ -133,12 +107,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
 
     let mut prefix = DEFAULT_PREFIX.to_owned();
     let mut schema_name = DEFAULT_SCHEMA.to_owned();
-    let mut sessions = DEFAULT_SESSIONS;
-    let mut timeout = DEFAULT_TIMEOUT;
-    let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
-    let mut client_name = None;
-    let mut tcp_keepalive = None;
-    let mut fence_retention = DEFAULT_FENCE_RETENTION;
+    let mut session = SessionOptions::default();
     let mut tls = TlsParams {
         mode: SslMode::Prefer,
         root: None,
@@ -183,40 +152,8 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             "sslcert" => sslcert = Some(file(name, &value).map_err(&bad)?),
             "sslkey" => sslkey = Some(file(name, &value).map_err(&bad)?),
             "prefix" => prefix = postgres_prefix(raw).map_err(&bad)?,
-            "fence_retention" => {
-                fence_retention = fence_retention::parse(&value).map_err(&bad)?;
-            }
-            "client_name" => {
-                client_name = Some(
-                    crate::backend::holder::check_client_name(&value)
-                        .map_err(|e| bad(e.to_string()))?,
-                )
-            }
-            "timeout" => timeout = options::duration(name, &value).map_err(&bad)?,
-            "tcp_keepalive" => {
-                tcp_keepalive = Some(options::duration_or_off(name, &value).map_err(&bad)?)
-            }
-            "session_timeout" => {
-                let d = options::duration(name, &value).map_err(&bad)?;
-                if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&d) {
-                    return Err(bad(format!(
-                        "`session_timeout={value}` must be between {MIN_SESSION_TIMEOUT:?} and one day"
-                    )));
-                }
-                session_timeout = d;
-            }
-            "sessions" => {
-                sessions = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_SESSIONS).contains(n))
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "`sessions={value}` must be a number from 1 to {MAX_SESSIONS}"
-                        ))
-                    })?
-            }
             "schema" => schema_name = schema(&value).map_err(&bad)?,
+            other if session.take(other, &value, &SESSION_CLOCK).map_err(&bad)? => {}
             other => return Err(bad(options::unknown(other, "PostgreSQL", &known, false))),
         }
     }
@@ -276,7 +213,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             .any(|pair| pair.split('=').next() == Some(name))
     };
     let libpq_keepalive = given("keepalives") || given("keepalives_idle");
-    if let Some(idle) = tcp_keepalive {
+    if let Some(idle) = session.tcp_keepalive {
         if libpq_keepalive {
             return Err(bad(
                 "`tcp_keepalive=` and libpq's `keepalives`/`keepalives_idle` set the same thing: keep one".into(),
@@ -287,7 +224,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             None => pg.keepalives(false),
         };
     }
-    let keepalive_given = libpq_keepalive || tcp_keepalive.is_some();
+    let keepalive_given = libpq_keepalive || session.tcp_keepalive.is_some();
     let user_timeout_given = given("tcp_user_timeout");
     let mut config = Config {
         #[cfg(feature = "tls")]
@@ -295,13 +232,9 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         pg,
         prefix,
         schema: schema_name,
-        sessions,
-        timeout,
-        session_timeout,
-        client_name,
+        session,
         keepalive_given,
         user_timeout_given,
-        fence_retention,
         tls,
     };
     if config.pg.get_hosts().is_empty() {
@@ -315,7 +248,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         ));
     }
     if config.pg.get_connect_timeout().is_none() {
-        config.pg.connect_timeout(config.timeout);
+        config.pg.connect_timeout(config.session.timeout);
     }
     if config.pg.get_application_name().is_none() {
         config.pg.application_name("dlock");
@@ -421,21 +354,33 @@ mod tests {
         assert_eq!(c.pg.get_dbname(), Some("orders"));
         assert_eq!(c.pg.get_ports(), &[5433, 5432]);
         assert_eq!(c.pg.get_hosts().len(), 2);
-        assert_eq!(c.sessions, 2);
+        assert_eq!(c.session.sessions, 2);
         assert_eq!(c.schema, "locks");
         assert_eq!(c.prefix, "billing");
-        assert_eq!(c.fence_retention, super::DEFAULT_FENCE_RETENTION);
-        assert_eq!(c.session_timeout, Duration::from_secs(10));
+        assert_eq!(
+            c.session.fence_retention,
+            crate::backends::fence_retention::DEFAULT_FENCE_RETENTION
+        );
+        assert_eq!(c.session.session_timeout, Duration::from_secs(10));
         let retained = parse("postgres://u@h/db?fence_retention=1h").unwrap();
-        assert_eq!(retained.fence_retention, Duration::from_secs(3600));
-        assert_eq!(c.pg.get_connect_timeout(), Some(&DEFAULT_TIMEOUT));
+        assert_eq!(retained.session.fence_retention, Duration::from_secs(3600));
+        assert_eq!(
+            c.pg.get_connect_timeout(),
+            Some(&crate::backends::sessions::options::DEFAULT_TIMEOUT)
+        );
         let socket = parse("postgresql://app@/db?host=/var/run/postgresql&port=5444").unwrap();
         assert_eq!(socket.pg.get_ports(), &[5444]);
         assert!(!format!("{c:?}").contains("pw"));
-        assert_eq!(shown("postgres://app@h/db"), "postgres://***@h/db");
-        assert_eq!(shown("postgres://app:pw@h/db"), "postgres://app:***@h/db");
         assert_eq!(
-            shown("postgres://app@h/db?password=pw&x=1"),
+            crate::url::redact("postgres://app@h/db"),
+            "postgres://***@h/db"
+        );
+        assert_eq!(
+            crate::url::redact("postgres://app:pw@h/db"),
+            "postgres://app:***@h/db"
+        );
+        assert_eq!(
+            crate::url::redact("postgres://app@h/db?password=pw&x=1"),
             "postgres://***@h/db?password=***"
         );
     }

@@ -35,6 +35,7 @@ use async_trait::async_trait;
 use super::{advisory_key_in, failed, lock, PostgresBackend};
 use crate::backend::{ElectionBackend, Leader, LeaderChange, LeaderChanges, Lease};
 use crate::backends::announcements::Inbox;
+use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
 /// How often an observer checks that the listening connection still runs
@@ -66,7 +67,7 @@ impl PostgresBackend {
                 super::setup::create_if_missing(&session.client, create).await
             }
         };
-        match tokio::time::timeout(self.config.timeout, created).await {
+        match tokio::time::timeout(self.config.session.timeout, created).await {
             Err(_) => return Err(self.silent()),
             Ok(Ok(())) => {}
             Ok(Err(e))
@@ -146,7 +147,7 @@ impl ElectionBackend for PostgresBackend {
         self.ensure_leaders().await?;
         let Some((session, key)) = lock(&self.held)
             .get(&lease.token)
-            .map(|h| (h.session.clone(), h.key))
+            .map(|h| (h.session.clone(), h.lock.key))
         else {
             return Ok(false);
         };

@@ -3,13 +3,12 @@
 //! without a renewal (renewal off, a leaked guard): the session would
 //! otherwise keep the lock for as long as it lives.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::lock;
 use super::session::Session;
-use crate::backends::held_deadline::ran_out;
+use crate::backends::sessions;
+use crate::backends::sessions::pool::PooledSession;
 
 /// What kind of advisory lock a lease (or a key being undone) is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,23 +48,21 @@ pub(super) fn permit_reservation(base: i64) -> i64 {
     base ^ i64::MIN
 }
 
-/// One held lease.
-pub(super) struct Held {
-    pub(super) session: Arc<Session>,
-    /// The advisory key.
+/// The advisory lock a lease holds: its key, and which kind of lock it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Advisory {
     pub(super) key: i64,
-    /// Which kind of lock `key` is.
     pub(super) hold: Hold,
-    /// The lease's local deadline, moved by each renewal.
-    pub(super) valid_until: Instant,
-    /// Dropped with the entry: ends the reaper at once.
-    _reaper: tokio::sync::oneshot::Sender<()>,
 }
 
-/// Held leases by owner token.
-pub(super) type HeldMap = HashMap<String, Held>;
+/// One held lease.
+pub(super) type Held = sessions::held::Held<Session, Advisory>;
 
-/// Records a granted lease and starts its reaper.
+/// Held leases by owner token.
+pub(super) type HeldMap = sessions::held::HeldMap<Session, Advisory>;
+
+/// Records a granted lease and starts its reaper, which unlocks it when
+/// the lease's local deadline passes without a renewal.
 pub(super) fn remember(
     held: &Arc<Mutex<HeldMap>>,
     token: &str,
@@ -74,39 +71,11 @@ pub(super) fn remember(
     hold: Hold,
     valid_until: Instant,
 ) {
-    let (reaper, gone) = tokio::sync::oneshot::channel();
-    lock(held).insert(
-        token.to_owned(),
-        Held {
-            session,
-            key,
-            hold,
-            valid_until,
-            _reaper: reaper,
-        },
-    );
-    crate::lease::background::spawn_daemon(reap(
-        Arc::downgrade(held),
-        token.to_owned(),
-        valid_until,
-        gone,
-    ));
-}
-
-/// Unlocks the lease of `token` once its local deadline has passed without
-/// a renewal.
-async fn reap(
-    held: Weak<Mutex<HeldMap>>,
-    token: String,
-    at: Instant,
-    gone: tokio::sync::oneshot::Receiver<()>,
-) {
-    let expired = ran_out(held, &token, at, gone, |h: &Held| h.valid_until).await;
-    if let Some(h) = expired {
-        tracing::debug!(key = h.key, "lease ran out without renewal; unlocking it");
-        let reserved = h.hold.reserved(h.key);
-        undo_in_background(h.session, vec![(h.key, h.hold)], vec![reserved]);
-    }
+    let lock = Advisory { key, hold };
+    sessions::held::remember(held, token, session, lock, valid_until, move |h| {
+        tracing::debug!(key, "lease ran out without renewal; unlocking it");
+        undo_in_background(h.session, vec![(key, hold)], vec![hold.reserved(key)]);
+    });
 }
 
 /// Unlocks `key` on `session` (announcing the release) and forgets it

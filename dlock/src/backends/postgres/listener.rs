@@ -157,7 +157,7 @@ impl Listener {
         });
         let statement = format!("LISTEN {CHANNEL}; LISTEN {ELECTED}");
         let listen = client.batch_execute(&statement);
-        match tokio::time::timeout(config.timeout, listen).await {
+        match tokio::time::timeout(config.session.timeout, listen).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(failed(shown, e)),
             Err(_) => {
@@ -165,7 +165,7 @@ impl Listener {
                     shown,
                     Failure::unanswered(format!(
                         "LISTEN did not answer within {:?}",
-                        config.timeout
+                        config.session.timeout
                     )),
                 ))
             }

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use super::{lock, Pending, PostgresBackend};
 use crate::backend::{AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backends::sessions::pool::PooledSession;
 use crate::{LockError, LockInfo};
 
 #[async_trait]
@@ -17,12 +18,7 @@ impl LockBackend for PostgresBackend {
     }
 
     fn client_name(&self) -> Option<&str> {
-        Some(
-            self.config
-                .client_name
-                .as_deref()
-                .unwrap_or_else(|| crate::backend::holder::default_client_name()),
-        )
+        Some(self.config.session.client_name())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
@@ -50,11 +46,11 @@ impl LockBackend for PostgresBackend {
         }
         let mut pending = Pending {
             session: Some(h.session.clone()),
-            key: h.key,
+            key: h.lock.key,
         };
         let name = self.name_of(&lease.key);
         let released = self
-            .release_on(&h.session, h.key, &name, &lease.token)
+            .release_on(&h.session, h.lock.key, &name, &lease.token)
             .await;
         let released = match released {
             Ok(released) => released,
@@ -65,9 +61,9 @@ impl LockBackend for PostgresBackend {
             Err(e) => return Err(e),
         };
         pending.disarm();
-        h.session.unreserve(h.key);
-        self.sweeper
-            .maybe(&h.session, &self.statements.sweep, &self.shown);
+        h.session.unreserve(h.lock.key);
+        let sweep = &self.statements.sweep;
+        super::retention::sweep_if_due(&self.sessions.sweeper, &h.session, sweep, &self.shown);
         Ok(released)
     }
 
@@ -76,7 +72,7 @@ impl LockBackend for PostgresBackend {
     }
 
     fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.alarm.subscribe())
+        Some(self.sessions.alarm.subscribe())
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

@@ -38,7 +38,7 @@ impl PostgresBackend {
         &self,
         fut: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.config.timeout, fut).await {
+        match tokio::time::timeout(self.config.session.timeout, fut).await {
             Ok(Err(e)) if is_full(&e) => Err(self.lock_table_full()),
             Ok(Err(e)) => Err(failed(&self.shown, e)),
             Ok(Ok(t)) => Ok(t),
@@ -84,7 +84,7 @@ impl PostgresBackend {
     ) -> Result<bool, LockError> {
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &name, &token];
         let sent = session.client.query_one(&session.prepared.release, &params);
-        match tokio::time::timeout(self.config.timeout, sent).await {
+        match tokio::time::timeout(self.config.session.timeout, sent).await {
             Ok(Ok(row)) => Ok(row.get::<_, bool>(0) && row.get::<_, i64>(1) == 1),
             Ok(Err(e)) if is_full(&e) => self.unlock_once_more(session, key).await,
             Ok(Err(e)) => Err(failed(&self.shown, e)),
@@ -98,7 +98,7 @@ impl PostgresBackend {
     async fn unlock_once_more(&self, session: &Session, key: i64) -> Result<bool, LockError> {
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
         let sent = session.client.query_one(&session.prepared.unlock, &params);
-        match tokio::time::timeout(self.config.timeout, sent).await {
+        match tokio::time::timeout(self.config.session.timeout, sent).await {
             Ok(Ok(_)) => Ok(true),
             // Refused at the announcement, after the unlock.
             Ok(Err(e)) if is_full(&e) => Ok(true),

@@ -24,6 +24,7 @@ use super::{lock, PostgresBackend};
 use crate::backend::{
     lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
 };
+use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
 /// An attempt under way: if dropped before its answer is read, whatever it
@@ -76,8 +77,9 @@ impl PostgresBackend {
         })?;
         let (base, mark) = self.permit_keys(&req.name);
         let session = match self
+            .sessions
             .pool
-            .reserve(&[permit_reservation(base)], || self.open_session())
+            .reserve(&[permit_reservation(base)], false, || self.open_session())
             .await?
         {
             Reserved::On(session) => session,
@@ -191,7 +193,7 @@ impl PermitBackend for PostgresBackend {
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
         self.renew_in_rounds(
             leases,
-            |i, h| (i, h.key, h.hold),
+            |i, h| (i, h.lock.key, h.lock.hold),
             |session, at| self.renew_permits_on(session, leases, at),
         )
         .await
@@ -204,12 +206,12 @@ impl PermitBackend for PostgresBackend {
         if !h.session.is_alive() {
             return Ok(false);
         }
-        let Hold::Permit { base, mark, count } = h.hold else {
+        let Hold::Permit { base, mark, count } = h.lock.hold else {
             return Ok(false);
         };
         let pending = PermitPending {
             session: Some(h.session.clone()),
-            hold: h.hold,
+            hold: h.lock.hold,
             base,
         };
         let row = self

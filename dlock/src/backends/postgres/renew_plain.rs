@@ -18,6 +18,7 @@ use super::renew_rounds::RoundAnswers;
 use super::session::Session;
 use super::{advisory_key_in, held, lock, PostgresBackend};
 use crate::backend::{Lease, Renewal};
+use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
 /// The advisory locks each session of a round holds, by the session's
@@ -79,7 +80,7 @@ impl PostgresBackend {
         let (owned, rows) = tokio::join!(
             self.own_locks(&session, own),
             tokio::time::timeout(
-                self.config.timeout,
+                self.config.session.timeout,
                 session.client.query(&session.prepared.renew, &params)
             ),
         );

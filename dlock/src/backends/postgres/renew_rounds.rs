@@ -12,6 +12,7 @@ use super::held::Held;
 use super::session::Session;
 use super::{lock, PostgresBackend};
 use crate::backend::{lease_deadline, Lease, Renewal};
+use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
 /// The most leases one renewal statement names.

@@ -12,70 +12,51 @@
 //!
 //! The sweep is lazy and bounded: at most `sql::SWEEP_BATCH` rows of each table per
 //! statement (the statement's text is `sql.rs`'s), sent in the background when the backend connects and then
-//! behind a release, at most once per [`Sweeper::every`].
+//! behind a release, at most once a minute (`backends/sessions/sweep.rs`).
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use super::session::Session;
-use super::{lock, Failure};
+use super::Failure;
+use crate::backends::sessions::pool::PooledSession;
+use crate::backends::sessions::sweep::{SweepSchedule, LONGEST_PAUSE};
 
-/// The longest pause between two sweeps of one backend.
-const LONGEST_PAUSE: Duration = Duration::from_secs(60);
-
-/// When a backend sweeps next.
-#[derive(Debug)]
-pub(super) struct Sweeper {
-    /// The pause between two sweeps: the retention, at most a minute.
-    pub(super) every: Duration,
-    next: Mutex<Instant>,
-}
-
-impl Sweeper {
-    pub(super) fn new(retention: Duration) -> Self {
-        Sweeper {
-            every: retention.min(LONGEST_PAUSE),
-            next: Mutex::new(Instant::now()),
-        }
+/// Sends the sweep on `session` in the background if it is due (at
+/// connect, and then at most once a minute, or once per retention).
+pub(super) fn sweep_if_due(
+    schedule: &SweepSchedule,
+    session: &Arc<Session>,
+    statement: &str,
+    shown: &str,
+) {
+    if !schedule.due() {
+        return;
     }
-
-    /// Sends the sweep on `session` in the background if it is due (at
-    /// connect, and then at most once per [`every`](Self::every)).
-    pub(super) fn maybe(&self, session: &Arc<Session>, statement: &str, shown: &str) {
-        {
-            let mut next = lock(&self.next);
-            let now = Instant::now();
-            if now < *next {
-                return;
-            }
-            *next = now + self.every;
+    let (session, statement, shown) = (session.clone(), statement.to_owned(), shown.to_owned());
+    crate::lease::background::spawn(async move {
+        if !session.is_alive() {
+            return;
         }
-        let (session, statement, shown) = (session.clone(), statement.to_owned(), shown.to_owned());
-        crate::lease::background::spawn(async move {
-            if !session.is_alive() {
-                return;
-            }
-            let answer = tokio::time::timeout(
-                LONGEST_PAUSE,
-                session.client.query_one(statement.as_str(), &[]),
-            )
-            .await;
-            match answer {
-                Ok(Ok(row)) => {
-                    let (fences, holders): (i64, i64) = (row.get(0), row.get(1));
-                    if fences + holders > 0 {
-                        tracing::debug!(fences, holders, "PostgreSQL: idle rows deleted");
-                    }
-                }
-                // The next sweep tries again; locks are not affected.
-                Ok(Err(e)) => {
-                    let Failure { text: why, .. } = e.into();
-                    tracing::debug!(backend = %shown, error = %why, "PostgreSQL: the sweep of idle rows failed");
-                }
-                Err(_) => {
-                    tracing::debug!(backend = %shown, "PostgreSQL: the sweep of idle rows did not answer")
+        let answer = tokio::time::timeout(
+            LONGEST_PAUSE,
+            session.client.query_one(statement.as_str(), &[]),
+        )
+        .await;
+        match answer {
+            Ok(Ok(row)) => {
+                let (fences, holders): (i64, i64) = (row.get(0), row.get(1));
+                if fences + holders > 0 {
+                    tracing::debug!(fences, holders, "PostgreSQL: idle rows deleted");
                 }
             }
-        });
-    }
+            // The next sweep tries again; locks are not affected.
+            Ok(Err(e)) => {
+                let Failure { text: why, .. } = e.into();
+                tracing::debug!(backend = %shown, error = %why, "PostgreSQL: the sweep of idle rows failed");
+            }
+            Err(_) => {
+                tracing::debug!(backend = %shown, "PostgreSQL: the sweep of idle rows did not answer")
+            }
+        }
+    });
 }

@@ -25,6 +25,7 @@ use super::held::{self, Hold};
 use super::session::{Reserved, Session};
 use super::{lock, PostgresBackend};
 use crate::backend::{lease_deadline, Lease, Renewal, RwBackend, RwMode, RwRequest};
+use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
 /// A read-write attempt under way on a session: what is reserved there, and
@@ -123,8 +124,9 @@ impl PostgresBackend {
         }
         if slot.is_none() {
             let session = match self
+                .sessions
                 .pool
-                .reserve(&[main, intent], || self.open_session())
+                .reserve(&[main, intent], false, || self.open_session())
                 .await?
             {
                 Reserved::On(session) => session,
@@ -304,7 +306,7 @@ impl RwBackend for PostgresBackend {
         if !h.session.is_alive() {
             return Ok(false);
         }
-        let (main, intent) = (h.key, self.rw_keys(&lease.key).1);
+        let (main, intent) = (h.lock.key, self.rw_keys(&lease.key).1);
         // Dropped before the answer: unlocked in the background.
         let mut pending = RwHold {
             session: Some(h.session.clone()),

@@ -1,17 +1,14 @@
-//! Sessions: the bounded pool of connections that hold advisory locks.
-//!
-//! Advisory locks belong to a session, and are reentrant within it, so
-//! each session keeps the set of advisory keys it holds or is asking for
-//! (reserved before the request is sent): the backend never asks a session
-//! for a key it already has, and a key held through every session is busy.
-//! A session ends when its connection closes (the server terminated it, a
+//! Sessions: the connections that hold advisory locks, pooled by
+//! `backends/sessions/pool.rs` (advisory locks belong to a session, and are
+//! reentrant within it, so each session keeps the set of advisory keys it
+//! holds or is asking for). A session ends when its connection closes (the server terminated it, a
 //! restart, a network failure) or when the backend closes it; it is then
 //! dead for good, its leases are lost, and its slot is filled by a new
 //! session at the next acquisition.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -20,6 +17,7 @@ use tokio_postgres::{Client, Statement};
 use super::config::Config;
 use super::sql::Statements;
 use super::{failed, lock, Failure};
+use crate::backends::sessions::pool::{self as session_pool, PooledSession};
 use crate::LockError;
 
 /// How often a waiting server process checks that its client is still
@@ -45,11 +43,7 @@ pub(super) struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("pid", &self.pid)
-            .field("alive", &self.is_alive())
-            .field("held", &lock(&self.held).len())
-            .finish()
+        session_pool::debug(self, "pid", &self.pid, f)
     }
 }
 
@@ -85,22 +79,6 @@ pub(super) struct RwPrepared {
 }
 
 impl Session {
-    pub(super) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::SeqCst) && !self.client.is_closed()
-    }
-
-    /// Ends the session: its connection closes and the server frees every
-    /// lock it held.
-    pub(super) fn close(&self) {
-        self.alive.store(false, Ordering::SeqCst);
-        self.closing.notify_one();
-    }
-
-    /// Reserves every key of `keys` on this session.
-    fn reserve(&self, keys: &[i64]) {
-        lock(&self.held).extend(keys.iter().copied());
-    }
-
     /// How many keys are held (or asked for) through this session.
     pub(super) fn load(&self) -> usize {
         lock(&self.held).len()
@@ -112,101 +90,36 @@ impl Session {
     }
 }
 
-/// The slots of the pool: a session each, or none yet.
-#[derive(Debug)]
-pub(super) struct Pool {
-    slots: Mutex<Vec<Option<Arc<Session>>>>,
-    /// One connect at a time, so two acquisitions do not fill one slot twice.
-    connecting: tokio::sync::Mutex<()>,
-}
+impl PooledSession for Session {
+    type Key = i64;
 
-/// What [`Pool::reserve`] found.
-pub(super) enum Reserved {
-    /// The key is reserved on this session.
-    On(Arc<Session>),
-    /// Every session of the pool holds the key already (for this process's
-    /// other leases): busy.
-    Busy,
-}
-
-impl Pool {
-    pub(super) fn new(size: usize) -> Self {
-        Pool {
-            slots: Mutex::new(vec![None; size]),
-            connecting: tokio::sync::Mutex::new(()),
-        }
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst) && !self.client.is_closed()
     }
 
-    /// Puts an opened session in the first empty or dead slot.
-    pub(super) fn adopt(&self, session: Arc<Session>) {
-        let mut slots = lock(&self.slots);
-        if let Some(slot) = slots
-            .iter_mut()
-            .find(|s| s.as_ref().is_none_or(|s| !s.is_alive()))
-        {
-            *slot = Some(session);
-        }
+    fn keys(&self) -> &Mutex<HashSet<i64>> {
+        &self.held
     }
 
-    /// Reserves `keys` on the least loaded session that has none of them,
-    /// opening a session in an empty (or dead) slot when that is the least
-    /// loaded. `keys` empty: any live session, nothing reserved.
-    pub(super) async fn reserve<F, Fut>(&self, keys: &[i64], open: F) -> Result<Reserved, LockError>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<Arc<Session>, LockError>>,
-    {
-        // Bounded: each round either returns or fills one slot.
-        let size = lock(&self.slots).len();
-        for _ in 0..=size {
-            let empty = {
-                let slots = lock(&self.slots);
-                let mut best: Option<(usize, usize)> = None; // (load, index)
-                for (i, slot) in slots.iter().enumerate() {
-                    let load = match slot {
-                        Some(s) if s.is_alive() => {
-                            let has = lock(&s.held);
-                            if keys.iter().any(|k| has.contains(k)) {
-                                continue;
-                            }
-                            has.len()
-                        }
-                        _ => 0,
-                    };
-                    if best.is_none_or(|(l, _)| load < l) {
-                        best = Some((load, i));
-                    }
-                }
-                let Some((_, i)) = best else {
-                    return Ok(Reserved::Busy);
-                };
-                match &slots[i] {
-                    Some(s) if s.is_alive() => {
-                        s.reserve(keys);
-                        return Ok(Reserved::On(s.clone()));
-                    }
-                    _ => i,
-                }
-            };
-            let _one = self.connecting.lock().await;
-            let still_empty = lock(&self.slots)[empty]
-                .as_ref()
-                .is_none_or(|s| !s.is_alive());
-            if still_empty {
-                let session = open().await?;
-                lock(&self.slots)[empty] = Some(session);
-            }
-        }
-        Ok(Reserved::Busy)
+    /// Its connection closes and the server frees every lock it held.
+    fn close(self: &Arc<Self>) {
+        self.alive.store(false, Ordering::SeqCst);
+        self.closing.notify_one();
     }
 
-    /// Closes every session (the backend is dropped).
-    pub(super) fn close_all(&self) {
-        for s in lock(&self.slots).iter().flatten() {
-            s.close();
+    /// A failed ping is only logged: the connection's own end (its task)
+    /// is what marks the session dead.
+    async fn ping(&self, within: Duration) -> bool {
+        let ping = self.client.batch_execute("SELECT 1");
+        if let Ok(Err(e)) = tokio::time::timeout(within, ping).await {
+            tracing::debug!(pid = self.pid, error = %e, "PostgreSQL session ping failed");
         }
+        true
     }
 }
+
+/// What [`Pool::reserve`](session_pool::Pool::reserve) found.
+pub(super) type Reserved = session_pool::Reserved<Session>;
 
 /// Opens one lock session: connects, pins its `search_path` to the
 /// system's schema (`setup.rs`), sets the server's timeouts that free
@@ -223,7 +136,7 @@ pub(super) async fn open(
     alarm: Arc<tokio::sync::watch::Sender<u64>>,
 ) -> Result<Arc<Session>, LockError> {
     let (client, connection) = connect(config, shown).await?;
-    let t = config.session_timeout;
+    let t = config.session.session_timeout;
     let third_secs = (t.as_secs() / 3).max(1);
     // The server ends the session when the client sends nothing for
     // `session_timeout` (a frozen or vanished client; the pinger below
@@ -318,7 +231,7 @@ pub(super) async fn open(
             pid,
         ))
     };
-    let (prepared, pid) = match tokio::time::timeout(config.timeout, setup).await {
+    let (prepared, pid) = match tokio::time::timeout(config.session.timeout, setup).await {
         Ok(Ok(done)) => done,
         Ok(Err(e)) => return Err(e),
         Err(_) => {
@@ -326,7 +239,7 @@ pub(super) async fn open(
                 shown,
                 Failure::unanswered(format!(
                     "a new session's setup did not answer within {:?}",
-                    config.timeout
+                    config.session.timeout
                 )),
             ))
         }
@@ -339,7 +252,7 @@ pub(super) async fn open(
         closing,
         pid,
     });
-    tokio::spawn(ping(Arc::downgrade(&session), t / 3));
+    tokio::spawn(session_pool::keep_alive(Arc::downgrade(&session), t / 3));
     tracing::debug!(pid, "PostgreSQL lock session opened");
     Ok(session)
 }
@@ -362,12 +275,12 @@ pub(super) type Connection = tokio_postgres::Connection<tokio_postgres::Socket, 
 pub(super) fn client_config(config: &Config) -> tokio_postgres::Config {
     let mut pg = config.pg.clone();
     if !config.keepalive_given {
-        let third = config.session_timeout / 3;
+        let third = config.session.session_timeout / 3;
         pg.keepalives(true)
             .keepalives_idle(third.max(Duration::from_secs(1)));
     }
     if !config.user_timeout_given {
-        pg.tcp_user_timeout(config.session_timeout);
+        pg.tcp_user_timeout(config.session.session_timeout);
     }
     pg
 }
@@ -380,7 +293,7 @@ pub(super) async fn connect(
     shown: &str,
 ) -> Result<(Client, Connection), LockError> {
     let pg = client_config(config);
-    let limit = *pg.get_connect_timeout().unwrap_or(&config.timeout);
+    let limit = *pg.get_connect_timeout().unwrap_or(&config.session.timeout);
     #[cfg(feature = "tls")]
     let tls = config.connector.clone();
     #[cfg(not(feature = "tls"))]
@@ -411,20 +324,5 @@ fn with_tls_hint(failure: Failure) -> Failure {
     Failure {
         text: format!("{text} ({hint})"),
         transient: false,
-    }
-}
-
-/// Speaks on the session every third of the session timeout, so the server
-/// does not end a healthy session for silence.
-async fn ping(session: Weak<Session>, every: Duration) {
-    loop {
-        tokio::time::sleep(every).await;
-        let Some(s) = session.upgrade() else { return };
-        if !s.is_alive() {
-            return;
-        }
-        if let Ok(Err(e)) = tokio::time::timeout(every, s.client.batch_execute("SELECT 1")).await {
-            tracing::debug!(pid = s.pid, error = %e, "PostgreSQL session ping failed");
-        }
     }
 }

@@ -53,7 +53,7 @@ pub(super) async fn check_owners(
         .collect();
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&schema, &names];
     let asked = client.query(UNTRUSTED_OWNERS, &params);
-    let rows = match tokio::time::timeout(config.timeout, asked).await {
+    let rows = match tokio::time::timeout(config.session.timeout, asked).await {
         Ok(Ok(rows)) => rows,
         Ok(Err(e)) => return Err(failed(shown, e)),
         Err(_) => return Err(failed(shown, "the server did not answer")),
@@ -78,7 +78,7 @@ pub(super) async fn check_server(
     shown: &str,
 ) -> Result<(), LockError> {
     let answer = tokio::time::timeout(
-        config.timeout,
+        config.session.timeout,
         client.query_one("SELECT pg_is_in_recovery()", &[]),
     )
     .await;
@@ -111,7 +111,7 @@ pub(super) async fn ensure_table(
             )
             .await
     };
-    let exists: bool = match tokio::time::timeout(config.timeout, asked).await {
+    let exists: bool = match tokio::time::timeout(config.session.timeout, asked).await {
         Ok(Ok(row)) => row.get(0),
         Ok(Err(e)) => return Err(failed(shown, e)),
         Err(_) => return Err(failed(shown, "the server did not answer")),

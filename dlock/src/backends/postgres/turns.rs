@@ -38,7 +38,8 @@ use tokio_postgres::error::SqlState;
 use super::held;
 use super::session::{Reserved, Session};
 use super::{advisory_key_in, failed, lock, PostgresBackend};
-use crate::backend::{lease_deadline, AcquireRequest, Lease};
+use crate::backend::{AcquireRequest, Lease};
+use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
 /// How long after a refused try a key's acquisitions wait in line at once.
@@ -100,7 +101,12 @@ impl PostgresBackend {
             }
         }
         self.contended.mark(key);
-        match self.waiting.reserve(&[key], || self.open_session()).await {
+        match self
+            .sessions
+            .waiting
+            .reserve(&[key], false, || self.open_session())
+            .await
+        {
             Ok(Reserved::On(session)) if session.load() == 1 => {
                 return self.wait_in_line(session, key, req, deadline).await;
             }
@@ -150,7 +156,7 @@ impl PostgresBackend {
             // The server ends the wait at the deadline; past it by the
             // request timeout, it is silent.
             Some(d) => {
-                let silent_at = d + self.config.timeout;
+                let silent_at = d + self.config.session.timeout;
                 match tokio::time::timeout_at(silent_at.into(), statement).await {
                     Ok(answer) => answer,
                     Err(_) => return Err(self.silent()),
@@ -178,18 +184,12 @@ impl PostgresBackend {
             Err(e) => return Err(failed(&self.shown, e)),
         };
         queued.session = None;
-        let fence: Option<i64> = row.get(1);
         // Granted somewhere between the send and now: the ttl counts from
         // the answer. What excludes others is the session's lock, which
         // the server frees only when the session ends.
-        let valid_until = lease_deadline(Instant::now(), ttl);
-        Ok(Some(self.granted_plain(
-            req,
-            session,
-            key,
-            ttl,
-            fence,
-            valid_until,
-        )))
+        let answered = Instant::now();
+        Ok(Some(
+            self.granted_plain(req, session, key, ttl, &row, answered),
+        ))
     }
 }

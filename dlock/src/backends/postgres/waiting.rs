@@ -9,6 +9,7 @@ use super::listener::Listener;
 use super::session::{Reserved, Session};
 use super::{advisory_key_in, held, listener, Pending, PostgresBackend, RECHECK};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
+use crate::backends::sessions;
 use crate::LockError;
 
 impl PostgresBackend {
@@ -78,16 +79,19 @@ impl PostgresBackend {
     }
 
     /// A plain lock granted on `session` (a try, or a wait in the lock's queue): remembered as
-    /// held there, and its lease.
+    /// held there, and its lease: the fence read from the grant's `row`
+    /// (its second column), the ttl counted from `counted_from`.
     pub(super) fn granted_plain(
         &self,
         req: &AcquireRequest,
         session: Arc<Session>,
         key: i64,
         ttl: Duration,
-        fence: Option<i64>,
-        valid_until: Instant,
+        row: &tokio_postgres::Row,
+        counted_from: Instant,
     ) -> Lease {
+        let fence: Option<i64> = row.get(1);
+        let valid_until = lease_deadline(counted_from, ttl);
         held::remember(
             &self.held,
             &req.token,
@@ -96,20 +100,19 @@ impl PostgresBackend {
             held::Hold::Plain,
             valid_until,
         );
-        Lease {
-            key: req.key.clone(),
-            token: req.token.clone(),
-            ttl,
-            fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
-            valid_until,
-            resource: format!("pg_advisory_lock({key})"),
-        }
+        let resource = format!("pg_advisory_lock({key})");
+        sessions::lease(req, ttl, fence, valid_until, resource)
     }
 
     /// One attempt: a free session, `pg_try_advisory_lock` and the fence.
     pub(super) async fn try_once(&self, req: &AcquireRequest) -> Result<Option<Lease>, LockError> {
         let key = advisory_key_in(&self.config.prefix, &req.key);
-        let session = match self.pool.reserve(&[key], || self.open_session()).await? {
+        let session = match self
+            .sessions
+            .pool
+            .reserve(&[key], false, || self.open_session())
+            .await?
+        {
             Reserved::On(session) => session,
             Reserved::Busy => return Ok(None),
         };
@@ -134,16 +137,8 @@ impl PostgresBackend {
             session.unreserve(key);
             return Ok(None);
         }
-        let fence: Option<i64> = row.get(1);
-        let valid_until = lease_deadline(sent, ttl);
-        Ok(Some(self.granted_plain(
-            req,
-            session,
-            key,
-            ttl,
-            fence,
-            valid_until,
-        )))
+        let lease = self.granted_plain(req, session, key, ttl, &row, sent);
+        Ok(Some(lease))
     }
 }
 

@@ -1,13 +1,7 @@
 //! [`run`]: a task of a backend's connection, moved onto dlock's
 //! background runtime and awaited there; only the backends that connect to
 //! a server have such tasks.
-#![cfg(any(
-    feature = "redis",
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "mysql"
-))]
+#![cfg(server_backend)]
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
