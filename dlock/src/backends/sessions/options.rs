@@ -140,7 +140,7 @@ mod tests {
     fn takes_its_own_options_and_leaves_the_others() {
         let mut o = SessionOptions::default();
         assert_eq!(o.take("sessions", "8", &MYSQL), Ok(true));
-        assert_eq!(o.take("tcp_keepalive", "off", &MYSQL), Ok(true));
+        assert_eq!(o.take("tcp_keepalive", "0", &MYSQL), Ok(true));
         assert_eq!(o.take("schema", "locks", &MYSQL), Ok(false));
         assert_eq!((o.sessions, o.tcp_keepalive), (8, Some(None)));
     }
