@@ -144,11 +144,13 @@
 // - read-write locks (`RwBackend`): `rw.rs` (the shared/exclusive lock file, the writers' gate)
 // - the operator's view: `inspect.rs` (`/proc/locks`, the records; `force_release` by replacing)
 mod config;
+mod election;
 mod fs_kind;
 mod held;
 mod inspect;
 mod lock_file;
 mod names;
+mod permits;
 mod rw;
 mod waiting;
 mod watch;
@@ -313,7 +315,8 @@ impl LockBackend for FileBackend {
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities {
             rw: Some(self),
-            ..Capabilities::default()
+            permits: Some(self),
+            election: Some(self),
         }
     }
 
