@@ -57,7 +57,10 @@ async fn a_killed_permit_holder_frees_its_slot_at_once() {
         Ok::<_, LockError>((Instant::now(), permit))
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiting.is_finished(), "the waiter got a permit while both were held");
+    assert!(
+        !waiting.is_finished(),
+        "the waiter got a permit while both were held"
+    );
     let killed = Instant::now();
     holders[0].kill9().await;
     let (served, permit) = waiting.await.unwrap().expect("the waiter was never served");
@@ -189,7 +192,10 @@ async fn a_semaphores_files_stay_in_the_directory_with_mode_0600() {
         .count();
     assert_eq!(hashed, 2, "a long name is hashed: its slot and count");
     permit.release().await.unwrap();
-    let err = semaphore(&backend, "many", 5_000).try_acquire().await.unwrap_err();
+    let err = semaphore(&backend, "many", 5_000)
+        .try_acquire()
+        .await
+        .unwrap_err();
     assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
     assert!(err.to_string().contains("at most 1024"), "{err}");
 }

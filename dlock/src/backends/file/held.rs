@@ -121,6 +121,15 @@ impl FileBackend {
         let Some(held) = map.get_mut(&lease.token) else {
             return Ok(Renewal::Refused);
         };
+        if held.valid_until <= sent {
+            // Its ttl passed without a renewal (a process stopped, then
+            // resumed): let go, as the reaper is about to, and as a server
+            // would have.
+            if let Some(held) = map.remove(&lease.token) {
+                let_go_of(held);
+            }
+            return Ok(Renewal::Refused);
+        }
         let current = lock_file::is_current(&self.dir, &held.name, &held.file).and_then(|ok| {
             match &held.companion {
                 Some((file, name)) if ok => lock_file::is_current(&self.dir, name, file),
