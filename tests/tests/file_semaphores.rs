@@ -217,10 +217,12 @@ async fn flock_command_on_a_slot_takes_that_permit() {
         .unwrap();
     let slot = fixture.dir().join("dlock~sem~shell-permits~0.lock");
     let mut shell = tokio::process::Command::new("flock")
-        // `-o`: the lock is flock's own, not shared with `sleep`.
-        .arg("-o")
         .arg(&slot)
         .args(["sleep", "60"])
+        .stdout(std::process::Stdio::null())
+        // A group of its own: killing the group ends `flock` and `sleep`,
+        // which shares the locked open file.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .expect("the `flock` command (util-linux): install it with `apt-get install util-linux`");
@@ -239,7 +241,13 @@ async fn flock_command_on_a_slot_takes_that_permit() {
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let killed = Instant::now();
-    shell.kill().await.unwrap();
+    let group = format!("-{}", shell.id().unwrap());
+    let killed_group = std::process::Command::new("kill")
+        .args(["-KILL", "--", &group])
+        .status()
+        .unwrap();
+    assert!(killed_group.success());
+    shell.wait().await.unwrap();
     let permit = waiting.await.unwrap().expect("served once flock(1) exits");
     assert!(killed.elapsed() < Duration::from_secs(1));
     permit.release().await.unwrap();
