@@ -10,3 +10,8 @@ dlock_tests::segments_suite!(FileFixture::start());
 dlock_tests::multi_suite!(FileFixture::start(), rounds = 200);
 // Readers share `flock(LOCK_SH)`, writers take `LOCK_EX` behind a gate file.
 dlock_tests::rw_suite!(FileFixture::start());
+// A permit is `flock(LOCK_EX)` on one of N slot files; holders keep the
+// count file shared.
+dlock_tests::semaphore_suite!(FileFixture::start());
+// Elections are the lock of their name, the record in `<prefix>~<name>.leader`.
+dlock_tests::election_suite!(FileFixture::start());

@@ -102,9 +102,9 @@ pub(crate) const SCHEMES: &[Scheme] = &[
     Scheme {
         names: &["file"],
         feature: Some("file"),
-        semaphores: false,
+        semaphores: true,
         rw_locks: true,
-        elections: false,
+        elections: true,
         backend: Backend::File,
     },
 ];
@@ -182,7 +182,7 @@ mod tests {
     fn lists_read_as_prose() {
         assert_eq!(
             with_semaphores_listed(),
-            "memory://, redis://, etcd://, zk:// or postgres://"
+            "memory://, redis://, etcd://, zk://, postgres:// or file://"
         );
         assert_eq!(
             with_rw_locks_listed(),
@@ -190,7 +190,7 @@ mod tests {
         );
         assert_eq!(
             with_elections_listed(),
-            "memory://, redis://, etcd://, zk:// or postgres://"
+            "memory://, redis://, etcd://, zk://, postgres:// or file://"
         );
         assert!(all_listed().starts_with("memory://, redis://, rediss://"));
         assert!(

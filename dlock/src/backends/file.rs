@@ -108,6 +108,27 @@
 //! last write's. `flock -s` on the file reads, `flock` writes (without the
 //! gate). See the `rw` module's docs.
 //!
+//! # Semaphores
+//!
+//! [`Semaphore`](crate::Semaphore) `name` of N permits: N slot files
+//! `<prefix>~sem~<name>~<i>.lock`, a permit being `flock(LOCK_EX)` on the
+//! first free one (the kernel frees a dead holder's), and the count file
+//! `<prefix>~sem~<name>~count`, holding the number, which every holder
+//! keeps `flock(LOCK_SH)` on: the number is written only under `LOCK_EX`,
+//! so it may change only once every permit is back, and a caller with
+//! another count meanwhile is refused. Waiters are woken by inotify on the
+//! slot and count files. See the `permits` module's docs.
+//!
+//! # Elections
+//!
+//! [`Election`](crate::Election) `name` is the plain lock of that name, its
+//! fence the term; the leader's record (term and value) is
+//! `<prefix>~<name>.leader`, written (a temporary file renamed into place)
+//! only while the lease holds the lock, and shown by `leader()` only while
+//! the lock is held with that term as its fence. Observers are woken by
+//! inotify on the directory and the lock file and read the leader (a term
+//! shorter than a read may be missed). See the `election` module's docs.
+//!
 //! # Limits
 //!
 //! - **Local file systems only.** `flock` excludes processes of one
@@ -116,9 +137,8 @@
 //!   s3fs, …), naming the file system; one it does not know is taken as
 //!   local. Containers share locks when they share the directory (a bind
 //!   mount of one host directory) and the kernel.
-//! - No semaphores or elections yet: [`Semaphore`](crate::Semaphore) and
-//!   [`Election`](crate::Election) fail with an error naming the backends
-//!   that have them.
+//! - A semaphore has at most 1,024 permits (one slot file each, which a
+//!   waiter keeps open and watched).
 //! - File system calls run on the calling task: local file systems answer
 //!   in microseconds.
 //!
@@ -142,13 +162,18 @@
 //   `waiting.rs` (the attempt and the wait loop)
 // - held leases, renewal, the reaper of leases past their ttl: `held.rs`
 // - read-write locks (`RwBackend`): `rw.rs` (the shared/exclusive lock file, the writers' gate)
+// - semaphores (`PermitBackend`): `permits.rs` (slot files, the count file held shared)
+// - elections (`ElectionBackend`): `election.rs` (the leader record beside the lock file,
+//   observers woken by inotify on the directory and the lock file)
 // - the operator's view: `inspect.rs` (`/proc/locks`, the records; `force_release` by replacing)
 mod config;
+mod election;
 mod fs_kind;
 mod held;
 mod inspect;
 mod lock_file;
 mod names;
+mod permits;
 mod rw;
 mod waiting;
 mod watch;
@@ -313,7 +338,8 @@ impl LockBackend for FileBackend {
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities {
             rw: Some(self),
-            ..Capabilities::default()
+            permits: Some(self),
+            election: Some(self),
         }
     }
 

@@ -23,6 +23,9 @@ pub(super) struct Held {
     /// The holder's record, written in the file; `None` for a read-write
     /// lock's lease (its file is shared by readers).
     pub(super) record: Option<Record>,
+    /// A second file the lease keeps locked, and its name: a permit's
+    /// shared lock on its semaphore's count file. Closed after `file`.
+    pub(super) companion: Option<(File, String)>,
     pub(super) ttl: Duration,
     pub(super) valid_until: Instant,
     /// Dropped with the entry: ends its reaper's wait.
@@ -41,7 +44,7 @@ fn let_go_of(held: Held) {
     drop(held.file);
 }
 
-fn lock(map: &std::sync::Mutex<HeldMap>) -> std::sync::MutexGuard<'_, HeldMap> {
+pub(super) fn lock(map: &std::sync::Mutex<HeldMap>) -> std::sync::MutexGuard<'_, HeldMap> {
     // Every update is one insert, remove or assignment.
     map.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -62,6 +65,7 @@ impl FileBackend {
             file,
             name,
             record,
+            companion: None,
             ttl,
             valid_until,
             _gone: gone,
@@ -87,6 +91,16 @@ impl FileBackend {
         }
     }
 
+    /// Gives the lease of `token` (just registered by [`hold`](Self::hold))
+    /// a second locked file, checked at each renewal and closed with it.
+    pub(super) fn attach(&self, token: &str, companion: File, name: String) {
+        match lock(&self.held).get_mut(token) {
+            Some(held) => held.companion = Some((companion, name)),
+            // Already let go (its ttl ran out): the companion goes too.
+            None => lock_file::unlock(&companion),
+        }
+    }
+
     /// Releases the lease of `token`: `false` if this backend holds none.
     pub(super) fn let_go(&self, token: &str) -> bool {
         let held = lock(&self.held).remove(token);
@@ -107,7 +121,22 @@ impl FileBackend {
         let Some(held) = map.get_mut(&lease.token) else {
             return Ok(Renewal::Refused);
         };
-        match lock_file::is_current(&self.dir, &held.name, &held.file) {
+        if held.valid_until <= sent {
+            // Its ttl passed without a renewal (a process stopped, then
+            // resumed): let go, as the reaper is about to, and as a server
+            // would have.
+            if let Some(held) = map.remove(&lease.token) {
+                let_go_of(held);
+            }
+            return Ok(Renewal::Refused);
+        }
+        let current = lock_file::is_current(&self.dir, &held.name, &held.file).and_then(|ok| {
+            match &held.companion {
+                Some((file, name)) if ok => lock_file::is_current(&self.dir, name, file),
+                _ => Ok(ok),
+            }
+        });
+        match current {
             Ok(true) => {}
             Ok(false) => {
                 let name = held.name.clone();

@@ -16,8 +16,10 @@ pub(super) const LOCK: &str = ".lock";
 /// The fence counter's ending.
 pub(super) const FENCE: &str = ".fence";
 /// The ending of a file being written before it is renamed into place (a
-/// forced release's new lock file).
+/// forced release's new lock file, a leader's record).
 pub(super) const TEMPORARY: &str = ".tmp";
+/// The ending of an election's leader record, beside the lock file.
+pub(super) const LEADER: &str = ".leader";
 /// Between the prefix and the key.
 const SEPARATOR: char = '~';
 /// Starts the name of a hashed key.
@@ -31,6 +33,10 @@ pub(super) const MAX_STEM: usize = 200;
 /// (the `~` of a key is escaped, so no lock key's files start so).
 const RW: &str = "rw~";
 
+/// Between the prefix and the name of a semaphore's files: `sem~` (as
+/// `rw~`, no lock key's files start so).
+const SEM: &str = "sem~";
+
 /// `<prefix>~<escaped key>`, or `<prefix>~#<hash>` for a long key: the
 /// stem of every file of the key.
 pub(super) fn stem(prefix: &str, key: &str) -> String {
@@ -41,6 +47,13 @@ pub(super) fn stem(prefix: &str, key: &str) -> String {
 /// `<prefix>~rw~<escaped key>` (or hashed).
 pub(super) fn rw_stem(prefix: &str, key: &str) -> String {
     stem_in(prefix, RW, key)
+}
+
+/// The stem of the files of the semaphore `name`:
+/// `<prefix>~sem~<escaped name>` (or hashed). Its files add `~count` and
+/// `~<slot>.lock` (a `~` no escaped name holds, so no two names share one).
+pub(super) fn sem_stem(prefix: &str, name: &str) -> String {
+    stem_in(prefix, SEM, name)
 }
 
 fn stem_in(prefix: &str, kind: &str, key: &str) -> String {
@@ -146,6 +159,14 @@ mod tests {
         );
         assert_eq!(key_of("dlock", "dlock~a/b.lock"), None);
         assert_eq!(key_of("dlock", "dlock~#xyz.lock"), None);
+        assert_eq!(key_of("dlock", "dlock~a.leader"), None);
+        let slot = format!("{}~3{LOCK}", sem_stem("dlock", "a"));
+        assert_eq!(slot, "dlock~sem~a~3.lock");
+        assert_eq!(
+            key_of("dlock", &slot),
+            None,
+            "a semaphore's slot is no lock"
+        );
         assert_eq!(
             key_of("dlock", "dlock~x.lock"),
             Some(Named::Key("x".into()))

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -47,6 +47,17 @@ struct Watched {
     /// add of it answers the same descriptor).
     users: usize,
     notify: Arc<Notify>,
+    /// How many events the watch has had: what an election observer
+    /// compares, since a `Notify` wakes only the tasks waiting right then.
+    events: Arc<AtomicU64>,
+}
+
+impl Watched {
+    /// Counts an event and wakes the waiters.
+    fn woken(&self) {
+        self.events.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
 }
 
 /// A waiter's interest in one lock file; the watch goes when the last
@@ -56,6 +67,7 @@ pub(super) struct Watch {
     watcher: Arc<Watcher>,
     wd: i32,
     notify: Arc<Notify>,
+    events: Arc<AtomicU64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -76,21 +88,38 @@ fn events() -> WatchFlags {
 /// refuses (the watch limit, `fs.inotify.max_user_watches`): the waiter
 /// then re-checks every second.
 pub(super) fn watch(path: &Path) -> Result<Watch, Errno> {
+    add(path, events())
+}
+
+/// Watches the entries of the directory at `path`: a file created in it,
+/// renamed into it or removed from it (an election's leader record written
+/// or withdrawn, a lock file created or replaced). Only election observers watch the directory, so
+/// its inode has this one set of flags.
+pub(super) fn watch_entries(path: &Path) -> Result<Watch, Errno> {
+    add(
+        path,
+        WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::DELETE | WatchFlags::ONLYDIR,
+    )
+}
+
+fn add(path: &Path, flags: WatchFlags) -> Result<Watch, Errno> {
     let watcher = watcher()?;
-    let wd = inotify::add_watch(&watcher.fd, path, events())?;
-    let notify = {
+    let wd = inotify::add_watch(&watcher.fd, path, flags)?;
+    let (notify, events) = {
         let mut watches = lock(&watcher.watches);
         let watched = watches.entry(wd).or_insert_with(|| Watched {
             users: 0,
             notify: Arc::new(Notify::new()),
+            events: Arc::default(),
         });
         watched.users += 1;
-        watched.notify.clone()
+        (watched.notify.clone(), watched.events.clone())
     };
     Ok(Watch {
         watcher,
         wd,
         notify,
+        events,
     })
 }
 
@@ -98,6 +127,12 @@ impl Watch {
     /// The wake-up of this watch's events.
     pub(super) fn notify(&self) -> &Notify {
         &self.notify
+    }
+
+    /// How many events this watch has had so far (counted before its
+    /// waiters are woken).
+    pub(super) fn events(&self) -> u64 {
+        self.events.load(Ordering::SeqCst)
     }
 }
 
@@ -153,7 +188,7 @@ impl Drop for Reading {
         self.0.reading.store(false, Ordering::SeqCst);
         // Its waiters try again now, and then every second.
         for watched in lock(&self.0.watches).values() {
-            watched.notify.notify_waiters();
+            watched.woken();
         }
     }
 }
@@ -176,10 +211,10 @@ fn read_events(reading: &Reading) {
         let mut watches = lock(&watcher.watches);
         // The queue overflowed: any file may have been let go.
         if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
-            watches.values().for_each(|w| w.notify.notify_waiters());
+            watches.values().for_each(Watched::woken);
         }
         if let Some(watched) = watches.get(&wd) {
-            watched.notify.notify_waiters();
+            watched.woken();
         }
         // The kernel dropped the watch (the file is gone): its descriptor
         // may be given again to another inode.

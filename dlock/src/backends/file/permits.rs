@@ -1,0 +1,343 @@
+//! Semaphores (`PermitBackend`): a semaphore `name` of N permits is N slot
+//! files, `<prefix>~sem~<name>~0.lock` … `~<N-1>.lock`, and a count file,
+//! `<prefix>~sem~<name>~count`.
+//!
+//! - A permit is an exclusive `flock(LOCK_EX|LOCK_NB)` on the first free
+//!   slot file: the kernel frees a dead holder's slot when it closes the
+//!   process's files, whatever the ttl.
+//! - The count is kept honestly: the count file holds the number (a
+//!   decimal line), and every holder keeps `flock(LOCK_SH)` on it while it
+//!   holds its permit. The number is written only under `LOCK_EX`, which
+//!   the kernel grants only when no holder keeps its shared lock: so the
+//!   count may change once every permit is back, and a caller with
+//!   another count while a permit is out is refused
+//!   ([`permit_count_differs`]). A caller takes its slot first, then the
+//!   shared lock, then reads the number again (a writer may have come
+//!   between its first read and the shared lock: Linux converts and takes
+//!   `flock`s in two steps); another number lets both go.
+//! - Waiting: the waiter keeps every slot file and the count file open and
+//!   watched (inotify, `watch.rs`); a holder's release, its process's
+//!   death, or a count writer closing the count file wakes it; the
+//!   re-check every second is the net, as for locks. A failed attempt
+//!   closes nothing (a close would wake the other waiters, whose failed
+//!   attempts would wake it again); a dropped `acquire_permit` closes its
+//!   files and holds nothing, since an attempt makes no `.await` between
+//!   taking a slot and registering the permit.
+//! - A permit's renewal checks that its slot file and the count file are
+//!   still the ones at their names (an operator removing one is a lost
+//!   permit, as for locks); its reaper lets it go when its ttl passes
+//!   without renewal. Permits have no fencing token.
+//!
+//! A caller that holds a slot for the instant between taking it and
+//! reading the count also keeps the shared lock: a caller with another
+//! count in that instant is refused although no permit may come of it (it
+//! can try again). At most [`MAX_PERMITS`] permits per semaphore: a waiter
+//! holds one open file and one inotify watch per slot.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt as _;
+use std::pin::Pin;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use rustix::io::Errno;
+
+use super::lock_file;
+use super::waiting::RECHECK;
+use super::{names, watch, FileBackend};
+use crate::backend::{
+    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
+};
+use crate::LockError;
+
+/// The most permits a semaphore of this backend has: each is a file, and
+/// a waiter keeps every one of them open and watched.
+pub(super) const MAX_PERMITS: usize = 1024;
+
+/// How many times one attempt starts over because a count writer came
+/// between its steps.
+const ROUNDS: usize = 8;
+
+/// The files of one semaphore.
+struct SemFiles {
+    stem: String,
+    count: String,
+}
+
+impl SemFiles {
+    fn slot(&self, i: usize) -> String {
+        format!("{}~{i}{}", self.stem, names::LOCK)
+    }
+}
+
+/// A caller's open files between attempts (kept so that a failed attempt
+/// closes nothing).
+#[derive(Default)]
+struct Kept {
+    count: Option<File>,
+    slots: Vec<Option<File>>,
+}
+
+/// The number in a count file: `None` for an empty file or anything else.
+fn parse_count(text: &str) -> Option<usize> {
+    text.lines()
+        .next()
+        .and_then(|line| line.trim().parse().ok())
+        .filter(|n| *n > 0)
+}
+
+fn read_count(file: &File) -> Result<Option<usize>, Errno> {
+    lock_file::read_file(file).map(|text| parse_count(&text))
+}
+
+fn write_count(file: &File, count: usize) -> Result<(), Errno> {
+    let line = format!("{count}\n");
+    file.write_all_at(line.as_bytes(), 0)
+        .and_then(|()| file.set_len(line.len() as u64))
+        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))
+}
+
+/// What setting the count found.
+enum Recount {
+    /// The count file holds the caller's count now (or did an instant ago):
+    /// try again.
+    Again,
+    /// Holders keep the count file shared with this count.
+    Stored(usize),
+}
+
+impl FileBackend {
+    fn sem_files(&self, name: &str) -> SemFiles {
+        let stem = names::sem_stem(&self.config.prefix, name);
+        SemFiles {
+            count: format!("{stem}~count"),
+            stem,
+        }
+    }
+
+    /// `kept`, if still the file at `name`, else a new open of it.
+    fn reopened(&self, name: &str, kept: Option<File>) -> Result<File, LockError> {
+        if let Some(file) = kept {
+            let current = lock_file::is_current(&self.dir, name, &file)
+                .map_err(|e| self.failed("cannot check the semaphore file", name, e))?;
+            if current {
+                return Ok(file);
+            }
+        }
+        lock_file::open(&self.dir, name, self.config.mode)
+            .map_err(|e| self.failed("cannot open the semaphore file", name, e))
+    }
+
+    /// Writes `req.permits` into the count file if no holder keeps it.
+    fn recount(
+        &self,
+        req: &PermitRequest,
+        files: &SemFiles,
+        count: &File,
+    ) -> Result<Recount, LockError> {
+        let fail = |e| self.failed("cannot set the semaphore's count", &files.count, e);
+        if lock_file::try_lock(count).map_err(fail)? {
+            // No holder: the count is the caller's to set.
+            let written = match lock_file::is_current(&self.dir, &files.count, count) {
+                Ok(true) => write_count(count, req.permits),
+                Ok(false) => Ok(()),
+                Err(e) => Err(e),
+            };
+            lock_file::unlock(count);
+            written.map_err(fail)?;
+            return Ok(Recount::Again);
+        }
+        // Held shared (a permit is out) or by another writer.
+        Ok(match read_count(count).map_err(fail)? {
+            Some(stored) if stored != req.permits => Recount::Stored(stored),
+            _ => Recount::Again,
+        })
+    }
+
+    /// One attempt at a permit, with the caller's open files `kept`.
+    fn permit_attempt(
+        &self,
+        req: &PermitRequest,
+        files: &SemFiles,
+        kept: &mut Kept,
+    ) -> Result<Option<Lease>, LockError> {
+        if req.permits > MAX_PERMITS {
+            return Err(LockError::invalid_option(format!(
+                "semaphore `{}` has {} permits; the file backend's semaphores have at most {MAX_PERMITS} (one file each): use fewer",
+                req.name, req.permits
+            )));
+        }
+        kept.slots.resize_with(req.permits, || None);
+        let fail = |name: &str, e| self.failed("cannot lock the semaphore file", name, e);
+        'rounds: for _ in 0..ROUNDS {
+            let count = self.reopened(&files.count, kept.count.take())?;
+            let stored = read_count(&count).map_err(|e| fail(&files.count, e))?;
+            if stored != Some(req.permits) {
+                let recount = self.recount(req, files, &count);
+                kept.count = Some(count);
+                match recount? {
+                    Recount::Again => continue 'rounds,
+                    Recount::Stored(stored) => {
+                        return Err(permit_count_differs(&req.name, stored, req.permits))
+                    }
+                }
+            }
+            kept.count = Some(count);
+            for i in 0..req.permits {
+                let name = files.slot(i);
+                let slot = self.reopened(&name, kept.slots[i].take())?;
+                let sent = Instant::now();
+                if !lock_file::try_lock(&slot).map_err(|e| fail(&name, e))? {
+                    kept.slots[i] = Some(slot);
+                    continue;
+                }
+                let current = lock_file::is_current(&self.dir, &name, &slot);
+                if !current.map_err(|e| fail(&name, e))? {
+                    // Replaced since the open: the next attempt opens the new one.
+                    lock_file::unlock(&slot);
+                    continue;
+                }
+                match self.confirm_count(req, files, kept)? {
+                    Some(count) => return Ok(Some(self.grant(req, slot, name, count, sent))),
+                    None => {
+                        lock_file::unlock(&slot);
+                        kept.slots[i] = Some(slot);
+                        continue 'rounds;
+                    }
+                }
+            }
+            return Ok(None);
+        }
+        Ok(None)
+    }
+
+    /// With a slot taken: the shared lock on the count file, and the count
+    /// read again under it. The count file, locked, for the permit; `None`
+    /// (nothing locked) if a writer holds it or changed the number.
+    fn confirm_count(
+        &self,
+        req: &PermitRequest,
+        files: &SemFiles,
+        kept: &mut Kept,
+    ) -> Result<Option<File>, LockError> {
+        let fail = |e| self.failed("cannot lock the semaphore's count", &files.count, e);
+        let Some(count) = kept.count.take() else {
+            return Ok(None);
+        };
+        if !lock_file::try_lock_shared(&count).map_err(fail)? {
+            kept.count = Some(count);
+            std::thread::yield_now();
+            return Ok(None);
+        }
+        let confirmed = lock_file::is_current(&self.dir, &files.count, &count)
+            .and_then(|current| Ok(current && read_count(&count)? == Some(req.permits)));
+        match confirmed {
+            Ok(true) => Ok(Some(count)),
+            other => {
+                lock_file::unlock(&count);
+                kept.count = Some(count);
+                other.map(|_| None).map_err(fail)
+            }
+        }
+    }
+
+    /// Registers the permit: `slot` locked, `count` kept shared.
+    fn grant(
+        &self,
+        req: &PermitRequest,
+        slot: File,
+        name: String,
+        count: File,
+        sent: Instant,
+    ) -> Lease {
+        let valid_until = lease_deadline(sent, req.ttl);
+        let lease = Lease {
+            key: req.name.clone(),
+            token: req.token.clone(),
+            ttl: req.ttl,
+            fencing_token: None,
+            valid_until,
+            resource: self.config.dir.join(&name).display().to_string(),
+        };
+        self.hold(&req.token, slot, name, None, req.ttl, valid_until);
+        self.attach(&req.token, count, self.sem_files(&req.name).count);
+        lease
+    }
+}
+
+#[async_trait]
+impl PermitBackend for FileBackend {
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        self.permit_attempt(req, &self.sem_files(&req.name), &mut Kept::default())
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let files = self.sem_files(&req.name);
+        let mut kept = Kept::default();
+        if let Some(lease) = self.permit_attempt(req, &files, &mut kept)? {
+            return Ok(Some(lease));
+        }
+        // Every file exists now (the attempt opened them): watch them all.
+        let mut names: Vec<String> = (0..req.permits).map(|i| files.slot(i)).collect();
+        names.push(files.count.clone());
+        let watches: Vec<watch::Watch> = names
+            .iter()
+            .filter_map(|name| watch::watch(&self.config.dir.join(name)).ok())
+            .collect();
+        loop {
+            let mut woken: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> = watches
+                .iter()
+                .map(|w| Box::pin(w.notify().notified()))
+                .collect();
+            for notified in &mut woken {
+                notified.as_mut().enable();
+            }
+            // Tried after the watches are armed: a release from here on wakes it.
+            if let Some(lease) = self.permit_attempt(req, &files, &mut kept)? {
+                return Ok(Some(lease));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None);
+            }
+            let nap = deadline.map_or(now + RECHECK, |d| d.min(now + RECHECK));
+            let any = async {
+                if woken.is_empty() {
+                    std::future::pending::<()>().await;
+                } else {
+                    futures_util::future::select_all(woken).await;
+                }
+            };
+            tokio::select! {
+                () = any => {}
+                () = tokio::time::sleep_until(nap.into()) => {}
+            }
+        }
+    }
+
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        leases.iter().map(|lease| self.renew_one(lease)).collect()
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        Ok(self.let_go(&lease.token))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_count;
+
+    #[test]
+    fn a_count_is_a_positive_number_on_the_first_line() {
+        assert_eq!(parse_count("3\n"), Some(3));
+        assert_eq!(parse_count(" 12 \nrest"), Some(12));
+        assert_eq!(parse_count(""), None);
+        assert_eq!(parse_count("0\n"), None);
+        assert_eq!(parse_count("three"), None);
+    }
+}
