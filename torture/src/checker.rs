@@ -19,9 +19,10 @@
 //!   promises `lost()` no later than the server could expire it. Excused, and counted
 //!   apart: *H*'s worker was SIGSTOPped meanwhile (a stopped process observes nothing), or
 //!   a fault made the server forget locks meanwhile (a loss the README documents: a Redis
-//!   restarted without persistence; on PostgreSQL, where locks live in sessions, a session
-//!   the server ended at once by `restart-server`, `terminate-backend` or `reset`; see
-//!   [`Injected::forgets_locks`]).
+//!   restarted without persistence; on PostgreSQL and MySQL, where locks live in sessions,
+//!   a session the server ended at once by `restart-server`, `terminate-backend` or `reset`
+//!   (MySQL: also kill -9 of the server); on the file backend, a lock file taken away by
+//!   `replace-lock-file`; see [`Injected::forgets_locks`]).
 //!   A `lost()` that was not late counts as *in time* (before the server could have
 //!   expired the lease). Permits are not classified: N holders at once are allowed.
 
@@ -127,7 +128,8 @@ pub struct Figures {
     /// Late, but the worker was SIGSTOPped meanwhile.
     pub lost_while_paused: usize,
     /// Late, but a fault made the server forget locks meanwhile (a restart without
-    /// persistence; a PostgreSQL session ended by the server).
+    /// persistence; a PostgreSQL or MySQL session ended by the server; a lock file taken
+    /// away).
     pub lost_after_restart: usize,
     /// Permits reported lost (not classified).
     pub lost_permits: usize,

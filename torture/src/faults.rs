@@ -29,10 +29,16 @@ pub enum FaultKind {
     /// the replica, then start the old master again as a replica of the new one and wait
     /// until it has synced, so that the next failover has a replica to promote.
     Failover,
-    /// PostgreSQL only: the server ends one of a worker's sessions
-    /// (`pg_terminate_backend`, one holding advisory locks if it has one): the server
-    /// frees that session's locks at once, and the worker learns it at its next renewal.
+    /// PostgreSQL and MySQL only: the server ends one of a worker's sessions
+    /// (`pg_terminate_backend`, one holding advisory locks if it has one; MariaDB: `KILL`
+    /// of a session holding a named lock if one does): the server frees that session's
+    /// locks at once, and the worker learns it at its next renewal.
     TerminateBackend,
+    /// File backend only: one held lock file (a worker's if it holds one) is removed, or
+    /// replaced by a new empty file renamed over it (`force_release`'s way), alternately.
+    /// The next acquirer locks a new file at once; the holder learns it at its next
+    /// renewal, which finds its file gone or replaced.
+    ReplaceLockFile,
     /// Freeze a worker's connections for good (its fault proxies drop every byte of the
     /// flows open now, without a FIN or RST, while new connections pass): a NAT or load
     /// balancer that forgot the flows. The worker must notice and open new ones. Last in
@@ -53,16 +59,17 @@ pub enum FaultTarget {
     ServerSignal,
     /// A server process stopped and started again: needs `--local`.
     ServerProcess,
-    /// A worker's session on the server, ended by the server (SQL as the superuser):
-    /// needs `--local postgres`.
+    /// A worker's hold taken from outside: its session on the server ended by the server
+    /// (SQL as the superuser: `--local postgres` or `--local mysql`), or its lock file
+    /// removed or replaced (`--local file`).
     Session,
 }
 
 impl FaultKind {
     /// Every kind, in the order reports list them (`--faults all`): the default set, then
     /// the kinds asked for by name.
-    pub const ALL: [FaultKind; 12] = {
-        let mut all = [FaultKind::FreezeFlows; 12];
+    pub const ALL: [FaultKind; 13] = {
+        let mut all = [FaultKind::FreezeFlows; 13];
         let mut i = 0;
         while i < FaultKind::DEFAULT.len() {
             all[i] = FaultKind::DEFAULT[i];
@@ -72,8 +79,10 @@ impl FaultKind {
     };
 
     /// The kinds a run injects without `--faults`: all but `freeze-flows`, which is asked
-    /// for by name (a new kind in the default set would change every seeded plan).
-    pub const DEFAULT: [FaultKind; 11] = [
+    /// for by name (a new kind in the default set would change every seeded plan). A kind
+    /// that applies to one backend only (`terminate-backend`, `replace-lock-file`) is
+    /// left out of the others' plans before drawing, so it changes no other plan.
+    pub const DEFAULT: [FaultKind; 12] = [
         FaultKind::PauseWorkerShort,
         FaultKind::PauseWorkerLong,
         FaultKind::KillWorker,
@@ -85,6 +94,7 @@ impl FaultKind {
         FaultKind::RestartServer,
         FaultKind::Failover,
         FaultKind::TerminateBackend,
+        FaultKind::ReplaceLockFile,
     ];
 
     /// The name `--faults` and the report use.
@@ -101,6 +111,7 @@ impl FaultKind {
             FaultKind::RestartServer => "restart-server",
             FaultKind::Failover => "failover",
             FaultKind::TerminateBackend => "terminate-backend",
+            FaultKind::ReplaceLockFile => "replace-lock-file",
             FaultKind::FreezeFlows => "freeze-flows",
         }
     }
@@ -121,7 +132,7 @@ impl FaultKind {
             FaultKind::KillLeader | FaultKind::RestartServer | FaultKind::Failover => {
                 FaultTarget::ServerProcess
             }
-            FaultKind::TerminateBackend => FaultTarget::Session,
+            FaultKind::TerminateBackend | FaultKind::ReplaceLockFile => FaultTarget::Session,
         }
     }
 
@@ -141,9 +152,11 @@ impl FaultKind {
             FaultKind::FreezeFlows => (f(2.0), f(3.0)),
             // how long the old leader stays down (an election needs about a second here)
             FaultKind::KillLeader => (f(1.0), f(1.5)),
-            // stop, then start again at once (end a session at once): the length is only
-            // the settling time after it
-            FaultKind::RestartServer | FaultKind::TerminateBackend => (f(0.25), f(0.5)),
+            // stop, then start again at once (end a session at once, replace a file): the
+            // length is only the settling time after it
+            FaultKind::RestartServer | FaultKind::TerminateBackend | FaultKind::ReplaceLockFile => {
+                (f(0.25), f(0.5))
+            }
             // The whole window budgeted for a failover, from the kill to the old master
             // synced as a replica; whatever it leaves over is settling time. It is the
             // sentinels' clock, not the leases': down-after 1 s, a vote and a promotion

@@ -3,7 +3,8 @@
 //!
 //! The `torture` binary drives it (see `dlock::guide::reliability`):
 //! `torture <url> --minutes M --workers N --seed S [--faults LIST]`, or
-//! `torture --local redis|cluster|redlock|etcd|zk …` to start its own servers.
+//! `torture --local redis|cluster|redlock|sentinel|etcd|zk|postgres|mysql|file …` to start
+//! its own servers (or, for `file`, a directory of lock files).
 //!
 //! | module | holds |
 //! |---|---|
@@ -17,6 +18,8 @@
 //! | [`options`] | command-line options and their errors |
 //! | [`urls`] | backend URLs: their addresses, rewritten through proxies |
 //! | [`targets`] | what the nemesis can act on: workers, proxies, servers |
+//! | [`sessions`] | ending a worker's session on PostgreSQL or MySQL |
+//! | [`lock_files`] | `--local file`'s directory, taking a held lock file away |
 //! | [`nemesis`] | runs the plan against the targets |
 //! | [`checker`] | turns the history into the report's figures |
 //! | [`report`] | prints them |
@@ -29,11 +32,13 @@ pub mod checker;
 pub mod clock;
 pub mod events;
 pub mod faults;
+pub mod lock_files;
 pub mod nemesis;
 pub mod options;
 pub mod report;
 pub mod run;
 pub mod schedule;
+pub mod sessions;
 pub mod store;
 pub mod store_client;
 pub mod store_server;

@@ -29,9 +29,10 @@ pub struct Injected {
     /// When it was undone.
     pub end_ns: u64,
     /// Whether it made a server forget locks before their leases ran out: `restart-server`
-    /// of a Redis master without persistence; on PostgreSQL, whose locks live in sessions,
-    /// every fault that ends a session at once (`restart-server`, `terminate-backend`,
-    /// `reset`). A late `lost()` in its window is excused as that documented loss (the
+    /// of a Redis master without persistence; on PostgreSQL and MySQL, whose locks live in
+    /// sessions, every fault that ends a session at once (`restart-server`,
+    /// `terminate-backend`, `reset`; on MySQL also `kill-leader`, kill -9 of the server);
+    /// on the file backend, a lock file taken away (`replace-lock-file`). A late `lost()` in its window is excused as that documented loss (the
     /// holder learns it at its next renewal). Not a Sentinel replica's restart, which
     /// loses no lock.
     pub forgets_locks: bool,
@@ -78,7 +79,8 @@ pub struct Nemesis {
     /// The servers.
     pub servers: ServerSide,
     /// Whether the servers free a client's locks when its connection ends (PostgreSQL's
-    /// session advisory locks), so that a `reset` makes them forget the worker's locks.
+    /// session advisory locks, MySQL's named locks), so that a `reset` makes them forget
+    /// the worker's locks.
     pub connection_bound_locks: bool,
 }
 
@@ -207,7 +209,12 @@ impl Nemesis {
                     return Err("kill-leader needs `--local`".into());
                 };
                 let leader = servers.leader(Duration::from_secs(10))?;
-                *on = format!("server {leader} (leader)");
+                *forgets_locks = servers.kill_forgets_locks();
+                *on = if servers.members() == 1 {
+                    format!("server {leader} (kill -9)")
+                } else {
+                    format!("server {leader} (leader)")
+                };
                 servers.kill(leader)?;
                 thread::sleep(length);
                 servers.start_again(leader)
@@ -225,13 +232,28 @@ impl Nemesis {
             }
             FaultKind::TerminateBackend => {
                 let ServerSide::Local(servers) = &mut self.servers else {
-                    return Err("terminate-backend needs `--local postgres`".into());
+                    return Err(
+                        "terminate-backend needs `--local postgres` or `--local mysql`".into(),
+                    );
                 };
                 *forgets_locks = true;
-                (*worker, *on) = match servers.terminate_backend(i)? {
-                    Some((ended, text)) => (Some(ended), text),
-                    None => (None, "no worker session".into()),
+                (*worker, *on) = servers
+                    .end_session(i)?
+                    .unwrap_or((None, "no worker session".into()));
+                thread::sleep(length);
+                Ok(())
+            }
+            FaultKind::ReplaceLockFile => {
+                let ServerSide::Local(servers) = &mut self.servers else {
+                    return Err("replace-lock-file needs `--local file`".into());
                 };
+                // The holder learns it at its next renewal (a third of the ttl), while a
+                // waiter, woken by the removal or rename, may take the new file at once:
+                // a loss the backend documents, excused as a forgotten lock is.
+                *forgets_locks = true;
+                (*worker, *on) = servers
+                    .replace_lock_file(i)?
+                    .unwrap_or((None, "no lock file held".into()));
                 thread::sleep(length);
                 Ok(())
             }

@@ -12,8 +12,9 @@ use crate::faults::{parse_fault_list, FaultKind};
 pub const USAGE: &str = "\
 usage: torture <url> [options]          against your own servers
        torture --local <kind> [options] against servers it starts (kind: redis, cluster,
-                                        redlock, sentinel, etcd, zk, postgres; needs the
-                                        Debian server packages)
+                                        redlock, sentinel, etcd, zk, postgres, mysql,
+                                        file; needs the Debian server packages but file,
+                                        which takes a temp directory)
 options:
   --minutes M            run length (fractions allowed; default 1)
   --seconds S            run length in seconds instead
@@ -22,7 +23,8 @@ options:
   --faults LIST          every kind but freeze-flows (default), all, none, or a comma list
                          of: pause-worker-short, pause-worker-long, kill-worker, blackhole,
                          reset, pause-server-short, pause-server-long, kill-leader,
-                         restart-server, failover, terminate-backend, freeze-flows
+                         restart-server, failover, terminate-backend,
+                         replace-lock-file, freeze-flows
   --ttl-ms T             lease ttl in ms (default 2000)
   --keys K               plain lock keys the workers share (default 3)
   --server-pid ADDR=PID  a server process the nemesis may SIGSTOP (repeat per server)
@@ -59,6 +61,10 @@ pub enum LocalKind {
     Zk,
     /// One PostgreSQL server.
     Postgres,
+    /// One MariaDB server (the MySQL backend).
+    Mysql,
+    /// A temporary directory of lock files (the file backend): no server.
+    File,
 }
 
 impl LocalKind {
@@ -72,6 +78,8 @@ impl LocalKind {
             LocalKind::Etcd => "etcd",
             LocalKind::Zk => "zk",
             LocalKind::Postgres => "postgres",
+            LocalKind::Mysql => "mysql",
+            LocalKind::File => "file",
         }
     }
 
@@ -84,12 +92,14 @@ impl LocalKind {
             LocalKind::Etcd,
             LocalKind::Zk,
             LocalKind::Postgres,
+            LocalKind::Mysql,
+            LocalKind::File,
         ]
         .into_iter()
         .find(|k| k.name() == name)
         .ok_or_else(|| {
             OptionsError(format!(
-                "unknown `--local {name}`; write one of redis, cluster, redlock, sentinel, etcd, zk, postgres"
+                "unknown `--local {name}`; write one of redis, cluster, redlock, sentinel, etcd, zk, postgres, mysql, file"
             ))
         })
     }
@@ -146,7 +156,8 @@ pub struct WorkerOptions {
     pub ttl: Duration,
     /// Plain lock keys.
     pub keys: usize,
-    /// Whether to run semaphore rounds (Redlock has no semaphores).
+    /// Whether semaphore rounds may run (Redlock has no semaphores); the worker runs them
+    /// only if its backend offers semaphores too.
     pub semaphore: bool,
 }
 
@@ -302,7 +313,7 @@ pub fn parse_run(args: &[String], clock_seed: u64) -> Result<RunOptions, Options
         }
         (None, None) => {
             return Err(OptionsError(
-                "no servers: give a URL (e.g. redis://127.0.0.1:6379) or `--local redis|cluster|redlock|sentinel|etcd|zk|postgres`".to_string(),
+                "no servers: give a URL (e.g. redis://127.0.0.1:6379) or `--local redis|cluster|redlock|sentinel|etcd|zk|postgres|mysql|file`".to_string(),
             ))
         }
     };

@@ -99,7 +99,12 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
 
     let (servers, url) = match &options.servers {
         Servers::Local(kind) => {
-            println!("starting local {} servers …", kind.name());
+            let what = if *kind == crate::options::LocalKind::File {
+                "lock directory"
+            } else {
+                "servers"
+            };
+            println!("starting local {} {what} …", kind.name());
             let local = LocalServers::start(*kind)?;
             let url = local.url(options.ttl);
             (ServerSide::Local(local), url)
@@ -165,9 +170,12 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     let use_proxies = proxy_not_applicable(&service).is_none();
-    // PostgreSQL's locks are session advisory locks: the server frees them when the
-    // connection ends
+    // PostgreSQL's locks are session advisory locks, MySQL's named locks: the server
+    // frees them when the connection ends
     let postgres = matches!(service.scheme.as_str(), "postgres" | "postgresql");
+    let mysql = matches!(service.scheme.as_str(), "mysql" | "mysqls");
+    // where `terminate-backend` and `replace-lock-file` read the holder's name
+    let client_name = mysql || service.scheme == "file";
     let mut proxies: Vec<Vec<Arc<FaultProxy>>> = Vec::new();
     let mut worker_options = Vec::new();
     for id in 0..options.workers {
@@ -189,6 +197,15 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
             worker_url = crate::urls::with_param(
                 &worker_url,
                 "application_name",
+                &crate::targets::application_name(id),
+            );
+        }
+        if client_name && !service.rest.contains("client_name=") {
+            // so that `terminate-backend` (MySQL) and `replace-lock-file` (file) find
+            // this worker's leases: their owner tokens end in this name
+            worker_url = crate::urls::with_param(
+                &worker_url,
+                "client_name",
                 &crate::targets::application_name(id),
             );
         }
@@ -225,7 +242,7 @@ pub fn run(options: &RunOptions) -> Result<Outcome, String> {
         pool: Arc::clone(&pool),
         proxies,
         servers,
-        connection_bound_locks: postgres,
+        connection_bound_locks: postgres || mysql,
     };
     let nemesis_plan = planned.clone();
     let nemesis_thread = thread::spawn(move || {

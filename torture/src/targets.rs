@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use dlock_tests::servers::mariadb::MariaDbServer;
 use dlock_tests::servers::{
     EtcdCluster, PgServer, RedisCluster, RedisOptions, RedisSentinel, RedisServer, RedisSet,
     SentinelOptions, ServerControl, ZkEnsemble, ZkOptions,
@@ -18,7 +19,9 @@ use nix::unistd::Pid;
 
 use crate::events::Event;
 use crate::faults::{FaultKind, FaultTarget};
+pub use crate::lock_files::LockFiles;
 use crate::options::{LocalKind, WorkerOptions};
+pub use crate::sessions::application_name;
 use crate::urls::ServiceUrl;
 
 /// One event with the worker process that reported it.
@@ -242,6 +245,10 @@ pub enum LocalServers {
     Zk(ZkEnsemble),
     /// One PostgreSQL server (the test harness's: `fsync=off`, trust authentication).
     Postgres(Box<PgServer>),
+    /// One MariaDB server (the test harness's: root without a password, database `dlock`).
+    Mysql(Box<MariaDbServer>),
+    /// A temporary directory of lock files: no server (see [`LockFiles`]).
+    File(Box<LockFiles>),
 }
 
 impl LocalServers {
@@ -266,6 +273,8 @@ impl LocalServers {
             LocalKind::Etcd => EtcdCluster::try_start(3).map(Self::Etcd),
             LocalKind::Zk => ZkEnsemble::try_start_with(3, ZkOptions::default()).map(Self::Zk),
             LocalKind::Postgres => PgServer::try_start().map(|s| Self::Postgres(Box::new(s))),
+            LocalKind::Mysql => MariaDbServer::try_start().map(|s| Self::Mysql(Box::new(s))),
+            LocalKind::File => return LockFiles::start().map(|f| Self::File(Box::new(f))),
         };
         started.map_err(|e| e.to_string())
     }
@@ -275,7 +284,9 @@ impl LocalServers {
     /// of the session). PostgreSQL's asks for a `session_timeout` of the ttl: the server
     /// ends a session silent that long (a stopped or vanished worker's) and frees its
     /// locks, so a `pause-worker-long` (1.5-2 ttl) sees its locks taken over while it is
-    /// stopped, and the lease's ttl is not capped below the ttl asked for.
+    /// stopped, and the lease's ttl is not capped below the ttl asked for. MySQL's the
+    /// same, in whole seconds (its `session_timeout` is the server's `wait_timeout`, at
+    /// least 2 s). The file backend's names the directory.
     pub fn url(&self, ttl: Duration) -> String {
         match self {
             Self::Redis(s) => s.url(),
@@ -287,6 +298,12 @@ impl LocalServers {
             Self::Etcd(c) => c.url(),
             Self::Zk(z) => format!("{}?session_timeout={}ms", z.url(), ttl.as_millis() * 2),
             Self::Postgres(s) => format!("{}?session_timeout={}ms", s.url(), ttl.as_millis()),
+            Self::Mysql(s) => format!(
+                "{}?session_timeout={}s",
+                s.url(),
+                ttl.as_secs_f64().ceil().max(2.0)
+            ),
+            Self::File(f) => format!("file://{}", f.path().display()),
         }
     }
 
@@ -300,12 +317,13 @@ impl LocalServers {
             Self::Sentinel(g) => g.len(),
             Self::Etcd(c) => c.len(),
             Self::Zk(z) => z.len(),
-            Self::Postgres(_) => 1,
+            Self::Postgres(_) | Self::Mysql(_) => 1,
+            Self::File(_) => 0,
         }
     }
 
-    fn member(&mut self, i: usize) -> &mut dyn ServerControl {
-        match self {
+    fn member(&mut self, i: usize) -> Result<&mut dyn ServerControl, String> {
+        Ok(match self {
             Self::Redis(s) => s.as_mut(),
             Self::Cluster(c) => c.node_mut(i),
             Self::Redlock(s) => s.server_mut(i),
@@ -313,7 +331,9 @@ impl LocalServers {
             Self::Etcd(c) => c.member_mut(i),
             Self::Zk(z) => z.node_mut(i),
             Self::Postgres(s) => s.as_mut(),
-        }
+            Self::Mysql(s) => s.as_mut(),
+            Self::File(_) => return Err("the file backend has no server".into()),
+        })
     }
 
     /// Why `kind` cannot run on these servers, if it cannot.
@@ -321,7 +341,19 @@ impl LocalServers {
         let consensus = matches!(self, Self::Etcd(_) | Self::Zk(_));
         let sentinel = matches!(self, Self::Sentinel(_));
         let postgres = matches!(self, Self::Postgres(_));
+        let mysql = matches!(self, Self::Mysql(_));
+        let file = matches!(self, Self::File(_));
+        let sessions = postgres || mysql;
         match kind {
+            FaultKind::ReplaceLockFile if !file => Some(
+                "takes a lock file from its holder: only with `--local file`".into(),
+            ),
+            FaultKind::ReplaceLockFile => None,
+            _ if file && kind.target() != FaultTarget::Worker => Some(
+                "the file backend has no server and no network: its locks are the kernel's (flock), freed when the holder process dies".into(),
+            ),
+            // one MariaDB: kill -9 the server, start it again after the fault's length
+            FaultKind::KillLeader if mysql => None,
             FaultKind::KillLeader if sentinel => Some(
                 "killing the Sentinel master is the `failover` fault (the sentinels promote the replica; the old master comes back as a replica)".into(),
             ),
@@ -337,8 +369,8 @@ impl LocalServers {
             FaultKind::Failover if !sentinel => Some(
                 "needs a Redis Sentinel deployment to promote a replica: only with `--local sentinel`".into(),
             ),
-            FaultKind::TerminateBackend if !postgres => Some(
-                "ends a PostgreSQL session (`pg_terminate_backend`): only with `--local postgres`".into(),
+            FaultKind::TerminateBackend if !sessions => Some(
+                "ends a PostgreSQL or MySQL session (`pg_terminate_backend`, `KILL`): only with `--local postgres` or `--local mysql`".into(),
             ),
             _ => None,
         }
@@ -454,7 +486,7 @@ impl LocalServers {
         if let Self::Postgres(s) = self {
             return s.try_pause_all().map_err(|e| e.to_string());
         }
-        self.member(i)
+        self.member(i)?
             .process_mut()
             .pause()
             .map_err(|e| e.to_string())
@@ -468,7 +500,7 @@ impl LocalServers {
         if let Self::Postgres(s) = self {
             return s.try_resume_all().map_err(|e| e.to_string());
         }
-        self.member(i)
+        self.member(i)?
             .process_mut()
             .resume()
             .map_err(|e| e.to_string())
@@ -479,7 +511,7 @@ impl LocalServers {
     /// # Errors
     /// Reaping it failed.
     pub fn kill(&mut self, i: usize) -> Result<(), String> {
-        self.member(i)
+        self.member(i)?
             .process_mut()
             .kill9()
             .map_err(|e| e.to_string())
@@ -489,6 +521,8 @@ impl LocalServers {
     /// keys), starts it again on the same port and waits until it is ready. PostgreSQL:
     /// a fast shutdown (SIGINT: every session ends at once, where SIGTERM's smart shutdown
     /// would wait for the clients to leave), then the same port and data directory.
+    /// MariaDB: SIGTERM ends every session (their named locks with them) and shuts the
+    /// server down; it comes back on the same port and data directory (the fence rows stay).
     ///
     /// # Errors
     /// It did not come back.
@@ -496,7 +530,7 @@ impl LocalServers {
         if let Self::Postgres(s) = self {
             return s.try_fast_restart().map_err(|e| e.to_string());
         }
-        let member = self.member(i);
+        let member = self.member(i)?;
         member.process_mut().stop().map_err(|e| e.to_string())?;
         self.start_again(i)
     }
@@ -506,7 +540,7 @@ impl LocalServers {
     /// # Errors
     /// It did not come back.
     pub fn start_again(&mut self, i: usize) -> Result<(), String> {
-        let member = self.member(i);
+        let member = self.member(i)?;
         member
             .process_mut()
             .start()
@@ -514,45 +548,22 @@ impl LocalServers {
             .map_err(|e| e.to_string())
     }
 
-    /// The `terminate-backend` fault: the server ends one worker session
-    /// (`pg_terminate_backend`; each worker's sessions carry
-    /// `application_name=torture-w<id>`), one that holds advisory locks if any does
-    /// (so that its locks are freed and taken over), worker `worker`'s first among
-    /// those, then at random. Returns the worker whose session it ended and the session's
-    /// description, or `None` if no worker had a session.
+    /// The `replace-lock-file` fault (see [`LockFiles::replace_held`]).
     ///
     /// # Errors
-    /// Not PostgreSQL, or `psql` failed.
-    pub fn terminate_backend(&self, worker: usize) -> Result<Option<(usize, String)>, String> {
-        let Self::Postgres(s) = self else {
-            return Err("terminate-backend needs `--local postgres`".into());
-        };
-        let sql = format!(
-            "SELECT a.application_name, a.pid, l.pid IS NOT NULL, pg_terminate_backend(a.pid) \
-             FROM pg_stat_activity a \
-             LEFT JOIN (SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted) l \
-               ON l.pid = a.pid \
-             WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() \
-               AND a.application_name LIKE 'torture-w%' \
-             ORDER BY l.pid IS NULL, a.application_name <> '{}', random() LIMIT 1",
-            application_name(worker)
-        );
-        let out = s.try_psql(&sql).map_err(|e| e.to_string())?;
-        let fields: Vec<&str> = out.split('|').collect();
-        let [name, pid, holds, _] = fields[..] else {
-            return Ok(None);
-        };
-        let Some(Ok(ended)) = name.strip_prefix("torture-w").map(str::parse::<usize>) else {
-            return Err(format!("terminate-backend: unexpected answer `{out}`"));
-        };
-        let holding = if holds == "t" { ", holding locks" } else { "" };
-        Ok(Some((
-            ended,
-            format!("worker {ended} (session pid {pid}{holding})"),
-        )))
+    /// Not `--local file`, or the file could not be removed or replaced.
+    pub fn replace_lock_file(
+        &mut self,
+        worker: usize,
+    ) -> Result<Option<(Option<usize>, String)>, String> {
+        match self {
+            Self::File(files) => files.replace_held(worker),
+            _ => Err("replace-lock-file needs `--local file`".into()),
+        }
     }
 
-    /// The member that leads now (etcd, ZooKeeper), waiting up to `limit` for an election.
+    /// The member that leads now (etcd, ZooKeeper), waiting up to `limit` for an election;
+    /// the one MariaDB server (`kill-leader` there is kill -9 of the server).
     ///
     /// # Errors
     /// No leader within `limit`, or these servers have none.
@@ -560,15 +571,17 @@ impl LocalServers {
         match self {
             Self::Etcd(c) => c.wait_for_leader(limit).map_err(|e| e.to_string()),
             Self::Zk(z) => z.wait_for_leader(limit).map_err(|e| e.to_string()),
+            Self::Mysql(_) => Ok(0),
             _ => Err("these servers have no leader".into()),
         }
     }
-}
 
-/// The `application_name` worker `worker`'s PostgreSQL sessions carry, so that
-/// `terminate-backend` can find them (set in its URL unless the URL names one).
-pub fn application_name(worker: usize) -> String {
-    format!("torture-w{worker}")
+    /// Whether SIGKILLing a member makes the servers forget locks: on MariaDB, whose
+    /// named locks live in sessions, every session ends with the server (the fence rows,
+    /// InnoDB's, stay). Not on etcd or ZooKeeper, which keep their data.
+    pub fn kill_forgets_locks(&self) -> bool {
+        matches!(self, Self::Mysql(_))
+    }
 }
 
 /// The servers as the nemesis sees them.
@@ -595,7 +608,7 @@ impl ServerSide {
             FaultTarget::Worker => None,
             FaultTarget::Proxy => proxy_not_applicable(url),
             FaultTarget::ServerSignal => match self {
-                ServerSide::Local(_) => None,
+                ServerSide::Local(l) => l.not_applicable(kind),
                 ServerSide::Pids(p) if !p.is_empty() => None,
                 ServerSide::Pids(_) => Some(
                     "needs the server processes: give `--server-pid ADDR=PID` or use `--local`"
@@ -611,7 +624,7 @@ impl ServerSide {
             FaultTarget::Session => match self {
                 ServerSide::Local(l) => l.not_applicable(kind),
                 ServerSide::Pids(_) => Some(
-                    "ends sessions as the superuser of a server the run started: only with `--local postgres`"
+                    "ends sessions as the superuser of a server the run started, or takes lock files away: only with `--local postgres`, `--local mysql` or `--local file`"
                         .into(),
                 ),
             },
@@ -621,6 +634,11 @@ impl ServerSide {
 
 /// Why worker connections cannot go through fault proxies for `url`, if they cannot.
 pub fn proxy_not_applicable(url: &ServiceUrl) -> Option<String> {
+    if url.scheme == "file" {
+        return Some(
+            "the file backend's locks are the kernel's, on this host: there is no connection to cut".into(),
+        );
+    }
     if url.scheme == "redis+cluster" {
         return Some(
             "a Redis Cluster client connects to the node addresses the cluster announces (CLUSTER SLOTS), not to the ones in the URL, so a proxy per worker would not be on its path".into(),

@@ -10,7 +10,7 @@ pub struct ServiceUrl {
     pub scheme: String,
     /// `user:pass`, kept verbatim (never printed: see [`ServiceUrl::redacted`]).
     pub userinfo: Option<String>,
-    /// `host:port` entries, as written.
+    /// `host:port` entries, as written (none for `file:///dir`).
     pub hosts: Vec<String>,
     /// Path and query, verbatim (`/chroot?session_timeout=4s`).
     pub rest: String,
@@ -26,8 +26,17 @@ impl ServiceUrl {
     /// assert_eq!(url.with_hosts(&["127.0.0.1:9".into()]), "zk://u:p@127.0.0.1:9/app?session_timeout=4s");
     /// ```
     ///
+    /// `file:///dir` has no host: its path is `rest`.
+    ///
+    /// ```
+    /// use dlock_torture::urls::ServiceUrl;
+    /// let url = ServiceUrl::parse("file:///tmp/locks").unwrap();
+    /// assert!(url.hosts.is_empty());
+    /// assert_eq!(url.with_hosts(&[]), "file:///tmp/locks");
+    /// ```
+    ///
     /// # Errors
-    /// No `://` or no host.
+    /// No `://`, or no host (but for `file://`).
     pub fn parse(url: &str) -> Result<ServiceUrl, String> {
         let (scheme, after) = url.split_once("://").ok_or_else(|| {
             "the URL has no `scheme://`; write e.g. redis://127.0.0.1:6379".to_string()
@@ -46,7 +55,8 @@ impl ServiceUrl {
             .filter(|h| !h.is_empty())
             .map(str::to_string)
             .collect();
-        if hosts.is_empty() {
+        // `file:///dir` names a directory of this host, no server
+        if hosts.is_empty() && scheme != "file" {
             return Err("the URL names no host; write host:port after `://`".to_string());
         }
         Ok(ServiceUrl {

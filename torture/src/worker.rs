@@ -118,13 +118,16 @@ pub async fn run(options: WorkerOptions, stop: Arc<AtomicBool>) -> Result<(), St
             ^ ((options.id as u64) << 32)
             ^ u64::from(options.incarnation).wrapping_mul(0x9E37_79B9_7F4A_7C15),
     );
+    // semaphore rounds only where the backend has semaphores (the MySQL and file
+    // backends have none yet: their `Semaphore` is refused)
+    let semaphore = options.semaphore && backend.capabilities().permits.is_some();
     let ttl = options.ttl;
     let wait = ttl * 4;
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let pick = rng.random_range(0..100);
-        let (kind, limit) = if pick < 70 || (pick >= 85 && !options.semaphore) {
+        let (kind, limit) = if pick < 70 || (pick >= 85 && !semaphore) {
             (HoldKind::Lock, 1)
         } else if pick < 85 {
             (HoldKind::Segment, 1)

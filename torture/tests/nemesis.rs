@@ -52,7 +52,10 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
         .filter(|k| {
             !matches!(
                 k,
-                FaultKind::KillLeader | FaultKind::Failover | FaultKind::TerminateBackend
+                FaultKind::KillLeader
+                    | FaultKind::Failover
+                    | FaultKind::TerminateBackend
+                    | FaultKind::ReplaceLockFile
             )
         })
         .collect();
@@ -61,7 +64,10 @@ fn a_thirty_second_plan_has_every_kind_of_each_backend() {
         .filter(|k| {
             !matches!(
                 k,
-                FaultKind::RestartServer | FaultKind::Failover | FaultKind::TerminateBackend
+                FaultKind::RestartServer
+                    | FaultKind::Failover
+                    | FaultKind::TerminateBackend
+                    | FaultKind::ReplaceLockFile
             )
         })
         .collect();
@@ -93,6 +99,7 @@ fn sentinel_kinds() -> Vec<FaultKind> {
                     | FaultKind::Reset
                     | FaultKind::KillLeader
                     | FaultKind::TerminateBackend
+                    | FaultKind::ReplaceLockFile
             )
         })
         .collect()
@@ -139,6 +146,7 @@ fn the_user_server_run_of_the_suite_has_its_kinds() {
                     | FaultKind::RestartServer
                     | FaultKind::Failover
                     | FaultKind::TerminateBackend
+                    | FaultKind::ReplaceLockFile
             )
         })
         .collect();
@@ -311,10 +319,15 @@ fn faults_act_on_real_worker_processes_and_are_undone() {
 #[test]
 fn the_postgres_run_of_the_suite_has_every_kind() {
     // runs.rs `postgres_one_server`: 30 s, 4 workers, one server, seed 15; every kind but
-    // kill-leader and failover (one server, no replica)
+    // kill-leader and failover (one server, no replica) and replace-lock-file (file only)
     let kinds: Vec<FaultKind> = FaultKind::DEFAULT
         .into_iter()
-        .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::Failover))
+        .filter(|k| {
+            !matches!(
+                k,
+                FaultKind::KillLeader | FaultKind::Failover | FaultKind::ReplaceLockFile
+            )
+        })
         .collect();
     let planned = plan(
         15,
@@ -328,6 +341,89 @@ fn the_postgres_run_of_the_suite_has_every_kind() {
             planned.iter().any(|p| p.kind == *kind),
             "{kind} missing from {planned:#?}"
         );
+    }
+}
+
+#[test]
+fn the_mysql_and_file_runs_of_the_suite_have_every_kind() {
+    // runs.rs `mysql_one_server`: 30 s, 4 workers, one server, seed 15; every kind but
+    // failover (no replica) and replace-lock-file (file only); kill-leader is kill -9 of
+    // the server
+    let mysql: Vec<FaultKind> = FaultKind::DEFAULT
+        .into_iter()
+        .filter(|k| !matches!(k, FaultKind::Failover | FaultKind::ReplaceLockFile))
+        .collect();
+    // runs.rs `file_directory`: no server, no network: the worker faults and
+    // replace-lock-file
+    let file = vec![
+        FaultKind::PauseWorkerShort,
+        FaultKind::PauseWorkerLong,
+        FaultKind::KillWorker,
+        FaultKind::ReplaceLockFile,
+    ];
+    for kinds in [mysql, file] {
+        let planned = plan(
+            15,
+            &ScheduleParams {
+                members: 1,
+                ..params(kinds.clone())
+            },
+        );
+        for kind in &kinds {
+            assert!(
+                planned.iter().any(|p| p.kind == *kind),
+                "{kind} missing from {planned:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn kinds_of_one_backend_leave_the_other_plans_as_they_were() {
+    // `replace-lock-file` is in the default set but applies to `--local file` only: the
+    // others drop it before drawing, so their seeded plans are still the ones in
+    // docs/reliability (10 minutes, 4 workers, seed 1, ttl 2 s)
+    assert!(FaultKind::DEFAULT.contains(&FaultKind::ReplaceLockFile));
+    for (backend, members, skipped) in [
+        (
+            "postgres",
+            1,
+            &[FaultKind::KillLeader, FaultKind::Failover][..],
+        ),
+        (
+            "redis",
+            1,
+            &[
+                FaultKind::KillLeader,
+                FaultKind::Failover,
+                FaultKind::TerminateBackend,
+            ][..],
+        ),
+    ] {
+        let kinds: Vec<FaultKind> = FaultKind::DEFAULT
+            .into_iter()
+            .filter(|k| *k != FaultKind::ReplaceLockFile && !skipped.contains(k))
+            .collect();
+        let planned = plan(
+            1,
+            &ScheduleParams {
+                duration: Duration::from_secs(600),
+                members,
+                ..params(kinds)
+            },
+        );
+        let path = format!(
+            "{}/../docs/reliability/{backend}/schedule.txt",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let recorded = std::fs::read_to_string(&path).expect("the recorded schedule");
+        let recorded: Vec<&str> = recorded
+            .lines()
+            .filter(|l| l.starts_with("  +"))
+            .map(|l| l.trim_start())
+            .collect();
+        let now: Vec<String> = planned.iter().map(ToString::to_string).collect();
+        assert_eq!(recorded, now, "{backend}'s seed-1 plan changed");
     }
 }
 
@@ -441,4 +537,144 @@ fn freeze_flows_is_asked_for_by_name_and_keeps_the_default_plans() {
             "{kind} missing from {planned:#?}"
         );
     }
+}
+
+/// `--local mysql`: `terminate-backend` is `KILL` of a worker's session holding a named
+/// lock, found by the client name its owner tokens end in; the holder's `lost()` fires; a
+/// restart keeps the fence rows; `kill-leader` is kill -9 of the one server, whose
+/// sessions (and locks) go with it.
+#[test]
+fn mysql_kill_ends_a_holding_session_and_kill9_forgets_locks() {
+    use dlock_torture::options::LocalKind;
+    use dlock_torture::targets::{application_name, LocalServers};
+
+    let mut servers = LocalServers::start(LocalKind::Mysql).expect("mysql");
+    let url = servers.url(Duration::from_secs(2));
+    assert!(url.ends_with("?session_timeout=2s"), "{url}");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    // "worker 2" holds a lock through dlock, as a torture worker does
+    let worker_url = dlock_torture::urls::with_param(&url, "client_name", &application_name(2));
+    let backend = runtime
+        .block_on(dlock::connect(&worker_url))
+        .expect("connect");
+    let guard = runtime
+        .block_on(
+            dlock::Lock::new("torture:k0")
+                .ttl(Duration::from_secs(2))
+                .with_backend(Arc::clone(&backend))
+                .acquire(),
+        )
+        .expect("acquire");
+    let fence = guard.fencing_token().expect("a fence");
+
+    // worker 0 holds nothing: the session holding a lock is ended, whoever's it is
+    let (worker, text) = servers
+        .end_session(0)
+        .expect("kill")
+        .expect("a session ended");
+    assert_eq!(worker, Some(2), "{text}");
+    assert!(text.contains("holding locks"), "{text}");
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(3), guard.lost()).await })
+        .expect("lost() within the ttl after the KILL");
+    drop(guard);
+
+    // kill -9 of the one server: its sessions go, the fence rows stay
+    assert_eq!(servers.leader(Duration::from_secs(1)), Ok(0));
+    assert!(servers.kill_forgets_locks());
+    let guard = runtime
+        .block_on(
+            dlock::Lock::new("torture:k0")
+                .ttl(Duration::from_secs(2))
+                .wait(Duration::from_secs(5))
+                .with_backend(Arc::clone(&backend))
+                .acquire(),
+        )
+        .expect("acquire again");
+    let second = guard.fencing_token().expect("a fence");
+    assert!(second > fence);
+    servers.kill(0).expect("kill -9");
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(3), guard.lost()).await })
+        .expect("lost() within the ttl after kill -9 of the server");
+    drop(guard);
+    servers.start_again(0).expect("start again");
+    servers.restart(0).expect("restart");
+    let guard = runtime
+        .block_on(
+            dlock::Lock::new("torture:k0")
+                .ttl(Duration::from_secs(2))
+                .wait(Duration::from_secs(10))
+                .with_backend(Arc::clone(&backend))
+                .acquire(),
+        )
+        .expect("acquire after the restarts");
+    assert!(
+        guard.fencing_token().expect("a fence") > second,
+        "fences go on across kill -9 and a restart"
+    );
+    runtime.block_on(guard.release()).expect("release");
+    assert!(servers.restart_forgets_locks());
+}
+
+/// `--local file`: `replace-lock-file` takes a held lock file from its holder, removing
+/// it the first time and renaming a new one over it the second; each time the holder's
+/// `lost()` fires, and the next acquirer gets a higher fence.
+#[test]
+fn file_replace_takes_the_lock_file_from_its_holder() {
+    use dlock_torture::options::LocalKind;
+    use dlock_torture::targets::{application_name, LocalServers};
+
+    let mut servers = LocalServers::start(LocalKind::File).expect("a directory");
+    assert_eq!(servers.members(), 0);
+    let url = servers.url(Duration::from_secs(2));
+    assert!(url.starts_with("file:///"), "{url}");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let worker_url = dlock_torture::urls::with_param(&url, "client_name", &application_name(1));
+    let backend = runtime
+        .block_on(dlock::connect(&worker_url))
+        .expect("connect");
+    let take = || {
+        runtime
+            .block_on(
+                dlock::Lock::new("torture:k1")
+                    .ttl(Duration::from_millis(900))
+                    .wait(Duration::from_secs(5))
+                    .with_backend(Arc::clone(&backend))
+                    .acquire(),
+            )
+            .expect("acquire")
+    };
+    assert_eq!(servers.replace_lock_file(0).expect("nothing held"), None);
+    let mut last = 0;
+    for how in ["removed", "replaced"] {
+        let guard = take();
+        let fence = guard.fencing_token().expect("a fence");
+        assert!(fence > last);
+        last = fence;
+        let (worker, text) = servers
+            .replace_lock_file(0)
+            .expect("replace")
+            .expect("a held file");
+        assert_eq!(worker, Some(1), "{text}");
+        assert!(text.contains(how), "{text}");
+        runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(2), guard.lost()).await })
+            .unwrap_or_else(|_| panic!("lost() within the ttl after the file was {how}"));
+        drop(guard);
+    }
+    let guard = take();
+    assert!(
+        guard.fencing_token().expect("a fence") > last,
+        "the counter goes on"
+    );
+    runtime.block_on(guard.release()).expect("release");
+    // no server to pause, kill or end sessions on
+    assert!(servers
+        .not_applicable(FaultKind::PauseServerShort)
+        .is_some());
+    assert!(servers
+        .not_applicable(FaultKind::TerminateBackend)
+        .is_some());
+    assert!(servers.not_applicable(FaultKind::ReplaceLockFile).is_none());
 }

@@ -62,15 +62,47 @@ fn good_command_lines() {
         run.faults,
         vec![FaultKind::Reset, FaultKind::TerminateBackend]
     );
-    let unknown = parse_run(&args(&["--local", "mysql"]), 1).unwrap_err();
-    assert!(unknown.0.contains("zk, postgres"), "{unknown}");
+    let run = parse_run(
+        &args(&[
+            "--local",
+            "mysql",
+            "--faults",
+            "terminate-backend,kill-leader",
+        ]),
+        1,
+    )
+    .expect("valid");
+    assert_eq!(run.servers, Servers::Local(LocalKind::Mysql));
+    assert_eq!(
+        run.faults,
+        vec![FaultKind::KillLeader, FaultKind::TerminateBackend]
+    );
+    let run = parse_run(
+        &args(&[
+            "--local",
+            "file",
+            "--faults",
+            "replace-lock-file,kill-worker",
+        ]),
+        1,
+    )
+    .expect("valid");
+    assert_eq!(run.servers, Servers::Local(LocalKind::File));
+    assert_eq!(
+        run.faults,
+        vec![FaultKind::KillWorker, FaultKind::ReplaceLockFile]
+    );
+    assert_eq!(LocalKind::Mysql.name(), "mysql");
+    assert_eq!(LocalKind::File.name(), "file");
+    let unknown = parse_run(&args(&["--local", "mariadb"]), 1).unwrap_err();
+    assert!(unknown.0.contains("zk, postgres, mysql, file"), "{unknown}");
 }
 
 #[test]
 fn bad_command_lines_name_the_argument() {
     for (line, names) in [
         (vec![], "no servers"),
-        (vec!["--local", "mysql"], "--local mysql"),
+        (vec!["--local", "sqlite"], "--local sqlite"),
         (vec!["redis://a:1", "--local", "redis"], "not both"),
         (vec!["redis://a:1", "redis://b:1"], "a second URL"),
         (vec!["redis://a:1", "--workers", "1"], "--workers 1"),
@@ -135,4 +167,21 @@ fn urls_keep_credentials_and_path_through_proxies() {
     assert!(!url.redacted().contains("p%40ss"), "{}", url.redacted());
     assert!(ServiceUrl::parse("127.0.0.1:6379").is_err());
     assert!(ServiceUrl::parse("redis://").is_err());
+
+    // a MySQL URL through a proxy keeps its database and parameters
+    let mysql =
+        ServiceUrl::parse("mysql://root@127.0.0.1:3306/dlock?session_timeout=2s").expect("valid");
+    assert_eq!(mysql.hosts, ["127.0.0.1:3306"]);
+    assert!(mysql.fencing());
+    assert_eq!(
+        mysql.with_hosts(&["127.0.0.1:9".into()]),
+        "mysql://root@127.0.0.1:9/dlock?session_timeout=2s"
+    );
+    // a directory has no host, and no proxy can stand in a kernel lock's way
+    let file = ServiceUrl::parse("file:///tmp/locks").expect("a directory");
+    assert!(file.hosts.is_empty());
+    assert_eq!(file.rest, "/tmp/locks");
+    assert!(file.fencing());
+    let why = dlock_torture::targets::proxy_not_applicable(&file).expect("no proxy");
+    assert!(why.contains("no connection to cut"), "{why}");
 }

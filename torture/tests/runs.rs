@@ -1,6 +1,7 @@
 //! The 30-second torture run on each backend, against servers the run starts itself
 //! (`--local`): single Redis, Redis Cluster, 5-master Redlock, Redis Sentinel (master,
-//! replica, 3 sentinels), 3-member etcd, 3-node ZooKeeper, one PostgreSQL. Each must pass
+//! replica, 3 sentinels), 3-member etcd, 3-node ZooKeeper, one PostgreSQL, one MariaDB
+//! (MySQL backend), a directory of lock files (file backend). Each must pass
 //! (exit 0) having injected every fault kind that applies to it;
 //! the kinds that cannot apply are listed as skipped with their reason.
 //!
@@ -20,20 +21,23 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 const SEED: &str = "15";
 
 /// What the Redis backends without Sentinel skip (single server, Redlock): Redis has no
-/// leader to kill, a failover needs Sentinel, terminate-backend is PostgreSQL's.
+/// leader to kill, a failover needs Sentinel, terminate-backend is PostgreSQL's and
+/// MySQL's, replace-lock-file the file backend's.
 const SKIPPED_ON_REDIS: &[FaultKind] = &[
     FaultKind::KillLeader,
     FaultKind::Failover,
     FaultKind::TerminateBackend,
+    FaultKind::ReplaceLockFile,
 ];
 
 /// What etcd and ZooKeeper skip: they keep their data across a restart (restart-server is
 /// the Redis fault of losing it), a failover needs Sentinel, terminate-backend is
-/// PostgreSQL's.
+/// PostgreSQL's and MySQL's, replace-lock-file the file backend's.
 const SKIPPED_ON_CONSENSUS: &[FaultKind] = &[
     FaultKind::RestartServer,
     FaultKind::Failover,
     FaultKind::TerminateBackend,
+    FaultKind::ReplaceLockFile,
 ];
 
 fn torture(kind: &str) -> String {
@@ -164,6 +168,7 @@ fn redis_cluster() {
             FaultKind::Reset,
             FaultKind::Failover,
             FaultKind::TerminateBackend,
+            FaultKind::ReplaceLockFile,
         ],
     );
 }
@@ -197,7 +202,60 @@ fn zookeeper_three_nodes() {
 #[test]
 fn postgres_one_server() {
     let report = torture("postgres");
-    assert_faults(&report, &[FaultKind::KillLeader, FaultKind::Failover]);
+    assert_faults(
+        &report,
+        &[
+            FaultKind::KillLeader,
+            FaultKind::Failover,
+            FaultKind::ReplaceLockFile,
+        ],
+    );
+    assert!(
+        report.contains(", 0 accepted (unsafe)"),
+        "an unsafe overlap:\n{report}"
+    );
+    assert!(report.contains("fence regressions: 0"), "{report}");
+}
+
+/// One MariaDB server (`session_timeout` = ttl, the server's `wait_timeout`): pauses of
+/// the worker and of the server, kill -9 of the server (`kill-leader` on one server) and
+/// a restart (every session ends with its named locks, the fence rows stay), `KILL` of a
+/// worker's session holding a lock (`terminate-backend`), and the proxy's blackhole and
+/// reset.
+#[test]
+fn mysql_one_server() {
+    let report = torture("mysql");
+    assert_faults(&report, &[FaultKind::Failover, FaultKind::ReplaceLockFile]);
+    assert!(
+        report.contains(", 0 accepted (unsafe)"),
+        "an unsafe overlap:\n{report}"
+    );
+    assert!(report.contains("fence regressions: 0"), "{report}");
+    assert!(
+        report.contains("server 0 (kill -9)"),
+        "kill-leader is kill -9 of the one server:\n{report}"
+    );
+}
+
+/// A directory of lock files: no server and no network, so only the worker faults and
+/// `replace-lock-file` (a held lock file removed or replaced under its holder, which
+/// learns it at its next renewal while the next acquirer takes the new file).
+#[test]
+fn file_directory() {
+    let report = torture("file");
+    let skipped: Vec<FaultKind> = FaultKind::DEFAULT
+        .into_iter()
+        .filter(|k| {
+            !matches!(
+                k,
+                FaultKind::PauseWorkerShort
+                    | FaultKind::PauseWorkerLong
+                    | FaultKind::KillWorker
+                    | FaultKind::ReplaceLockFile
+            )
+        })
+        .collect();
+    assert_faults(&report, &skipped);
     assert!(
         report.contains(", 0 accepted (unsafe)"),
         "an unsafe overlap:\n{report}"
