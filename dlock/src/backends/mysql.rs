@@ -159,6 +159,8 @@
 // - held leases and the reaper: `held.rs`
 // - renewal: `renew.rs`
 // - the `LockBackend` impl: `lock_backend.rs`
+// - semaphores (slot locks, the count row, the door): `permits.rs`, `permit_sql.rs`,
+//   `permit_wait.rs`, `permit_renew.rs`
 // - operator's view: `inspect.rs`
 // - bounded rows (`?fence_retention=`): `retention.rs` (the sweep)
 mod acquire;
@@ -167,6 +169,10 @@ mod held;
 mod inspect;
 mod lock_backend;
 mod names;
+mod permit_renew;
+mod permit_sql;
+mod permit_wait;
+mod permits;
 mod renew;
 mod retention;
 mod rows;

@@ -104,7 +104,8 @@ impl Session {
         });
     }
 
-    fn reserve(&self, name: &str) {
+    /// Notes `name` as held (or asked for) through this session.
+    pub(super) fn reserve(&self, name: &str) {
         lock(&self.names).insert(name.to_owned());
     }
 
