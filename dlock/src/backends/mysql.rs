@@ -183,6 +183,7 @@ mod tls;
 mod waiting;
 
 pub use self::names::{lock_name, lock_name_in, MAX_NAME_CHARS};
+pub use self::permit_sql::{permit_slot_name, permit_slot_name_in};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

@@ -60,6 +60,30 @@ impl PermitNames {
     }
 }
 
+/// The lock name of slot `slot` of the semaphore `name` under the default
+/// prefix `dlock`: what `IS_USED_LOCK` takes to see who holds that permit.
+///
+/// ```
+/// use dlock::backends::mysql::permit_slot_name;
+/// let slot = permit_slot_name("exports", 0);
+/// assert!(slot.starts_with("dlock:#p") && slot.ends_with(".0"));
+/// assert!(slot.chars().count() <= dlock::backends::mysql::MAX_NAME_CHARS);
+/// ```
+pub fn permit_slot_name(name: &str, slot: usize) -> String {
+    permit_slot_name_in(super::config::DEFAULT_PREFIX, name, slot)
+}
+
+/// The lock name of slot `slot` of the semaphore `name` under `prefix`
+/// (see [`permit_slot_name`]).
+///
+/// ```
+/// use dlock::backends::mysql::permit_slot_name_in;
+/// assert!(permit_slot_name_in("jobs", "exports", 2).starts_with("jobs:#p"));
+/// ```
+pub fn permit_slot_name_in(prefix: &str, name: &str, slot: usize) -> String {
+    PermitNames::new(prefix, name).slot(slot)
+}
+
 /// The numbers 0..999 as a derived table of one column `i` (three digits
 /// crossed): the slots a statement may look at, with no recursive query
 /// (which MySQL 5.7 lacks) and no table of dlock's.
