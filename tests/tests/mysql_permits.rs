@@ -122,7 +122,12 @@ async fn dropped_permit_acquisitions_leave_nothing_held() {
         if let Ok(answer) =
             tokio::time::timeout(Duration::from_millis(delay), try_once.try_acquire()).await
         {
-            answer.unwrap().expect("a free permit").release().await.unwrap();
+            answer
+                .unwrap()
+                .expect("a free permit")
+                .release()
+                .await
+                .unwrap();
         }
         let wait = semaphore(&b, name, 2).wait(Duration::from_secs(10));
         if let Ok(answer) = tokio::time::timeout(Duration::from_millis(delay), wait.acquire()).await
@@ -169,10 +174,7 @@ async fn too_many_permits_is_refused_with_the_limit() {
         .try_acquire()
         .await
         .unwrap_err();
-    assert!(
-        err.to_string().contains("at most 1000"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("at most 1000"), "{err}");
     assert!(semaphore(&backend, "huge", 1000)
         .try_acquire()
         .await

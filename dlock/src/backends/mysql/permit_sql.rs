@@ -196,13 +196,15 @@ impl Statements {
         ttl_cap: Duration,
     ) -> String {
         let keep_us = i64::try_from(ttl_cap.as_micros()).unwrap_or(i64::MAX / 2);
-        let counts: Vec<String> = counts
-            .iter()
-            .map(|c| hex_literal(c.as_bytes()))
-            .collect();
+        let counts: Vec<String> = counts.iter().map(|c| hex_literal(c.as_bytes())).collect();
         let checks: Vec<String> = slots
             .iter()
-            .map(|s| format!("IS_USED_LOCK({}) <=> CONNECTION_ID()", hex_literal(s.as_bytes())))
+            .map(|s| {
+                format!(
+                    "IS_USED_LOCK({}) <=> CONNECTION_ID()",
+                    hex_literal(s.as_bytes())
+                )
+            })
             .collect();
         format!(
             "UPDATE {table} SET renewed_us = {NOW_US} + {keep_us} WHERE name IN ({counts}); SELECT {checks}",
@@ -232,7 +234,10 @@ mod tests {
             names.admin.clone(),
             names.count.clone(),
         ] {
-            assert!(name.chars().count() <= super::super::MAX_NAME_CHARS, "{name}");
+            assert!(
+                name.chars().count() <= super::super::MAX_NAME_CHARS,
+                "{name}"
+            );
             let after = &name[prefix.len() + 1..];
             assert!(after.starts_with('#'), "{name}");
             assert!(
@@ -240,6 +245,9 @@ mod tests {
                 "{name}"
             );
         }
-        assert_ne!(PermitNames::new("p", "a").base, PermitNames::new("p", "b").base);
+        assert_ne!(
+            PermitNames::new("p", "a").base,
+            PermitNames::new("p", "b").base
+        );
     }
 }

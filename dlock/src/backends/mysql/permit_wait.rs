@@ -61,7 +61,9 @@ impl MysqlBackend {
             .reserve(Some(&names.door), true, || self.open_session())
             .await
         {
-            Ok(Reserved::On(session)) => return self.wait_at_door(session, req, names, deadline).await,
+            Ok(Reserved::On(session)) => {
+                return self.wait_at_door(session, req, names, deadline).await
+            }
             Ok(Reserved::Busy) => {}
             Err(e) => {
                 tracing::debug!(error = %e, "MySQL waiting session could not connect; re-trying instead");
@@ -173,7 +175,10 @@ impl MysqlBackend {
         };
         Some(match span {
             None => (Wait::Forever, None),
-            Some(span) => (Wait::For(span), Some(span + self.config.timeout + super::permits::ADMIN_WAIT)),
+            Some(span) => (
+                Wait::For(span),
+                Some(span + self.config.timeout + super::permits::ADMIN_WAIT),
+            ),
         })
     }
 }
