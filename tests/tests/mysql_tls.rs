@@ -41,22 +41,25 @@ async fn refused(url: &str) -> LockError {
     err
 }
 
-/// The server's count of finished TLS handshakes.
-fn tls_handshakes(server: &MariaDbServer) -> u64 {
-    let out = server.sql("SHOW GLOBAL STATUS LIKE 'Ssl_finished_accepts'");
-    let (_, n) = out
-        .split_once('\t')
-        .unwrap_or_else(|| panic!("status: {out:?}"));
-    n.trim().parse().unwrap()
-}
-
-/// The number of client connections the server has accepted.
-fn connections(server: &MariaDbServer) -> u64 {
-    let out = server.sql("SHOW GLOBAL STATUS LIKE 'Connections'");
-    let (_, n) = out
-        .split_once('\t')
-        .unwrap_or_else(|| panic!("status: {out:?}"));
-    n.trim().parse().unwrap()
+/// The server's counts of accepted connections and of finished TLS
+/// handshakes, read by one client connection (counted in both), and
+/// whether that client's own connection was TLS (the `mariadb` client
+/// uses TLS when the server offers it).
+fn handshakes(server: &MariaDbServer) -> (u64, u64, bool) {
+    let out = server.sql(
+        "SELECT (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'CONNECTIONS'), \
+           (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'SSL_FINISHED_ACCEPTS'), \
+           (SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = 'SSL_CIPHER') <> ''",
+    );
+    let f: Vec<&str> = out.split('\t').collect();
+    let [connections, tls, own] = f.as_slice() else {
+        panic!("status: {out:?}")
+    };
+    (
+        connections.trim().parse().unwrap(),
+        tls.trim().parse().unwrap(),
+        own.trim() == "1",
+    )
 }
 
 /// `mysqls://` with the test CA: locks exclude each other, a waiter is
@@ -65,7 +68,7 @@ fn connections(server: &MariaDbServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_permits_over_verify_identity() {
     let server = MariaDbServer::start_tls();
-    let (handshakes, opened) = (tls_handshakes(&server), connections(&server));
+    let (opened, encrypted, _) = handshakes(&server);
     let url = format!("{}&sessions=2", server.tls_url());
     let a = connect(&url).await;
     let b = connect(&url).await;
@@ -102,14 +105,15 @@ async fn locks_and_permits_over_verify_identity() {
         .await
         .unwrap();
     permit.release().await.unwrap();
-    // dlock's connections (and none of the harness's `mariadb -e` client
-    // runs in between, which are plain) were TLS handshakes.
-    let dlock_opened = connections(&server) - opened - 2; // the two status reads
-    let encrypted = tls_handshakes(&server) - handshakes;
+    // Every connection dlock opened meanwhile was a TLS handshake (the
+    // second read's own connection counted apart).
+    let (now_opened, now_encrypted, reader_tls) = handshakes(&server);
+    let dlock_opened = now_opened - opened - 1;
+    let dlock_encrypted = now_encrypted - encrypted - u64::from(reader_tls);
     assert!(dlock_opened >= 3, "{dlock_opened} connections opened");
     assert_eq!(
-        encrypted, dlock_opened,
-        "{encrypted} TLS handshakes for {dlock_opened} connections of dlock"
+        dlock_encrypted, dlock_opened,
+        "{dlock_encrypted} TLS handshakes for {dlock_opened} connections of dlock"
     );
 }
 
@@ -152,12 +156,36 @@ async fn a_wrong_ca_is_refused_with_a_clear_error() {
         ),
     ] {
         let err = refused(&url).await;
+        eprintln!("{url}: {err}");
         assert!(matches!(err, LockError::Backend { .. }), "{url}: {err:?}");
         let text = err.to_string();
         assert!(
-            text.contains("certificate") || text.contains("UnknownIssuer"),
+            text.contains("TLS certificate was refused") && text.contains("ssl-ca="),
             "{url}: {text}"
         );
+    }
+}
+
+/// A certificate that names another host: `mysqls://` (`VERIFY_IDENTITY`)
+/// to 127.0.0.1 refuses it, with an error naming the host. So does
+/// `VERIFY_CA` today, which should check the chain only: `mysql_async`
+/// 0.37.1's rustls path fails to skip the name (blackbeam/mysql_async#404;
+/// documented in `tls.rs` and the backends guide). When a release fixes
+/// it, this test fails: then `VERIFY_CA` connects, and the docs change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_for_another_host_is_refused_by_verify_identity() {
+    let server = MariaDbServer::start_tls_for_host("db.invalid");
+    let ca = server.ca_cert_path().unwrap().display().to_string();
+    for url in [
+        format!("{}&timeout=2s", server.tls_url()),
+        format!("{}?ssl-mode=VERIFY_CA&ssl-ca={ca}&timeout=2s", server.url()),
+    ] {
+        let err = refused(&url).await;
+        eprintln!("{url}: {err}");
+        assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("must name the URL's host"), "{text}");
+        assert!(text.contains("db.invalid"), "{text}");
     }
 }
 
@@ -175,10 +203,11 @@ async fn tls_against_a_server_without_tls_is_refused() {
         format!("mysqls://root@127.0.0.1:{}/dlock?ssl-ca={ca}&timeout=2s", server.port()),
     ] {
         let err = refused(&url).await;
+        eprintln!("{url}: {err}");
         assert!(matches!(err, LockError::Backend { .. }), "{url}: {err:?}");
-        let text = err.to_string().to_lowercase();
+        let text = err.to_string();
         assert!(
-            text.contains("tls") || text.contains("ssl"),
+            text.contains("the server offers no TLS") && text.contains("never falls back"),
             "{url}: the error does not say TLS is missing: {text}"
         );
     }

@@ -248,7 +248,7 @@ impl MariaDbServer {
 
     /// Fallible [`MariaDbServer::start`].
     pub fn try_start() -> HarnessResult<Self> {
-        retry_port_clash(|| Self::try_start_once(false))
+        retry_port_clash(|| Self::try_start_once(None))
     }
 
     /// Starts a server with TLS on (`--ssl-cert`, `--ssl-key`, `--ssl-ca`
@@ -256,10 +256,21 @@ impl MariaDbServer {
     /// connections are still accepted. Panics if it cannot.
     #[track_caller]
     pub fn start_tls() -> Self {
-        retry_port_clash(|| Self::try_start_once(true)).unwrap_or_else(|e| panic!("{e}"))
+        retry_port_clash(|| Self::try_start_once(Some(None))).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_start_once(tls: bool) -> HarnessResult<Self> {
+    /// As [`MariaDbServer::start_tls`], but the server's certificate names
+    /// only the host `dns_name` (no address): a client checking the host
+    /// name of `127.0.0.1` must refuse it.
+    #[track_caller]
+    pub fn start_tls_for_host(dns_name: &str) -> Self {
+        retry_port_clash(|| Self::try_start_once(Some(Some(dns_name))))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `tls`: `None` plain; `Some(None)` TLS with a certificate for
+    /// 127.0.0.1 and localhost; `Some(Some(host))` for `host` only.
+    fn try_start_once(tls: Option<Option<&str>>) -> HarnessResult<Self> {
         let bin = server_binary()?;
         let client = require_binary("mariadb", MARIADB_PACKAGES)?;
         let user = server_user()?;
@@ -271,12 +282,16 @@ impl MariaDbServer {
             .context(|| "create temp dir for MariaDB".to_string())?;
         let data = dir.path().join("data");
         copy_dir(template, &data)?;
-        let certs = if tls {
-            let at = dir.path().join("certs");
-            std::fs::create_dir_all(&at).context(|| format!("create {}", at.display()))?;
-            Some(TestCerts::generate(&at)?)
-        } else {
-            None
+        let certs = match tls {
+            None => None,
+            Some(host) => {
+                let at = dir.path().join("certs");
+                std::fs::create_dir_all(&at).context(|| format!("create {}", at.display()))?;
+                Some(match host {
+                    None => TestCerts::generate(&at)?,
+                    Some(host) => TestCerts::generate_for_host(&at, host)?,
+                })
+            }
         };
         give(dir.path(), user)?;
         // As root, `setpriv` drops to the `mysql` user and execs the server

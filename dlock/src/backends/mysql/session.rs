@@ -405,7 +405,7 @@ pub(super) async fn open(
     };
     let mut conn = match tokio::time::timeout(limit, setup).await {
         Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => return Err(failed(shown, e)),
+        Ok(Err(e)) => return Err(failed(shown, super::tls::explained(e))),
         Err(_) => {
             return Err(failed(
                 shown,
