@@ -146,6 +146,10 @@ fn make_template() -> HarnessResult<PathBuf> {
         .arg(format!("--datadir={}", data.display()))
         .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
         .args(INNODB)
+        // A temp dir of its own: installs racing in one fresh `$TMPDIR`
+        // (the first run of a suite's processes) failed on each other's
+        // temporary tables ("Could not remove temporary table").
+        .env("TMPDIR", dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     if let Some((uid, gid)) = user {
