@@ -149,11 +149,11 @@ async fn a_wrong_ca_is_refused_with_a_clear_error() {
     let stranger = TestCerts::generate(other.path()).unwrap();
     let ca = stranger.ca_cert_path().display().to_string();
     for url in [
-        format!("mysqls://root@127.0.0.1:{}/dlock?ssl-ca={ca}&timeout=2s", server.port()),
         format!(
-            "{}?ssl-mode=VERIFY_CA&ssl-ca={ca}&timeout=2s",
-            server.url()
+            "mysqls://root@127.0.0.1:{}/dlock?ssl-ca={ca}&timeout=2s",
+            server.port()
         ),
+        format!("{}?ssl-mode=VERIFY_CA&ssl-ca={ca}&timeout=2s", server.url()),
     ] {
         let err = refused(&url).await;
         eprintln!("{url}: {err}");
@@ -200,7 +200,10 @@ async fn tls_against_a_server_without_tls_is_refused() {
     let ca = certs.ca_cert_path().display().to_string();
     for url in [
         format!("{}?ssl-mode=REQUIRED&timeout=2s", server.url()),
-        format!("mysqls://root@127.0.0.1:{}/dlock?ssl-ca={ca}&timeout=2s", server.port()),
+        format!(
+            "mysqls://root@127.0.0.1:{}/dlock?ssl-ca={ca}&timeout=2s",
+            server.port()
+        ),
     ] {
         let err = refused(&url).await;
         eprintln!("{url}: {err}");

@@ -19,11 +19,11 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use crate::error::{Context, HarnessError, HarnessResult};
-use crate::tls::TestCerts;
 use crate::servers::accessors::single_server_accessors;
 use crate::servers::control::ServerControl;
 use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{require_binary, run_command, ProcessSpec, ServerProcess};
+use crate::tls::TestCerts;
 
 /// Debian packages that provide the server and the `mariadb` client.
 pub const MARIADB_PACKAGES: &str = "mariadb-server mariadb-client";
