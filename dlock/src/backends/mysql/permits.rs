@@ -39,8 +39,11 @@
 //!   back on its session before the session's next request (as a lock
 //!   try does); a wait dropped in the door's queue or in a watch closes its
 //!   waiting session, which frees the door, the watched slot and the
-//!   admin lock at once; a head waiter dropped between statements closes
-//!   it too.
+//!   admin lock; a head waiter dropped between statements closes it too.
+//!   A statement already on the server runs until the server sees the
+//!   connection closed (at its end, or at MariaDB's check of a waiting
+//!   connection): for that moment it may hold a slot, which nobody then
+//!   uses and the server frees with the session.
 //! - **Release** is `RELEASE_LOCK(slot)`; the count row stays (it counts
 //!   only while one of its slots is held) and is refreshed by every grant
 //!   and renewal so that the retention sweep keeps it while permits are
