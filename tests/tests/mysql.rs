@@ -368,18 +368,28 @@ async fn bad_input_is_a_clear_error_in_time() {
         .unwrap_err();
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
-    // A semaphore or read-write lock is a typed "not supported".
+    // Semaphores are offered; a read-write lock and an election are a
+    // typed "not supported" (`GET_LOCK` has no shared mode; no server
+    // notification a watch could wait on: see the backends guide).
     let backend = fixture.backend_for_tests().await;
-    let err = dlock::Semaphore::new("s", 2)
+    let permit = dlock::Semaphore::new("s", 2)
         .with_backend(backend.clone())
         .try_acquire()
         .await
-        .unwrap_err();
-    assert!(err.to_string().contains("semaphore"), "{err}");
+        .unwrap()
+        .expect("a free permit");
+    permit.release().await.unwrap();
     let err = dlock::RwLock::new("rw")
-        .with_backend(backend)
+        .with_backend(backend.clone())
         .try_read()
         .await
         .unwrap_err();
     assert!(err.to_string().contains("read-write"), "{err}");
+    let election = dlock::Election::new("scheduler").with_backend(backend);
+    let err = election.campaign("node-1").await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    assert!(err.to_string().contains("no leader election"), "{err}");
+    assert!(err.to_string().contains("postgres://"), "{err}");
+    let err = election.leader().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
 }

@@ -101,6 +101,8 @@ pub fn permit_count_differs(name: &str, stored: usize, asked: usize) -> LockErro
 ///   prefix hold permits; waiters watch the prefix for deletes.
 /// - **zookeeper**: the first N ephemeral sequential nodes under the
 ///   semaphore's path hold permits; waiters watch the children.
+/// - **mysql**: N slot named locks (`GET_LOCK`), the count in a row
+///   changed under an admin lock; waiters queue on a door lock.
 ///
 /// # Example: a wrapping backend that passes semaphores through
 ///

@@ -94,7 +94,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
     Scheme {
         names: &["mysql", "mysqls"],
         feature: Some("mysql"),
-        semaphores: false,
+        semaphores: true,
         rw_locks: false,
         elections: false,
         backend: Backend::Mysql,
@@ -182,7 +182,7 @@ mod tests {
     fn lists_read_as_prose() {
         assert_eq!(
             with_semaphores_listed(),
-            "memory://, redis://, etcd://, zk://, postgres:// or file://"
+            "memory://, redis://, etcd://, zk://, postgres://, mysql:// or file://"
         );
         assert_eq!(
             with_rw_locks_listed(),

@@ -12,8 +12,8 @@
 //! | [`redlock::RedlockBackend`] | `redlock://h1:port,h2:port,h3:port` | `redlock` | none (see its docs) | no | no |
 //! | `etcd::EtcdBackend` | `etcd://host:2379[,host:2379...]`, `etcds://` | `etcd`, `tls` for `etcds://` | the key's create revision | yes | yes (etcd's recipe `RWMutex` layout) |
 //! | `postgres::PostgresBackend` | `postgres://[user[:password]@]host[:port][,host[:port]...][/dbname]`, `postgresql://` (libpq URL syntax) | `postgres` | a per-key counter row | yes (N slot advisory locks) | yes (shared advisory locks, a writer-intent key) |
-//! | `mysql::MysqlBackend` | `mysql://user[:password]@host[:port]/database`, `mysqls://` (TLS) | `mysql` | a per-name counter row | no | no (`GET_LOCK` has no shared mode) |
-//! | `file::FileBackend` | `file:///absolute/dir` (Linux) | `file` | a counter file beside the lock file, `max(last + 1, clock in µs)` | no | yes (`flock` shared/exclusive, a gate file for waiting writers) |
+//! | `mysql::MysqlBackend` | `mysql://user[:password]@host[:port]/database`, `mysqls://` (TLS) | `mysql` | a per-name counter row | yes (N slot named locks) | no (`GET_LOCK` has no shared mode) |
+//! | `file::FileBackend` | `file:///absolute/dir` (Linux) | `file` | a counter file beside the lock file, `max(last + 1, clock in µs)` | yes (N slot files) | yes (`flock` shared/exclusive, a gate file for waiting writers) |
 //! | `zookeeper::ZooKeeperBackend` | `zk://host:port[,host:port...][/chroot]`, `zks://` | `zookeeper`, `tls` for `zks://` | the lock node's `czxid` | yes | yes (Curator's `InterProcessReadWriteLock` layout) |
 //!
 //! Every backend takes a [`MultiLock`](crate::MultiLock)'s keys; a single
@@ -24,9 +24,11 @@
 //! Leader election ([`Election`](crate::Election),
 //! [`ElectionBackend`](crate::backend::ElectionBackend)) runs on memory,
 //! Redis (single server, Cluster and Sentinel), etcd (in the layout of
-//! etcd's `concurrency.Election`, so `etcdctl elect` takes part) and
-//! ZooKeeper (Curator's `LeaderLatch`) and PostgreSQL (the advisory lock
-//! of the name); Redlock, MySQL and the file backend refuse it with
+//! etcd's `concurrency.Election`, so `etcdctl elect` takes part),
+//! ZooKeeper (Curator's `LeaderLatch`), PostgreSQL (the advisory lock
+//! of the name) and the file backend (the lock file of the name, the
+//! leader's record beside it); Redlock and MySQL (no server notification a
+//! watch could wait on) refuse it with
 //! [`no_elections`](crate::backend::no_elections).
 
 pub(crate) mod announcements;

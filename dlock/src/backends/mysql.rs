@@ -126,13 +126,25 @@
 //! `performance_schema.metadata_locks`; `VALUES()` in the upsert is
 //! deprecated there (a warning, not an error).
 //!
+//! # Semaphores
+//!
+//! A semaphore of N permits (at most 1,000) is N slot named locks
+//! ([`permit_slot_name`]), a permit one slot held by a session (renewed,
+//! released and lost as a lock is), the count a row of `dlock_fences`
+//! changed only under the semaphore's admin named lock while no permit of
+//! the old count is out. Waiters queue on a door named lock; the head
+//! waiter watches one slot at a time (`GET_LOCK(slot, 0.2 s)`), so with
+//! N > 1 a release of another slot is seen within 0.2 s (a timer), a
+//! release of the watched slot at once. Details in `permits.rs`.
+//!
 //! # Not offered
 //!
 //! Read-write locks (`GET_LOCK` has no shared mode: refused with
-//! [`no_rw_locks`](crate::backend::no_rw_locks)), semaphores
-//! ([`no_semaphores`](crate::backend::no_semaphores)) and elections
-//! ([`no_elections`](crate::backend::no_elections)) are not built yet.
-//! `MultiLock` and `SegmentedLock` work key by key.
+//! [`no_rw_locks`](crate::backend::no_rw_locks)) and elections
+//! ([`no_elections`](crate::backend::no_elections): MySQL has no
+//! `LISTEN`/`NOTIFY` or other server notification a watcher could wait
+//! on, so `observe()` would have to poll). `MultiLock` and
+//! `SegmentedLock` work key by key.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
@@ -159,6 +171,8 @@
 // - held leases and the reaper: `held.rs`
 // - renewal: `renew.rs`
 // - the `LockBackend` impl: `lock_backend.rs`
+// - semaphores (slot locks, the count row, the door): `permits.rs`, `permit_sql.rs`,
+//   `permit_wait.rs`, `permit_renew.rs`
 // - operator's view: `inspect.rs`
 // - bounded rows (`?fence_retention=`): `retention.rs` (the sweep)
 mod acquire;
@@ -167,6 +181,10 @@ mod held;
 mod inspect;
 mod lock_backend;
 mod names;
+mod permit_renew;
+mod permit_sql;
+mod permit_wait;
+mod permits;
 mod renew;
 mod retention;
 mod rows;
@@ -177,6 +195,7 @@ mod tls;
 mod waiting;
 
 pub use self::names::{lock_name, lock_name_in, MAX_NAME_CHARS};
+pub use self::permit_sql::{permit_slot_name, permit_slot_name_in};
 
 use crate::backends::sessions::Sessions;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -6,7 +6,9 @@
 //! root, so when the tests run as root, `mariadb-install-db` and `mariadbd`
 //! run as the `mysql` system user (which the Debian package creates), in
 //! directories that user owns. Readiness is `mariadb -e 'SELECT 1'`
-//! answering. Stopped on drop.
+//! answering. Stopped on drop. [`MariaDbServer::start_tls`] starts one
+//! with TLS (`--ssl-cert`, `--ssl-key`, `--ssl-ca` from a fresh
+//! [`TestCerts`]).
 
 use std::ffi::OsString;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -21,6 +23,7 @@ use crate::servers::accessors::single_server_accessors;
 use crate::servers::control::ServerControl;
 use crate::servers::ports::{free_port, retry_port_clash};
 use crate::servers::process::{require_binary, run_command, ProcessSpec, ServerProcess};
+use crate::tls::TestCerts;
 
 /// Debian packages that provide the server and the `mariadb` client.
 pub const MARIADB_PACKAGES: &str = "mariadb-server mariadb-client";
@@ -50,6 +53,8 @@ pub struct MariaDbServer {
     process: ServerProcess,
     port: u16,
     client: PathBuf,
+    /// The TLS files of a server started with TLS.
+    certs: Option<TestCerts>,
     dir: TempDir,
 }
 
@@ -141,6 +146,10 @@ fn make_template() -> HarnessResult<PathBuf> {
         .arg(format!("--datadir={}", data.display()))
         .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
         .args(INNODB)
+        // A temp dir of its own: installs racing in one fresh `$TMPDIR`
+        // (the first run of a suite's processes) failed on each other's
+        // temporary tables ("Could not remove temporary table").
+        .env("TMPDIR", dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     if let Some((uid, gid)) = user {
@@ -243,10 +252,29 @@ impl MariaDbServer {
 
     /// Fallible [`MariaDbServer::start`].
     pub fn try_start() -> HarnessResult<Self> {
-        retry_port_clash(Self::try_start_once)
+        retry_port_clash(|| Self::try_start_once(None))
     }
 
-    fn try_start_once() -> HarnessResult<Self> {
+    /// Starts a server with TLS on (`--ssl-cert`, `--ssl-key`, `--ssl-ca`
+    /// of a fresh [`TestCerts`], valid for 127.0.0.1 and localhost); plain
+    /// connections are still accepted. Panics if it cannot.
+    #[track_caller]
+    pub fn start_tls() -> Self {
+        retry_port_clash(|| Self::try_start_once(Some(None))).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`MariaDbServer::start_tls`], but the server's certificate names
+    /// only the host `dns_name` (no address): a client checking the host
+    /// name of `127.0.0.1` must refuse it.
+    #[track_caller]
+    pub fn start_tls_for_host(dns_name: &str) -> Self {
+        retry_port_clash(|| Self::try_start_once(Some(Some(dns_name))))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `tls`: `None` plain; `Some(None)` TLS with a certificate for
+    /// 127.0.0.1 and localhost; `Some(Some(host))` for `host` only.
+    fn try_start_once(tls: Option<Option<&str>>) -> HarnessResult<Self> {
         let bin = server_binary()?;
         let client = require_binary("mariadb", MARIADB_PACKAGES)?;
         let user = server_user()?;
@@ -258,6 +286,17 @@ impl MariaDbServer {
             .context(|| "create temp dir for MariaDB".to_string())?;
         let data = dir.path().join("data");
         copy_dir(template, &data)?;
+        let certs = match tls {
+            None => None,
+            Some(host) => {
+                let at = dir.path().join("certs");
+                std::fs::create_dir_all(&at).context(|| format!("create {}", at.display()))?;
+                Some(match host {
+                    None => TestCerts::generate(&at)?,
+                    Some(host) => TestCerts::generate_for_host(&at, host)?,
+                })
+            }
+        };
         give(dir.path(), user)?;
         // As root, `setpriv` drops to the `mysql` user and execs the server
         // in place: the process signalled (stop, pause) is mariadbd.
@@ -285,11 +324,18 @@ impl MariaDbServer {
             .arg(format!("--pid-file={}", dir.path().join("pid").display()))
             .args(["--skip-log-bin", "--max-connections=500"])
             .args(INNODB);
+        if let Some(certs) = &certs {
+            spec = spec
+                .arg(format!("--ssl-cert={}", certs.server_cert_path().display()))
+                .arg(format!("--ssl-key={}", certs.server_key_path().display()))
+                .arg(format!("--ssl-ca={}", certs.ca_cert_path().display()));
+        }
         let process = ServerProcess::spawn(spec)?;
         let mut server = MariaDbServer {
             process,
             port,
             client,
+            certs,
             dir,
         };
         server.wait_ready()?;
@@ -297,7 +343,21 @@ impl MariaDbServer {
         Ok(server)
     }
 
-    single_server_accessors!(port);
+    single_server_accessors!(port, certs);
+
+    /// The dlock URL over TLS with the host name and chain checked against
+    /// the test CA: `mysqls://root@127.0.0.1:PORT/dlock?ssl-ca=<ca.crt>`.
+    /// Panics for a server started without TLS.
+    pub fn tls_url(&self) -> String {
+        let ca = self
+            .ca_cert_path()
+            .expect("a TLS server (MariaDbServer::start_tls)");
+        format!(
+            "mysqls://root@127.0.0.1:{}/{DATABASE}?ssl-ca={}",
+            self.port,
+            ca.display()
+        )
+    }
 
     /// The dlock URL: `mysql://root@127.0.0.1:PORT/dlock`.
     pub fn url(&self) -> String {

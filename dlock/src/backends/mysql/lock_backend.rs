@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::rows::{int, rows_of};
 use super::session::{Op, Undo};
 use super::{failed, lock, MysqlBackend};
-use crate::backend::{AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
 use crate::backends::sessions::pool::PooledSession;
 use crate::{LockError, LockInfo};
 
@@ -79,6 +79,10 @@ impl LockBackend for MysqlBackend {
                 Err(failed(&self.shown, e))
             }
         }
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
     }
 
     fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

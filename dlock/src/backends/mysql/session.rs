@@ -84,6 +84,11 @@ impl Session {
         }
     }
 
+    /// Notes `name` as held (or asked for) through this session.
+    pub(super) fn reserve(&self, name: &str) {
+        lock(&self.names).insert(name.to_owned());
+    }
+
     /// Forgets `name`: no longer held through this session.
     pub(super) fn unreserve(&self, name: &str) {
         lock(&self.names).remove(name);
@@ -323,7 +328,7 @@ pub(super) async fn open(
     };
     let mut conn = match tokio::time::timeout(limit, setup).await {
         Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => return Err(failed(shown, e)),
+        Ok(Err(e)) => return Err(failed(shown, super::tls::explained(e))),
         Err(_) => {
             return Err(failed(
                 shown,

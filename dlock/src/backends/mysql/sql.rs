@@ -46,7 +46,7 @@ pub(super) enum Wait {
 }
 
 impl Wait {
-    fn seconds(self) -> String {
+    pub(super) fn seconds(self) -> String {
         match self {
             Wait::No => "0".into(),
             Wait::For(d) => format!("{:.3}", d.as_secs_f64().clamp(0.001, FOREVER_SECS as f64)),

@@ -146,7 +146,7 @@ impl MysqlBackend {
 
 /// When a waiter without a waiting session tries again (jittered), at the
 /// latest at `deadline`; `None` once the deadline has passed.
-fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
+pub(super) fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
     let mut b = [0u8; 1];
     let _ = getrandom::fill(&mut b);
     let nap = Instant::now() + RECHECK + Duration::from_millis(u64::from(b[0]) / 2);

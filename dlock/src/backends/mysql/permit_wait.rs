@@ -1,0 +1,196 @@
+//! Waiting for a permit: in the door's queue, then as the head waiter
+//! watching one slot at a time (the design is in `permits.rs`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::permit_sql::{PermitNames, Take};
+use super::rows::{int, rows_of};
+use super::session::{Op, Reserved, Session, Undo};
+use super::sql::{Statements, Wait};
+use super::waiting::recheck_at;
+use super::{failed, MysqlBackend};
+use crate::backend::{lease_deadline, Lease, PermitRequest};
+use crate::backends::sessions::pool::PooledSession;
+use crate::LockError;
+
+/// How long the head waiter watches one slot before it looks at every
+/// slot again and turns to the next.
+pub(super) const WATCH: Duration = Duration::from_millis(200);
+
+/// A waiting session that may hold the door: closed when dropped armed
+/// (the server then frees the door, a watched slot and the admin lock),
+/// so that an acquisition dropped between two statements leaves nothing.
+struct DoorSession {
+    session: Option<Arc<Session>>,
+}
+
+impl DoorSession {
+    fn get(&self) -> &Arc<Session> {
+        self.session.as_ref().expect("an armed door session")
+    }
+
+    /// The session carries a permit now, or holds nothing: keep it open.
+    fn keep(mut self) -> Arc<Session> {
+        self.session.take().expect("an armed door session")
+    }
+}
+
+impl Drop for DoorSession {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            session.close();
+        }
+    }
+}
+
+impl MysqlBackend {
+    /// `acquire_permit`: a try, then the door's queue and the head
+    /// waiter's watches on a waiting session, or a try every 250 ms when
+    /// no waiting session is idle.
+    pub(super) async fn acquire_permit_in_turn(
+        &self,
+        req: &PermitRequest,
+        names: &PermitNames,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        if let Some(lease) = self.try_permit(req, names).await? {
+            return Ok(Some(lease));
+        }
+        match self
+            .sessions
+            .waiting
+            .reserve(std::slice::from_ref(&names.door), true, || {
+                self.open_session()
+            })
+            .await
+        {
+            Ok(Reserved::On(session)) => {
+                return self.wait_at_door(session, req, names, deadline).await
+            }
+            Ok(Reserved::Busy) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "MySQL waiting session could not connect; re-trying instead");
+            }
+        }
+        loop {
+            let Some(nap) = recheck_at(deadline) else {
+                return Ok(None);
+            };
+            tokio::time::sleep_until(nap.into()).await;
+            let attempt =
+                crate::backend::deadline::until(deadline, self.try_permit(req, names)).await;
+            match attempt {
+                None => return Ok(None),
+                Some(answer) => {
+                    if let Some(lease) = answer? {
+                        return Ok(Some(lease));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues for the door on `session` (idle, the door's name reserved on
+    /// it), then, as head waiter, watches the slots until served or
+    /// `deadline`.
+    async fn wait_at_door(
+        &self,
+        session: Arc<Session>,
+        req: &PermitRequest,
+        names: &PermitNames,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let door = DoorSession {
+            session: Some(session),
+        };
+        let Some((wait, limit)) = self.wait_left(deadline, None) else {
+            door.keep().unreserve(&names.door);
+            return Ok(None);
+        };
+        let sql = Statements::permit_door(names, wait);
+        let op: Op<Option<i64>> = Box::new(move |conn| {
+            Box::pin(async move {
+                let answer = rows_of(conn, sql).await?;
+                Ok(answer.rows.first().and_then(|r| int(r, 0)))
+            })
+        });
+        let queued = door
+            .get()
+            .call(limit, true, op, |_| Undo::default())
+            .await
+            .map_err(|e| failed(&self.shown, e))?;
+        if queued != Some(1) {
+            // The deadline passed in the queue: the door was not granted.
+            door.keep().unreserve(&names.door);
+            return Ok(None);
+        }
+        let mut k = first_watch(req.permits);
+        loop {
+            let Some((wait, limit)) = self.wait_left(deadline, Some(WATCH)) else {
+                // Dropped: the session closes, and the door with it.
+                return Ok(None);
+            };
+            let ttl = self.clamp(req.ttl);
+            let take = Take {
+                watch: Some((k, wait)),
+                door: true,
+            };
+            let taken = self
+                .send_take(door.get(), names, req, take, limit, &names.door)
+                .await?;
+            if taken.got && taken.other.is_none() && taken.admin == Some(1) {
+                // Granted between the send and now: the ttl counts from
+                // the answer. The statement let the door go.
+                let session = door.keep();
+                let valid_until = lease_deadline(Instant::now(), ttl);
+                return self.taken(req, names, session, &names.door, taken, ttl, valid_until);
+            }
+            if taken.other.is_some() || taken.admin != Some(1) {
+                // Refused: the door goes with the session.
+                let session = door.get().clone();
+                return self.taken(req, names, session, &names.door, taken, ttl, Instant::now());
+            }
+            k = (k + 1) % req.permits.max(1);
+        }
+    }
+
+    /// A `GET_LOCK` wait until `deadline`, at most `at_most`, and the
+    /// request's bound (the wait and the request timeout); `None` once
+    /// the deadline has passed.
+    fn wait_left(
+        &self,
+        deadline: Option<Instant>,
+        at_most: Option<Duration>,
+    ) -> Option<(Wait, Option<Duration>)> {
+        let left = match deadline {
+            None => None,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return None;
+                }
+                Some(left)
+            }
+        };
+        let span = match (left, at_most) {
+            (Some(l), Some(m)) => Some(l.min(m)),
+            (l, m) => l.or(m),
+        };
+        Some(match span {
+            None => (Wait::Forever, None),
+            Some(span) => (
+                Wait::For(span),
+                Some(span + self.config.session.timeout + super::permits::ADMIN_WAIT),
+            ),
+        })
+    }
+}
+
+/// The first slot a head waiter watches: chosen at random, so that head
+/// waiters of several semaphores' instances do not all watch slot 0.
+fn first_watch(permits: usize) -> usize {
+    let mut b = [0u8; 2];
+    let _ = getrandom::fill(&mut b);
+    usize::from(u16::from_le_bytes(b)) % permits.max(1)
+}

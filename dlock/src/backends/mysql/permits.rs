@@ -1,0 +1,321 @@
+//! Semaphores on named locks: a permit is one of N slot locks
+//! (`GET_LOCK`), the count kept in a row of `dlock_fences` and changed
+//! only while no permit of the stored count is out.
+//!
+//! `GET_LOCK` has no shared mode, so a semaphore `name` of N permits is N
+//! named locks, its *slots* (names in `permit_sql.rs`, hashed as the
+//! backend's long names are: at most 61 characters, never a lock's name).
+//! A permit is a slot held by a session, and lives as long as that
+//! session, as a lock does: renewal asks `IS_USED_LOCK(slot) =
+//! CONNECTION_ID()`, a killed client's slots are freed by the server when
+//! its connection closes, a frozen one's after `?session_timeout=`.
+//!
+//! - **Taking** is one statement on a lock session, under the semaphore's
+//!   *admin* lock (a `GET_LOCK` held for that statement only): read the
+//!   stored count C from the count row; if C differs from the caller's N
+//!   and a slot below C is held by another session, answer C (the caller
+//!   gets [`permit_count_differs`], and takes nothing); else take the
+//!   first slot below N that `IS_USED_LOCK` says is free
+//!   (`GET_LOCK(slot, 0)`) and, when granted, write N as the count. So
+//!   the count changes only when every permit of the old count is back,
+//!   and a caller with another count is refused while any is out. Because
+//!   every take and every count change runs under the admin lock, a slot
+//!   found free is granted (unless SQL code outside dlock takes that very
+//!   name).
+//! - **Waiting** is in the server's queues: the waiters of a semaphore
+//!   queue on its *door* lock (`GET_LOCK(door, seconds left)` on a waiting
+//!   session), so waiters of every process are served in the server's
+//!   order and only the head waiter works. The head waiter, holding the
+//!   door, sends `GET_LOCK(slot k, 0.2 s)` on the same session, then the
+//!   take above (the watched slot, if granted, is its permit; else any
+//!   free slot); not served, it watches the next slot. A release of the
+//!   watched slot wakes it in the server at once; a release of another
+//!   slot is seen at the end of the 0.2 s watch (`GET_LOCK` waits on one
+//!   name at a time, so with N > 1 part of the head waiter's wait is a
+//!   re-check every 0.2 s; with one permit it is woken by the server
+//!   only). With no idle waiting session (more waits at once than
+//!   `?sessions=`), a waiter tries again every 250 ms.
+//! - **Cancel safety**: a take cut short after its grant gives the slot
+//!   back on its session before the session's next request (as a lock
+//!   try does); a wait dropped in the door's queue or in a watch closes its
+//!   waiting session, which frees the door, the watched slot and the
+//!   admin lock; a head waiter dropped between statements closes it too.
+//!   A statement already on the server runs until the server sees the
+//!   connection closed (at its end, or at MariaDB's check of a waiting
+//!   connection): for that moment it may hold a slot, which nobody then
+//!   uses and the server frees with the session.
+//! - **Release** is `RELEASE_LOCK(slot)`; the count row stays (it counts
+//!   only while one of its slots is held) and is refreshed by every grant
+//!   and renewal so that the retention sweep keeps it while permits are
+//!   out.
+//!
+//! A permit has no fencing token (the core does not show one). At most
+//! [`MAX_PERMITS`] permits per semaphore.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::permit_sql::{PermitNames, Take, MAX_PERMITS};
+use super::rows::{int, rows_of};
+use super::session::{Op, Reserved, Session, Undo};
+use super::sql::Statements;
+use super::{failed, held, lock, Failure, MysqlBackend};
+use crate::backend::{
+    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
+};
+use crate::backends::sessions::pool::PooledSession;
+use crate::LockError;
+
+/// How long a take waits for the semaphore's admin lock (held by other
+/// takes for one statement each).
+pub(super) const ADMIN_WAIT: Duration = Duration::from_secs(5);
+
+/// What a take statement answered.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Taken {
+    /// The admin lock's `GET_LOCK` answer (1: granted).
+    pub(super) admin: Option<i64>,
+    /// The stored count, when it differs with a permit out.
+    pub(super) other: Option<i64>,
+    /// Whether a slot was taken.
+    pub(super) got: bool,
+    /// The slot taken.
+    pub(super) slot: Option<i64>,
+}
+
+impl MysqlBackend {
+    /// The names of the semaphore `req.name`, once its count is checked.
+    pub(super) fn permit_names(&self, req: &PermitRequest) -> Result<PermitNames, LockError> {
+        if req.permits > MAX_PERMITS {
+            return Err(LockError::invalid_option(format!(
+                "semaphore `{}`: {} permits, but a MySQL semaphore has at most {MAX_PERMITS}; \
+                 give a smaller count",
+                req.name, req.permits
+            )));
+        }
+        Ok(PermitNames::new(&self.config.prefix, &req.name))
+    }
+
+    /// Sends a take statement on `session`; a grant whose caller left is
+    /// given back there, and `reserved` forgotten. `waits`: the statement
+    /// waits in a server queue (a dropped caller closes the session).
+    pub(super) async fn send_take(
+        &self,
+        session: &Arc<Session>,
+        names: &PermitNames,
+        req: &PermitRequest,
+        take: Take,
+        limit: Option<Duration>,
+        reserved: &str,
+    ) -> Result<Taken, LockError> {
+        let sql = self.statements.take_permit(
+            names,
+            req.permits,
+            self.config.session.session_timeout,
+            ADMIN_WAIT,
+            take,
+        );
+        let undo = Statements::take_permit_undo(names);
+        let op: Op<Taken> = Box::new(move |conn| {
+            Box::pin(async move {
+                match rows_of(conn, sql).await {
+                    Ok(answer) => {
+                        let row = answer.rows.first();
+                        let col = |i| row.and_then(|r| int(r, i));
+                        Ok(Taken {
+                            admin: col(0),
+                            other: col(1),
+                            got: col(2) == Some(1),
+                            slot: col(3),
+                        })
+                    }
+                    Err(e) => {
+                        if matches!(e, mysql_async::Error::Server(_)) {
+                            let _ = mysql_async::prelude::Queryable::query_drop(conn, undo).await;
+                        }
+                        Err(e)
+                    }
+                }
+            })
+        });
+        let (base, forget) = (names.base.clone(), reserved.to_owned());
+        session
+            .call(limit, take.watch.is_some(), op, move |answer| Undo {
+                sql: answer
+                    .filter(|t| t.got)
+                    .and_then(|t| t.slot)
+                    .map(|slot| Statements::release_permit(&format!("{base}{slot}"))),
+                forget: Some(forget),
+            })
+            .await
+            .map_err(|e| failed(&self.shown, e))
+    }
+
+    /// The permit a take answered, or why there is none; `reserved` (what
+    /// the attempt reserved on `session`) is forgotten, the slot noted.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn taken(
+        &self,
+        req: &PermitRequest,
+        names: &PermitNames,
+        session: Arc<Session>,
+        reserved: &str,
+        taken: Taken,
+        ttl: Duration,
+        valid_until: Instant,
+    ) -> Result<Option<Lease>, LockError> {
+        if taken.admin != Some(1) {
+            session.unreserve(reserved);
+            return Err(failed(
+                &self.shown,
+                Failure {
+                    text: format!(
+                        "semaphore `{}`: its admin lock was not granted within {ADMIN_WAIT:?}",
+                        req.name
+                    ),
+                    transient: true,
+                    broken: false,
+                },
+            ));
+        }
+        if let Some(stored) = taken.other {
+            session.unreserve(reserved);
+            return Err(permit_count_differs(
+                &req.name,
+                usize::try_from(stored).unwrap_or(usize::MAX),
+                req.permits,
+            ));
+        }
+        let slot = match (taken.got, taken.slot.and_then(|s| usize::try_from(s).ok())) {
+            (true, Some(slot)) => names.slot(slot),
+            _ => {
+                session.unreserve(reserved);
+                return Ok(None);
+            }
+        };
+        session.reserve(&slot);
+        session.unreserve(reserved);
+        let resource = format!("GET_LOCK('{slot}')");
+        held::remember(&self.held, &req.token, session, slot, valid_until);
+        Ok(Some(Lease {
+            key: req.name.clone(),
+            token: req.token.clone(),
+            ttl,
+            fencing_token: None,
+            valid_until,
+            resource,
+        }))
+    }
+
+    /// One attempt on a lock session.
+    pub(super) async fn try_permit(
+        &self,
+        req: &PermitRequest,
+        names: &PermitNames,
+    ) -> Result<Option<Lease>, LockError> {
+        // A name of this attempt's own: any live session takes it.
+        let reserved = format!("{}?{}", names.base, req.token);
+        let session = match self
+            .sessions
+            .pool
+            .reserve(std::slice::from_ref(&reserved), false, || {
+                self.open_session()
+            })
+            .await?
+        {
+            Reserved::On(session) => session,
+            Reserved::Busy => return Ok(None),
+        };
+        let ttl = self.clamp(req.ttl);
+        let sent = Instant::now();
+        let take = Take {
+            watch: None,
+            door: false,
+        };
+        let answer = self
+            .send_take(
+                &session,
+                names,
+                req,
+                take,
+                Some(self.config.session.timeout + ADMIN_WAIT),
+                &reserved,
+            )
+            .await;
+        match answer {
+            Ok(taken) => self.taken(
+                req,
+                names,
+                session,
+                &reserved,
+                taken,
+                ttl,
+                lease_deadline(sent, ttl),
+            ),
+            Err(e) => {
+                session.unreserve(&reserved);
+                Err(e)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl PermitBackend for MysqlBackend {
+    async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let names = self.permit_names(req)?;
+        self.try_permit(req, &names).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        req: &PermitRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        let names = self.permit_names(req)?;
+        self.acquire_permit_in_turn(req, &names, deadline).await
+    }
+
+    async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
+        self.renew_permit_leases(leases).await
+    }
+
+    async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
+        let Some(h) = lock(&self.held).remove(&lease.token) else {
+            return Ok(false);
+        };
+        if !h.session.is_alive() {
+            return Ok(false);
+        }
+        let sql = Statements::release_permit(&h.lock);
+        let op: Op<Option<i64>> = Box::new(move |conn| {
+            Box::pin(async move {
+                let answer = rows_of(conn, sql).await?;
+                Ok(answer.rows.first().and_then(|r| int(r, 0)))
+            })
+        });
+        let forget = h.lock.clone();
+        let answer = h
+            .session
+            .call(Some(self.config.session.timeout), false, op, move |_| {
+                Undo {
+                    sql: None,
+                    forget: Some(forget),
+                }
+            })
+            .await;
+        match answer {
+            Ok(released) => {
+                h.session.unreserve(&h.lock);
+                Ok(released == Some(1))
+            }
+            Err(_) if !h.session.is_alive() => Ok(false),
+            Err(e) => {
+                held::unlock_in_background(h.session, h.lock);
+                Err(failed(&self.shown, e))
+            }
+        }
+    }
+}
