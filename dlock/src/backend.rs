@@ -140,6 +140,28 @@ pub struct Lease {
     pub resource: String,
 }
 
+impl Lease {
+    /// A lease without a fencing token for `key`, held under `token` for
+    /// `ttl` until `valid_until` (local), on the backend's `resource`;
+    /// a backend with fences sets [`fencing_token`](Self::fencing_token).
+    pub(crate) fn unfenced(
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        valid_until: Instant,
+        resource: String,
+    ) -> Self {
+        Lease {
+            key: key.to_owned(),
+            token: token.to_owned(),
+            ttl,
+            fencing_token: None,
+            valid_until,
+            resource,
+        }
+    }
+}
+
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")

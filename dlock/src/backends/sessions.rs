@@ -104,11 +104,7 @@ pub(crate) fn lease(
     resource: String,
 ) -> Lease {
     Lease {
-        key: req.key.clone(),
-        token: req.token.clone(),
-        ttl,
         fencing_token: fence.and_then(|f| u64::try_from(f).ok()),
-        valid_until,
-        resource,
+        ..Lease::unfenced(&req.key, &req.token, ttl, valid_until, resource)
     }
 }

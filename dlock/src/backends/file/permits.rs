@@ -251,14 +251,8 @@ impl FileBackend {
         sent: Instant,
     ) -> Lease {
         let valid_until = lease_deadline(sent, req.ttl);
-        let lease = Lease {
-            key: req.name.clone(),
-            token: req.token.clone(),
-            ttl: req.ttl,
-            fencing_token: None,
-            valid_until,
-            resource: self.config.dir.join(&name).display().to_string(),
-        };
+        let resource = self.config.dir.join(&name).display().to_string();
+        let lease = Lease::unfenced(&req.name, &req.token, req.ttl, valid_until, resource);
         self.hold(&req.token, slot, name, None, req.ttl, valid_until);
         self.attach(&req.token, count, self.sem_files(&req.name).count);
         lease

@@ -97,14 +97,9 @@ impl PermitTable {
         entry
             .holders
             .insert(req.token.clone(), saturating_add(now, req.ttl));
-        Ok(Some(Lease {
-            key: req.name.clone(),
-            token: req.token.clone(),
-            ttl: req.ttl,
-            fencing_token: None,
-            valid_until: lease_deadline(sent, req.ttl),
-            resource: resource(req),
-        }))
+        let valid_until = lease_deadline(sent, req.ttl);
+        let lease = Lease::unfenced(&req.name, &req.token, req.ttl, valid_until, resource(req));
+        Ok(Some(lease))
     }
 
     pub(super) fn try_acquire(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {

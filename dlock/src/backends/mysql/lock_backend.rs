@@ -6,9 +6,10 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use super::rows::{int, rows_of};
-use super::session::{Op, Undo};
-use super::{failed, lock, MysqlBackend};
+use super::session::Op;
+use super::{failed, MysqlBackend};
 use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
+use crate::backends::sessions;
 use crate::backends::sessions::pool::PooledSession;
 use crate::{LockError, LockInfo};
 
@@ -39,12 +40,9 @@ impl LockBackend for MysqlBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let Some(h) = lock(&self.held).remove(&lease.token) else {
+        let Some(h) = sessions::held::take_live(&self.held, &lease.token) else {
             return Ok(false);
         };
-        if !h.session.is_alive() {
-            return Ok(false);
-        }
         let sql = self.statements.release(&h.lock, &lease.token);
         let op: Op<(Option<i64>, Option<i64>)> = Box::new(move |conn| {
             Box::pin(async move {
@@ -53,16 +51,8 @@ impl LockBackend for MysqlBackend {
                 Ok((row.and_then(|r| int(r, 0)), row.and_then(|r| int(r, 1))))
             })
         });
-        let forget = h.lock.clone();
-        let answer = h
-            .session
-            .call(Some(self.config.session.timeout), false, op, move |_| {
-                Undo {
-                    sql: None,
-                    forget: Some(forget),
-                }
-            })
-            .await;
+        let limit = self.config.session.timeout;
+        let answer = h.session.call_letting_go(limit, &h.lock, op).await;
         match answer {
             Ok((mine, released)) => {
                 h.session.unreserve(&h.lock);

@@ -8,7 +8,7 @@ use super::permit_sql::{PermitNames, Take};
 use super::rows::{int, rows_of};
 use super::session::{Op, Reserved, Session, Undo};
 use super::sql::{Statements, Wait};
-use super::waiting::recheck_at;
+use super::waiting::retry_until;
 use super::{failed, MysqlBackend};
 use crate::backend::{lease_deadline, Lease, PermitRequest};
 use crate::backends::sessions::pool::PooledSession;
@@ -73,22 +73,7 @@ impl MysqlBackend {
                 tracing::debug!(error = %e, "MySQL waiting session could not connect; re-trying instead");
             }
         }
-        loop {
-            let Some(nap) = recheck_at(deadline) else {
-                return Ok(None);
-            };
-            tokio::time::sleep_until(nap.into()).await;
-            let attempt =
-                crate::backend::deadline::until(deadline, self.try_permit(req, names)).await;
-            match attempt {
-                None => return Ok(None),
-                Some(answer) => {
-                    if let Some(lease) = answer? {
-                        return Ok(Some(lease));
-                    }
-                }
-            }
-        }
+        retry_until(deadline, || self.try_permit(req, names)).await
     }
 
     /// Queues for the door on `session` (idle, the door's name reserved on

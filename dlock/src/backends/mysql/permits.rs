@@ -61,10 +61,11 @@ use super::permit_sql::{PermitNames, Take, MAX_PERMITS};
 use super::rows::{int, rows_of};
 use super::session::{Op, Reserved, Session, Undo};
 use super::sql::Statements;
-use super::{failed, held, lock, Failure, MysqlBackend};
+use super::{failed, held, Failure, MysqlBackend};
 use crate::backend::{
     lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
 };
+use crate::backends::sessions;
 use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
@@ -199,14 +200,8 @@ impl MysqlBackend {
         session.unreserve(reserved);
         let resource = format!("GET_LOCK('{slot}')");
         held::remember(&self.held, &req.token, session, slot, valid_until);
-        Ok(Some(Lease {
-            key: req.name.clone(),
-            token: req.token.clone(),
-            ttl,
-            fencing_token: None,
-            valid_until,
-            resource,
-        }))
+        let lease = Lease::unfenced(&req.name, &req.token, ttl, valid_until, resource);
+        Ok(Some(lease))
     }
 
     /// One attempt on a lock session.
@@ -283,12 +278,9 @@ impl PermitBackend for MysqlBackend {
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        let Some(h) = lock(&self.held).remove(&lease.token) else {
+        let Some(h) = sessions::held::take_live(&self.held, &lease.token) else {
             return Ok(false);
         };
-        if !h.session.is_alive() {
-            return Ok(false);
-        }
         let sql = Statements::release_permit(&h.lock);
         let op: Op<Option<i64>> = Box::new(move |conn| {
             Box::pin(async move {
@@ -296,16 +288,8 @@ impl PermitBackend for MysqlBackend {
                 Ok(answer.rows.first().and_then(|r| int(r, 0)))
             })
         });
-        let forget = h.lock.clone();
-        let answer = h
-            .session
-            .call(Some(self.config.session.timeout), false, op, move |_| {
-                Undo {
-                    sql: None,
-                    forget: Some(forget),
-                }
-            })
-            .await;
+        let limit = self.config.session.timeout;
+        let answer = h.session.call_letting_go(limit, &h.lock, op).await;
         match answer {
             Ok(released) => {
                 h.session.unreserve(&h.lock);

@@ -126,6 +126,23 @@ impl Session {
         }
     }
 
+    /// Runs `op`, a statement that lets `name` go, within `limit`, behind
+    /// the session's earlier requests: if the caller leaves before the
+    /// answer, `name` is forgotten on the session all the same.
+    pub(super) async fn call_letting_go<T: Send + 'static>(
+        self: &Arc<Self>,
+        limit: Duration,
+        name: &str,
+        op: Op<T>,
+    ) -> Result<T, Failure> {
+        let forget = name.to_owned();
+        let abandoned = move |_: Option<&T>| Undo {
+            sql: None,
+            forget: Some(forget),
+        };
+        self.call(Some(limit), false, op, abandoned).await
+    }
+
     async fn serve<T: Send + 'static>(
         self: Arc<Self>,
         mut tx: tokio::sync::oneshot::Sender<Parcel<T>>,

@@ -94,21 +94,7 @@ impl MysqlBackend {
                 tracing::debug!(error = %e, "MySQL waiting session could not connect; re-trying instead");
             }
         }
-        loop {
-            let Some(nap) = recheck_at(deadline) else {
-                return Ok(None);
-            };
-            tokio::time::sleep_until(nap.into()).await;
-            let attempt = crate::backend::deadline::until(deadline, self.try_once(req)).await;
-            match attempt {
-                None => return Ok(None),
-                Some(answer) => {
-                    if let Some(lease) = answer? {
-                        return Ok(Some(lease));
-                    }
-                }
-            }
-        }
+        retry_until(deadline, || self.try_once(req)).await
     }
 
     /// Waits for `name` in the server's queue on `session` (idle, `name`
@@ -144,9 +130,36 @@ impl MysqlBackend {
     }
 }
 
+/// A waiter without a waiting session (every one is busy, or none could
+/// connect): `attempt` again after each recheck pause, until it grants or
+/// `deadline` passes (`Ok(None)`).
+pub(super) async fn retry_until<F, Fut>(
+    deadline: Option<Instant>,
+    attempt: F,
+) -> Result<Option<Lease>, LockError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Lease>, LockError>>,
+{
+    loop {
+        let Some(nap) = recheck_at(deadline) else {
+            return Ok(None);
+        };
+        tokio::time::sleep_until(nap.into()).await;
+        match crate::backend::deadline::until(deadline, attempt()).await {
+            None => return Ok(None),
+            Some(answer) => {
+                if let Some(lease) = answer? {
+                    return Ok(Some(lease));
+                }
+            }
+        }
+    }
+}
+
 /// When a waiter without a waiting session tries again (jittered), at the
 /// latest at `deadline`; `None` once the deadline has passed.
-pub(super) fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
+fn recheck_at(deadline: Option<Instant>) -> Option<Instant> {
     let mut b = [0u8; 1];
     let _ = getrandom::fill(&mut b);
     let nap = Instant::now() + RECHECK + Duration::from_millis(u64::from(b[0]) / 2);

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use super::{lock, Pending, PostgresBackend};
+use super::{Pending, PostgresBackend};
 use crate::backend::{AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backends::sessions;
 use crate::backends::sessions::pool::PooledSession;
 use crate::{LockError, LockInfo};
 
@@ -38,12 +39,9 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        let Some(h) = lock(&self.held).remove(&lease.token) else {
+        let Some(h) = sessions::held::take_live(&self.held, &lease.token) else {
             return Ok(false);
         };
-        if !h.session.is_alive() {
-            return Ok(false);
-        }
         let mut pending = Pending {
             session: Some(h.session.clone()),
             key: h.lock.key,

@@ -20,10 +20,11 @@ use async_trait::async_trait;
 
 use super::held::{self, permit_reservation, Hold};
 use super::session::{Reserved, Session};
-use super::{lock, PostgresBackend};
+use super::PostgresBackend;
 use crate::backend::{
     lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
 };
+use crate::backends::sessions;
 use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
@@ -116,14 +117,9 @@ impl PostgresBackend {
         let key = base + i64::from(slot);
         let valid_until = lease_deadline(sent, ttl);
         held::remember(&self.held, &req.token, session, key, hold, valid_until);
-        Ok(Some(Lease {
-            key: req.name.clone(),
-            token: req.token.clone(),
-            ttl,
-            fencing_token: None,
-            valid_until,
-            resource: format!("pg_advisory_lock({key})"),
-        }))
+        let resource = format!("pg_advisory_lock({key})");
+        let lease = Lease::unfenced(&req.name, &req.token, ttl, valid_until, resource);
+        Ok(Some(lease))
     }
 
     async fn renew_permits_on(
@@ -200,12 +196,9 @@ impl PermitBackend for PostgresBackend {
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
-        let Some(h) = lock(&self.held).remove(&lease.token) else {
+        let Some(h) = sessions::held::take_live(&self.held, &lease.token) else {
             return Ok(false);
         };
-        if !h.session.is_alive() {
-            return Ok(false);
-        }
         let Hold::Permit { base, mark, count } = h.lock.hold else {
             return Ok(false);
         };

@@ -23,8 +23,9 @@ use async_trait::async_trait;
 
 use super::held::{self, Hold};
 use super::session::{Reserved, Session};
-use super::{lock, PostgresBackend};
+use super::PostgresBackend;
 use crate::backend::{lease_deadline, Lease, Renewal, RwBackend, RwMode, RwRequest};
+use crate::backends::sessions;
 use crate::backends::sessions::pool::PooledSession;
 use crate::LockError;
 
@@ -300,12 +301,9 @@ impl RwBackend for PostgresBackend {
     }
 
     async fn release_rw(&self, mode: RwMode, lease: &Lease) -> Result<bool, LockError> {
-        let Some(h) = lock(&self.held).remove(&lease.token) else {
+        let Some(h) = sessions::held::take_live(&self.held, &lease.token) else {
             return Ok(false);
         };
-        if !h.session.is_alive() {
-            return Ok(false);
-        }
         let (main, intent) = (h.lock.key, self.rw_keys(&lease.key).1);
         // Dropped before the answer: unlocked in the background.
         let mut pending = RwHold {

@@ -94,14 +94,8 @@ impl RedlockBackend {
         // The validity is measured from before the first request is sent.
         let start = Instant::now();
         let valid_until = lease_deadline(start, req.ttl);
-        let lease = Lease {
-            key: req.key.clone(),
-            token: req.token.clone(),
-            ttl: req.ttl,
-            fencing_token: None,
-            valid_until,
-            resource: self.names(0, &req.key).lock,
-        };
+        let resource = self.names(0, &req.key).lock;
+        let lease = Lease::unfenced(&req.key, &req.token, req.ttl, valid_until, resource);
         // The token is reused round after round: an acquire with it must not
         // reach a master while an earlier round's delete of it there may
         // still land behind the acquire (see `Undos`).

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::pool::PooledSession;
+
 /// One held lease: on `session`, the server's lock `lock` (MySQL's lock
 /// name; PostgreSQL's advisory key and its kind).
 pub(crate) struct Held<S, L> {
@@ -44,4 +46,18 @@ pub(crate) fn remember<S, L>(
     };
     let deadline_of = |h: &Held<S, L>| h.valid_until;
     crate::backends::held_deadline::remember(held, token, valid_until, entry, deadline_of, expired);
+}
+
+/// Takes the record of `token` out of `held`, for its release: `None` if
+/// the backend holds no such lease, or its session has ended (the server
+/// freed the lock with it; the lease is not ours to release any more).
+pub(crate) fn take_live<S: PooledSession, L>(
+    held: &Mutex<HeldMap<S, L>>,
+    token: &str,
+) -> Option<Held<S, L>> {
+    let h = held
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(token)?;
+    h.session.is_alive().then_some(h)
 }

@@ -155,14 +155,10 @@ impl RedisBackend {
             return Err(permit_count_differs(&req.name, stored, req.permits));
         }
         if won == 1 {
-            return Ok(Attempt::Acquired(Lease {
-                key: req.name.clone(),
-                token: req.token.clone(),
-                ttl: req.ttl,
-                fencing_token: None,
-                valid_until: lease_deadline(sent, req.ttl),
-                resource: names.set.clone(),
-            }));
+            let valid_until = lease_deadline(sent, req.ttl);
+            let resource = names.set.clone();
+            let lease = Lease::unfenced(&req.name, &req.token, req.ttl, valid_until, resource);
+            return Ok(Attempt::Acquired(lease));
         }
         Ok(Attempt::Held(Some(Duration::from_millis(
             u64::try_from(left).unwrap_or(0),
