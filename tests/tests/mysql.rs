@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use dlock::backends::mysql::{lock_name, MysqlBackend};
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::fixtures::mysql::{sql_string, MysqlFixture};
+use dlock_tests::poll::eventually_blocking as eventually;
 use dlock_tests::servers::ServerControl;
+use dlock_tests::sql_servers::SqlClientSession;
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
     Arc::new(
@@ -26,47 +28,20 @@ fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
 
 /// A `mariadb` client process that runs `sql` and keeps its session open
 /// until its stdin closes.
-struct SqlSession(std::process::Child);
-
-impl SqlSession {
-    fn run(fixture: &MysqlFixture, sql: &str) -> Self {
-        use std::io::Write;
-        let mut child = std::process::Command::new(fixture.server().client_path())
-            .args(["--no-defaults", "-h127.0.0.1", "-uroot", "-N", "-B"])
-            .arg(format!("-P{}", fixture.server().port()))
-            .arg("dlock")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the mariadb client");
-        let stdin = child.stdin.as_mut().expect("client stdin");
-        writeln!(stdin, "{sql}").expect("write to the client");
-        stdin.flush().expect("flush the client");
-        SqlSession(child)
-    }
-
-    /// Ends the session (stdin closes, the client exits, the server frees
-    /// its locks).
-    fn quit(mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for SqlSession {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Polls (bounded) until `check` is true.
-async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "{what} not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+fn sql_session(fixture: &MysqlFixture, sql: &str) -> SqlClientSession {
+    SqlClientSession::run(
+        fixture.server().client_path(),
+        [
+            "--no-defaults".to_owned(),
+            "-h127.0.0.1".to_owned(),
+            "-uroot".to_owned(),
+            "-N".to_owned(),
+            "-B".to_owned(),
+            format!("-P{}", fixture.server().port()),
+            "dlock".to_owned(),
+        ],
+        sql,
+    )
 }
 
 /// dlock and SQL's own `GET_LOCK` exclude each other on `lock_name(key)`,
@@ -88,7 +63,7 @@ async fn sql_get_lock_and_dlock_exclude_each_other() {
         "1"
     );
 
-    let sql = SqlSession::run(&fixture, &format!("SELECT GET_LOCK({name}, 0);"));
+    let sql = sql_session(&fixture, &format!("SELECT GET_LOCK({name}, 0);"));
     eventually(
         "the SQL session holds the name",
         Duration::from_secs(10),
@@ -136,7 +111,7 @@ async fn sql_waiters_and_dlock_waiters_share_the_servers_queue() {
     let b = fixture.backend_for_tests().await;
     let name = sql_string(&lock_name("queue"));
     let held = lock(&a, "queue").acquire().await.unwrap();
-    let sql = SqlSession::run(
+    let sql = sql_session(
         &fixture,
         &format!("SELECT GET_LOCK({name}, 30); SELECT SLEEP(1); SELECT RELEASE_LOCK({name});"),
     );

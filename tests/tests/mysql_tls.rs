@@ -9,11 +9,12 @@
 //! and the conformance and semaphore suites over TLS.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::backends::mysql::MysqlBackend;
 use dlock::{Lock, LockBackend, LockError, Semaphore};
 use dlock_tests::servers::mariadb::MariaDbServer;
+use dlock_tests::sql_servers::{connected, refused_within};
 use dlock_tests::tls::TestCerts;
 
 /// The bound on a refused connection: the URL's `timeout=2s`, and a
@@ -21,24 +22,13 @@ use dlock_tests::tls::TestCerts;
 const REFUSED_WITHIN: Duration = Duration::from_secs(3);
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        MysqlBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, MysqlBackend::connect).await
 }
 
 /// `MysqlBackend::connect(url)`'s error, checked to come within
 /// [`REFUSED_WITHIN`].
 async fn refused(url: &str) -> LockError {
-    let started = Instant::now();
-    let err = match MysqlBackend::connect(url).await {
-        Ok(_) => panic!("{url}: connected"),
-        Err(e) => e,
-    };
-    let took = started.elapsed();
-    assert!(took < REFUSED_WITHIN, "{url}: refused after {took:?}");
-    err
+    refused_within(url, REFUSED_WITHIN, MysqlBackend::connect).await
 }
 
 /// The server's counts of accepted connections and of finished TLS

@@ -14,6 +14,7 @@ use dlock::backends::postgres::PostgresBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::fixtures::postgres::PgFixture;
 use dlock_tests::servers::postgres::PgServer;
+use dlock_tests::sql_servers::{connected, refused_within};
 use dlock_tests::tls::TestCerts;
 
 /// The bound on a refused connection: the URL's `connect_timeout=2`, and a
@@ -21,23 +22,13 @@ use dlock_tests::tls::TestCerts;
 const REFUSED_WITHIN: Duration = Duration::from_secs(3);
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        PostgresBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, PostgresBackend::connect).await
 }
 
 /// `PostgresBackend::connect(url)`'s error, checked to come within
 /// [`REFUSED_WITHIN`] and not to show the URL's password.
 async fn refused(url: &str) -> LockError {
-    let started = Instant::now();
-    let err = match PostgresBackend::connect(url).await {
-        Ok(_) => panic!("{url}: connected"),
-        Err(e) => e,
-    };
-    let took = started.elapsed();
-    assert!(took < REFUSED_WITHIN, "{url}: refused after {took:?}");
+    let err = refused_within(url, REFUSED_WITHIN, PostgresBackend::connect).await;
     assert!(
         !err.to_string().contains("hunter2"),
         "the password leaked: {err}"

@@ -314,9 +314,12 @@ impl PgServer {
         self.try_psql(sql).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Fallible [`PgServer::psql`].
-    pub fn try_psql(&self, sql: &str) -> HarnessResult<String> {
-        let args: Vec<OsString> = [
+    /// The arguments that connect `psql` to this server as the superuser
+    /// (`-h 127.0.0.1 -p PORT -U postgres -d postgres`), quiet and without
+    /// `.psqlrc` (`-XAtq`: unaligned, tuples only); a test's own `psql`
+    /// adds what it runs.
+    pub fn psql_args(&self) -> Vec<String> {
+        [
             "-h",
             "127.0.0.1",
             "-p",
@@ -326,14 +329,15 @@ impl PgServer {
             "-d",
             "postgres",
             "-XAtq",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
         ]
-        .iter()
-        .map(OsString::from)
-        .collect();
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// Fallible [`PgServer::psql`].
+    pub fn try_psql(&self, sql: &str) -> HarnessResult<String> {
+        let mut args: Vec<OsString> = self.psql_args().into_iter().map(OsString::from).collect();
+        args.extend(["-v", "ON_ERROR_STOP=1", "-c", sql].map(OsString::from));
         let out = run_command(&self.psql, &args, &[], PSQL_LIMIT)?;
         if out.success() {
             Ok(out.stdout.trim().to_owned())
@@ -501,24 +505,15 @@ impl ServerControl for PgServer {
     }
 
     fn wait_ready(&mut self) -> HarnessResult<()> {
-        let port = self.port.to_string();
+        let mut args = self.psql_args();
+        args.extend(["-c".to_owned(), "SELECT 1".to_owned()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         wait_answering(
             &mut self.process,
             "answering psql",
             POSTGRES_READY_LIMIT,
             &self.psql,
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-XAtqc",
-                "SELECT 1",
-            ],
+            &args,
         )
     }
 }
