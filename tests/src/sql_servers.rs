@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::{Lock, LockBackend, LockError};
+use dlock::{Lock, LockBackend, LockError, LockGuard};
 
 use crate::holder::{Holder, HolderSpec};
 
@@ -206,4 +206,157 @@ where
     let took = started.elapsed();
     assert!(took < within, "{url}: refused after {took:?}");
     err
+}
+
+/// A lock held with a waiter queued behind it, over `url` (e.g. TLS).
+pub struct HeldWithWaiter {
+    a: Arc<dyn LockBackend>,
+    b: Arc<dyn LockBackend>,
+    held: LockGuard,
+    first: u64,
+    waiter: tokio::task::JoinHandle<Result<LockGuard, LockError>>,
+}
+
+impl HeldWithWaiter {
+    /// `a` releases: the waiter is served, with a greater fence. Returns
+    /// its guard, how long after the release it was served, and the two
+    /// clients (kept open while the caller checks their connections).
+    pub async fn release_and_serve(self) -> (LockGuard, Duration, [Arc<dyn LockBackend>; 2]) {
+        let released = Instant::now();
+        self.held.release().await.unwrap();
+        let next = self.waiter.await.unwrap().expect("the waiter is served");
+        let took = released.elapsed();
+        assert!(next.fencing_token().unwrap() > self.first);
+        (next, took, [self.a, self.b])
+    }
+}
+
+/// Two clients of `url` (made by `connect`): `a` takes `key`, `b`'s try is
+/// refused, and `b` starts waiting for it (up to `wait`).
+pub async fn held_with_a_waiter<'a, B, Fut>(
+    url: &'a str,
+    connect: impl Fn(&'a str) -> Fut,
+    key: &str,
+    wait: Duration,
+) -> HeldWithWaiter
+where
+    B: LockBackend + 'static,
+    Fut: Future<Output = Result<B, LockError>>,
+{
+    let a = connected(url, &connect).await;
+    let b = connected(url, &connect).await;
+    let held = lock(&a, key).acquire().await.unwrap();
+    let first = held.fencing_token().unwrap();
+    assert!(lock(&b, key).try_acquire().await.unwrap().is_none());
+    let waiter = tokio::spawn({
+        let waiting = lock(&b, key).wait(wait);
+        async move { waiting.acquire().await }
+    });
+    HeldWithWaiter {
+        a,
+        b,
+        held,
+        first,
+        waiter,
+    }
+}
+
+/// How a dlock waiter behind SQL code is served (see
+/// [`a_sql_holder_is_waited_for`]).
+pub struct SqlHolder {
+    /// The SQL client in messages, e.g. "psql".
+    pub who: &'static str,
+    /// How long the waiter waits before the SQL session ends.
+    pub pause: Duration,
+    /// The bound on the grant after the session ends.
+    pub within: Duration,
+    /// What serves the waiter, in the printed figure.
+    pub how: &'static str,
+}
+
+/// `key` held by SQL code (`session`): dlock's try is refused, `inspect`
+/// shows a holder that is not dlock, and a dlock waiter (started
+/// `holder.pause` before the session ends) is granted within
+/// `holder.within` of its end.
+pub async fn a_sql_holder_is_waited_for(
+    backend: &Arc<dyn LockBackend>,
+    key: &str,
+    session: SqlClientSession,
+    holder: &SqlHolder,
+) {
+    let SqlHolder {
+        who,
+        pause,
+        within,
+        how,
+    } = *holder;
+    let busy = lock(backend, key).try_acquire().await.unwrap();
+    assert!(busy.is_none(), "granted while {who} holds the key");
+    let info = lock(backend, key).inspect().await.unwrap();
+    assert_eq!(
+        info.map(|i| i.holder),
+        Some(None),
+        "held by a client that is not dlock"
+    );
+    let waiter = tokio::spawn({
+        let waiting = lock(backend, key).wait(Duration::from_secs(20));
+        async move { waiting.acquire().await }
+    });
+    tokio::time::sleep(pause).await;
+    let quit_at = Instant::now();
+    session.quit();
+    let guard = waiter.await.unwrap();
+    let after = quit_at.elapsed();
+    let guard = guard.unwrap_or_else(|e| panic!("not granted once {who}'s session ended: {e}"));
+    eprintln!("granted {after:?} after {who}'s session ended ({how})");
+    assert!(after < within, "{after:?}");
+    guard.release().await.unwrap();
+}
+
+/// A lease of `backend` on `key` (with `ttl`, else the default) held
+/// through a fault of the server: `fault(server)` (a restart, a freeze),
+/// then the lease is lost within `lost_within` (else `lost`, the
+/// message); `mend(server)` (a resume, or nothing), then the key is taken
+/// again (waiting up to 20 s, else `retaken`) with a greater fence.
+/// Returns how long after the fault the loss was seen.
+pub async fn a_lease_held_through<S>(
+    server: &mut S,
+    backend: &Arc<dyn LockBackend>,
+    (key, ttl): (&str, Option<Duration>),
+    (fault, lost_within, lost): (impl FnOnce(&mut S), Duration, &str),
+    (mend, retaken): (impl FnOnce(&mut S), &str),
+) -> Duration {
+    let with_ttl = |l: Lock| match ttl {
+        Some(ttl) => l.ttl(ttl),
+        None => l,
+    };
+    let before = with_ttl(lock(backend, key)).acquire().await.unwrap();
+    let fence = before.fencing_token().unwrap();
+    let lost_now = before.lost();
+    let faulted = Instant::now();
+    tokio::task::block_in_place(|| fault(server));
+    tokio::time::timeout(lost_within, lost_now)
+        .await
+        .expect(lost);
+    let at = faulted.elapsed();
+    tokio::task::block_in_place(|| mend(server));
+    let next = with_ttl(lock(backend, key))
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect(retaken);
+    assert!(next.fencing_token().unwrap() > fence);
+    next.release().await.unwrap();
+    at
+}
+
+/// A task that waits (up to `wait`) for `key` and returns the outcome
+/// with the instant it came.
+pub fn timed_waiter(
+    backend: &Arc<dyn LockBackend>,
+    key: &str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)> {
+    let waiting = lock(backend, key).wait(wait);
+    tokio::spawn(async move { (waiting.acquire().await, Instant::now()) })
 }

@@ -16,18 +16,14 @@ use dlock_tests::holder::{check_marks, Holder, HolderSpec};
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::ServerControl;
 use dlock_tests::sql_servers::{
-    a_frozen_holder_is_freed_by_the_server as frozen_holder_case,
-    an_ended_session_loses_exactly_its_leases,
+    a_frozen_holder_is_freed_by_the_server as frozen_holder_case, a_lease_held_through,
+    an_ended_session_loses_exactly_its_leases, connected, timed_waiter,
 };
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        MysqlBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, MysqlBackend::connect).await
 }
 
 fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
@@ -55,16 +51,7 @@ async fn a_killed_holder_process_frees_its_lock_at_once() {
         .parse()
         .unwrap();
     let backend = fixture.backend_for_tests().await;
-    let waiter = {
-        let backend = backend.clone();
-        tokio::spawn(async move {
-            let guard = lock(&backend, "crash")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (guard, Instant::now())
-        })
-    };
+    let waiter = timed_waiter(&backend, "crash", Duration::from_secs(20));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed = Instant::now();
     holder.kill9().await;
@@ -132,26 +119,23 @@ async fn a_stopped_server_loses_leases_in_time_and_recovers() {
     let mut fixture = MysqlFixture::with_options("timeout=1s");
     let backend = fixture.backend_for_tests().await;
     let ttl = Duration::from_secs(2);
-    let guard = lock(&backend, "paused").ttl(ttl).acquire().await.unwrap();
-    let fence = guard.fencing_token().unwrap();
-    let lost = guard.lost();
-    let paused = Instant::now();
-    tokio::task::block_in_place(|| fixture.server_mut().pause());
-    tokio::time::timeout(ttl + Duration::from_millis(500), lost)
-        .await
-        .expect("lost() by the local deadline while the server is frozen");
-    let at = paused.elapsed();
+    let at = a_lease_held_through(
+        &mut fixture,
+        &backend,
+        ("paused", Some(ttl)),
+        (
+            |f: &mut MysqlFixture| f.server_mut().pause(),
+            ttl + Duration::from_millis(500),
+            "lost() by the local deadline while the server is frozen",
+        ),
+        (
+            |f: &mut MysqlFixture| f.server_mut().resume(),
+            "taken again once the server goes on",
+        ),
+    )
+    .await;
     eprintln!("lease lost {at:?} after the server froze (ttl {ttl:?})");
     assert!(at <= ttl + Duration::from_millis(500), "{at:?}");
-    tokio::task::block_in_place(|| fixture.server_mut().resume());
-    let next = lock(&backend, "paused")
-        .ttl(ttl)
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .expect("taken again once the server goes on");
-    assert!(next.fencing_token().unwrap() > fence);
-    next.release().await.unwrap();
 }
 
 /// A frozen network path: every flow open now silently dead (a fault

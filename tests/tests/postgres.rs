@@ -13,23 +13,27 @@ use dlock_tests::fixtures::postgres::{pg_rw_locks_of, PgFixture};
 use dlock_tests::poll::eventually_blocking as eventually;
 use dlock_tests::servers::ports::free_port;
 use dlock_tests::sql_servers::{
-    a_frozen_holder_is_freed_by_the_server as frozen_holder_case,
-    an_ended_session_loses_exactly_its_leases, SqlClientSession,
+    a_frozen_holder_is_freed_by_the_server as frozen_holder_case, a_sql_holder_is_waited_for,
+    an_ended_session_loses_exactly_its_leases, connected, SqlClientSession, SqlHolder,
 };
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        PostgresBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, PostgresBackend::connect).await
 }
 
 fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
     Lock::new(key).with_backend(backend.clone())
 }
+
+/// A dlock waiter behind psql is served by its re-check.
+const PSQL: SqlHolder = SqlHolder {
+    who: "psql",
+    pause: Duration::from_millis(300),
+    within: Duration::from_secs(3),
+    how: "re-check net",
+};
 
 /// A psql process that takes `pg_advisory_lock(id)` and keeps its session
 /// open until its stdin closes.
@@ -74,34 +78,7 @@ async fn psql_and_dlock_exclude_each_other() {
         !fixture.holders("interop").is_empty()
     })
     .await;
-    let busy = lock(&backend, "interop").try_acquire().await.unwrap();
-    assert!(busy.is_none(), "granted while psql holds the key");
-    let info = lock(&backend, "interop").inspect().await.unwrap();
-    assert_eq!(
-        info.map(|i| i.holder),
-        Some(None),
-        "held by a client that is not dlock"
-    );
-    let waiter = {
-        let backend = backend.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let guard = lock(&backend, "interop")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (guard, started.elapsed())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let quit_at = Instant::now();
-    psql.quit();
-    let (guard, _) = waiter.await.unwrap();
-    let guard = guard.expect("granted after psql's session ended");
-    let after_quit = quit_at.elapsed();
-    eprintln!("granted {after_quit:?} after psql's session ended (re-check net)");
-    assert!(after_quit < Duration::from_secs(3), "{after_quit:?}");
-    guard.release().await.unwrap();
+    a_sql_holder_is_waited_for(&backend, "interop", psql, &PSQL).await;
 }
 
 /// A read-write lock is a pair of two-`int4` advisory locks, apart from the
