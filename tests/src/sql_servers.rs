@@ -349,14 +349,3 @@ pub async fn a_lease_held_through<S>(
     next.release().await.unwrap();
     at
 }
-
-/// A task that waits (up to `wait`) for `key` and returns the outcome
-/// with the instant it came.
-pub fn timed_waiter(
-    backend: &Arc<dyn LockBackend>,
-    key: &str,
-    wait: Duration,
-) -> tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)> {
-    let waiting = lock(backend, key).wait(wait);
-    tokio::spawn(async move { (waiting.acquire().await, Instant::now()) })
-}

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::mysql::{lock_name, MysqlBackend};
 use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::acquisitions::wait_for;
 use dlock_tests::fixtures::mysql::{sql_string, MysqlFixture};
 use dlock_tests::poll::eventually_blocking as eventually;
 use dlock_tests::servers::ServerControl;
 use dlock_tests::sql_servers::{
-    a_lease_held_through, a_sql_holder_is_waited_for, connected, timed_waiter, SqlClientSession,
-    SqlHolder,
+    a_lease_held_through, a_sql_holder_is_waited_for, connected, SqlClientSession, SqlHolder,
 };
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
@@ -94,12 +94,12 @@ async fn sql_waiters_and_dlock_waiters_share_the_servers_queue() {
         &format!("SELECT GET_LOCK({name}, 30); SELECT SLEEP(1); SELECT RELEASE_LOCK({name});"),
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let waiter = timed_waiter(&b, "queue", Duration::from_secs(20));
+    let waiter = wait_for(lock(&b, "queue").wait(Duration::from_secs(20)));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let released = Instant::now();
     held.release().await.unwrap();
     // The SQL client (first in line) holds it for about a second.
-    let (guard, at) = waiter.await.unwrap();
+    let (at, guard) = waiter.await.unwrap();
     let guard = guard.expect("the dlock waiter is served after the SQL client");
     assert!(
         at - released >= Duration::from_millis(700),

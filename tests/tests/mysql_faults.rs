@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::mysql::MysqlBackend;
 use dlock::{Lock, LockBackend};
+use dlock_tests::acquisitions::wait_for;
 use dlock_tests::fixtures::mysql::MysqlFixture;
 use dlock_tests::holder::{check_marks, Holder, HolderSpec};
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::ServerControl;
 use dlock_tests::sql_servers::{
     a_frozen_holder_is_freed_by_the_server as frozen_holder_case, a_lease_held_through,
-    an_ended_session_loses_exactly_its_leases, connected, timed_waiter,
+    an_ended_session_loses_exactly_its_leases, connected,
 };
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
@@ -51,11 +52,11 @@ async fn a_killed_holder_process_frees_its_lock_at_once() {
         .parse()
         .unwrap();
     let backend = fixture.backend_for_tests().await;
-    let waiter = timed_waiter(&backend, "crash", Duration::from_secs(20));
+    let waiter = wait_for(lock(&backend, "crash").wait(Duration::from_secs(20)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed = Instant::now();
     holder.kill9().await;
-    let (guard, at) = waiter.await.unwrap();
+    let (at, guard) = waiter.await.unwrap();
     let guard = guard.expect("served after the holder was killed");
     let after = at - killed;
     eprintln!("a killed holder's lock granted to a waiter {after:?} after SIGKILL");
