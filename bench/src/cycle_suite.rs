@@ -136,6 +136,28 @@ pub async fn dlock_throughput<B: LockBackend + 'static>(
     Ok(throughput(locks, window).await?.cycles)
 }
 
+/// The contended window of a suite that compares dlock with a bare
+/// try/release loop: dlock through each of `backends` on `key`, then the
+/// bare loop on each of `bare`, each for `window`; with `latency`, the
+/// suite's figures, and the bare loop's rates.
+pub async fn contended_against_bare<B: LockBackend + 'static, C: Cycle + Clone>(
+    latency: Uncontended,
+    backends: &[Arc<B>],
+    key: &str,
+    bare: &[C],
+    window: Duration,
+) -> Result<(Compared, Rates), BoxError> {
+    let ours_per_sec = dlock_throughput(backends, key, window).await?;
+    // The bare loop's tries, granted or not, and apart its grants.
+    let bare_rates = throughput(bare.iter().cloned(), window).await?;
+    let compared = Compared {
+        latency,
+        ours_per_sec,
+        theirs_per_sec: bare_rates.cycles,
+    };
+    Ok((compared, bare_rates))
+}
+
 /// What a throughput window counted, per second.
 #[derive(Debug, Clone, Copy)]
 pub struct Rates {
@@ -219,6 +241,17 @@ impl Compared {
             self.theirs_per_sec,
         ));
         print_table(title, baseline_name, &rows);
+    }
+
+    /// [`Compared::print_table`] for a bare try/release loop of `clients`
+    /// connections (its throughput counts tries, not waits).
+    pub fn print_bare_table(&self, title: &str, baseline_name: &str, clients: usize) {
+        self.print_table(
+            title,
+            baseline_name,
+            false,
+            &format!("hand-offs/s, {clients} clients, one key (bare: tries, no waiting)"),
+        );
     }
 
     /// dlock's `acquire` and `try_acquire` cycles' p50, each over the raw
