@@ -13,6 +13,16 @@ use dlock::{Lock, LockBackend};
 use super::stats::{print_table, uncontended_rows, Row, Summary};
 use super::workloads::BoxError;
 
+/// Cycles measured for the latency rows (after the warm-up) of the server
+/// suites (MySQL, PostgreSQL, ZooKeeper).
+pub const CYCLES: usize = 500;
+/// Cycles run and thrown away first (JIT of the server, connection warm-up).
+pub const WARMUP: usize = 50;
+/// Clients contending in the throughput rows.
+pub const CLIENTS: usize = 8;
+/// How long each throughput measurement runs.
+pub const WINDOW: Duration = Duration::from_secs(5);
+
 /// A lock on `key` through `backend` (one of the suite's own connections).
 pub fn lock_on<B: LockBackend + 'static>(backend: &Arc<B>, key: &str) -> Lock {
     let backend: Arc<dyn LockBackend> = backend.clone();

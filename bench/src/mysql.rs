@@ -22,18 +22,10 @@ use mysql_async::prelude::Queryable;
 use tokio::sync::Mutex;
 
 use super::cycle_suite::{
-    self, contended_against_bare, lock_on, uncontended, Cycle as _, Uncontended,
+    self, contended_against_bare, lock_on, uncontended, Cycle as _, Uncontended, CLIENTS, CYCLES,
+    WARMUP, WINDOW,
 };
 use super::workloads::BoxError;
-
-/// Cycles measured for the latency rows (after the warm-up).
-const CYCLES: usize = 500;
-/// Cycles run and thrown away first.
-const WARMUP: usize = 50;
-/// Clients contending in the throughput rows.
-const CLIENTS: usize = 8;
-/// How long each throughput measurement runs.
-const WINDOW: Duration = Duration::from_secs(5);
 
 /// A bare connection and the two statements of the loop.
 struct Bare {

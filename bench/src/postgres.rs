@@ -23,18 +23,10 @@ use dlock::{Lock, LockBackend};
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::cycle_suite::{
-    self, contended_against_bare, lock_on, uncontended, Cycle as _, Uncontended,
+    self, contended_against_bare, lock_on, uncontended, Cycle as _, Uncontended, CLIENTS, CYCLES,
+    WARMUP, WINDOW,
 };
 use super::workloads::BoxError;
-
-/// Cycles measured for the latency rows (after the warm-up).
-const CYCLES: usize = 500;
-/// Cycles run and thrown away first.
-const WARMUP: usize = 50;
-/// Clients contending in the throughput rows.
-const CLIENTS: usize = 8;
-/// How long each throughput measurement runs.
-const WINDOW: Duration = Duration::from_secs(5);
 
 /// A bare connection, its two prepared statements and the advisory lock
 /// they take.
