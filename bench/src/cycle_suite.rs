@@ -13,6 +13,16 @@ use dlock::{Lock, LockBackend};
 use super::stats::{print_table, uncontended_rows, Row, Summary};
 use super::workloads::BoxError;
 
+/// Cycles measured for the latency rows (after the warm-up) of the server
+/// suites (MySQL, PostgreSQL, ZooKeeper).
+pub const CYCLES: usize = 500;
+/// Cycles run and thrown away first (JIT of the server, connection warm-up).
+pub const WARMUP: usize = 50;
+/// Clients contending in the throughput rows.
+pub const CLIENTS: usize = 8;
+/// How long each throughput measurement runs.
+pub const WINDOW: Duration = Duration::from_secs(5);
+
 /// A lock on `key` through `backend` (one of the suite's own connections).
 pub fn lock_on<B: LockBackend + 'static>(backend: &Arc<B>, key: &str) -> Lock {
     let backend: Arc<dyn LockBackend> = backend.clone();
@@ -136,6 +146,28 @@ pub async fn dlock_throughput<B: LockBackend + 'static>(
     Ok(throughput(locks, window).await?.cycles)
 }
 
+/// The contended window of a suite that compares dlock with a bare
+/// try/release loop: dlock through each of `backends` on `key`, then the
+/// bare loop on each of `bare`, each for `window`; with `latency`, the
+/// suite's figures, and the bare loop's rates.
+pub async fn contended_against_bare<B: LockBackend + 'static, C: Cycle + Clone>(
+    latency: Uncontended,
+    backends: &[Arc<B>],
+    key: &str,
+    bare: &[C],
+    window: Duration,
+) -> Result<(Compared, Rates), BoxError> {
+    let ours_per_sec = dlock_throughput(backends, key, window).await?;
+    // The bare loop's tries, granted or not, and apart its grants.
+    let bare_rates = throughput(bare.iter().cloned(), window).await?;
+    let compared = Compared {
+        latency,
+        ours_per_sec,
+        theirs_per_sec: bare_rates.cycles,
+    };
+    Ok((compared, bare_rates))
+}
+
 /// What a throughput window counted, per second.
 #[derive(Debug, Clone, Copy)]
 pub struct Rates {
@@ -219,6 +251,17 @@ impl Compared {
             self.theirs_per_sec,
         ));
         print_table(title, baseline_name, &rows);
+    }
+
+    /// [`Compared::print_table`] for a bare try/release loop of `clients`
+    /// connections (its throughput counts tries, not waits).
+    pub fn print_bare_table(&self, title: &str, baseline_name: &str, clients: usize) {
+        self.print_table(
+            title,
+            baseline_name,
+            false,
+            &format!("hand-offs/s, {clients} clients, one key (bare: tries, no waiting)"),
+        );
     }
 
     /// dlock's `acquire` and `try_acquire` cycles' p50, each over the raw

@@ -24,7 +24,7 @@ use etcd_client::{Client, LockOptions};
 
 use super::stats::{print_table, Row, Summary};
 
-use super::workloads::BoxError;
+use super::workloads::{handoffs, BoxError};
 
 const WARMUP: usize = 20;
 /// Uncontended cycles per side, run in alternating rounds so that drift of
@@ -228,25 +228,7 @@ async fn handoff_ours(url: &str) -> Result<Summary, BoxError> {
         .with_backend(ours(url).await?)
         .ttl(TTL)
         .wait(Duration::from_secs(10));
-    let mut samples = Vec::new();
-    for i in 0..WARMUP / 4 + HANDOFFS {
-        let held = holder.acquire().await?;
-        let waiter = waiter.clone();
-        let waiting = tokio::spawn(async move {
-            let guard = waiter.acquire().await?;
-            let at = Instant::now();
-            guard.release().await?;
-            Ok::<_, dlock::LockError>(at)
-        });
-        tokio::time::sleep(QUEUE_SETTLE).await;
-        let released = Instant::now();
-        held.release().await?;
-        let got = waiting.await??;
-        if i >= WARMUP / 4 {
-            samples.push(got - released);
-        }
-    }
-    Ok(Summary::of(&mut samples).ok_or("no samples")?)
+    handoffs(&holder, &waiter, WARMUP / 4, HANDOFFS, QUEUE_SETTLE).await
 }
 
 async fn handoff_raw(endpoints: &[String]) -> Result<Summary, BoxError> {

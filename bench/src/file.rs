@@ -28,7 +28,7 @@ use rustix::fs::{FlockOperation, Mode, OFlags};
 
 use super::cycle_suite::{self, dlock_throughput, lock_on, throughput, uncontended, Compared};
 use super::stats::{print_table, Row, Summary};
-use super::workloads::BoxError;
+use super::workloads::{handoffs, BoxError};
 
 /// Cycles measured for the latency rows (after the warm-up).
 const CYCLES: usize = 2_000;
@@ -194,25 +194,7 @@ async fn handoff_ours(
     let waiter = Lock::new(key)
         .with_backend(waiter_backend)
         .wait(Duration::from_secs(10));
-    let mut samples = Vec::with_capacity(HANDOFFS);
-    for i in 0..WARMUP / 10 + HANDOFFS {
-        let held = holder.acquire().await?;
-        let waiter = waiter.clone();
-        let waiting = tokio::spawn(async move {
-            let guard = waiter.acquire().await?;
-            let at = Instant::now();
-            guard.release().await?;
-            Ok::<_, dlock::LockError>(at)
-        });
-        tokio::time::sleep(WAITER_SETTLE).await;
-        let released = Instant::now();
-        held.release().await?;
-        let got = waiting.await??;
-        if i >= WARMUP / 10 {
-            samples.push(got.saturating_duration_since(released));
-        }
-    }
-    Ok(Summary::of(&mut samples).ok_or("no samples")?)
+    handoffs(&holder, &waiter, WARMUP / 10, HANDOFFS, WAITER_SETTLE).await
 }
 
 /// A holder's descriptor and a thread blocked in `flock(LOCK_EX)` on its

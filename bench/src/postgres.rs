@@ -23,18 +23,10 @@ use dlock::{Lock, LockBackend};
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::cycle_suite::{
-    self, dlock_throughput, lock_on, throughput, uncontended, Compared, Cycle as _, Uncontended,
+    self, contended_against_bare, lock_on, uncontended, Cycle as _, Uncontended, CLIENTS, CYCLES,
+    WARMUP, WINDOW,
 };
 use super::workloads::BoxError;
-
-/// Cycles measured for the latency rows (after the warm-up).
-const CYCLES: usize = 500;
-/// Cycles run and thrown away first.
-const WARMUP: usize = 50;
-/// Clients contending in the throughput rows.
-const CLIENTS: usize = 8;
-/// How long each throughput measurement runs.
-const WINDOW: Duration = Duration::from_secs(5);
 
 /// A bare connection, its two prepared statements and the advisory lock
 /// they take.
@@ -104,19 +96,12 @@ pub async fn run(url: &str, beside: Option<&str>) -> Result<(), BoxError> {
         None => None,
     };
     let latency = interleaved_latency(&backends[0], &key, &bare[0], redis.as_ref()).await?;
-    let ours_per_sec = dlock_throughput(&backends, &key, WINDOW).await?;
-    // The bare loop's tries, granted or not, and apart its grants.
-    let bare_rates = throughput(bare.iter().cloned(), WINDOW).await?;
-    let compared = Compared {
-        latency,
-        ours_per_sec,
-        theirs_per_sec: bare_rates.cycles,
-    };
-    compared.print_table(
+    let (compared, bare_rates) =
+        contended_against_bare(latency, &backends, &key, &bare, WINDOW).await?;
+    compared.print_bare_table(
         "PostgreSQL: dlock vs a bare pg_try_advisory_lock/pg_advisory_unlock loop",
         "bare tokio-postgres",
-        false,
-        &format!("hand-offs/s, {CLIENTS} clients, one key (bare: tries, no waiting)"),
+        CLIENTS,
     );
     let (acquire, try_acquire) = compared.p50_ratios();
     println!(

@@ -292,21 +292,37 @@ pub async fn handoff_dlock(
 ) -> Result<Summary, BoxError> {
     let hold = Lock::new(key).ttl(TTL).with_backend(holder.clone());
     let wait = Lock::new(key).ttl(TTL).with_backend(waiter.clone());
-    let mut samples = Vec::with_capacity(sizes.handoffs);
-    for _ in 0..sizes.handoffs {
-        let guard = hold.acquire().await?;
-        let wait = wait.clone();
+    // Let the waiter start waiting before the release.
+    handoffs(&hold, &wait, 0, sizes.handoffs, Duration::from_millis(3)).await
+}
+
+/// `holder` takes the key, `waiter` starts waiting for it, `settle` later
+/// the holder releases: the time from the release to the waiter's grant,
+/// `warmup + count` times, the first `warmup` not kept.
+pub async fn handoffs(
+    holder: &Lock,
+    waiter: &Lock,
+    warmup: usize,
+    count: usize,
+    settle: Duration,
+) -> Result<Summary, BoxError> {
+    let mut samples = Vec::with_capacity(count);
+    for i in 0..warmup + count {
+        let held = holder.acquire().await?;
+        let waiter = waiter.clone();
         let waiting = tokio::spawn(async move {
-            let guard = wait.acquire().await?;
-            let got = Instant::now();
+            let guard = waiter.acquire().await?;
+            let at = Instant::now();
             guard.release().await?;
-            Ok::<_, dlock::LockError>(got)
+            Ok::<_, dlock::LockError>(at)
         });
-        // Let the waiter start waiting before the release.
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        tokio::time::sleep(settle).await;
         let released = Instant::now();
-        guard.release().await?;
-        samples.push(waiting.await??.saturating_duration_since(released));
+        held.release().await?;
+        let got = waiting.await??;
+        if i >= warmup {
+            samples.push(got.saturating_duration_since(released));
+        }
     }
     Summary::of(&mut samples).ok_or_else(|| "no samples".into())
 }

@@ -20,17 +20,9 @@ use dlock::backends::zookeeper::ZooKeeperBackend;
 use zookeeper_client::{Acls, Client, CreateMode};
 
 use super::cycle_suite::{
-    self, dlock_throughput, lock_on, throughput, uncontended, Compared, Uncontended,
+    self, dlock_throughput, lock_on, throughput, uncontended, Compared, Uncontended, CLIENTS,
+    CYCLES, WARMUP, WINDOW,
 };
-
-/// Cycles measured for the latency rows (after the warm-up).
-const CYCLES: usize = 500;
-/// Cycles run and thrown away first (JIT of the server, connection warm-up).
-const WARMUP: usize = 50;
-/// Clients contending in the throughput rows.
-const CLIENTS: usize = 8;
-/// How long each throughput measurement runs.
-const WINDOW: Duration = Duration::from_secs(5);
 
 use super::workloads::BoxError;
 

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::{Lock, LockError, LockGuard};
+use dlock::{Lock, LockError, LockGuard, Semaphore};
 use tokio::task::JoinHandle;
 
 /// Acquires `lock` and releases it at once; any error fails the test.
@@ -39,4 +39,10 @@ pub async fn got_within(
         got_at - since
     );
     guard
+}
+
+/// Acquires a permit of `semaphore` and releases it at once; any error
+/// fails the test.
+pub async fn acquire_and_release_permit(semaphore: &Semaphore) {
+    semaphore.acquire().await.unwrap().release().await.unwrap();
 }

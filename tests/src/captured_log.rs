@@ -12,6 +12,19 @@ use tracing_subscriber::fmt::MakeWriter;
 pub struct CapturedLog(Arc<Mutex<Vec<u8>>>);
 
 impl CapturedLog {
+    /// A buffer that records this thread's events at `level` and above
+    /// (no colours) until the returned guard is dropped.
+    pub fn at_level(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+        let captured = Self::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(captured.clone())
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        (captured, guard)
+    }
+
     /// Everything written so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()

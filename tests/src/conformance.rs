@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Lock, LockBackend, LockError, LockGuard};
 
+use crate::acquisitions::acquire_and_release;
 pub use crate::hold_at_least::*;
 pub use crate::keys::*;
 pub use crate::nesting::*;
@@ -299,13 +300,7 @@ pub async fn keys_that_print_alike_are_refused<F: Fixture>(fixture: &F) {
         );
     }
     let plain = unique_key("order:42");
-    lock(&a, &plain)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock(&a, &plain)).await;
 }
 
 pub async fn invalid_input_is_rejected<F: Fixture>(fixture: &F) {

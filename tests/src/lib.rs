@@ -37,6 +37,7 @@ pub mod semaphore;
 pub mod servers;
 pub mod shared;
 pub mod short_waits;
+pub mod sql_servers;
 pub mod tls;
 pub mod urls;
 

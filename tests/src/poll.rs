@@ -17,3 +17,13 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Polls the blocking `check` (e.g. a SQL client run) every 50 ms until it
+/// holds, for at most `limit`; panics naming `what` if it never does.
+pub async fn eventually_blocking(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < limit, "{what} not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

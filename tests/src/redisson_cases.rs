@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::{Lock, LockBackend};
+use dlock::{Lock, LockBackend, LockError, LockGuard};
 
 use crate::conformance::unique_key;
 use crate::fixtures::redisson::RedissonFixture;
@@ -73,6 +73,45 @@ pub async fn each_keeps_the_other_out(fixture: &RedissonFixture) {
     assert_eq!(fixture.redis_cli(&["EXISTS", &key]), "0");
 }
 
+/// dlock holds `key` (ttl 30 s) and node-redisson's `lock()` waits for
+/// it, subscribed to `node_channel`: dlock's guard.
+async fn node_waits_behind_dlock(
+    dlock: &Arc<dyn LockBackend>,
+    node: &mut NodeRedisson,
+    key: &str,
+    node_channel: &str,
+) -> LockGuard {
+    let guard = lock(dlock, key)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    node.send(&format!("lock {key}")).await;
+    node.subscribed(node_channel, Duration::from_secs(10)).await;
+    guard
+}
+
+/// `lock` waits while node-redisson holds `key`, which it unlocks 500 ms
+/// later (the waiter is subscribed and past its first try by then): when
+/// dlock was granted, its guard, and when node-redisson unlocked (epoch
+/// ms).
+async fn wait_for_node_unlock(
+    lock: &Lock,
+    node: &mut NodeRedisson,
+    key: &str,
+) -> (u64, Result<LockGuard, LockError>, u64) {
+    let waiter = async {
+        let guard = lock.acquire().await;
+        (epoch_ms(), guard)
+    };
+    let unlocker = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        node.unlock(key).await
+    };
+    let ((granted, guard), unlocked) = tokio::join!(waiter, unlocker);
+    (granted, guard, unlocked)
+}
+
 /// node-redisson's unlock wakes a waiting dlock acquire by its message.
 pub async fn node_release_wakes_a_dlock_waiter(fixture: &RedissonFixture) {
     let key = unique_key("redisson-wakes-dlock");
@@ -80,16 +119,7 @@ pub async fn node_release_wakes_a_dlock_waiter(fixture: &RedissonFixture) {
     let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
     node.lock(&key, Duration::from_secs(10)).await;
     let lock = lock(&dlock, &key).wait(Duration::from_secs(20));
-    let waiter = async {
-        let guard = lock.acquire().await;
-        (epoch_ms(), guard)
-    };
-    let unlocker = async {
-        // The waiter is subscribed and past its first try by then.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        node.unlock(&key).await
-    };
-    let ((granted, guard), unlocked) = tokio::join!(waiter, unlocker);
+    let (granted, guard, unlocked) = wait_for_node_unlock(&lock, &mut node, &key).await;
     assert!(granted >= unlocked, "dlock was granted a held lock");
     let guard = guard.expect("dlock's waiter was granted");
     let woke = granted.saturating_sub(unlocked);
@@ -104,14 +134,7 @@ pub async fn dlock_release_wakes_a_node_waiter(fixture: &RedissonFixture, drop: 
     let key = unique_key("redisson-wakes-node");
     let dlock = backend(fixture).await;
     let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
-    let guard = lock(&dlock, &key)
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    node.send(&format!("lock {key}")).await;
-    node.subscribed(&channel(&key), Duration::from_secs(10))
-        .await;
+    let guard = node_waits_behind_dlock(&dlock, &mut node, &key, &channel(&key)).await;
     let released = epoch_ms();
     if drop {
         std::mem::drop(guard);
@@ -202,17 +225,8 @@ pub async fn inner_braces_wake_both_ways(fixture: &RedissonFixture) {
     let key = format!("cart{{{}}}", unique_key("redisson-braces"));
     let dlock = backend(fixture).await;
     let mut node = NodeRedisson::start(fixture, NODE_WATCHDOG).await;
-    let guard = lock(&dlock, &key)
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    node.send(&format!("lock {key}")).await;
-    node.subscribed(
-        &format!("redisson_lock__channel:{{{key}}}"),
-        Duration::from_secs(10),
-    )
-    .await;
+    let node_channel = format!("redisson_lock__channel:{{{key}}}");
+    let guard = node_waits_behind_dlock(&dlock, &mut node, &key, &node_channel).await;
     let released = epoch_ms();
     guard.release().await.unwrap();
     let woke = node
@@ -223,15 +237,7 @@ pub async fn inner_braces_wake_both_ways(fixture: &RedissonFixture) {
     assert!(woke < WAKE_BOUND_MS, "woken after {woke} ms");
 
     let lock = lock(&dlock, &key).wait(Duration::from_secs(20));
-    let waiter = async {
-        let guard = lock.acquire().await;
-        (epoch_ms(), guard)
-    };
-    let unlocker = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        node.unlock(&key).await
-    };
-    let ((granted, guard), unlocked) = tokio::join!(waiter, unlocker);
+    let (granted, guard, unlocked) = wait_for_node_unlock(&lock, &mut node, &key).await;
     let woke = granted.saturating_sub(unlocked);
     println!("{key}: node-redisson unlock -> dlock waiter granted: {woke} ms");
     assert!(woke < WAKE_BOUND_MS, "woken after {woke} ms");

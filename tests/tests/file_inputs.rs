@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use dlock::backends::file::FileBackend;
 use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::acquisitions::acquire_and_release;
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::file::FileFixture;
 
@@ -138,13 +139,7 @@ async fn files_get_the_configured_mode() {
         (format!("{}?mode=0660", fixture.url), 0o660, "mode:group"),
     ] {
         let backend: Arc<dyn LockBackend> = Arc::new(FileBackend::connect(&url).await.unwrap());
-        lock(&backend, key)
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        acquire_and_release(&lock(&backend, key)).await;
         let stem = fixture
             .file_backend()
             .await

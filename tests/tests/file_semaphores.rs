@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::{LockBackend, LockError, Semaphore};
+use dlock_tests::acquisitions::acquire_and_release_permit;
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::file::FileFixture;
 use dlock_tests::holder::Holder;
@@ -18,6 +19,13 @@ const HOLDER: &str = env!("CARGO_BIN_EXE_permit-holder");
 
 fn semaphore(backend: &Arc<dyn LockBackend>, name: &str, permits: usize) -> Semaphore {
     Semaphore::new(name, permits).with_backend(backend.clone())
+}
+
+/// Both permits of the semaphore `name` (of 2) are held: a try is refused
+/// (`why` in the message when it is not).
+async fn assert_no_permit_free(backend: &Arc<dyn LockBackend>, name: &str, why: &str) {
+    let permit = semaphore(backend, name, 2).try_acquire().await.unwrap();
+    assert!(permit.is_none(), "{why}");
 }
 
 /// A permit holder killed with SIGKILL, with a 30 s ttl: the kernel frees
@@ -43,14 +51,7 @@ async fn a_killed_permit_holder_frees_its_slot_at_once() {
         holder.acquired(Duration::from_secs(20)).await;
     }
     let backend = fixture.backend().await;
-    assert!(
-        semaphore(&backend, name, 2)
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
-        "both permits are held by the two processes"
-    );
+    assert_no_permit_free(&backend, name, "both permits are held by the two processes").await;
     let waiter = semaphore(&backend, name, 2).wait(Duration::from_secs(10));
     let waiting = tokio::spawn(async move {
         let permit = waiter.acquire().await?;
@@ -70,14 +71,12 @@ async fn a_killed_permit_holder_frees_its_slot_at_once() {
         after < Duration::from_secs(1),
         "served {after:?} after the kill"
     );
-    assert!(
-        semaphore(&backend, name, 2)
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
-        "the waiter and the live process hold both permits"
-    );
+    assert_no_permit_free(
+        &backend,
+        name,
+        "the waiter and the live process hold both permits",
+    )
+    .await;
     permit.release().await.unwrap();
     holders[1].kill9().await;
 }
@@ -208,13 +207,7 @@ async fn flock_command_on_a_slot_takes_that_permit() {
     let backend = fixture.backend().await;
     let name = "shell-permits";
     // Creates the files.
-    semaphore(&backend, name, 2)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release_permit(&semaphore(&backend, name, 2)).await;
     let slot = fixture.dir().join("dlock~sem~shell-permits~0.lock");
     let mut shell = tokio::process::Command::new("flock")
         .arg(&slot)
@@ -229,14 +222,7 @@ async fn flock_command_on_a_slot_takes_that_permit() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mine = semaphore(&backend, name, 2).try_acquire().await.unwrap();
     let mine = mine.expect("slot 1 is free");
-    assert!(
-        semaphore(&backend, name, 2)
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
-        "flock(1) holds slot 0, dlock slot 1"
-    );
+    assert_no_permit_free(&backend, name, "flock(1) holds slot 0, dlock slot 1").await;
     let waiter = semaphore(&backend, name, 2).wait(Duration::from_secs(10));
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     tokio::time::sleep(Duration::from_millis(200)).await;

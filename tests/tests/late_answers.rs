@@ -149,13 +149,7 @@ async fn a_late_grant_is_a_warn_event() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
     let slow = redis(&format!("redis://{}", proxy.addr())).await;
-    let captured = CapturedLog::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(captured.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = CapturedLog::at_level(tracing::Level::WARN);
     proxy.delay_replies(dlock_tests::late_answer::DELAY);
     let key = late_key();
     let late = dlock::Lock::new(&key)

@@ -9,64 +9,46 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::mysql::{lock_name, MysqlBackend};
 use dlock::{Lock, LockBackend, LockError};
+use dlock_tests::acquisitions::wait_for;
 use dlock_tests::fixtures::mysql::{sql_string, MysqlFixture};
+use dlock_tests::poll::eventually_blocking as eventually;
 use dlock_tests::servers::ServerControl;
+use dlock_tests::sql_servers::{
+    a_lease_held_through, a_sql_holder_is_waited_for, connected, SqlClientSession, SqlHolder,
+};
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        MysqlBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, MysqlBackend::connect).await
 }
 
 fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
     Lock::new(key).with_backend(backend.clone())
 }
 
+/// A dlock waiter behind SQL code is served by the server's queue.
+const SQL_CLIENT: SqlHolder = SqlHolder {
+    who: "the SQL client",
+    pause: Duration::from_millis(500),
+    within: Duration::from_secs(1),
+    how: "the server's queue",
+};
+
 /// A `mariadb` client process that runs `sql` and keeps its session open
 /// until its stdin closes.
-struct SqlSession(std::process::Child);
-
-impl SqlSession {
-    fn run(fixture: &MysqlFixture, sql: &str) -> Self {
-        use std::io::Write;
-        let mut child = std::process::Command::new(fixture.server().client_path())
-            .args(["--no-defaults", "-h127.0.0.1", "-uroot", "-N", "-B"])
-            .arg(format!("-P{}", fixture.server().port()))
-            .arg("dlock")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the mariadb client");
-        let stdin = child.stdin.as_mut().expect("client stdin");
-        writeln!(stdin, "{sql}").expect("write to the client");
-        stdin.flush().expect("flush the client");
-        SqlSession(child)
-    }
-
-    /// Ends the session (stdin closes, the client exits, the server frees
-    /// its locks).
-    fn quit(mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for SqlSession {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Polls (bounded) until `check` is true.
-async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "{what} not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+fn sql_session(fixture: &MysqlFixture, sql: &str) -> SqlClientSession {
+    SqlClientSession::run(
+        fixture.server().client_path(),
+        [
+            "--no-defaults".to_owned(),
+            "-h127.0.0.1".to_owned(),
+            "-uroot".to_owned(),
+            "-N".to_owned(),
+            "-B".to_owned(),
+            format!("-P{}", fixture.server().port()),
+            "dlock".to_owned(),
+        ],
+        sql,
+    )
 }
 
 /// dlock and SQL's own `GET_LOCK` exclude each other on `lock_name(key)`,
@@ -88,43 +70,14 @@ async fn sql_get_lock_and_dlock_exclude_each_other() {
         "1"
     );
 
-    let sql = SqlSession::run(&fixture, &format!("SELECT GET_LOCK({name}, 0);"));
+    let sql = sql_session(&fixture, &format!("SELECT GET_LOCK({name}, 0);"));
     eventually(
         "the SQL session holds the name",
         Duration::from_secs(10),
         || fixture.holder("interop").is_some(),
     )
     .await;
-    assert!(lock(&backend, "interop")
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    let info = lock(&backend, "interop").inspect().await.unwrap();
-    assert_eq!(
-        info.map(|i| i.holder),
-        Some(None),
-        "held by a client that is not dlock"
-    );
-    let waiter = {
-        let backend = backend.clone();
-        tokio::spawn(async move {
-            let guard = lock(&backend, "interop")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (guard, Instant::now())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let quit_at = Instant::now();
-    sql.quit();
-    let (guard, at) = waiter.await.unwrap();
-    let guard = guard.expect("granted once the SQL session ended");
-    let after = at - quit_at;
-    eprintln!("granted {after:?} after the SQL session ended (the server's queue)");
-    assert!(after < Duration::from_secs(1), "{after:?}");
-    guard.release().await.unwrap();
+    a_sql_holder_is_waited_for(&backend, "interop", sql, &SQL_CLIENT).await;
 }
 
 /// A SQL client waiting in `GET_LOCK` behind dlock is served when dlock
@@ -136,26 +89,17 @@ async fn sql_waiters_and_dlock_waiters_share_the_servers_queue() {
     let b = fixture.backend_for_tests().await;
     let name = sql_string(&lock_name("queue"));
     let held = lock(&a, "queue").acquire().await.unwrap();
-    let sql = SqlSession::run(
+    let sql = sql_session(
         &fixture,
         &format!("SELECT GET_LOCK({name}, 30); SELECT SLEEP(1); SELECT RELEASE_LOCK({name});"),
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            let guard = lock(&b, "queue")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (guard, Instant::now())
-        })
-    };
+    let waiter = wait_for(lock(&b, "queue").wait(Duration::from_secs(20)));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let released = Instant::now();
     held.release().await.unwrap();
     // The SQL client (first in line) holds it for about a second.
-    let (guard, at) = waiter.await.unwrap();
+    let (at, guard) = waiter.await.unwrap();
     let guard = guard.expect("the dlock waiter is served after the SQL client");
     assert!(
         at - released >= Duration::from_millis(700),
@@ -240,20 +184,18 @@ async fn long_keys_are_hashed_and_listed_by_their_key() {
 async fn fences_increase_across_a_server_restart() {
     let mut fixture = MysqlFixture::start();
     let backend = fixture.backend_for_tests().await;
-    let before = lock(&backend, "restart").acquire().await.unwrap();
-    let fence = before.fencing_token().unwrap();
-    let lost = before.lost();
-    tokio::task::block_in_place(|| fixture.server_mut().restart());
-    tokio::time::timeout(Duration::from_secs(30), lost)
-        .await
-        .expect("the lease held through a restart is lost");
-    let after = lock(&backend, "restart")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .expect("granted after the restart");
-    assert!(after.fencing_token().unwrap() > fence);
-    after.release().await.unwrap();
+    a_lease_held_through(
+        &mut fixture,
+        &backend,
+        ("restart", None),
+        (
+            |f: &mut MysqlFixture| f.server_mut().restart(),
+            Duration::from_secs(30),
+            "the lease held through a restart is lost",
+        ),
+        (|_: &mut MysqlFixture| {}, "granted after the restart"),
+    )
+    .await;
 }
 
 /// An account with only the documented grants works; one without the

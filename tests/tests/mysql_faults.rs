@@ -10,20 +10,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backends::mysql::MysqlBackend;
-use dlock::{Lock, LockBackend, LockError};
+use dlock::{Lock, LockBackend};
+use dlock_tests::acquisitions::wait_for;
 use dlock_tests::fixtures::mysql::MysqlFixture;
 use dlock_tests::holder::{check_marks, Holder, HolderSpec};
 use dlock_tests::proxy::FaultProxy;
 use dlock_tests::servers::ServerControl;
+use dlock_tests::sql_servers::{
+    a_frozen_holder_is_freed_by_the_server as frozen_holder_case, a_lease_held_through,
+    an_ended_session_loses_exactly_its_leases, connected,
+};
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        MysqlBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, MysqlBackend::connect).await
 }
 
 fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
@@ -51,20 +52,11 @@ async fn a_killed_holder_process_frees_its_lock_at_once() {
         .parse()
         .unwrap();
     let backend = fixture.backend_for_tests().await;
-    let waiter = {
-        let backend = backend.clone();
-        tokio::spawn(async move {
-            let guard = lock(&backend, "crash")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (guard, Instant::now())
-        })
-    };
+    let waiter = wait_for(lock(&backend, "crash").wait(Duration::from_secs(20)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed = Instant::now();
     holder.kill9().await;
-    let (guard, at) = waiter.await.unwrap();
+    let (at, guard) = waiter.await.unwrap();
     let guard = guard.expect("served after the holder was killed");
     let after = at - killed;
     eprintln!("a killed holder's lock granted to a waiter {after:?} after SIGKILL");
@@ -96,40 +88,7 @@ async fn a_killed_holder_process_frees_its_lock_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_holder_is_freed_by_the_server() {
     let fixture = MysqlFixture::start();
-    let session_timeout = Duration::from_secs(2);
-    let url = format!("{}?session_timeout=2s", fixture.url());
-    let mut holder = Holder::spawn(
-        HOLDER,
-        &HolderSpec::once(
-            &url,
-            "frozen",
-            Duration::from_secs(2),
-            Duration::from_secs(6),
-        ),
-    );
-    holder.acquired(Duration::from_secs(20)).await;
-    let pid = holder.pid().expect("holder runs");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    let frozen = Instant::now();
-    let backend = fixture.backend_for_tests().await;
-    let guard = lock(&backend, "frozen")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .expect("the frozen holder's lock is freed by the server");
-    let freed = frozen.elapsed();
-    eprintln!("a frozen holder's lock was granted to another client {freed:?} after SIGSTOP (session_timeout {session_timeout:?})");
-    assert!(
-        freed <= session_timeout + Duration::from_secs(3),
-        "{freed:?}"
-    );
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
-    assert!(
-        !holder.exit_success(Duration::from_secs(20)).await,
-        "the resumed holder's release must fail: its lease was lost"
-    );
-    guard.release().await.unwrap();
+    frozen_holder_case(HOLDER, fixture.url(), fixture.backend_for_tests().await).await;
 }
 
 /// An operator's `KILL` of one session: exactly the leases on it are lost,
@@ -140,38 +99,16 @@ async fn a_killed_session_loses_exactly_its_leases() {
     let fixture = MysqlFixture::with_options("sessions=2");
     let a = connect(fixture.url()).await;
     let b = connect(fixture.url()).await;
-    let ttl = Duration::from_secs(3);
-    let victim = lock(&a, "victim").ttl(ttl).acquire().await.unwrap();
-    let bystander = lock(&a, "bystander").ttl(ttl).acquire().await.unwrap();
-    let (victim_id, bystander_id) = (fixture.holder("victim"), fixture.holder("bystander"));
-    assert!(victim_id.is_some());
-    assert_ne!(victim_id, bystander_id, "two sessions, one lease each");
-    let lost = victim.lost();
-    let killed = Instant::now();
-    fixture
-        .server()
-        .sql(&format!("KILL {}", victim_id.unwrap()));
-    tokio::time::timeout(ttl, lost)
-        .await
-        .expect("lost() fired within the ttl");
-    eprintln!(
-        "loss of a killed session reported after {:?} (ttl {ttl:?})",
-        killed.elapsed()
-    );
-    let next = lock(&b, "victim")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("another client is granted the key");
-    assert!(next.fencing_token() > victim.fencing_token());
-    tokio::time::sleep(ttl + ttl / 2).await;
-    assert!(bystander.is_held(), "a lease of another session was lost");
-    assert!(matches!(
-        victim.release().await,
-        Err(LockError::NotHeld { .. })
-    ));
-    next.release().await.unwrap();
-    bystander.release().await.unwrap();
+    an_ended_session_loses_exactly_its_leases(
+        a,
+        b,
+        |key| fixture.holder(key),
+        |id| {
+            fixture.server().sql(&format!("KILL {id}"));
+        },
+        "killed",
+    )
+    .await;
 }
 
 /// The server frozen (SIGSTOP) longer than the ttl: the holder's renewals
@@ -183,26 +120,23 @@ async fn a_stopped_server_loses_leases_in_time_and_recovers() {
     let mut fixture = MysqlFixture::with_options("timeout=1s");
     let backend = fixture.backend_for_tests().await;
     let ttl = Duration::from_secs(2);
-    let guard = lock(&backend, "paused").ttl(ttl).acquire().await.unwrap();
-    let fence = guard.fencing_token().unwrap();
-    let lost = guard.lost();
-    let paused = Instant::now();
-    tokio::task::block_in_place(|| fixture.server_mut().pause());
-    tokio::time::timeout(ttl + Duration::from_millis(500), lost)
-        .await
-        .expect("lost() by the local deadline while the server is frozen");
-    let at = paused.elapsed();
+    let at = a_lease_held_through(
+        &mut fixture,
+        &backend,
+        ("paused", Some(ttl)),
+        (
+            |f: &mut MysqlFixture| f.server_mut().pause(),
+            ttl + Duration::from_millis(500),
+            "lost() by the local deadline while the server is frozen",
+        ),
+        (
+            |f: &mut MysqlFixture| f.server_mut().resume(),
+            "taken again once the server goes on",
+        ),
+    )
+    .await;
     eprintln!("lease lost {at:?} after the server froze (ttl {ttl:?})");
     assert!(at <= ttl + Duration::from_millis(500), "{at:?}");
-    tokio::task::block_in_place(|| fixture.server_mut().resume());
-    let next = lock(&backend, "paused")
-        .ttl(ttl)
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .expect("taken again once the server goes on");
-    assert!(next.fencing_token().unwrap() > fence);
-    next.release().await.unwrap();
 }
 
 /// A frozen network path: every flow open now silently dead (a fault

@@ -9,11 +9,12 @@
 //! and the conformance and semaphore suites over TLS.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::backends::mysql::MysqlBackend;
 use dlock::{Lock, LockBackend, LockError, Semaphore};
 use dlock_tests::servers::mariadb::MariaDbServer;
+use dlock_tests::sql_servers::{connected, held_with_a_waiter, refused_within};
 use dlock_tests::tls::TestCerts;
 
 /// The bound on a refused connection: the URL's `timeout=2s`, and a
@@ -21,24 +22,13 @@ use dlock_tests::tls::TestCerts;
 const REFUSED_WITHIN: Duration = Duration::from_secs(3);
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        MysqlBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, MysqlBackend::connect).await
 }
 
 /// `MysqlBackend::connect(url)`'s error, checked to come within
 /// [`REFUSED_WITHIN`].
 async fn refused(url: &str) -> LockError {
-    let started = Instant::now();
-    let err = match MysqlBackend::connect(url).await {
-        Ok(_) => panic!("{url}: connected"),
-        Err(e) => e,
-    };
-    let took = started.elapsed();
-    assert!(took < REFUSED_WITHIN, "{url}: refused after {took:?}");
-    err
+    refused_within(url, REFUSED_WITHIN, MysqlBackend::connect).await
 }
 
 /// The server's counts of accepted connections and of finished TLS
@@ -70,34 +60,15 @@ async fn locks_and_permits_over_verify_identity() {
     let server = MariaDbServer::start_tls();
     let (opened, encrypted, _) = handshakes(&server);
     let url = format!("{}&sessions=2", server.tls_url());
-    let a = connect(&url).await;
-    let b = connect(&url).await;
-    let held = Lock::new("tls-key")
-        .with_backend(a.clone())
-        .acquire()
-        .await
-        .unwrap();
-    let first = held.fencing_token().unwrap();
-    assert!(Lock::new("tls-key")
-        .with_backend(b.clone())
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            Lock::new("tls-key")
-                .with_backend(b)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-        })
-    };
+    let queued = held_with_a_waiter(
+        &url,
+        MysqlBackend::connect,
+        "tls-key",
+        Duration::from_secs(10),
+    );
+    let queued = queued.await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.unwrap();
-    let next = waiter.await.unwrap().expect("the waiter is served");
-    assert!(next.fencing_token().unwrap() > first);
+    let (next, _, [a, _b]) = queued.release_and_serve().await;
     next.release().await.unwrap();
     let permit = Semaphore::new("tls-permits", 2)
         .with_backend(a.clone())

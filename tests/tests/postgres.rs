@@ -10,78 +10,44 @@ use dlock::{Lock, LockBackend, LockError, RwLock, Semaphore};
 use dlock_tests::acquisitions::acquire_and_release;
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::postgres::{pg_rw_locks_of, PgFixture};
-use dlock_tests::holder::{Holder, HolderSpec};
+use dlock_tests::poll::eventually_blocking as eventually;
 use dlock_tests::servers::ports::free_port;
+use dlock_tests::sql_servers::{
+    a_frozen_holder_is_freed_by_the_server as frozen_holder_case, a_sql_holder_is_waited_for,
+    an_ended_session_loses_exactly_its_leases, connected, SqlClientSession, SqlHolder,
+};
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        PostgresBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, PostgresBackend::connect).await
 }
 
 fn lock(backend: &Arc<dyn LockBackend>, key: &str) -> Lock {
     Lock::new(key).with_backend(backend.clone())
 }
 
+/// A dlock waiter behind psql is served by its re-check.
+const PSQL: SqlHolder = SqlHolder {
+    who: "psql",
+    pause: Duration::from_millis(300),
+    within: Duration::from_secs(3),
+    how: "re-check net",
+};
+
 /// A psql process that takes `pg_advisory_lock(id)` and keeps its session
 /// open until its stdin closes.
-struct PsqlHolder(std::process::Child);
-
-impl PsqlHolder {
-    fn take(fixture: &PgFixture, id: i64) -> Self {
-        Self::run(fixture, &format!("SELECT pg_advisory_lock({id});"))
-    }
-
-    /// A psql session that runs `sql` and stays open until its stdin closes.
-    fn run(fixture: &PgFixture, sql: &str) -> Self {
-        use std::io::Write;
-        let mut child = std::process::Command::new(fixture.server().psql_path())
-            .args(["-h", "127.0.0.1", "-p"])
-            .arg(fixture.server().port().to_string())
-            .args(["-U", "postgres", "-d", "postgres", "-XAtq"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start psql");
-        let stdin = child.stdin.as_mut().expect("psql stdin");
-        writeln!(stdin, "{sql}").expect("write to psql");
-        stdin.flush().expect("flush psql");
-        PsqlHolder(child)
-    }
-
-    /// Sends psql one more statement.
-    fn send(&mut self, sql: &str) {
-        use std::io::Write;
-        let stdin = self.0.stdin.as_mut().expect("psql stdin");
-        writeln!(stdin, "{sql}").expect("write to psql");
-        stdin.flush().expect("flush psql");
-    }
-
-    /// Ends psql's session (its stdin closes, it exits, the server frees its locks).
-    fn quit(mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
-    }
+fn psql_holder(fixture: &PgFixture, id: i64) -> SqlClientSession {
+    psql_session(fixture, &format!("SELECT pg_advisory_lock({id});"))
 }
 
-impl Drop for PsqlHolder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Polls (bounded) until `check` is true.
-async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "{what} not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// A psql session that runs `sql` and stays open until its stdin closes.
+fn psql_session(fixture: &PgFixture, sql: &str) -> SqlClientSession {
+    SqlClientSession::run(
+        fixture.server().psql_path(),
+        fixture.server().psql_args(),
+        sql,
+    )
 }
 
 /// dlock and SQL code exclude each other on `advisory_key`, both ways.
@@ -107,39 +73,12 @@ async fn psql_and_dlock_exclude_each_other() {
     );
     // psql holds: dlock is busy, and is granted once psql's session ends
     // (a foreign unlock announces nothing: the waiter's re-check finds it).
-    let psql = PsqlHolder::take(&fixture, id);
+    let psql = psql_holder(&fixture, id);
     eventually("psql holds the key", Duration::from_secs(10), || {
         !fixture.holders("interop").is_empty()
     })
     .await;
-    let busy = lock(&backend, "interop").try_acquire().await.unwrap();
-    assert!(busy.is_none(), "granted while psql holds the key");
-    let info = lock(&backend, "interop").inspect().await.unwrap();
-    assert_eq!(
-        info.map(|i| i.holder),
-        Some(None),
-        "held by a client that is not dlock"
-    );
-    let waiter = {
-        let backend = backend.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let guard = lock(&backend, "interop")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (guard, started.elapsed())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let quit_at = Instant::now();
-    psql.quit();
-    let (guard, _) = waiter.await.unwrap();
-    let guard = guard.expect("granted after psql's session ended");
-    let after_quit = quit_at.elapsed();
-    eprintln!("granted {after_quit:?} after psql's session ended (re-check net)");
-    assert!(after_quit < Duration::from_secs(3), "{after_quit:?}");
-    guard.release().await.unwrap();
+    a_sql_holder_is_waited_for(&backend, "interop", psql, &PSQL).await;
 }
 
 /// A read-write lock is a pair of two-`int4` advisory locks, apart from the
@@ -278,37 +217,22 @@ async fn a_terminated_session_loses_exactly_its_leases() {
     let fixture = PgFixture::with_options("sessions=2");
     let a = connect(fixture.url()).await;
     let b = connect(fixture.url()).await;
-    let ttl = Duration::from_secs(3);
-    let victim = lock(&a, "victim").ttl(ttl).acquire().await.unwrap();
-    let bystander = lock(&a, "bystander").ttl(ttl).acquire().await.unwrap();
-    let (victim_pid, bystander_pid) = (fixture.holders("victim"), fixture.holders("bystander"));
-    assert_eq!(victim_pid.len(), 1);
-    assert_ne!(victim_pid, bystander_pid, "two sessions, one lease each");
-    let lost = victim.lost();
-    let terminated = Instant::now();
-    fixture
-        .server()
-        .psql(&format!("SELECT pg_terminate_backend({})", victim_pid[0]));
-    tokio::time::timeout(ttl, lost)
-        .await
-        .expect("lost() fired within the ttl");
-    let detected = terminated.elapsed();
-    eprintln!("loss of a terminated session reported after {detected:?} (ttl {ttl:?})");
-    let next = lock(&b, "victim")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("another client is granted the key");
-    assert!(next.fencing_token() > victim.fencing_token());
-    // The other session's lease lives on through renewals.
-    tokio::time::sleep(ttl + ttl / 2).await;
-    assert!(bystander.is_held(), "a lease of another session was lost");
-    assert!(matches!(
-        victim.release().await,
-        Err(LockError::NotHeld { .. })
-    ));
-    next.release().await.unwrap();
-    bystander.release().await.unwrap();
+    an_ended_session_loses_exactly_its_leases(
+        a,
+        b,
+        |key| {
+            let pids = fixture.holders(key);
+            assert!(pids.len() <= 1, "one session holds {key}: {pids:?}");
+            pids.first().copied()
+        },
+        |pid| {
+            fixture
+                .server()
+                .psql(&format!("SELECT pg_terminate_backend({pid})"));
+        },
+        "terminated",
+    )
+    .await;
 }
 
 /// The server frees a terminated session's locks at once, so its leases
@@ -344,42 +268,7 @@ async fn a_terminated_session_is_reported_lost_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_holder_is_freed_by_the_server() {
     let fixture = PgFixture::start();
-    let session_timeout = Duration::from_secs(2);
-    let url = format!("{}?session_timeout=2s", fixture.url());
-    let mut holder = Holder::spawn(
-        HOLDER,
-        &HolderSpec {
-            url: url.clone(),
-            key: "frozen".into(),
-            ttl: Duration::from_secs(2),
-            hold: Duration::from_secs(6),
-            cycles: 1,
-            marks: None,
-        },
-    );
-    holder.acquired(Duration::from_secs(20)).await;
-    let pid = holder.pid().expect("holder runs");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    let frozen = Instant::now();
-    let backend = connect(fixture.url()).await;
-    let guard = lock(&backend, "frozen")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .expect("the frozen holder's lock is freed by the server");
-    let freed = frozen.elapsed();
-    eprintln!("a frozen holder's lock was granted to another client {freed:?} after SIGSTOP (session_timeout {session_timeout:?})");
-    assert!(
-        freed <= session_timeout + Duration::from_secs(3),
-        "{freed:?}"
-    );
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
-    assert!(
-        !holder.exit_success(Duration::from_secs(20)).await,
-        "the resumed holder's release must fail: its lease was lost"
-    );
-    guard.release().await.unwrap();
+    frozen_holder_case(HOLDER, fixture.url(), connect(fixture.url()).await).await;
 }
 
 /// A renewal statement names at most 1,000 leases (and 128 KiB of names):
@@ -589,7 +478,7 @@ async fn elections_are_advisory_locks_sql_can_see() {
     let backend = fixture.backend_for_tests().await;
     let election = dlock::Election::new("scheduler").with_backend(backend.clone());
     // psql holds the election's number: nobody is elected, nobody leads.
-    let psql = PsqlHolder::take(&fixture, advisory_key("scheduler"));
+    let psql = psql_holder(&fixture, advisory_key("scheduler"));
     eventually("psql holds the key", Duration::from_secs(10), || {
         !fixture.holders("scheduler").is_empty()
     })
@@ -712,7 +601,7 @@ async fn clients_creating_the_tables_at_once_all_start() {
     for round in 0..ROUNDS {
         let schema = format!("race_{round}");
         server.psql(&format!("CREATE SCHEMA {schema}"));
-        let mut dropping = PsqlHolder::run(&fixture, &format!("BEGIN; DROP SCHEMA {schema};"));
+        let mut dropping = psql_session(&fixture, &format!("BEGIN; DROP SCHEMA {schema};"));
         eventually("psql drops the schema", Duration::from_secs(20), || {
             server.psql(
                 "SELECT count(*) FROM pg_locks WHERE granted AND locktype = 'object' \

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::postgres::{advisory_key_in, PostgresBackend};
 use dlock::{Election, Lock, LockBackend, LockError, RwLock, Semaphore};
+use dlock_tests::acquisitions::acquire_and_release;
 use dlock_tests::fixtures::postgres::PgFixture;
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
@@ -238,13 +239,7 @@ async fn idle_keys_leave_no_rows() {
         }
         assert!(Instant::now() < deadline, "rows left: {now}");
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        lock("tick")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        acquire_and_release(&lock("tick")).await;
     }
     println!(
         "every idle row gone {:?} after the last release (retention 1 s)",

@@ -8,12 +8,13 @@
 //! conformance, segment, multi-key, read-write and semaphore suites over TLS.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::backends::postgres::PostgresBackend;
 use dlock::{Lock, LockBackend, LockError};
 use dlock_tests::fixtures::postgres::PgFixture;
 use dlock_tests::servers::postgres::PgServer;
+use dlock_tests::sql_servers::{connected, held_with_a_waiter, refused_within};
 use dlock_tests::tls::TestCerts;
 
 /// The bound on a refused connection: the URL's `connect_timeout=2`, and a
@@ -21,23 +22,13 @@ use dlock_tests::tls::TestCerts;
 const REFUSED_WITHIN: Duration = Duration::from_secs(3);
 
 async fn connect(url: &str) -> Arc<dyn LockBackend> {
-    Arc::new(
-        PostgresBackend::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-    )
+    connected(url, PostgresBackend::connect).await
 }
 
 /// `PostgresBackend::connect(url)`'s error, checked to come within
 /// [`REFUSED_WITHIN`] and not to show the URL's password.
 async fn refused(url: &str) -> LockError {
-    let started = Instant::now();
-    let err = match PostgresBackend::connect(url).await {
-        Ok(_) => panic!("{url}: connected"),
-        Err(e) => e,
-    };
-    let took = started.elapsed();
-    assert!(took < REFUSED_WITHIN, "{url}: refused after {took:?}");
+    let err = refused_within(url, REFUSED_WITHIN, PostgresBackend::connect).await;
     assert!(
         !err.to_string().contains("hunter2"),
         "the password leaked: {err}"
@@ -63,44 +54,23 @@ fn connections(server: &PgServer, app: &str) -> (u32, u32) {
 async fn locks_over_verify_full() {
     let server = PgServer::start_tls();
     let url = format!("{}&application_name=dlock-tls&sessions=2", server.tls_url());
-    let a = connect(&url).await;
-    let b = connect(&url).await;
-    let held = Lock::new("tls-key")
-        .with_backend(a.clone())
-        .acquire()
-        .await
-        .unwrap();
-    let first = held.fencing_token().unwrap();
-    assert!(Lock::new("tls-key")
-        .with_backend(b.clone())
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
     // A waiter on `b` listens for the release (its LISTEN connection is
     // opened now), and gets the key when `a` lets go.
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move {
-            Lock::new("tls-key")
-                .with_backend(b)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
+    let queued = held_with_a_waiter(
+        &url,
+        PostgresBackend::connect,
+        "tls-key",
+        Duration::from_secs(20),
+    );
+    let queued = queued.await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (tls, plain) = connections(&server, "dlock-tls");
     assert!(tls >= 3 && plain == 0, "encrypted {tls}, plain {plain}");
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let next = waiter.await.unwrap().unwrap();
+    let (next, took, _clients) = queued.release_and_serve().await;
     assert!(
-        released.elapsed() < Duration::from_millis(900),
-        "woken by the listener, not the re-check: {:?}",
-        released.elapsed()
+        took < Duration::from_millis(900),
+        "woken by the listener, not the re-check: {took:?}"
     );
-    assert!(next.fencing_token().unwrap() > first);
     let (tls, plain) = connections(&server, "dlock-tls");
     assert!(tls >= 3 && plain == 0, "encrypted {tls}, plain {plain}");
     let versions = server.psql(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dlock::LockError;
 use dlock_tests::fixtures::redis::{
-    lock_key, queue_backend as backend, queue_lock as lock, RedisFixture,
+    self, lock_key, queue_backend as backend, queue_lock as lock, RedisFixture,
 };
 use dlock_tests::foreign::py_lock_loop;
 use dlock_tests::holder::{check_marks, Holder, HolderSpec};
@@ -20,28 +20,12 @@ const WAITERS: usize = 5;
 
 /// How many tickets wait in `key`'s queue.
 fn queued(fixture: &RedisFixture, key: &str) -> usize {
-    let queue = format!("{}:queue", lock_key(key));
-    fixture
-        .redis_cli(&["ZCARD", &queue])
-        .trim()
-        .parse()
-        .expect("ZCARD answers a number")
+    redis::queued(&|args| fixture.redis_cli(args), key)
 }
 
 /// Waits (bounded) until `key`'s queue holds `n` tickets.
 async fn until_queued(fixture: &RedisFixture, key: &str, n: usize) {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = tokio::task::block_in_place(|| queued(fixture, key));
-        if now == n {
-            return;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "{key}'s queue holds {now} tickets after 10 s, not {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    redis::until_queued(&|args| fixture.redis_cli(args), key, n).await;
 }
 
 /// Waiters in five processes, queued one after another behind a holder,

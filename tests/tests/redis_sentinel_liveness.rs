@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockBackend, LockError, LockGuard};
+use dlock_tests::acquisitions::acquire_and_release;
 use dlock_tests::acquisitions::wait_for;
 use dlock_tests::failover::held_throughout;
 use dlock_tests::fixtures::sentinel::sentinel_client;
@@ -46,13 +47,7 @@ fn lock(backend: &Arc<RedisBackend>, key: &str, ttl: Duration) -> Lock {
 /// One lock cycle on `key`, so `backend` is connected to the current master
 /// before a fault, as a running service's client is.
 async fn warm_up(backend: &Arc<RedisBackend>, key: &str) {
-    lock(backend, key, Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock(backend, key, Duration::from_secs(5))).await;
 }
 
 /// Pauses the only replica and waits until the master dropped it

@@ -12,10 +12,12 @@
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::LockError;
-use dlock_tests::fixtures::redis::{lock_key, queue_backend as backend, queue_lock as lock};
+use dlock_tests::fixtures::redis::{
+    lock_key, queue_backend as backend, queue_lock as lock, until_queued,
+};
 use dlock_tests::servers::redis::{RedisCluster, RedisServer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -74,31 +76,6 @@ async fn observe(port: u16) -> (Child, Seen) {
         }
     });
     (child, seen)
-}
-
-/// How many tickets wait in `key`'s queue (`cli` runs a redis-cli command).
-fn queued(cli: &dyn Fn(&[&str]) -> String, key: &str) -> usize {
-    let queue = format!("{}:queue", lock_key(key));
-    cli(&["ZCARD", &queue])
-        .trim()
-        .parse()
-        .expect("ZCARD answers a number")
-}
-
-/// Waits (bounded) until `key`'s queue holds `n` tickets.
-async fn until_queued(cli: &dyn Fn(&[&str]) -> String, key: &str, n: usize) {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = tokio::task::block_in_place(|| queued(cli, key));
-        if now == n {
-            return;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "{key}'s queue holds {now} tickets after 10 s, not {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A holder and [`WAITERS`] waiting processes queued behind it; the holder

@@ -12,25 +12,11 @@ use dlock_tests::conformance::Fixture;
 use dlock_tests::election_processes::LeaderProcessFixture;
 use dlock_tests::fixtures::zookeeper::ZkFixture;
 use dlock_tests::holder::{Holder, HolderSpec};
-use dlock_tests::servers::process::all_threads_stopped;
+use dlock_tests::servers::process::freeze;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
-
-/// Freezes `pid` with SIGSTOP and waits (up to 2 s) until it stopped.
-fn freeze(pid: u32) {
-    let raw = Pid::from_raw(i32::try_from(pid).expect("a pid fits in i32"));
-    kill(raw, Signal::SIGSTOP).expect("SIGSTOP the holder");
-    let started = Instant::now();
-    while !all_threads_stopped(pid) {
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "not stopped in 2 s"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_holder_frees_its_lost_lock_at_once() {

@@ -17,13 +17,7 @@ const WARNING: &str = "ttl longer than the ZooKeeper session can back";
 #[tokio::test(flavor = "current_thread")]
 async fn a_ttl_beyond_the_session_is_cut_with_one_warning_and_inspect_shows_time_left() {
     let fixture = ZkFixture::start().await;
-    let captured = CapturedLog::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(captured.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = CapturedLog::at_level(tracing::Level::WARN);
     let backend: Arc<dyn LockBackend> =
         Arc::new(ZooKeeperBackend::connect(fixture.url()).await.unwrap());
     // 11/20 of the fixture's session timeout.

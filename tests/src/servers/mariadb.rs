@@ -11,9 +11,7 @@
 //! [`TestCerts`]).
 
 use std::ffi::OsString;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use tempfile::TempDir;
@@ -22,7 +20,10 @@ use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::accessors::single_server_accessors;
 use crate::servers::control::ServerControl;
 use crate::servers::ports::{free_port, retry_port_clash};
-use crate::servers::process::{require_binary, run_command, ProcessSpec, ServerProcess};
+use crate::servers::process::{require_binary, run_command, ServerProcess};
+use crate::servers::system_user::{
+    self, copy_dir, give, my_uid, spec_as, wait_answering, FileCopy, Install, ServerUser, Template,
+};
 use crate::tls::TestCerts;
 
 /// Debian packages that provide the server and the `mariadb` client.
@@ -60,43 +61,8 @@ pub struct MariaDbServer {
 
 /// The uid and gid of the `mysql` user when this process is root (it must
 /// not run the server), else `None` (run as ourselves).
-fn server_user() -> HarnessResult<Option<(u32, u32)>> {
-    use std::os::unix::fs::MetadataExt;
-    let me = std::fs::metadata("/proc/self")
-        .context(|| "read /proc/self".to_string())?
-        .uid();
-    if me != 0 {
-        return Ok(None);
-    }
-    let passwd =
-        std::fs::read_to_string("/etc/passwd").context(|| "read /etc/passwd".to_string())?;
-    passwd
-        .lines()
-        .map(|l| l.split(':').collect::<Vec<_>>())
-        .find(|f| f.first() == Some(&"mysql") && f.len() > 3)
-        .and_then(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
-        .map(Some)
-        .ok_or_else(|| {
-            HarnessError::new(format!(
-                "the tests run as root and MariaDB refuses to: there is no `mysql` user to run it as; run `sudo apt-get install {MARIADB_PACKAGES}` (which creates it) or `scripts/install-deps.sh`"
-            ))
-        })
-}
-
-/// Hands `path` (recursively) to `user`.
-fn give(path: &Path, user: Option<(u32, u32)>) -> HarnessResult<()> {
-    let Some((uid, gid)) = user else {
-        return Ok(());
-    };
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))
-        .context(|| format!("chown {}", path.display()))?;
-    if path.is_dir() {
-        for entry in std::fs::read_dir(path).context(|| format!("read {}", path.display()))? {
-            let entry = entry.context(|| format!("read {}", path.display()))?;
-            give(&entry.path(), user)?;
-        }
-    }
-    Ok(())
+fn server_user() -> HarnessResult<ServerUser> {
+    system_user::server_user("mysql", "MariaDB", MARIADB_PACKAGES)
 }
 
 /// The `mariadbd` binary (in `/usr/sbin` on Debian, which a user's `PATH`
@@ -114,132 +80,36 @@ fn server_binary() -> HarnessResult<PathBuf> {
 /// cache, as PostgreSQL's is), reused while its `mysql` directory is there.
 /// A process that loses the race to create it uses the winner's.
 fn template() -> HarnessResult<&'static Path> {
-    static TEMPLATE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let made = TEMPLATE.get_or_init(|| make_template().map_err(|e| e.to_string()));
-    match made {
-        Ok(data) => Ok(data.as_path()),
-        Err(e) => Err(HarnessError::new(e.clone())),
-    }
+    static TEMPLATE: Template = Template::new();
+    TEMPLATE.get(make_template)
 }
 
 fn make_template() -> HarnessResult<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
     server_binary()?;
     let install = require_binary("mariadb-install-db", MARIADB_PACKAGES)?;
-    let user = server_user()?;
-    let me = std::fs::metadata("/proc/self")
-        .context(|| "read /proc/self".to_string())?
-        .uid();
-    let fixed = std::env::temp_dir().join(format!("dlock-mariadb-template-{me}"));
-    if fixed.join("data").join("mysql").is_dir() {
-        return Ok(fixed.join("data"));
+    let me = my_uid()?;
+    Install {
+        fixed: std::env::temp_dir().join(format!("dlock-mariadb-template-{me}")),
+        marker: "mysql",
+        prefix: "dlock-mariadb-install-",
+        installer: "mariadb-install-db",
+        template: "the MariaDB template",
+        limit: INSTALL_LIMIT,
+        user: server_user()?,
     }
-    let dir = tempfile::Builder::new()
-        .prefix("dlock-mariadb-install-")
-        .tempdir()
-        .context(|| "create temp dir for mariadb-install-db".to_string())?;
-    give(dir.path(), user)?;
-    let data = dir.path().join("data");
-    let mut command = std::process::Command::new(&install);
-    command
-        .arg("--no-defaults")
-        .arg(format!("--datadir={}", data.display()))
-        .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-        .args(INNODB)
-        // A temp dir of its own: installs racing in one fresh `$TMPDIR`
-        // (the first run of a suite's processes) failed on each other's
-        // temporary tables ("Could not remove temporary table").
-        .env("TMPDIR", dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    if let Some((uid, gid)) = user {
-        use std::os::unix::process::CommandExt;
-        command.uid(uid).gid(gid);
-    }
-    let child = command
-        .spawn()
-        .context(|| format!("run {}", install.display()))?;
-    let out = wait_bounded(child, INSTALL_LIMIT)?;
-    if !out.status.success() {
-        return Err(HarnessError::new(format!(
-            "mariadb-install-db failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    if std::fs::rename(dir.path(), &fixed).is_ok() {
-        std::mem::forget(dir);
-    } else if !fixed.join("data").join("mysql").is_dir() {
-        return Err(HarnessError::new(format!(
-            "could not move the MariaDB template to {}",
-            fixed.display()
-        )));
-    }
-    Ok(fixed.join("data"))
-}
-
-/// Waits for `child` at most `limit`, killing it after.
-fn wait_bounded(
-    mut child: std::process::Child,
-    limit: Duration,
-) -> HarnessResult<std::process::Output> {
-    let started = std::time::Instant::now();
-    loop {
-        if child
-            .try_wait()
-            .context(|| "wait for mariadb-install-db".to_string())?
-            .is_some()
-        {
-            return child
-                .wait_with_output()
-                .context(|| "read mariadb-install-db output".to_string());
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(HarnessError::new(format!(
-                "mariadb-install-db did not finish within {limit:?}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Copies the directory `from` into `to`, files with their holes kept
-/// (InnoDB's system file is mostly zeros: each server's copy stays small).
-fn copy_dir(from: &Path, to: &Path) -> HarnessResult<()> {
-    std::fs::create_dir_all(to).context(|| format!("create {}", to.display()))?;
-    for entry in std::fs::read_dir(from).context(|| format!("read {}", from.display()))? {
-        let entry = entry.context(|| format!("read {}", from.display()))?;
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            sparse_copy(&entry.path(), &target)
-                .context(|| format!("copy {}", entry.path().display()))?;
-        }
-    }
-    Ok(())
-}
-
-fn sparse_copy(from: &Path, to: &Path) -> std::io::Result<()> {
-    let mut source = std::fs::File::open(from)?;
-    let mut target = std::fs::File::create(to)?;
-    let mut block = vec![0u8; 64 * 1024];
-    let mut length = 0u64;
-    loop {
-        let n = source.read(&mut block)?;
-        if n == 0 {
-            break;
-        }
-        if block[..n].iter().all(|&b| b == 0) {
-            target.seek(SeekFrom::Current(n as i64))?;
-        } else {
-            target.write_all(&block[..n])?;
-        }
-        length += n as u64;
-    }
-    target.set_len(length)
+    .run(|dir, data| {
+        let mut command = std::process::Command::new(&install);
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .args(INNODB)
+            // A temp dir of its own: installs racing in one fresh `$TMPDIR`
+            // (the first run of a suite's processes) failed on each other's
+            // temporary tables ("Could not remove temporary table").
+            .env("TMPDIR", dir);
+        command
+    })
 }
 
 impl MariaDbServer {
@@ -285,7 +155,7 @@ impl MariaDbServer {
             .tempdir()
             .context(|| "create temp dir for MariaDB".to_string())?;
         let data = dir.path().join("data");
-        copy_dir(template, &data)?;
+        copy_dir(template, &data, FileCopy::Sparse)?;
         let certs = match tls {
             None => None,
             Some(host) => {
@@ -298,23 +168,12 @@ impl MariaDbServer {
             }
         };
         give(dir.path(), user)?;
-        // As root, `setpriv` drops to the `mysql` user and execs the server
-        // in place: the process signalled (stop, pause) is mariadbd.
-        let name = format!("mariadbd 127.0.0.1:{port}");
-        let log = dir.path().join("mariadb.log");
-        let mut spec = match user {
-            Some((uid, gid)) => {
-                ProcessSpec::new(name, require_binary("setpriv", "util-linux")?, log)
-                    .args([
-                        format!("--reuid={uid}"),
-                        format!("--regid={gid}"),
-                        "--clear-groups".to_owned(),
-                        "--".to_owned(),
-                    ])
-                    .arg(&bin)
-            }
-            None => ProcessSpec::new(name, &bin, log),
-        };
+        let mut spec = spec_as(
+            user,
+            format!("mariadbd 127.0.0.1:{port}"),
+            &bin,
+            dir.path().join("mariadb.log"),
+        )?;
         spec = spec
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
@@ -430,23 +289,20 @@ impl ServerControl for MariaDbServer {
     }
 
     fn wait_ready(&mut self) -> HarnessResult<()> {
-        let port = self.port;
-        let client = self.client.clone();
-        self.process
-            .wait_until("answering the mariadb client", MARIADB_READY_LIMIT, || {
-                let args: Vec<OsString> = [
-                    "--no-defaults",
-                    "-h127.0.0.1",
-                    &format!("-P{port}"),
-                    "-uroot",
-                    "-e",
-                    "SELECT 1",
-                ]
-                .iter()
-                .map(OsString::from)
-                .collect();
-                run_command(&client, &args, &[], Duration::from_secs(3))
-                    .is_ok_and(|out| out.success())
-            })
+        let port = format!("-P{}", self.port);
+        wait_answering(
+            &mut self.process,
+            "answering the mariadb client",
+            MARIADB_READY_LIMIT,
+            &self.client,
+            &[
+                "--no-defaults",
+                "-h127.0.0.1",
+                &port,
+                "-uroot",
+                "-e",
+                "SELECT 1",
+            ],
+        )
     }
 }

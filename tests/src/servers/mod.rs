@@ -47,6 +47,7 @@ pub mod postgres;
 pub mod process;
 pub mod redis;
 pub mod sentinel;
+mod system_user;
 pub mod zookeeper;
 
 pub use control::ServerControl;

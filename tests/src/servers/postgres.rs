@@ -14,7 +14,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use tempfile::TempDir;
@@ -23,7 +22,10 @@ use crate::error::{Context, HarnessError, HarnessResult};
 use crate::servers::accessors::single_server_accessors;
 use crate::servers::control::ServerControl;
 use crate::servers::ports::{free_port, retry_port_clash};
-use crate::servers::process::{require_binary, run_command, ProcessSpec, ServerProcess};
+use crate::servers::process::{require_binary, run_command, ServerProcess};
+use crate::servers::system_user::{
+    self, copy_dir, give, my_uid, spec_as, wait_answering, FileCopy, Install, ServerUser, Template,
+};
 use crate::tls::TestCerts;
 
 /// Debian packages that provide the server and `psql`.
@@ -81,43 +83,8 @@ fn bindir() -> HarnessResult<PathBuf> {
 
 /// The uid and gid of the `postgres` user when this process is root (it
 /// must not run the server), else `None` (run as ourselves).
-fn server_user() -> HarnessResult<Option<(u32, u32)>> {
-    use std::os::unix::fs::MetadataExt;
-    let me = std::fs::metadata("/proc/self")
-        .context(|| "read /proc/self".to_string())?
-        .uid();
-    if me != 0 {
-        return Ok(None);
-    }
-    let passwd =
-        std::fs::read_to_string("/etc/passwd").context(|| "read /etc/passwd".to_string())?;
-    passwd
-        .lines()
-        .map(|l| l.split(':').collect::<Vec<_>>())
-        .find(|f| f.first() == Some(&"postgres") && f.len() > 3)
-        .and_then(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
-        .map(Some)
-        .ok_or_else(|| {
-            HarnessError::new(format!(
-                "the tests run as root and PostgreSQL refuses to: there is no `postgres` user to run it as; run `sudo apt-get install {POSTGRES_PACKAGES}` (which creates it) or `scripts/install-deps.sh`"
-            ))
-        })
-}
-
-/// Hands `path` (recursively) to `user`.
-fn give(path: &Path, user: Option<(u32, u32)>) -> HarnessResult<()> {
-    let Some((uid, gid)) = user else {
-        return Ok(());
-    };
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))
-        .context(|| format!("chown {}", path.display()))?;
-    if path.is_dir() {
-        for entry in std::fs::read_dir(path).context(|| format!("read {}", path.display()))? {
-            let entry = entry.context(|| format!("read {}", path.display()))?;
-            give(&entry.path(), user)?;
-        }
-    }
-    Ok(())
+fn server_user() -> HarnessResult<ServerUser> {
+    system_user::server_user("postgres", "PostgreSQL", POSTGRES_PACKAGES)
 }
 
 /// The `initdb` every server copies: made once per machine, user and
@@ -127,105 +94,44 @@ fn give(path: &Path, user: Option<(u32, u32)>) -> HarnessResult<()> {
 /// its `PG_VERSION` is there. A process that loses the race to create it
 /// uses the winner's and removes its own.
 fn template() -> HarnessResult<&'static Path> {
-    static TEMPLATE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let made = TEMPLATE.get_or_init(|| make_template().map_err(|e| e.to_string()));
-    match made {
-        Ok(data) => Ok(data.as_path()),
-        Err(e) => Err(HarnessError::new(e.clone())),
-    }
+    static TEMPLATE: Template = Template::new();
+    TEMPLATE.get(make_template)
 }
 
 fn make_template() -> HarnessResult<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
     let bin = bindir()?;
-    let user = server_user()?;
     let version = bin
         .parent()
         .and_then(Path::file_name)
         .and_then(|v| v.to_str())
         .unwrap_or("pg")
         .to_owned();
-    let me = std::fs::metadata("/proc/self")
-        .context(|| "read /proc/self".to_string())?
-        .uid();
-    let fixed = std::env::temp_dir().join(format!("dlock-pg-template-{version}-{me}"));
-    if fixed.join("data").join("PG_VERSION").is_file() {
-        return Ok(fixed.join("data"));
+    let me = my_uid()?;
+    Install {
+        fixed: std::env::temp_dir().join(format!("dlock-pg-template-{version}-{me}")),
+        marker: "PG_VERSION",
+        prefix: "dlock-pg-initdb-",
+        installer: "initdb",
+        template: "the initdb template",
+        limit: INITDB_LIMIT,
+        user: server_user()?,
     }
-    let dir = tempfile::Builder::new()
-        .prefix("dlock-pg-initdb-")
-        .tempdir()
-        .context(|| "create temp dir for initdb".to_string())?;
-    give(dir.path(), user)?;
-    let data = dir.path().join("data");
-    let mut initdb = std::process::Command::new(bin.join("initdb"));
-    initdb
-        .args([
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "--no-sync",
-            "-E",
-            "UTF8",
-            "-D",
-        ])
-        .arg(&data)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    if let Some((uid, gid)) = user {
-        use std::os::unix::process::CommandExt;
-        initdb.uid(uid).gid(gid);
-    }
-    let child = initdb
-        .spawn()
-        .context(|| format!("run {}", bin.join("initdb").display()))?;
-    let out = wait_bounded(child, INITDB_LIMIT)?;
-    if !out.status.success() {
-        return Err(HarnessError::new(format!(
-            "initdb failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    // A rename onto an existing, non-empty directory fails: then another
-    // process made it first, and `dir` (dropped) is removed.
-    if std::fs::rename(dir.path(), &fixed).is_ok() {
-        std::mem::forget(dir);
-    } else if !fixed.join("data").join("PG_VERSION").is_file() {
-        return Err(HarnessError::new(format!(
-            "could not move the initdb template to {}",
-            fixed.display()
-        )));
-    }
-    Ok(fixed.join("data"))
-}
-
-/// Waits for `child` at most `limit`, killing it after.
-fn wait_bounded(
-    mut child: std::process::Child,
-    limit: Duration,
-) -> HarnessResult<std::process::Output> {
-    let started = std::time::Instant::now();
-    loop {
-        if child
-            .try_wait()
-            .context(|| "wait for initdb".to_string())?
-            .is_some()
-        {
-            return child
-                .wait_with_output()
-                .context(|| "read initdb output".to_string());
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(HarnessError::new(format!(
-                "initdb did not finish within {limit:?}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    .run(|_, data| {
+        let mut initdb = std::process::Command::new(bin.join("initdb"));
+        initdb
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "-D",
+            ])
+            .arg(data);
+        initdb
+    })
 }
 
 /// Copies the server's certificate, key and the CA of `certs` into
@@ -256,22 +162,6 @@ fn server_tls_files(certs: &TestCerts, dir: &Path) -> HarnessResult<Vec<String>>
         format!("ssl_key_file={}", key.display()),
         format!("ssl_ca_file={}", ca.display()),
     ])
-}
-
-/// Copies the directory `from` into `to` (files and directories only).
-fn copy_dir(from: &Path, to: &Path) -> HarnessResult<()> {
-    std::fs::create_dir_all(to).context(|| format!("create {}", to.display()))?;
-    for entry in std::fs::read_dir(from).context(|| format!("read {}", from.display()))? {
-        let entry = entry.context(|| format!("read {}", from.display()))?;
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)
-                .context(|| format!("copy {}", entry.path().display()))?;
-        }
-    }
-    Ok(())
 }
 
 impl PgServer {
@@ -322,7 +212,7 @@ impl PgServer {
             .tempdir()
             .context(|| "create temp dir for PostgreSQL".to_string())?;
         let data = dir.path().join("data");
-        copy_dir(template, &data)?;
+        copy_dir(template, &data, FileCopy::Plain)?;
         std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .context(|| format!("chmod {}", data.display()))?;
         let certs = match tls {
@@ -339,27 +229,12 @@ impl PgServer {
             .map(|c| server_tls_files(c, dir.path()))
             .transpose()?;
         give(dir.path(), user)?;
-        // As root, `setpriv` drops to the `postgres` user and execs the
-        // server in place: the process signalled (stop, pause) is postgres.
-        let mut spec = match user {
-            Some((uid, gid)) => ProcessSpec::new(
-                format!("postgres 127.0.0.1:{port}"),
-                require_binary("setpriv", "util-linux")?,
-                dir.path().join("postgres.log"),
-            )
-            .args([
-                format!("--reuid={uid}"),
-                format!("--regid={gid}"),
-                "--clear-groups".to_owned(),
-                "--".to_owned(),
-            ])
-            .arg(bin.join("postgres")),
-            None => ProcessSpec::new(
-                format!("postgres 127.0.0.1:{port}"),
-                bin.join("postgres"),
-                dir.path().join("postgres.log"),
-            ),
-        };
+        let mut spec = spec_as(
+            user,
+            format!("postgres 127.0.0.1:{port}"),
+            &bin.join("postgres"),
+            dir.path().join("postgres.log"),
+        )?;
         spec = spec
             .arg("-D")
             .arg(&data)
@@ -439,9 +314,12 @@ impl PgServer {
         self.try_psql(sql).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Fallible [`PgServer::psql`].
-    pub fn try_psql(&self, sql: &str) -> HarnessResult<String> {
-        let args: Vec<OsString> = [
+    /// The arguments that connect `psql` to this server as the superuser
+    /// (`-h 127.0.0.1 -p PORT -U postgres -d postgres`), quiet and without
+    /// `.psqlrc` (`-XAtq`: unaligned, tuples only); a test's own `psql`
+    /// adds what it runs.
+    pub fn psql_args(&self) -> Vec<String> {
+        [
             "-h",
             "127.0.0.1",
             "-p",
@@ -451,14 +329,15 @@ impl PgServer {
             "-d",
             "postgres",
             "-XAtq",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
         ]
-        .iter()
-        .map(OsString::from)
-        .collect();
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// Fallible [`PgServer::psql`].
+    pub fn try_psql(&self, sql: &str) -> HarnessResult<String> {
+        let mut args: Vec<OsString> = self.psql_args().into_iter().map(OsString::from).collect();
+        args.extend(["-v", "ON_ERROR_STOP=1", "-c", sql].map(OsString::from));
         let out = run_command(&self.psql, &args, &[], PSQL_LIMIT)?;
         if out.success() {
             Ok(out.stdout.trim().to_owned())
@@ -626,27 +505,15 @@ impl ServerControl for PgServer {
     }
 
     fn wait_ready(&mut self) -> HarnessResult<()> {
-        let port = self.port;
-        let psql = self.psql.clone();
-        self.process
-            .wait_until("answering psql", POSTGRES_READY_LIMIT, || {
-                let args: Vec<OsString> = [
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &port.to_string(),
-                    "-U",
-                    "postgres",
-                    "-d",
-                    "postgres",
-                    "-XAtqc",
-                    "SELECT 1",
-                ]
-                .iter()
-                .map(OsString::from)
-                .collect();
-                run_command(&psql, &args, &[], Duration::from_secs(3))
-                    .is_ok_and(|out| out.success())
-            })
+        let mut args = self.psql_args();
+        args.extend(["-c".to_owned(), "SELECT 1".to_owned()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        wait_answering(
+            &mut self.process,
+            "answering psql",
+            POSTGRES_READY_LIMIT,
+            &self.psql,
+            &args,
+        )
     }
 }

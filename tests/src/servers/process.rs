@@ -345,6 +345,22 @@ impl Drop for ServerProcess {
     }
 }
 
+/// Freezes `pid` with SIGSTOP and waits (up to 2 s) until every thread of
+/// it stopped. Panics if it cannot.
+#[track_caller]
+pub fn freeze(pid: u32) {
+    let raw = Pid::from_raw(i32::try_from(pid).expect("a pid fits in i32"));
+    kill(raw, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP {pid}: {e}"));
+    let started = Instant::now();
+    while !all_threads_stopped(pid) {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "not stopped in 2 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Whether every thread of `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
 pub fn all_threads_stopped(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

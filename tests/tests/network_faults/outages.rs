@@ -54,18 +54,23 @@ async fn a_wait_on_a_silent_server_ends_as_an_outage<S>(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_a_wait_on_a_silent_server_ends_as_an_outage() {
-    let mut server = RedisServer::start();
-    let url = server.url();
+/// The case on a server that one SIGSTOP silences (a single process).
+async fn on_one_process<S: ServerControl>(name: &str, mut server: S, url: &str) {
     a_wait_on_a_silent_server_ends_as_an_outage(
-        "Redis",
+        name,
         &mut server,
-        &url,
+        url,
         |s| s.pause(),
         |s| s.resume(),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_wait_on_a_silent_server_ends_as_an_outage() {
+    let server = RedisServer::start();
+    let url = server.url();
+    on_one_process("Redis", server, &url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,28 +90,14 @@ async fn postgres_a_wait_on_a_silent_server_ends_as_an_outage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_wait_on_a_silent_server_ends_as_an_outage() {
-    let mut server = EtcdServer::start();
+    let server = EtcdServer::start();
     let url = server.url();
-    a_wait_on_a_silent_server_ends_as_an_outage(
-        "etcd",
-        &mut server,
-        &url,
-        |s| s.pause(),
-        |s| s.resume(),
-    )
-    .await;
+    on_one_process("etcd", server, &url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_a_wait_on_a_silent_server_ends_as_an_outage() {
-    let mut server = ZkServer::start();
+    let server = ZkServer::start();
     let url = server.url();
-    a_wait_on_a_silent_server_ends_as_an_outage(
-        "ZooKeeper",
-        &mut server,
-        &url,
-        |s| s.pause(),
-        |s| s.resume(),
-    )
-    .await;
+    on_one_process("ZooKeeper", server, &url).await;
 }
