@@ -26,6 +26,7 @@ macro_rules! semaphore_suite {
             zero_permits_is_rejected,
             another_permit_count_is_refused_with_both_numbers,
             the_count_may_change_once_every_permit_is_back,
+            permits_the_way_ordinary_code_takes_them,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -268,4 +269,87 @@ pub async fn zero_permits_is_rejected<F: Fixture>(fixture: &F) {
     assert!(err.to_string().contains("0 permits"), "{err}");
     let err = semaphore(&a, "", 2).acquire().await.unwrap_err();
     assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+}
+
+/// Permits taken the way ordinary code does: two at once in one task
+/// (`join!`), one from a second runtime while this one holds the other,
+/// acquisitions dropped at every await (a `timeout` that fires at once,
+/// then later and later), and extreme values (`usize::MAX` permits, a ttl
+/// and a wait of `Duration::MAX`): each answers, a clear error or a permit,
+/// and afterwards every permit is free again.
+pub async fn permits_the_way_ordinary_code_takes_them<F: Fixture>(fixture: &F) {
+    let name = unique_key("semaphore-ordinary");
+    let backend = fixture.backend().await;
+    let sem = || semaphore(&backend, &name, 2);
+    // Two at once in one task.
+    let (one, two) = (sem(), sem());
+    let (a, b) = tokio::join!(one.acquire(), two.acquire());
+    let (a, b) = (
+        a.expect("first of two in one task"),
+        b.expect("second of two in one task"),
+    );
+    assert!(
+        sem().try_acquire().await.unwrap().is_none(),
+        "both permits are out"
+    );
+    b.release().await.unwrap();
+    // The other permit from a second runtime, while this one holds `a`.
+    let (other, other_name) = (backend.clone(), name.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let permit = semaphore(&other, &other_name, 2)
+                .try_acquire()
+                .await
+                .unwrap()
+                .expect("the free permit, from a second runtime");
+            permit.release().await.unwrap();
+        });
+    })
+    .join()
+    .expect("the second runtime's thread");
+    // Acquisitions dropped at every await: none may keep a permit.
+    for step in 0..40u64 {
+        let dropped = sem();
+        let _ =
+            tokio::time::timeout(Duration::from_micros(step * step * 50), dropped.acquire()).await;
+    }
+    a.release().await.unwrap();
+    let (one, two) = (sem(), sem());
+    let (x, y) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(10), one.acquire()),
+        tokio::time::timeout(Duration::from_secs(10), two.acquire()),
+    );
+    let x = x.expect("no dropped acquisition kept a permit").unwrap();
+    let y = y.expect("no dropped acquisition kept a permit").unwrap();
+    x.release().await.unwrap();
+    y.release().await.unwrap();
+    // Extreme values: an answer within bounds, never a panic or a hang.
+    let huge = unique_key("semaphore-huge");
+    let huge = semaphore(&backend, &huge, usize::MAX);
+    let answer = tokio::time::timeout(Duration::from_secs(10), huge.try_acquire())
+        .await
+        .expect("usize::MAX permits answers");
+    match answer {
+        Ok(Some(permit)) => permit.release().await.unwrap(),
+        Ok(None) => panic!("usize::MAX permits, none held, yet none free"),
+        Err(e) => assert!(
+            matches!(e, LockError::InvalidOption { .. }),
+            "usize::MAX permits: a clear InvalidOption, not {e:?}"
+        ),
+    }
+    let long = sem().ttl(Duration::MAX).wait(Duration::MAX);
+    let long = tokio::time::timeout(Duration::from_secs(10), long.acquire())
+        .await
+        .expect("a ttl and a wait of Duration::MAX answer");
+    match long {
+        Ok(permit) => permit.release().await.unwrap(),
+        Err(e) => assert!(
+            matches!(e, LockError::InvalidOption { .. }),
+            "Duration::MAX: a clear InvalidOption, not {e:?}"
+        ),
+    }
 }
