@@ -38,6 +38,7 @@ macro_rules! election_suite {
             a_dropped_leadership_resigns,
             campaigns_cancelled_at_any_point_leave_nothing,
             bad_input_is_refused_clearly,
+            elections_the_way_ordinary_code_runs_them,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -681,4 +682,59 @@ pub async fn elections_are_refused_on<F: Fixture>(fixture: &F) {
         Err(LockError::InvalidOption { .. })
     ));
     assert_eq!(election.observe().next().await, None);
+}
+
+/// An election run the way ordinary code does: two candidates campaigning
+/// in one task (`join!` with the first's resignation), the leader read
+/// from a second runtime, and a ttl of `Duration::MAX` (a clear error or a
+/// leadership, never a panic or a hang).
+pub async fn elections_the_way_ordinary_code_runs_them<F: Fixture>(fixture: &F) {
+    let name = unique_key("election-ordinary");
+    let backend = fixture.backend().await;
+    let (first, second) = (election(&backend, &name), election(&backend, &name));
+    let first_then_resign = async {
+        let leadership = first.campaign("first").await.expect("the first is elected");
+        let term = leadership.term();
+        leadership.resign().await.unwrap();
+        term
+    };
+    let second_after = async {
+        tokio::time::timeout(Duration::from_secs(20), second.campaign("second"))
+            .await
+            .expect("the second is elected once the first resigns")
+            .unwrap()
+    };
+    let (first_term, leadership) = tokio::join!(first_then_resign, second_after);
+    assert!(
+        leadership.term() > first_term,
+        "a later term for the later leader"
+    );
+    // The leader, read from a second runtime.
+    let (other, other_name) = (backend.clone(), name.clone());
+    let seen = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move { election(&other, &other_name).leader().await.unwrap() })
+    })
+    .join()
+    .expect("the second runtime's thread")
+    .expect("a leader, seen from a second runtime");
+    assert_eq!(
+        (seen.value.as_str(), seen.term),
+        ("second", leadership.term())
+    );
+    leadership.resign().await.unwrap();
+    let long = election(&backend, &unique_key("election-long")).ttl(Duration::MAX);
+    let answer = tokio::time::timeout(Duration::from_secs(10), long.campaign("long"))
+        .await
+        .expect("a ttl of Duration::MAX answers");
+    match answer {
+        Ok(leadership) => leadership.resign().await.unwrap(),
+        Err(e) => assert!(
+            matches!(e, LockError::InvalidOption { .. }),
+            "Duration::MAX: a clear InvalidOption, not {e:?}"
+        ),
+    }
 }
