@@ -205,6 +205,11 @@ pub struct FileBackend {
     dir: OwnedFd,
     /// The leases this backend holds, by owner token.
     held: Arc<Mutex<held::HeldMap>>,
+    /// The loss alarm (`LockBackend::loss_alarm`), rung by the watches on
+    /// held files and on the directory (`watch.rs`).
+    alarm: watch::Alarm,
+    /// The watch on the directory, started at the first lease.
+    dir_watch: std::sync::OnceLock<Option<watch::LossWatch>>,
 }
 
 impl FileBackend {
@@ -254,6 +259,8 @@ impl FileBackend {
             config,
             dir: dir_fd,
             held: Arc::default(),
+            alarm: Arc::new(tokio::sync::watch::channel(0).0),
+            dir_watch: std::sync::OnceLock::new(),
         })
     }
 
@@ -333,6 +340,10 @@ impl LockBackend for FileBackend {
 
     fn client_name(&self) -> Option<&str> {
         self.config.client_name.as_deref()
+    }
+
+    fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.alarm.subscribe())
     }
 
     fn capabilities(&self) -> Capabilities<'_> {

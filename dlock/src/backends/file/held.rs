@@ -28,6 +28,10 @@ pub(super) struct Held {
     pub(super) companion: Option<(File, String)>,
     pub(super) ttl: Duration,
     pub(super) valid_until: Instant,
+    /// The watch on the held file that rings the backend's loss alarm when
+    /// it is removed, moved or changed (`None`: inotify refused; renewals
+    /// still find the loss).
+    _loss_watch: Option<super::watch::LossWatch>,
     /// Dropped with the entry: ends its reaper's wait.
     _gone: tokio::sync::oneshot::Sender<()>,
 }
@@ -61,6 +65,19 @@ impl FileBackend {
         ttl: Duration,
         valid_until: Instant,
     ) {
+        self.watch_directory();
+        let loss_watch = match super::watch::watch_for_loss(&file, &self.alarm) {
+            Ok(watch) => Some(watch),
+            Err(e) => {
+                tracing::debug!(file = name, error = %e, "cannot watch the held lock file; its loss is found by renewals");
+                None
+            }
+        };
+        // Removed or replaced between the grant's check and the watch: the
+        // watch saw nothing, so ring now (the renewal reports the loss).
+        if !matches!(lock_file::is_current(&self.dir, &name, &file), Ok(true)) {
+            super::watch::ring(&self.alarm);
+        }
         let entry = |gone| Held {
             file,
             name,
@@ -68,6 +85,7 @@ impl FileBackend {
             companion: None,
             ttl,
             valid_until,
+            _loss_watch: loss_watch,
             _gone: gone,
         };
         let expired = |h: Held| {
@@ -130,12 +148,16 @@ impl FileBackend {
             }
             return Ok(Renewal::Refused);
         }
-        let current = lock_file::is_current(&self.dir, &held.name, &held.file).and_then(|ok| {
-            match &held.companion {
+        let current = self
+            .directory_is_current()
+            .and_then(|ok| match ok {
+                true => lock_file::is_current(&self.dir, &held.name, &held.file),
+                false => Ok(false),
+            })
+            .and_then(|ok| match &held.companion {
                 Some((file, name)) if ok => lock_file::is_current(&self.dir, name, file),
                 _ => Ok(ok),
-            }
-        });
+            });
         match current {
             Ok(true) => {}
             Ok(false) => {
@@ -161,6 +183,32 @@ impl FileBackend {
         Ok(Renewal::Renewed {
             valid_until: held.valid_until,
         })
+    }
+}
+
+impl FileBackend {
+    /// Whether the directory at the URL's path is still the one this
+    /// backend opened (not removed, moved away or replaced): a new
+    /// directory at the path is where other processes now lock.
+    fn directory_is_current(&self) -> Result<bool, rustix::io::Errno> {
+        let at_path = match rustix::fs::stat(&self.config.dir) {
+            Ok(stat) => stat,
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        #[allow(clippy::useless_conversion)]
+        let same = (u64::from(at_path.st_dev), u64::from(at_path.st_ino));
+        Ok(lock_file::identity(&self.dir)? == same)
+    }
+
+    /// Starts the backend's one watch on its directory (its removal or
+    /// move rings the loss alarm), at the first lease.
+    fn watch_directory(&self) {
+        self.dir_watch.get_or_init(|| {
+            super::watch::watch_for_loss(&self.dir, &self.alarm)
+                .map_err(|e| tracing::debug!(error = %e, "cannot watch the lock directory; its loss is found by renewals"))
+                .ok()
+        });
     }
 }
 

@@ -13,6 +13,18 @@
 //! nothing). Events for other closes (another waiter giving up) are only
 //! an extra try.
 //!
+//! Holders watch too (`LossWatch`): the inode of each lock file they
+//! hold, and their backend's directory, each reached through
+//! `/proc/self/fd/N` so the watch is on the very file held, not whatever
+//! is at the name now. An attribute change (`rm` drops the link count),
+//! `IN_MOVE_SELF` (`mv`), `IN_DELETE_SELF`, the watch dropped or the file
+//! system unmounted ring the holder's backend's loss alarm
+//! (`LockBackend::loss_alarm`): the watchdog renews at once and the
+//! renewal, finding the file gone or replaced, reports the lease lost.
+//! Every watch is added with `IN_MASK_ADD`, so a holder's, a waiter's and
+//! an election observer's interests in one inode add up instead of
+//! replacing each other.
+//!
 //! The reader is one thread of the process (`dlock-file-watch`), blocked
 //! in `read(2)` on the inotify descriptor: it needs no runtime, wakes
 //! waiters on whatever runtime they wait, and lives as long as the process
@@ -50,13 +62,34 @@ struct Watched {
     /// How many events the watch has had: what an election observer
     /// compares, since a `Notify` wakes only the tasks waiting right then.
     events: Arc<AtomicU64>,
+    /// The loss alarms of the holders watching this inode, by [`LossWatch`]
+    /// id, rung on the events that may mean "not yours any more".
+    alarms: Vec<(u64, Alarm)>,
 }
+
+/// A backend's loss alarm (`LockBackend::loss_alarm`).
+pub(super) type Alarm = Arc<tokio::sync::watch::Sender<u64>>;
+
+/// Raises `alarm`: its watchdog renews every lease of the backend now.
+pub(super) fn ring(alarm: &Alarm) {
+    alarm.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// The ids of [`LossWatch`]es.
+static NEXT_LOSS_WATCH: AtomicU64 = AtomicU64::new(0);
 
 impl Watched {
     /// Counts an event and wakes the waiters.
     fn woken(&self) {
         self.events.fetch_add(1, Ordering::SeqCst);
         self.notify.notify_waiters();
+    }
+
+    /// Rings the holders' alarms on an event that may mean a loss.
+    fn maybe_lost(&self, flags: ReadFlags) {
+        if flags.intersects(loss_events()) {
+            self.alarms.iter().for_each(|(_, alarm)| ring(alarm));
+        }
     }
 }
 
@@ -84,6 +117,59 @@ fn events() -> WatchFlags {
         | WatchFlags::MOVE_SELF
 }
 
+/// The events of a held file or directory that may mean it is no longer
+/// the one at its name: removed (the link count, an attribute, drops),
+/// moved, deleted, chmod/chown'ed, its watch gone, its file system
+/// unmounted.
+fn loss_events() -> ReadFlags {
+    ReadFlags::ATTRIB
+        | ReadFlags::MOVE_SELF
+        | ReadFlags::DELETE_SELF
+        | ReadFlags::IGNORED
+        | ReadFlags::UNMOUNT
+}
+
+/// A holder's watch on the file (or directory) it holds open: rings
+/// `alarm` when that inode is removed, moved or changed. Dropped with the
+/// lease.
+#[derive(Debug)]
+pub(super) struct LossWatch {
+    watch: Watch,
+    id: u64,
+}
+
+/// Watches the open `file` (its inode, through `/proc/self/fd`) for a
+/// loss, ringing `alarm`. `Err` when inotify refuses: the lease's
+/// renewals (every third of its ttl) still find the loss.
+pub(super) fn watch_for_loss(
+    file: &impl std::os::fd::AsRawFd,
+    alarm: &Alarm,
+) -> Result<LossWatch, Errno> {
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let watch = add(
+        Path::new(&path),
+        WatchFlags::ATTRIB | WatchFlags::MOVE_SELF | WatchFlags::DELETE_SELF,
+    )?;
+    let id = NEXT_LOSS_WATCH.fetch_add(1, Ordering::Relaxed);
+    if let Some(watched) = lock(&watch.watcher.watches).get_mut(&watch.wd) {
+        if Arc::ptr_eq(&watched.notify, &watch.notify) {
+            watched.alarms.push((id, alarm.clone()));
+        }
+    }
+    Ok(LossWatch { watch, id })
+}
+
+impl Drop for LossWatch {
+    fn drop(&mut self) {
+        // (Then `watch` drops: the inode's watch goes with its last user.)
+        if let Some(watched) = lock(&self.watch.watcher.watches).get_mut(&self.watch.wd) {
+            if Arc::ptr_eq(&watched.notify, &self.watch.notify) {
+                watched.alarms.retain(|(id, _)| *id != self.id);
+            }
+        }
+    }
+}
+
 /// Watches the file at `path` (the inode there now). `Err` when inotify
 /// refuses (the watch limit, `fs.inotify.max_user_watches`): the waiter
 /// then re-checks every second.
@@ -93,8 +179,9 @@ pub(super) fn watch(path: &Path) -> Result<Watch, Errno> {
 
 /// Watches the entries of the directory at `path`: a file created in it,
 /// renamed into it or removed from it (an election's leader record written
-/// or withdrawn, a lock file created or replaced). Only election observers watch the directory, so
-/// its inode has this one set of flags.
+/// or withdrawn, a lock file created or replaced). Holders watch the
+/// directory too (for its removal or move); the flags add up (`IN_MASK_ADD`),
+/// and an event another side asked for only wakes a waiter for one more look.
 pub(super) fn watch_entries(path: &Path) -> Result<Watch, Errno> {
     add(
         path,
@@ -104,13 +191,15 @@ pub(super) fn watch_entries(path: &Path) -> Result<Watch, Errno> {
 
 fn add(path: &Path, flags: WatchFlags) -> Result<Watch, Errno> {
     let watcher = watcher()?;
-    let wd = inotify::add_watch(&watcher.fd, path, flags)?;
+    // `MASK_ADD`: another user's flags on the same inode stay.
+    let wd = inotify::add_watch(&watcher.fd, path, flags | WatchFlags::MASK_ADD)?;
     let (notify, events) = {
         let mut watches = lock(&watcher.watches);
         let watched = watches.entry(wd).or_insert_with(|| Watched {
             users: 0,
             notify: Arc::new(Notify::new()),
             events: Arc::default(),
+            alarms: Vec::new(),
         });
         watched.users += 1;
         (watched.notify.clone(), watched.events.clone())
@@ -189,6 +278,8 @@ impl Drop for Reading {
         // Its waiters try again now, and then every second.
         for watched in lock(&self.0.watches).values() {
             watched.woken();
+            // Holders are told nothing more: let them check now.
+            watched.maybe_lost(ReadFlags::IGNORED);
         }
     }
 }
@@ -212,9 +303,13 @@ fn read_events(reading: &Reading) {
         // The queue overflowed: any file may have been let go.
         if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
             watches.values().for_each(Watched::woken);
+            watches
+                .values()
+                .for_each(|w| w.maybe_lost(ReadFlags::ATTRIB));
         }
         if let Some(watched) = watches.get(&wd) {
             watched.woken();
+            watched.maybe_lost(flags);
         }
         // The kernel dropped the watch (the file is gone): its descriptor
         // may be given again to another inode.
