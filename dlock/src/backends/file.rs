@@ -175,6 +175,7 @@ mod lock_file;
 mod names;
 mod permits;
 mod rw;
+mod trust;
 mod waiting;
 mod watch;
 
@@ -203,6 +204,8 @@ pub struct FileBackend {
     config: config::Config,
     /// The directory, opened once: every file is reached relative to it.
     dir: OwnedFd,
+    /// Which files dlock uses (owner, mode, kind) and the fences it issued.
+    trust: trust::Trust,
     /// The leases this backend holds, by owner token.
     held: Arc<Mutex<held::HeldMap>>,
     /// The loss alarm (`LockBackend::loss_alarm`), rung by the watches on
@@ -255,7 +258,20 @@ impl FileBackend {
             | rustix::fs::OFlags::CLOEXEC;
         let dir_fd = rustix::fs::open(dir, flags, rustix::fs::Mode::empty())
             .map_err(|e| bad(format!("cannot open `{}`: {e}", dir.display())))?;
+        let stat = rustix::fs::fstat(&dir_fd)
+            .map_err(|e| bad(format!("cannot stat `{}`: {e}", dir.display())))?;
+        if stat.st_mode & 0o002 != 0 && !config.shared_dir {
+            // Any user may create files in it: plant a lock file before
+            // dlock does, or a FIFO, or take names away.
+            return Err(bad(format!(
+                "`{}` is writable by every user (mode {:04o}, owner {}): any user could create the lock files first, read the records or move files away; use a directory of your own (e.g. `mkdir -m 0700 /run/user/$UID/locks`, or `/var/lock/myapp` made by your service), or, if you accept that other users can deny you locks (dlock still refuses every file it did not make or that others can write), add `?shared_dir=accept`",
+                dir.display(),
+                stat.st_mode & 0o7777,
+                trust::owner_name(stat.st_uid),
+            )));
+        }
         Ok(FileBackend {
+            trust: trust::Trust::new(config.mode, stat.st_gid),
             config,
             dir: dir_fd,
             held: Arc::default(),
@@ -268,8 +284,8 @@ impl FileBackend {
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
-    /// let files = dlock::backends::file::FileBackend::connect("file:///tmp").await?;
-    /// assert_eq!(files.lock_path("a/b"), std::path::Path::new("/tmp/dlock~a%2Fb.lock"));
+    /// let files = dlock::backends::file::FileBackend::connect("file:///var/lock/myapp").await?;
+    /// assert_eq!(files.lock_path("a/b"), std::path::Path::new("/var/lock/myapp/dlock~a%2Fb.lock"));
     /// # Ok(()) }
     /// ```
     pub fn lock_path(&self, key: &str) -> PathBuf {
@@ -288,8 +304,20 @@ impl FileBackend {
 
     /// A failed system call on `name` as a backend error that names the
     /// file and what to check.
-    fn failed(&self, what: &str, name: &str, e: Errno) -> LockError {
+    fn failed(&self, what: &str, name: &str, e: impl Into<lock_file::FileError>) -> LockError {
         let path = self.config.dir.join(name);
+        let e = match e.into() {
+            lock_file::FileError::Sys(e) => e,
+            lock_file::FileError::Untrusted(why) => {
+                return LockError::backend(
+                    self.describe(),
+                    std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!("{what} in `{}`: {}", self.config.dir.display(), why.0),
+                    ),
+                )
+            }
+        };
         let hint = match e {
             Errno::ACCESS | Errno::PERM => format!(
                 "; check the owner and mode of the file and of its directory (dlock creates files with mode {:04o}, `?mode=`)",

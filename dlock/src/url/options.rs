@@ -75,7 +75,7 @@ pub(crate) const POSTGRES: &[&str] = &[
     "fence_retention",
 ];
 /// `file:///path/to/dir`.
-pub(crate) const FILE: &[&str] = &["prefix", "client_name", "mode"];
+pub(crate) const FILE: &[&str] = &["prefix", "client_name", "mode", "shared_dir"];
 /// `mysql://` and `mysqls://`.
 pub(crate) const MYSQL: &[&str] = &[
     "prefix",

@@ -1,4 +1,4 @@
-//! The URL: `file:///absolute/dir[?prefix=…&client_name=…&mode=0600]`.
+//! The URL: `file:///absolute/dir[?prefix=…&client_name=…&mode=0600&shared_dir=accept]`.
 //!
 //! The directory must be absolute (`file://` then the path: three slashes;
 //! `file://localhost/…` is the same), exist, be a directory this process
@@ -22,6 +22,9 @@ pub(super) struct Config {
     /// `?mode=` (default `0600`): the permission bits of the files dlock
     /// creates.
     pub(super) mode: u32,
+    /// `?shared_dir=accept`: use a directory every user may write (such
+    /// as `/tmp`), which `connect` otherwise refuses.
+    pub(super) shared_dir: bool,
     /// The URL for errors and `describe()`.
     pub(super) shown: String,
 }
@@ -67,6 +70,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         prefix: DEFAULT_PREFIX.to_owned(),
         client_name: Some(crate::backend::holder::default_client_name().to_owned()),
         mode: DEFAULT_MODE,
+        shared_dir: false,
         shown: shown.clone(),
     };
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -79,6 +83,13 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
                 config.client_name = Some(crate::backend::holder::check_client_name(&name)?);
             }
             "mode" => config.mode = mode(value).map_err(bad)?,
+            "shared_dir" => match value {
+                "accept" => config.shared_dir = true,
+                "refuse" => config.shared_dir = false,
+                _ => return Err(bad(format!(
+                    "`shared_dir={value}`: write `shared_dir=accept` to use a directory every user may write (e.g. /tmp), or leave it out (the default, `refuse`)"
+                ))),
+            },
             other => return Err(bad(unknown(other, "file", FILE, false))),
         }
     }

@@ -31,7 +31,6 @@ use std::fs::File;
 use std::io::Read as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -46,9 +45,6 @@ use crate::LockError;
 /// The record's first line.
 const HEADER: &str =
     "dlock leader record: valid only while the lock beside it is held with this term";
-
-/// Numbers the temporary files of this process.
-static NEXT_TEMPORARY: AtomicU64 = AtomicU64::new(0);
 
 /// A leader's record as written.
 fn record_text(leader: &Leader) -> String {
@@ -78,13 +74,21 @@ impl FileBackend {
     /// The record of the election `name`, if there is one dlock wrote.
     fn read_record(&self, name: &str) -> Result<Option<Leader>, LockError> {
         let record = self.record_name(name);
-        let fail = |e| self.failed("cannot read the leader record", &record, e);
-        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let fail = |e: Errno| self.failed("cannot read the leader record", &record, e);
+        // Not blocking on a FIFO, and only a record of dlock's user.
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
         let file = match rustix::fs::openat(&self.dir, &record, flags, Mode::empty()) {
             Ok(fd) => File::from(fd),
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(fail(e)),
         };
+        if let Err(why) = self.trust.check(&file, &record) {
+            return Err(self.failed(
+                "cannot read the leader record",
+                &record,
+                super::lock_file::FileError::Untrusted(why),
+            ));
+        }
         let mut bytes = Vec::new();
         let most = (HEADER.len() + MAX_VALUE_BYTES + 64) as u64;
         file.take(most)
@@ -97,23 +101,13 @@ impl FileBackend {
     /// over the record.
     fn write_record(&self, name: &str, leader: &Leader) -> Result<(), LockError> {
         let record = self.record_name(name);
-        let temporary = format!(
-            "{record}.{}-{}{}",
-            std::process::id(),
-            NEXT_TEMPORARY.fetch_add(1, Ordering::Relaxed),
-            names::TEMPORARY
-        );
-        let fail = |e| self.failed("cannot write the leader record", &record, e);
-        let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let mode = Mode::from_raw_mode(self.config.mode);
-        let fd = rustix::fs::openat(&self.dir, &temporary, flags, mode).map_err(fail)?;
-        let written = rustix::fs::fchmod(&fd, mode)
-            .and_then(|()| {
-                File::from(fd)
-                    .write_all_at(record_text(leader).as_bytes(), 0)
-                    .map_err(|e| io_errno(&e))
-            })
+        let fail = |e: Errno| self.failed("cannot write the leader record", &record, e);
+        // A name nobody can guess, created here (`O_EXCL`, mode 0600).
+        let (file, temporary) =
+            super::lock_file::create_temporary(&self.dir, &record, &self.trust).map_err(fail)?;
+        let written = file
+            .write_all_at(record_text(leader).as_bytes(), 0)
+            .map_err(|e| io_errno(&e))
             .and_then(|()| rustix::fs::renameat(&self.dir, &temporary, &self.dir, &record));
         if let Err(e) = written {
             let _ = rustix::fs::unlinkat(&self.dir, &temporary, AtFlags::empty());
@@ -263,7 +257,7 @@ impl ElectionBackend for FileBackend {
         // The lock file exists from here on, so that it can be watched.
         let lock_name = self.lock_name(name);
         drop(
-            super::lock_file::open(&self.dir, &lock_name, self.config.mode)
+            super::lock_file::open(&self.dir, &lock_name, &self.trust)
                 .map_err(|e| self.failed("cannot open the lock file", &lock_name, e))?,
         );
         let dir = self.config.dir.clone();

@@ -103,19 +103,22 @@ impl FileBackend {
         name: &str,
         holders: Option<&HashMap<Identity, u32>>,
     ) -> Result<Option<(LockInfo, Option<Record>)>, LockError> {
-        let fail = |e| self.failed("cannot read the lock file", name, e);
-        let Some(file) = lock_file::open_existing(&self.dir, name).map_err(fail)? else {
+        let fail = |e: lock_file::FileError| self.failed("cannot read the lock file", name, e);
+        let Some(file) = lock_file::open_existing(&self.dir, name, &self.trust).map_err(fail)?
+        else {
             return Ok(None);
         };
         let pid = match holders {
-            Some(holders) => match holders.get(&lock_file::identity(&file).map_err(fail)?) {
-                Some(pid) => Some(*pid),
-                None => return Ok(None),
-            },
-            None if probed_held(&file).map_err(fail)? => None,
+            Some(holders) => {
+                match holders.get(&lock_file::identity(&file).map_err(|e| fail(e.into()))?) {
+                    Some(pid) => Some(*pid),
+                    None => return Ok(None),
+                }
+            }
+            None if probed_held(&file).map_err(|e| fail(e.into()))? => None,
             None => return Ok(None),
         };
-        let record = Record::parse(&lock_file::read_file(&file).map_err(fail)?);
+        let record = Record::parse(&lock_file::read_file(&file).map_err(|e| fail(e.into()))?);
         Ok(Some((info(record.clone(), pid), record)))
     }
 
@@ -129,21 +132,25 @@ impl FileBackend {
     /// Replaces a held lock file by a new, empty one: `false` if it is free.
     pub(super) fn force_release_key(&self, key: &str) -> Result<bool, LockError> {
         let name = self.lock_name(key);
-        let fail = |e| self.failed("cannot replace the lock file", &name, e);
-        let Some(file) = lock_file::open_existing(&self.dir, &name).map_err(fail)? else {
+        let fail = |e: lock_file::FileError| self.failed("cannot replace the lock file", &name, e);
+        let Some(file) = lock_file::open_existing(&self.dir, &name, &self.trust).map_err(fail)?
+        else {
             return Ok(false);
         };
-        if lock_file::try_lock(&file).map_err(fail)? {
+        if lock_file::try_lock(&file).map_err(|e| fail(e.into()))? {
             // Free (held now by this probe, let go with the close).
             lock_file::unlock(&file);
             return Ok(false);
         }
-        let fresh = format!("{name}.forced-{}{}", std::process::id(), names::TEMPORARY);
-        let created = lock_file::open(&self.dir, &fresh, self.config.mode).map_err(fail)?;
+        // A new file under a name nobody can guess, created here
+        // (`O_EXCL`): never a file another user made ready.
+        let (created, fresh) =
+            lock_file::create_temporary(&self.dir, &format!("{name}.forced"), &self.trust)
+                .map_err(|e| fail(e.into()))?;
         drop(created);
         if let Err(e) = rustix::fs::renameat(&self.dir, &fresh, &self.dir, &name) {
             let _ = rustix::fs::unlinkat(&self.dir, &fresh, rustix::fs::AtFlags::empty());
-            return Err(fail(e));
+            return Err(fail(e.into()));
         }
         Ok(true)
     }

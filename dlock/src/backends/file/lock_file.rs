@@ -17,21 +17,48 @@ use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::names;
+use super::trust::{Trust, Untrusted};
 
-/// The flags of every open of a lock file: read and write (the record),
-/// never a link, never inherited by a child process.
-fn flags() -> OFlags {
-    OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW
+/// A failed call on a lock file: a system call's error, or a file dlock
+/// refuses to use (`trust.rs`).
+#[derive(Debug)]
+pub(super) enum FileError {
+    Sys(Errno),
+    Untrusted(Untrusted),
 }
 
-/// Opens the lock file `name` in `dir`, creating it with `mode` (exactly:
-/// `fchmod` after the create, so the umask does not narrow a group's
-/// `0660`).
-pub(super) fn open(dir: &OwnedFd, name: &str, mode: u32) -> Result<File, Errno> {
+impl From<Errno> for FileError {
+    fn from(e: Errno) -> Self {
+        FileError::Sys(e)
+    }
+}
+
+impl From<Untrusted> for FileError {
+    fn from(e: Untrusted) -> Self {
+        FileError::Untrusted(e)
+    }
+}
+
+/// The flags of every open of a lock file: read and write (the record),
+/// never a link, never inherited by a child process, never blocking (a
+/// FIFO planted at the name would block an open or a read without it).
+fn flags() -> OFlags {
+    OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK
+}
+
+/// Opens the lock file `name` in `dir`, creating it with `trust.mode`
+/// (exactly: `fchmod` after the create, so the umask does not narrow a
+/// group's `0660`); a file found there must pass `trust`'s check.
+pub(super) fn open(dir: &OwnedFd, name: &str, trust: &Trust) -> Result<File, FileError> {
+    let mode = trust.mode;
     loop {
         match rustix::fs::openat(dir, name, flags(), Mode::empty()) {
             Err(Errno::NOENT) => {}
-            opened => return opened.map(File::from),
+            Ok(fd) => {
+                trust.check(&fd, name)?;
+                return Ok(File::from(fd));
+            }
+            Err(e) => return Err(e.into()),
         }
         let create = flags() | OFlags::CREATE | OFlags::EXCL;
         match rustix::fs::openat(dir, name, create, Mode::from_raw_mode(mode)) {
@@ -41,23 +68,51 @@ pub(super) fn open(dir: &OwnedFd, name: &str, mode: u32) -> Result<File, Errno> 
             }
             // Another process created it first: open theirs.
             Err(Errno::EXIST) => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
+/// Creates a new file `<base>.<16 random hex digits>.tmp` in `dir`, with
+/// `O_CREAT | O_EXCL | O_NOFOLLOW` and mode 0600, then `trust.mode`: a
+/// name nobody can create first, and a file nobody else opened. Gives the
+/// file and its name.
+pub(super) fn create_temporary(
+    dir: &OwnedFd,
+    base: &str,
+    trust: &Trust,
+) -> Result<(File, String), Errno> {
+    let name = format!(
+        "{base}.{}{}",
+        super::trust::random_suffix(),
+        names::TEMPORARY
+    );
+    let create = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::CREATE | OFlags::EXCL;
+    let fd = rustix::fs::openat(dir, &name, create, Mode::from_raw_mode(0o600))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(trust.mode))?;
+    Ok((File::from(fd), name))
+}
+
 /// Opens the lock file `name` if it exists (no create): for the operator's
-/// calls, which must not make files.
-pub(super) fn open_existing(dir: &OwnedFd, name: &str) -> Result<Option<File>, Errno> {
+/// calls, which must not make files. Without blocking, and checked by
+/// `trust` (a FIFO, another user's file: an error naming it).
+pub(super) fn open_existing(
+    dir: &OwnedFd,
+    name: &str,
+    trust: &Trust,
+) -> Result<Option<File>, FileError> {
     match rustix::fs::openat(
         dir,
         name,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
         Mode::empty(),
     ) {
-        Ok(fd) => Ok(Some(File::from(fd))),
+        Ok(fd) => {
+            trust.check(&fd, name)?;
+            Ok(Some(File::from(fd)))
+        }
         Err(Errno::NOENT) => Ok(None),
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -145,12 +200,16 @@ const COUNTER_LINE: usize = 21;
 /// failure may lose the last line or leave it torn: the clock floor keeps
 /// the next token above every token given before it, as long as the clock
 /// does not go back across the reboot.
-pub(super) fn next_fence(dir: &OwnedFd, stem: &str, mode: u32) -> Result<u64, Errno> {
+///
+/// A counter that is not a number, implausibly large, or below a token
+/// this backend issued is an error (`trust.rs`), not a reset.
+pub(super) fn next_fence(dir: &OwnedFd, stem: &str, trust: &Trust) -> Result<u64, FileError> {
     let counter = format!("{stem}{}", names::FENCE);
-    let file = open(dir, &counter, mode)?;
+    let file = open(dir, &counter, trust)?;
     let text = read_file(&file)?;
-    let last = parse_counter(&text);
-    let next = last.saturating_add(1).max(now_micros());
+    let last = trust.counter(stem, &text, &counter)?;
+    // (`last` is below 2^63: `+ 1` cannot saturate.)
+    let next = (last + 1).max(now_micros());
     let line = format!("{next:<width$}\n", width = COUNTER_LINE - 1);
     file.write_all_at(line.as_bytes(), 0)
         .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
@@ -158,31 +217,31 @@ pub(super) fn next_fence(dir: &OwnedFd, stem: &str, mode: u32) -> Result<u64, Er
         // Longer text someone else wrote: cut it, so the file is the line.
         let _ = file.set_len(COUNTER_LINE as u64);
     }
+    trust.issued(stem, next);
     Ok(next)
 }
 
-/// The counter's value: its first line's number, 0 for anything else.
-fn parse_counter(text: &str) -> u64 {
-    text.lines()
-        .next()
-        .and_then(|line| line.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The last fencing token of the key whose files start with `stem`: 0
-/// when there is none (or the counter is not a number: the clock floor of
-/// the next one keeps it above every earlier token).
-pub(super) fn last_fence(dir: &OwnedFd, stem: &str) -> Result<u64, Errno> {
-    Ok(read_small(dir, &format!("{stem}{}", names::FENCE))?.map_or(0, |text| parse_counter(&text)))
+/// when there is none; a counter `trust` refuses is an error.
+pub(super) fn last_fence(dir: &OwnedFd, stem: &str, trust: &Trust) -> Result<u64, FileError> {
+    let counter = format!("{stem}{}", names::FENCE);
+    match read_small(dir, &counter, trust)? {
+        Some(text) => Ok(trust.counter(stem, &text, &counter)?),
+        None => Ok(0),
+    }
 }
 
 /// The text of a small file of `dir` (at most 4 KiB read); `None` if
 /// there is no such file.
-pub(super) fn read_small(dir: &OwnedFd, name: &str) -> Result<Option<String>, Errno> {
-    let Some(file) = open_existing(dir, name)? else {
+pub(super) fn read_small(
+    dir: &OwnedFd,
+    name: &str,
+    trust: &Trust,
+) -> Result<Option<String>, FileError> {
+    let Some(file) = open_existing(dir, name, trust)? else {
         return Ok(None);
     };
-    read_file(&file).map(Some)
+    Ok(read_file(&file).map(Some)?)
 }
 
 /// Up to 4 KiB of an open file, from its start (a positioned read: the

@@ -124,7 +124,7 @@ impl FileBackend {
                 return Ok(file);
             }
         }
-        lock_file::open(&self.dir, name, self.config.mode)
+        lock_file::open(&self.dir, name, &self.trust)
             .map_err(|e| self.failed("cannot open the semaphore file", name, e))
     }
 

@@ -71,8 +71,8 @@ impl FileBackend {
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
-    /// let files = dlock::backends::file::FileBackend::connect("file:///tmp").await?;
-    /// assert_eq!(files.rw_lock_path("cache"), std::path::Path::new("/tmp/dlock~rw~cache.lock"));
+    /// let files = dlock::backends::file::FileBackend::connect("file:///var/lock/myapp").await?;
+    /// assert_eq!(files.rw_lock_path("cache"), std::path::Path::new("/var/lock/myapp/dlock~rw~cache.lock"));
     /// # Ok(()) }
     /// ```
     pub fn rw_lock_path(&self, key: &str) -> std::path::PathBuf {
@@ -80,7 +80,7 @@ impl FileBackend {
     }
 
     fn open_file(&self, name: &str) -> Result<File, LockError> {
-        lock_file::open(&self.dir, name, self.config.mode)
+        lock_file::open(&self.dir, name, &self.trust)
             .map_err(|e| self.failed("cannot open the lock file", name, e))
     }
 
@@ -159,8 +159,8 @@ impl FileBackend {
                 continue;
             }
             let fenced = match req.mode {
-                RwMode::Write => lock_file::next_fence(&self.dir, &files.stem, self.config.mode),
-                RwMode::Read => lock_file::last_fence(&self.dir, &files.stem),
+                RwMode::Write => lock_file::next_fence(&self.dir, &files.stem, &self.trust),
+                RwMode::Read => lock_file::last_fence(&self.dir, &files.stem, &self.trust),
             };
             let fence = match fenced {
                 Ok(fence) => fence,

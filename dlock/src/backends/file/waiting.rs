@@ -47,7 +47,7 @@ impl FileBackend {
     ) -> Result<Attempt, LockError> {
         let name = self.lock_name(&req.key);
         let open = || {
-            lock_file::open(&self.dir, &name, self.config.mode)
+            lock_file::open(&self.dir, &name, &self.trust)
                 .map_err(|e| self.failed("cannot open the lock file", &name, e))
         };
         let current = |file: &File| {
@@ -87,7 +87,7 @@ impl FileBackend {
         sent: Instant,
     ) -> Result<Lease, LockError> {
         let stem = self.stem(&req.key);
-        let written = lock_file::next_fence(&self.dir, &stem, self.config.mode)
+        let written = lock_file::next_fence(&self.dir, &stem, &self.trust)
             .map_err(|e| {
                 self.failed(
                     "cannot write the fence counter",
