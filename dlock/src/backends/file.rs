@@ -9,7 +9,7 @@
 //!
 //! # URL
 //!
-//! `file:///absolute/path/to/dir[?prefix=…&client_name=…&mode=0600]`:
+//! `file:///absolute/path/to/dir[?prefix=…&client_name=…&mode=0600&shared_dir=accept]`:
 //! three slashes, then the directory's absolute path (`file://localhost/…`
 //! is the same; `%20` for a space). The directory must exist and be
 //! writable; a relative path, a missing directory, a file, or a directory
@@ -24,6 +24,21 @@
 //!   creates, set exactly (not narrowed by the umask). `0660` (with a
 //!   directory of the group) lets the processes of several users share
 //!   locks; each must be able to open the files for reading and writing.
+//! - `shared_dir=accept`: use a directory every user may write (mode
+//!   `o+w`, such as `/tmp`), which `connect` otherwise refuses: any user
+//!   could create a key's files first there. The per-file checks still
+//!   apply (see *Trust* below).
+//!
+//! # Trust
+//!
+//! A lock file, fence counter or leader record is used only if it is a
+//! regular file owned by dlock's user or root (or, with `?mode=` giving the
+//! group read and write, by the directory's group) and writable by no one
+//! beyond what `?mode=` grants; otherwise the call fails naming the file,
+//! its owner and mode. Every open is `O_NONBLOCK | O_NOFOLLOW` (a FIFO does
+//! not block). A fence counter that is not a number, at or above 2^63, or
+//! below a token this backend issued is an error, not a reset. Temporary
+//! files get random names, created with `O_EXCL`. See the `trust` module.
 //!
 //! # Files
 //!
@@ -83,6 +98,10 @@
 //!   file at the name is still the one held (not removed, not replaced by
 //!   an operator) and moves the record's expiry; a lease whose file is gone
 //!   or replaced is lost (`lost()` fires, [`Renewal::Deleted`]).
+//!   Each holder also watches its lock file's inode and the directory
+//!   (inotify, `watch.rs`): a removal, move or change of either rings the
+//!   loss alarm (`LockBackend::loss_alarm`), so the renewal runs, and
+//!   `lost()` fires, within milliseconds rather than a third of the ttl.
 //!   A lease not renewed within its ttl (renewal off, a leaked guard, a
 //!   stalled watchdog) is let go by the backend, as a server would expire
 //!   it.
@@ -160,7 +179,9 @@
 //   same-file check, the fence counter, the holder's record)
 // - waiting in line: `watch.rs` (the process's inotify instance, a `Notify` per watched file),
 //   `waiting.rs` (the attempt and the wait loop)
-// - held leases, renewal, the reaper of leases past their ttl: `held.rs`
+// - held leases, renewal, the reaper of leases past their ttl: `held.rs` (with the holder's
+//   inotify watch on its file and the directory, `watch.rs`'s `LossWatch`)
+// - which files to trust (owner, mode, kind; fence counters; random temporary names): `trust.rs`
 // - read-write locks (`RwBackend`): `rw.rs` (the shared/exclusive lock file, the writers' gate)
 // - semaphores (`PermitBackend`): `permits.rs` (slot files, the count file held shared)
 // - elections (`ElectionBackend`): `election.rs` (the leader record beside the lock file,

@@ -150,5 +150,7 @@ mod tests {
         assert!(err("file:///tmp?mode=0644x").contains("not octal"));
         assert!(err("file:///tmp?mode=4600").contains("not octal"));
         assert!(err("file:///tmp?mode=0400").contains("read and write"));
+        assert!(err("file:///tmp?shared_dir=yes").contains("shared_dir=accept"));
+        assert!(parse("file:///tmp?shared_dir=accept").unwrap().shared_dir);
     }
 }
