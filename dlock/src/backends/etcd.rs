@@ -49,6 +49,11 @@
 //!   namespace's deletes: see `deletions.rs`), so that a key deleted behind
 //!   our back (`etcdctl del`) is noticed and reported as lost even while its
 //!   lease lives on.
+//! - A held key's loss is heard at once, not at the next renewal: each held
+//!   key has a watcher from its create revision + 1, all on one watch stream
+//!   per backend; a delete of it (`etcdctl del`, `etcdctl lease revoke`) or
+//!   a put by someone else rings the loss alarm and the watchdog renews at
+//!   once (see `key_watch.rs`).
 //!
 //! # Read-write locks
 //!

@@ -122,6 +122,10 @@
 //!   without a leader, the read does not return, so the guard is lost when
 //!   its local deadline passes, never later than the server could expire the
 //!   session.
+//! - A node deleted between renewals is heard at once: an exists-watch on
+//!   each held node rings the backend's loss alarm on its delete (or a
+//!   change of its data, or its session's end), and the watchdog renews
+//!   every lease at once (see `node_watch.rs`).
 //!   A lease granted at once, by the listing sent behind the create,
 //!   starts with the create: a write, which the leader itself checks and
 //!   commits, so its answer proves what a read behind a sync proves, and the

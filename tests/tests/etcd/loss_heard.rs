@@ -186,3 +186,53 @@ async fn thousands_of_held_keys_are_watched_on_one_stream() {
         "released keys' watchers are cancelled: {left} left"
     );
 }
+
+/// The watch stream breaks with the member's restart; it is opened again
+/// and each held key watched again from its create revision, so a delete
+/// made right after the restart, before the new stream is there, is still
+/// heard, by about when another client gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_right_after_a_restart_is_heard_through_the_new_stream() {
+    let mut server = EtcdServer::start();
+    let a = connect(&server.url()).await;
+    let b = connect(&server.url()).await;
+    let guard = lock(&a, "restarted")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("A acquires");
+    let lost = guard.lost();
+    let heard = tokio::spawn(async move {
+        lost.await;
+        Instant::now()
+    });
+    let entry = held_entry(&server, "restarted");
+    blocking(|| {
+        server.restart();
+        server.etcdctl(&["del", &entry]);
+    });
+    let deleted = Instant::now();
+    let other = lock(&b, "restarted")
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("B acquires once A's key is gone");
+    let granted = Instant::now();
+    let heard_at = tokio::time::timeout(Duration::from_secs(15), heard)
+        .await
+        .expect("A hears the loss after the restart")
+        .expect("the waiting task");
+    let after_grant = heard_at.saturating_duration_since(granted);
+    eprintln!(
+        "etcd restart then del: lost() {:.1} ms after the delete, {:.1} ms after the other grant (0: before it)",
+        heard_at.saturating_duration_since(deleted).as_secs_f64() * 1000.0,
+        after_grant.as_secs_f64() * 1000.0
+    );
+    assert!(guard.ensure().is_err(), "ensure() refuses once lost");
+    assert!(
+        after_grant < Duration::from_secs(2),
+        "lost() {after_grant:?} after the other grant"
+    );
+    other.release().await.expect("B releases");
+}
