@@ -8,12 +8,22 @@
 //! A ZooKeeper watch is cheap: an entry in the server's watch table and a
 //! path in the client's, riding the session's one connection (no request
 //! of its own after it is set; the client sets it again after a
-//! reconnection). It is set by an `exists` after the grant, so a node
-//! deleted between the grant and the watch is seen at once (no stat).
+//! reconnection). It is set by an `exists` [`WATCH_AFTER`] after the grant
+//! (a short critical section sends none), so a node deleted between the
+//! grant and the watch is seen when it is set (no stat).
 //! The watch ends with the lease's record (release, reaping): the release's
 //! delete fires it on the server and nobody listens any more.
 
+use std::time::Duration;
+
 use zookeeper_client::{Client, EventType};
+
+/// How long after the grant the watch is set. A lock held for less costs
+/// no request beyond its create, listing and delete (the `exists` would be
+/// a fourth request per cycle); a node deleted within this time is seen
+/// when the watch is set (no stat), so a loss is heard at most this much
+/// later than with a watch set at once.
+const WATCH_AFTER: Duration = Duration::from_millis(50);
 
 /// Rings `alarm`: a new value wakes the watchdog.
 fn ring(alarm: &tokio::sync::watch::Sender<u64>) {
@@ -27,6 +37,10 @@ pub(super) async fn watch_node(
     alarm: tokio::sync::watch::Sender<u64>,
     mut unwatched: tokio::sync::oneshot::Receiver<()>,
 ) {
+    tokio::select! {
+        _ = tokio::time::sleep(WATCH_AFTER) => {}
+        _ = &mut unwatched => return,
+    }
     // Bounded: a data change sets the watch again; a few such changes of
     // our own node (no dlock client writes it) are an operator's, and the
     // renewal decides whether the node is still ours.
