@@ -196,7 +196,7 @@ async fn follow(inner: Weak<Inner>, mut commands: mpsc::UnboundedReceiver<Comman
                         let mut one = Vec::new();
                         apply_offline(&mut one, command);
                         if let Some(first) = one.pop() {
-                            if let Some(s) = open(&inner, &[first.clone()]).await {
+                            if let Some(s) = open(&inner, std::slice::from_ref(&first)).await {
                                 watchers.insert(first.0, (first.1, first.2));
                                 stream = Some(s);
                             } else {
