@@ -49,6 +49,11 @@
 //!   namespace's deletes: see `deletions.rs`), so that a key deleted behind
 //!   our back (`etcdctl del`) is noticed and reported as lost even while its
 //!   lease lives on.
+//! - A held key's loss is heard at once, not at the next renewal: each held
+//!   key has a watcher from its create revision + 1, all on one watch stream
+//!   per backend; a delete of it (`etcdctl del`, `etcdctl lease revoke`) or
+//!   a put by someone else rings the loss alarm and the watchdog renews at
+//!   once (see `key_watch.rs`).
 //!
 //! # Read-write locks
 //!
@@ -241,6 +246,8 @@
 //   flight), or for 128 keys and more in one renewal `deletions.rs` (one watch stream of the
 //   namespace's deletes marks held records deleted; a renewal waits for one progress answer; keys
 //   older than the watch, and renewals it does not answer in time, are read)
+// - hearing a loss at once: `key_watch.rs` (a watcher per held key, all on one stream, from the
+//   key's create revision + 1; a delete or a foreign put marks the record and rings the loss alarm)
 // - sessions: `session.rs`
 // - clean-up of abandoned entries: `queue.rs` (`Queued`), `held.rs`
 // - semaphores (`PermitBackend`): `permits.rs`
@@ -257,6 +264,7 @@ mod deletions;
 mod election;
 mod held;
 mod inspect;
+mod key_watch;
 mod mutex;
 mod names;
 mod permits;
@@ -276,6 +284,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions};
 
 use self::deletions::DeleteWatch;
 use self::held::Held;
+use self::key_watch::KeyWatch;
 use self::names::Kind;
 use self::refused::About;
 pub use self::session::SESSION_IDLE;
@@ -347,6 +356,9 @@ struct Inner {
     /// The watch of deletes that renewals of many keys ask instead of reading
     /// every key (see `deletions.rs`).
     delete_watch: tokio::sync::Mutex<DeleteWatch>,
+    /// The watcher of each held key, on one stream, and the loss alarm it
+    /// rings (see `key_watch.rs`).
+    key_watch: Mutex<KeyWatch>,
     /// One turn per lock key: an acquisition holds it from its first request
     /// until it holds the key or its entry is gone from the server (cleaned
     /// up after a timeout or cancellation), and a release from its first
@@ -437,6 +449,7 @@ impl EtcdBackend {
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
             delete_watch: tokio::sync::Mutex::new(DeleteWatch::default()),
+            key_watch: Mutex::new(KeyWatch::default()),
             turns: Mutex::new(HashMap::new()),
         });
         // The client connects lazily; one read proves a member answers and
@@ -518,6 +531,12 @@ impl LockBackend for EtcdBackend {
 
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::all(self)
+    }
+
+    /// Rung when a held key's watcher sees it deleted or rewritten, or the
+    /// watch stream breaks (see `key_watch.rs`).
+    fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(lock(&self.inner.key_watch).alarm.subscribe())
     }
 
     fn client_name(&self) -> Option<&str> {

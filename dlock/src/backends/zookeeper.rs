@@ -122,6 +122,10 @@
 //!   without a leader, the read does not return, so the guard is lost when
 //!   its local deadline passes, never later than the server could expire the
 //!   session.
+//! - A node deleted between renewals is heard at once: an exists-watch on
+//!   each held node rings the backend's loss alarm on its delete (or a
+//!   change of its data, or its session's end), and the watchdog renews
+//!   every lease at once (see `node_watch.rs`).
 //!   A lease granted at once, by the listing sent behind the create,
 //!   starts with the create: a write, which the leader itself checks and
 //!   commits, so its answer proves what a read behind a sync proves, and the
@@ -244,7 +248,8 @@
 // - waiting in line: `queue.rs` (+ the protected create; one queue code for lock, read and write
 //   nodes), `order.rs` (Curator's rules of whose turn it is)
 // - renewal: `renew.rs` (held nodes read in multi-reads of at most 1,000 nodes and 128 KiB,
-//   behind one `sync` per session), `lease.rs`, `held.rs`
+//   behind one `sync` per session), `lease.rs`, `held.rs`; `node_watch.rs` (an exists-watch on
+//   each held node rings the loss alarm when it is deleted, so the renewal runs at once)
 // - sessions: `session.rs` (opened on dlock's runtime)
 // - clean-up of abandoned entries: `cleanup.rs`, `stale.rs` (a campaign's sweep of its own
 //   session's unused participant nodes)
@@ -264,6 +269,7 @@ mod inspect;
 mod lease;
 mod lock_backend;
 mod lock_node;
+mod node_watch;
 mod order;
 mod permits;
 mod queue;
@@ -332,6 +338,9 @@ pub struct ZooKeeperBackend {
     campaigns: stale::Campaigns,
     /// A ttl cut to the session's bound is a WARN, once (see `lease.rs`).
     cut_ttl: lease::CutTtlWarning,
+    /// Rung when a held node's watch fires (deleted, changed, session
+    /// ended): the watchdog renews at once (see `node_watch.rs`).
+    loss_alarm: tokio::sync::watch::Sender<u64>,
     /// `zks://`: the TLS options every session connects with, read from the
     /// URL's files at `connect`.
     #[cfg(feature = "tls")]
@@ -429,6 +438,7 @@ impl ZooKeeperBackend {
             held: Arc::new(Mutex::new(HashMap::new())),
             campaigns: stale::Campaigns::default(),
             cut_ttl: lease::CutTtlWarning::default(),
+            loss_alarm: tokio::sync::watch::Sender::new(0),
             #[cfg(feature = "tls")]
             tls,
         };

@@ -120,5 +120,6 @@ mod access;
 mod deeper_keys;
 mod etcdctl;
 mod faults;
+mod loss_heard;
 mod queue;
 mod sessions;

@@ -109,6 +109,7 @@ mod acl;
 mod faults;
 mod layout;
 mod limits;
+mod loss_heard;
 mod queue;
 mod runtimes;
 mod sessions;

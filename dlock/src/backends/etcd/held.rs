@@ -31,14 +31,16 @@ pub(super) struct Held {
     /// The lease's local deadline as the core last heard it: past it, the
     /// core no longer counts on the key, and nor may we.
     valid_until: Instant,
-    /// The watch of deletes saw this key's name deleted after its create
-    /// revision (see `deletions.rs`).
+    /// The watch of deletes (`deletions.rs`) or the key's own watcher
+    /// (`key_watch.rs`) saw this key's name deleted after its create
+    /// revision, or rewritten.
     pub(super) deleted: bool,
 }
 
 impl Inner {
-    /// Records a won lease.
-    pub(super) fn hold(&self, lease: &Lease, session: Arc<Session>, revision: i64) {
+    /// Records a won lease, and watches its key so that its loss is heard
+    /// at once (see `key_watch.rs`).
+    pub(super) fn hold(self: &Arc<Self>, lease: &Lease, session: Arc<Session>, revision: i64) {
         lock(&self.held).insert(
             lease.resource.clone(),
             Held {
@@ -48,6 +50,7 @@ impl Inner {
                 deleted: false,
             },
         );
+        self.watch_key(&lease.resource, revision);
     }
 
     /// The session of `lease`, if this backend still holds its key.
@@ -57,6 +60,16 @@ impl Inner {
             .get(&lease.resource)
             .filter(|h| h.revision == revision)
             .map(|h| h.session.clone())
+    }
+
+    /// Whether a watch saw `lease`'s key deleted or rewritten.
+    pub(super) fn seen_lost(&self, lease: &Lease) -> bool {
+        let Some(revision) = revision_of_lease(lease) else {
+            return false;
+        };
+        lock(&self.held)
+            .get(&lease.resource)
+            .is_some_and(|h| h.revision == revision && h.deleted)
     }
 
     /// The core was told `lease` is good until `valid_until`.
@@ -77,6 +90,8 @@ impl Inner {
         let mut held = lock(&self.held);
         if held.get(entry).is_some_and(|h| h.revision == revision) {
             held.remove(entry);
+            drop(held);
+            self.unwatch_key(entry);
             return true;
         }
         false

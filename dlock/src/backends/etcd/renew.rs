@@ -54,6 +54,9 @@ impl EtcdBackend {
                 let revision = revision_of_lease(lease);
                 match (&alive[at], &present) {
                     (Ok(Alive::Gone), _) => Ok(inner.refused(lease, Renewal::SessionExpired)),
+                    // The key's watcher saw it deleted or rewritten: final,
+                    // whatever a read racing that event answered.
+                    _ if inner.seen_lost(lease) => Ok(inner.refused(lease, Renewal::Deleted)),
                     (_, Ok(revisions)) if revisions[i] != revision => {
                         Ok(inner.refused(lease, Renewal::Deleted))
                     }

@@ -27,6 +27,10 @@ pub(super) struct Held {
     /// Dropped with the entry (release, reaping): ends the node's reaper
     /// task at once instead of leaving it asleep until the deadline.
     pub(super) _reaper: tokio::sync::oneshot::Sender<()>,
+    /// Dropped with the entry, or taken before a release's delete: ends
+    /// the node's watch (`node_watch.rs`), so our own delete does not ring
+    /// the loss alarm.
+    pub(super) watch: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl ZooKeeperBackend {
@@ -38,6 +42,7 @@ impl ZooKeeperBackend {
     /// released there.
     pub(super) fn remember(&self, lease: &Lease, session: &Arc<Session>, cleanup: Cleanup) {
         let (reaper, gone) = tokio::sync::oneshot::channel();
+        let (watch, unwatched) = tokio::sync::oneshot::channel();
         lock(&self.held).insert(
             lease.resource.clone(),
             Held {
@@ -45,8 +50,15 @@ impl ZooKeeperBackend {
                 valid_until: lease.valid_until,
                 cleanup,
                 _reaper: reaper,
+                watch: Some(watch),
             },
         );
+        session.spawn(super::node_watch::watch_node(
+            session.client.clone(),
+            lease.resource.clone(),
+            self.loss_alarm.clone(),
+            unwatched,
+        ));
         session.spawn(reap(
             Arc::downgrade(&self.held),
             lease.resource.clone(),

@@ -44,6 +44,11 @@ impl LockBackend for ZooKeeperBackend {
         Capabilities::all(self)
     }
 
+    /// Rung when a held node's watch fires (see `node_watch.rs`).
+    fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.loss_alarm.subscribe())
+    }
+
     fn client_name(&self) -> Option<&str> {
         Some(
             self.config

@@ -147,6 +147,8 @@ impl ZooKeeperBackend {
         let Some(mut held) = lock(&self.held).remove(&lease.resource) else {
             return Ok(false);
         };
+        // Our own delete is no loss: the node's watch ends first.
+        held.watch = None;
         if !held.session.is_usable() {
             // The session ended, and its ephemeral nodes with it (or ends
             // soon: its runtime is gone, so the server expires it).
