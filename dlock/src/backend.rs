@@ -40,6 +40,7 @@ mod permits;
 pub(crate) mod refusal;
 mod rw;
 pub(crate) mod schemes;
+pub(crate) mod suspend;
 pub(crate) mod transient;
 pub use all_keys::{AllKeysBackend, AllOrNone};
 pub use election::{
