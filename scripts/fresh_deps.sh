@@ -27,7 +27,7 @@ git ls-files -z --cached --others --exclude-standard |
   tar --null -T - -cf - | tar -xf - -C "$copy"
 cd "$copy"
 cargo update --quiet
-echo "dependencies updated: $(git -C "$OLDPWD" diff --no-index --stat "$OLDPWD/Cargo.lock" Cargo.lock 2>/dev/null | tail -1 || true)"
+echo "dependencies updated: $(git diff --no-index --stat "$OLDPWD/Cargo.lock" "$copy/Cargo.lock" 2>/dev/null | tail -1 || true)"
 CARGO_TARGET_DIR="$target_dir" cargo clippy -p dlock-rs --lib --all-features --message-format=short \
   -- -D warnings -W clippy::incompatible_msrv
 echo "fresh dependencies: the library lints clean in $((SECONDS - start)) s"
