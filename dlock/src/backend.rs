@@ -40,6 +40,9 @@ mod permits;
 pub(crate) mod refusal;
 mod rw;
 pub(crate) mod schemes;
+pub(crate) mod suspend;
+#[cfg(feature = "tls")]
+pub(crate) mod tls_provider;
 pub(crate) mod transient;
 pub use all_keys::{AllKeysBackend, AllOrNone};
 pub use election::{

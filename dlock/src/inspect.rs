@@ -276,7 +276,8 @@ async fn extend(
     };
     let mut lease = {
         let state = shared.lock_state();
-        if state.status != Status::Held || Instant::now() >= state.lease.valid_until {
+        let now = crate::backend::suspend::lease_now(&state.lease);
+        if state.status != Status::Held || now >= state.lease.valid_until {
             return Err(not_held());
         }
         state.lease.clone()

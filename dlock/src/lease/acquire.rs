@@ -125,6 +125,9 @@ pub(crate) async fn take(
     wait: Option<Duration>,
     observed: Kind,
 ) -> Result<Option<Taken>, LockError> {
+    // Starts measuring suspends (`backend/suspend.rs`) before the first
+    // request is sent: one sent earlier would miss those before the start.
+    crate::backend::suspend::suspended();
     let local = local::for_backend(&backend);
     let once = wait == Some(Duration::ZERO);
     let deadline = wait.and_then(deadline::after);
@@ -158,7 +161,8 @@ pub(crate) async fn take(
         let Some(lease) = asked else {
             return Ok(None);
         };
-        let now = Instant::now();
+        // A host suspended while the request was out counts too.
+        let now = crate::backend::suspend::lease_now(&lease);
         if now < lease.valid_until {
             break lease;
         }

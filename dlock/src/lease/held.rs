@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::Instrument;
 
+use crate::backend::suspend::lease_now;
 use crate::backend::{no_rw_locks, no_semaphores, Lease, LockBackend, Renewal, RwMode};
 use crate::lease::observe::{self, Holding, LossReason};
 use crate::lease::queue::Turn;
@@ -157,7 +158,8 @@ impl LeaseShared {
 
     pub(crate) fn is_held(&self) -> bool {
         let state = self.lock_state();
-        state.status == Status::Held && Instant::now() < state.lease.valid_until
+        // A suspended host's time counts (`backend/suspend.rs`).
+        state.status == Status::Held && lease_now(&state.lease) < state.lease.valid_until
     }
 
     /// Marks the lease lost (if it was held) and wakes every `lost()` future.
@@ -186,7 +188,7 @@ impl LeaseShared {
             if was == Status::Released {
                 return Err(());
             }
-            let expired = Instant::now() >= state.lease.valid_until;
+            let expired = lease_now(&state.lease) >= state.lease.valid_until;
             state.status = Status::Released;
             if was == Status::Held {
                 self.holding.end();
@@ -309,7 +311,7 @@ impl LeaseShared {
                     self.lock_state().lease.valid_until = valid_until;
                 }
                 // Unknown: try again at the next third, while it lasts.
-                Some(Err(_)) if Instant::now() < valid_until => {}
+                Some(Err(_)) if lease_now(&lease) < valid_until => {}
                 // Gone, or lapsed: the release says so (NotHeld, not logged).
                 _ => return,
             }

@@ -23,6 +23,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::backend::deadline::saturating_add;
+use crate::backend::suspend::{self, SuspendClock};
 use crate::backend::{Lease, LockBackend, Renewal};
 use crate::lease::held::{release_on, renew_on, LeaseKind, LeaseShared, Status};
 use crate::lease::observe::{self, LossReason, RenewCounts};
@@ -41,6 +42,9 @@ pub(crate) struct Watchdog {
     /// when the watchdog is made so that no alarm is missed while no task
     /// runs; each task works on a copy and marks here what it answered.
     alarm: Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
+    /// A test's clock of suspends instead of the process's.
+    #[cfg(test)]
+    clock: Option<&'static SuspendClock>,
 }
 
 #[derive(Debug, Default)]
@@ -51,7 +55,18 @@ struct WatchdogState {
     /// earlier must wake it; one due later need not (no cross-thread wake-up
     /// on the hot path of every acquire).
     sleeping_until: Option<Instant>,
+    /// The suspends of the host seen so far (`SuspendClock::suspends`).
+    suspends_seen: u64,
 }
+
+/// How often a watchdog with leases looks whether the host was suspended:
+/// its timers are monotonic and stand still in a suspend, so without a look
+/// `lost()` would wait for the next renewal (up to ttl/3) after the resume.
+/// Where suspends cannot be measured, no look.
+#[cfg(target_os = "linux")]
+const SUSPEND_LOOK: Option<Duration> = Some(Duration::from_secs(1));
+#[cfg(not(target_os = "linux"))]
+const SUSPEND_LOOK: Option<Duration> = None;
 
 /// How long an idle watchdog task stays around for the next lease, so a
 /// steady stream of short critical sections does not spawn one per lease.
@@ -80,6 +95,23 @@ impl Watchdog {
             alarm: Mutex::new(alarm),
             ..Watchdog::default()
         }
+    }
+
+    /// A watchdog whose suspends come from `clock` (a test's).
+    #[cfg(test)]
+    fn with_clock(clock: &'static SuspendClock) -> Self {
+        Watchdog {
+            clock: Some(clock),
+            ..Watchdog::default()
+        }
+    }
+
+    fn clock(&self) -> &SuspendClock {
+        #[cfg(test)]
+        if let Some(clock) = self.clock {
+            return clock;
+        }
+        suspend::system_clock()
     }
 
     fn lock_state(&self) -> MutexGuard<'_, WatchdogState> {
@@ -154,7 +186,8 @@ impl Watchdog {
             let next_event = match next_event {
                 Some(at) => {
                     idle_since = None;
-                    Some(at)
+                    let look = SUSPEND_LOOK.map(|every| saturating_add(Instant::now(), every));
+                    Some(look.map_or(at, |look| at.min(look)))
                 }
                 None if in_flight.is_empty() => {
                     let since = *idle_since.get_or_insert_with(Instant::now);
@@ -198,7 +231,20 @@ impl Watchdog {
     ) -> Option<(Vec<Arc<LeaseShared>>, Option<Instant>)> {
         let mut state = self.lock_state();
         state.sleeping_until = None;
-        let Scanned { due, overdue, next } = state.leases.scan(Instant::now(), busy);
+        // After a suspend, first the leases it ended: their deadlines are
+        // still ahead on the monotonic clock the schedule keeps.
+        let mut lapsed = Vec::new();
+        let suspends = self.clock().suspends();
+        if suspends != state.suspends_seen {
+            state.suspends_seen = suspends;
+            lapsed = state.leases.overdue_after_suspend(self.clock());
+        }
+        let Scanned {
+            due,
+            mut overdue,
+            next,
+        } = state.leases.scan(Instant::now(), busy);
+        overdue.append(&mut lapsed);
         for shared in overdue {
             let expired = shared.lock_state().lease.clone();
             shared.mark_lost(if shared.renew {
@@ -480,6 +526,41 @@ mod tests {
         fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
             Some(self.alarm.subscribe())
         }
+    }
+
+    /// A suspend of the host longer than the ttl (the monotonic clock and
+    /// the watchdog's timers stood still) is a loss as soon as the host
+    /// resumes: `lost()` fires within the watchdog's look at the suspends,
+    /// not at the next renewal (a third of a 30 s ttl).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_suspend_longer_than_the_ttl_is_a_loss_at_resume() {
+        use super::{SuspendClock, Watchdog};
+        use std::time::Instant;
+        let clock: &'static SuspendClock = Box::leak(Box::new(SuspendClock::fake()));
+        let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let ttl = std::time::Duration::from_secs(30);
+        let guard = take(&backend, "suspended", ttl).await;
+        // Watched by a watchdog on the fake clock instead of the backend's.
+        local::for_backend(&backend)
+            .watchdog
+            .deregister(guard.lease());
+        let watchdog = Arc::new(Watchdog::with_clock(clock));
+        watchdog.register(guard.lease());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(guard.is_held());
+        clock.fake_suspend(2 * ttl);
+        let resumed = Instant::now();
+        let lost = tokio::time::timeout(std::time::Duration::from_secs(10), guard.lost()).await;
+        eprintln!(
+            "suspend of 2x the ttl: lost() fired {:?} after the resume",
+            resumed.elapsed()
+        );
+        assert!(
+            lost.is_ok(),
+            "lost() did not fire within 10 s of the resume"
+        );
+        assert!(!guard.is_held());
+        assert_eq!(watchdog.len(), 0);
     }
 
     /// A raised alarm makes the watchdog renew at once: a lease whose

@@ -97,7 +97,7 @@ pub(super) fn ssl_opts(
 fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race with another installer is fine: some provider is set.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = crate::backend::tls_provider::ring().install_default();
     }
 }
 

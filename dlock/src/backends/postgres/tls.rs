@@ -110,7 +110,7 @@ pub(super) fn connector(params: &TlsParams, shown: &str) -> Result<Connector, Lo
 fn provider() -> Arc<CryptoProvider> {
     CryptoProvider::get_default()
         .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .unwrap_or_else(|| Arc::new(crate::backend::tls_provider::ring()))
 }
 
 /// The trusted roots: `sslrootcert`'s certificates, or Mozilla's.

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::deadline::saturating_add;
+use crate::backend::suspend::SuspendClock;
 use crate::lease::held::{LeaseShared, Status};
 
 /// Leases due within this share of their renewal interval are renewed with
@@ -136,6 +137,25 @@ impl Schedule {
                 self.renewals.push(Reverse((state.next_renew, *key)));
             }
         }
+    }
+
+    /// Takes off the leases a suspend of the host ended, to be marked lost:
+    /// the heaps' instants are monotonic, which stood still meanwhile, so
+    /// only a look at every lease finds them (once per suspend seen).
+    pub(super) fn overdue_after_suspend(&mut self, clock: &SuspendClock) -> Vec<Arc<LeaseShared>> {
+        let mut overdue = Vec::new();
+        self.leases.retain(|_, tracked| {
+            let lapsed = {
+                let state = tracked.shared.lock_state();
+                state.status == Status::Held
+                    && clock.lease_now(&state.lease) >= state.lease.valid_until
+            };
+            if lapsed {
+                overdue.push(tracked.shared.clone());
+            }
+            !lapsed
+        });
+        overdue
     }
 
     /// Puts a lease whose renewal came back on the schedule again.
