@@ -264,6 +264,7 @@ mod listener;
 mod lock_backend;
 mod lock_table;
 mod permits;
+mod pooler;
 mod renew_plain;
 mod renew_rounds;
 mod retention;
@@ -335,6 +336,11 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// (`backend/transient.rs`).
 pub(super) fn failed(shown: &str, e: impl Into<Failure>) -> LockError {
     let Failure { text, transient } = e.into();
+    // A named prepared statement missing on the server session a statement
+    // ran on: a transaction pooler moved the session (`pooler.rs`).
+    if text.contains(&format!(" {}: ", pooler::NO_SUCH_STATEMENT)) {
+        return pooler::refusal(shown, &text);
+    }
     if transient {
         LockError::backend(shown, Transient::new(text))
     } else {
