@@ -46,7 +46,11 @@ async fn role_timeouts_cut_neither_waits_nor_idle_sessions() {
     let holder = dlock::connect(&url).await.unwrap();
     let waiter = dlock::connect(&url).await.unwrap();
     let idle = dlock::connect(&url).await.unwrap();
-    let held = Lock::new("dba").with_backend(holder.clone()).acquire().await.unwrap();
+    let held = Lock::new("dba")
+        .with_backend(holder.clone())
+        .acquire()
+        .await
+        .unwrap();
     let hold = Duration::from_secs(20);
     let release = tokio::spawn(async move {
         tokio::time::sleep(hold).await;
@@ -72,11 +76,23 @@ async fn role_timeouts_cut_neither_waits_nor_idle_sessions() {
          a wait behind a {hold:?} holder granted after {waited:?}; a backend idle 4 s took a lock in {idle_took:?}"
     );
     let granted = granted.expect("the wait is granted, not cut by statement_timeout");
-    assert!(waited >= hold - Duration::from_secs(1), "granted after {waited:?} while held");
-    assert!(waited < hold + Duration::from_secs(10), "granted only after {waited:?}");
-    assert_eq!(release.await.unwrap().unwrap(), true, "the idle holder kept its lock");
-    assert_eq!(idle_granted.unwrap(), true, "the idle backend works again");
-    assert!(idle_took < Duration::from_secs(2), "the idle backend took {idle_took:?}");
+    assert!(
+        waited >= hold - Duration::from_secs(1),
+        "granted after {waited:?} while held"
+    );
+    assert!(
+        waited < hold + Duration::from_secs(10),
+        "granted only after {waited:?}"
+    );
+    assert!(
+        release.await.unwrap().unwrap(),
+        "the idle holder kept its lock"
+    );
+    assert!(idle_granted.unwrap(), "the idle backend works again");
+    assert!(
+        idle_took < Duration::from_secs(2),
+        "the idle backend took {idle_took:?}"
+    );
     granted.release().await.unwrap();
 }
 
@@ -85,11 +101,18 @@ async fn role_timeouts_cut_neither_waits_nor_idle_sessions() {
 async fn a_terminated_session_is_heard_as_lost_under_role_timeouts() {
     let server = start_with_limited_role();
     let holder = dlock::connect(&limited_url(&server)).await.unwrap();
-    let held = Lock::new("dba-lost").with_backend(holder).acquire().await.unwrap();
+    let held = Lock::new("dba-lost")
+        .with_backend(holder)
+        .acquire()
+        .await
+        .unwrap();
     let lost = held.lost();
     // Idle past the role's idle_session_timeout first: still held.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(held.is_held(), "lost while idle 3 s (the role's 2 s idle_session_timeout)");
+    assert!(
+        held.is_held(),
+        "lost while idle 3 s (the role's 2 s idle_session_timeout)"
+    );
     let terminated = tokio::task::block_in_place(|| {
         server.psql(&format!(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \

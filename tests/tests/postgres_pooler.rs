@@ -154,13 +154,31 @@ async fn session_pooling_excludes_and_fences() {
     let pooler = PgBouncer::start_with_pool(&server, "session", 40);
     let a = dlock::connect(&pooler.url()).await.unwrap();
     let b = dlock::connect(&pooler.url()).await.unwrap();
-    let first = Lock::new("pooled").with_backend(a.clone()).acquire().await.unwrap();
-    let refused = Lock::new("pooled").with_backend(b.clone()).try_acquire().await.unwrap();
-    assert!(refused.is_none(), "a second holder through a session pooler");
+    let first = Lock::new("pooled")
+        .with_backend(a.clone())
+        .acquire()
+        .await
+        .unwrap();
+    let refused = Lock::new("pooled")
+        .with_backend(b.clone())
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(
+        refused.is_none(),
+        "a second holder through a session pooler"
+    );
     let fence = first.fencing_token().unwrap();
     first.release().await.unwrap();
-    let second = Lock::new("pooled").with_backend(b.clone()).acquire().await.unwrap();
-    assert!(second.fencing_token().unwrap() > fence, "fences must increase");
+    let second = Lock::new("pooled")
+        .with_backend(b.clone())
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        second.fencing_token().unwrap() > fence,
+        "fences must increase"
+    );
     second.release().await.unwrap();
     drop((a, b));
 
@@ -170,7 +188,11 @@ async fn session_pooling_excludes_and_fences() {
         storm.grants, storm.refusals, storm.overlaps, storm.elapsed
     );
     assert_eq!(storm.overlaps, 0);
-    assert!(storm.errors.is_empty(), "errors under session pooling: {:?}", storm.errors);
+    assert!(
+        storm.errors.is_empty(),
+        "errors under session pooling: {:?}",
+        storm.errors
+    );
     assert_eq!(storm.grants, 2 * 3 * 15);
 }
 
@@ -199,7 +221,11 @@ async fn a_killed_client_behind_a_session_pooler_frees_its_lock() {
         .unwrap();
     assert!(line.starts_with("ACQUIRED"), "holder said {line:?}");
     let backend = dlock::connect(&pooler.url()).await.unwrap();
-    let held = Lock::new("pooled-killed").with_backend(backend.clone()).try_acquire().await.unwrap();
+    let held = Lock::new("pooled-killed")
+        .with_backend(backend.clone())
+        .try_acquire()
+        .await
+        .unwrap();
     assert!(held.is_none(), "the holder's lock is not held");
     holder.kill().expect("kill -9 the holder");
     let killed = Instant::now();

@@ -55,13 +55,12 @@ impl PgBouncer {
     }
 
     fn try_start_once(server: &PgServer, pool_mode: &str, pool_size: u32) -> HarnessResult<Self> {
-        let bin = require_binary("pgbouncer", PGBOUNCER_PACKAGE)
-            .or_else(|_| {
-                crate::servers::process::require_file(
-                    std::path::Path::new("/usr/sbin/pgbouncer"),
-                    PGBOUNCER_PACKAGE,
-                )
-            })?;
+        let bin = require_binary("pgbouncer", PGBOUNCER_PACKAGE).or_else(|_| {
+            crate::servers::process::require_file(
+                std::path::Path::new("/usr/sbin/pgbouncer"),
+                PGBOUNCER_PACKAGE,
+            )
+        })?;
         let user = system_user::server_user("postgres", "PgBouncer", PGBOUNCER_PACKAGE)?;
         let port = free_port()?;
         let dir = tempfile::Builder::new()
@@ -127,9 +126,19 @@ impl PgBouncer {
 
     fn psql_args(&self) -> Vec<String> {
         let port = self.port.to_string();
-        ["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-d", "postgres", "-XAtq"]
-            .map(str::to_owned)
-            .to_vec()
+        [
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-XAtq",
+        ]
+        .map(str::to_owned)
+        .to_vec()
     }
 
     /// Runs `sql` with psql through the pooler; its output.
@@ -162,6 +171,12 @@ impl ServerControl for PgBouncer {
         args.extend(["-c".to_owned(), "SELECT 1".to_owned()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let psql = self.psql.clone();
-        wait_answering(&mut self.process, "answering psql", READY_LIMIT, &psql, &args)
+        wait_answering(
+            &mut self.process,
+            "answering psql",
+            READY_LIMIT,
+            &psql,
+            &args,
+        )
     }
 }

@@ -83,9 +83,7 @@ fn claim_statement(id: &str) -> String {
 }
 
 /// The first row of a simple query's answer, as text columns.
-fn first_row(
-    messages: Vec<tokio_postgres::SimpleQueryMessage>,
-) -> Option<Vec<Option<String>>> {
+fn first_row(messages: Vec<tokio_postgres::SimpleQueryMessage>) -> Option<Vec<Option<String>>> {
     messages.into_iter().find_map(|m| match m {
         tokio_postgres::SimpleQueryMessage::Row(row) => Some(
             (0..row.len())
@@ -197,7 +195,12 @@ mod tests {
     #[test]
     fn the_refusal_names_the_pooler_and_the_fixes() {
         let e = refusal("postgres://h/db", "seen").to_string();
-        for needed in ["PgBouncer", "pool_mode = session", "straight to PostgreSQL", "seen"] {
+        for needed in [
+            "PgBouncer",
+            "pool_mode = session",
+            "straight to PostgreSQL",
+            "seen",
+        ] {
             assert!(e.contains(needed), "{needed} missing from: {e}");
         }
     }
