@@ -137,18 +137,20 @@ pub(super) async fn claim(
     })
 }
 
-/// Opens a short second connection and refuses when it lands on a
-/// claimed server session or on the server session `pid` (a transaction
-/// pooler lending the first one again).
-pub(super) async fn probe(config: &Config, shown: &str, pid: i32) -> Result<(), LockError> {
-    let (client, connection) = super::session::connect(config, shown).await?;
-    let task = tokio::spawn(connection);
+/// Asks the short second connection `client` (opened by the caller) for
+/// its claim and pid; refuses when it landed on a claimed server session
+/// or on the server session `pid` (a transaction pooler lending the
+/// first one again).
+pub(super) async fn probe(
+    client: &tokio_postgres::Client,
+    config: &Config,
+    shown: &str,
+    pid: i32,
+) -> Result<(), LockError> {
     let question =
         format!("SELECT coalesce(current_setting('{CLAIM}', true), ''), pg_backend_pid()::text");
     let asked = client.simple_query(&question);
     let answer = tokio::time::timeout(config.session.timeout, asked).await;
-    drop(client);
-    task.abort();
     let messages = match answer {
         Ok(Ok(messages)) => messages,
         Ok(Err(e)) => return Err(failed(shown, e)),

@@ -177,7 +177,12 @@ pub(super) async fn open(
         // Before any lock and any named prepared statement: a
         // transaction pooler is refused here (`pooler.rs`).
         let pid = super::pooler::claim(&client, &settings, shown).await?;
-        super::pooler::probe(config, shown, pid).await?;
+        let (probe, probe_connection) = connect(config, shown).await?;
+        let probe_task = tokio::spawn(probe_connection);
+        let probed = super::pooler::probe(&probe, config, shown, pid).await;
+        drop(probe);
+        probe_task.abort();
+        probed?;
         if first {
             super::setup::check_server(&client, config, shown).await?;
             super::setup::ensure_table(&client, config, statements, shown).await?;
