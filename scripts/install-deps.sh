@@ -11,6 +11,8 @@
 #   protoc + well-known protos       protobuf-compiler libprotobuf-dev (etcd-client build)
 #   PostgreSQL server (initdb, postgres under /usr/lib/postgresql/<version>/bin), psql
 #                                    postgresql postgresql-client
+#   PgBouncer (under /usr/sbin; the pooler tests put it in front of PostgreSQL)
+#                                    pgbouncer
 #   MariaDB server (mariadbd under /usr/sbin, mariadb-install-db), the mariadb client
 #                                    mariadb-server mariadb-client
 #   redis-py (a lock holder that is not dlock, for the foreign-release tests)
@@ -134,6 +136,7 @@ need_file /usr/include/google/protobuf/timestamp.proto libprotobuf-dev
 # Debian keeps the server's binaries off PATH, one directory per major version.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 need_cmd psql postgresql-client
+[[ -x /usr/sbin/pgbouncer ]] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
 # The server's binary is in /usr/sbin, which a user's PATH may lack.
 [[ -x /usr/sbin/mariadbd ]] || command -v mariadbd >/dev/null || missing+=(mariadb-server)
 need_cmd mariadb-install-db mariadb-server

@@ -101,6 +101,13 @@
 //!   dlock's tables are refused when a role dlock's role is not a member of
 //!   (nor a superuser) owns them: no other role's function, operator or
 //!   trigger runs as dlock's role.
+//! - Every session first claims its server session (the custom setting
+//!   `dlock.session`) and a second connection checks it landed elsewhere:
+//!   a transaction or statement pooler (PgBouncer `pool_mode =
+//!   transaction`) is refused at `connect` (see the backends guide,
+//!   *Poolers*). Each session switches off `statement_timeout`,
+//!   `lock_timeout` and `idle_in_transaction_session_timeout`, whatever the
+//!   role's defaults.
 //! - A session never asks for a key it holds (advisory locks are reentrant
 //!   per session): each session keeps the set of its keys, and a key held
 //!   through every session is busy.
@@ -205,6 +212,9 @@
 //   checks (`pg_is_in_recovery()`, `dlock_fences` and `dlock_holders` created if missing, and
 //   refused when their owner is a role dlock's role is not a member of nor a superuser:
 //   `check_owners`, also run on `dlock_leaders` by `ensure_leaders`)
+// - poolers: `pooler.rs`: each session's setup `SET`s (role defaults switched off) and its
+//   claim of `dlock.session` in one simple query, then a probe connection; a transaction or
+//   statement pooler is `InvalidOption` naming it (also SQLSTATE 26000, mapped in `failed`)
 // - bounded rows: `retention.rs`: `?fence_retention=` (parsed in `config.rs`); fences are
 //   `GREATEST(last + 1, clock µs)` (`sql.rs`'s `NOW_US`), so a counter below `now - retention` is
 //   an idle key's; `Sweeper` sends one bounded `DELETE` (`sql.rs`'s `sweep`: 1,000 rows of each
@@ -264,6 +274,7 @@ mod listener;
 mod lock_backend;
 mod lock_table;
 mod permits;
+mod pooler;
 mod renew_plain;
 mod renew_rounds;
 mod retention;
@@ -335,6 +346,11 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// (`backend/transient.rs`).
 pub(super) fn failed(shown: &str, e: impl Into<Failure>) -> LockError {
     let Failure { text, transient } = e.into();
+    // A named prepared statement missing on the server session a statement
+    // ran on: a transaction pooler moved the session (`pooler.rs`).
+    if text.contains(&format!(" {}: ", pooler::NO_SUCH_STATEMENT)) {
+        return pooler::refusal(shown, &text);
+    }
     if transient {
         LockError::backend(shown, Transient::new(text))
     } else {

@@ -11,6 +11,7 @@
 //! | etcd cluster | [`EtcdCluster::start`] | `url()`: `etcd://a,b,c` |
 //! | ZooKeeper | [`ZkServer::start`], [`ZkServer::start_with`] (tick time, session bounds) | `url()`: `zk://` |
 //! | PostgreSQL | [`PgServer::start`] (run as the `postgres` user when the tests run as root) | `url()`: `postgres://` |
+//! | PgBouncer in front of a PostgreSQL | [`PgBouncer::start`] (`pool_mode` per test, `default_pool_size = 2`, run as `postgres` under root) | `url()`: `postgres://` |
 //! | MariaDB | [`MariaDbServer::start`] (run as the `mysql` user when the tests run as root) | `url()`: `mysql://` |
 //! | ZooKeeper ensemble | [`ZkEnsemble::start`] | `url()`: `zk://a,b,c` |
 //!
@@ -42,6 +43,7 @@ pub mod control;
 pub mod etcd;
 mod leader;
 pub mod mariadb;
+pub mod pgbouncer;
 pub mod ports;
 pub mod postgres;
 pub mod process;
@@ -53,6 +55,7 @@ pub mod zookeeper;
 pub use control::ServerControl;
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use mariadb::MariaDbServer;
+pub use pgbouncer::PgBouncer;
 pub use postgres::PgServer;
 pub use redis::{RedisCluster, RedisOptions, RedisServer, RedisSet};
 pub use sentinel::{RedisSentinel, SentinelNode, SentinelOptions};

@@ -144,10 +144,16 @@ pub(super) async fn open(
     // notice a dead peer in about the same time. A statement that waits
     // (`turns.rs`) checks every second that its client is still there, so
     // a killed waiter leaves the lock's queue.
+    // A role's or database's defaults (`ALTER ROLE … SET statement_timeout`)
+    // must not cut dlock's waits nor end its idle sessions: dlock bounds its
+    // own statements (`lock_timeout` per wait, `turns.rs`), so the others
+    // are switched off; a session may always set them for itself.
     let settings = format!(
         "{pin}; SET idle_session_timeout = {ms}; SET tcp_user_timeout = {ms}; \
          SET tcp_keepalives_idle = {third_secs}; SET tcp_keepalives_interval = {third_secs}; \
-         SET tcp_keepalives_count = 3; SET client_connection_check_interval = {check_ms}",
+         SET tcp_keepalives_count = 3; SET client_connection_check_interval = {check_ms}; \
+         SET statement_timeout = 0; SET lock_timeout = 0; \
+         SET idle_in_transaction_session_timeout = 0",
         check_ms = CHECK_CLIENT_MS,
         pin = super::setup::PIN_SEARCH_PATH,
         ms = t.as_millis(),
@@ -168,10 +174,15 @@ pub(super) async fn open(
         alarm.send_modify(|generation| *generation += 1);
     });
     let setup = async {
-        client
-            .batch_execute(&settings)
-            .await
-            .map_err(|e| failed(shown, e))?;
+        // Before any lock and any named prepared statement: a
+        // transaction pooler is refused here (`pooler.rs`).
+        let pid = super::pooler::claim(&client, &settings, shown).await?;
+        let (probe, probe_connection) = connect(config, shown).await?;
+        let probe_task = tokio::spawn(probe_connection);
+        let probed = super::pooler::probe(&probe, config, shown, pid).await;
+        drop(probe);
+        probe_task.abort();
+        probed?;
         if first {
             super::setup::check_server(&client, config, shown).await?;
             super::setup::ensure_table(&client, config, statements, shown).await?;
@@ -201,11 +212,6 @@ pub(super) async fn open(
             client.prepare(&statements.permits.renew),
         )
         .map_err(|e| failed(shown, e))?;
-        let pid: i32 = client
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await
-            .map_err(|e| failed(shown, e))?
-            .get(0);
         Ok::<_, LockError>((
             Prepared {
                 acquire,

@@ -1,0 +1,209 @@
+//! Refusing a transaction or statement pooler (PgBouncer's
+//! `pool_mode = transaction` or `statement`, Supavisor's transaction port,
+//! pgpool-II without session pinning) between dlock and PostgreSQL.
+//!
+//! dlock's locks are session advisory locks. A transaction pooler runs
+//! each transaction of a client on whichever server session is free, so a
+//! lock taken by one client stays on a server session that the pooler then
+//! lends to another client, whose `pg_try_advisory_lock` of the same key
+//! succeeds there (advisory locks are reentrant per session): two holders.
+//! Nothing in the protocol says a pooler is there, so each new session is
+//! tested before it takes any lock, with simple-protocol statements only
+//! (a named prepared statement does not survive such a pooler):
+//!
+//! - **The claim**: the session's first statement writes a random id into
+//!   the custom setting `dlock.session` of the server session it runs on,
+//!   unless that server session already carries one or already holds
+//!   advisory locks: then another client's dlock session is (or was) on
+//!   it, which only a pooler arranges. PostgreSQL starts every session
+//!   with the setting empty, and PgBouncer's session mode resets a server
+//!   session with `DISCARD ALL` (which empties it and frees its advisory
+//!   locks) before lending it to the next client, so session pooling and
+//!   direct connections pass.
+//! - **The probe**: a second, short connection reads `dlock.session` and
+//!   `pg_backend_pid()`: on a direct connection or through a session
+//!   pooler it is a server session of its own (empty, another pid); a
+//!   transaction pooler hands it an idle server session, PgBouncer the
+//!   most recently used one: the claimed one.
+//! - A statement that still lands where its prepared statement does not
+//!   exist (SQLSTATE 26000) is reported with the same explanation.
+//!
+//! The claim and the probe only read and write the custom setting: a
+//! server session of another application through the same pooler is not
+//! disturbed.
+
+use super::config::Config;
+use super::{failed, Failure};
+use crate::LockError;
+
+/// The custom setting that names the dlock session a server session
+/// belongs to.
+const CLAIM: &str = "dlock.session";
+
+/// The SQLSTATE of "prepared statement … does not exist".
+pub(super) const NO_SUCH_STATEMENT: &str = "26000";
+
+/// Why a pooler is refused and what to do instead, behind `shown`'s name.
+pub(super) fn refusal(shown: &str, seen: &str) -> LockError {
+    LockError::invalid_option(format!(
+        "`{shown}` leads to a transaction or statement pooler (PgBouncer with pool_mode = transaction \
+         or statement, Supavisor's transaction port 6543, or the like): {seen}. dlock's locks are \
+         session advisory locks, which such a pooler hands to other clients; connect dlock through \
+         a session pooler (PgBouncer `pool_mode = session`, Supavisor's session port 5432) or \
+         straight to PostgreSQL (a second URL that bypasses the pooler)"
+    ))
+}
+
+/// A random id for one session's claim.
+fn new_id() -> String {
+    let high = getrandom::u64().unwrap_or_default();
+    let low = getrandom::u64().unwrap_or_else(|_| {
+        // No randomness: the process and the clock still tell sessions of
+        // different clients apart.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        (nanos as u64) ^ u64::from(std::process::id())
+    });
+    format!("{high:016x}{low:016x}")
+}
+
+/// The claim statement for `id`: the claim already there, this server
+/// session's advisory locks, its pid, and whether the claim was written
+/// (only on a server session nobody claimed and holding no advisory lock).
+fn claim_statement(id: &str) -> String {
+    format!(
+        "SELECT s.before, s.locks::text, s.pid::text, \
+           CASE WHEN s.before = '' AND s.locks = 0 THEN set_config('{CLAIM}', '{id}', false) END \
+         FROM (SELECT coalesce(current_setting('{CLAIM}', true), '') AS before, \
+           (SELECT count(*) FROM pg_catalog.pg_locks l \
+             WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()) AS locks, \
+           pg_backend_pid() AS pid) s"
+    )
+}
+
+/// The first row of a simple query's answer, as text columns.
+fn first_row(messages: Vec<tokio_postgres::SimpleQueryMessage>) -> Option<Vec<Option<String>>> {
+    messages.into_iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+            (0..row.len())
+                .map(|i| row.get(i).map(str::to_owned))
+                .collect(),
+        ),
+        _ => None,
+    })
+}
+
+/// Runs `settings` (the session's `SET`s) and the claim in one simple
+/// query (one transaction, so one server session even behind a pooler);
+/// the server pid of the session, or the pooler's refusal.
+pub(super) async fn claim(
+    client: &tokio_postgres::Client,
+    settings: &str,
+    shown: &str,
+) -> Result<i32, LockError> {
+    let id = new_id();
+    let batch = format!("{settings}; {}", claim_statement(&id));
+    let messages = client
+        .simple_query(&batch)
+        .await
+        .map_err(|e| failed(shown, e))?;
+    let row = first_row(messages).unwrap_or_default();
+    let column = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+    let (before, locks, pid, written) = (column(0), column(1), column(2), column(3));
+    if !before.is_empty() {
+        return Err(refusal(
+            shown,
+            "a new connection was given a server session another dlock session already uses",
+        ));
+    }
+    if locks != "0" {
+        return Err(refusal(
+            shown,
+            &format!("a new connection was given a server session that already holds {locks} advisory lock(s) of another client"),
+        ));
+    }
+    if written != id {
+        return Err(failed(
+            shown,
+            format!("the session's claim was not written (answer: {row:?})"),
+        ));
+    }
+    pid.parse().map_err(|_| {
+        failed(
+            shown,
+            format!("pg_backend_pid() answered {pid:?}, not a process id"),
+        )
+    })
+}
+
+/// Asks the short second connection `client` (opened by the caller) for
+/// its claim and pid; refuses when it landed on a claimed server session
+/// or on the server session `pid` (a transaction pooler lending the
+/// first one again).
+pub(super) async fn probe(
+    client: &tokio_postgres::Client,
+    config: &Config,
+    shown: &str,
+    pid: i32,
+) -> Result<(), LockError> {
+    let question =
+        format!("SELECT coalesce(current_setting('{CLAIM}', true), ''), pg_backend_pid()::text");
+    let asked = client.simple_query(&question);
+    let answer = tokio::time::timeout(config.session.timeout, asked).await;
+    let messages = match answer {
+        Ok(Ok(messages)) => messages,
+        Ok(Err(e)) => return Err(failed(shown, e)),
+        Err(_) => {
+            return Err(failed(
+                shown,
+                Failure::unanswered(format!(
+                    "the pooler probe did not answer within {:?}",
+                    config.session.timeout
+                )),
+            ))
+        }
+    };
+    let row = first_row(messages).unwrap_or_default();
+    let claimed = row.first().cloned().flatten().unwrap_or_default();
+    let other_pid = row.get(1).cloned().flatten().unwrap_or_default();
+    if !claimed.is_empty() {
+        return Err(refusal(
+            shown,
+            "a second connection was given a server session a dlock session already uses",
+        ));
+    }
+    if other_pid == pid.to_string() {
+        return Err(refusal(
+            shown,
+            &format!("two open connections were both served by the server process {pid}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_32_hex_digits_and_differ() {
+        let (a, b) = (new_id(), new_id());
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_refusal_names_the_pooler_and_the_fixes() {
+        let e = refusal("postgres://h/db", "seen").to_string();
+        for needed in [
+            "PgBouncer",
+            "pool_mode = session",
+            "straight to PostgreSQL",
+            "seen",
+        ] {
+            assert!(e.contains(needed), "{needed} missing from: {e}");
+        }
+    }
+}

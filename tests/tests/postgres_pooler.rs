@@ -1,0 +1,243 @@
+//! The PostgreSQL backend behind a real PgBouncer: a transaction or
+//! statement pooler is refused by name (no overlap, no advisory lock left
+//! behind), a session pooler works as a direct connection does, a killed
+//! client's lock is freed through it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlock::{Lock, LockBackend};
+use dlock_tests::servers::{PgBouncer, PgServer};
+
+const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
+
+/// What a storm of clients through a pooler saw.
+#[derive(Debug, Default)]
+struct Storm {
+    grants: usize,
+    refusals: usize,
+    overlaps: usize,
+    errors: Vec<String>,
+    elapsed: Duration,
+}
+
+/// `clients` backends × `tasks` tasks × `cycles` acquisitions of one key
+/// through `url` (10 s waits); a task stops at its first error. Bounded by
+/// 90 s as a whole.
+async fn storm(url: &str, clients: usize, tasks: usize, cycles: usize) -> Storm {
+    let started = Instant::now();
+    let holders = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Storm::default()));
+    let mut backends: Vec<Arc<dyn LockBackend>> = Vec::new();
+    let mut joins = Vec::new();
+    for _ in 0..clients {
+        let backend = match tokio::time::timeout(Duration::from_secs(20), dlock::connect(url)).await
+        {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
+                let mut s = seen.lock().unwrap();
+                s.refusals += 1;
+                s.errors.push(format!("connect: {e}"));
+                continue;
+            }
+            Err(_) => panic!("connect through the pooler did not finish within 20 s"),
+        };
+        backends.push(backend.clone());
+        for _ in 0..tasks {
+            let (backend, holders, seen) = (backend.clone(), holders.clone(), seen.clone());
+            joins.push(tokio::spawn(async move {
+                for _ in 0..cycles {
+                    let lock = Lock::new("pooled-storm")
+                        .wait(Duration::from_secs(10))
+                        .with_backend(backend.clone());
+                    match lock.acquire().await {
+                        Ok(guard) => {
+                            let overlapped = holders.fetch_add(1, Ordering::SeqCst) > 0;
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                            {
+                                let mut s = seen.lock().unwrap();
+                                s.grants += 1;
+                                s.overlaps += usize::from(overlapped);
+                            }
+                            if let Err(e) = guard.release().await {
+                                let mut s = seen.lock().unwrap();
+                                s.refusals += 1;
+                                s.errors.push(format!("release: {e}"));
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            let mut s = seen.lock().unwrap();
+                            s.refusals += 1;
+                            s.errors.push(format!("acquire: {e}"));
+                            return;
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    let all = futures_util::future::join_all(joins);
+    tokio::time::timeout(Duration::from_secs(90), all)
+        .await
+        .expect("every client done or refused within 90 s");
+    drop(backends);
+    let mut s = std::mem::take(&mut *seen.lock().unwrap());
+    s.elapsed = started.elapsed();
+    s
+}
+
+/// Advisory locks on the server, asked directly (not through the pooler),
+/// polled up to 5 s for the dropped backends' connections to close.
+fn advisory_locks_left(server: &PgServer) -> String {
+    let count = || server.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut left = count();
+    while left != "0" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        left = count();
+    }
+    left
+}
+
+/// Every error names the pooler and the way out.
+fn assert_errors_name_the_pooler(storm: &Storm) {
+    for e in &storm.errors {
+        assert!(
+            e.contains("pooler") && e.contains("pool_mode = session"),
+            "an error that does not name the pooler: {e}"
+        );
+    }
+}
+
+async fn refused_under(pool_mode: &str) {
+    let server = PgServer::start();
+    let pooler = PgBouncer::start(&server, pool_mode);
+    let storm = storm(&pooler.url(), 2, 3, 15).await;
+    let left = tokio::task::block_in_place(|| advisory_locks_left(&server));
+    eprintln!(
+        "PgBouncer pool_mode = {pool_mode}, default_pool_size = 2, 2 clients x 3 tasks x 15 cycles: \
+         grants {}, refusals {}, overlaps {}, advisory locks left {left}, elapsed {:?}",
+        storm.grants, storm.refusals, storm.overlaps, storm.elapsed
+    );
+    if let Some(first) = storm.errors.first() {
+        eprintln!("first error: {first}");
+    }
+    assert_eq!(storm.overlaps, 0, "two holders at once: {storm:?}");
+    assert_eq!(left, "0", "advisory locks left on the server");
+    assert!(storm.refusals > 0, "the pooler was not refused: {storm:?}");
+    assert!(storm.elapsed < Duration::from_secs(90));
+    assert_errors_name_the_pooler(&storm);
+}
+
+/// Transaction pooling: refused by name, never two holders, nothing left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_pooling_is_refused_by_name() {
+    refused_under("transaction").await;
+}
+
+/// Statement pooling: the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_pooling_is_refused_by_name() {
+    refused_under("statement").await;
+}
+
+/// Session pooling: exclusion and increasing fences through the pooler,
+/// and the storm runs with no overlap and no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_pooling_excludes_and_fences() {
+    let server = PgServer::start();
+    let pooler = PgBouncer::start_with_pool(&server, "session", 40);
+    let a = dlock::connect(&pooler.url()).await.unwrap();
+    let b = dlock::connect(&pooler.url()).await.unwrap();
+    let first = Lock::new("pooled")
+        .with_backend(a.clone())
+        .acquire()
+        .await
+        .unwrap();
+    let refused = Lock::new("pooled")
+        .with_backend(b.clone())
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(
+        refused.is_none(),
+        "a second holder through a session pooler"
+    );
+    let fence = first.fencing_token().unwrap();
+    first.release().await.unwrap();
+    let second = Lock::new("pooled")
+        .with_backend(b.clone())
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        second.fencing_token().unwrap() > fence,
+        "fences must increase"
+    );
+    second.release().await.unwrap();
+    drop((a, b));
+
+    let storm = storm(&pooler.url(), 2, 3, 15).await;
+    eprintln!(
+        "PgBouncer pool_mode = session: grants {}, refusals {}, overlaps {}, elapsed {:?}",
+        storm.grants, storm.refusals, storm.overlaps, storm.elapsed
+    );
+    assert_eq!(storm.overlaps, 0);
+    assert!(
+        storm.errors.is_empty(),
+        "errors under session pooling: {:?}",
+        storm.errors
+    );
+    assert_eq!(storm.grants, 2 * 3 * 15);
+}
+
+/// A client process killed with SIGKILL while it holds a lock through a
+/// session pooler: PgBouncer resets its server session (`DISCARD ALL`),
+/// so the lock is free within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_client_behind_a_session_pooler_frees_its_lock() {
+    let server = PgServer::start();
+    let pooler = PgBouncer::start_with_pool(&server, "session", 40);
+    let mut holder = Command::new(HOLDER)
+        .args([&pooler.url(), "pooled-killed", "30000", "120000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start lock-holder");
+    let stdout = holder.stdout.take().expect("piped stdout");
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        line
+    });
+    let line = tokio::time::timeout(Duration::from_secs(30), line)
+        .await
+        .expect("the holder acquired within 30 s")
+        .unwrap();
+    assert!(line.starts_with("ACQUIRED"), "holder said {line:?}");
+    let backend = dlock::connect(&pooler.url()).await.unwrap();
+    let held = Lock::new("pooled-killed")
+        .with_backend(backend.clone())
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(held.is_none(), "the holder's lock is not held");
+    holder.kill().expect("kill -9 the holder");
+    let killed = Instant::now();
+    let _ = holder.wait();
+    let guard = Lock::new("pooled-killed")
+        .wait(Duration::from_secs(20))
+        .with_backend(backend.clone())
+        .acquire()
+        .await
+        .expect("the killed client's lock freed within 20 s");
+    let freed = killed.elapsed();
+    eprintln!("PgBouncer session mode: a kill -9'd holder's lock was free after {freed:?}");
+    assert!(freed < Duration::from_secs(5), "freed after {freed:?}");
+    guard.release().await.unwrap();
+}
