@@ -179,6 +179,7 @@ mod acquire;
 mod config;
 mod held;
 mod inspect;
+mod lifeline;
 mod lock_backend;
 mod names;
 mod permit_renew;
