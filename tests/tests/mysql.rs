@@ -58,7 +58,10 @@ fn sql_session(fixture: &MysqlFixture, sql: &str) -> SqlClientSession {
 async fn sql_get_lock_and_dlock_exclude_each_other() {
     let fixture = MysqlFixture::start();
     let backend = fixture.backend_for_tests().await;
-    let name = sql_string(&lock_name("interop"));
+    let name = sql_string(&lock_name(
+        dlock_tests::servers::mariadb::DATABASE,
+        "interop",
+    ));
     let guard = lock(&backend, "interop").acquire().await.unwrap();
     assert_eq!(
         fixture.server().sql(&format!("SELECT GET_LOCK({name}, 0)")),
@@ -87,7 +90,7 @@ async fn sql_waiters_and_dlock_waiters_share_the_servers_queue() {
     let fixture = MysqlFixture::start();
     let a = fixture.backend_for_tests().await;
     let b = fixture.backend_for_tests().await;
-    let name = sql_string(&lock_name("queue"));
+    let name = sql_string(&lock_name(dlock_tests::servers::mariadb::DATABASE, "queue"));
     let held = lock(&a, "queue").acquire().await.unwrap();
     let sql = sql_session(
         &fixture,

@@ -24,7 +24,11 @@ fn slots_held(fixture: &MysqlFixture, name: &str, permits: usize) -> usize {
         .map(|i| {
             format!(
                 "(IS_USED_LOCK({}) IS NOT NULL)",
-                sql_string(&permit_slot_name(name, i))
+                sql_string(&permit_slot_name(
+                    dlock_tests::servers::mariadb::DATABASE,
+                    name,
+                    i
+                ))
             )
         })
         .collect();

@@ -7,8 +7,11 @@
 //! 3306 by default; one server: a named lock lives in one server's
 //! memory), and `mysqls://` for TLS (below). Parameters:
 //!
-//! - `prefix` (default `dlock`, at most 30 characters, no `:`): the
-//!   namespace of lock names, `<prefix>:<key>` (see [`lock_name_in`]).
+//! - `prefix` (default `dlock.<database>`, see [`default_prefix`]; at
+//!   most 30 characters, no `:`): the namespace of lock names,
+//!   `<prefix>:<key>` (see [`lock_name_in`]). Named locks are global to
+//!   the server, so the default keeps applications of different databases
+//!   apart; give the same `?prefix=` to share locks across databases.
 //! - `fence_retention` (default one day, at most 365 days): a name that
 //!   issued no fence for this long loses its row (see Protocol).
 //! - `sessions` (default 4, at most 64): how many connections hold locks,
@@ -195,7 +198,7 @@ mod sql;
 mod tls;
 mod waiting;
 
-pub use self::names::{lock_name, lock_name_in, MAX_NAME_CHARS};
+pub use self::names::{default_prefix, lock_name, lock_name_in, MAX_NAME_CHARS};
 pub use self::permit_sql::{permit_slot_name, permit_slot_name_in};
 
 use crate::backends::sessions::Sessions;
