@@ -15,6 +15,9 @@
 //! a round trip. The watcher's own connection ending (a restart, a network
 //! failure) closes the session too: its locks are then unknown.
 //!
+//! An operator sees a watcher in `SHOW PROCESSLIST` as
+//! `/* dlock lifeline */ SELECT GET_LOCK(…, 3600)`.
+//!
 //! Cost: one more connection per session that holds something (at most
 //! twice `?sessions=`, the two pools), none per lease, and no statement
 //! while nothing happens.
@@ -63,8 +66,10 @@ pub(super) async fn watch(session: Weak<Session>, opts: Opts, name: String) {
             return;
         }
     };
+    // The comment names the watcher in `SHOW PROCESSLIST` (and lets a
+    // query for sessions waiting on locks leave it out).
     let wait = format!(
-        "SELECT GET_LOCK({}, {WAIT_SECS})",
+        "/* dlock lifeline */ SELECT GET_LOCK({}, {WAIT_SECS})",
         hex_literal(name.as_bytes())
     );
     // Bounded by the session's life: each round waits an hour at most, and
