@@ -68,7 +68,12 @@ impl cycle_suite::Cycle for Bare {
 /// Any connection or server error, with the server's message.
 pub async fn run(url: &str) -> Result<(), BoxError> {
     let key = format!("bench:{}", std::process::id());
-    let name = lock_name(&key);
+    // The name dlock gives the key under the URL's default prefix.
+    let database = mysql_async::Opts::from_url(url)?
+        .db_name()
+        .unwrap_or_default()
+        .to_owned();
+    let name = lock_name(&database, &key);
     let mut backends = Vec::new();
     let mut bare = Vec::new();
     for _ in 0..CLIENTS {

@@ -58,7 +58,10 @@ fn sql_session(fixture: &MysqlFixture, sql: &str) -> SqlClientSession {
 async fn sql_get_lock_and_dlock_exclude_each_other() {
     let fixture = MysqlFixture::start();
     let backend = fixture.backend_for_tests().await;
-    let name = sql_string(&lock_name("interop"));
+    let name = sql_string(&lock_name(
+        dlock_tests::servers::mariadb::DATABASE,
+        "interop",
+    ));
     let guard = lock(&backend, "interop").acquire().await.unwrap();
     assert_eq!(
         fixture.server().sql(&format!("SELECT GET_LOCK({name}, 0)")),
@@ -87,7 +90,7 @@ async fn sql_waiters_and_dlock_waiters_share_the_servers_queue() {
     let fixture = MysqlFixture::start();
     let a = fixture.backend_for_tests().await;
     let b = fixture.backend_for_tests().await;
-    let name = sql_string(&lock_name("queue"));
+    let name = sql_string(&lock_name(dlock_tests::servers::mariadb::DATABASE, "queue"));
     let held = lock(&a, "queue").acquire().await.unwrap();
     let sql = sql_session(
         &fixture,
@@ -236,7 +239,13 @@ async fn least_privilege_grants_work_and_missing_ones_are_named() {
     // Without UPDATE: the second acquisition of a name (an update of its
     // row) is refused with the server's message, and nothing stays held.
     server.sql("REVOKE UPDATE ON dlock.dlock_fences FROM 'locker'@'%'");
-    let limited = connect(&server.url_as("locker", "pw")).await;
+    // A new connect is refused, naming the privilege; the backend connected
+    // before the REVOKE is refused at its acquisition.
+    let refused = MysqlBackend::connect(&server.url_as("locker", "pw"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("UPDATE"), "{refused}");
+    let limited = locker.clone();
     let err = lock(&limited, "grants")
         .wait(Duration::from_secs(2))
         .acquire()
@@ -250,7 +259,10 @@ async fn least_privilege_grants_work_and_missing_ones_are_named() {
     );
     // Without INSERT: a new name's acquisition is refused.
     server.sql("GRANT UPDATE ON dlock.dlock_fences TO 'locker'@'%'; REVOKE INSERT ON dlock.dlock_fences FROM 'locker'@'%'");
-    let limited = connect(&server.url_as("locker", "pw")).await;
+    let refused = MysqlBackend::connect(&server.url_as("locker", "pw"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("INSERT"), "{refused}");
     let err = lock(&limited, "fresh-name")
         .try_acquire()
         .await

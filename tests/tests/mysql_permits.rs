@@ -24,7 +24,11 @@ fn slots_held(fixture: &MysqlFixture, name: &str, permits: usize) -> usize {
         .map(|i| {
             format!(
                 "(IS_USED_LOCK({}) IS NOT NULL)",
-                sql_string(&permit_slot_name(name, i))
+                sql_string(&permit_slot_name(
+                    dlock_tests::servers::mariadb::DATABASE,
+                    name,
+                    i
+                ))
             )
         })
         .collect();
@@ -145,7 +149,8 @@ async fn dropped_permit_acquisitions_leave_nothing_held() {
     loop {
         let waits = fixture.server().sql(
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-             WHERE ID <> CONNECTION_ID() AND INFO LIKE '%GET\\_LOCK%'",
+             WHERE ID <> CONNECTION_ID() AND INFO LIKE '%GET\\_LOCK%' \
+             AND INFO NOT LIKE '%dlock lifeline%'",
         );
         if waits == "0" {
             break;
@@ -213,11 +218,13 @@ async fn least_privilege_takes_permits_and_a_refused_write_holds_nothing() {
     first.release().await.unwrap();
     second.release().await.unwrap();
     server.sql("REVOKE UPDATE ON dlock.dlock_fences FROM 'locker'@'%'");
-    let limited: Arc<dyn LockBackend> = Arc::new(
-        dlock::backends::mysql::MysqlBackend::connect(&url)
-            .await
-            .unwrap(),
-    );
+    // A new connect without UPDATE is refused, naming it; the backend
+    // connected before the REVOKE is refused at its next take.
+    let refused = dlock::backends::mysql::MysqlBackend::connect(&url)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("UPDATE"), "{refused}");
+    let limited = locker.clone();
     let err = semaphore(&limited, "granted", 2)
         .wait(Duration::from_secs(2))
         .acquire()

@@ -7,8 +7,11 @@
 //! 3306 by default; one server: a named lock lives in one server's
 //! memory), and `mysqls://` for TLS (below). Parameters:
 //!
-//! - `prefix` (default `dlock`, at most 30 characters, no `:`): the
-//!   namespace of lock names, `<prefix>:<key>` (see [`lock_name_in`]).
+//! - `prefix` (default `dlock.<database>`, see [`default_prefix`]; at
+//!   most 30 characters, no `:`): the namespace of lock names,
+//!   `<prefix>:<key>` (see [`lock_name_in`]). Named locks are global to
+//!   the server, so the default keeps applications of different databases
+//!   apart; give the same `?prefix=` to share locks across databases.
 //! - `fence_retention` (default one day, at most 365 days): a name that
 //!   issued no fence for this long loses its row (see Protocol).
 //! - `sessions` (default 4, at most 64): how many connections hold locks,
@@ -76,7 +79,9 @@
 //!   is `Refused`, a cleared row (`force_release`) is `Deleted` (and the
 //!   lock let go), a session whose connection ended (`KILL`, a restart, a
 //!   network failure) is `SessionExpired` for every lease on it, and only
-//!   those; the session's end rings the backend's loss alarm. A lease
+//!   those; the session's end rings the backend's loss alarm. A session's
+//!   end is heard at once by its lifeline (`lifeline.rs`): a private named
+//!   lock the session takes, which a watcher connection waits for. A lease
 //!   whose local deadline passes without a renewal is let go by the
 //!   backend.
 //!
@@ -110,9 +115,11 @@
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON app.dlock_fences TO 'locker'@'%';
 //! ```
 //!
-//! Without `SELECT`, `INSERT` or `UPDATE` every acquisition is refused (a
-//! [`LockError::Backend`] with the server's message naming the command);
-//! without `DELETE` only the retention sweep fails (logged at debug); with
+//! Without `SELECT`, `INSERT` or `UPDATE`, `connect` is refused (an
+//! [`LockError::InvalidOption`] naming the privilege, the account and the
+//! `GRANT` to run; each is tried on no row); an acquisition the server
+//! refuses later (a privilege revoked) is a [`LockError::Backend`] naming
+//! the key; without `DELETE` only the retention sweep fails (logged at debug); with
 //! neither the table nor `CREATE`, `connect` is an
 //! [`LockError::InvalidOption`] that says what to grant. MySQL has no
 //! table owners: dlock refuses a view, a non-InnoDB table or a table with a
@@ -150,7 +157,7 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
 //! let mysql = dlock::connect("mysql://app:secret@127.0.0.1:3306/app").await?;
 //! let guard = dlock::Lock::new("nightly-report").with_backend(mysql).acquire().await?;
-//! // In SQL, `SELECT IS_USED_LOCK('dlock:nightly-report')` now names dlock's session.
+//! // In SQL, `SELECT IS_USED_LOCK('dlock.app:nightly-report')` now names dlock's session.
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
@@ -168,7 +175,7 @@
 // - the first session's checks (table created if missing, refused if not dlock's kind): `setup.rs`
 // - one attempt and the grant's bookkeeping: `acquire.rs`
 // - waiting in the server's queue on a waiting session: `waiting.rs`
-// - held leases and the reaper: `held.rs`
+// - held leases and the reaper: `held.rs`; a session's end heard at once: `lifeline.rs`
 // - renewal: `renew.rs`
 // - the `LockBackend` impl: `lock_backend.rs`
 // - semaphores (slot locks, the count row, the door): `permits.rs`, `permit_sql.rs`,
@@ -179,6 +186,7 @@ mod acquire;
 mod config;
 mod held;
 mod inspect;
+mod lifeline;
 mod lock_backend;
 mod names;
 mod permit_renew;
@@ -194,7 +202,7 @@ mod sql;
 mod tls;
 mod waiting;
 
-pub use self::names::{lock_name, lock_name_in, MAX_NAME_CHARS};
+pub use self::names::{default_prefix, lock_name, lock_name_in, MAX_NAME_CHARS};
 pub use self::permit_sql::{permit_slot_name, permit_slot_name_in};
 
 use crate::backends::sessions::Sessions;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::rows::{int, rows_of};
 use super::session::{Op, Reserved, Session, Undo};
 use super::sql::{Statements, Wait};
-use super::{failed, held, MysqlBackend};
+use super::{failed, held, Failure, MysqlBackend};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::backends::sessions;
 use crate::LockError;
@@ -70,7 +70,11 @@ impl MysqlBackend {
                 forget: Some(forget),
             })
             .await
-            .map_err(|e| failed(&self.shown, e))
+            .map_err(|e| {
+                // A refused grant names the lock it was for.
+                let text = format!("acquiring `{}` (lock name `{name}`): {}", req.key, e.text);
+                failed(&self.shown, Failure { text, ..e })
+            })
     }
 
     /// What an answer to `GET_LOCK` on `session` comes to: a grant,

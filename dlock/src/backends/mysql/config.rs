@@ -13,7 +13,8 @@ use crate::backends::sessions::options::{SessionClock, SessionOptions};
 use crate::url::{options, percent_decode};
 use crate::LockError;
 
-/// The namespace of lock names when `?prefix=` is not given.
+/// The start of the namespace of lock names when `?prefix=` is not given
+/// (`dlock.<database>`, see `names::default_prefix`).
 pub(crate) const DEFAULT_PREFIX: &str = "dlock";
 /// The longest prefix, in characters: a hashed name is the prefix, `:#`
 /// and at least 32 hex digits, within the 64 characters MySQL 8 takes.
@@ -69,14 +70,14 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             ))
         }
     };
-    let mut prefix = DEFAULT_PREFIX.to_owned();
+    let mut prefix = None;
     let mut session = SessionOptions::default();
     let mut ssl_ca = None;
     for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
         let value = percent_decode(raw).map_err(&bad)?;
         match name {
-            "prefix" => prefix = mysql_prefix(raw).map_err(&bad)?,
+            "prefix" => prefix = Some(mysql_prefix(raw).map_err(&bad)?),
             "ssl-mode" => {
                 ssl_mode = SslMode::parse(&value).ok_or_else(|| {
                     bad(format!(
@@ -149,6 +150,8 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         .tcp_keepalive(session.tcp_keepalive.unwrap_or(Some(third)))
         .stmt_cache_size(0)
         .ssl_opts(ssl_opts);
+    // Named locks are global to the server: the default keeps databases apart.
+    let prefix = prefix.unwrap_or_else(|| super::names::default_prefix(&database));
     Ok(Config {
         opts: Opts::from(opts),
         database,

@@ -23,6 +23,8 @@ pub(super) fn remember(
     name: String,
     valid_until: Instant,
 ) {
+    // Its end is heard at once from now on (`lifeline.rs`).
+    session.watch();
     sessions::held::remember(held, token, session, name, valid_until, |h| {
         tracing::debug!(name = %h.lock, "lease ran out without renewal; releasing its lock");
         unlock_in_background(h.session, h.lock);

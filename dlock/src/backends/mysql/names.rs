@@ -14,17 +14,47 @@ use sha2::{Digest, Sha256};
 /// The longest name MySQL 8 takes, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
 
-/// The lock name of `key` under the default prefix `dlock`: what SQL code
-/// passes to `GET_LOCK` to take the same lock.
+/// The lock name of `key` under the default prefix of `database` (the
+/// URL's database, see [`default_prefix`]): what SQL code passes to
+/// `GET_LOCK` to take the same lock.
 ///
 /// ```
 /// use dlock::backends::mysql::lock_name;
-/// assert_eq!(lock_name("nightly-report"), "dlock:nightly-report");
-/// let long = lock_name(&"x".repeat(100));
-/// assert!(long.starts_with("dlock:#") && long.chars().count() == 64);
+/// assert_eq!(lock_name("app", "nightly-report"), "dlock.app:nightly-report");
+/// let long = lock_name("app", &"x".repeat(100));
+/// assert!(long.starts_with("dlock.app:#") && long.chars().count() == 64);
 /// ```
-pub fn lock_name(key: &str) -> String {
-    lock_name_in(super::config::DEFAULT_PREFIX, key)
+pub fn lock_name(database: &str, key: &str) -> String {
+    lock_name_in(&default_prefix(database), key)
+}
+
+/// The prefix of lock names when the URL gives no `?prefix=`:
+/// `dlock.<database>`, so that applications on one server with different
+/// databases never share a lock by accident (named locks are global to the
+/// server). A database name that would make it longer than 30 characters,
+/// or that holds a `:` or starts with `#`, is replaced by `#` and hex
+/// digits of its SHA-256 (`dlock.#…`, 30 characters). Before 0.x (see the
+/// CHANGELOG) the default was `dlock` whatever the database.
+///
+/// ```
+/// use dlock::backends::mysql::default_prefix;
+/// assert_eq!(default_prefix("billing"), "dlock.billing");
+/// let long = default_prefix(&"d".repeat(40));
+/// assert!(long.starts_with("dlock.#") && long.chars().count() == 30);
+/// ```
+pub fn default_prefix(database: &str) -> String {
+    let plain = format!("{}.{database}", super::config::DEFAULT_PREFIX);
+    if plain.chars().count() <= super::config::MAX_PREFIX_CHARS
+        && !database.contains(':')
+        && !database.starts_with('#')
+    {
+        return plain;
+    }
+    let digest = Sha256::digest(database.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let head = format!("{}.#", super::config::DEFAULT_PREFIX);
+    let room = super::config::MAX_PREFIX_CHARS - head.chars().count();
+    format!("{head}{}", &hex[..room])
 }
 
 /// The lock name of `key` under `prefix` (see the module docs of
@@ -86,6 +116,18 @@ mod tests {
             lock_name_in(&long_prefix, &"k".repeat(40)).chars().count(),
             64
         );
+    }
+
+    #[test]
+    fn default_prefixes_fit_and_differ_by_database() {
+        assert_eq!(default_prefix("a"), "dlock.a");
+        assert_ne!(default_prefix("a"), default_prefix("b"));
+        for db in ["x".repeat(64), "a:b".into(), "#h".into(), "é".repeat(30)] {
+            let p = default_prefix(&db);
+            assert!(p.starts_with("dlock.#"), "{p}");
+            assert_eq!(p.chars().count(), 30);
+        }
+        assert_eq!(default_prefix(&"x".repeat(24)).chars().count(), 30);
     }
 
     #[test]

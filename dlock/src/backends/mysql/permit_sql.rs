@@ -61,16 +61,17 @@ impl PermitNames {
 }
 
 /// The lock name of slot `slot` of the semaphore `name` under the default
-/// prefix `dlock`: what `IS_USED_LOCK` takes to see who holds that permit.
+/// prefix of `database` ([`default_prefix`](super::default_prefix)): what
+/// `IS_USED_LOCK` takes to see who holds that permit.
 ///
 /// ```
 /// use dlock::backends::mysql::permit_slot_name;
-/// let slot = permit_slot_name("exports", 0);
-/// assert!(slot.starts_with("dlock:#p") && slot.ends_with(".0"));
+/// let slot = permit_slot_name("app", "exports", 0);
+/// assert!(slot.starts_with("dlock.app:#p") && slot.ends_with(".0"));
 /// assert!(slot.chars().count() <= dlock::backends::mysql::MAX_NAME_CHARS);
 /// ```
-pub fn permit_slot_name(name: &str, slot: usize) -> String {
-    permit_slot_name_in(super::config::DEFAULT_PREFIX, name, slot)
+pub fn permit_slot_name(database: &str, name: &str, slot: usize) -> String {
+    permit_slot_name_in(&super::names::default_prefix(database), name, slot)
 }
 
 /// The lock name of slot `slot` of the semaphore `name` under `prefix`

@@ -68,6 +68,11 @@ pub(super) struct Session {
     alive: AtomicBool,
     /// Rung when the session ends (see `LockBackend::loss_alarm`).
     alarm: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The session's lifeline (`lifeline.rs`): its name, and how the
+    /// watcher connects; the watcher starts with the first lease.
+    lifeline: String,
+    opts: mysql_async::Opts,
+    watched: AtomicBool,
 }
 
 impl std::fmt::Debug for Session {
@@ -82,6 +87,19 @@ impl Session {
         if self.alive.swap(false, Ordering::SeqCst) {
             self.alarm.send_modify(|generation| *generation += 1);
         }
+    }
+
+    /// Starts the watcher of the session's lifeline, once: called when the
+    /// session carries a lease, so that its end is heard at once.
+    pub(super) fn watch(self: &Arc<Self>) {
+        if self.watched.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        crate::lease::background::spawn_daemon(super::lifeline::watch(
+            Arc::downgrade(self),
+            self.opts.clone(),
+            self.lifeline.clone(),
+        ));
     }
 
     /// Notes `name` as held (or asked for) through this session.
@@ -341,10 +359,20 @@ pub(super) async fn open(
         ))
         .await
         .map_err(Failure::from)?;
-        Ok::<_, Failure>(conn)
+        let lifeline = super::lifeline::name(&config.prefix, conn.id());
+        if !super::lifeline::taken(&mut conn, &lifeline)
+            .await
+            .map_err(Failure::from)?
+        {
+            return Err(Failure::from(format!(
+                "the session's lifeline lock `{lifeline}` is held by another session: SQL code must not take names under `{}:#`",
+                config.prefix
+            )));
+        }
+        Ok::<_, Failure>((conn, lifeline))
     };
-    let mut conn = match tokio::time::timeout(limit, setup).await {
-        Ok(Ok(conn)) => conn,
+    let (mut conn, lifeline) = match tokio::time::timeout(limit, setup).await {
+        Ok(Ok(opened)) => opened,
         Ok(Err(e)) => return Err(failed(shown, super::tls::explained(e))),
         Err(_) => {
             return Err(failed(
@@ -370,6 +398,9 @@ pub(super) async fn open(
         names: Mutex::new(HashSet::new()),
         alive: AtomicBool::new(true),
         alarm,
+        lifeline,
+        opts: config.opts.clone(),
+        watched: AtomicBool::new(false),
     });
     crate::lease::background::spawn_daemon(session_pool::keep_alive(
         Arc::downgrade(&session),

@@ -78,5 +78,47 @@ pub(super) async fn ensure_table(
             statements.table
         )));
     }
+    privileges(conn, statements, shown).await
+}
+
+/// What every acquisition writes, tried on no row: `connect` fails here,
+/// naming the missing privilege, the account and the GRANT to run, rather
+/// than at the first acquisition. (`DELETE`, needed only by the retention
+/// sweep, is not required.)
+async fn privileges(
+    conn: &mut Conn,
+    statements: &Statements,
+    shown: &str,
+) -> Result<(), LockError> {
+    let table = &statements.table;
+    let probes = [
+        ("SELECT", format!("SELECT fence FROM {table} WHERE FALSE")),
+        (
+            "INSERT",
+            format!("INSERT INTO {table} (name, lock_key, fence) SELECT X'', X'', 0 FROM DUAL WHERE FALSE"),
+        ),
+        ("UPDATE", format!("UPDATE {table} SET fence = fence WHERE FALSE")),
+    ];
+    for (privilege, probe) in probes {
+        let Err(e) = conn.query_drop(probe).await else {
+            continue;
+        };
+        let denied = matches!(&e, mysql_async::Error::Server(s) if matches!(s.code, 1142 | 1143));
+        if !denied {
+            return Err(failed(shown, e));
+        }
+        let account: Option<String> = conn
+            .query_first("SELECT CURRENT_USER()")
+            .await
+            .ok()
+            .flatten();
+        let account = account
+            .and_then(|a| a.rsplit_once('@').map(|(u, h)| format!("'{u}'@'{h}'")))
+            .unwrap_or_else(|| "<this account>".into());
+        return Err(LockError::invalid_option(format!(
+            "{shown}: the account {account} lacks the {privilege} privilege on {table}, which every acquisition needs ({}): run `GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {account}` as an administrator",
+            Failure::from(e).text
+        )));
+    }
     Ok(())
 }
