@@ -150,6 +150,7 @@
 mod calls;
 mod config;
 mod connect;
+mod eviction;
 #[cfg(feature = "redlock")]
 mod for_redlock;
 mod kinds;
