@@ -155,6 +155,7 @@ async fn a_deleted_overwritten_or_expired_key_is_heard_at_once() {
                 }
             });
             let mut second = None;
+            let sent = Instant::now();
             let from = match how {
                 Loss::Del => {
                     server.redis_cli(&["DEL", &key]);
@@ -181,7 +182,20 @@ async fn a_deleted_overwritten_or_expired_key_is_heard_at_once() {
                 panic!("{how:?} run {run}: lost() did not fire within 15 s (ttl 30 s)")
             });
             let took = lost.saturating_duration_since(from);
-            figures.push(took);
+            // Signed, from the grant (or the write's return): negative when
+            // lost() fired before redis-cli or the other grant came back.
+            let signed_ms = |at: Instant| {
+                if lost >= at {
+                    lost.duration_since(at).as_secs_f64() * 1000.0
+                } else {
+                    -(at.duration_since(lost).as_secs_f64() * 1000.0)
+                }
+            };
+            figures.push(format!(
+                "{:.1}ms (sent +{:.1}ms)",
+                signed_ms(from),
+                signed_ms(sent)
+            ));
             assert!(
                 is_refused_for_loss(&guard),
                 "{how:?} run {run}: ensure() Ok after lost()"
@@ -192,7 +206,7 @@ async fn a_deleted_overwritten_or_expired_key_is_heard_at_once() {
                 second.release().await.unwrap();
             }
         }
-        println!("{how:?}: lost() after the other grant/write, per run: {figures:?}");
+        println!("{how:?}: lost() after the other grant (Del) or the write, per run, and after the command was sent: {figures:?}");
     }
 }
 

@@ -12,7 +12,7 @@ use redis::{RedisError, RedisResult};
 use crate::backends::redis::calls::batching::MAX_MASTER_BATCH;
 use crate::backends::redis::calls::batching::{LaneBatchers, MAX_BATCH};
 use crate::backends::redis::config::{client, tls_cluster, RedisOptions};
-use crate::backends::redis::eviction;
+use crate::backends::redis::topology::eviction;
 use crate::backends::redis::topology::replicas::ReplicaAck;
 use crate::backends::redis::topology::sentinel::Sentinel;
 use crate::backends::redis::topology::server::Server;
