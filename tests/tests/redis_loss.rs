@@ -66,6 +66,31 @@ async fn an_evicting_server_is_refused_unless_the_url_accepts_it() {
     assert!(reason.contains("eviction=maybe"), "{reason}");
 }
 
+/// A server that renames `INFO` away cannot be checked: it is accepted (a
+/// warning is logged once), not refused for what dlock cannot read. It
+/// needs `?replicas=0`: `replicas=auto` (the default) counts replicas with
+/// `INFO replication`, and its acquire fails naming `INFO` without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_info_is_accepted() {
+    let server = server_with(&[
+        "--maxmemory",
+        "3mb",
+        "--maxmemory-policy",
+        "allkeys-lru",
+        "--rename-command",
+        "INFO",
+        "",
+    ]);
+    let backend = connect(&format!("{}?replicas=0", server.url())).await;
+    let guard = Lock::new("no-info")
+        .ttl(Duration::from_secs(5))
+        .with_backend(backend)
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicted_key_is_heard_by_its_holder_at_once() {
     let server = server_with(&[
