@@ -125,10 +125,12 @@
 //    Sentinel master followed), `replicas.rs` (`WAIT` after every grant and renewal, shared per
 //    server), `replicas/count.rs` (`?replicas=auto`: `INFO replication` per master, per slot on a
 //    Cluster, joined with the sentinels' list), `replicas/replicated.rs` (an unacknowledged grant
-//    given back and asked for again; a grant answered across a Sentinel switch not trusted).
+//    given back and asked for again; a grant answered across a Sentinel switch not trusted),
+//    `eviction.rs` (`INFO memory`: a server that may evict lock keys refused at connect).
 // 4. `waiting/`: `subscriber.rs` (channels; `subscriber/task.rs`, the pub/sub connection;
 //    `subscriber/turn.rs`, a ticket, its turn and the backend's turn channel;
-//    `subscriber/waiting.rs`, the one wait loop of locks, several keys and read-write leases),
+//    `subscriber/waiting.rs`, the one wait loop of locks, several keys and read-write leases;
+//    `subscriber/holding.rs`, held locks' keyspace channels and the loss alarm they ring),
 //    `waiter_queue.rs` (a lock's waiters queue on the server; the release wakes the live head,
 //    which takes the key, after a gap for clients that do not queue where one was seen),
 //    `turns.rs` (the heartbeat that keeps a backend's tickets alive, but a turn left untaken),

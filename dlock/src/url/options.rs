@@ -19,7 +19,7 @@ const EVERY_BACKEND: &[(&str, &[&str])] = &[
 ];
 
 /// What every Redis form takes (Redlock: each master's).
-const REDIS_ANY: [&str; 10] = [
+const REDIS_ANY: [&str; 11] = [
     "prefix",
     "client_name",
     "timeout",
@@ -30,14 +30,15 @@ const REDIS_ANY: [&str; 10] = [
     "replicas",
     "replica_timeout",
     "aof",
+    "eviction",
 ];
 /// `redis://`, `rediss://` and the Cluster forms.
-pub(crate) const REDIS: &[&str] = &join::<10, 4, 14>(
+pub(crate) const REDIS: &[&str] = &join::<11, 4, 15>(
     REDIS_ANY,
     ["ca", "protocol", "fence_retention", "foreign_share"],
 );
 /// `redis+sentinel://` and `rediss+sentinel://`.
-pub(crate) const REDIS_SENTINEL: &[&str] = &join::<10, 8, 18>(
+pub(crate) const REDIS_SENTINEL: &[&str] = &join::<11, 8, 19>(
     REDIS_ANY,
     [
         "ca",
@@ -52,7 +53,7 @@ pub(crate) const REDIS_SENTINEL: &[&str] = &join::<10, 8, 18>(
 );
 /// `redlock://`: its own, and each master's Redis ones.
 pub(crate) const REDLOCK: &[&str] =
-    &join::<2, 10, 12>(["node_timeout_ms", "restart_quarantine_ms"], REDIS_ANY);
+    &join::<2, 11, 13>(["node_timeout_ms", "restart_quarantine_ms"], REDIS_ANY);
 /// `etcd://` and `etcds://`.
 pub(crate) const ETCD: &[&str] = &[
     "prefix",

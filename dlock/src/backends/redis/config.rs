@@ -70,6 +70,10 @@ pub(crate) struct RedisOptions {
     /// `?aof=true`: `WAITAOF` instead of `WAIT`: the master's own AOF and
     /// the replicas' fsynced (servers with `appendonly yes`, Redis 7.2+).
     pub(crate) aof: bool,
+    /// `?eviction=accept`: connect to a server that may evict keys
+    /// (`maxmemory` set, a `maxmemory-policy` other than `noeviction`);
+    /// refused by default (see `eviction.rs`).
+    pub(crate) eviction_accepted: bool,
     /// `redis+sentinel://`: where the sentinels are and which master to ask
     /// them for.
     pub(crate) sentinel: Option<SentinelTarget>,
@@ -128,6 +132,7 @@ impl RedisOptions {
         let mut replicas = Replicas::Auto;
         let mut replica_timeout = None;
         let mut aof = false;
+        let mut eviction_accepted = false;
         let mut fence_retention = DEFAULT_FENCE_RETENTION;
         let mut foreign_share = DEFAULT_FOREIGN_SHARE;
         let mut sentinel_query = SentinelQuery::default();
@@ -143,6 +148,17 @@ impl RedisOptions {
                         _ => {
                             return Err(bad(&format!(
                                 "`aof={value}` is neither true nor false (true waits for the AOF fsync of the master and the replicas: WAITAOF)"
+                            )))
+                        }
+                    };
+                }
+                "eviction" => {
+                    eviction_accepted = match value {
+                        "accept" => true,
+                        "refuse" => false,
+                        _ => {
+                            return Err(bad(&format!(
+                                "`eviction={value}` is neither accept nor refuse (accept connects to a server whose maxmemory-policy may evict lock keys; the default, refuse, does not)"
                             )))
                         }
                     };
@@ -275,6 +291,7 @@ impl RedisOptions {
             fence_retention,
             foreign_share,
             aof,
+            eviction_accepted,
             sentinel: target,
             shown,
         })

@@ -12,6 +12,7 @@ use redis::{RedisError, RedisResult};
 use crate::backends::redis::calls::batching::MAX_MASTER_BATCH;
 use crate::backends::redis::calls::batching::{LaneBatchers, MAX_BATCH};
 use crate::backends::redis::config::{client, tls_cluster, RedisOptions};
+use crate::backends::redis::topology::eviction;
 use crate::backends::redis::topology::replicas::ReplicaAck;
 use crate::backends::redis::topology::sentinel::Sentinel;
 use crate::backends::redis::topology::server::Server;
@@ -97,14 +98,18 @@ impl RedisBackend {
         // Prove the connection and credentials now, not at the first lock;
         // the setting and the server's commands are read in the same round
         // trip.
-        let (loaded, notifying, set_ifeq) = tokio::join!(
+        let (loaded, notifying, set_ifeq, eviction) = tokio::join!(
             backend.load_scripts(),
             backend.read_notifications(),
-            backend.probe_set_ifeq()
+            backend.probe_set_ifeq(),
+            backend.check_eviction()
         );
         loaded.map_err(|e| backend.name_connect_refusal(e))?;
+        eviction?;
         backend.notifying_db = notifying.then_some(db);
         *backend.set_ifeq.get_mut() = set_ifeq;
+        // Renewals by `SET … IFEQ` make `set` events of their own.
+        backend.subscriber.set_alarms(!set_ifeq);
         Ok(backend)
     }
 
@@ -219,6 +224,17 @@ impl RedisBackend {
     /// after it, runs the script instead, which every server takes.
     pub fn renews_without_scripts(&self) -> bool {
         self.set_ifeq.load(Ordering::Relaxed)
+    }
+
+    /// Refuses a server that may evict lock keys unless the URL accepts it
+    /// (`?eviction=accept`; see `eviction.rs`): on a Cluster, every master.
+    async fn check_eviction(&self) -> Result<(), LockError> {
+        self.count();
+        let (shown, accepted) = (&self.options.shown, self.options.eviction_accepted);
+        match self.conn.clone() {
+            Conn::Single(mut c) => eviction::check(&mut c, shown, accepted).await,
+            Conn::Cluster(mut c) => eviction::check_cluster(&mut c, shown, accepted).await,
+        }
     }
 
     async fn probe_set_ifeq(&self) -> bool {

@@ -11,6 +11,7 @@ use crate::backend::{AcquireRequest, AllKeysBackend, Capabilities, Lease, LockBa
 use crate::backends::redis::calls::batching::ops::ReleaseOp;
 use crate::backends::redis::calls::batching::{LaneBatchers, Turn};
 use crate::backends::redis::protocol::scripts::{millis, KeyNames, RELEASE};
+use crate::backends::redis::waiting::recheck::keyspace_channel;
 use crate::backends::redis::{check_ttl, protocol::scripts, Attempt, Conn, RedisBackend};
 use crate::LockError;
 
@@ -39,7 +40,9 @@ impl LockBackend for RedisBackend {
             .replicated(&req.key, (None, true), ask, arm, undo)
             .await;
         let granted = answer.map_err(|e| self.name_refusal(e, About::Lock(&req.key)))?;
-        self.unless_redisson_holds(granted).await
+        let granted = self.unless_redisson_holds(granted).await?;
+        self.listen_as_holder(granted.as_ref());
+        Ok(granted)
     }
 
     async fn acquire(
@@ -50,15 +53,24 @@ impl LockBackend for RedisBackend {
         check_ttl(req.ttl, &req.key, &self.options.shown)?;
         // Behind Sentinel, through a failover within the wait (`ride_through.rs`).
         let granted = self.riding_failovers(req, deadline).await?;
-        self.unless_redisson_holds(granted).await
+        let granted = self.unless_redisson_holds(granted).await?;
+        self.listen_as_holder(granted.as_ref());
+        Ok(granted)
     }
 
     async fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
         let renewed = self.renew_locks(leases).await;
+        for (lease, answer) in leases.iter().zip(&renewed) {
+            if matches!(answer, Ok(r) if !matches!(r, Renewal::Renewed { .. })) {
+                self.stop_listening_as_holder(lease);
+            }
+        }
         self.name_refusals(leases, renewed, About::Lock)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        // Before the `DEL`, so its event does not ring the alarm.
+        self.stop_listening_as_holder(lease);
         let answer = self.release_lock(lease).await;
         answer.map_err(|e| self.name_refusal(e, About::Lock(&lease.key)))
     }
@@ -68,6 +80,7 @@ impl LockBackend for RedisBackend {
         lease: &Lease,
         remaining: Duration,
     ) -> Result<Option<bool>, LockError> {
+        self.stop_listening_as_holder(lease);
         let names = KeyNames::new(&self.options.prefix, &lease.key);
         // At least a millisecond: `PEXPIRE 0` would delete without a
         // release message.
@@ -76,6 +89,12 @@ impl LockBackend for RedisBackend {
         call.arg(&names.lock).arg(&lease.token).arg(ms);
         let kept: i64 = self.eval(&scripts::KEEP_FOR, &call).await?;
         Ok(Some(kept == 1))
+    }
+
+    /// Rung when a held key's keyspace channel says the key was deleted,
+    /// expired, evicted or overwritten (see `subscriber/holding.rs`).
+    fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.subscriber.loss_alarm())
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
@@ -107,6 +126,26 @@ impl LockBackend for RedisBackend {
 }
 
 impl RedisBackend {
+    /// Where the server notifies: listens to the granted lock's keyspace
+    /// channel, so its loss rings the alarm (see `subscriber/holding.rs`).
+    fn listen_as_holder(&self, granted: Option<&Lease>) {
+        let Some(lease) = granted else { return };
+        let lock = KeyNames::new(&self.options.prefix, &lease.key).lock;
+        if let Some(channel) = self.keyspace_channel(&lock) {
+            self.subscriber.hold(channel, &lease.token);
+        }
+    }
+
+    /// The lease ended here (released, lost): its events no longer matter.
+    fn stop_listening_as_holder(&self, lease: &Lease) {
+        // Not `keyspace_channel`, which says `None` once the server
+        // refused a keyspace channel: what was held is forgotten all the same.
+        let Some(db) = self.notifying_db else { return };
+        let lock = KeyNames::new(&self.options.prefix, &lease.key).lock;
+        self.subscriber
+            .unhold(&keyspace_channel(db, &lock), &lease.token);
+    }
+
     /// A lock's compare-and-`DEL` (batched under load) and its `PUBLISH`.
     async fn release_lock(&self, lease: &Lease) -> Result<bool, LockError> {
         let names = KeyNames::new(&self.options.prefix, &lease.key).in_db(self.db);

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod holding;
 mod task;
 pub(crate) mod turn;
 pub(crate) mod waiting;
@@ -39,6 +40,10 @@ use turn::Turn;
 enum Command {
     Subscribe(Vec<String>, oneshot::Sender<()>),
     Unsubscribe(Vec<String>),
+    /// Held keys' channels: subscribed, nobody waits for the answer.
+    Hold(Vec<String>),
+    /// Channels no longer held: unsubscribed unless a waiter listens.
+    Unhold(Vec<String>),
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +61,8 @@ struct Channels {
     /// acquire asks [`Subscriber::is_subscribed`] on every wait, and with
     /// nothing subscribed it must not take a lock every task shares.
     subscribed: Arc<AtomicUsize>,
+    /// The held keys' channels and the loss alarm (see `holding.rs`).
+    holdings: holding::Holdings,
 }
 
 fn lock(m: &Mutex<Channels>) -> MutexGuard<'_, Channels> {
@@ -103,7 +110,8 @@ impl Channels {
             self.by_name.remove(name);
             self.subscribed.store(self.by_name.len(), Ordering::Relaxed);
         }
-        idle
+        // A holder listens to it still: it stays subscribed on the server.
+        idle && !self.holdings.by_channel.contains_key(name)
     }
 
     fn bump(&self, name: &str) {
@@ -284,6 +292,49 @@ impl Subscriber {
     /// their timers and re-checks alone.
     pub(crate) fn release_refused(&self) -> bool {
         self.refused.release.load(Ordering::Relaxed)
+    }
+
+    /// The backend's loss alarm (`LockBackend::loss_alarm`), rung when a
+    /// held key's keyspace channel says it was lost (see `holding.rs`).
+    pub(crate) fn loss_alarm(&self) -> watch::Receiver<u64> {
+        lock(&self.channels).holdings.alarm()
+    }
+
+    /// Whether a `set` on a held key rings the alarm: not where renewals
+    /// are `SET … IFEQ` (see `holding.rs`).
+    pub(crate) fn set_alarms(&self, alarms: bool) {
+        lock(&self.channels).holdings.set_alarms = alarms;
+    }
+
+    /// A lock on the key of keyspace channel `channel` was granted: its
+    /// events are listened to (see `holding.rs`). Costs the caller no round
+    /// trip.
+    pub(crate) fn hold(&self, channel: String, token: &str) {
+        if self.keyspace_refused() || self.release_refused() {
+            return;
+        }
+        let new = {
+            let mut channels = lock(&self.channels);
+            let subscribed = channels.by_name.contains_key(&channel);
+            channels.holdings.hold(&channel, token, subscribed) && !subscribed
+        };
+        if new {
+            let _ = self.commands().send(Command::Hold(vec![channel]));
+        }
+    }
+
+    /// The lock with owner token `token` on the key of `channel` ended
+    /// here (released, lost).
+    pub(crate) fn unhold(&self, channel: &str, token: &str) {
+        let gone = {
+            let mut channels = lock(&self.channels);
+            channels.holdings.unhold(channel, token) && !channels.by_name.contains_key(channel)
+        };
+        if gone {
+            let _ = self
+                .commands()
+                .send(Command::Unhold(vec![channel.to_owned()]));
+        }
     }
 
     /// An inbox for the announcements on `channel` (an election's): each

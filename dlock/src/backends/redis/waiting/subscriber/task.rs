@@ -69,6 +69,7 @@ pub(super) async fn run(
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut backoff = Duration::from_millis(50);
+    let mut reconnected = false;
     loop {
         let client = source.client();
         let connected =
@@ -83,7 +84,8 @@ pub(super) async fn run(
                     command = commands.recv() => match command {
                         None => return,
                         Some(Command::Subscribe(_, ack)) => drop(ack),
-                        Some(Command::Unsubscribe(_)) => {}
+                        // Held channels are in `holdings`: subscribed below.
+                        Some(Command::Unsubscribe(_) | Command::Hold(_) | Command::Unhold(_)) => {}
                     },
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -91,12 +93,24 @@ pub(super) async fn run(
             }
         };
         backoff = Duration::from_millis(50);
-        let names: Vec<String> = lock(&channels).by_name.keys().cloned().collect();
+        let names: Vec<String> = {
+            let channels = lock(&channels);
+            let held = channels.holdings.by_channel.keys();
+            let held = held.filter(|n| !channels.by_name.contains_key(*n));
+            channels.by_name.keys().chain(held).cloned().collect()
+        };
         if subscribe_on(&mut sink, &names, &refused).await.is_err() {
             continue;
         }
         // Releases during the outage were not heard: let every waiter retry.
         lock(&channels).bump_all();
+        // Nor were held keys' losses: renew them all (not at the first
+        // connection, which no loss can have preceded unheard but the one
+        // the renewal would find anyway).
+        if reconnected && !lock(&channels).holdings.by_channel.is_empty() {
+            lock(&channels).holdings.ring();
+        }
+        reconnected = true;
         loop {
             tokio::select! {
                 message = stream.next() => match message {
@@ -107,9 +121,11 @@ pub(super) async fn run(
                         // the key: the holder's renewals are events too. A
                         // turn wakes its ticket's waiter alone.
                         if is_keyspace(name) {
+                            let mut channels = lock(&channels);
                             if frees_the_key(payload) {
-                                lock(&channels).bump(name);
+                                channels.bump(name);
                             }
+                            channels.holdings.heard(name, payload);
                         } else if let Some(ticket) = payload.strip_prefix(b"turn:") {
                             lock(&channels).give_turn(ticket);
                         } else {
@@ -122,19 +138,31 @@ pub(super) async fn run(
                 },
                 command = commands.recv() => match command {
                     None => return,
-                    Some(Command::Subscribe(names, ack)) => {
+                    Some(Command::Hold(mut names)) => {
+                        // Many grants at once: one SUBSCRIBE for all the
+                        // held channels queued meanwhile.
+                        let mut next = None;
+                        while names.len() < 1000 {
+                            match commands.try_recv() {
+                                Ok(Command::Hold(more)) => names.extend(more),
+                                Ok(other) => {
+                                    next = Some(other);
+                                    break;
+                                }
+                                Err(_) => break,
+                            }
+                        }
                         if subscribe_on(&mut sink, &names, &refused).await.is_err() {
                             break;
                         }
-                        let _ = ack.send(());
+                        if let Some(other) = next {
+                            if handle(other, &mut sink, &channels, &refused).await.is_err() {
+                                break;
+                            }
+                        }
                     }
-                    Some(Command::Unsubscribe(names)) => {
-                        // A waiter may have come back for a channel meanwhile.
-                        let unwanted: Vec<String> = {
-                            let mut channels = lock(&channels);
-                            names.into_iter().filter(|n| channels.forget_if_idle(n)).collect()
-                        };
-                        if !unwanted.is_empty() && sink.unsubscribe(&unwanted).await.is_err() {
+                    Some(other) => {
+                        if handle(other, &mut sink, &channels, &refused).await.is_err() {
                             break;
                         }
                     }
@@ -142,4 +170,50 @@ pub(super) async fn run(
             }
         }
     }
+}
+
+/// Carries out one command on the connection; `Err` when it failed.
+async fn handle(
+    command: Command,
+    sink: &mut PubSubSink,
+    channels: &Mutex<Channels>,
+    refused: &Refused,
+) -> Result<(), redis::RedisError> {
+    match command {
+        Command::Subscribe(names, ack) => {
+            subscribe_on(sink, &names, refused).await?;
+            let _ = ack.send(());
+        }
+        Command::Hold(names) => subscribe_on(sink, &names, refused).await?,
+        Command::Unhold(names) => {
+            // A waiter may listen to it now, or a holder again.
+            let unwanted: Vec<String> = {
+                let channels = lock(channels);
+                names
+                    .into_iter()
+                    .filter(|n| {
+                        !channels.by_name.contains_key(n)
+                            && !channels.holdings.by_channel.contains_key(n)
+                    })
+                    .collect()
+            };
+            if !unwanted.is_empty() {
+                sink.unsubscribe(&unwanted).await?;
+            }
+        }
+        Command::Unsubscribe(names) => {
+            // A waiter may have come back for a channel meanwhile.
+            let unwanted: Vec<String> = {
+                let mut channels = lock(channels);
+                names
+                    .into_iter()
+                    .filter(|n| channels.forget_if_idle(n))
+                    .collect()
+            };
+            if !unwanted.is_empty() {
+                sink.unsubscribe(&unwanted).await?;
+            }
+        }
+    }
+    Ok(())
 }
