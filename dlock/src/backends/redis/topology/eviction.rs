@@ -1,6 +1,8 @@
 //! Whether the server may evict a held lock's key to make room: read from
-//! `INFO memory` at connect (and after a Sentinel failover, on the new
-//! master), refused unless the URL accepts it (`?eviction=accept`).
+//! `INFO memory` at connect (the server, each Cluster master, the Sentinel
+//! master found at connect, each Redlock master), refused unless the URL
+//! accepts it (`?eviction=accept`). Not yet read again after a reconnect or
+//! a Sentinel failover: a master reconfigured later is not refused.
 //!
 //! Why: a server with `maxmemory` set and an evicting `maxmemory-policy`
 //! (`allkeys-lru`, or `volatile-lru`, managed Redis's usual default, which
