@@ -20,6 +20,7 @@ pub mod holder;
 pub mod keys;
 pub mod late_answer;
 pub mod layout_mix;
+pub mod loss_heard;
 pub mod multi;
 pub mod multi_live;
 pub mod nesting;
