@@ -27,6 +27,9 @@ pub(super) const MAX_PLAUSIBLE_FENCE: u64 = 1 << 63;
 #[derive(Debug)]
 pub(super) struct Untrusted(pub(super) String);
 
+/// How many keys' last issued fences a backend remembers.
+const ISSUED_KEYS: usize = 4_096;
+
 /// Who may own and write the files of one backend, and the fences it
 /// issued.
 #[derive(Debug)]
@@ -121,9 +124,18 @@ impl Trust {
         Ok(last)
     }
 
-    /// Remembers `fence` as issued for `stem`.
+    /// Remembers `fence` as issued for `stem`. At most [`ISSUED_KEYS`]
+    /// keys are remembered: a process that locks a new key per entity
+    /// (`order:{id}`) for days must not grow without bound, so a new key
+    /// past the bound forgets another one (whose set-back counter is then
+    /// caught only by the clock floor, as after a restart).
     pub(super) fn issued(&self, stem: &str, fence: u64) {
         let mut issued = lock(&self.issued);
+        if issued.len() >= ISSUED_KEYS && !issued.contains_key(stem) {
+            if let Some(forgotten) = issued.keys().next().cloned() {
+                issued.remove(&forgotten);
+            }
+        }
         let at = issued.entry(stem.to_owned()).or_insert(0);
         *at = (*at).max(fence);
     }
@@ -200,5 +212,17 @@ mod tests {
             .contains("below 100"));
         assert_eq!(trust.counter("k", "100\n", "f").unwrap(), 100);
         assert_eq!(trust.counter("other", "0\n", "f").unwrap(), 0);
+    }
+
+    #[test]
+    fn the_issued_fences_remembered_stay_bounded() {
+        let trust = Trust::new(0o600, 0);
+        for i in 0..ISSUED_KEYS * 3 {
+            trust.issued(&format!("k{i}"), 7);
+        }
+        assert_eq!(lock(&trust.issued).len(), ISSUED_KEYS);
+        // The newest key is remembered: its set-back counter is refused.
+        let newest = format!("k{}", ISSUED_KEYS * 3 - 1);
+        assert!(trust.counter(&newest, "0\n", "f").is_err());
     }
 }

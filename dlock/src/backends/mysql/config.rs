@@ -8,17 +8,12 @@ use std::time::Duration;
 
 use mysql_async::{Opts, OptsBuilder};
 
+use super::names::MAX_PREFIX_CHARS;
 use super::tls::SslMode;
 use crate::backends::sessions::options::{SessionClock, SessionOptions};
 use crate::url::{options, percent_decode};
 use crate::LockError;
 
-/// The start of the namespace of lock names when `?prefix=` is not given
-/// (`dlock.<database>`, see `names::default_prefix`).
-pub(crate) const DEFAULT_PREFIX: &str = "dlock";
-/// The longest prefix, in characters: a hashed name is the prefix, `:#`
-/// and at least 32 hex digits, within the 64 characters MySQL 8 takes.
-pub(super) const MAX_PREFIX_CHARS: usize = 30;
 /// The server's port unless the URL gives one.
 pub(super) const DEFAULT_PORT: u16 = 3306;
 /// How MySQL counts a session's silence: `wait_timeout`, whole seconds.

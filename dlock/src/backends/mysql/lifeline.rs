@@ -29,7 +29,6 @@ use mysql_async::{Conn, Opts};
 
 use super::names::hex_literal;
 use super::rows::{int, rows_of};
-use super::session::Session;
 use crate::backends::sessions::pool::PooledSession;
 
 /// One wait of the watcher, in seconds: it asks again after that, while
@@ -47,14 +46,16 @@ pub(super) fn take(name: &str) -> String {
     format!("SELECT GET_LOCK({}, 0)", hex_literal(name.as_bytes()))
 }
 
-/// Watches `session`'s lifeline `name` on a connection of its own, opened
-/// with `opts`: returns when the session has ended (then it is marked dead
-/// and the alarm rung) or has been dropped. Run on dlock's runtime.
-pub(super) async fn watch(session: Weak<Session>, opts: Opts, name: String) {
+/// Watches the lifeline `name` of `session` (connection id `id`) on a
+/// connection of its own, opened with `opts`: returns when the session has
+/// ended (then it is closed, which rings its alarm) or has been dropped.
+/// Run on dlock's runtime. Generic over the session so that `session.rs`,
+/// which starts the watcher, stays the only one of the two to name the other.
+pub(super) async fn watch<S: PooledSession>(session: Weak<S>, id: u32, opts: Opts, name: String) {
     let ended = |why: &str| {
         if let Some(s) = session.upgrade() {
             if s.is_alive() {
-                tracing::debug!(id = s.id, why, "MySQL session's end heard by its lifeline");
+                tracing::debug!(id, why, "MySQL session's end heard by its lifeline");
                 s.close();
             }
         }

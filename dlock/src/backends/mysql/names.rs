@@ -11,6 +11,13 @@
 
 use sha2::{Digest, Sha256};
 
+/// The start of the namespace of lock names when `?prefix=` is not given
+/// (`dlock.<database>`, see [`default_prefix`]).
+pub(crate) const DEFAULT_PREFIX: &str = "dlock";
+/// The longest prefix, in characters: a hashed name is the prefix, `:#`
+/// and at least 32 hex digits, within the 64 characters MySQL 8 takes.
+pub(super) const MAX_PREFIX_CHARS: usize = 30;
+
 /// The longest name MySQL 8 takes, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
 
@@ -43,8 +50,8 @@ pub fn lock_name(database: &str, key: &str) -> String {
 /// assert!(long.starts_with("dlock.#") && long.chars().count() == 30);
 /// ```
 pub fn default_prefix(database: &str) -> String {
-    let plain = format!("{}.{database}", super::config::DEFAULT_PREFIX);
-    if plain.chars().count() <= super::config::MAX_PREFIX_CHARS
+    let plain = format!("{}.{database}", DEFAULT_PREFIX);
+    if plain.chars().count() <= MAX_PREFIX_CHARS
         && !database.contains(':')
         && !database.starts_with('#')
     {
@@ -52,8 +59,8 @@ pub fn default_prefix(database: &str) -> String {
     }
     let digest = Sha256::digest(database.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    let head = format!("{}.#", super::config::DEFAULT_PREFIX);
-    let room = super::config::MAX_PREFIX_CHARS - head.chars().count();
+    let head = format!("{}.#", DEFAULT_PREFIX);
+    let room = MAX_PREFIX_CHARS - head.chars().count();
     format!("{head}{}", &hex[..room])
 }
 

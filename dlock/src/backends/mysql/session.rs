@@ -97,6 +97,7 @@ impl Session {
         }
         crate::lease::background::spawn_daemon(super::lifeline::watch(
             Arc::downgrade(self),
+            self.id,
             self.opts.clone(),
             self.lifeline.clone(),
         ));
