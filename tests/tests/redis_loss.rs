@@ -1,6 +1,7 @@
 //! A held lock's key lost on the server, against real redis-servers: a
 //! server that may evict keys is refused at connect (unless the URL accepts
-//! it), and a holder hears its key deleted, overwritten, expired early or
+//! it) and again after a reconnect (a server restarted with an evicting
+//! policy), a server without `INFO` needs `?replicas=N`, and a holder hears its key deleted, overwritten, expired early or
 //! evicted through the keyspace notifications, at once rather than at its
 //! next renewal; `ensure()` refuses from then on.
 
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use dlock::backends::redis::RedisBackend;
 use dlock::{Lock, LockError, LockGuard};
 use dlock_tests::fixtures::redis::lock_key;
+use dlock_tests::servers::control::ServerControl;
 use dlock_tests::servers::redis::{RedisOptions, RedisServer};
 
 async fn connect(url: &str) -> Arc<RedisBackend> {
@@ -66,12 +68,85 @@ async fn an_evicting_server_is_refused_unless_the_url_accepts_it() {
     assert!(reason.contains("eviction=maybe"), "{reason}");
 }
 
-/// A server that renames `INFO` away cannot be checked: it is accepted (a
-/// warning is logged once), not refused for what dlock cannot read. It
-/// needs `?replicas=0`: `replicas=auto` (the default) counts replicas with
-/// `INFO replication`, and its acquire fails naming `INFO` without it.
+/// A server restarted on the same address with `maxmemory 3mb` and
+/// `maxmemory-policy allkeys-lru`: the backend connected before the restart
+/// reads the server again after its connection broke, and its next acquire
+/// is refused as at connect (never granted), naming `maxmemory-policy` and
+/// the server. Once the server is set back to `noeviction`, acquires work
+/// again through the same backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_without_info_is_accepted() {
+async fn a_server_restarted_evicting_is_refused_at_the_next_acquire() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let backend = connect(&server.url()).await;
+    let lock = || {
+        Lock::new("restarted-evicting")
+            .ttl(Duration::from_secs(5))
+            .with_backend(backend.clone())
+    };
+    let guard = lock().try_acquire().await.unwrap().expect("a free lock");
+    guard.release().await.unwrap();
+    tokio::task::block_in_place(|| server.stop());
+    let evicting = tokio::task::block_in_place(|| {
+        RedisServer::start_on(
+            port,
+            RedisOptions::new().config(["--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"]),
+        )
+    });
+    let restarted = Instant::now();
+    // Bounded: 40 tries, 10 s. A try may fail on the broken connection
+    // first (a `Backend` error); none may be granted.
+    let mut refusal = None;
+    for _ in 0..40 {
+        match lock().try_acquire().await {
+            Err(LockError::InvalidOption { reason }) => {
+                refusal = Some(reason);
+                break;
+            }
+            Ok(granted) => panic!("an acquire on the evicting server answered {granted:?}"),
+            Err(e) => println!("before the refusal: {e}"),
+        }
+        if restarted.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let reason = refusal.expect("no acquire was refused within 10 s of the restart");
+    println!(
+        "refused {:?} after the restart: {reason}",
+        restarted.elapsed()
+    );
+    for part in [
+        "maxmemory-policy",
+        "allkeys-lru",
+        "noeviction",
+        "eviction=accept",
+        &format!("127.0.0.1:{port}"),
+    ] {
+        assert!(reason.contains(part), "{part} missing from: {reason}");
+    }
+    // Refused again while it evicts: each try reads the server.
+    assert!(matches!(
+        lock().try_acquire().await,
+        Err(LockError::InvalidOption { .. })
+    ));
+    evicting.redis_cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let guard = lock()
+        .try_acquire()
+        .await
+        .expect("noeviction again: served")
+        .expect("a free lock");
+    guard.release().await.unwrap();
+}
+
+/// A server that renames `INFO` away cannot be checked for eviction: that
+/// is accepted (a warning is logged once), not refused for what dlock
+/// cannot read. But `?replicas=auto` (the default) counts the replicas
+/// each grant waits for with `INFO replication`: without it, connect is
+/// refused with the fix (`?replicas=N` or `?replicas=0`), rather than every
+/// acquire failing; with `?replicas=0` the server serves locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_info_needs_a_replica_count() {
     let server = server_with(&[
         "--maxmemory",
         "3mb",
@@ -81,6 +156,20 @@ async fn a_server_without_info_is_accepted() {
         "INFO",
         "",
     ]);
+    let refused = RedisBackend::connect(&server.url()).await;
+    let Err(LockError::InvalidOption { reason }) = refused else {
+        panic!("replicas=auto without INFO was not refused at connect: {refused:?}");
+    };
+    println!("refusal: {reason}");
+    for part in [
+        "INFO replication",
+        "replicas=auto",
+        "?replicas=N",
+        "?replicas=0",
+        &server.url(),
+    ] {
+        assert!(reason.contains(part), "{part} missing from: {reason}");
+    }
     let backend = connect(&format!("{}?replicas=0", server.url())).await;
     let guard = Lock::new("no-info")
         .ttl(Duration::from_secs(5))

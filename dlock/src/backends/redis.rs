@@ -174,8 +174,10 @@ use self::calls::batching::LaneBatchers;
 use self::config::RedisOptions;
 #[cfg(feature = "redlock")]
 pub(crate) use self::for_redlock::nap_until;
+use self::topology::eviction;
 use self::topology::replicas::ReplicaAck;
 use self::topology::server::Server;
+use self::transport::connection::Reconnects;
 #[cfg(feature = "redlock")]
 pub(crate) use self::transport::lanes::spawn_following;
 #[cfg(feature = "redlock")]
@@ -251,6 +253,11 @@ pub struct RedisBackend {
     /// Probed at connect; cleared for good when a server refuses it later
     /// (a failover or a downgrade to one without it; see `renew.rs`).
     set_ifeq: AtomicBool,
+    /// Counts the connections opened and broken, so the server's settings
+    /// are read again after a reconnect or a failover (see `eviction.rs`).
+    reconnects: Reconnects,
+    /// For which connections the server was found not to evict.
+    eviction: eviction::Checked,
     metrics: Counters,
 }
 

@@ -12,12 +12,11 @@ use redis::{RedisError, RedisResult};
 use crate::backends::redis::calls::batching::MAX_MASTER_BATCH;
 use crate::backends::redis::calls::batching::{LaneBatchers, MAX_BATCH};
 use crate::backends::redis::config::{client, tls_cluster, RedisOptions};
-use crate::backends::redis::topology::eviction;
 use crate::backends::redis::topology::replicas::ReplicaAck;
 use crate::backends::redis::topology::sentinel::Sentinel;
 use crate::backends::redis::topology::server::Server;
 use crate::backends::redis::transport::cluster::ClusterConn;
-use crate::backends::redis::transport::connection::Connection;
+use crate::backends::redis::transport::connection::{Connection, Reconnects};
 use crate::backends::redis::waiting::recheck::notifies_releases;
 use crate::backends::redis::waiting::subscriber::{Source, Subscriber};
 use crate::backends::redis::waiting::turns::Beats;
@@ -49,14 +48,16 @@ impl RedisBackend {
             options.aof,
         ));
         let mut source = Source::Fixed(Box::new(first.clone()));
+        let reconnects = Reconnects::default();
         let conn = if let Some(target) = &options.sentinel {
             // A failover moves the master: its replica counts are another's.
             let on_switch = {
                 let replicas = replicas.clone();
                 Box::new(move || replicas.forget())
             };
+            let config = connection_config(&options);
             let sentinel =
-                Sentinel::connect(&options, target, connection_config(&options), on_switch).await?;
+                Sentinel::connect(&options, target, config, on_switch, &reconnects).await?;
             db = target.db;
             source = Source::Master(sentinel.clone());
             Conn::Single(Server::Followed(sentinel))
@@ -69,12 +70,21 @@ impl RedisBackend {
                 builder = tls_cluster(builder, &options)?;
             }
             let cluster = builder.build().map_err(fail)?;
-            Conn::Cluster(ClusterConn::open(cluster).await.map_err(fail)?)
-        } else {
-            Conn::Single(Server::One(
-                Connection::open(first.clone(), connection_config(&options), true)
+            Conn::Cluster(
+                ClusterConn::open(cluster, &reconnects)
                     .await
                     .map_err(fail)?,
+            )
+        } else {
+            Conn::Single(Server::One(
+                Connection::open(
+                    first.clone(),
+                    connection_config(&options),
+                    true,
+                    &reconnects,
+                )
+                .await
+                .map_err(fail)?,
             ))
         };
         let batchers = match &conn {
@@ -93,19 +103,25 @@ impl RedisBackend {
             notifying_db: None,
             db,
             set_ifeq: AtomicBool::new(false),
+            reconnects,
+            eviction: Default::default(),
             metrics: Counters::default(),
         };
         // Prove the connection and credentials now, not at the first lock;
         // the setting and the server's commands are read in the same round
         // trip.
-        let (loaded, notifying, set_ifeq, eviction) = tokio::join!(
+        let (loaded, notifying, set_ifeq, eviction, replicas) = tokio::join!(
             backend.load_scripts(),
             backend.read_notifications(),
             backend.probe_set_ifeq(),
-            backend.check_eviction()
+            backend.check_eviction(),
+            backend
+                .replicas
+                .probe_auto(&backend.conn, &backend.options.shown)
         );
         loaded.map_err(|e| backend.name_connect_refusal(e))?;
         eviction?;
+        replicas?;
         backend.notifying_db = notifying.then_some(db);
         *backend.set_ifeq.get_mut() = set_ifeq;
         // Renewals by `SET … IFEQ` make `set` events of their own.
@@ -224,17 +240,6 @@ impl RedisBackend {
     /// after it, runs the script instead, which every server takes.
     pub fn renews_without_scripts(&self) -> bool {
         self.set_ifeq.load(Ordering::Relaxed)
-    }
-
-    /// Refuses a server that may evict lock keys unless the URL accepts it
-    /// (`?eviction=accept`; see `eviction.rs`): on a Cluster, every master.
-    async fn check_eviction(&self) -> Result<(), LockError> {
-        self.count();
-        let (shown, accepted) = (&self.options.shown, self.options.eviction_accepted);
-        match self.conn.clone() {
-            Conn::Single(mut c) => eviction::check(&mut c, shown, accepted).await,
-            Conn::Cluster(mut c) => eviction::check_cluster(&mut c, shown, accepted).await,
-        }
     }
 
     async fn probe_set_ifeq(&self) -> bool {

@@ -185,6 +185,9 @@ impl RedissonBackend {
         req: &AcquireRequest,
         names: &RedissonNames,
     ) -> Result<Result<Lease, Option<Duration>>, LockError> {
+        // A server reached by a new connection is read again first (see
+        // `eviction.rs`).
+        self.redis.eviction_unchanged().await?;
         let call = self.release_call(names, &req.token, req.ttl);
         let mut unfinished = ReleaseIfDropped::arm(&self.redis.conn, call);
         let answer = self.attempt(req, names).await?;

@@ -12,12 +12,109 @@
 //! `CONFIG GET`, which managed services often rename away. A server that
 //! refuses `INFO` too is not refused: that is logged once, as a warning.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use crate::backends::redis::topology::server::Server;
+use crate::backends::redis::{Conn, RedisBackend};
 use crate::LockError;
+
+/// Which connections' servers were read: the count of
+/// [`Reconnects`](crate::backends::redis::transport::connection::Reconnects)
+/// when the last check passed, and when the last refusal was told (each
+/// plus one: 0 is "never").
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    passed: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl RedisBackend {
+    /// Refuses a server that may evict lock keys unless the URL accepts it
+    /// (`?eviction=accept`): on a Cluster, every master. A pass is
+    /// remembered for the connections open now.
+    pub(in crate::backends::redis) async fn check_eviction(&self) -> Result<(), LockError> {
+        let seen = self.reconnects.now();
+        self.count();
+        let server = self.server_shown();
+        let accepted = self.options.eviction_accepted;
+        let answer = match self.conn.clone() {
+            Conn::Single(mut c) => check(&mut c, &server, accepted).await,
+            Conn::Cluster(mut c) => check_cluster(&mut c, &server, accepted).await,
+        };
+        if answer.is_ok() {
+            self.eviction.passed.fetch_max(seen + 1, Ordering::AcqRel);
+        }
+        answer
+    }
+
+    /// Whether no connection was opened or broken since the last check
+    /// passed: one atomic read per grant, the whole cost while nothing
+    /// changes.
+    pub(in crate::backends::redis) fn eviction_current(&self) -> bool {
+        self.eviction.passed.load(Ordering::Acquire) == self.reconnects.now() + 1
+    }
+
+    /// Before a grant is handed over: the server is read again
+    /// (`INFO memory`) if a connection was opened or broken since it last
+    /// was (a restart, a failover, a new Cluster connection), and a server
+    /// that now may evict is refused as at connect. While it is refused,
+    /// every grant reads it again, so a server set back to `noeviction`
+    /// (`CONFIG SET`) serves the next one.
+    pub(in crate::backends::redis) async fn eviction_unchanged(&self) -> Result<(), LockError> {
+        if self.eviction_current() {
+            return Ok(());
+        }
+        let seen = self.reconnects.now();
+        let answer = self.check_eviction().await;
+        if let Err(refused @ LockError::InvalidOption { .. }) = &answer {
+            self.heard_evicting(seen, refused);
+        }
+        answer
+    }
+
+    /// At a renewal round: the same reading, at most once per new
+    /// connection (a refused server is not read again by renewals until
+    /// the next one), so that holders behind a failover hear of it even
+    /// when no one acquires.
+    pub(in crate::backends::redis) async fn eviction_after_reconnect(&self) {
+        let seen = self.reconnects.now();
+        if self.eviction_current() || self.eviction.refused.load(Ordering::Acquire) == seen + 1 {
+            return;
+        }
+        // An error that is not a refusal (the server unreachable) is the
+        // renewal's to report; the next round reads again.
+        let _ = self.eviction_unchanged().await;
+    }
+
+    /// The server now may evict (refused with `refused`): told once per
+    /// new connection. Held leases are kept: every dlock client that does
+    /// not accept eviction is refused these keys on this server, so the
+    /// holder still holds them against those; but a key evicted already is
+    /// gone, so the loss alarm is rung (the watchdog renews every lease at
+    /// once and a missing key is heard as lost), and with keyspace
+    /// notifications an eviction later is heard when it happens.
+    fn heard_evicting(&self, seen: u64, refused: &LockError) {
+        if self.eviction.refused.swap(seen + 1, Ordering::AcqRel) == seen + 1 {
+            return;
+        }
+        tracing::error!(backend = %self.options.shown, error = %refused,
+            "dlock: after a reconnect or failover the Redis server may evict lock keys; new grants are refused, held leases are renewed at once");
+        self.subscriber.ring_loss_alarm();
+    }
+
+    /// The URL as shown and, behind Sentinel, the master written to now.
+    fn server_shown(&self) -> String {
+        match &self.conn {
+            Conn::Single(Server::Followed(sentinel)) => {
+                format!("{} (master {})", self.options.shown, sentinel.master_addr())
+            }
+            _ => self.options.shown.clone(),
+        }
+    }
+}
 
 /// What a server's `INFO memory` says about eviction.
 #[derive(Debug, Clone, PartialEq, Eq)]

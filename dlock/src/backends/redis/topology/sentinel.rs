@@ -40,7 +40,7 @@ use redis::{
 };
 
 use crate::backends::redis::config::{RedisOptions, SentinelTarget};
-use crate::backends::redis::transport::connection::Connection;
+use crate::backends::redis::transport::connection::{Connection, Reconnects};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::lease::background;
@@ -71,6 +71,9 @@ struct Inner {
     shown: String,
     /// Told of every switch (the replica counts then belong to another node).
     on_switch: Box<dyn Fn() + Send + Sync>,
+    /// Counts the master's connections opened (a switch opens one) and
+    /// broken (see `Reconnects`).
+    reconnects: Reconnects,
     /// A connection to one sentinel for `SENTINEL REPLICAS` (see
     /// `listed.rs`), opened at the first question.
     listing: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
@@ -97,15 +100,17 @@ impl Sentinel {
         target: &SentinelTarget,
         config: ConnectionManagerConfig,
         on_switch: Box<dyn Fn() + Send + Sync>,
+        reconnects: &Reconnects,
     ) -> Result<Self, LockError> {
         let mut sentinels = sentinel_client(options, target)?;
         let shown = options.shown.clone();
         let limit = options.response_timeout;
         let found = background::run({
             let config = config.clone();
+            let reconnects = reconnects.clone();
             async move {
                 let client = master_client(&mut sentinels).await?;
-                let conn = Connection::open(client.clone(), config, false).await?;
+                let conn = Connection::open(client.clone(), config, false, &reconnects).await?;
                 Ok::<_, RedisError>((sentinels, client, conn))
             }
         });
@@ -137,6 +142,7 @@ impl Sentinel {
             target: target.clone(),
             shown,
             on_switch,
+            reconnects: reconnects.clone(),
             listing: tokio::sync::Mutex::new(None),
             response_timeout: limit,
             _stop_watching: stop.clone().drop_guard(),
@@ -195,7 +201,8 @@ impl Inner {
         if addr == now.addr {
             return Ok(false);
         }
-        let conn = Connection::open(client.clone(), self.config.clone(), false).await?;
+        let conn =
+            Connection::open(client.clone(), self.config.clone(), false, &self.reconnects).await?;
         tracing::info!(master = %self.target.master, from = %now.addr, to = %addr, "dlock: following the Redis master after a failover");
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Master {
             addr,

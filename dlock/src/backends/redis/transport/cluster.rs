@@ -22,6 +22,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::RoutingInfo;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use crate::backends::redis::transport::connection::Reconnects;
 use crate::backends::redis::transport::retiring::{Numbered, Retiring};
 
 /// A Cluster's connection, replaced after a request gets no answer in
@@ -30,16 +31,24 @@ use crate::backends::redis::transport::retiring::{Numbered, Retiring};
 pub(crate) struct ClusterConn {
     conn: Arc<Retiring<ClusterConnection>>,
     client: Arc<ClusterClient>,
+    /// Counts a cluster connection opened and a request that failed on
+    /// one (see `Reconnects`; the client follows a failover inside itself,
+    /// so a new master is seen here only through such a failure).
+    reconnects: Reconnects,
 }
 
 impl ClusterConn {
     /// Connects to the Cluster on dlock's background runtime.
-    pub(in crate::backends::redis) async fn open(client: ClusterClient) -> RedisResult<Self> {
+    pub(in crate::backends::redis) async fn open(
+        client: ClusterClient,
+        reconnects: &Reconnects,
+    ) -> RedisResult<Self> {
         let client = Arc::new(client);
         let first = open_on_background(client.clone()).await?;
         Ok(ClusterConn {
             conn: Arc::new(Retiring::with(first)),
             client,
+            reconnects: reconnects.clone(),
         })
     }
 
@@ -51,11 +60,14 @@ impl ClusterConn {
     {
         let following = crate::backends::redis::transport::lanes::is_following();
         // The client is cloned only when a connection is opened, not per request.
-        let Numbered { number, conn } = self
-            .conn
-            .get_or_open(|| open_on_background(self.client.clone()), following)
-            .await?;
-        let answer = send(conn).await;
+        let reconnects = &self.reconnects;
+        let open = || async move {
+            let opened = open_on_background(self.client.clone()).await;
+            reconnects.bump();
+            opened
+        };
+        let Numbered { number, conn } = self.conn.get_or_open(open, following).await?;
+        let answer = self.reconnects.after(send(conn).await);
         self.conn
             .check_by(number, answer, retires_the_cluster_connection)
     }

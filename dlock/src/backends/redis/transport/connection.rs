@@ -32,6 +32,7 @@
 //! connection broke before the answer.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -40,6 +41,49 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use crate::backends::redis::transport::lanes::PerRuntime;
 use crate::backends::redis::transport::retiring::{Numbered, Retiring};
 use crate::lease::background;
+
+/// How many times a connection of one backend may have reached a server
+/// process other than the one checked last: bumped when a connection is
+/// opened, when a request finds one broken (the `ConnectionManager` then
+/// opens a new one, perhaps to a restarted server on the same address), and,
+/// on RESP3, when the manager hears its connection close (it reconnects on
+/// its own then, before any request fails). `eviction.rs` reads the server's
+/// settings again when this moved. Cheap to clone: clones share the count.
+///
+/// Why not a hook in the client: `redis`'s `ConnectionManager` reconnects
+/// inside itself and tells no one; a RESP2 connection reconnects only after
+/// a request failed on it, which every request here sees (`Connection::on`).
+/// Asking the server who it is (`INFO server`'s `run_id`) on every request
+/// would cost a round trip each; this costs an atomic add per failure.
+#[derive(Clone, Default)]
+pub(crate) struct Reconnects(Arc<AtomicU64>);
+
+impl Reconnects {
+    /// The count now.
+    pub(crate) fn now(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// A connection may now reach another server process.
+    pub(in crate::backends::redis) fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Bumps if `answer` failed in a way after which the connection is
+    /// opened anew (broken, refused, no answer in time); returns `answer`.
+    pub(in crate::backends::redis) fn after<T>(&self, answer: RedisResult<T>) -> RedisResult<T> {
+        if let Err(e) = &answer {
+            if e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout()
+            {
+                self.bump();
+            }
+        }
+        answer
+    }
+}
 
 /// A `ConnectionManager` whose driver and reconnects stay on dlock's
 /// background runtime, and one per multi-thread runtime that makes
@@ -58,14 +102,18 @@ pub(crate) struct Connection {
 struct Opener {
     client: redis::Client,
     config: ConnectionManagerConfig,
+    reconnects: Reconnects,
 }
 
 impl Opener {
     /// Opens a connection whose driver runs where this is polled.
     async fn open(&self) -> RedisResult<ConnectionManager> {
-        self.client
+        let opened = self
+            .client
             .get_connection_manager_with_config(self.config.clone())
-            .await
+            .await;
+        self.reconnects.bump();
+        opened
     }
 }
 
@@ -77,18 +125,42 @@ struct Lanes {
 impl Connection {
     /// Connects on the background runtime; with `lanes`, each multi-thread
     /// runtime that makes a request gets its own connection too.
+    /// Every connection it opens, and every one a request finds broken,
+    /// counts in `reconnects`.
     pub(crate) async fn open(
         client: redis::Client,
-        config: ConnectionManagerConfig,
+        mut config: ConnectionManagerConfig,
         lanes: bool,
+        reconnects: &Reconnects,
     ) -> RedisResult<Self> {
+        if client
+            .get_connection_info()
+            .redis_settings()
+            .protocol()
+            .supports_resp3()
+        {
+            // On RESP3 the manager reconnects as soon as it hears the
+            // connection close, with no request failing: it says so here.
+            let heard = reconnects.clone();
+            config = config.set_push_sender(move |info: redis::PushInfo| {
+                if info.kind == redis::PushKind::Disconnection {
+                    heard.bump();
+                }
+                Ok::<(), ()>(())
+            });
+        }
         let lanes = lanes.then(|| {
             Arc::new(Lanes {
                 conns: PerRuntime::default(),
             })
         });
         let db = client.get_connection_info().redis_settings().db();
-        let opener = Arc::new(Opener { client, config });
+        let reconnects = reconnects.clone();
+        let opener = Arc::new(Opener {
+            client,
+            config,
+            reconnects,
+        });
         let opening = opener.clone();
         let background = background::run(async move { opening.open().await }).await?;
         Ok(Connection {
@@ -149,8 +221,9 @@ impl Connection {
     {
         let following = crate::backends::redis::transport::lanes::is_following();
         let Numbered { number, conn } = slot.get_or_open(|| opener.open(), following).await?;
-        let answer = match send(conn.clone()).await {
-            Err(e) if resend && e.is_connection_dropped() => send(conn).await,
+        let counted = |answer| opener.reconnects.after(answer);
+        let answer = match counted(send(conn.clone()).await) {
+            Err(e) if resend && e.is_connection_dropped() => counted(send(conn).await),
             answer => answer,
         };
         slot.check(number, answer)

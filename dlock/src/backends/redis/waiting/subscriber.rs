@@ -300,6 +300,13 @@ impl Subscriber {
         lock(&self.channels).holdings.alarm()
     }
 
+    /// Rings the loss alarm for a reason of the backend's own (a server
+    /// that may now evict, see `eviction.rs`): the watchdog renews every
+    /// lease at once.
+    pub(crate) fn ring_loss_alarm(&self) {
+        lock(&self.channels).holdings.ring();
+    }
+
     /// Whether a `set` on a held key rings the alarm: not where renewals
     /// are `SET … IFEQ` (see `holding.rs`).
     pub(crate) fn set_alarms(&self, alarms: bool) {

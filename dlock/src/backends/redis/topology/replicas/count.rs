@@ -23,8 +23,10 @@ use redis::cluster_routing::Slot;
 use redis::RedisResult;
 
 use super::{route, ReplicaAck};
+use crate::backends::redis::config::Replicas;
 use crate::backends::redis::topology::server::Server;
 use crate::backends::redis::Conn;
+use crate::LockError;
 
 /// How long a replica count read with `INFO replication` is used before it
 /// is read again.
@@ -56,6 +58,38 @@ impl Count {
 }
 
 impl ReplicaAck {
+    /// At connect, with `?replicas=auto`: whether the server answers
+    /// `INFO replication`, which `auto` reads to count the replicas every
+    /// grant waits for. A server that refuses it (`rename-command INFO ""`,
+    /// an ACL without `INFO`) is refused here, with the fix, rather than
+    /// every acquire failing later.
+    ///
+    /// Why not fall back to no waiting: the default asks for every replica,
+    /// and a grant no replica acknowledged is lost at a failover (a second
+    /// holder); dlock does not lower that on its own. The URL says which:
+    /// `?replicas=N`, or `?replicas=0`.
+    pub(crate) async fn probe_auto(&self, conn: &Conn, server: &str) -> Result<(), LockError> {
+        if self.replicas != Replicas::Auto {
+            return Ok(());
+        }
+        let mut info = redis::cmd("INFO");
+        info.arg("replication");
+        let e = match route::<String>(conn, "", info).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_io_error() || e.is_timeout() => {
+                return Err(LockError::backend(server.to_owned(), e))
+            }
+            Err(e) => e,
+        };
+        Err(LockError::invalid_option(format!(
+            "`{server}`: the server refused `INFO replication` ({e}), which `?replicas=auto` (the \
+             default) reads to count the replicas each grant waits for. Add `?replicas=N` to the \
+             URL with the number of replicas the master has, or `?replicas=0` to wait for none \
+             (a grant not yet replicated is then lost if a replica is promoted), or allow `INFO` \
+             on the server"
+        )))
+    }
+
     /// `auto`'s count for the master of `lock_key`: cached, or read with
     /// `INFO replication` (and the sentinels' list) when stale or when
     /// `fresh` is asked.

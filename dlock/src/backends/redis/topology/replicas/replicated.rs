@@ -68,12 +68,28 @@ impl crate::backends::redis::RedisBackend {
         UF: Future<Output = ()>,
     {
         loop {
+            // A server reached by a connection opened since it was last read
+            // (a restart, a failover) is read again before anything is
+            // granted on it (see `eviction.rs`): one atomic read otherwise.
+            self.eviction_unchanged().await?;
+            let connections = self.reconnects.now();
             let master = self.master_generation();
             let granted = ask().await?;
             let Some(lease) = granted.lease() else {
                 return Ok(granted);
             };
             let mut unclaimed = arm();
+            // The grant itself may have gone on a connection opened while it
+            // was asked (a request resent after its connection broke): that
+            // server is read before the grant is handed over, and a refusal
+            // gives the grant back.
+            if self.reconnects.now() != connections {
+                if let Err(refused) = self.eviction_unchanged().await {
+                    unclaimed.disarm();
+                    undo(granted).await;
+                    return Err(refused);
+                }
+            }
             let answer = if self.replicas.is_off() {
                 Ok(())
             } else {
@@ -120,6 +136,11 @@ impl crate::backends::redis::RedisBackend {
         master: Option<u64>,
         mut renewals: Vec<Result<Renewal, LockError>>,
     ) -> Vec<Result<Renewal, LockError>> {
+        // After a reconnect or a failover, holders hear of a server that may
+        // now evict even when no one acquires (see `eviction.rs`).
+        if !self.eviction_current() {
+            self.eviction_after_reconnect().await;
+        }
         if self.master_generation() != master {
             // Requests moved to another master while these were answered:
             // the old one may have extended leases the new one never saw.
