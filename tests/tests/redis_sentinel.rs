@@ -299,3 +299,101 @@ async fn a_holder_follows_a_planned_failover() {
     );
     hands_over(guard, waiting).await;
 }
+
+/// A failover to a replica that may evict: the master has no `maxmemory`,
+/// its replica `maxmemory 3mb` and `allkeys-lru` (a replica carries its own
+/// settings). After `SENTINEL FAILOVER` the backend that connected to the
+/// old master reads the new one, refuses its next acquire naming the new
+/// master and `maxmemory-policy` (a grant is never handed over from it),
+/// and tells the holder it had (an error logged, the loss alarm rung: the
+/// lease, replicated to the new master, is kept). With `?eviction=accept`
+/// acquires work on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_an_evicting_replica_is_refused() {
+    let logged = logged();
+    let group = blocking(|| RedisSentinel::start(1));
+    let url = group.url();
+    let replica = group.replica_indices()[0];
+    let new_master = group.node(replica).addr().to_string();
+    group
+        .node(replica)
+        .redis_cli(&["CONFIG", "SET", "maxmemory", "3mb"]);
+    group
+        .node(replica)
+        .redis_cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let backend = sentinel_client(&url).await;
+    let accepting = sentinel_client(&with_param(&url, "eviction=accept")).await;
+    let lock = |key: &str| {
+        Lock::new(key)
+            .ttl(Duration::from_secs(6))
+            .with_backend(backend.clone())
+    };
+    let held = lock("sentinel:evicting:held").acquire().await.unwrap();
+    let old = group.master_addr();
+    group.sentinel_cli(0, &["SENTINEL", "FAILOVER", group.master_name()]);
+    let failover = Instant::now();
+    // Bounded: 80 tries, 30 s. Before the backend follows the new master a
+    // try may be granted by the old one (released at once) or fail with a
+    // `Backend` error; once it writes to the new master, none is granted.
+    let mut refusal = None;
+    for _ in 0..80 {
+        match lock("sentinel:evicting:next").try_acquire().await {
+            Err(LockError::InvalidOption { reason }) => {
+                refusal = Some(reason);
+                break;
+            }
+            Ok(Some(guard)) => {
+                let master = backend.sentinel_master();
+                assert_ne!(
+                    master.as_deref(),
+                    Some(new_master.as_str()),
+                    "granted on the evicting new master"
+                );
+                guard.release().await.unwrap();
+            }
+            Ok(None) => panic!("the lock is free"),
+            Err(e) => println!("before the refusal: {e}"),
+        }
+        if failover.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let reason = refusal.expect("no acquire was refused within 30 s of the failover");
+    println!(
+        "refused {:?} after SENTINEL FAILOVER: {reason}",
+        failover.elapsed()
+    );
+    assert_ne!(old.to_string(), new_master);
+    for part in [
+        "maxmemory-policy",
+        "allkeys-lru",
+        "eviction=accept",
+        &new_master,
+    ] {
+        assert!(reason.contains(part), "{part} missing from: {reason}");
+    }
+    // The holder's backend told of it (logged once, the alarm rung).
+    let told = Instant::now();
+    while !logged.text().contains("may evict lock keys") {
+        assert!(
+            told.elapsed() < Duration::from_secs(10),
+            "nothing logged about the evicting master: {}",
+            logged.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let accepted = tokio::time::timeout(
+        Duration::from_secs(20),
+        Lock::new("sentinel:evicting:accepted")
+            .ttl(Duration::from_secs(6))
+            .with_backend(accepting.clone())
+            .acquire(),
+    )
+    .await
+    .expect("eviction=accept: acquired within 20 s")
+    .expect("eviction=accept: acquired");
+    assert_eq!(accepting.sentinel_master(), Some(new_master.clone()));
+    accepted.release().await.unwrap();
+    held.release().await.ok();
+}
