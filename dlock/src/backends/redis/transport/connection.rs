@@ -44,7 +44,8 @@ use crate::lease::background;
 
 /// How many times a connection of one backend may have reached a server
 /// process other than the one checked last: bumped when a connection is
-/// opened, when a request finds one broken (the `ConnectionManager` then
+/// opened to a server (a Sentinel switch's new master) or in place of a
+/// retired one, when a request finds one broken (the `ConnectionManager` then
 /// opens a new one, perhaps to a restarted server on the same address), and,
 /// on RESP3, when the manager hears its connection close (it reconnects on
 /// its own then, before any request fails). `eviction.rs` reads the server's
@@ -108,11 +109,23 @@ struct Opener {
 impl Opener {
     /// Opens a connection whose driver runs where this is polled.
     async fn open(&self) -> RedisResult<ConnectionManager> {
-        let opened = self
-            .client
+        self.client
             .get_connection_manager_with_config(self.config.clone())
-            .await;
-        self.reconnects.bump();
+            .await
+    }
+
+    /// [`open`](Self::open) in place of `slot`'s connection: counted in
+    /// `reconnects` when it replaces one. A lane's first connection is not
+    /// counted: it reaches the server the backend's connection reaches (a
+    /// restart that connection has not seen yet is counted when its next
+    /// request, a renewal or a heartbeat, finds it broken), and counting it
+    /// would read the server again at every runtime's first request.
+    async fn open_in(&self, slot: &Retiring<ConnectionManager>) -> RedisResult<ConnectionManager> {
+        let replacing = !slot.is_empty();
+        let opened = self.open().await;
+        if replacing {
+            self.reconnects.bump();
+        }
         opened
     }
 }
@@ -155,14 +168,15 @@ impl Connection {
             })
         });
         let db = client.get_connection_info().redis_settings().db();
-        let reconnects = reconnects.clone();
         let opener = Arc::new(Opener {
             client,
             config,
-            reconnects,
+            reconnects: reconnects.clone(),
         });
         let opening = opener.clone();
         let background = background::run(async move { opening.open().await }).await?;
+        // A new server, perhaps (a Sentinel switch opens a connection anew).
+        reconnects.bump();
         Ok(Connection {
             background: Arc::new(Retiring::with(background)),
             lanes,
@@ -220,7 +234,8 @@ impl Connection {
         F: Future<Output = RedisResult<T>>,
     {
         let following = crate::backends::redis::transport::lanes::is_following();
-        let Numbered { number, conn } = slot.get_or_open(|| opener.open(), following).await?;
+        let Numbered { number, conn } =
+            slot.get_or_open(|| opener.open_in(slot), following).await?;
         let counted = |answer| opener.reconnects.after(answer);
         let answer = match counted(send(conn.clone()).await) {
             Err(e) if resend && e.is_connection_dropped() => counted(send(conn).await),
