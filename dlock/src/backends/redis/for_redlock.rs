@@ -2,6 +2,7 @@
 //! options, its subscriber, and the acquire that refuses to vote during a
 //! restart quarantine. Built with the `redlock` feature only.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::backend::AcquireRequest;
@@ -73,5 +74,27 @@ impl RedisBackend {
             .arg(self.fence_retention_ms());
         let (won, value): (i64, i64) = self.eval(&ACQUIRE_GUARDED, &call).await?;
         self.attempt_answer(req, names, sent, won, value)
+    }
+
+    /// A master's vote, `attempt`, unless the master may now evict lock
+    /// keys (see `eviction.rs`): read again before the vote when one of
+    /// its connections was opened or broken since it was last read, and
+    /// after a vote won on a connection that changed meanwhile. A refused
+    /// master's vote is not counted (the error is logged once per
+    /// reconnect); the round undoes what it may have granted there, as for
+    /// any master that did not answer. The lock is still granted by a
+    /// quorum of the others: a master that may evict is one that cannot
+    /// be trusted to keep a key, not one whose refusal must stop the lock.
+    pub(crate) async fn vote_unless_evicting(
+        &self,
+        attempt: impl Future<Output = Result<Attempt, LockError>>,
+    ) -> Result<Attempt, LockError> {
+        self.eviction_unchanged().await?;
+        let connections = self.reconnects.now();
+        let answer = attempt.await?;
+        if matches!(answer, Attempt::Acquired(_)) && self.reconnects.now() != connections {
+            self.eviction_unchanged().await?;
+        }
+        Ok(answer)
     }
 }

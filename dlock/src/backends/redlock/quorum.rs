@@ -544,12 +544,12 @@ async fn vote(i: usize, asked: Option<(Arc<RedisBackend>, KeyNames)>, ask: Ask) 
     let Some((node, names)) = asked else {
         return (i, Vote::NotAsked);
     };
-    let attempt = async {
+    let attempt = node.vote_unless_evicting(async {
         match ask.quarantine {
             Some(q) => node.attempt_guarded(&ask.req, &names, q).await,
             None => node.attempt(&ask.req, &names, false).await,
         }
-    };
+    });
     let vote = match tokio::time::timeout(ask.timeout, attempt).await {
         Ok(Ok(Attempt::Acquired(_))) => Vote::Won,
         Ok(Ok(Attempt::Held(left) | Attempt::Behind(left))) => Vote::Held(left),
