@@ -7,6 +7,8 @@
 //! - A holder survives the failover of its key's shard: the shard master is
 //!   killed, the cluster promotes its replica, the holder's renewals reach it,
 //!   and another client is never granted the key meanwhile.
+//! - A failover to a replica that may evict: the masters are read again
+//!   (`INFO memory`) and the next acquires refused, naming the new master.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,4 +125,65 @@ async fn a_holder_survives_the_failover_of_its_shard() {
     held_throughout(&guard, &waiting, promoted, ttl * 2).await;
     println!("cluster failover and two ttls took {:?}", started.elapsed());
     hands_over(guard, waiting).await;
+}
+
+/// A shard's replica set to `maxmemory 3mb` and `allkeys-lru`, then
+/// promoted (`CLUSTER FAILOVER` on it): the cluster client follows the
+/// new master inside itself, and the backend reads every master again
+/// within `CLUSTER_REREAD` (10 s) of its last read: an acquire is refused
+/// naming `maxmemory-policy` within 30 s of the failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_an_evicting_replica_is_refused_on_a_cluster() {
+    let cluster = cluster();
+    let key = "cluster-replicas:evicting";
+    let (_, replica) = shard(&cluster, key);
+    let backend = connect(&cluster.url()).await;
+    let lock = || {
+        Lock::new(key)
+            .ttl(Duration::from_secs(5))
+            .with_backend(backend.clone())
+    };
+    lock()
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let node = cluster.node(replica);
+    let new_master = node.addr().to_string();
+    node.redis_cli(&["CONFIG", "SET", "maxmemory", "3mb"]);
+    node.redis_cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    node.redis_cli(&["CLUSTER", "FAILOVER"]);
+    let failover = Instant::now();
+    // Bounded: 120 tries, 30 s.
+    let mut refusal = None;
+    for _ in 0..120 {
+        match lock().try_acquire().await {
+            Err(LockError::InvalidOption { reason }) => {
+                refusal = Some(reason);
+                break;
+            }
+            Ok(Some(guard)) => guard.release().await.unwrap(),
+            other => println!("before the refusal: {other:?}"),
+        }
+        if failover.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let reason = refusal.expect("no acquire was refused within 30 s of the failover");
+    println!(
+        "refused {:?} after CLUSTER FAILOVER: {reason}",
+        failover.elapsed()
+    );
+    for part in [
+        "maxmemory-policy",
+        "allkeys-lru",
+        "eviction=accept",
+        &format!("master {new_master}"),
+    ] {
+        assert!(reason.contains(part), "{part} missing from: {reason}");
+    }
 }

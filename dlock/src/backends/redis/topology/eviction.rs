@@ -13,6 +13,7 @@
 //! refuses `INFO` too is not refused: that is logged once, as a warning.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use redis::Value;
@@ -21,14 +22,46 @@ use crate::backends::redis::topology::server::Server;
 use crate::backends::redis::{Conn, RedisBackend};
 use crate::LockError;
 
+/// How long a Cluster's masters are trusted after they were read: the
+/// cluster client follows a failover inside itself (a `MOVED` answer, a
+/// new slot map) and tells no one, so a promoted replica is not seen as a
+/// new connection; the masters are read again at the first grant (or
+/// renewal round) after this long. One `INFO memory` to each master, at
+/// most once per this time, not per request.
+pub(crate) const CLUSTER_REREAD: Duration = Duration::from_secs(10);
+
 /// Which connections' servers were read: the count of
 /// [`Reconnects`](crate::backends::redis::transport::connection::Reconnects)
 /// when the last check passed, and when the last refusal was told (each
-/// plus one: 0 is "never").
-#[derive(Debug, Default)]
+/// plus one: 0 is "never"); when the last check passed (milliseconds
+/// since `since`), for a Cluster's.
+#[derive(Debug)]
 pub(crate) struct Checked {
     passed: AtomicU64,
     refused: AtomicU64,
+    since: Instant,
+    passed_ms: AtomicU64,
+}
+
+impl Default for Checked {
+    fn default() -> Self {
+        Checked {
+            passed: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            since: Instant::now(),
+            passed_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Checked {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl RedisBackend {
@@ -46,15 +79,24 @@ impl RedisBackend {
         };
         if answer.is_ok() {
             self.eviction.passed.fetch_max(seen + 1, Ordering::AcqRel);
+            let at = self.eviction.now_ms();
+            self.eviction.passed_ms.fetch_max(at, Ordering::AcqRel);
         }
         answer
     }
 
     /// Whether no connection was opened or broken since the last check
-    /// passed: one atomic read per grant, the whole cost while nothing
-    /// changes.
+    /// passed (on a Cluster, also: within [`CLUSTER_REREAD`] of it): two
+    /// atomic reads per grant, the whole cost while nothing changes.
     pub(in crate::backends::redis) fn eviction_current(&self) -> bool {
-        self.eviction.passed.load(Ordering::Acquire) == self.reconnects.now() + 1
+        let same = self.eviction.passed.load(Ordering::Acquire) == self.reconnects.now() + 1;
+        same && match self.conn {
+            Conn::Cluster(_) => {
+                let passed = self.eviction.passed_ms.load(Ordering::Acquire);
+                self.eviction.now_ms().saturating_sub(passed) < millis(CLUSTER_REREAD)
+            }
+            Conn::Single(_) => true,
+        }
     }
 
     /// Before a grant is handed over: the server is read again
@@ -162,23 +204,47 @@ impl Eviction {
 }
 
 /// Every text in an `INFO` answer: one server's, or (a Cluster's, sent to
-/// every master) each master's.
-fn texts(value: &Value, into: &mut Vec<String>) {
+/// every master) each master's, with the master's address (`at`).
+fn texts(value: &Value, at: Option<&str>, into: &mut Vec<(Option<String>, String)>) {
+    let at_owned = || at.map(str::to_owned);
     match value {
-        Value::BulkString(bytes) => into.push(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) | Value::VerbatimString { text, .. } => into.push(text.clone()),
-        Value::Array(values) | Value::Set(values) => values.iter().for_each(|v| texts(v, into)),
-        Value::Map(pairs) => pairs.iter().for_each(|(_, v)| texts(v, into)),
+        Value::BulkString(bytes) => {
+            into.push((at_owned(), String::from_utf8_lossy(bytes).into_owned()));
+        }
+        Value::SimpleString(text) | Value::VerbatimString { text, .. } => {
+            into.push((at_owned(), text.clone()));
+        }
+        Value::Array(values) | Value::Set(values) => {
+            values.iter().for_each(|v| texts(v, at, into));
+        }
+        Value::Map(pairs) => pairs.iter().for_each(|(node, v)| {
+            let node = match node {
+                Value::SimpleString(s) => Some(s.clone()),
+                Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            };
+            texts(v, node.as_deref().or(at), into);
+        }),
         _ => {}
     }
 }
 
 /// The eviction settings the `INFO memory` answer `value` reports, one per
-/// server that answered; empty if none reported them.
-pub(crate) fn from_info(value: &Value) -> Vec<Eviction> {
+/// server that answered (with its address on a Cluster); empty if none
+/// reported them.
+pub(crate) fn from_info_at(value: &Value) -> Vec<(Option<String>, Eviction)> {
     let mut found = Vec::new();
-    texts(value, &mut found);
-    found.iter().filter_map(|t| Eviction::parse(t)).collect()
+    texts(value, None, &mut found);
+    found
+        .into_iter()
+        .filter_map(|(at, t)| Some((at, Eviction::parse(&t)?)))
+        .collect()
+}
+
+/// [`from_info_at`] without the addresses.
+#[cfg(test)]
+pub(crate) fn from_info(value: &Value) -> Vec<Eviction> {
+    from_info_at(value).into_iter().map(|(_, e)| e).collect()
 }
 
 /// Set once a server refused `INFO`, so the warning is logged once.
@@ -234,8 +300,9 @@ fn check_answer(
     if accepted {
         return Ok(());
     }
-    match from_info(&value).into_iter().find(Eviction::evicts) {
-        Some(evicting) => Err(evicting.refusal(server)),
+    match from_info_at(&value).into_iter().find(|(_, e)| e.evicts()) {
+        Some((Some(at), evicting)) => Err(evicting.refusal(&format!("{server} (master {at})"))),
+        Some((None, evicting)) => Err(evicting.refusal(server)),
         None => Ok(()),
     }
 }
@@ -294,6 +361,10 @@ mod tests {
         let found = from_info(&answer);
         assert_eq!(found.len(), 2);
         assert!(found.iter().any(Eviction::evicts));
+        let at = from_info_at(&answer);
+        assert!(at
+            .iter()
+            .any(|(at, e)| at.as_deref() == Some("b:2") && e.evicts()));
     }
 
     #[test]
