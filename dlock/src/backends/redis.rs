@@ -126,7 +126,8 @@
 //    server), `replicas/count.rs` (`?replicas=auto`: `INFO replication` per master, per slot on a
 //    Cluster, joined with the sentinels' list), `replicas/replicated.rs` (an unacknowledged grant
 //    given back and asked for again; a grant answered across a Sentinel switch not trusted),
-//    `eviction.rs` (`INFO memory`: a server that may evict lock keys refused at connect).
+//    `eviction.rs` (`INFO memory`: a server that may evict lock keys refused at connect and
+//    again before the next grant after a reconnect or failover).
 // 4. `waiting/`: `subscriber.rs` (channels; `subscriber/task.rs`, the pub/sub connection;
 //    `subscriber/turn.rs`, a ticket, its turn and the backend's turn channel;
 //    `subscriber/waiting.rs`, the one wait loop of locks, several keys and read-write leases;

@@ -35,8 +35,13 @@ impl RedisBackend {
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] for a malformed URL, naming it with the
-    /// password redacted; [`LockError::Backend`] if the server cannot be
-    /// reached or refuses the credentials.
+    /// password redacted; for a server that may evict lock keys (a
+    /// `maxmemory-policy` other than `noeviction`, unless `?eviction=accept`;
+    /// read again after a reconnect or failover, when the next acquire is
+    /// refused the same way); and, with `?replicas=auto` (the default), for
+    /// a server that refuses `INFO` (set `?replicas=N` or `?replicas=0`).
+    /// [`LockError::Backend`] if the server cannot be reached or refuses the
+    /// credentials.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let options = RedisOptions::parse(url)?;
         let fail = |e: RedisError| LockError::backend(options.shown.clone(), e);

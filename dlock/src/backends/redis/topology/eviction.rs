@@ -1,8 +1,39 @@
 //! Whether the server may evict a held lock's key to make room: read from
 //! `INFO memory` at connect (the server, each Cluster master, the Sentinel
-//! master found at connect, each Redlock master), refused unless the URL
-//! accepts it (`?eviction=accept`). Not yet read again after a reconnect or
-//! a Sentinel failover: a master reconfigured later is not refused.
+//! master, each Redlock master), refused unless the URL accepts it
+//! (`?eviction=accept`), and read again whenever the backend may reach
+//! another server process:
+//!
+//! - When: `Reconnects` (`connection.rs`) counts the connections opened in
+//!   place of others or to a new Sentinel master and the requests that found
+//!   theirs broken (after which `redis`'s `ConnectionManager` reconnects,
+//!   perhaps to a server restarted with other settings); on RESP3, the
+//!   manager's own disconnect notice too. The client has no reconnect hook,
+//!   and asking the server who it is (`INFO server`'s `run_id`) per request
+//!   would cost a round trip each; this costs an atomic add per failure and
+//!   an atomic read per grant. A Cluster's client follows a failover inside
+//!   itself, unseen, so its masters are also read again after
+//!   [`CLUSTER_REREAD`].
+//! - Where: before every grant (`replicated.rs`, Redisson's layout, a
+//!   Redlock master's vote in `for_redlock.rs`) when the count moved since
+//!   the last pass; a grant answered on a connection opened meanwhile (a
+//!   request resent after its connection broke) is read before it is
+//!   handed over, and given back if refused. At a renewal round too, so
+//!   holders hear of it when no one acquires.
+//! - What then: the acquire fails with the same refusal, naming the server
+//!   (the master behind Sentinel or on a Cluster); every grant reads again
+//!   while it is refused, so a server set back to `noeviction` serves the
+//!   next one. Held leases are kept: every dlock client that does not accept
+//!   eviction is refused those keys on that server, so the holder still
+//!   holds them against those; declaring them lost would stop every holder
+//!   on a setting that evicts nothing until memory runs short. But a key
+//!   may be gone already, so the loss alarm rings (every lease renewed at
+//!   once: a missing key is heard as lost) and an error is logged, once
+//!   per change. A Redlock master refused does not vote; the others'
+//!   quorum decides.
+//!
+//! Tests: `tests/tests/redis_loss.rs`, `redis_sentinel.rs`,
+//! `redis_cluster_replicas.rs`, `redlock_faults.rs`.
 //!
 //! Why: a server with `maxmemory` set and an evicting `maxmemory-policy`
 //! (`allkeys-lru`, or `volatile-lru`, managed Redis's usual default, which
