@@ -73,12 +73,20 @@ async fn an_evicting_server_is_refused_unless_the_url_accepts_it() {
 /// reads the server again after its connection broke, and its next acquire
 /// is refused as at connect (never granted), naming `maxmemory-policy` and
 /// the server. Once the server is set back to `noeviction`, acquires work
-/// again through the same backend.
+/// again through the same backend. On RESP2 (the default) and on RESP3, whose
+/// connection reconnects on its own when it hears the server close it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restarted_evicting_is_refused_at_the_next_acquire() {
+    for protocol in ["", "?protocol=resp3"] {
+        println!("protocol: {protocol:?}");
+        restarted_evicting_is_refused(protocol).await;
+    }
+}
+
+async fn restarted_evicting_is_refused(protocol: &str) {
     let mut server = RedisServer::start();
     let port = server.port();
-    let backend = connect(&server.url()).await;
+    let backend = connect(&format!("{}{protocol}", server.url())).await;
     let lock = || {
         Lock::new("restarted-evicting")
             .ttl(Duration::from_secs(5))
