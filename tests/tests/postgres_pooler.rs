@@ -146,6 +146,62 @@ async fn statement_pooling_is_refused_by_name() {
     refused_under("statement").await;
 }
 
+/// Transaction pooling the probe cannot catch: a pool of 6 server
+/// sessions lent round robin (`server_round_robin = 1`), so a session's
+/// probe lands on another server session than its claim and detection at
+/// open passes; its lock statements then run on whichever server session
+/// comes next. The per-statement guard (`pooler.rs`) refuses every one that
+/// does not run on the session's claimed server session: no two holders,
+/// no advisory lock left, every error names the pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_pooling_past_the_probe_is_refused_by_the_guard() {
+    let server = PgServer::start();
+    let pooler =
+        PgBouncer::start_with_settings(&server, "transaction", 6, "server_round_robin = 1\n");
+    // Fill the pool, so every server session is there to be lent in turn.
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            for _ in 0..6 {
+                scope.spawn(|| pooler.try_psql("SELECT pg_sleep(0.3)"));
+            }
+        });
+    });
+    // Rounds of storms: each client's sessions leave prepared statements
+    // (named s0, s1, … in every client alike) on the server sessions they
+    // ran on, so later rounds' statements find "their" prepared statement
+    // on server sessions they never prepared it on.
+    let started = Instant::now();
+    let mut total = Storm::default();
+    for _ in 0..6 {
+        let round = storm(&pooler.url(), 2, 3, 20).await;
+        total.grants += round.grants;
+        total.refusals += round.refusals;
+        total.overlaps += round.overlaps;
+        total.errors.extend(round.errors);
+    }
+    total.elapsed = started.elapsed();
+    let storm = total;
+    let left = tokio::task::block_in_place(|| advisory_locks_left(&server));
+    eprintln!(
+        "PgBouncer pool_mode = transaction, default_pool_size = 6, server_round_robin = 1, \
+         6 rounds x 2 clients x 3 tasks x 20 cycles: grants {}, refusals {}, overlaps {}, \
+         advisory locks left {left}, elapsed {:?}",
+        storm.grants, storm.refusals, storm.overlaps, storm.elapsed
+    );
+    for e in storm.errors.iter().take(3) {
+        eprintln!("error: {e}");
+    }
+    assert_eq!(storm.overlaps, 0, "two holders at once: {storm:?}");
+    assert_eq!(left, "0", "advisory locks left on the server");
+    assert!(storm.refusals > 0, "the pooler was not refused: {storm:?}");
+    assert!(
+        storm.elapsed < Duration::from_secs(90),
+        "took {:?}",
+        storm.elapsed
+    );
+    assert_errors_name_the_pooler(&storm);
+}
+
 /// Session pooling: exclusion and increasing fences through the pooler,
 /// and the storm runs with no overlap and no error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
