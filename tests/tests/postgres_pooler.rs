@@ -104,6 +104,18 @@ fn advisory_locks_left(server: &PgServer) -> String {
     left
 }
 
+/// Opens `size` server sessions behind `pooler` (concurrent sleeps), so
+/// every one is there to be lent in turn.
+fn fill_the_pool(pooler: &PgBouncer, size: usize) {
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            for _ in 0..size {
+                scope.spawn(|| pooler.try_psql("SELECT pg_sleep(0.3)"));
+            }
+        });
+    });
+}
+
 /// Every error names the pooler and the way out.
 fn assert_errors_name_the_pooler(storm: &Storm) {
     for e in &storm.errors {
@@ -158,14 +170,7 @@ async fn transaction_pooling_past_the_probe_is_refused_by_the_guard() {
     let server = PgServer::start();
     let pooler =
         PgBouncer::start_with_settings(&server, "transaction", 6, "server_round_robin = 1\n");
-    // Fill the pool, so every server session is there to be lent in turn.
-    tokio::task::block_in_place(|| {
-        std::thread::scope(|scope| {
-            for _ in 0..6 {
-                scope.spawn(|| pooler.try_psql("SELECT pg_sleep(0.3)"));
-            }
-        });
-    });
+    fill_the_pool(&pooler, 6);
     // Rounds of storms: each client's sessions leave prepared statements
     // (named s0, s1, … in every client alike) on the server sessions they
     // ran on, so later rounds' statements find "their" prepared statement
@@ -200,6 +205,65 @@ async fn transaction_pooling_past_the_probe_is_refused_by_the_guard() {
         storm.elapsed
     );
     assert_errors_name_the_pooler(&storm);
+}
+
+/// The guard every lock statement carries, through a real transaction
+/// pooler (6 server sessions lent round robin): a server session claimed
+/// with a token and holding a lock; the guarded try-lock with that token,
+/// sent again and again, grants only on the claimed server session, and
+/// the first time it lands on another one it fails naming the guard and
+/// ends the claimed server session, so no advisory lock is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_acts_only_on_the_claimed_server_session() {
+    let server = PgServer::start();
+    let pooler =
+        PgBouncer::start_with_settings(&server, "transaction", 6, "server_round_robin = 1\n");
+    fill_the_pool(&pooler, 6);
+    let claim = "SELECT set_config('dlock.session', 'test.' || a.pid || '.' || \
+                 (EXTRACT(EPOCH FROM a.backend_start) * 1000000)::int8, false), pg_advisory_lock(42) \
+                 FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()";
+    let out = tokio::task::block_in_place(|| pooler.try_psql(claim)).expect("claim");
+    let token = out.split('|').next().unwrap().to_owned();
+    let claimed_pid = token.split('.').nth(1).unwrap().to_owned();
+    let guarded = format!(
+        "SELECT pg_backend_pid(), pg_try_advisory_lock(43) WHERE {}",
+        dlock::backends::postgres::pooler_guard_sql(1)
+    );
+    let (mut granted_on_claimed, mut refused) = (0, None);
+    for i in 0..24 {
+        let sql = format!("PREPARE g{i}(text) AS {guarded}; EXECUTE g{i}('{token}')");
+        match tokio::task::block_in_place(|| pooler.try_psql(&sql)) {
+            Ok(out) => {
+                let pid = out.split('|').next().unwrap_or_default();
+                assert_eq!(
+                    pid, claimed_pid,
+                    "the guarded statement acted elsewhere: {out}"
+                );
+                granted_on_claimed += 1;
+            }
+            Err(e) => {
+                refused = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("round robin never left the claimed server session");
+    eprintln!(
+        "guard through PgBouncer (transaction, 6, round robin): {granted_on_claimed} run(s) on the \
+         claimed server session, then: {refused}"
+    );
+    assert!(refused.contains("dlock-pooler-guard"), "{refused}");
+    let left = tokio::task::block_in_place(|| advisory_locks_left(&server));
+    assert_eq!(
+        left, "0",
+        "the claimed server session's locks were not freed"
+    );
+    let alive = tokio::task::block_in_place(|| {
+        server.psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = {claimed_pid}"
+        ))
+    });
+    assert_eq!(alive, "0", "the claimed server session was not ended");
 }
 
 /// Session pooling: exclusion and increasing fences through the pooler,
@@ -296,4 +360,30 @@ async fn a_killed_client_behind_a_session_pooler_frees_its_lock() {
     eprintln!("PgBouncer session mode: a kill -9'd holder's lock was free after {freed:?}");
     assert!(freed < Duration::from_secs(5), "freed after {freed:?}");
     guard.release().await.unwrap();
+}
+
+/// The cost of an uncontended acquire+release cycle on a direct
+/// connection (every lock statement carries the pooler guard): printed,
+/// not asserted. 100 warm-up cycles, then 3 × 300 measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_cycle_cost_is_printed() {
+    let server = PgServer::start();
+    let backend = dlock::connect(&server.url()).await.unwrap();
+    let lock = Lock::new("cycle-cost").with_backend(backend.clone());
+    for _ in 0..100 {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let mut means = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        for _ in 0..300 {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        means.push(started.elapsed().as_secs_f64() * 1e6 / 300.0);
+    }
+    means.sort_by(f64::total_cmp);
+    eprintln!(
+        "direct acquire+release cycle: mean µs per cycle in 3 runs of 300: {:.0} / {:.0} / {:.0} (median {:.0})",
+        means[0], means[1], means[2], means[1]
+    );
 }
