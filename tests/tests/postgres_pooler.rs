@@ -158,15 +158,18 @@ async fn statement_pooling_is_refused_by_name() {
     refused_under("statement").await;
 }
 
-/// Transaction pooling the probe cannot catch: a pool of 6 server
+/// Transaction pooling where the probe can miss: a pool of 6 server
 /// sessions lent round robin (`server_round_robin = 1`), so a session's
-/// probe lands on another server session than its claim and detection at
-/// open passes; its lock statements then run on whichever server session
-/// comes next. The per-statement guard (`pooler.rs`) refuses every one that
-/// does not run on the session's claimed server session: no two holders,
-/// no advisory lock left, every error names the pooler.
+/// probe may land on another server session than its claim; its lock
+/// statements then run on whichever server session comes next. Whatever
+/// refuses it (the probe, a missing prepared statement, or the guard on
+/// each lock statement, `pooler.rs`): no two holders, no advisory lock
+/// left, every error names the pooler. (With PgBouncer 1.18, which keeps
+/// no prepared statement across server sessions, the sessions are refused
+/// at connect; the guard alone is shown by
+/// `the_guard_acts_only_on_the_claimed_server_session`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transaction_pooling_past_the_probe_is_refused_by_the_guard() {
+async fn transaction_pooling_round_robin_is_refused() {
     let server = PgServer::start();
     let pooler =
         PgBouncer::start_with_settings(&server, "transaction", 6, "server_round_robin = 1\n");
@@ -386,4 +389,93 @@ async fn direct_cycle_cost_is_printed() {
         "direct acquire+release cycle: mean µs per cycle in 3 runs of 300: {:.0} / {:.0} / {:.0} (median {:.0})",
         means[0], means[1], means[2], means[1]
     );
+}
+
+/// Six `lock-holder` processes through a transaction pooler lending 6
+/// server sessions round robin, 20 cycles each on one key. Processes run
+/// the same code, so tokio-postgres names their prepared statements alike:
+/// a statement can find "its" prepared statement on a server session
+/// another process prepared it on, past the probe and past SQLSTATE 26000,
+/// where only the guard refuses it. Whatever refuses each process: no two
+/// holders (the marks file's `start`/`end` lines never interleave), no
+/// advisory lock left, every error names the pooler, all within 60 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_through_a_round_robin_transaction_pooler_never_overlap() {
+    let server = PgServer::start();
+    let pooler =
+        PgBouncer::start_with_settings(&server, "transaction", 6, "server_round_robin = 1\n");
+    fill_the_pool(&pooler, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    let started = Instant::now();
+    let mut children: Vec<std::process::Child> = (0..6)
+        .map(|_| {
+            Command::new(HOLDER)
+                .args([&pooler.url(), "pooled-procs", "10000", "5", "20"])
+                .arg(&marks)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start lock-holder")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut killed = 0;
+    for child in &mut children {
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                killed += 1;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let elapsed = started.elapsed();
+    let mut errors = Vec::new();
+    for child in &mut children {
+        let mut text = String::new();
+        if let Some(mut err) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+        }
+        errors.extend(text.lines().map(str::to_owned).filter(|l| !l.is_empty()));
+    }
+    let lines = std::fs::read_to_string(&marks).unwrap_or_default();
+    let (mut holder, mut grants, mut overlaps) = (None::<String>, 0, 0);
+    for line in lines.lines() {
+        let mut words = line.split(' ');
+        let (what, pid) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        match what {
+            "start" => {
+                grants += 1;
+                overlaps += usize::from(holder.is_some());
+                holder = Some(pid.to_owned());
+            }
+            "end" if holder.as_deref() == Some(pid) => holder = None,
+            _ => {}
+        }
+    }
+    let left = tokio::task::block_in_place(|| advisory_locks_left(&server));
+    eprintln!(
+        "6 processes x 20 cycles through PgBouncer (transaction, 6, round robin): grants {grants}, \
+         overlaps {overlaps}, errors {}, killed at 60 s {killed}, advisory locks left {left}, \
+         elapsed {elapsed:?}",
+        errors.len()
+    );
+    for e in errors.iter().take(4) {
+        eprintln!("error: {e}");
+    }
+    assert_eq!(overlaps, 0, "two holders at once:\n{lines}");
+    assert_eq!(killed, 0, "a process did not finish within 60 s");
+    assert_eq!(left, "0", "advisory locks left on the server");
+    for e in &errors {
+        assert!(
+            e.contains("pooler") && e.contains("pool_mode = session"),
+            "an error that does not name the pooler: {e}"
+        );
+    }
 }

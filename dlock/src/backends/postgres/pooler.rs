@@ -25,12 +25,39 @@
 //!   pooler it is a server session of its own (empty, another pid); a
 //!   transaction pooler hands it an idle server session, PgBouncer the
 //!   most recently used one: the claimed one.
+//! - **The guard**, on every statement after that which takes, checks or
+//!   lets go an advisory lock (try, wait, release, unlock, the renewal's
+//!   own-locks read; read-write, semaphore and election statements): its
+//!   last parameter is the session's claim token
+//!   (`<id>.<pid>.<backend start in µs>`, written by the claim) and
+//!   [`guard`] in the `WHERE` of the query that calls the lock function
+//!   lets it act only where `current_setting('dlock.session', true)`
+//!   equals it. The probe alone is not enough: with a bigger pool, other
+//!   traffic or `server_round_robin = 1` it lands on another idle server
+//!   session and passes, and tokio-postgres names prepared statements
+//!   `s0`, `s1`, … in the same order in every process, so a statement can
+//!   find "its" prepared statement on a server session another process
+//!   prepared it on. Anywhere but the claimed server session the guard
+//!   ends that claimed server session (`pg_terminate_backend` of the pid
+//!   whose backend start matches the token, so the locks it holds are
+//!   freed: the pooler would keep it open) and fails the statement naming
+//!   [`GUARD_MARK`]; `failed` turns that into [`refusal`] and
+//!   `Session::guarded` retires the session. Never a grant, never a lock
+//!   left behind. The guard is inside the statement: no extra round trip;
+//!   when it matches it costs one `current_setting` and a comparison.
+//!   Shown through a real PgBouncer (transaction mode, 6 server sessions
+//!   lent round robin) by `the_guard_acts_only_on_the_claimed_server_session`
+//!   in `tests/tests/postgres_pooler.rs`.
 //! - A statement that still lands where its prepared statement does not
-//!   exist (SQLSTATE 26000) is reported with the same explanation.
+//!   exist (SQLSTATE 26000), or whose prepare finds one of the same name
+//!   (42P05, another process's), is reported with the same explanation.
 //!
 //! The claim and the probe only read and write the custom setting: a
 //! server session of another application through the same pooler is not
-//! disturbed.
+//! disturbed. The guard's end of a claimed server session is the one
+//! exception: that server session carries a dlock session's claim, but a
+//! transaction pooler may be running another client's transaction on it
+//! at that moment, which then fails.
 
 use super::config::Config;
 use super::{failed, Failure};

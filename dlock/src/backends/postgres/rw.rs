@@ -330,7 +330,9 @@ impl RwBackend for PostgresBackend {
         };
         let row = match answer {
             Ok(row) => row,
-            Err(_) if !h.session.is_alive() => {
+            // A session that ended took its locks with it; a pooler's
+            // refusal (the guard retired the session) is said as it is.
+            Err(e) if !h.session.is_alive() && !matches!(e, LockError::InvalidOption { .. }) => {
                 pending.main_may_be_held = None;
                 return Ok(false);
             }

@@ -53,7 +53,10 @@ macro_rules! held_by {
     };
 }
 
-/// The statements, with the tables' names filled in.
+/// The statements, with the tables' names filled in. Each one that takes,
+/// checks or lets go an advisory lock has one parameter more than its doc
+/// below says, the last: the session's claim token, which its pooler guard
+/// compares (`pooler.rs`).
 #[derive(Debug, Clone)]
 pub(super) struct Statements {
     /// `"schema".dlock_fences`: each key's fence counter (a logged table:
