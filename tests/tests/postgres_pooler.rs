@@ -212,8 +212,9 @@ async fn transaction_pooling_round_robin_is_refused() {
 
 /// The guard every lock statement carries, through a real transaction
 /// pooler (6 server sessions lent round robin): a server session claimed
-/// with a token and holding a lock; the guarded try-lock with that token,
-/// sent again and again, grants only on the claimed server session, and
+/// with a token and holding a lock; the guarded try-lock with that token
+/// grants there (sent in the claim's transaction), and sent again and
+/// again through the pooler it grants only on the claimed server session;
 /// the first time it lands on another one it fails naming the guard and
 /// ends the claimed server session, so no advisory lock is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,15 +223,31 @@ async fn the_guard_acts_only_on_the_claimed_server_session() {
     let pooler =
         PgBouncer::start_with_settings(&server, "transaction", 6, "server_round_robin = 1\n");
     fill_the_pool(&pooler, 6);
-    let claim = "SELECT set_config('dlock.session', 'test.' || a.pid || '.' || \
-                 (EXTRACT(EPOCH FROM a.backend_start) * 1000000)::int8, false), pg_advisory_lock(42) \
-                 FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()";
-    let out = tokio::task::block_in_place(|| pooler.try_psql(claim)).expect("claim");
-    let token = out.split('|').next().unwrap().to_owned();
-    let claimed_pid = token.split('.').nth(1).unwrap().to_owned();
     let guarded = format!(
-        "SELECT pg_backend_pid(), pg_try_advisory_lock(43) WHERE {}",
+        "SELECT pg_backend_pid(), pg_try_advisory_lock(43), $1 WHERE {}",
         dlock::backends::postgres::pooler_guard_sql(1)
+    );
+    // One transaction, so one server session: the claim, a lock, and the
+    // guarded try-lock with the token just claimed (granted there).
+    let claim = format!(
+        "SELECT set_config('dlock.session', 'test.' || a.pid || '.' || \
+         (EXTRACT(EPOCH FROM a.backend_start) * 1000000)::int8, false), pg_advisory_lock(42) \
+         FROM pg_stat_activity a WHERE a.pid = pg_backend_pid(); \
+         PREPARE gm(text) AS {guarded}; EXECUTE gm(current_setting('dlock.session'))"
+    );
+    let out = tokio::task::block_in_place(|| pooler.try_psql(&claim)).expect("claim");
+    let last: Vec<&str> = out.lines().last().unwrap_or_default().split('|').collect();
+    let [pid, granted, token] = last.as_slice() else {
+        panic!("the claim answered {out:?}");
+    };
+    let (token, claimed_pid) = (
+        token.to_string(),
+        token.split('.').nth(1).unwrap().to_owned(),
+    );
+    assert_eq!(*pid, claimed_pid, "{out}");
+    assert_eq!(
+        *granted, "t",
+        "the guarded try-lock on the claimed server session: {out}"
     );
     let (mut granted_on_claimed, mut refused) = (0, None);
     for i in 0..24 {
@@ -252,7 +269,7 @@ async fn the_guard_acts_only_on_the_claimed_server_session() {
     }
     let refused = refused.expect("round robin never left the claimed server session");
     eprintln!(
-        "guard through PgBouncer (transaction, 6, round robin): {granted_on_claimed} run(s) on the \
+        "guard through PgBouncer (transaction, 6, round robin): granted in the claim's transaction, then {granted_on_claimed} run(s) on the \
          claimed server session, then: {refused}"
     );
     assert!(refused.contains("dlock-pooler-guard"), "{refused}");

@@ -85,7 +85,7 @@ pub(super) fn guard(n: u8) -> String {
     format!(
         "(CASE WHEN current_setting('{CLAIM}', true) = ${n}::text THEN true ELSE \
          (SELECT ('{GUARD_MARK}: ended ' || count(pg_terminate_backend(a.pid)))::bool \
-           FROM pg_stat_activity a WHERE a.pid::text = split_part(${n}::text, '.', 2) \
+           FROM pg_stat_get_activity(NULL) a WHERE a.pid::text = split_part(${n}::text, '.', 2) \
            AND (EXTRACT(EPOCH FROM a.backend_start) * 1000000)::int8::text = split_part(${n}::text, '.', 3)) END)"
     )
 }
