@@ -291,6 +291,14 @@ mod waiting;
 pub use self::election::MAX_VALUE_BYTES;
 pub use self::keys::{advisory_key, advisory_key_in, rw_advisory_key, rw_advisory_key_in};
 
+/// The per-statement pooler guard on the parameter `$n`, as every lock
+/// statement carries it (`pooler.rs`): for the tests that run it through
+/// a real pooler.
+#[doc(hidden)]
+pub fn pooler_guard_sql(n: u8) -> String {
+    pooler::guard(n)
+}
+
 use crate::backends::sessions::Sessions;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -348,8 +356,19 @@ pub(super) fn failed(shown: &str, e: impl Into<Failure>) -> LockError {
     let Failure { text, transient } = e.into();
     // A named prepared statement missing on the server session a statement
     // ran on: a transaction pooler moved the session (`pooler.rs`).
-    if text.contains(&format!(" {}: ", pooler::NO_SUCH_STATEMENT)) {
+    if text.contains(&format!(" {}: ", pooler::NO_SUCH_STATEMENT))
+        || text.contains(&format!(" {}: ", pooler::STATEMENT_EXISTS))
+    {
         return pooler::refusal(shown, &text);
+    }
+    // A lock statement's guard failed: it ran on another server session
+    // than its session's claimed one (`pooler.rs`).
+    if text.contains(pooler::GUARD_MARK) {
+        return pooler::refusal(
+            shown,
+            "a lock statement ran on another server session than the one its dlock session \
+             claimed, so it did nothing; that server session was ended, freeing its locks",
+        );
     }
     if transient {
         LockError::backend(shown, Transient::new(text))

@@ -50,11 +50,28 @@ impl PgBouncer {
     /// backend opens several).
     #[track_caller]
     pub fn start_with_pool(server: &PgServer, pool_mode: &str, pool_size: u32) -> Self {
-        retry_port_clash(|| Self::try_start_once(server, pool_mode, pool_size))
+        Self::start_with_settings(server, pool_mode, pool_size, "")
+    }
+
+    /// [`start_with_pool`](Self::start_with_pool) with `extra` lines added
+    /// to the `[pgbouncer]` section (e.g. `server_round_robin = 1\n`).
+    #[track_caller]
+    pub fn start_with_settings(
+        server: &PgServer,
+        pool_mode: &str,
+        pool_size: u32,
+        extra: &str,
+    ) -> Self {
+        retry_port_clash(|| Self::try_start_once(server, pool_mode, pool_size, extra))
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_start_once(server: &PgServer, pool_mode: &str, pool_size: u32) -> HarnessResult<Self> {
+    fn try_start_once(
+        server: &PgServer,
+        pool_mode: &str,
+        pool_size: u32,
+        extra: &str,
+    ) -> HarnessResult<Self> {
         let bin = require_binary("pgbouncer", PGBOUNCER_PACKAGE).or_else(|_| {
             crate::servers::process::require_file(
                 std::path::Path::new("/usr/sbin/pgbouncer"),
@@ -83,7 +100,8 @@ impl PgBouncer {
                  default_pool_size = {pool_size}\n\
                  max_client_conn = 200\n\
                  ignore_startup_parameters = extra_float_digits\n\
-                 logfile = {log}\n",
+                 logfile = {log}\n\
+                 {extra}",
                 upstream = server.port(),
                 log = log.display(),
             ),

@@ -157,10 +157,10 @@ impl ElectionBackend for PostgresBackend {
         let name = self.name_of(&lease.key);
         let statement = &self.statements.elections.proclaim;
         let row = self
-            .bounded(session.client.query_one(
+            .bounded(session.guarded(session.client.query_one(
                 statement.as_str(),
-                &[&key, &name, &lease.token, &term, &value],
-            ))
+                &[&key, &name, &lease.token, &term, &value, &session.token],
+            )))
             .await?;
         Ok(row.get::<_, i64>(0) == 1)
     }

@@ -102,21 +102,29 @@ pub(super) fn undo_in_background(
             }
             let client = &session.client;
             let rw = &session.prepared.rw;
-            let answer = async {
+            let token = &session.token;
+            let answer = session.guarded(async {
                 match hold {
-                    Hold::Plain => client.query_one(&session.prepared.unlock, &[&key]).await,
-                    Hold::Read | Hold::IntentShared => {
-                        client.query_one(&rw.unlock_shared, &[&key]).await
+                    Hold::Plain => {
+                        client
+                            .query_one(&session.prepared.unlock, &[&key, token])
+                            .await
                     }
-                    Hold::Write => client.query_one(&rw.unlock, &[&key, &key]).await,
-                    Hold::Intent(main) => client.query_one(&rw.unlock, &[&key, &main]).await,
+                    Hold::Read | Hold::IntentShared => {
+                        client.query_one(&rw.unlock_shared, &[&key, token]).await
+                    }
+                    Hold::Write => client.query_one(&rw.unlock, &[&key, &key, token]).await,
+                    Hold::Intent(main) => client.query_one(&rw.unlock, &[&key, &main, token]).await,
                     Hold::Permit { base, mark, count } => {
                         client
-                            .query_one(&session.prepared.permits.free, &[&base, &mark, &count])
+                            .query_one(
+                                &session.prepared.permits.free,
+                                &[&base, &mark, &count, token],
+                            )
                             .await
                     }
                 }
-            };
+            });
             match tokio::time::timeout(std::time::Duration::from_secs(10), answer).await {
                 Ok(Ok(_)) => {}
                 // A full lock table refused the release's announcement

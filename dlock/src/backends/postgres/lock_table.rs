@@ -82,8 +82,9 @@ impl PostgresBackend {
         name: &str,
         token: &str,
     ) -> Result<bool, LockError> {
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &name, &token];
-        let sent = session.client.query_one(&session.prepared.release, &params);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&key, &name, &token, &session.token];
+        let sent = session.guarded(session.client.query_one(&session.prepared.release, &params));
         match tokio::time::timeout(self.config.session.timeout, sent).await {
             Ok(Ok(row)) => Ok(row.get::<_, bool>(0) && row.get::<_, i64>(1) == 1),
             Ok(Err(e)) if is_full(&e) => self.unlock_once_more(session, key).await,
@@ -96,8 +97,8 @@ impl PostgresBackend {
     /// more (it answers false if the release's own unlock ran), so the
     /// key is surely free before the release says so.
     async fn unlock_once_more(&self, session: &Session, key: i64) -> Result<bool, LockError> {
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
-        let sent = session.client.query_one(&session.prepared.unlock, &params);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&key, &session.token];
+        let sent = session.guarded(session.client.query_one(&session.prepared.unlock, &params));
         match tokio::time::timeout(self.config.session.timeout, sent).await {
             Ok(Ok(_)) => Ok(true),
             // Refused at the announcement, after the unlock.

@@ -95,11 +95,10 @@ impl PostgresBackend {
         let ttl = self.clamp(req.ttl);
         let sent = Instant::now();
         let row = self
-            .bounded_acquire(
-                session
-                    .client
-                    .query_one(&session.prepared.permits.take, &[&base, &mark, &count]),
-            )
+            .bounded_acquire(session.guarded(session.client.query_one(
+                &session.prepared.permits.take,
+                &[&base, &mark, &count, &session.token],
+            )))
             .await?;
         let slot: Option<i32> = row.get(0);
         let other: Option<i64> = row.get(1);
@@ -131,12 +130,9 @@ impl PostgresBackend {
         let keys: Vec<i64> = at.iter().map(|(_, key, _)| *key).collect();
         let sent = Instant::now();
         let rows = if session.is_alive() {
-            self.bounded(
-                session
-                    .client
-                    .query(&session.prepared.permits.renew, &[&keys]),
-            )
-            .await
+            let renew = &session.prepared.permits.renew;
+            self.bounded(session.guarded(session.client.query(renew, &[&keys, &session.token])))
+                .await
         } else {
             Err(self.silent())
         };
@@ -208,11 +204,10 @@ impl PermitBackend for PostgresBackend {
             base,
         };
         let row = self
-            .bounded(
-                h.session
-                    .client
-                    .query_one(&h.session.prepared.permits.free, &[&base, &mark, &count]),
-            )
+            .bounded(h.session.guarded(h.session.client.query_one(
+                &h.session.prepared.permits.free,
+                &[&base, &mark, &count, &h.session.token],
+            )))
             .await;
         let row = match row {
             Ok(row) => row,

@@ -45,7 +45,8 @@ impl PostgresBackend {
     async fn own_locks(&self, session: &Session, own: &OwnLocks) -> OwnRead {
         let cell = lock(&own.0).entry(session.pid).or_default().clone();
         cell.get_or_init(|| async {
-            self.bounded(session.client.query(&session.prepared.own_locks, &[]))
+            let own_locks = &session.prepared.own_locks;
+            self.bounded(session.guarded(session.client.query(own_locks, &[&session.token])))
                 .await
                 .map(|rows| Arc::new(rows.iter().map(|row| row.get::<_, i64>(0)).collect()))
                 .map_err(|e| e.to_string())

@@ -155,13 +155,13 @@ impl PostgresBackend {
                 // Pipelined: the fence is read by a statement that starts
                 // after the read is granted, so it sees every write before.
                 let (read_params, fence_params): (
-                    [&(dyn tokio_postgres::types::ToSql + Sync); 2],
+                    [&(dyn tokio_postgres::types::ToSql + Sync); 3],
                     [&(dyn tokio_postgres::types::ToSql + Sync); 1],
-                ) = ([&main, &intent], [&name]);
+                ) = ([&main, &intent, &session.token], [&name]);
                 let (granted, fence) = self
                     .bounded_acquire(async {
                         tokio::try_join!(
-                            session.client.query_one(&rw.read, &read_params),
+                            session.guarded(session.client.query_one(&rw.read, &read_params)),
                             session.client.query_one(&rw.fence, &fence_params),
                         )
                     })
@@ -179,10 +179,10 @@ impl PostgresBackend {
                 hold.main_may_be_held = Some(Hold::Write);
                 hold.intent_held = true;
                 let row = self
-                    .bounded_acquire(session.client.query_one(
+                    .bounded_acquire(session.guarded(session.client.query_one(
                         &session.prepared.rw.write,
-                        &[&main, &intent, &name, &had, &keep_intent],
-                    ))
+                        &[&main, &intent, &name, &had, &keep_intent, &session.token],
+                    )))
                     .await?;
                 let got_intent: bool = row.get(0);
                 let granted: bool = row.get(1);
@@ -240,7 +240,8 @@ impl PostgresBackend {
         let keys: Vec<i64> = at.iter().map(|&i| self.rw_keys(&leases[i].key).0).collect();
         let sent = Instant::now();
         let rows = if session.is_alive() {
-            self.bounded(session.client.query(&session.prepared.rw.renew, &[&keys]))
+            let renew = &session.prepared.rw.renew;
+            self.bounded(session.guarded(session.client.query(renew, &[&keys, &session.token])))
                 .await
         } else {
             Err(self.silent())
@@ -314,20 +315,24 @@ impl RwBackend for PostgresBackend {
             intent_held: false,
             intent_shared: false,
         };
-        let rw = &h.session.prepared.rw;
+        let (rw, client, token) = (&h.session.prepared.rw, &h.session.client, &h.session.token);
         let answer = match mode {
             RwMode::Read => {
-                self.bounded(h.session.client.query_one(&rw.unlock_shared, &[&main]))
-                    .await
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&main, token];
+                let sent = client.query_one(&rw.unlock_shared, &params);
+                self.bounded(h.session.guarded(sent)).await
             }
             RwMode::Write => {
-                self.bounded(h.session.client.query_one(&rw.unlock, &[&main, &main]))
-                    .await
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&main, &main, token];
+                let sent = client.query_one(&rw.unlock, &params);
+                self.bounded(h.session.guarded(sent)).await
             }
         };
         let row = match answer {
             Ok(row) => row,
-            Err(_) if !h.session.is_alive() => {
+            // A session that ended took its locks with it; a pooler's
+            // refusal (the guard retired the session) is said as it is.
+            Err(e) if !h.session.is_alive() && !matches!(e, LockError::InvalidOption { .. }) => {
                 pending.main_may_be_held = None;
                 return Ok(false);
             }

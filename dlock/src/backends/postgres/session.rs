@@ -39,6 +39,8 @@ pub(super) struct Session {
     closing: Arc<Notify>,
     /// The server process id of the session, for operators (`pg_locks.pid`).
     pub(super) pid: i32,
+    /// The claim token every guarded statement passes (`pooler.rs`).
+    pub(super) token: String,
 }
 
 impl std::fmt::Debug for Session {
@@ -82,6 +84,27 @@ impl Session {
     /// How many keys are held (or asked for) through this session.
     pub(super) fn load(&self) -> usize {
         lock(&self.held).len()
+    }
+
+    /// Runs a guarded statement's `answer`: a failed guard (`pooler.rs`)
+    /// retires the session (its claimed server session was ended by the
+    /// guard itself).
+    pub(super) async fn guarded<T>(
+        &self,
+        answer: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, tokio_postgres::Error> {
+        let answer = answer.await;
+        if let Err(e) = &answer {
+            if super::pooler::is_guard_refusal(e) {
+                tracing::warn!(
+                    pid = self.pid,
+                    "a lock statement's pooler guard failed: session retired"
+                );
+                self.alive.store(false, Ordering::SeqCst);
+                self.closing.notify_one();
+            }
+        }
+        answer
     }
 
     /// Forgets `key`: no longer held through this session.
@@ -176,7 +199,7 @@ pub(super) async fn open(
     let setup = async {
         // Before any lock and any named prepared statement: a
         // transaction pooler is refused here (`pooler.rs`).
-        let pid = super::pooler::claim(&client, &settings, shown).await?;
+        let (pid, token) = super::pooler::claim(&client, &settings, shown).await?;
         let (probe, probe_connection) = connect(config, shown).await?;
         let probe_task = tokio::spawn(probe_connection);
         let probed = super::pooler::probe(&probe, config, shown, pid).await;
@@ -235,9 +258,10 @@ pub(super) async fn open(
                 },
             },
             pid,
+            token,
         ))
     };
-    let (prepared, pid) = match tokio::time::timeout(config.session.timeout, setup).await {
+    let (prepared, pid, token) = match tokio::time::timeout(config.session.timeout, setup).await {
         Ok(Ok(done)) => done,
         Ok(Err(e)) => return Err(e),
         Err(_) => {
@@ -257,6 +281,7 @@ pub(super) async fn open(
         alive,
         closing,
         pid,
+        token,
     });
     tokio::spawn(session_pool::keep_alive(Arc::downgrade(&session), t / 3));
     tracing::debug!(pid, "PostgreSQL lock session opened");

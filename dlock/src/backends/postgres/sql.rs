@@ -15,6 +15,8 @@
 //! and `objid` = its low 32 bits (both unsigned), `objsubid` = 1, in the
 //! database of the session that took it: [`HELD_BY`] matches that.
 
+use super::pooler::guard;
+
 /// The one channel releases are announced on; the payload is the advisory
 /// key in decimal.
 pub(super) const CHANNEL: &str = "dlock_released";
@@ -51,7 +53,10 @@ macro_rules! held_by {
     };
 }
 
-/// The statements, with the tables' names filled in.
+/// The statements, with the tables' names filled in. Each one that takes,
+/// checks or lets go an advisory lock has one parameter more than its doc
+/// below says, the last: the session's claim token, which its pooler guard
+/// compares (`pooler.rs`).
 #[derive(Debug, Clone)]
 pub(super) struct Statements {
     /// `"schema".dlock_fences`: each key's fence counter (a logged table:
@@ -202,8 +207,9 @@ impl Statements {
         let holders = format!("\"{schema}\".dlock_holders");
         let leaders = format!("\"{schema}\".dlock_leaders");
         let held_by_anyone = held_by!("h.lock_id", "");
+        let (g1, g2, g4, g5) = (guard(1), guard(2), guard(4), guard(5));
         let acquire = format!(
-                "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok), \
+                "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok WHERE {g5}), \
                  fence AS (INSERT INTO {table} AS f (name, counter) SELECT $2::text, {NOW_US} FROM got WHERE ok \
                    ON CONFLICT (name) DO UPDATE SET counter = GREATEST(f.counter + 1, EXCLUDED.counter) RETURNING counter), \
                  who AS (INSERT INTO {holders} AS h (name, lock_id, fence, holder, expires) \
@@ -220,19 +226,20 @@ impl Statements {
                  FROM unnest($1::text[], $2::text[], $3::float8[]) AS k(name, token, secs) \
                  WHERE h.name = k.name AND h.holder = k.token RETURNING h.name"
             ),
-            own_locks: "SELECT ((l.classid::int8 << 32) | l.objid::int8) FROM pg_locks l \
-                 WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
-                .to_owned(),
+            own_locks: format!(
+                "SELECT ((l.classid::int8 << 32) | l.objid::int8) FROM pg_locks l \
+                 WHERE {g1} AND l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+            ),
             release: format!(
                 "WITH mine AS (SELECT count(*) AS n FROM {holders} WHERE name = $2::text AND holder = $3::text), \
-                 u AS (SELECT pg_advisory_unlock($1::int8) AS ok, mine.n FROM mine), \
+                 u AS (SELECT pg_advisory_unlock($1::int8) AS ok, mine.n FROM mine WHERE {g4}), \
                  c AS (UPDATE {holders} SET holder = NULL, expires = NULL \
                    WHERE name = $2::text AND holder = $3::text AND (SELECT ok FROM u) IS NOT NULL RETURNING 1), \
                  n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE ok) \
                  SELECT (SELECT ok FROM u), (SELECT n FROM u), (SELECT count(*) FROM n), (SELECT count(*) FROM c)"
             ),
             unlock: format!(
-                "WITH u AS (SELECT pg_advisory_unlock($1::int8) AS ok), \
+                "WITH u AS (SELECT pg_advisory_unlock($1::int8) AS ok WHERE {g2}), \
                  n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE ok) \
                  SELECT (SELECT ok FROM u), (SELECT count(*) FROM n)"
             ),
@@ -277,9 +284,10 @@ impl ElectionStatements {
     fn new(holders: &str, leaders: &str) -> Self {
         let held_by_me = held_by!("$1::int8", " AND l.pid = pg_backend_pid()");
         let held_by_writer = held_by!("h.lock_id", " AND l.pid = r.pid");
+        let g6 = guard(6);
         ElectionStatements {
             proclaim: format!(
-                "WITH ok AS (SELECT 1 WHERE {held_by_me} \
+                "WITH ok AS (SELECT 1 WHERE {g6} AND {held_by_me} \
                    AND EXISTS (SELECT 1 FROM {holders} h WHERE h.name = $2::text AND h.holder = $3::text)), \
                  w AS (INSERT INTO {leaders} AS r (name, holder, pid, term, value) \
                    SELECT $2::text, $3::text, pg_backend_pid(), $4::int8, $5::text FROM ok \
@@ -310,9 +318,10 @@ impl RwStatements {
     fn new(table: &str, retention_us: i64) -> Self {
         let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()", "2");
         let (main, intent) = (pair!("1"), pair!("2"));
+        let (g2, g3, g6) = (guard(2), guard(3), guard(6));
         RwStatements {
             read: format!(
-                "WITH i AS (SELECT pg_try_advisory_lock_shared({intent}) AS ok), \
+                "WITH i AS (SELECT pg_try_advisory_lock_shared({intent}) AS ok WHERE {g3}), \
                  m AS (SELECT CASE WHEN i.ok THEN pg_try_advisory_lock_shared({main}) ELSE false END AS ok FROM i), \
                  u AS (SELECT pg_advisory_unlock_shared({intent}) FROM i, m WHERE i.ok) \
                  SELECT (SELECT ok FROM m), (SELECT count(*) FROM u)"
@@ -325,7 +334,7 @@ impl RwStatements {
                  GREATEST(0, {NOW_US} - {retention_us}))::int8"
             ),
             write: format!(
-                "WITH i AS (SELECT CASE WHEN $4::bool THEN true ELSE pg_try_advisory_lock({intent}) END AS ok), \
+                "WITH i AS (SELECT CASE WHEN $4::bool THEN true ELSE pg_try_advisory_lock({intent}) END AS ok WHERE {g6}), \
                  m AS (SELECT CASE WHEN i.ok THEN pg_try_advisory_lock({main}) ELSE false END AS ok FROM i), \
                  fence AS (INSERT INTO {table} AS f (name, counter) SELECT $3::text, {NOW_US} FROM m WHERE m.ok \
                    ON CONFLICT (name) DO UPDATE SET counter = GREATEST(f.counter + 1, EXCLUDED.counter) RETURNING counter), \
@@ -335,17 +344,17 @@ impl RwStatements {
                  SELECT (SELECT ok FROM i), (SELECT ok FROM m), (SELECT counter FROM fence), (SELECT count(*) FROM n)"
             ),
             unlock: format!(
-                "WITH u AS (SELECT pg_advisory_unlock({main}) AS ok), \
+                "WITH u AS (SELECT pg_advisory_unlock({main}) AS ok WHERE {g3}), \
                  n AS (SELECT pg_notify('{CHANNEL}', $2::int8::text) FROM u WHERE ok) \
                  SELECT (SELECT ok FROM u), (SELECT count(*) FROM n)"
             ),
             unlock_shared: format!(
-                "WITH u AS (SELECT pg_advisory_unlock_shared({main}) AS ok), \
+                "WITH u AS (SELECT pg_advisory_unlock_shared({main}) AS ok WHERE {g2}), \
                  n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE ok) \
                  SELECT (SELECT ok FROM u), (SELECT count(*) FROM n)"
             ),
             renew: format!(
-                "SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {held_by_me}"
+                "SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {g2} AND {held_by_me}"
             ),
         }
     }
@@ -357,13 +366,14 @@ const THIS_DATABASE: &str = "(SELECT oid FROM pg_database WHERE datname = curren
 impl PermitStatements {
     fn new() -> Self {
         let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()");
+        let (g2, g4) = (guard(2), guard(4));
         let marker_rows = format!(
             "l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.database = {THIS_DATABASE} \
              AND l.classid = ($2::int8 & 4294967295)::oid"
         );
         PermitStatements {
             take: format!(
-                "WITH mark AS (SELECT pg_try_advisory_lock_shared($2::int4, $3::int4) AS ok), \
+                "WITH mark AS (SELECT pg_try_advisory_lock_shared($2::int4, $3::int4) AS ok WHERE {g4}), \
                  other AS (SELECT min(l.objid::int8) AS n FROM pg_locks l, mark \
                    WHERE mark.ok AND {marker_rows} AND l.objid <> ($3::int8 & 4294967295)::oid), \
                  slot AS (SELECT s.i FROM mark, other, generate_series(0, $3::int4 - 1) AS s(i) \
@@ -374,8 +384,8 @@ impl PermitStatements {
             ),
             free: format!(
                 "WITH mine AS (SELECT ((l.classid::int8 << 32) | l.objid::int8) AS id FROM pg_locks l \
-                   WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
-                   AND l.database = {THIS_DATABASE}), \
+                   WHERE {g4} AND l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted \
+                   AND l.objsubid = 1 AND l.database = {THIS_DATABASE}), \
                  slots AS (SELECT pg_advisory_unlock(m.id) AS ok FROM mine m WHERE m.id BETWEEN $1::int8 AND $1::int8 + $3::int4 - 1), \
                  mark AS (SELECT pg_advisory_unlock_shared($2::int4, $3::int4) FROM (SELECT count(*) FROM slots) x \
                    WHERE EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_backend_pid() AND {marker_rows} \
@@ -383,7 +393,7 @@ impl PermitStatements {
                  n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM (SELECT count(*) FROM mark) x) \
                  SELECT (SELECT count(*) FROM slots WHERE ok), (SELECT count(*) FROM n)"
             ),
-            renew: format!("SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {held_by_me}"),
+            renew: format!("SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {g2} AND {held_by_me}"),
         }
     }
 }
@@ -405,8 +415,13 @@ fn sweep(table: &str, holders: &str, retention_us: i64, held: &str) -> String {
     )
 }
 
-/// The head of the try statement [`waiting`] rewrites.
-const TRY_HEAD: &str = "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok)";
+/// The head of the try statement [`waiting`] rewrites (its guard is `$5`).
+fn try_head() -> String {
+    format!(
+        "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok WHERE {})",
+        guard(5)
+    )
+}
 
 /// The waiting form of the acquisition statement `acquire` (which tries
 /// with `pg_try_advisory_lock`): the same fence and holder row, after a
@@ -416,12 +431,13 @@ const TRY_HEAD: &str = "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok
 /// fence's and holder row's writes may wait for the previous holder's
 /// release to commit, and must not time out holding the lock.
 fn waiting(acquire: &str) -> String {
-    let rest = acquire.strip_prefix(TRY_HEAD).unwrap_or_else(|| {
+    let rest = acquire.strip_prefix(&try_head()).unwrap_or_else(|| {
         unreachable!("the acquisition statement starts with its try: {acquire}")
     });
+    let g6 = guard(6);
     format!(
-        "WITH t AS (SELECT set_config('lock_timeout', $5::text, true) AS s), \
+        "WITH t AS (SELECT set_config('lock_timeout', $5::text, true) AS s WHERE {g6}), \
          got AS (SELECT set_config('lock_timeout', '0', true) IS NOT NULL AS ok \
-           FROM t, LATERAL (SELECT pg_advisory_lock($1::int8) WHERE t.s IS NOT NULL) x){rest}"
+           FROM t, LATERAL (SELECT pg_advisory_lock($1::int8) WHERE {g6} AND t.s IS NOT NULL) x){rest}"
     )
 }

@@ -149,9 +149,9 @@ impl PostgresBackend {
         let name = self.name_of(&req.key);
         let secs = ttl.as_secs_f64();
         let limit = limit_ms.to_string();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-            [&key, &name, &req.token, &secs, &limit];
-        let statement = session.client.query_one(&session.prepared.wait, &params);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&key, &name, &req.token, &secs, &limit, &session.token];
+        let statement = session.guarded(session.client.query_one(&session.prepared.wait, &params));
         let answer = match deadline {
             // The server ends the wait at the deadline; past it by the
             // request timeout, it is silent.

@@ -125,11 +125,10 @@ impl PostgresBackend {
         let secs = ttl.as_secs_f64();
         let sent = Instant::now();
         let row = self
-            .bounded_acquire(
-                session
-                    .client
-                    .query_one(&session.prepared.acquire, &[&key, &name, &req.token, &secs]),
-            )
+            .bounded_acquire(session.guarded(session.client.query_one(
+                &session.prepared.acquire,
+                &[&key, &name, &req.token, &secs, &session.token],
+            )))
             .await?;
         pending.disarm();
         let granted: bool = row.get(0);
