@@ -101,43 +101,57 @@ async fn a_killed_session_is_heard_with_the_next_grant() {
     eprintln!("KILL: lost() relative to the other grant, worst of 10: {worst:+.1} ms");
 }
 
-/// A server restart: the holder's `lost()` comes when the server stops
-/// (its connections close), before the server is back and grants the key
-/// to another client; `ensure()` is refused from then on.
+/// A server restart, 10 times: the holder's `lost()` comes when the server
+/// stops (its connections close), before the server is back and grants the
+/// key to another client; `ensure()` is refused from then on. The holder's
+/// backend object is kept across the restarts, as an application keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_is_heard_when_the_server_stops() {
     let mut fixture = MysqlFixture::start();
     let holder = connect(fixture.url()).await;
-    let guard = lock(&holder, "restarted")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let stopping = Instant::now();
-    tokio::task::block_in_place(|| fixture.server_mut().stop());
-    let stopped = Instant::now();
-    let (lost_at, _oks, ok_after_lost) =
-        watch_loss(&guard, Duration::from_millis(200), Duration::from_secs(10)).await;
-    eprintln!(
-        "restart: lost() {:+.1} ms after the server finished stopping ({:+.1} ms after the stop began)",
-        ms_between(stopped, lost_at),
-        ms_between(stopping, lost_at)
-    );
-    assert!(!ok_after_lost, "ensure() Ok after lost()");
-    assert!(lost_at <= stopped + Duration::from_secs(2));
-    tokio::task::block_in_place(|| fixture.server_mut().start_again());
-    let other = connect(fixture.url()).await;
-    let next = lock(&other, "restarted")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .expect("granted after the restart");
-    let granted_at = Instant::now();
-    eprintln!(
-        "restart: lost() {:+.1} ms relative to the next grant",
-        ms_between(granted_at, lost_at)
-    );
-    assert!(lost_at < granted_at);
-    assert!(guard.ensure().is_err());
-    next.release().await.unwrap();
+    let mut before_grant = Vec::new();
+    for run in 0..10 {
+        let key = format!("restarted-{run}");
+        let guard = lock(&holder, &key)
+            .ttl(Duration::from_secs(30))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let stopping = Instant::now();
+        tokio::task::block_in_place(|| fixture.server_mut().stop());
+        let stopped = Instant::now();
+        let (lost_at, _oks, ok_after_lost) =
+            watch_loss(&guard, Duration::from_millis(200), Duration::from_secs(10)).await;
+        eprintln!(
+            "restart {run}: lost() {:+.1} ms after the server finished stopping ({:+.1} ms after the stop began)",
+            ms_between(stopped, lost_at),
+            ms_between(stopping, lost_at)
+        );
+        assert!(!ok_after_lost, "run {run}: ensure() Ok after lost()");
+        assert!(lost_at <= stopped + Duration::from_secs(2), "run {run}");
+        tokio::task::block_in_place(|| fixture.server_mut().start_again());
+        let other = connect(fixture.url()).await;
+        let next = lock(&other, &key)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .expect("granted after the restart");
+        let granted_at = Instant::now();
+        let relative = ms_between(granted_at, lost_at);
+        eprintln!("restart {run}: lost() {relative:+.1} ms relative to the next grant");
+        assert!(
+            lost_at < granted_at,
+            "run {run}: lost() after the next grant"
+        );
+        assert!(
+            guard.ensure().is_err(),
+            "run {run}: ensure() Ok after the restart"
+        );
+        next.release().await.unwrap();
+        drop(guard);
+        before_grant.push(relative);
+    }
+    let worst = before_grant.iter().cloned().fold(f64::MIN, f64::max);
+    eprintln!("restart: lost() relative to the next grant, worst of 10: {worst:+.1} ms");
 }

@@ -251,8 +251,8 @@ async fn a_deleted_overwritten_or_expired_key_is_heard_at_once() {
     assert!(holder.keyspace_notifications());
     let runs: [(Loss, usize); 3] = [
         (Loss::Del, 10),
-        (Loss::Overwrite, 3),
-        (Loss::ExpireEarly, 3),
+        (Loss::Overwrite, 10),
+        (Loss::ExpireEarly, 10),
     ];
     for (how, count) in runs {
         let mut figures = Vec::new();
