@@ -268,6 +268,12 @@ impl Session {
                 *guard = None;
                 self.died();
             }
+            tracing::debug!(
+                id = self.id,
+                granted_in_race = undo.sql.is_some(),
+                kept = done,
+                "MySQL wait left by its caller: killed, what it took let go"
+            );
             if let Some(name) = undo.forget {
                 self.unreserve(&name);
             }
