@@ -69,10 +69,11 @@
 //! - `acquire`, its try refused, waits in the server's queue of the lock:
 //!   `GET_LOCK(name, seconds left)` on a waiting session of its own, so
 //!   dlock's waiters of every process and SQL's own `GET_LOCK` callers are
-//!   served by the server together. A dropped or timed-out wait closes its
-//!   waiting session, which takes it out of the queue and frees what it
-//!   may have been granted; a dropped try's grant is let go on its session
-//!   before that session's next request.
+//!   served by the server together. A dropped wait is ended with `KILL
+//!   QUERY` from a lock session (no new connection): its waiting session
+//!   leaves the queue, lets go what it may have been granted in the race,
+//!   and is idle in its pool again (`cancel.rs`); a dropped try's grant is
+//!   let go on its session before that session's next request.
 //! - `renew` asks each session, once per round, whether
 //!   `IS_USED_LOCK(name) = CONNECTION_ID()` for each of its leases and
 //!   whether the row still names the lease's token: a lock no longer held
@@ -183,6 +184,7 @@
 // - operator's view: `inspect.rs`
 // - bounded rows (`?fence_retention=`): `retention.rs` (the sweep)
 mod acquire;
+mod cancel;
 mod config;
 mod held;
 mod inspect;

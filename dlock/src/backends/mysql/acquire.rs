@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::rows::{int, rows_of};
-use super::session::{Op, Reserved, Session, Undo};
+use super::session::{Cancel, Op, Reserved, Session, Undo};
 use super::sql::{Statements, Wait};
 use super::{failed, held, Failure, MysqlBackend};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
@@ -24,9 +24,12 @@ pub(super) enum Granted {
 
 impl MysqlBackend {
     /// Sends the acquisition statement of `req` on `session` (`name`
-    /// reserved there), waiting as `wait` says; a grant whose caller left
-    /// is given back on the session. A server error after the grant (the
-    /// fence's write refused) lets the lock go before it is reported.
+    /// reserved there), waiting as `wait` says (a wait in the server's
+    /// queue is left as `cancel` says if its caller leaves); a grant whose
+    /// caller left is given back on the session. A server error after the
+    /// grant (the fence's write refused) lets the lock go before it is
+    /// reported.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn send_acquire(
         &self,
         session: &Arc<Session>,
@@ -35,6 +38,7 @@ impl MysqlBackend {
         ttl: Duration,
         wait: Wait,
         limit: Option<Duration>,
+        cancel: Option<Cancel>,
     ) -> Result<Granted, LockError> {
         let sql = self
             .statements
@@ -63,9 +67,8 @@ impl MysqlBackend {
         });
         let forget = name.to_owned();
         let unlock = Statements::unlock(name);
-        let waits = !matches!(wait, Wait::No);
         session
-            .call(limit, waits, op, move |answer| Undo {
+            .call(limit, cancel, op, move |answer| Undo {
                 sql: matches!(answer, Some(Granted::Yes(_))).then_some(unlock),
                 forget: Some(forget),
             })
@@ -135,6 +138,7 @@ impl MysqlBackend {
                 ttl,
                 Wait::No,
                 Some(self.config.session.timeout),
+                None,
             )
             .await;
         self.settle(answer, req, session, name, ttl, sent)

@@ -43,7 +43,7 @@ pub(super) fn unlock_in_background(session: Arc<Session>, name: String) {
         let answer = session
             .call(
                 Some(std::time::Duration::from_secs(10)),
-                false,
+                None,
                 op,
                 move |_| Undo {
                     sql: None,

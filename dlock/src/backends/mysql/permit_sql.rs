@@ -177,6 +177,22 @@ impl Statements {
         )
     }
 
+    /// Lets go what a waiting session may hold for a permit wait of `names`
+    /// (`permits` slots): the admin lock, the door, and each slot it holds
+    /// (the watched one, or one taken for a caller that left). Run only on
+    /// a waiting session, which holds nothing else of the semaphore.
+    pub(super) fn permit_let_go(names: &PermitNames, permits: usize) -> String {
+        let base = hex_literal(names.base.as_bytes());
+        format!(
+            "DO RELEASE_LOCK({admin}); DO RELEASE_LOCK({door}); \
+             SELECT COUNT(RELEASE_LOCK(CONCAT({base}, s.i))) FROM {seq} s \
+             WHERE s.i < {permits} AND IS_USED_LOCK(CONCAT({base}, s.i)) <=> CONNECTION_ID()",
+            admin = hex_literal(names.admin.as_bytes()),
+            door = hex_literal(names.door.as_bytes()),
+            seq = seq(),
+        )
+    }
+
     /// Queues for the door of a semaphore: `GET_LOCK(door, wait)`.
     pub(super) fn permit_door(names: &PermitNames, wait: Wait) -> String {
         format!(

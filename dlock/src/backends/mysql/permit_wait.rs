@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cancel;
 use super::permit_sql::{PermitNames, Take};
 use super::rows::{int, rows_of};
 use super::session::{Op, Reserved, Session, Undo};
@@ -18,11 +19,16 @@ use crate::LockError;
 /// slot again and turns to the next.
 pub(super) const WATCH: Duration = Duration::from_millis(200);
 
-/// A waiting session that may hold the door: closed when dropped armed
-/// (the server then frees the door, a watched slot and the admin lock),
-/// so that an acquisition dropped between two statements leaves nothing.
+/// A waiting session that may hold the door: dropped armed, it lets go
+/// the door, a watched slot and the admin lock on dlock's runtime, then
+/// forgets the door (so that no other wait takes the session before), or
+/// is closed if that fails: an acquisition dropped between two statements,
+/// or in one, leaves nothing.
 struct DoorSession {
     session: Option<Arc<Session>>,
+    /// What lets go all the wait may hold (`Statements::permit_let_go`).
+    let_go: String,
+    door: String,
 }
 
 impl DoorSession {
@@ -38,9 +44,25 @@ impl DoorSession {
 
 impl Drop for DoorSession {
     fn drop(&mut self) {
-        if let Some(session) = self.session.take() {
-            session.close();
-        }
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        let (let_go, door) = (
+            std::mem::take(&mut self.let_go),
+            std::mem::take(&mut self.door),
+        );
+        // Behind the request in flight, if any (killed, see `cancel.rs`).
+        crate::lease::background::spawn(async move {
+            let op: Op<bool> = Box::new(move |conn| {
+                Box::pin(async move { Ok(cancel::let_go(conn, &let_go).await) })
+            });
+            let done = session.call(Some(2 * cancel::LIMIT), None, op, |_| Undo::default());
+            if matches!(done.await, Ok(true)) {
+                session.unreserve(&door);
+            } else {
+                session.close();
+            }
+        });
     }
 }
 
@@ -86,8 +108,11 @@ impl MysqlBackend {
         names: &PermitNames,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        let let_go = Statements::permit_let_go(names, req.permits);
         let door = DoorSession {
             session: Some(session),
+            let_go: let_go.clone(),
+            door: names.door.clone(),
         };
         let Some((wait, limit)) = self.wait_left(deadline, None) else {
             door.keep().unreserve(&names.door);
@@ -100,9 +125,10 @@ impl MysqlBackend {
                 Ok(answer.rows.first().and_then(|r| int(r, 0)))
             })
         });
+        let cancel = self.cancel_with(let_go.clone()).await;
         let queued = door
             .get()
-            .call(limit, true, op, |_| Undo::default())
+            .call(limit, Some(cancel), op, |_| Undo::default())
             .await
             .map_err(|e| failed(&self.shown, e))?;
         if queued != Some(1) {
@@ -113,7 +139,7 @@ impl MysqlBackend {
         let mut k = first_watch(req.permits);
         loop {
             let Some((wait, limit)) = self.wait_left(deadline, Some(WATCH)) else {
-                // Dropped: the session closes, and the door with it.
+                // Dropped: the door is let go, the session kept.
                 return Ok(None);
             };
             let ttl = self.clamp(req.ttl);
@@ -121,8 +147,10 @@ impl MysqlBackend {
                 watch: Some((k, wait)),
                 door: true,
             };
+            // The door is forgotten by `door`, once let go.
+            let cancel = self.cancel_with(let_go.clone()).await;
             let taken = self
-                .send_take(door.get(), names, req, take, limit, &names.door)
+                .send_take(door.get(), names, req, take, limit, None, Some(cancel))
                 .await?;
             if taken.got && taken.other.is_none() && taken.admin == Some(1) {
                 // Granted between the send and now: the ttl counts from
@@ -132,9 +160,11 @@ impl MysqlBackend {
                 return self.taken(req, names, session, &names.door, taken, ttl, valid_until);
             }
             if taken.other.is_some() || taken.admin != Some(1) {
-                // Refused: the door goes with the session.
+                // Refused: the door is let go as `door` is dropped, and
+                // forgotten only then (no other wait takes the session
+                // before), so `taken` forgets no name here.
                 let session = door.get().clone();
-                return self.taken(req, names, session, &names.door, taken, ttl, Instant::now());
+                return self.taken(req, names, session, "", taken, ttl, Instant::now());
             }
             k = (k + 1) % req.permits.max(1);
         }

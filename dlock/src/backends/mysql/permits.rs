@@ -37,13 +37,13 @@
 //!   `?sessions=`), a waiter tries again every 250 ms.
 //! - **Cancel safety**: a take cut short after its grant gives the slot
 //!   back on its session before the session's next request (as a lock
-//!   try does); a wait dropped in the door's queue or in a watch closes its
-//!   waiting session, which frees the door, the watched slot and the
-//!   admin lock; a head waiter dropped between statements closes it too.
-//!   A statement already on the server runs until the server sees the
-//!   connection closed (at its end, or at MariaDB's check of a waiting
-//!   connection): for that moment it may hold a slot, which nobody then
-//!   uses and the server frees with the session.
+//!   try does); a wait dropped in the door's queue or in a watch is killed
+//!   (`KILL QUERY` from a lock session, `cancel.rs`), and its waiting
+//!   session then lets go the door, the admin lock and every slot of the
+//!   semaphore it holds, and is idle in its pool again; a head waiter
+//!   dropped between statements lets them go too. No connection is opened
+//!   or closed for it; only if that fails is the waiting session closed
+//!   (the server then frees what it held).
 //! - **Release** is `RELEASE_LOCK(slot)`; the count row stays (it counts
 //!   only while one of its slots is held) and is refreshed by every grant
 //!   and renewal so that the retention sweep keeps it while permits are
@@ -59,7 +59,7 @@ use async_trait::async_trait;
 
 use super::permit_sql::{PermitNames, Take, MAX_PERMITS};
 use super::rows::{int, rows_of};
-use super::session::{Op, Reserved, Session, Undo};
+use super::session::{Cancel, Op, Reserved, Session, Undo};
 use super::sql::Statements;
 use super::{failed, held, Failure, MysqlBackend};
 use crate::backend::{
@@ -100,8 +100,10 @@ impl MysqlBackend {
     }
 
     /// Sends a take statement on `session`; a grant whose caller left is
-    /// given back there, and `reserved` forgotten. `waits`: the statement
-    /// waits in a server queue (a dropped caller closes the session).
+    /// given back there, and `forget` (a name reserved for the attempt)
+    /// forgotten. `cancel`: the statement waits in a server queue, and is
+    /// left so if its caller leaves.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn send_take(
         &self,
         session: &Arc<Session>,
@@ -109,7 +111,8 @@ impl MysqlBackend {
         req: &PermitRequest,
         take: Take,
         limit: Option<Duration>,
-        reserved: &str,
+        forget: Option<&str>,
+        cancel: Option<Cancel>,
     ) -> Result<Taken, LockError> {
         let sql = self.statements.take_permit(
             names,
@@ -141,14 +144,14 @@ impl MysqlBackend {
                 }
             })
         });
-        let (base, forget) = (names.base.clone(), reserved.to_owned());
+        let (base, forget) = (names.base.clone(), forget.map(str::to_owned));
         session
-            .call(limit, take.watch.is_some(), op, move |answer| Undo {
+            .call(limit, cancel, op, move |answer| Undo {
                 sql: answer
                     .filter(|t| t.got)
                     .and_then(|t| t.slot)
                     .map(|slot| Statements::release_permit(&format!("{base}{slot}"))),
-                forget: Some(forget),
+                forget,
             })
             .await
             .map_err(|e| failed(&self.shown, e))
@@ -236,7 +239,8 @@ impl MysqlBackend {
                 req,
                 take,
                 Some(self.config.session.timeout + ADMIN_WAIT),
-                &reserved,
+                Some(&reserved),
+                None,
             )
             .await;
         match answer {

@@ -13,9 +13,12 @@
 //!   needed) and sends the blocking statement there, the deadline as
 //!   `GET_LOCK`'s timeout. The session's lock then carries the lease, as a
 //!   lock session's does; released, the session is idle again.
-//! - An acquisition dropped while it waits closes its waiting session
-//!   (which holds nothing else): the server takes it out of the queue, or
-//!   frees what it was granted meanwhile.
+//! - An acquisition dropped while it waits leaves the queue with its
+//!   caller, without a new connection: dlock's background runtime kills the
+//!   waiting statement (`KILL QUERY`, sent on a lock session), reads its
+//!   answer, lets go what it was granted meanwhile, and puts the waiting
+//!   session back in its pool (`cancel.rs`; it is closed instead only if
+//!   that fails).
 //! - A waiter whose process dies leaves the queue when the server notices
 //!   its connection closed (MariaDB checks a waiting connection about
 //!   every few seconds; at the latest when its turn comes and the answer
@@ -27,8 +30,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::session::{Reserved, Session};
-use super::sql::Wait;
+use super::session::{Cancel, Reserved, Session};
+use super::sql::{Statements, Wait};
 use super::{lock, MysqlBackend};
 use crate::backend::{AcquireRequest, Lease};
 use crate::LockError;
@@ -80,6 +83,8 @@ impl MysqlBackend {
             }
         }
         self.contended.mark(&name);
+        // Before the reservation: nothing to undo if the caller leaves here.
+        let cancel = self.cancel_with(Statements::unlock(&name)).await;
         match self
             .sessions
             .waiting
@@ -87,7 +92,9 @@ impl MysqlBackend {
             .await
         {
             Ok(Reserved::On(session)) => {
-                return self.wait_in_line(session, name, req, deadline).await;
+                return self
+                    .wait_in_line(session, name, req, deadline, cancel)
+                    .await;
             }
             Ok(Reserved::Busy) => {}
             Err(e) => {
@@ -98,13 +105,15 @@ impl MysqlBackend {
     }
 
     /// Waits for `name` in the server's queue on `session` (idle, `name`
-    /// reserved on it) until `deadline`.
+    /// reserved on it) until `deadline`; left as `cancel` says if the
+    /// caller leaves.
     async fn wait_in_line(
         &self,
         session: Arc<Session>,
         name: String,
         req: &AcquireRequest,
         deadline: Option<Instant>,
+        cancel: Cancel,
     ) -> Result<Option<Lease>, LockError> {
         let (wait, limit) = match deadline {
             None => (Wait::Forever, None),
@@ -121,12 +130,30 @@ impl MysqlBackend {
         };
         let ttl = self.clamp(req.ttl);
         let answer = self
-            .send_acquire(&session, &name, req, ttl, wait, limit)
+            .send_acquire(&session, &name, req, ttl, wait, limit, Some(cancel))
             .await;
         // Granted somewhere between the send and now: the ttl counts from
         // the answer. What excludes others is the session's lock, which the
         // server frees only when the session ends.
         self.settle(answer, req, session, name, ttl, Instant::now())
+    }
+}
+
+impl MysqlBackend {
+    /// How a wait on a waiting session is left if its caller leaves: killed
+    /// from a lock session (the least loaded live one; one is opened into
+    /// the pool only if none lives), then `let_go` run on the waiting
+    /// session.
+    pub(super) async fn cancel_with(&self, let_go: String) -> Cancel {
+        let killer = match self.sessions.pool.live() {
+            Some(session) => Some(session),
+            None => self
+                .sessions
+                .any(|| self.open_session(), &self.shown)
+                .await
+                .ok(),
+        };
+        Cancel { killer, let_go }
     }
 }
 
