@@ -130,7 +130,7 @@ if [ -d /dev/shm ] && [ -w /dev/shm ]; then
   export TMPDIR="$test_tmp"
 fi
 status=0
-alone='binary(held_50k) | binary(mysql_held)'
+alone='binary(held_50k) | binary(held_50k_loss) | binary(mysql_held)'
 torture='package(dlock-torture) & binary(runs)'
 echo "== $(date +%T) nextest, alone (after building every test): 50,000 held locks renewed on time need the whole machine"
 cargo nextest run --workspace --all-features --profile alone -E "$alone" || status=$?
