@@ -114,13 +114,20 @@
 //! - `release` is one statement: `pg_advisory_unlock`,
 //!   `NOTIFY dlock_released, '<advisory key>'`, and the holder row cleared.
 //! - `acquire`, its try refused, waits in the server's queue of the lock
-//!   (a blocking `pg_advisory_lock`, deadline as `lock_timeout`) on an idle
-//!   waiting session: waiters of all processes and SQL's own
-//!   `pg_advisory_lock` are served in arrival order (`turns.rs`). With no
+//!   (a blocking `pg_advisory_lock` in a `DO` block that ends without an
+//!   error when granted, out of time — deadline as `lock_timeout` — or
+//!   cancelled) on an idle waiting session, then claims the lock (fence
+//!   and holder row): waiters of all processes and SQL's own
+//!   `pg_advisory_lock` are served in arrival order (`turns.rs`). A
+//!   dropped wait leaves the queue at once: `pg_cancel_backend` from a lock
+//!   session, the lock let go if it was granted in the race, the waiting
+//!   session kept; the server logs nothing. With no
 //!   idle waiting session it waits on a `LISTEN dlock_released` connection
 //!   and tries again when its key is announced, with a re-check every
 //!   second as the net for releases nobody announces. A dropped or
-//!   timed-out attempt whose grant may have happened is undone.
+//!   timed-out attempt whose grant may have happened is undone, by an
+//!   unlock that first checks the session holds the lock (the server logs
+//!   a warning for every unlock of a lock the session does not hold).
 //! - A full server lock table (`max_locks_per_transaction`) refuses an
 //!   acquisition by name and costs no granted lease (`lock_table.rs`).
 //! - `renew` reads, once per session per round, the session's own
@@ -235,8 +242,10 @@
 //   (`<key>\n<announcement>`) into the observers' inboxes; statements in `sql.rs`'s
 //   `ElectionStatements`
 // - waiting in the lock's own server queue (a blocking `pg_advisory_lock` on a session of the
-//   `waiting` pool, deadline as `lock_timeout`; the statement is `sql.rs`'s `waiting` form of
-//   the acquisition): `turns.rs`; the `LISTEN`/re-check wait it falls
+//   `waiting` pool, in `sql.rs`'s `wait_block`: a `DO` block that catches the lock timeout and
+//   a cancel, so neither is logged; then `sql.rs`'s `claim` form of the acquisition; a dropped
+//   wait's `leave`: `pg_cancel_backend` from a lock session, the conditional unlock behind the
+//   block, the session kept): `turns.rs`; the `LISTEN`/re-check wait it falls
 //   back on: `waiting.rs` + `listener.rs`
 // - a full server lock table (`53200`) refused by name, never a lost session: `lock_table.rs`
 // - held leases, clean-up: `held.rs`: owner token → session, key and `Hold` (plain, read, write;

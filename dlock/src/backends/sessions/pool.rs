@@ -173,6 +173,17 @@ impl<S: PooledSession> Pool<S> {
         Ok(Reserved::Busy)
     }
 
+    /// The least loaded live session, if any, nothing reserved and nothing
+    /// opened (for a statement that must not cost a connection).
+    pub(crate) fn live(&self) -> Option<Arc<S>> {
+        lock(&self.slots)
+            .iter()
+            .flatten()
+            .filter(|s| s.is_alive())
+            .min_by_key(|s| lock(s.keys()).len())
+            .cloned()
+    }
+
     /// Closes every session (the backend is dropped).
     pub(crate) fn close_all(&self) {
         for s in lock(&self.slots).iter().flatten() {
