@@ -3,7 +3,8 @@
 //! logs nothing for it (issue 68: each cancelled wait used to stay queued
 //! until its `lock_timeout`, cost a connection, and log four lines). And
 //! dlock never asks the server to unlock an advisory lock its session does
-//! not hold (the server's `WARNING: you don't own a lock of type …`).
+//! not hold (the server's `WARNING: you don't own a lock of type …`), nor
+//! cuts a connection it was opening when an attempt is dropped.
 //!
 //! What the server logged is read from its log file, at the default
 //! `log_min_messages` and `log_min_error_statement`; what waits, and which
@@ -192,6 +193,21 @@ async fn a_cancelled_wait_leaves_the_queue_on_the_same_connections_and_logs_noth
         }
     }
     warm.iter().for_each(tokio::task::JoinHandle::abort);
+    // The lock sessions too: the pool grows when tries overlap, which is
+    // not what a cancel costs. Bounded: SESSIONS tasks of 40 refused tries.
+    let tries: Vec<_> = (0..SESSIONS)
+        .map(|i| {
+            let lock = Lock::new(keys[i % keys.len()].as_str()).with_backend(backend.clone());
+            tokio::spawn(async move {
+                for _ in 0..40 {
+                    assert!(lock.try_acquire().await.unwrap().is_none(), "a held key");
+                }
+            })
+        })
+        .collect();
+    for t in tries {
+        t.await.unwrap();
+    }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = Arc::new(client_pids(&direct).await);
     let log_from = log_len(&server);
@@ -365,4 +381,14 @@ async fn no_unlock_of_a_lock_the_session_does_not_hold() {
         println!("  log: {line}");
     }
     assert!(warnings.is_empty(), "dlock unlocked locks it did not hold");
+    // A dropped attempt used to cut the connection its pool was opening
+    // for it (the listener's too): the server logged the reset.
+    let cut: Vec<_> = lines
+        .iter()
+        .filter(|l| {
+            l.contains("could not receive data from client") || l.contains("unexpected EOF")
+        })
+        .collect();
+    assert!(cut.is_empty(), "dropped attempts cut connections: {cut:?}");
+    assert!(lines.len() <= 10, "the server logged {} lines", lines.len());
 }

@@ -308,6 +308,7 @@ pub fn pooler_guard_sql(n: u8) -> String {
     pooler::guard(n)
 }
 
+use crate::backends::sessions::pool::PooledSession;
 use crate::backends::sessions::Sessions;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -337,7 +338,11 @@ pub struct PostgresBackend {
     contended: turns::Contended,
     held: Arc<Mutex<HeldMap>>,
     waiters: Arc<Waiters>,
-    listener: tokio::sync::Mutex<Option<Listener>>,
+    /// Shared with the task that opens it (`waiting.rs`).
+    listener: Arc<tokio::sync::Mutex<Option<Listener>>>,
+    /// A session whose opening outlived its caller (an acquisition
+    /// dropped meanwhile), kept for the next one that needs a session.
+    spare: Arc<Mutex<Option<Arc<Session>>>>,
     /// Whether the leaders' table is known to exist (made on the first use
     /// of an election).
     leaders_ready: std::sync::atomic::AtomicBool,
@@ -512,7 +517,8 @@ impl PostgresBackend {
             contended: turns::Contended::default(),
             held: Arc::new(Mutex::new(HeldMap::new())),
             waiters: Arc::new(Waiters::default()),
-            listener: tokio::sync::Mutex::new(None),
+            listener: Arc::new(tokio::sync::Mutex::new(None)),
+            spare: Arc::new(Mutex::new(None)),
             leaders_ready: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -555,18 +561,33 @@ impl PostgresBackend {
         )
     }
 
-    /// Opens a lock session on dlock's background runtime.
+    /// Opens a lock session on dlock's background runtime, in a task of
+    /// its own: a caller dropped meanwhile (a cancelled acquisition) does
+    /// not cut the connection mid-setup (a wasted connection and a
+    /// "connection reset" line in the server's log); the session is kept
+    /// as the spare, and the next call takes it instead of opening one.
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
-        let (config, statements, shown, alarm) = (
+        if let Some(spare) = lock(&self.spare).take().filter(|s| s.is_alive()) {
+            return Ok(spare);
+        }
+        let (config, statements, shown, alarm, spare) = (
             self.config.clone(),
             self.statements.clone(),
             self.shown.clone(),
             self.sessions.alarm.clone(),
+            self.spare.clone(),
         );
-        crate::lease::background::run(async move {
-            session::open(&config, &statements, &shown, false, alarm).await
-        })
-        .await
+        let (opened, heard) = tokio::sync::oneshot::channel();
+        crate::lease::background::spawn(async move {
+            let session = session::open(&config, &statements, &shown, false, alarm).await;
+            if let Err(Ok(session)) = opened.send(session) {
+                if let Some(older) = lock(&spare).replace(session) {
+                    older.close();
+                }
+            }
+        });
+        // Not sent: the task was dropped unrun (after `shutdown`).
+        heard.await.unwrap_or(Err(LockError::ShutDown))
     }
 
     /// A live session for a read (inspect, list, force_release).
