@@ -114,13 +114,20 @@
 //! - `release` is one statement: `pg_advisory_unlock`,
 //!   `NOTIFY dlock_released, '<advisory key>'`, and the holder row cleared.
 //! - `acquire`, its try refused, waits in the server's queue of the lock
-//!   (a blocking `pg_advisory_lock`, deadline as `lock_timeout`) on an idle
-//!   waiting session: waiters of all processes and SQL's own
-//!   `pg_advisory_lock` are served in arrival order (`turns.rs`). With no
+//!   (a blocking `pg_advisory_lock` in a `DO` block that ends without an
+//!   error when granted, out of time — deadline as `lock_timeout` — or
+//!   cancelled) on an idle waiting session, then claims the lock (fence
+//!   and holder row): waiters of all processes and SQL's own
+//!   `pg_advisory_lock` are served in arrival order (`turns.rs`). A
+//!   dropped wait leaves the queue at once: `pg_cancel_backend` from a lock
+//!   session, the lock let go if it was granted in the race, the waiting
+//!   session kept; the server logs nothing. With no
 //!   idle waiting session it waits on a `LISTEN dlock_released` connection
 //!   and tries again when its key is announced, with a re-check every
 //!   second as the net for releases nobody announces. A dropped or
-//!   timed-out attempt whose grant may have happened is undone.
+//!   timed-out attempt whose grant may have happened is undone, by an
+//!   unlock that first checks the session holds the lock (the server logs
+//!   a warning for every unlock of a lock the session does not hold).
 //! - A full server lock table (`max_locks_per_transaction`) refuses an
 //!   acquisition by name and costs no granted lease (`lock_table.rs`).
 //! - `renew` reads, once per session per round, the session's own
@@ -235,8 +242,10 @@
 //   (`<key>\n<announcement>`) into the observers' inboxes; statements in `sql.rs`'s
 //   `ElectionStatements`
 // - waiting in the lock's own server queue (a blocking `pg_advisory_lock` on a session of the
-//   `waiting` pool, deadline as `lock_timeout`; the statement is `sql.rs`'s `waiting` form of
-//   the acquisition): `turns.rs`; the `LISTEN`/re-check wait it falls
+//   `waiting` pool, in `sql.rs`'s `wait_block`: a `DO` block that catches the lock timeout and
+//   a cancel, so neither is logged; then `sql.rs`'s `claim` form of the acquisition; a dropped
+//   wait's `leave`: `pg_cancel_backend` from a lock session, the conditional unlock behind the
+//   block, the session kept): `turns.rs`; the `LISTEN`/re-check wait it falls
 //   back on: `waiting.rs` + `listener.rs`
 // - a full server lock table (`53200`) refused by name, never a lost session: `lock_table.rs`
 // - held leases, clean-up: `held.rs`: owner token → session, key and `Hold` (plain, read, write;
@@ -299,6 +308,7 @@ pub fn pooler_guard_sql(n: u8) -> String {
     pooler::guard(n)
 }
 
+use crate::backends::sessions::pool::PooledSession;
 use crate::backends::sessions::Sessions;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -328,7 +338,11 @@ pub struct PostgresBackend {
     contended: turns::Contended,
     held: Arc<Mutex<HeldMap>>,
     waiters: Arc<Waiters>,
-    listener: tokio::sync::Mutex<Option<Listener>>,
+    /// Shared with the task that opens it (`waiting.rs`).
+    listener: Arc<tokio::sync::Mutex<Option<Listener>>>,
+    /// A session whose opening outlived its caller (an acquisition
+    /// dropped meanwhile), kept for the next one that needs a session.
+    spare: Arc<Mutex<Option<Arc<Session>>>>,
     /// Whether the leaders' table is known to exist (made on the first use
     /// of an election).
     leaders_ready: std::sync::atomic::AtomicBool,
@@ -503,7 +517,8 @@ impl PostgresBackend {
             contended: turns::Contended::default(),
             held: Arc::new(Mutex::new(HeldMap::new())),
             waiters: Arc::new(Waiters::default()),
-            listener: tokio::sync::Mutex::new(None),
+            listener: Arc::new(tokio::sync::Mutex::new(None)),
+            spare: Arc::new(Mutex::new(None)),
             leaders_ready: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -546,18 +561,33 @@ impl PostgresBackend {
         )
     }
 
-    /// Opens a lock session on dlock's background runtime.
+    /// Opens a lock session on dlock's background runtime, in a task of
+    /// its own: a caller dropped meanwhile (a cancelled acquisition) does
+    /// not cut the connection mid-setup (a wasted connection and a
+    /// "connection reset" line in the server's log); the session is kept
+    /// as the spare, and the next call takes it instead of opening one.
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
-        let (config, statements, shown, alarm) = (
+        if let Some(spare) = lock(&self.spare).take().filter(|s| s.is_alive()) {
+            return Ok(spare);
+        }
+        let (config, statements, shown, alarm, spare) = (
             self.config.clone(),
             self.statements.clone(),
             self.shown.clone(),
             self.sessions.alarm.clone(),
+            self.spare.clone(),
         );
-        crate::lease::background::run(async move {
-            session::open(&config, &statements, &shown, false, alarm).await
-        })
-        .await
+        let (opened, heard) = tokio::sync::oneshot::channel();
+        crate::lease::background::spawn(async move {
+            let session = session::open(&config, &statements, &shown, false, alarm).await;
+            if let Err(Ok(session)) = opened.send(session) {
+                if let Some(older) = lock(&spare).replace(session) {
+                    older.close();
+                }
+            }
+        });
+        // Not sent: the task was dropped unrun (after `shutdown`).
+        heard.await.unwrap_or(Err(LockError::ShutDown))
     }
 
     /// A live session for a read (inspect, list, force_release).

@@ -273,6 +273,13 @@ impl PgServer {
 
     single_server_accessors!(port, certs);
 
+    /// The server's log file (its stderr, at the default `log_min_messages`
+    /// and `log_min_error_statement`): for tests that count what a client
+    /// made the server log.
+    pub fn log_path(&self) -> &Path {
+        self.process.log_path()
+    }
+
     /// The dlock URL: `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)

@@ -149,13 +149,16 @@ impl PostgresBackend {
                 let answer = if found.contains(&key) {
                     self.renewed(&leases[i], sent)
                 } else {
-                    self.forget(&leases[i]);
-                    // The marker may still be held: let it go.
-                    held::undo_in_background(
-                        session.clone(),
-                        vec![(key, hold)],
-                        vec![hold.reserved(key)],
-                    );
+                    // The marker may still be held: let it go (unless the
+                    // permit was released meanwhile: its session may hold a
+                    // new permit of the semaphore by now).
+                    if self.forget(&leases[i]) {
+                        held::undo_in_background(
+                            session.clone(),
+                            vec![(key, hold)],
+                            vec![hold.reserved(key)],
+                        );
+                    }
                     Renewal::Refused
                 };
                 (i, Ok(answer))

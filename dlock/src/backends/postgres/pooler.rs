@@ -82,11 +82,17 @@ pub(super) const GUARD_MARK: &str = "dlock-pooler-guard";
 /// nothing acts elsewhere. The `ELSE` is a subquery, run only when
 /// reached, so a matching guard costs one `current_setting`.
 pub(super) fn guard(n: u8) -> String {
+    guard_on(&format!("${n}"))
+}
+
+/// The [`guard`] on the token `token`, an SQL expression (a parameter, or
+/// a quoted literal where a statement takes no parameters: a `DO` block).
+pub(super) fn guard_on(token: &str) -> String {
     format!(
-        "(CASE WHEN current_setting('{CLAIM}', true) = ${n}::text THEN true ELSE \
+        "(CASE WHEN current_setting('{CLAIM}', true) = {token}::text THEN true ELSE \
          (SELECT ('{GUARD_MARK}: ended ' || count(pg_terminate_backend(a.pid)))::bool \
-           FROM pg_stat_get_activity(NULL) a WHERE a.pid::text = split_part(${n}::text, '.', 2) \
-           AND (EXTRACT(EPOCH FROM a.backend_start) * 1000000)::int8::text = split_part(${n}::text, '.', 3)) END)"
+           FROM pg_stat_get_activity(NULL) a WHERE a.pid::text = split_part({token}::text, '.', 2) \
+           AND (EXTRACT(EPOCH FROM a.backend_start) * 1000000)::int8::text = split_part({token}::text, '.', 3)) END)"
     )
 }
 

@@ -64,7 +64,9 @@ impl PostgresBackend {
         own: &OwnLocks,
     ) -> RoundAnswers {
         if !session.is_alive() {
-            at.iter().for_each(|&i| self.forget(&leases[i]));
+            at.iter().for_each(|&i| {
+                let _ = self.forget(&leases[i]);
+            });
             return at
                 .into_iter()
                 .map(|i| (i, Ok(Renewal::SessionExpired)))
@@ -111,8 +113,9 @@ impl PostgresBackend {
             .map(|(i, name)| {
                 let key = advisory_key_in(&self.config.prefix, &leases[i].key);
                 let answer = if !owned.contains(&key) {
-                    self.forget(&leases[i]);
-                    session.unreserve(key);
+                    if self.forget(&leases[i]) {
+                        session.unreserve(key);
+                    }
                     Renewal::Refused
                 } else if ours
                     .as_ref()
@@ -122,8 +125,9 @@ impl PostgresBackend {
                 } else {
                     // The row names another holder: force-released. The
                     // session still has the lock: let it go.
-                    self.forget(&leases[i]);
-                    held::unlock_in_background(session.clone(), key);
+                    if self.forget(&leases[i]) {
+                        held::unlock_in_background(session.clone(), key);
+                    }
                     Renewal::Deleted
                 };
                 (i, Ok(answer))

@@ -41,9 +41,12 @@ impl PostgresBackend {
         Renewal::Renewed { valid_until }
     }
 
-    /// Forgets the record of `lease`, which this backend no longer holds.
-    pub(super) fn forget(&self, lease: &Lease) {
-        lock(&self.held).remove(&lease.token);
+    /// Forgets the record of `lease`, which this backend no longer holds;
+    /// false if it was gone already (released while the round was out):
+    /// then its key may be asked for again on its session, and the round
+    /// must neither unlock nor unreserve it there.
+    pub(super) fn forget(&self, lease: &Lease) -> bool {
+        lock(&self.held).remove(&lease.token).is_some()
     }
 
     /// The answers of a renewal statement that failed, for the leases
@@ -60,7 +63,7 @@ impl PostgresBackend {
         if !session.is_alive() {
             return at
                 .map(|i| {
-                    self.forget(&leases[i]);
+                    let _ = self.forget(&leases[i]);
                     (i, Ok(Renewal::SessionExpired))
                 })
                 .collect();

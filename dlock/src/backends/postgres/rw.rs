@@ -257,8 +257,9 @@ impl PostgresBackend {
                 let answer = if found.contains(&key) {
                     self.renewed(&leases[i], sent)
                 } else {
-                    self.forget(&leases[i]);
-                    session.unreserve(key);
+                    if self.forget(&leases[i]) {
+                        session.unreserve(key);
+                    }
                     Renewal::Refused
                 };
                 (i, Ok(answer))

@@ -52,7 +52,8 @@ impl std::fmt::Debug for Session {
 /// The statements every lock session runs, prepared once.
 pub(super) struct Prepared {
     pub(super) acquire: Statement,
-    pub(super) wait: Statement,
+    pub(super) claim: Statement,
+    pub(super) cancel: Statement,
     pub(super) renew: Statement,
     pub(super) own_locks: Statement,
     pub(super) release: Statement,
@@ -210,9 +211,10 @@ pub(super) async fn open(
             super::setup::check_server(&client, config, shown).await?;
             super::setup::ensure_table(&client, config, statements, shown).await?;
         }
-        let (acquire, wait, renew, own_locks, release, unlock) = tokio::try_join!(
+        let (acquire, claim, cancel, renew, own_locks, release, unlock) = tokio::try_join!(
             client.prepare(&statements.acquire),
-            client.prepare(&statements.wait),
+            client.prepare(&statements.claim),
+            client.prepare(&statements.cancel),
             client.prepare(&statements.renew),
             client.prepare(&statements.own_locks),
             client.prepare(&statements.release),
@@ -238,7 +240,8 @@ pub(super) async fn open(
         Ok::<_, LockError>((
             Prepared {
                 acquire,
-                wait,
+                claim,
+                cancel,
                 renew,
                 own_locks,
                 release,

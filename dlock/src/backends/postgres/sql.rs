@@ -53,6 +53,31 @@ macro_rules! held_by {
     };
 }
 
+/// Whether this session holds the advisory lock `$id` (an expression
+/// naming a bigint) of form `$subid` (1: `bigint`, 2: two `int4`s) in
+/// `$mode`: its own `pg_locks` rows. The server warns (`you don't own a
+/// lock of type …`, a log line) for every unlock of a lock the session does
+/// not hold, so every unlock that may find nothing (the undoing of a
+/// dropped or refused attempt) asks first. No `pg_database` look-up (a
+/// session's advisory locks are all in its own database): that shared
+/// catalog would take a lock-table entry, which a full table refuses.
+macro_rules! own_lock {
+    ($id:literal, $subid:literal, $mode:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'",
+            " AND l.granted AND l.objsubid = ",
+            $subid,
+            " AND l.mode = '",
+            $mode,
+            "' AND l.classid = ((",
+            $id,
+            " >> 32) & 4294967295)::oid AND l.objid = (",
+            $id,
+            " & 4294967295)::oid)"
+        )
+    };
+}
+
 /// The statements, with the tables' names filled in. Each one that takes,
 /// checks or lets go an advisory lock has one parameter more than its doc
 /// below says, the last: the session's claim token, which its pooler guard
@@ -70,10 +95,16 @@ pub(super) struct Statements {
     /// Try the lock; if granted, the next fence and the holder's row.
     /// `$1` advisory key, `$2` name, `$3` token, `$4` ttl in seconds.
     pub(super) acquire: String,
-    /// [`acquire`](Self::acquire) waiting in the server's own queue of the
-    /// lock (`pg_advisory_lock`) at most `$5` ms (`lock_timeout`, 0: no
-    /// limit); see `turns.rs`.
-    pub(super) wait: String,
+    /// [`acquire`](Self::acquire) after a wait in the server's own queue
+    /// of the lock ([`wait_block`]; see `turns.rs`): the lock is not taken
+    /// again but found among this session's own, and, if there, the fence
+    /// and holder row written. Same parameters.
+    pub(super) claim: String,
+    /// Cancels the statement of the server process `$1` (`int4`) if it
+    /// waits for an advisory lock (a dropped wait's [`wait_block`], which
+    /// ends quietly when cancelled); answers how many it cancelled (0 or 1).
+    /// Anything else that process runs is left alone.
+    pub(super) cancel: String,
     /// Moves the expiry of the holder rows `$1` (names) that still name
     /// their token (`$2`, ttls `$3`); answers the names of those rows.
     /// Whether the session still holds each lock is [`own_locks`](Self::own_locks)'
@@ -95,7 +126,8 @@ pub(super) struct Statements {
     /// and frees some: the row's clear (a write, which locks its
     /// transaction id) and the announcement then find room in a full one.
     pub(super) release: String,
-    /// Unlock `$1` and announce, whatever the row says.
+    /// Unlock `$1` and announce, whatever the row says, if this session
+    /// holds it (answers false, and the server logs nothing, if not).
     pub(super) unlock: String,
     /// `$1` name: fence, holder token, seconds left, whether held by anyone.
     pub(super) inspect: String,
@@ -177,9 +209,11 @@ pub(super) struct RwStatements {
     /// not and `$5` (keep it while waiting) is false. Answers
     /// (intent held, granted, fence).
     pub(super) write: String,
-    /// Unlocks the exclusive key `$1` and announces `$2`.
+    /// Unlocks the exclusive key `$1` and announces `$2`, if this session
+    /// holds it exclusively (else answers false, and nothing is logged).
     pub(super) unlock: String,
-    /// Unlocks the shared lock `$1` and announces it.
+    /// Unlocks the shared lock `$1` and announces it, if this session
+    /// holds it shared (else answers false).
     pub(super) unlock_shared: String,
     /// Which of the locks `$1` this session holds (either mode).
     pub(super) renew: String,
@@ -208,6 +242,7 @@ impl Statements {
         let leaders = format!("\"{schema}\".dlock_leaders");
         let held_by_anyone = held_by!("h.lock_id", "");
         let (g1, g2, g4, g5) = (guard(1), guard(2), guard(4), guard(5));
+        let mine = own_lock!("$1::int8", "1", "ExclusiveLock");
         let acquire = format!(
                 "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok WHERE {g5}), \
                  fence AS (INSERT INTO {table} AS f (name, counter) SELECT $2::text, {NOW_US} FROM got WHERE ok \
@@ -219,7 +254,10 @@ impl Statements {
                  SELECT (SELECT ok FROM got), (SELECT counter FROM fence), (SELECT count(*) FROM who)"
         );
         Statements {
-            wait: waiting(&acquire),
+            claim: claim(&acquire),
+            cancel: "SELECT count(pg_cancel_backend(a.pid)) FROM pg_stat_get_activity($1::int4) a \
+                     WHERE a.wait_event_type = 'Lock' AND a.wait_event = 'advisory'"
+                .to_owned(),
             acquire,
             renew: format!(
                 "UPDATE {holders} h SET expires = clock_timestamp() + make_interval(secs => k.secs) \
@@ -239,7 +277,8 @@ impl Statements {
                  SELECT (SELECT ok FROM u), (SELECT n FROM u), (SELECT count(*) FROM n), (SELECT count(*) FROM c)"
             ),
             unlock: format!(
-                "WITH u AS (SELECT pg_advisory_unlock($1::int8) AS ok WHERE {g2}), \
+                "WITH u AS (SELECT CASE WHEN {mine} THEN pg_advisory_unlock($1::int8) ELSE false END AS ok \
+                   WHERE {g2}), \
                  n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE ok) \
                  SELECT (SELECT ok FROM u), (SELECT count(*) FROM n)"
             ),
@@ -319,6 +358,8 @@ impl RwStatements {
         let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()", "2");
         let (main, intent) = (pair!("1"), pair!("2"));
         let (g2, g3, g6) = (guard(2), guard(3), guard(6));
+        let mine = own_lock!("$1::int8", "2", "ExclusiveLock");
+        let shared = own_lock!("$1::int8", "2", "ShareLock");
         RwStatements {
             read: format!(
                 "WITH i AS (SELECT pg_try_advisory_lock_shared({intent}) AS ok WHERE {g3}), \
@@ -344,12 +385,14 @@ impl RwStatements {
                  SELECT (SELECT ok FROM i), (SELECT ok FROM m), (SELECT counter FROM fence), (SELECT count(*) FROM n)"
             ),
             unlock: format!(
-                "WITH u AS (SELECT pg_advisory_unlock({main}) AS ok WHERE {g3}), \
+                "WITH u AS (SELECT CASE WHEN {mine} THEN pg_advisory_unlock({main}) ELSE false END AS ok \
+                   WHERE {g3}), \
                  n AS (SELECT pg_notify('{CHANNEL}', $2::int8::text) FROM u WHERE ok) \
                  SELECT (SELECT ok FROM u), (SELECT count(*) FROM n)"
             ),
             unlock_shared: format!(
-                "WITH u AS (SELECT pg_advisory_unlock_shared({main}) AS ok WHERE {g2}), \
+                "WITH u AS (SELECT CASE WHEN {shared} THEN pg_advisory_unlock_shared({main}) ELSE false END AS ok \
+                   WHERE {g2}), \
                  n AS (SELECT pg_notify('{CHANNEL}', $1::int8::text) FROM u WHERE ok) \
                  SELECT (SELECT ok FROM u), (SELECT count(*) FROM n)"
             ),
@@ -415,7 +458,7 @@ fn sweep(table: &str, holders: &str, retention_us: i64, held: &str) -> String {
     )
 }
 
-/// The head of the try statement [`waiting`] rewrites (its guard is `$5`).
+/// The head of the try statement [`claim`] rewrites (its guard is `$5`).
 fn try_head() -> String {
     format!(
         "WITH got AS (SELECT pg_try_advisory_lock($1::int8) AS ok WHERE {})",
@@ -423,21 +466,50 @@ fn try_head() -> String {
     )
 }
 
-/// The waiting form of the acquisition statement `acquire` (which tries
-/// with `pg_try_advisory_lock`): the same fence and holder row, after a
-/// `pg_advisory_lock` that waits in the lock's queue at most `$5` ms
-/// (`lock_timeout`; `0`: no limit), a setting local to the statement's
-/// transaction and put back to no limit once the lock is granted: the
-/// fence's and holder row's writes may wait for the previous holder's
-/// release to commit, and must not time out holding the lock.
-fn waiting(acquire: &str) -> String {
+/// The claiming form of the acquisition statement `acquire` (which tries
+/// with `pg_try_advisory_lock`), sent after a [`wait_block`]: whether the
+/// block was granted the lock is whether this session holds it now (the
+/// waiting session holds nothing else), and the lock is not asked for
+/// again (advisory locks count per session: a second grant would need a
+/// second unlock). The same fence and holder row follow; their writes may
+/// wait for the previous holder's release to commit, under the session's
+/// `lock_timeout` of 0.
+fn claim(acquire: &str) -> String {
     let rest = acquire.strip_prefix(&try_head()).unwrap_or_else(|| {
         unreachable!("the acquisition statement starts with its try: {acquire}")
     });
-    let g6 = guard(6);
-    format!(
-        "WITH t AS (SELECT set_config('lock_timeout', $5::text, true) AS s WHERE {g6}), \
-         got AS (SELECT set_config('lock_timeout', '0', true) IS NOT NULL AS ok \
-           FROM t, LATERAL (SELECT pg_advisory_lock($1::int8) WHERE {g6} AND t.s IS NOT NULL) x){rest}"
-    )
+    let mine = own_lock!("$1::int8", "1", "ExclusiveLock");
+    format!("WITH got AS (SELECT {mine} AS ok WHERE {}){rest}", guard(5))
+}
+
+/// The wait of advisory key `key` in the server's own queue of the lock,
+/// on the session whose claim token is `token`: a `DO` block whose
+/// `pg_advisory_lock` waits at most `limit_ms` (`lock_timeout`, local to
+/// the block's transaction; 0: no limit), and which ends without an error
+/// whether the lock was granted, the time ran out, or a dropped wait
+/// cancelled it (`pg_cancel_backend`, [`Statements::cancel`]): an error
+/// caught in PL/pgSQL is not logged, so a timed-out or cancelled wait
+/// writes nothing to the server's log, and the session stays usable.
+/// Whether it was granted is [`claim`]'s answer, sent next. A `DO` block
+/// takes no parameters: the key and limit are numbers, and the token
+/// (`<hex>.<pid>.<µs>`, made by `pooler.rs`) is put in as a literal, or
+/// `None` if it is not of that form.
+pub(super) fn wait_block(key: i64, limit_ms: u128, token: &str) -> Option<String> {
+    if token.is_empty()
+        || !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.')
+    {
+        return None;
+    }
+    let guarded = super::pooler::guard_on(&format!("'{token}'"));
+    Some(format!(
+        "DO $dlock$ BEGIN \
+           IF {guarded} THEN \
+             PERFORM set_config('lock_timeout', '{limit_ms}', true); \
+             PERFORM pg_advisory_lock('{key}'::int8); \
+           END IF; \
+         EXCEPTION WHEN query_canceled OR lock_not_available THEN NULL; \
+         END $dlock$"
+    ))
 }

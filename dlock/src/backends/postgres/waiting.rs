@@ -51,31 +51,47 @@ impl PostgresBackend {
     }
 
     /// Makes sure the listening connection is up; false if it cannot be.
+    /// A new one is opened by a task of its own, which keeps it: a waiter
+    /// dropped meanwhile does not cut the connection mid-setup (that cost
+    /// a connection per cancelled first wait, and a "connection reset"
+    /// line in the server's log).
     pub(super) async fn ensure_listener(&self) -> bool {
-        let mut listener = self.listener.lock().await;
-        if listener.as_ref().is_some_and(Listener::is_alive) {
+        if self
+            .listener
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(Listener::is_alive)
+        {
             return true;
         }
-        let (config, shown, waiters) = (
+        let (slot, config, shown, waiters) = (
+            self.listener.clone(),
             self.config.clone(),
             self.shown.clone(),
             Arc::downgrade(&self.waiters),
         );
-        match crate::lease::background::run(async move {
-            Listener::open(&config, &shown, waiters).await
-        })
-        .await
-        {
-            Ok(new) => {
-                *listener = Some(new);
-                listener::listening_again(&self.waiters);
-                true
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "PostgreSQL listener could not connect; waiters re-check on a timer");
-                false
-            }
-        }
+        let (up, heard) = tokio::sync::oneshot::channel();
+        crate::lease::background::spawn(async move {
+            let mut listener = slot.lock().await;
+            let alive = listener.as_ref().is_some_and(Listener::is_alive)
+                || match Listener::open(&config, &shown, waiters.clone()).await {
+                    Ok(new) => {
+                        *listener = Some(new);
+                        if let Some(waiters) = waiters.upgrade() {
+                            listener::listening_again(&waiters);
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "PostgreSQL listener could not connect; waiters re-check on a timer");
+                        false
+                    }
+                };
+            let _ = up.send(alive);
+        });
+        // Not sent: the task was dropped unrun (after `shutdown`).
+        heard.await.unwrap_or(false)
     }
 
     /// A plain lock granted on `session` (a try, or a wait in the lock's queue): remembered as

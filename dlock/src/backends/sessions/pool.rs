@@ -173,9 +173,9 @@ impl<S: PooledSession> Pool<S> {
         Ok(Reserved::Busy)
     }
 
-    /// The least loaded live session, if any; none is opened (for a short
-    /// statement that must not cost a connection: MySQL's `KILL QUERY`).
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    /// The least loaded live session, if any; none is opened and nothing is
+    /// reserved (for a short statement that must not cost a connection:
+    /// MySQL's `KILL QUERY`, PostgreSQL's `pg_cancel_backend`).
     pub(crate) fn live(&self) -> Option<Arc<S>> {
         lock(&self.slots)
             .iter()
