@@ -167,6 +167,12 @@ impl MariaDbServer {
                 })
             }
         };
+        // The server's own temporary files (the implicit temporary tables of
+        // a PROCESSLIST query) in its directory, not the shared /tmp: a
+        // test that cleans /tmp once made a PROCESSLIST query fail with
+        // "Error on delete of '/tmp/#sql-temptable-…'".
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).context(|| format!("create {}", tmp.display()))?;
         give(dir.path(), user)?;
         let mut spec = spec_as(
             user,
@@ -181,6 +187,7 @@ impl MariaDbServer {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", dir.path().join("sock").display()))
             .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(["--skip-log-bin", "--max-connections=500"])
             .args(INNODB);
         if let Some(certs) = &certs {
