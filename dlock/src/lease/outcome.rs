@@ -14,8 +14,8 @@
 //! What was heard is kept per key in the local line (`queue.rs`'s
 //! `Hearing`), since only the front waiter of a process asks the server:
 //! - a backend call reports, while it is out, each request it sends and
-//!   each answer it hears ([`sending`], [`answered`]: a task-local set
-//!   around the call by `acquire.rs`; Redis, Redisson, PostgreSQL, MySQL,
+//!   each answer it hears (`backend/hearing.rs`: a task-local set around
+//!   the call by `acquire.rs`; Redis, Redisson, PostgreSQL, MySQL,
 //!   etcd and ZooKeeper locks report, a custom backend need not);
 //! - a waiter that runs out in the line is told contention if a local
 //!   holder has the key, if the line heard an answer during its wait, or
@@ -30,35 +30,30 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::backend::hearing;
 use crate::backend::transient::Transient;
 use crate::backend::LockBackend;
 use crate::lease::queue::{KeySlot, Verdict};
 use crate::lease::ride_through::RideThrough;
 use crate::LockError;
 
-tokio::task_local! {
-    /// The key slot whose line the backend call being polled reports to.
-    static LINE: Arc<KeySlot>;
-}
-
 /// Runs the backend call `call` for a waiter of `line`, so that what it
-/// sends and hears is the line's (cancel safe: the mark of a call out goes
-/// when `call` is dropped).
+/// sends and hears (`backend/hearing.rs`) is the line's (cancel safe: the
+/// mark of a call out goes when `call` is dropped).
 pub(crate) async fn reporting_to<F: Future>(line: Arc<KeySlot>, call: F) -> F::Output {
     let calling = line.clone();
     let _out = calling.calling();
-    LINE.scope(line, call).await
+    hearing::listened(line, call).await
 }
 
-/// A backend call sent a request about its key, bounded by the wait
-/// (nothing outside an acquisition's call).
-pub(crate) fn sending() {
-    let _ = LINE.try_with(|line| line.sending());
-}
+impl hearing::Listener for KeySlot {
+    fn sending(&self) {
+        KeySlot::sending(self);
+    }
 
-/// A backend call heard the server answer about its key (held, granted).
-pub(crate) fn answered() {
-    let _ = LINE.try_with(|line| line.answered());
+    fn answered(&self) {
+        KeySlot::answered(self);
+    }
 }
 
 /// A wait that ran out in this process's line for the key, before its
@@ -194,9 +189,9 @@ mod tests {
         let queue = LocalQueue::default();
         let line = queue.slot("k");
         let began = Instant::now();
-        answered();
+        hearing::answered();
         assert!(!line.answered_since(began), "heard outside any call");
-        reporting_to(line.clone(), async { answered() }).await;
+        reporting_to(line.clone(), async { hearing::answered() }).await;
         assert!(line.answered_since(began));
     }
 }

@@ -48,7 +48,7 @@ struct Hearing {
     failure: Option<(Instant, Arc<str>)>,
     /// Since when the backend call now out on the key has sent requests
     /// without an answer (set by backends that report what they send and
-    /// hear, `outcome::sending`; cleared by an answer and by the call's
+    /// hear, `backend/hearing.rs`; cleared by an answer and by the call's
     /// end).
     asking_since: Option<Instant>,
     /// Turns held by granted leases of this process.
@@ -125,7 +125,7 @@ impl KeySlot {
         let Some(since) = hearing.asking_since else {
             // Nothing heard of an outage: the waiter ahead is in a
             // server-side wait after its answer, or its backend does not
-            // report what it hears (`outcome::sending`).
+            // report what it hears (`backend/hearing.rs`).
             return Verdict::Contention;
         };
         Verdict::Outage(format!(

@@ -72,13 +72,13 @@ impl Progress {
         self.failure = None;
         self.asking_since = None;
         self.heard = true;
-        crate::lease::outcome::answered();
+        crate::backend::hearing::answered();
     }
 
     /// A request to etcd sent, unanswered so far.
     pub(super) fn asking(&mut self) {
         self.asking_since = Some(Instant::now());
-        crate::lease::outcome::sending();
+        crate::backend::hearing::sending();
     }
 
     /// What `acquire` returns when its deadline passed: a timeout, unless

@@ -79,7 +79,7 @@ impl MysqlBackend {
         let mut heard = false;
         // Out without an answer from here (`lease/outcome.rs`): a waiting
         // session that cannot be opened is silence too.
-        crate::lease::outcome::sending();
+        crate::backend::hearing::sending();
         if !self.contended.recently(&name) {
             // Bounded by the wait, not by the request timeout alone: a
             // short wait on a stopped server ends at its deadline.
@@ -87,7 +87,7 @@ impl MysqlBackend {
             match crate::backend::deadline::until(deadline, self.try_once(req)).await {
                 Some(answer) => {
                     let answer = answer?;
-                    crate::lease::outcome::answered();
+                    crate::backend::hearing::answered();
                     if let Some(lease) = answer {
                         return Ok(Some(lease));
                     }
@@ -173,14 +173,14 @@ where
         };
         tokio::time::sleep_until(nap.into()).await;
         let sent = Instant::now();
-        crate::lease::outcome::sending();
+        crate::backend::hearing::sending();
         match crate::backend::deadline::until(deadline, attempt()).await {
             None if heard => return Ok(None),
             None => return Err(crate::backend::transient::unanswered(shown, sent)),
             Some(answer) => {
                 heard = true;
                 let answer = answer?;
-                crate::lease::outcome::answered();
+                crate::backend::hearing::answered();
                 if let Some(lease) = answer {
                     return Ok(Some(lease));
                 }

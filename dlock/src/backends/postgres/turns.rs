@@ -100,7 +100,7 @@ impl PostgresBackend {
         let mut heard = false;
         // Out without an answer from here (`lease/outcome.rs`): a waiting
         // session that cannot be opened is silence too.
-        crate::lease::outcome::sending();
+        crate::backend::hearing::sending();
         if !self.contended.recently(key) {
             // Bounded by the wait, not by the request timeout alone: a
             // short wait on a stopped server ends at its deadline.
@@ -108,7 +108,7 @@ impl PostgresBackend {
             match crate::backend::deadline::until(deadline, self.try_once(req)).await {
                 Some(answer) => {
                     let answer = answer?;
-                    crate::lease::outcome::answered();
+                    crate::backend::hearing::answered();
                     if let Some(lease) = answer {
                         return Ok(Some(lease));
                     }

@@ -40,7 +40,7 @@ impl PostgresBackend {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             let sent = Instant::now();
-            crate::lease::outcome::sending();
+            crate::backend::hearing::sending();
             let Some(answer) = crate::backend::deadline::until(deadline, attempt(state)).await
             else {
                 if heard {
@@ -53,7 +53,7 @@ impl PostgresBackend {
             };
             heard = true;
             let answer = answer?;
-            crate::lease::outcome::answered();
+            crate::backend::hearing::answered();
             if let Some(lease) = answer {
                 return Ok(Some(lease));
             }

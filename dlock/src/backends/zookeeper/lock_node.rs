@@ -65,7 +65,7 @@ impl ZooKeeperBackend {
         let (session, mut cleanup, waited, asked) = loop {
             let opened = async { self.session().await };
             let opening = Instant::now();
-            crate::lease::outcome::sending();
+            crate::backend::hearing::sending();
             let session = match deadline {
                 Some(d) => match tokio::time::timeout_at(d.into(), opened).await {
                     Ok(c) => c?,
@@ -97,7 +97,7 @@ impl ZooKeeperBackend {
             let mut cleanup = Cleanup::new(&session, dir, &uuid);
             // When the create of this acquisition's node was sent (about).
             let asked = Instant::now();
-            crate::lease::outcome::sending();
+            crate::backend::hearing::sending();
             let waited = deadline::until(
                 deadline,
                 self.queue_and_wait(&session, req, (dir, queue), &mut cleanup),

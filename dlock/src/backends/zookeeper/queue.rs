@@ -304,7 +304,7 @@ impl ZooKeeperBackend {
         } = self.place(session, req, (dir, queue), cleanup).await?;
         // The node is in line: the server answered ("held" if it is not
         // first), `lease/outcome.rs`.
-        crate::lease::outcome::answered();
+        crate::backend::hearing::answered();
         let mut counted_from = created;
         loop {
             self.still_queued(&children, &path)?;

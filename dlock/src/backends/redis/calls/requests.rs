@@ -168,12 +168,12 @@ impl RedisBackend {
         heard: &AtomicBool,
     ) -> Result<T, LockError> {
         let sent = Instant::now();
-        crate::lease::outcome::sending();
+        crate::backend::hearing::sending();
         match crate::backend::deadline::until(deadline, request).await {
             Some(answer) => {
                 heard.store(true, Ordering::Relaxed);
                 if answer.is_ok() {
-                    crate::lease::outcome::answered();
+                    crate::backend::hearing::answered();
                 }
                 answer
             }

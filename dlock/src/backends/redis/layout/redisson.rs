@@ -243,7 +243,7 @@ impl RedissonBackend {
             }
             let tried = self.attempt_or_release(req, &names);
             let sent = Instant::now();
-            crate::lease::outcome::sending();
+            crate::backend::hearing::sending();
             let answer = match crate::backend::deadline::until(deadline, tried).await {
                 Some(answer) => answer?,
                 None if heard => return Ok(None),
@@ -255,7 +255,7 @@ impl RedissonBackend {
                 }
             };
             heard = true;
-            crate::lease::outcome::answered();
+            crate::backend::hearing::answered();
             let left = match answer {
                 Ok(lease) => return Ok(Some(lease)),
                 Err(left) => left,
