@@ -106,8 +106,8 @@ impl KeySlot {
 
     /// A waiter that began at `began` ran out in the line, never asking the
     /// server itself. An outage if the line's last word is a failure, or if
-    /// nothing was heard during the wait and the call ahead has a request
-    /// out unanswered; else contention (a local holder, an answer during
+    /// nothing was heard during the wait and the call ahead has had a
+    /// request out unanswered since before the wait began; else contention (a local holder, an answer during
     /// the wait, or a call ahead waiting after its "held").
     pub(crate) fn verdict_in_line(&self, began: Instant) -> Verdict {
         let hearing = lock(&self.hearing);
@@ -122,7 +122,9 @@ impl KeySlot {
         if hearing.answered_at.is_some_and(|a| a >= began) {
             return Verdict::Contention;
         }
-        let Some(since) = hearing.asking_since else {
+        // Silent throughout this wait, or it is not an outage: a request
+        // sent during the wait may just be in flight on a healthy server.
+        let Some(since) = hearing.asking_since.filter(|since| *since <= began) else {
             // Nothing heard of an outage: the waiter ahead is in a
             // server-side wait after its answer, or its backend does not
             // report what it hears (`backend/hearing.rs`).
@@ -343,10 +345,12 @@ impl LocalQueue {
                 .await
                 .and_then(Result::ok)
         };
-        if turn.permit.is_some() {
-            Ok(turn)
-        } else {
-            Err(turn.slot.verdict_in_line(began))
+        match turn.permit {
+            Some(_) => Ok(turn),
+            // One attempt found the line busy: this process holds or asks
+            // for the key right now (`Busy`); it waited for nothing.
+            None if once => Err(Verdict::Contention),
+            None => Err(turn.slot.verdict_in_line(began)),
         }
     }
 
