@@ -20,7 +20,9 @@
 //! - a waiter that runs out in the line is told contention if a local
 //!   holder has the key, if the line heard an answer during its wait, or
 //!   if the call ahead is waiting after its "held"; an outage if the line's
-//!   last word is a failure or the call ahead has had no answer at all;
+//!   last word is a failure or the call ahead has had a request unanswered
+//!   since before the waiter began (one sent during its wait may just be in
+//!   flight); a zero wait that finds the line busy is `Busy`;
 //! - a call cut by the deadline with nothing heard in it (the backends'
 //!   `Unanswered`) is still contention if the line heard an answer during
 //!   this wait (its turn came late, behind a holder): a short wait behind
