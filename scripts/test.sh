@@ -102,7 +102,7 @@ checks() {
     step "cargo clippy of the library, ${features:-default features}: no warnings in the feature sets users build" \
       cargo clippy -p dlock-rs --lib $features -- -D warnings || return
   done
-  step "cargo clippy of the library against freshly updated dependencies, MSRV lint on (a user's build; scripts/fresh_deps.sh)" \
+  step "a user's build: clippy of the library against freshly updated dependencies, and a build with the MSRV's compiler (scripts/fresh_deps.sh)" \
     bash scripts/fresh_deps.sh || return
   echo "== $(date +%T) first run: the quickstart and seckill_segmented compile with cargo alone (no protoc), without a warning"
   first_run || return
