@@ -298,7 +298,7 @@ async fn hold(
         match taken? {
             Ok(Some(guard)) => {
                 guards.push(guard);
-                if guards.len() % 10_000 == 0 {
+                if guards.len().is_multiple_of(10_000) {
                     eprintln!(
                         "N = {n}: {} acquired in {:.1} s",
                         guards.len(),

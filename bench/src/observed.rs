@@ -339,7 +339,7 @@ pub fn print_compared(title: &str, what: &str, compared: &Compared) {
                 ratios.sort_by(f64::total_cmp);
                 let (min, max) = (ratios[0], ratios[ratios.len() - 1]);
                 let mid = ratios.len() / 2;
-                let median = if ratios.len() % 2 == 0 {
+                let median = if ratios.len().is_multiple_of(2) {
                     (ratios[mid - 1] + ratios[mid]) / 2.0
                 } else {
                     ratios[mid]

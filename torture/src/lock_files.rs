@@ -84,7 +84,7 @@ impl LockFiles {
             .and_then(|h| h.strip_prefix("torture-w"))
             .and_then(|n| n.parse::<usize>().ok());
         let path = self.backend.lock_path(key);
-        let how = if self.replaced % 2 == 0 {
+        let how = if self.replaced.is_multiple_of(2) {
             std::fs::remove_file(&path).map_err(|e| format!("remove {}: {e}", path.display()))?;
             "removed"
         } else {

@@ -410,7 +410,7 @@ impl LocalServers {
         let master = g.try_master_index().map_err(|e| e.to_string())?;
         let replica = (0..g.len()).find(|&i| i != master).unwrap_or(master);
         let restart = kind == FaultKind::RestartServer;
-        if target % 2 == 0 && !restart {
+        if target.is_multiple_of(2) && !restart {
             Ok((master, format!("server {master} (master)")))
         } else {
             Ok((replica, format!("server {replica} (replica)")))

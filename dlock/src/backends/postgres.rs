@@ -580,10 +580,10 @@ impl PostgresBackend {
         let (opened, heard) = tokio::sync::oneshot::channel();
         crate::lease::background::spawn(async move {
             let session = session::open(&config, &statements, &shown, false, alarm).await;
-            if let Err(Ok(session)) = opened.send(session) {
-                if let Some(older) = lock(&spare).replace(session) {
-                    older.close();
-                }
+            if let Err(Ok(session)) = opened.send(session)
+                && let Some(older) = lock(&spare).replace(session)
+            {
+                older.close();
             }
         });
         // Not sent: the task was dropped unrun (after `shutdown`).

@@ -345,10 +345,10 @@ impl LeaseShared {
 /// Logs a background release that failed for another reason than a lease
 /// already gone.
 fn report_background(result: Result<(), LockError>) {
-    if let Err(e) = result {
-        if !matches!(e, LockError::NotHeld { .. }) {
-            tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
-        }
+    if let Err(e) = result
+        && !matches!(e, LockError::NotHeld { .. })
+    {
+        tracing::warn!(error = %e, "background release failed; the lease will expire by its ttl");
     }
 }
 

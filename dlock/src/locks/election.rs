@@ -486,10 +486,10 @@ impl Drop for Leadership {
         // releases and the record is left behind (no reader shows it: the
         // lease no longer holds the key).
         crate::lease::background::spawn(async move {
-            if let Some(elections) = backend.election() {
-                if let Err(e) = elections.withdraw(&lease).await {
-                    tracing::debug!(error = %e, election = %lease.key, "withdrawing a dropped leadership's record failed; readers ignore it once the lease is gone");
-                }
+            if let Some(elections) = backend.election()
+                && let Err(e) = elections.withdraw(&lease).await
+            {
+                tracing::debug!(error = %e, election = %lease.key, "withdrawing a dropped leadership's record failed; readers ignore it once the lease is gone");
             }
             drop(guard.release().await);
         });

@@ -221,10 +221,10 @@ impl Inner {
             }
             let Some(kv) = event.kv() else { continue };
             let Ok(key) = kv.key_str() else { continue };
-            if let Some(h) = held.get_mut(key) {
-                if h.revision < kv.mod_revision() {
-                    h.deleted = true;
-                }
+            if let Some(h) = held.get_mut(key)
+                && h.revision < kv.mod_revision()
+            {
+                h.deleted = true;
             }
         }
     }

@@ -163,10 +163,10 @@ impl Inner {
                             .filter(|k| {
                                 k.starts_with(prefix) && crate::backend::key::validate(k).is_ok()
                             });
-                        if let Some(key) = key {
-                            if keys.last() != Some(&key) {
-                                keys.push(key);
-                            }
+                        if let Some(key) = key
+                            && keys.last() != Some(&key)
+                        {
+                            keys.push(key);
                         }
                         // Past the whole directory: `<root><segment>0`
                         // (`0` follows `/`).

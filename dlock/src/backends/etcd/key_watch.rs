@@ -79,10 +79,10 @@ impl Inner {
     /// watch task starts with the first key.
     pub(super) fn watch_key(self: &Arc<Self>, entry: &str, revision: i64) {
         let mut watch = lock(&self.key_watch);
-        if let Some(old) = watch.ids.remove(entry) {
-            if let Some(commands) = &watch.commands {
-                let _ = commands.send(Command::Cancel(old));
-            }
+        if let Some(old) = watch.ids.remove(entry)
+            && let Some(commands) = &watch.commands
+        {
+            let _ = commands.send(Command::Cancel(old));
         }
         watch.next_id += 1;
         let id = watch.next_id;
@@ -110,10 +110,10 @@ impl Inner {
     /// Stops watching `entry` (released, or found lost).
     pub(super) fn unwatch_key(&self, entry: &str) {
         let mut watch = lock(&self.key_watch);
-        if let Some(id) = watch.ids.remove(entry) {
-            if let Some(commands) = &watch.commands {
-                let _ = commands.send(Command::Cancel(id));
-            }
+        if let Some(id) = watch.ids.remove(entry)
+            && let Some(commands) = &watch.commands
+        {
+            let _ = commands.send(Command::Cancel(id));
         }
     }
 

@@ -58,12 +58,11 @@ pub(super) fn check_local(dir: &Path) -> Result<(), String> {
     if let Some((_, name)) = NETWORK.iter().find(|(magic, _)| *magic == kind) {
         return Err(refusal(name));
     }
-    if kind == FUSE {
-        if let Some(subtype) = fuse_subtype(dir) {
-            if NETWORK_FUSE.contains(&subtype.as_str()) {
-                return Err(refusal(&subtype));
-            }
-        }
+    if kind == FUSE
+        && let Some(subtype) = fuse_subtype(dir)
+        && NETWORK_FUSE.contains(&subtype.as_str())
+    {
+        return Err(refusal(&subtype));
     }
     Ok(())
 }

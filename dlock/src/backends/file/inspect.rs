@@ -175,10 +175,10 @@ impl FileBackend {
             let Some(named) = names::key_of(&self.config.prefix, name) else {
                 continue;
             };
-            if let Named::Key(key) = &named {
-                if !key.starts_with(prefix) {
-                    continue;
-                }
+            if let Named::Key(key) = &named
+                && !key.starts_with(prefix)
+            {
+                continue;
             }
             let Some((info, record)) = self.held_file(name, holders.as_ref())? else {
                 continue;

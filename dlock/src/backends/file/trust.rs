@@ -114,12 +114,12 @@ impl Trust {
                 "the fence counter `{shown}` holds {last}, more than any clock gives (at most {MAX_PLAUSIBLE_FENCE}): counting on would reach u64::MAX and repeat tokens; someone wrote it by hand or by mistake: write the last token actually issued into it"
             )));
         }
-        if let Some(&issued) = lock(&self.issued).get(stem) {
-            if last < issued {
-                return Err(Untrusted(format!(
+        if let Some(&issued) = lock(&self.issued).get(stem)
+            && last < issued
+        {
+            return Err(Untrusted(format!(
                     "the fence counter `{shown}` holds {last}, below {issued}, a token this process already issued: it was set back, and the next token would be lower than one given before; write {issued} (or more) into it"
                 )));
-            }
         }
         Ok(last)
     }
@@ -131,10 +131,11 @@ impl Trust {
     /// caught only by the clock floor, as after a restart).
     pub(super) fn issued(&self, stem: &str, fence: u64) {
         let mut issued = lock(&self.issued);
-        if issued.len() >= ISSUED_KEYS && !issued.contains_key(stem) {
-            if let Some(forgotten) = issued.keys().next().cloned() {
-                issued.remove(&forgotten);
-            }
+        if issued.len() >= ISSUED_KEYS
+            && !issued.contains_key(stem)
+            && let Some(forgotten) = issued.keys().next().cloned()
+        {
+            issued.remove(&forgotten);
         }
         let at = issued.entry(stem.to_owned()).or_insert(0);
         *at = (*at).max(fence);

@@ -151,10 +151,10 @@ pub(super) fn watch_for_loss(
         WatchFlags::ATTRIB | WatchFlags::MOVE_SELF | WatchFlags::DELETE_SELF,
     )?;
     let id = NEXT_LOSS_WATCH.fetch_add(1, Ordering::Relaxed);
-    if let Some(watched) = lock(&watch.watcher.watches).get_mut(&watch.wd) {
-        if Arc::ptr_eq(&watched.notify, &watch.notify) {
-            watched.alarms.push((id, alarm.clone()));
-        }
+    if let Some(watched) = lock(&watch.watcher.watches).get_mut(&watch.wd)
+        && Arc::ptr_eq(&watched.notify, &watch.notify)
+    {
+        watched.alarms.push((id, alarm.clone()));
     }
     Ok(LossWatch { watch, id })
 }
@@ -162,10 +162,10 @@ pub(super) fn watch_for_loss(
 impl Drop for LossWatch {
     fn drop(&mut self) {
         // (Then `watch` drops: the inode's watch goes with its last user.)
-        if let Some(watched) = lock(&self.watch.watcher.watches).get_mut(&self.watch.wd) {
-            if Arc::ptr_eq(&watched.notify, &self.watch.notify) {
-                watched.alarms.retain(|(id, _)| *id != self.id);
-            }
+        if let Some(watched) = lock(&self.watch.watcher.watches).get_mut(&self.watch.wd)
+            && Arc::ptr_eq(&watched.notify, &self.watch.notify)
+        {
+            watched.alarms.retain(|(id, _)| *id != self.id);
         }
     }
 }

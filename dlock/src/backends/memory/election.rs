@@ -42,10 +42,10 @@ impl ElectionTable {
     /// forgets the observers that are gone.
     fn announce(&self, name: &str, change: &LeaderChange) {
         let mut watchers = lock(&self.watchers);
-        if let Some(inboxes) = watchers.get_mut(name) {
-            if !inboxes.deliver(change) {
-                watchers.remove(name);
-            }
+        if let Some(inboxes) = watchers.get_mut(name)
+            && !inboxes.deliver(change)
+        {
+            watchers.remove(name);
         }
     }
 }

@@ -53,11 +53,11 @@ pub(super) fn take(name: &str) -> String {
 /// which starts the watcher, stays the only one of the two to name the other.
 pub(super) async fn watch<S: PooledSession>(session: Weak<S>, id: u32, opts: Opts, name: String) {
     let ended = |why: &str| {
-        if let Some(s) = session.upgrade() {
-            if s.is_alive() {
-                tracing::debug!(id, why, "MySQL session's end heard by its lifeline");
-                s.close();
-            }
+        if let Some(s) = session.upgrade()
+            && s.is_alive()
+        {
+            tracing::debug!(id, why, "MySQL session's end heard by its lifeline");
+            s.close();
         }
     };
     let mut conn = match Conn::new(opts).await {

@@ -35,14 +35,14 @@ pub(super) async fn ensure_table(
     let found = rows_of(conn, find.clone())
         .await
         .map_err(|e| failed(shown, e))?;
-    if found.rows.is_empty() {
-        if let Err(e) = conn.query_drop(statements.create()).await {
-            let f = Failure::from(e);
-            return Err(LockError::invalid_option(format!(
+    if found.rows.is_empty()
+        && let Err(e) = conn.query_drop(statements.create()).await
+    {
+        let f = Failure::from(e);
+        return Err(LockError::invalid_option(format!(
                 "{shown}: dlock's table {} is missing and could not be created ({}): create it as an administrator (see the `CREATE TABLE` in `dlock::backends::mysql`'s docs) and grant SELECT, INSERT, UPDATE, DELETE on it, or grant CREATE on the database",
                 statements.table, f.text
             )));
-        }
     }
     let found = rows_of(conn, find).await.map_err(|e| failed(shown, e))?;
     let Some(row) = found.rows.first() else {

@@ -72,10 +72,10 @@ impl Waiters {
             return;
         };
         let mut watchers = lock(&self.watchers);
-        if let Some(list) = watchers.get_mut(&key) {
-            if !list.deliver(&announcements::parse(announcement.as_bytes())) {
-                watchers.remove(&key);
-            }
+        if let Some(list) = watchers.get_mut(&key)
+            && !list.deliver(&announcements::parse(announcement.as_bytes()))
+        {
+            watchers.remove(&key);
         }
     }
 

@@ -95,15 +95,15 @@ impl Session {
         answer: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, tokio_postgres::Error> {
         let answer = answer.await;
-        if let Err(e) = &answer {
-            if super::pooler::is_guard_refusal(e) {
-                tracing::warn!(
-                    pid = self.pid,
-                    "a lock statement's pooler guard failed: session retired"
-                );
-                self.alive.store(false, Ordering::SeqCst);
-                self.closing.notify_one();
-            }
+        if let Err(e) = &answer
+            && super::pooler::is_guard_refusal(e)
+        {
+            tracing::warn!(
+                pid = self.pid,
+                "a lock statement's pooler guard failed: session retired"
+            );
+            self.alive.store(false, Ordering::SeqCst);
+            self.closing.notify_one();
         }
         answer
     }

@@ -384,7 +384,7 @@ pub(crate) fn db_channel(channel: &mut String, db: i64) {
 /// server never holds a lease for less than asked.
 pub(crate) fn millis(d: std::time::Duration) -> u64 {
     let ms = d.as_millis();
-    let whole = if d.as_nanos() % 1_000_000 == 0 {
+    let whole = if d.as_nanos().is_multiple_of(1_000_000) {
         ms
     } else {
         ms + 1

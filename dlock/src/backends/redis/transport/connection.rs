@@ -73,14 +73,13 @@ impl Reconnects {
     /// Bumps if `answer` failed in a way after which the connection is
     /// opened anew (broken, refused, no answer in time); returns `answer`.
     pub(in crate::backends::redis) fn after<T>(&self, answer: RedisResult<T>) -> RedisResult<T> {
-        if let Err(e) = &answer {
-            if e.is_io_error()
+        if let Err(e) = &answer
+            && (e.is_io_error()
                 || e.is_connection_dropped()
                 || e.is_connection_refusal()
-                || e.is_timeout()
-            {
-                self.bump();
-            }
+                || e.is_timeout())
+        {
+            self.bump();
         }
         answer
     }

@@ -147,16 +147,16 @@ impl<C: Clone> Retiring<C> {
         answer: RedisResult<T>,
         retires: impl Fn(&redis::RedisError) -> bool,
     ) -> RedisResult<T> {
-        if let Err(e) = &answer {
-            if retires(e) {
-                let mut current = self.lock();
-                let this = current.conn.as_ref().is_some_and(|c| c.number == number);
-                if this && !current.retired {
-                    current.retired = true;
-                    drop(current);
-                    tracing::debug!(error = %e,
+        if let Err(e) = &answer
+            && retires(e)
+        {
+            let mut current = self.lock();
+            let this = current.conn.as_ref().is_some_and(|c| c.number == number);
+            if this && !current.retired {
+                current.retired = true;
+                drop(current);
+                tracing::debug!(error = %e,
                         "a Redis request failed for good on its connection (no answer in time); the connection is retired, the next request opens a new one");
-                }
             }
         }
         answer

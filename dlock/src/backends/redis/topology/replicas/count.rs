@@ -100,12 +100,11 @@ impl ReplicaAck {
         fresh: bool,
     ) -> RedisResult<u32> {
         let slot = matches!(conn, Conn::Cluster(_)).then(|| Slot::for_key(lock_key));
-        if !fresh {
-            if let Some(known) = self.lock().get(&slot) {
-                if known.read.elapsed() < FRESH {
-                    return Ok(known.count);
-                }
-            }
+        if !fresh
+            && let Some(known) = self.lock().get(&slot)
+            && known.read.elapsed() < FRESH
+        {
+            return Ok(known.count);
         }
         let mut info = redis::cmd("INFO");
         info.arg("replication");

@@ -83,12 +83,12 @@ impl crate::backends::redis::RedisBackend {
             // was asked (a request resent after its connection broke): that
             // server is read before the grant is handed over, and a refusal
             // gives the grant back.
-            if self.reconnects.now() != connections {
-                if let Err(refused) = self.eviction_unchanged().await {
-                    unclaimed.disarm();
-                    undo(granted).await;
-                    return Err(refused);
-                }
+            if self.reconnects.now() != connections
+                && let Err(refused) = self.eviction_unchanged().await
+            {
+                unclaimed.disarm();
+                undo(granted).await;
+                return Err(refused);
             }
             let answer = if self.replicas.is_off() {
                 Ok(())

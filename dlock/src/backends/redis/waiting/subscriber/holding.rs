@@ -134,12 +134,12 @@ impl Holdings {
         let Some(gone) = alarming(event, set_alarms) else {
             return;
         };
-        if !gone {
-            if let Some(until) = held.own_set_until.take() {
-                if event == b"set" && Instant::now() < until {
-                    return;
-                }
-            }
+        if !gone
+            && let Some(until) = held.own_set_until.take()
+            && event == b"set"
+            && Instant::now() < until
+        {
+            return;
         }
         self.ring();
     }

@@ -155,11 +155,10 @@ pub(super) async fn run(
                         if subscribe_on(&mut sink, &names, &refused).await.is_err() {
                             break;
                         }
-                        if let Some(other) = next {
-                            if handle(other, &mut sink, &channels, &refused).await.is_err() {
+                        if let Some(other) = next
+                            && handle(other, &mut sink, &channels, &refused).await.is_err() {
                                 break;
                             }
-                        }
                     }
                     Some(other) => {
                         if handle(other, &mut sink, &channels, &refused).await.is_err() {
