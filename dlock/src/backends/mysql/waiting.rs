@@ -80,18 +80,13 @@ impl MysqlBackend {
         // Whether the server answered this acquisition: the wait's end
         // before any answer is an outage, not contention (issue 68).
         let mut heard = false;
-        // Reported only for the try, whose answer is due at once: a wait in
-        // the server's queue is silent until its deadline by design, and
-        // reported as "sent, unanswered" it made the waiters queued behind
-        // it in this process read an outage where a holder is (4 of 5
-        // joined waits ended `Backend` when the key was contended within
-        // the last second and the try skipped). The caller's own cut wait
-        // is still `Backend` (`lease/outcome.rs`).
+        // Out without an answer from here (`lease/outcome.rs`): a waiting
+        // session that cannot be opened is silence too.
+        crate::backend::hearing::sending();
         if !self.contended.recently(&name) {
             // Bounded by the wait, not by the request timeout alone: a
             // short wait on a stopped server ends at its deadline.
             let sent = Instant::now();
-            crate::backend::hearing::sending();
             match crate::backend::deadline::until(deadline, self.try_once(req)).await {
                 Some(answer) => {
                     let answer = answer?;
