@@ -10,9 +10,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-/// Whoever listens to a backend call's reports. The server backends
-/// report; memory and files never wait on an answer that may not come.
-#[cfg_attr(not(server_backend), allow(dead_code))]
+/// Whoever listens to a backend call's reports.
 pub(crate) trait Listener: Send + Sync {
     /// A request about the key was sent, bounded by the wait.
     fn sending(&self);
@@ -31,13 +29,11 @@ pub(crate) async fn listened<F: Future>(listener: Arc<dyn Listener>, call: F) ->
 }
 
 /// A request about the call's key was sent, unanswered so far.
-#[cfg_attr(not(server_backend), allow(dead_code))]
 pub(crate) fn sending() {
     let _ = LISTENER.try_with(|l| l.sending());
 }
 
 /// The server answered about the call's key.
-#[cfg_attr(not(server_backend), allow(dead_code))]
 pub(crate) fn answered() {
     let _ = LISTENER.try_with(|l| l.answered());
 }
