@@ -21,9 +21,9 @@ impl LockError {
     ///
     /// | error | status | why |
     /// |---|---|---|
-    /// | `Busy`, `Timeout` | 409 Conflict, `Retry-After: 1` | another request holds the resource (the server said so); retrying later is right |
+    /// | `Busy`, `Timeout` | 409 Conflict, `Retry-After: 1` | another request holds the resource; retrying later is right |
     /// | `Lost`, `NotHeld` | 409 Conflict | the work ran without the lock to its end: the client should check the outcome before retrying |
-    /// | `Backend`, `Quorum`, `Replication` | 503 Service Unavailable | the lock service failed, or did not answer within the wait (however short): an outage, worth an alert |
+    /// | `Backend`, `Quorum`, `Replication` | 503 Service Unavailable | the lock service failed: an outage, worth an alert |
     /// | `NoBackend`, `InvalidKey`, `InvalidOption` | 500 Internal Server Error | a bug or a misconfiguration of the service |
     ///
     /// ```

@@ -33,7 +33,6 @@ mod all_keys;
 pub(crate) mod deadline;
 mod election;
 pub(crate) mod error;
-pub(crate) mod hearing;
 pub(crate) mod holder;
 pub(crate) mod key;
 mod permits;

@@ -31,11 +31,7 @@ pub enum LockError {
         /// The lock key.
         key: String,
     },
-    /// The lock was not free within the configured wait: the server's last
-    /// word about the key was "held" (to this wait, or to a waiter ahead of
-    /// it in this process's line). A wait that never got an answer, or
-    /// whose attempts since the last answer all failed, is
-    /// [`LockError::Backend`] instead, whatever its length.
+    /// The lock was not free within the configured wait.
     #[error("lock `{key}` was not acquired within {waited:?}; raise `wait` or find the holder")]
     Timeout {
         /// The lock key.

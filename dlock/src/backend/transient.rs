@@ -19,14 +19,11 @@
 //!   `CLUSTERDOWN`, `READONLY` from a demoted master);
 //! - an etcd transport error, or a gRPC status `UNAVAILABLE`,
 //!   `DEADLINE_EXCEEDED` or `ABORTED`;
-//! - [`LockError::Quorum`]: too few Redlock masters answered this round;
-//! - [`Unanswered`]: a wait's deadline came while its request was in flight
-//!   and nothing had been heard from the server in that wait.
+//! - [`LockError::Quorum`]: too few Redlock masters answered this round.
 
 use std::error::Error;
 use std::fmt;
 use std::io;
-use std::time::{Duration, Instant};
 
 use crate::LockError;
 
@@ -66,65 +63,6 @@ impl Error for Transient {
     }
 }
 
-/// A wait's end with its request in flight, before any answer from the
-/// server in that wait (a stopped server, a connection that is being opened
-/// anew): an outage, not contention, since no holder was seen (issue 68).
-/// The core (`lease/acquire.rs`) still makes it `Timeout` when the key's
-/// local line heard the server during the wait (a waiter ahead of this one
-/// was told "held"): the request was cut by a short wait, not by silence.
-#[derive(Debug)]
-pub(crate) struct Unanswered {
-    in_flight: Duration,
-}
-
-impl fmt::Display for Unanswered {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "no answer from the server before the wait ended (the request was {:?} in flight, and nothing was heard from the server in this wait)",
-            self.in_flight
-        )
-    }
-}
-
-impl Error for Unanswered {}
-
-/// The error of a wait that ended unanswered ([`Unanswered`]) on the
-/// backend shown as `backend`, its request sent at `sent`.
-#[cfg_attr(
-    not(any(
-        feature = "redis",
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql"
-    )),
-    allow(dead_code)
-)]
-pub(crate) fn unanswered(backend: impl Into<String>, sent: Instant) -> LockError {
-    LockError::backend(
-        backend,
-        Unanswered {
-            in_flight: sent.elapsed(),
-        },
-    )
-}
-
-/// Whether `error` is a wait that ended [`Unanswered`].
-pub(crate) fn is_unanswered(error: &LockError) -> bool {
-    let LockError::Backend { source, .. } = error else {
-        return false;
-    };
-    let mut next: Option<&(dyn Error + 'static)> = Some(&**source);
-    while let Some(e) = next {
-        if e.is::<Unanswered>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
-}
-
 /// Whether `error` may pass if asked again (see the module docs).
 pub(crate) fn is_transient(error: &LockError) -> bool {
     match error {
@@ -148,7 +86,7 @@ pub(crate) fn is_transient_error(error: &(dyn Error + 'static)) -> bool {
 
 /// One error of a chain, on its own.
 fn is_transient_cause(e: &(dyn Error + 'static)) -> bool {
-    if e.is::<Transient>() || e.is::<Unanswered>() {
+    if e.is::<Transient>() {
         return true;
     }
     if let Some(io) = e.downcast_ref::<io::Error>() {
@@ -241,15 +179,6 @@ mod tests {
             reached: 1,
             needed: 2
         }));
-    }
-
-    #[test]
-    fn an_unanswered_wait_is_transient_and_told_apart() {
-        let e = unanswered("test://", Instant::now());
-        assert!(is_transient(&e));
-        assert!(is_unanswered(&e));
-        assert!(e.to_string().contains("no answer from the server"), "{e}");
-        assert!(!is_unanswered(&backend(Transient::new("reset"))));
     }
 
     #[test]

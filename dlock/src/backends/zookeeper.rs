@@ -300,10 +300,9 @@ use crate::LockError;
 /// session).
 const CLEANUP_WAIT: Duration = Duration::from_secs(2);
 
-/// A session still opening after this long when the wait runs out is named
-/// so in the `Backend` error ("could not open a session in …"); sooner, the
-/// wait ends with the plain "no answer before the wait ended", an outage
-/// too (issue 68: no holder was seen, whatever the wait's length).
+/// A session still opening after this long when the wait runs out means
+/// ZooKeeper is not answering (`Backend`); sooner, the wait was just short
+/// (`Timeout`). The same line as etcd's `STALLED`.
 const SESSION_STALLED: Duration = Duration::from_secs(1);
 
 /// A lock service on a ZooKeeper ensemble.

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::holder::{new_token, owner_token};
-use crate::backend::transient::{is_transient, is_unanswered};
 use crate::backend::{
     no_rw_locks, no_semaphores, AcquireRequest, Lease, LockBackend, PermitRequest, RwMode,
     RwRequest,
@@ -17,7 +16,6 @@ use crate::backend::{
 use crate::lease::held::{release_on, LeaseKind, LeaseShared, NewLease};
 use crate::lease::observe::{self, Acquisition, Kind, StaleReason};
 use crate::lease::options::LeaseOptions;
-use crate::lease::outcome;
 use crate::lease::ride_through::RideThrough;
 use crate::lease::watchdog::Watchdog;
 use crate::{backend::deadline, lease::local, LockError};
@@ -138,14 +136,8 @@ pub(crate) async fn take(
         Target::Permit { permits } => (local.queue.semaphore_slot(&options.key, permits), 1),
         Target::Rw(mode) => local.queue.rw_slot(&options.key, mode),
     };
-    let began = Instant::now();
-    let mut turn = match local
-        .queue
-        .turn_or_verdict(slot, weight, once, deadline, began)
-        .await
-    {
-        Ok(turn) => turn,
-        Err(verdict) => return outcome::in_line(&*backend, verdict),
+    let Some(turn) = local.queue.turn_of(slot, weight, once, deadline).await else {
+        return Ok(None);
     };
 
     let kind = match target {
@@ -156,38 +148,15 @@ pub(crate) async fn take(
     let mut ride = RideThrough::new(once, deadline);
     let lease = loop {
         // A transient failure with time left in the wait is asked again
-        // (`ride_through.rs`), with a new owner token. What the call sends
-        // and hears is its line's (`outcome.rs`).
-        let called = Instant::now();
-        let line = turn.line().clone();
-        let asked = outcome::reporting_to(
-            line.clone(),
-            ask(options, &*backend, target, once, deadline),
-        )
-        .await;
+        // (`ride_through.rs`), with a new owner token.
+        let asked = ask(options, &*backend, target, once, deadline).await;
         let asked = match asked {
-            // The deadline came with the request in flight, nothing heard
-            // in that call (`outcome.rs` decides: contention or outage).
-            Err(e) if is_unanswered(&e) => {
-                outcome::unanswered(&line, began, &mut ride, e)?;
-                return Ok(None);
-            }
             Err(e) => {
-                if is_transient(&e) {
-                    line.failed(outcome::failure_text(&e));
-                }
                 ride.after(&options.key, e).await?;
                 continue;
             }
             Ok(asked) => asked,
         };
-        if asked.is_some() {
-            line.answered();
-        } else if line.answered_since(called) {
-            // The call heard the server ("held") before the wait ran out:
-            // contention, whatever failed before it.
-            ride.take_last_failure();
-        }
         ride.answered(&options.key, asked.is_some())?;
         let Some(lease) = asked else {
             return Ok(None);
@@ -219,8 +188,6 @@ pub(crate) async fn take(
         let _ = release_on(&*backend, kind, &lease).await;
         return Err(LockError::ShutDown);
     }
-    // A waiter that runs out behind this holder was behind contention.
-    turn.hold();
     let shared = LeaseShared::new(NewLease {
         backend,
         lease,

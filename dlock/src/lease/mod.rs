@@ -141,7 +141,6 @@ pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod observe;
 pub(crate) mod options;
-pub(crate) mod outcome;
 pub(crate) mod queue;
 pub(crate) mod ride_through;
 pub(crate) mod ttl;

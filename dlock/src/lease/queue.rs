@@ -29,137 +29,6 @@ pub(crate) struct KeySlot {
     /// The slot's name in the map, for pruning it when nobody uses it
     /// (shared with the map's key: one allocation per slot, not two).
     name: Arc<str>,
-    /// What this process's line of waiters for the key heard from the
-    /// server (`lease/outcome.rs`): whether a wait that ends without an
-    /// answer of its own was behind contention or in an outage. It lives as
-    /// long as the slot, that is while a holder or a waiter of the key does.
-    hearing: Mutex<Hearing>,
-}
-
-/// What one key's local line heard from the server, and when.
-#[derive(Debug, Default)]
-struct Hearing {
-    /// The last answer about the key (held by another, granted), or the
-    /// last hand-over of a local holder's turn (the key was held until
-    /// then).
-    answered_at: Option<Instant>,
-    /// The last failure (no answer in time, a refused or reset
-    /// connection), as the error showed it (credentials redacted).
-    failure: Option<(Instant, Arc<str>)>,
-    /// Since when the backend call now out on the key has sent requests
-    /// without an answer (set by backends that report what they send and
-    /// hear, `backend/hearing.rs`; cleared by an answer and by the call's
-    /// end).
-    asking_since: Option<Instant>,
-    /// Turns held by granted leases of this process.
-    holders: usize,
-}
-
-/// How a wait that ran out without an answer of its own ends
-/// (`lease/outcome.rs`).
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Behind contention: `Timeout`.
-    Contention,
-    /// An outage: `Backend`, with what the line last heard.
-    Outage(String),
-}
-
-impl Hearing {
-    /// Whether the last failure came after the last answer (or with none).
-    fn failing(&self) -> Option<&(Instant, Arc<str>)> {
-        self.failure
-            .as_ref()
-            .filter(|(at, _)| self.answered_at.is_none_or(|answered| *at >= answered))
-    }
-}
-
-impl KeySlot {
-    /// Records an answer of the server about the key.
-    pub(crate) fn answered(&self) {
-        let mut hearing = lock(&self.hearing);
-        hearing.answered_at = Some(Instant::now());
-        hearing.asking_since = None;
-    }
-
-    /// Records a request sent on the key, unanswered so far.
-    pub(crate) fn sending(&self) {
-        lock(&self.hearing)
-            .asking_since
-            .get_or_insert_with(Instant::now);
-    }
-
-    /// Records a failure of a backend call on the key.
-    pub(crate) fn failed(&self, failure: String) {
-        lock(&self.hearing).failure = Some((Instant::now(), failure.into()));
-    }
-
-    /// Marks a backend call on the key as out until the returned mark is
-    /// dropped (cancelled calls included): its unanswered requests stop
-    /// counting then.
-    pub(crate) fn calling(&self) -> Calling<'_> {
-        Calling {
-            slot: self,
-            since: Instant::now(),
-        }
-    }
-
-    /// A waiter that began at `began` ran out in the line, never asking the
-    /// server itself. An outage if the line's last word is a failure, or if
-    /// nothing was heard during the wait and the call ahead has had a
-    /// request out unanswered since before the wait began; else contention (a local holder, an answer during
-    /// the wait, or a call ahead waiting after its "held").
-    pub(crate) fn verdict_in_line(&self, began: Instant) -> Verdict {
-        let hearing = lock(&self.hearing);
-        if hearing.holders > 0 {
-            return Verdict::Contention;
-        }
-        if let Some((_, failure)) = hearing.failing() {
-            return Verdict::Outage(format!(
-                "the wait ran out in this process's line for the key, behind a waiter whose last request failed: {failure}"
-            ));
-        }
-        if hearing.answered_at.is_some_and(|a| a >= began) {
-            return Verdict::Contention;
-        }
-        // Silent throughout this wait, or it is not an outage: a request
-        // sent during the wait may just be in flight on a healthy server.
-        let Some(since) = hearing.asking_since.filter(|since| *since <= began) else {
-            // Nothing heard of an outage: the waiter ahead is in a
-            // server-side wait after its answer, or its backend does not
-            // report what it hears (`backend/hearing.rs`).
-            return Verdict::Contention;
-        };
-        Verdict::Outage(format!(
-            "the wait ran out in this process's line for the key, behind a waiter whose request has had no answer from the server for {:?}",
-            since.elapsed()
-        ))
-    }
-
-    /// Whether the line heard an answer since `since` with no failure after
-    /// it: a call of this wait that ended unanswered was cut by the wait's
-    /// end behind contention, not by silence.
-    pub(crate) fn answered_since(&self, since: Instant) -> bool {
-        let hearing = lock(&self.hearing);
-        hearing.answered_at.is_some_and(|a| a >= since) && hearing.failing().is_none()
-    }
-}
-
-/// A backend call on a key, out (see [`KeySlot::calling`]).
-pub(crate) struct Calling<'a> {
-    slot: &'a KeySlot,
-    since: Instant,
-}
-
-impl Drop for Calling<'_> {
-    fn drop(&mut self) {
-        let mut hearing = lock(&self.slot.hearing);
-        // A request out since before this call began is another call's (a
-        // semaphore's gate lets several out): left counting.
-        if hearing.asking_since.is_some_and(|at| at >= self.since) {
-            hearing.asking_since = None;
-        }
-    }
 }
 
 /// The gate permits of a read-write lock's slot: a reader takes one, a
@@ -177,35 +46,10 @@ pub(crate) struct Turn {
     permit: Option<OwnedSemaphorePermit>,
     slot: Arc<KeySlot>,
     queue: Arc<LocalQueue>,
-    /// Held by a granted lease (counted in the line's holders).
-    holding: bool,
-}
-
-impl Turn {
-    /// The key slot this turn is on (what its line heard).
-    pub(crate) fn line(&self) -> &Arc<KeySlot> {
-        &self.slot
-    }
-
-    /// The turn now belongs to a granted lease: until it is handed on, a
-    /// waiter that runs out behind it was behind contention.
-    pub(crate) fn hold(&mut self) {
-        if !self.holding {
-            self.holding = true;
-            lock(&self.slot.hearing).holders += 1;
-        }
-    }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        if self.holding {
-            let mut hearing = lock(&self.slot.hearing);
-            hearing.holders -= 1;
-            // The key was held until now: a wait that ran during the hold
-            // was behind contention.
-            hearing.answered_at = Some(Instant::now());
-        }
         drop(self.permit.take());
         self.queue.prune_released(&self.slot);
     }
@@ -278,7 +122,6 @@ impl LocalQueue {
             gate: Arc::new(Semaphore::new(capacity)),
             capacity,
             name: name.clone(),
-            hearing: Mutex::default(),
         });
         slots.insert(name, slot.clone());
         slot
@@ -309,23 +152,6 @@ impl LocalQueue {
         once: bool,
         deadline: Option<Instant>,
     ) -> Option<Turn> {
-        self.turn_or_verdict(slot, weight, once, deadline, Instant::now())
-            .await
-            .ok()
-    }
-
-    /// [`turn_of`](Self::turn_of); with no turn in time, the line's
-    /// verdict for a wait that began at `began`, read before the slot may
-    /// be pruned: whether the waiter ran out behind contention or behind a
-    /// failing server.
-    pub(crate) async fn turn_or_verdict(
-        self: &Arc<Self>,
-        slot: Arc<KeySlot>,
-        weight: usize,
-        once: bool,
-        deadline: Option<Instant>,
-        began: Instant,
-    ) -> Result<Turn, Verdict> {
         // Callers pass 1 or the capacity, which `slot_with` keeps within
         // `u32`; the clamps only keep a wrong weight from panicking or
         // waiting for permits that do not exist.
@@ -334,7 +160,6 @@ impl LocalQueue {
             permit: None,
             slot,
             queue: self.clone(),
-            holding: false,
         };
         let gate = turn.slot.gate.clone();
         turn.permit = if once {
@@ -345,13 +170,7 @@ impl LocalQueue {
                 .await
                 .and_then(Result::ok)
         };
-        match turn.permit {
-            Some(_) => Ok(turn),
-            // One attempt found the line busy: this process holds or asks
-            // for the key right now (`Busy`); it waited for nothing.
-            None if once => Err(Verdict::Contention),
-            None => Err(turn.slot.verdict_in_line(began)),
-        }
+        turn.permit.is_some().then_some(turn)
     }
 
     /// Drops `slot` from the map if nobody uses it any more: only the map

@@ -24,9 +24,7 @@
 //! A wait that ends while the service is failing ends with the last
 //! failure, not with `Timeout`: an attempt that followed failures and was
 //! still unanswered at the deadline has seen no holder, and `Timeout` means
-//! one was seen (a client must tell an outage from contention). An attempt
-//! the backend reports unanswered at the deadline (`Unanswered`) is decided
-//! by `outcome.rs`, from what the key's line heard.
+//! one was seen (a client must tell an outage from contention).
 
 use std::time::{Duration, Instant};
 
@@ -88,12 +86,6 @@ impl RideThrough {
         self.pause = (self.pause * 2).min(MAX_PAUSE);
         self.last_failure = Some(error);
         Ok(())
-    }
-
-    /// The failure that the last attempt followed, if it did (taken: a
-    /// wait that ends unanswered ends with it, `outcome.rs`).
-    pub(crate) fn take_last_failure(&mut self) -> Option<LockError> {
-        self.last_failure.take()
     }
 
     /// An attempt on `key` answered: granted (`true`), or not acquired

@@ -62,11 +62,7 @@ ttl/3, so it bounds how long a crashed holder blocks others; with
 renewal off it is a hard limit on the critical section.",
         wait: "How long [`acquire`](Lock::acquire) may wait. `Duration::ZERO` makes
 one attempt and fails with [`LockError::Busy`] if the lock is held;
-a wait too long to end (`Duration::MAX`) means no limit. A wait of any
-length, however short, that runs out without an answer from the server
-(or with every attempt since the last answer failing) ends as
-[`LockError::Backend`], not [`LockError::Timeout`]: an outage is never
-read as contention.",
+a wait too long to end (`Duration::MAX`) means no limit.",
         renew: "Renewal by the watchdog (on by default). Off: the lease ends after
     the ttl whatever the holder is doing, and `lost()` fires then.",
     }
@@ -101,12 +97,10 @@ assert!(lock.try_acquire().await?.is_none(), "still taken for this tick");
     /// them talks to the service.
     ///
     /// # Errors
-    /// [`LockError::Timeout`] when the wait runs out behind a holder (the
-    /// server said "held", to this call or to a waiter ahead of it in this
-    /// process), [`LockError::Busy`] when the wait is zero and the lock is
-    /// held, [`LockError::InvalidKey`], [`LockError::InvalidOption`],
-    /// [`LockError::NoBackend`], and [`LockError::Backend`] when the service
-    /// fails or does not answer within the wait, whatever its length.
+    /// [`LockError::Timeout`] when the wait runs out, [`LockError::Busy`] when
+    /// the wait is zero and the lock is held, [`LockError::InvalidKey`],
+    /// [`LockError::InvalidOption`], [`LockError::NoBackend`], and
+    /// [`LockError::Backend`] when the service fails.
     ///
     /// # Cancel safety
     /// Dropping the future leaves nothing behind: no local queue entry, no

@@ -59,8 +59,6 @@ pub(super) struct Progress {
     pub(super) failure: Option<LockError>,
     /// A request to etcd has been unanswered since then.
     pub(super) asking_since: Option<Instant>,
-    /// Whether etcd answered any request of this acquisition.
-    pub(super) heard: bool,
 }
 
 /// A request unanswered this long when the deadline passes means etcd is not
@@ -71,28 +69,13 @@ impl Progress {
     pub(super) fn answered(&mut self) {
         self.failure = None;
         self.asking_since = None;
-        self.heard = true;
-        crate::backend::hearing::answered();
-    }
-
-    /// A request to etcd sent, unanswered so far.
-    pub(super) fn asking(&mut self) {
-        self.asking_since = Some(Instant::now());
-        crate::backend::hearing::sending();
     }
 
     /// What `acquire` returns when its deadline passed: a timeout, unless
-    /// etcd was failing or silent, which is a backend error. Silent: a
-    /// request in flight and no answer at all in this acquisition, however
-    /// short the wait (issue 68: no holder was seen), or a request
-    /// unanswered for [`STALLED`] after answers.
+    /// etcd was failing or silent, which is a backend error.
     pub(super) fn at_deadline(self, inner: &Inner) -> Result<Option<Lease>, LockError> {
         match (self.failure, self.asking_since) {
             (Some(e), _) => Err(e),
-            (None, Some(since)) if !self.heard => Err(crate::backend::transient::unanswered(
-                inner.shown.clone(),
-                since,
-            )),
             (None, Some(since)) if since.elapsed() >= STALLED => Err(inner.error(format!(
                 "etcd did not answer for {:?} (a member paused or cut off?)",
                 since.elapsed()
@@ -341,7 +324,7 @@ impl Inner {
                     asked.key, asked.ttl
                 )));
             }
-            progress.asking();
+            progress.asking_since = Some(Instant::now());
             let session = match self.session(asked.ttl).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -349,7 +332,7 @@ impl Inner {
                     continue;
                 }
             };
-            progress.asking();
+            progress.asking_since = Some(Instant::now());
             match self.fresh(&session, asked.ttl).await {
                 Ok(Alive::Yes) => {}
                 Ok(Alive::Gone) => {
@@ -369,7 +352,7 @@ impl Inner {
             queued.entry = Some(entry.clone());
             queued.revision = None;
             queued.in_flight = true;
-            progress.asking();
+            progress.asking_since = Some(Instant::now());
             let (mine, first) = match line.enqueue(&session, &entry).await {
                 Ok(Enqueued::Created { mine, first }) => (mine, first),
                 Ok(Enqueued::Taken) => {
@@ -426,7 +409,7 @@ impl Inner {
 
             // Wait for every older entry to go, watching only the youngest of them.
             loop {
-                progress.asking();
+                progress.asking_since = Some(Instant::now());
                 match self.fresh(&session, asked.ttl).await {
                     Ok(Alive::Yes) => give_up = after(Instant::now(), asked.ttl),
                     Ok(Alive::Gone) => {
@@ -439,7 +422,7 @@ impl Inner {
                         continue;
                     }
                 }
-                progress.asking();
+                progress.asking_since = Some(Instant::now());
                 let ahead = match line.ahead(&entry, mine).await {
                     Ok(ahead) => ahead,
                     Err(e) => {
@@ -468,7 +451,7 @@ impl Inner {
                 // Refresh the session before our entry's lease could run
                 // low while we wait.
                 let refresh_at = after(session.refreshed(), asked.ttl / 4);
-                progress.asking();
+                progress.asking_since = Some(Instant::now());
                 let stream = match self.watch(&predecessor, revision).await {
                     Ok(Some(stream)) => stream,
                     // Gone (or written again) since the read: read again.

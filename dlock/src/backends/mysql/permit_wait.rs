@@ -95,8 +95,7 @@ impl MysqlBackend {
                 tracing::debug!(error = %e, "MySQL waiting session could not connect; re-trying instead");
             }
         }
-        // The try above answered: a cut re-try is not an outage on its own.
-        retry_until(deadline, true, &self.shown, || self.try_permit(req, names)).await
+        retry_until(deadline, || self.try_permit(req, names)).await
     }
 
     /// Queues for the door on `session` (idle, the door's name reserved on

@@ -77,31 +77,9 @@ impl MysqlBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let name = self.name_of(&req.key);
-        // Whether the server answered this acquisition: the wait's end
-        // before any answer is an outage, not contention (issue 68).
-        let mut heard = false;
-        // Out without an answer from here (`lease/outcome.rs`): a waiting
-        // session that cannot be opened is silence too.
-        crate::backend::hearing::sending();
         if !self.contended.recently(&name) {
-            // Bounded by the wait, not by the request timeout alone: a
-            // short wait on a stopped server ends at its deadline.
-            let sent = Instant::now();
-            match crate::backend::deadline::until(deadline, self.try_once(req)).await {
-                Some(answer) => {
-                    let answer = answer?;
-                    crate::backend::hearing::answered();
-                    if let Some(lease) = answer {
-                        return Ok(Some(lease));
-                    }
-                    heard = true;
-                }
-                None => {
-                    return Err(crate::backend::transient::unanswered(
-                        self.shown.clone(),
-                        sent,
-                    ))
-                }
+            if let Some(lease) = self.try_once(req).await? {
+                return Ok(Some(lease));
             }
         }
         self.contended.mark(&name);
@@ -123,7 +101,7 @@ impl MysqlBackend {
                 tracing::debug!(error = %e, "MySQL waiting session could not connect; re-trying instead");
             }
         }
-        retry_until(deadline, heard, &self.shown, || self.try_once(req)).await
+        retry_until(deadline, || self.try_once(req)).await
     }
 
     /// Waits for `name` in the server's queue on `session` (idle, `name`
@@ -181,13 +159,9 @@ impl MysqlBackend {
 
 /// A waiter without a waiting session (every one is busy, or none could
 /// connect): `attempt` again after each recheck pause, until it grants or
-/// `deadline` passes (`Ok(None)`; the `Unanswered` error of the backend
-/// `shown` if the server answered none of this acquisition's requests,
-/// `heard` telling whether it answered one before).
+/// `deadline` passes (`Ok(None)`).
 pub(super) async fn retry_until<F, Fut>(
     deadline: Option<Instant>,
-    mut heard: bool,
-    shown: &str,
     attempt: F,
 ) -> Result<Option<Lease>, LockError>
 where
@@ -199,16 +173,10 @@ where
             return Ok(None);
         };
         tokio::time::sleep_until(nap.into()).await;
-        let sent = Instant::now();
-        crate::backend::hearing::sending();
         match crate::backend::deadline::until(deadline, attempt()).await {
-            None if heard => return Ok(None),
-            None => return Err(crate::backend::transient::unanswered(shown, sent)),
+            None => return Ok(None),
             Some(answer) => {
-                heard = true;
-                let answer = answer?;
-                crate::backend::hearing::answered();
-                if let Some(lease) = answer {
+                if let Some(lease) = answer? {
                     return Ok(Some(lease));
                 }
             }

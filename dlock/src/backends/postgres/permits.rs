@@ -179,7 +179,7 @@ impl PermitBackend for PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let (base, _) = self.permit_keys(&req.name);
-        self.wait_for(base, deadline, false, &mut (self, req), |(backend, req)| {
+        self.wait_for(base, deadline, &mut (self, req), |(backend, req)| {
             Box::pin(backend.try_permit(req))
         })
         .await

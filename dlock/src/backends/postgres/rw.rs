@@ -287,7 +287,6 @@ impl RwBackend for PostgresBackend {
         self.wait_for(
             main,
             deadline,
-            false,
             &mut (self, req, slot),
             |(backend, req, slot)| Box::pin(backend.try_rw(req, slot, true)),
         )

@@ -168,31 +168,9 @@ impl PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let key = advisory_key_in(&self.config.prefix, &req.key);
-        // Whether the server answered this acquisition: the wait's end
-        // before any answer is an outage, not contention (issue 68).
-        let mut heard = false;
-        // Out without an answer from here (`lease/outcome.rs`): a waiting
-        // session that cannot be opened is silence too.
-        crate::backend::hearing::sending();
         if !self.contended.recently(key) {
-            // Bounded by the wait, not by the request timeout alone: a
-            // short wait on a stopped server ends at its deadline.
-            let sent = Instant::now();
-            match crate::backend::deadline::until(deadline, self.try_once(req)).await {
-                Some(answer) => {
-                    let answer = answer?;
-                    crate::backend::hearing::answered();
-                    if let Some(lease) = answer {
-                        return Ok(Some(lease));
-                    }
-                    heard = true;
-                }
-                None => {
-                    return Err(crate::backend::transient::unanswered(
-                        self.shown.clone(),
-                        sent,
-                    ))
-                }
+            if let Some(lease) = self.try_once(req).await? {
+                return Ok(Some(lease));
             }
         }
         self.contended.mark(key);
@@ -211,7 +189,7 @@ impl PostgresBackend {
                 tracing::debug!(error = %e, "PostgreSQL waiting session could not connect; re-checking instead");
             }
         }
-        self.wait_for(key, deadline, heard, &mut (self, req), |(backend, req)| {
+        self.wait_for(key, deadline, &mut (self, req), |(backend, req)| {
             Box::pin(backend.try_once(req))
         })
         .await

@@ -19,16 +19,10 @@ impl PostgresBackend {
     /// semaphore whose advisory key is `key`. A release's notification on
     /// `key` wakes it; the re-check timer too, since a lock freed by another
     /// client announces nothing.
-    ///
-    /// `heard`: whether the server already answered this acquisition (a
-    /// try before the wait). An attempt cut by the deadline before any
-    /// answer is the `Unanswered` error, not `Ok(None)`: no holder was
-    /// seen (issue 68).
     pub(super) async fn wait_for<S: Send>(
         &self,
         key: i64,
         deadline: Option<Instant>,
-        mut heard: bool,
         state: &mut S,
         attempt: impl for<'s> Fn(&'s mut S) -> Attempt<'s> + Send,
     ) -> Result<Option<Lease>, LockError> {
@@ -39,22 +33,11 @@ impl PostgresBackend {
             let notified = waiting.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            let sent = Instant::now();
-            crate::backend::hearing::sending();
             let Some(answer) = crate::backend::deadline::until(deadline, attempt(state)).await
             else {
-                if heard {
-                    return Ok(None);
-                }
-                return Err(crate::backend::transient::unanswered(
-                    self.shown.clone(),
-                    sent,
-                ));
+                return Ok(None);
             };
-            heard = true;
-            let answer = answer?;
-            crate::backend::hearing::answered();
-            if let Some(lease) = answer {
+            if let Some(lease) = answer? {
                 return Ok(Some(lease));
             }
             let Some(nap) = recheck_at(deadline) else {

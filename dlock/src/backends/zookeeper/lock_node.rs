@@ -62,24 +62,17 @@ impl ZooKeeperBackend {
         // expires while we wait in the queue still ends the wait with an
         // error: the caller lost its place.
         let mut started_over = false;
-        let (session, mut cleanup, waited, asked) = loop {
+        let (session, mut cleanup, waited) = loop {
             let opened = async { self.session().await };
             let opening = Instant::now();
-            crate::backend::hearing::sending();
             let session = match deadline {
                 Some(d) => match tokio::time::timeout_at(d.into(), opened).await {
                     Ok(c) => c?,
-                    // A wait that ends while its session opens heard
-                    // nothing from the server: an outage, however short
-                    // the wait (issue 68; the core makes it `Timeout` when
-                    // a waiter ahead was answered meanwhile); a session
-                    // that took a second or more says so.
-                    Err(_) if opening.elapsed() < SESSION_STALLED => {
-                        return Err(crate::backend::transient::unanswered(
-                            self.shown.clone(),
-                            opening,
-                        ))
-                    }
+                    // A short wait that ends while a session opens is a
+                    // timeout (the caller's time ran out, not the server);
+                    // a session that took a second or more without an
+                    // answer is a server that does not answer.
+                    Err(_) if opening.elapsed() < SESSION_STALLED => return Ok(None),
                     Err(_) => {
                         return Err(LockError::backend(
                             self.shown.clone(),
@@ -95,9 +88,6 @@ impl ZooKeeperBackend {
             // Armed from before the create: the node goes if this future is
             // dropped, or the wait runs out, at any await.
             let mut cleanup = Cleanup::new(&session, dir, &uuid);
-            // When the create of this acquisition's node was sent (about).
-            let asked = Instant::now();
-            crate::backend::hearing::sending();
             let waited = deadline::until(
                 deadline,
                 self.queue_and_wait(&session, req, (dir, queue), &mut cleanup),
@@ -112,7 +102,7 @@ impl ZooKeeperBackend {
                 started_over = true;
                 continue;
             }
-            break (session, cleanup, waited, asked);
+            break (session, cleanup, waited);
         };
         let client = &session.client;
         match waited {
@@ -134,17 +124,6 @@ impl ZooKeeperBackend {
                         format!(
                             "ZooKeeper was unreachable when the wait ran out (session {state})"
                         ),
-                    ));
-                }
-                if cleanup.path.is_none() {
-                    // The create went unanswered: nothing was heard of the
-                    // key in this wait (a stopped server keeps the session
-                    // "connected" until its ping times out). An outage,
-                    // not contention (issue 68); the node, if the create
-                    // lands, is deleted in the background by its uuid.
-                    return Err(crate::backend::transient::unanswered(
-                        self.shown.clone(),
-                        asked,
                     ));
                 }
                 // Delete it here and wait for that, so a timed-out waiter

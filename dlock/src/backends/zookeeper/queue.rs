@@ -302,9 +302,6 @@ impl ZooKeeperBackend {
             mut children,
             created,
         } = self.place(session, req, (dir, queue), cleanup).await?;
-        // The node is in line: the server answered ("held" if it is not
-        // first), `lease/outcome.rs`.
-        crate::backend::hearing::answered();
         let mut counted_from = created;
         loop {
             self.still_queued(&children, &path)?;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Script};
 
-use crate::backend::transient::{unanswered, Transient};
+use crate::backend::transient::Transient;
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::backends::redis::calls::batching::ops::AcquireOp;
 use crate::backends::redis::calls::batching::{BatchFailed, LaneBatchers, Turn};
@@ -20,6 +20,12 @@ use crate::backends::redis::{
     protocol::renew_many, protocol::scripts, Attempt, Conn, RedisBackend,
 };
 use crate::LockError;
+
+/// How long a wait's only request must have gone unanswered for the wait's
+/// end to be an outage rather than a timeout (see `RedisBackend::within`):
+/// a healthy server answers in well under a millisecond, a loaded test
+/// machine in tens.
+const SILENT_FOR: Duration = Duration::from_millis(250);
 
 impl RedisBackend {
     /// The keyspace channel of the lock key `lock` if the server notifies
@@ -149,14 +155,15 @@ impl RedisBackend {
     /// - an answer before: `ran_out` (a "held" that ends the wait, so the
     ///   caller gets `Timeout`): the server was there, the key was taken,
     ///   the caller's time ended;
-    /// - none: the [`Unanswered`](crate::backend::transient::Unanswered)
-    ///   error, whatever the wait's length: no holder was seen, and
-    ///   `Timeout` would tell the caller "contention" during an outage (a
-    ///   stopped server and a 200 ms wait answered 409 "in use" instead of
-    ///   503, issue 68). The core still makes it `Timeout` when a waiter
-    ///   ahead in this process's line was answered during the wait
-    ///   (`lease/outcome.rs`): a short wait whose turn came late, behind
-    ///   contention (the conformance case `short_waits_time_out_never_fail`).
+    /// - none, and the request was in flight for at least [`SILENT_FOR`]:
+    ///   a transient `Backend` error, "no answer before the wait ended": no
+    ///   holder was ever seen, and `Timeout` would tell the caller
+    ///   "contention" during an outage (a stopped server and a 1 s wait
+    ///   answered 409 "in use" instead of 503);
+    /// - none, in flight for less: `ran_out` all the same. A wait shorter
+    ///   than that cannot tell a silent server from a busy machine, and a
+    ///   short wait against a healthy server must end as `Timeout` (the
+    ///   conformance case `short_waits_time_out_never_fail`: 50 ms waits).
     ///
     /// The request is dropped either way, and what it may have taken is
     /// given back by its own release-if-dropped guard (`unfinished.rs`).
@@ -168,17 +175,19 @@ impl RedisBackend {
         heard: &AtomicBool,
     ) -> Result<T, LockError> {
         let sent = Instant::now();
-        crate::backend::hearing::sending();
         match crate::backend::deadline::until(deadline, request).await {
             Some(answer) => {
                 heard.store(true, Ordering::Relaxed);
-                if answer.is_ok() {
-                    crate::backend::hearing::answered();
-                }
                 answer
             }
-            None if heard.load(Ordering::Relaxed) => Ok(ran_out),
-            None => Err(unanswered(self.options.shown.clone(), sent)),
+            None if heard.load(Ordering::Relaxed) || sent.elapsed() < SILENT_FOR => Ok(ran_out),
+            None => Err(LockError::backend(
+                self.options.shown.clone(),
+                Transient::new(format!(
+                    "no answer from the server before the wait ended (the request was {:?} in flight)",
+                    sent.elapsed()
+                )),
+            )),
         }
     }
 

@@ -233,29 +233,16 @@ impl RedissonBackend {
             _ => None,
         };
         let recheck = self.redis.options.recheck.unwrap_or(Duration::MAX);
-        // Whether this wait had an answer: cut before any, it is an outage
-        // (see `RedisBackend::within`).
-        let mut heard = false;
         loop {
             subscription.mark_seen();
             if let Some(sharded) = sharded.as_mut() {
                 sharded.mark_seen();
             }
             let tried = self.attempt_or_release(req, &names);
-            let sent = Instant::now();
-            crate::backend::hearing::sending();
             let answer = match crate::backend::deadline::until(deadline, tried).await {
                 Some(answer) => answer?,
-                None if heard => return Ok(None),
-                None => {
-                    return Err(crate::backend::transient::unanswered(
-                        self.redis.options.shown.clone(),
-                        sent,
-                    ))
-                }
+                None => return Ok(None),
             };
-            heard = true;
-            crate::backend::hearing::answered();
             let left = match answer {
                 Ok(lease) => return Ok(Some(lease)),
                 Err(left) => left,

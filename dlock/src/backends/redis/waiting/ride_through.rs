@@ -49,9 +49,6 @@ impl RedisBackend {
         req: &AcquireRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        // Out without an answer from here, a connection being opened anew
-        // included (`lease/outcome.rs`: the local waiters behind this one).
-        crate::backend::hearing::sending();
         let Conn::Single(Server::Followed(sentinel)) = &self.conn else {
             return self.wait_for_lock(req, deadline).await;
         };
