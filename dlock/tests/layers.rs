@@ -278,11 +278,12 @@ fn imports_inside_a_backend_go_down_its_floors() {
         };
         for file in &files {
             if let Some(unit) = unit_of(file)
-                && !floors.iter().any(|(u, _)| *u == unit) {
-                    broken.push(format!(
+                && !floors.iter().any(|(u, _)| *u == unit)
+            {
+                broken.push(format!(
                         "backends/{backend}/{unit} is on none of {backend}'s floors: add it to BACKEND_FLOORS"
                     ));
-                }
+            }
         }
         for (module, reference) in &references {
             // An item of the root file (the backend type, its helpers) is

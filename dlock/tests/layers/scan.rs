@@ -193,9 +193,10 @@ impl Collector<'_> {
 
     fn alias(&mut self, public_root: bool, name: Option<String>, full: &[String]) {
         if let (true, Some(name)) = (public_root, name)
-            && let Some(target) = self.resolve(full) {
-                self.out.root_aliases.insert(name, target);
-            }
+            && let Some(target) = self.resolve(full)
+        {
+            self.out.root_aliases.insert(name, target);
+        }
     }
 
     /// `crate :: a :: b` (or `super`, `self`, `$crate`) inside a macro's tokens.
@@ -269,9 +270,10 @@ impl<'ast> Visit<'ast> for Collector<'_> {
 
     fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
         if let syn::ImplItem::Fn(f) = item
-            && is_cfg_test(&f.attrs) {
-                return;
-            }
+            && is_cfg_test(&f.attrs)
+        {
+            return;
+        }
         syn::visit::visit_impl_item(self, item);
     }
 

@@ -77,10 +77,10 @@ impl MysqlBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let name = self.name_of(&req.key);
-        if !self.contended.recently(&name) {
-            if let Some(lease) = self.try_once(req).await? {
-                return Ok(Some(lease));
-            }
+        if !self.contended.recently(&name)
+            && let Some(lease) = self.try_once(req).await?
+        {
+            return Ok(Some(lease));
         }
         self.contended.mark(&name);
         // Before the reservation: nothing to undo if the caller leaves here.

@@ -168,10 +168,10 @@ impl PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let key = advisory_key_in(&self.config.prefix, &req.key);
-        if !self.contended.recently(key) {
-            if let Some(lease) = self.try_once(req).await? {
-                return Ok(Some(lease));
-            }
+        if !self.contended.recently(key)
+            && let Some(lease) = self.try_once(req).await?
+        {
+            return Ok(Some(lease));
         }
         self.contended.mark(key);
         match self
