@@ -138,7 +138,8 @@
 //    `recheck.rs`, `ride_through.rs` (a lock's wait: queued, acknowledged, a grant given up
 //    released; behind Sentinel a `Backend` error tried again until the wait ends).
 //    Then `calls/`: `requests.rs` (one request bounded by the caller's deadline; the acquire
-//    script's answer), `batching.rs` (queues, a pair per lane), `batching/ops.rs`, `unfinished.rs`
+//    script's answer), `batching.rs` (queues, a pair per lane), `batching/ops.rs`, `batching/hand_over.rs`
+//    (slots given back send the next batches one after another, never nested), `unfinished.rs`
 //    (a grant whose caller went away is released).
 // 5. `kinds/`: `lock_backend.rs` (the `LockBackend` calls), `renew.rs`, `permits.rs`
 //    (`PermitBackend`), `rw.rs` + `rw/` (`RwBackend`; `AbandonIfDropped`: a lease or a waiting

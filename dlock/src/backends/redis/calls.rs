@@ -1,7 +1,8 @@
 //! Floor 4 of the Redis backend: one request on its way. A command or a
 //! script, alone or batched, bounded by the caller's deadline
 //! (`requests.rs`), the batches themselves (`batching.rs`, the batched
-//! operations in `batching/ops.rs`), and the release of a grant whose
+//! operations in `batching/ops.rs`, the next batches sent one after
+//! another in `batching/hand_over.rs`), and the release of a grant whose
 //! caller went away before its answer (`unfinished.rs`).
 //!
 //! May use: `config`, `protocol`, `transport`, `topology`.

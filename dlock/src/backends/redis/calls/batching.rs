@@ -24,6 +24,7 @@
 //! Single servers only: a batch touches many keys, which a Redis Cluster
 //! allows only within one hash slot.
 
+mod hand_over;
 pub(in crate::backends::redis) mod ops;
 
 use std::future::Future;
@@ -288,11 +289,9 @@ impl<K: BatchKind> Shared<K> {
         Some(state.queue.drain(..end).collect())
     }
 
-    /// Sends `batch` from a task of its own, in the slot `take_batch` took.
-    fn spawn(self: &Arc<Self>, batch: Vec<Waiting<K>>) {
-        let slot = InFlight {
-            shared: self.clone(),
-        };
+    /// Sends `batch` from a task of its own, in `slot` (the one
+    /// `take_batch` took).
+    fn spawn(slot: InFlight<K>, batch: Vec<Waiting<K>>) {
         // Callers that went away need no answer: their ops are not sent.
         let batch: Vec<Waiting<K>> = batch.into_iter().filter(|w| !w.reply.is_closed()).collect();
         if batch.is_empty() {
@@ -305,11 +304,15 @@ impl<K: BatchKind> Shared<K> {
         // callers' requests, which must not wait for that runtime to be
         // driven. Should it not run at all, dropping the batch wakes every
         // caller with an error instead of leaving them waiting.
+        let runtime = slot.shared.runtime.clone();
         let task = async move {
             slot.shared.send(batch).await;
             drop(slot);
         };
-        match &self.runtime {
+        // A runtime that is shutting down drops the task inside `spawn`,
+        // which gives the slot back, which sends the next batch: see
+        // `hand_over.rs` for why that does not nest.
+        match runtime {
             Some(runtime) => {
                 drop(runtime.spawn(crate::lease::background::in_flight::tracked(task)))
             }
@@ -383,7 +386,12 @@ impl<K: BatchKind> Drop for InFlight<K> {
             self.shared.take_batch(&mut state)
         };
         if let Some(batch) = batch {
-            self.shared.spawn(batch);
+            let slot = InFlight {
+                shared: self.shared.clone(),
+            };
+            // Not sent here: this drop may be inside another batch's send
+            // (see `hand_over.rs`).
+            hand_over::hand_over(Box::new(move || Shared::spawn(slot, batch)));
         }
     }
 }
