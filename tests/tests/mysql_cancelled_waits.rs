@@ -90,6 +90,7 @@ fn log_lines(log: &Path) -> (usize, usize) {
 }
 
 /// What the server showed over a run of cancelled waits.
+#[derive(Default)]
 struct Tally {
     cancelled: usize,
     granted: usize,
@@ -264,20 +265,7 @@ async fn cancelled_lock_waits_leave_the_queue_without_new_connections() {
     let (lines0, aborted0) = log_lines(&log);
     let connections0 = connections(&mut check).await;
     let started = Instant::now();
-    let mut tally = Tally {
-        cancelled: 0,
-        granted: 0,
-        raced: 0,
-        queued_before: 0,
-        left_after: 0,
-        left_at_end: 0,
-        slowest_let_go: Duration::ZERO,
-        held_after: 0,
-        connections: 0,
-        log_lines: 0,
-        aborted: 0,
-        took: Duration::ZERO,
-    };
+    let mut tally = Tally::default();
     let mut rounds = 0;
     for round in 0..LOCK_ROUNDS {
         if tally.cancelled >= LOCK_CANCELS {
@@ -490,20 +478,7 @@ async fn cancelled_permit_waits_leave_the_queue_without_new_connections() {
     let (lines0, aborted0) = log_lines(&log);
     let connections0 = connections(&mut check).await;
     let started = Instant::now();
-    let mut tally = Tally {
-        cancelled: 0,
-        granted: 0,
-        raced: 0,
-        queued_before: 0,
-        left_after: 0,
-        left_at_end: 0,
-        slowest_let_go: Duration::ZERO,
-        held_after: 0,
-        connections: 0,
-        log_lines: 0,
-        aborted: 0,
-        took: Duration::ZERO,
-    };
+    let mut tally = Tally::default();
     for _ in 0..PERMIT_ROUNDS {
         let counting = async {
             tokio::time::sleep(COUNT_AT).await;

@@ -192,6 +192,22 @@ impl EtcdServer {
         self.addr().to_string()
     }
 
+    /// `etcd_debugging_mvcc_<name>` (a gauge such as `watch_stream_total`
+    /// or `watcher_total`) from this member's `/metrics`, on its client port.
+    pub fn mvcc_gauge(&self, name: &str) -> f64 {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(self.endpoint()).expect("connect to /metrics");
+        conn.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        write!(conn, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").expect("ask /metrics");
+        let mut body = String::new();
+        conn.read_to_string(&mut body).expect("read /metrics");
+        let metric = format!("etcd_debugging_mvcc_{name} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(metric.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {metric} in /metrics"))
+    }
+
     /// `etcd://127.0.0.1:PORT` (`etcds://` with TLS), the dlock URL of this member alone.
     pub fn url(&self) -> String {
         let scheme = if self.certs.is_some() {

@@ -4,7 +4,6 @@
 //! lock, and `ensure()` refuses from then on (issue 65). The watchers of
 //! held keys ride one watch stream per backend, whatever their number.
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use dlock_tests::loss_heard::{lost_relative_to_next_grant, report_worst, watch_lost};
@@ -82,26 +81,12 @@ async fn a_removed_key_is_heard_lost_by_the_time_another_client_gets_it() {
     }
 }
 
-/// `etcd_debugging_mvcc_<name>` from the member's `/metrics`.
-fn mvcc_gauge(server: &EtcdServer, name: &str) -> f64 {
-    let mut conn = std::net::TcpStream::connect(server.endpoint()).expect("connect to /metrics");
-    conn.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    write!(conn, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").expect("ask /metrics");
-    let mut body = String::new();
-    conn.read_to_string(&mut body).expect("read /metrics");
-    let metric = format!("etcd_debugging_mvcc_{name} ");
-    body.lines()
-        .find_map(|l| l.strip_prefix(metric.as_str()))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {metric} in /metrics"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_held_keys_are_watched_on_one_stream() {
     const HELD: usize = 3_000;
     let server = EtcdServer::start();
     let a = connect(&server.url()).await;
-    let streams_before = blocking(|| mvcc_gauge(&server, "watch_stream_total"));
+    let streams_before = blocking(|| server.mvcc_gauge("watch_stream_total"));
     let mut guards = Vec::with_capacity(HELD);
     for i in 0..HELD {
         let guard = lock(&a, &format!("many-{i}"))
@@ -115,13 +100,13 @@ async fn thousands_of_held_keys_are_watched_on_one_stream() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut watchers = 0.0;
     while Instant::now() < deadline {
-        watchers = blocking(|| mvcc_gauge(&server, "watcher_total"));
+        watchers = blocking(|| server.mvcc_gauge("watcher_total"));
         if watchers >= HELD as f64 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let streams = blocking(|| mvcc_gauge(&server, "watch_stream_total")) - streams_before;
+    let streams = blocking(|| server.mvcc_gauge("watch_stream_total")) - streams_before;
     eprintln!("etcd: {HELD} held keys: {streams} watch streams, {watchers} watchers on the server");
     assert!(
         watchers >= HELD as f64,
@@ -153,7 +138,7 @@ async fn thousands_of_held_keys_are_watched_on_one_stream() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut left = f64::MAX;
     while Instant::now() < deadline {
-        left = blocking(|| mvcc_gauge(&server, "watcher_total"));
+        left = blocking(|| server.mvcc_gauge("watcher_total"));
         if left < 10.0 {
             break;
         }
