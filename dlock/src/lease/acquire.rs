@@ -18,7 +18,7 @@ use crate::lease::observe::{self, Acquisition, Kind, StaleReason};
 use crate::lease::options::LeaseOptions;
 use crate::lease::ride_through::RideThrough;
 use crate::lease::watchdog::Watchdog;
-use crate::{backend::deadline, lease::local, LockError};
+use crate::{backend::deadline, lease::local, lease::on_time, LockError};
 
 /// What a granted acquisition shows operators: whether it re-entered, and
 /// its fence.
@@ -149,7 +149,14 @@ pub(crate) async fn take(
     let lease = loop {
         // A transient failure with time left in the wait is asked again
         // (`ride_through.rs`), with a new owner token.
-        let asked = ask(options, &*backend, target, once, deadline).await;
+        // Cut a second past the wait: a silent server must not stretch
+        // a short wait to its request timeout (`on_time.rs`).
+        let asked = on_time::within_the_wait(
+            || backend.describe(),
+            if once { None } else { deadline },
+            ask(options, &*backend, target, once, deadline),
+        )
+        .await;
         let asked = match asked {
             Err(e) => {
                 ride.after(&options.key, e).await?;

@@ -11,6 +11,8 @@
 //!   every backend's connections), so renewal never waits on the caller's runtime.
 //! - `options.rs`: the one `LeaseOptions` every kind is configured with.
 //! - `ttl.rs`: the ttl bounds.
+//! - `on_time.rs`: a waiting backend call cut a second past its wait, so a
+//!   silent server cannot stretch a short wait to a request timeout.
 //! - `observe.rs`: spans, events and metrics of every operation.
 //!
 //! # How the modules use each other
@@ -140,6 +142,7 @@ pub(crate) mod background;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod observe;
+pub(crate) mod on_time;
 pub(crate) mod options;
 pub(crate) mod queue;
 pub(crate) mod ride_through;

@@ -31,6 +31,7 @@ mod matrix;
 mod outages;
 mod proxied;
 mod restarts;
+mod stopped_servers;
 
 use std::sync::Arc;
 use std::time::Duration;
