@@ -97,8 +97,13 @@ impl LockBackend for RedisBackend {
         Some(self.subscriber.loss_alarm())
     }
 
+    /// No elections with `?fence=off`: a term is the leader's fence.
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
+        let mut offers = Capabilities::all(self);
+        if !self.options.fenced {
+            offers.election = None;
+        }
+        offers
     }
 
     /// A single server takes a `MultiLock`'s keys in one script; a Cluster
