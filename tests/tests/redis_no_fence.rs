@@ -68,6 +68,9 @@ async fn fenced_and_unfenced_clients_of_one_key_exclude_each_other() {
     for round in 0..5 {
         let held = lock(key, &unfenced).acquire().await.expect("unfenced");
         assert_eq!(held.fencing_token(), None);
+        // The counter an earlier fenced holder left is not this holder's.
+        let info = unfenced.inspect(key).await.expect("inspect").expect("held");
+        assert_eq!(info.fencing_token, None, "round {round}: {info:?}");
         let refused = lock(key, &fenced).try_acquire().await.expect("a try");
         assert!(
             refused.is_none(),

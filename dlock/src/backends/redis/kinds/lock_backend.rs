@@ -117,7 +117,9 @@ impl LockBackend for RedisBackend {
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
-        self.inspect_lock(key, true).await
+        // With `?fence=off` a counter left by an earlier fenced holder is not
+        // this holder's fence: none is shown.
+        self.inspect_lock(key, self.options.fenced).await
     }
 
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {
