@@ -39,12 +39,20 @@ const OBSERVED_CYCLES: usize = 125;
 /// Runs the four workloads against `url` and prints the table, then (b)
 /// with observability on against off. `detail` adds (b) with only the
 /// recorder and with only the subscriber on, to tell their costs apart.
-pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
+/// `uncontended_only` runs (a) and (b) alone: the rows that the fence's
+/// cost shows in, quick enough to repeat in one sitting.
+///
+/// (a) and (b) also run dlock with `?fence=off` (no fencing token, no
+/// counter), against rslock and the bare loop in the same run.
+pub async fn run(url: &str, detail: bool, uncontended_only: bool) -> Result<(), BoxError> {
     // Installed first and switched off: the recorder and subscriber are
     // global for the process and cannot be removed, so every row but the
     // observed ones runs with both off.
     let obs = Observability::install()?;
     let backend: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
+    let joint = if url.contains('?') { '&' } else { '?' };
+    let unfenced: Arc<dyn LockBackend> =
+        Arc::new(RedisBackend::connect(&format!("{url}{joint}fence=off")).await?);
     let hand = HandWritten::connect(url).await?;
     let run_id = std::process::id();
     println!("Redis benchmark against {}", dlock::url::redact(url));
@@ -79,6 +87,14 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
         |n| Box::pin(rslock::uncontended(rs_ref, n, &rs_key)),
     )
     .await?;
+    let unfenced_ref = &unfenced;
+    let unfenced_key = format!("bench:{run_id}:a-nofence");
+    let (unfenced_a, rslock_a2) = alternating(
+        &SIZES,
+        |n| Box::pin(uncontended_dlock(n, unfenced_ref, &unfenced_key)),
+        |n| Box::pin(rslock::uncontended(rs_ref, n, &rs_key)),
+    )
+    .await?;
 
     // (b), four sides in rotating order over several rounds, so that load
     // from elsewhere lands on all of them alike; the server's CPU per cycle
@@ -90,7 +106,8 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
     let (hand_ref, rs_ref, sizes_ref) = (&hand, &rs, &round_sizes);
     let id = run_id.to_string();
     let rs_prefix = format!("bench:{run_id}:b-rs");
-    let (id_ref, rs_prefix_ref) = (&id, &rs_prefix);
+    let unfenced_id = format!("{run_id}-nofence");
+    let (id_ref, rs_prefix_ref, unfenced_id_ref) = (&id, &rs_prefix, &unfenced_id);
     let mut b_sides = [
         DistinctSide::new(move || Box::pin(distinct_dlock(sizes_ref, backend_ref, id_ref))),
         DistinctSide::new(move || {
@@ -105,10 +122,14 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             Box::pin(distinct_hand(sizes_ref, hand_ref, run_id, Protocol::Dlock))
         }),
         DistinctSide::new(move || Box::pin(rslock::distinct(sizes_ref, rs_ref, rs_prefix_ref))),
+        DistinctSide::new(move || {
+            Box::pin(distinct_dlock(sizes_ref, unfenced_ref, unfenced_id_ref))
+        }),
     ];
     for round in 0..DISTINCT_ROUNDS {
         for i in 0..b_sides.len() {
-            let side = &mut b_sides[(round + i) % 4];
+            let sides = b_sides.len();
+            let side = &mut b_sides[(round + i) % sides];
             let before = hand.server_micros().await?;
             let client_before = observed::cpu_time();
             let allocations_before = allocations::count();
@@ -128,27 +149,48 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             ));
         }
     }
-    let [ours_b, base_b, same_protocol_b, rslock_b] = b_sides.map(|side| side.summary());
-
-    let ours_c = hot_key_dlock(&SIZES, &backend, &format!("bench:{run_id}:c")).await?;
-    let base_c = hot_key(
-        &SIZES,
-        HandLock::new(&hand, &format!("bench:{run_id}:c-hand")),
-    )
-    .await?;
-    let rslock_c = hot_key(&SIZES, RsLock::new(&rs, &format!("bench:{run_id}:c-rs"))).await?;
-
-    // Hand-off crosses clients, as between two processes: the waiter has its own connection.
-    let waiter: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
-    let ours_d = handoff_dlock(&SIZES, &backend, &waiter, &format!("bench:{run_id}:d")).await?;
-    let base_d = handoff_hand(
-        &hand,
-        &HandWritten::connect(url).await?,
-        &format!("bench:{run_id}:d-hand"),
-    )
-    .await?;
-
-    let mut rows = vec![
+    let [ours_b, base_b, same_protocol_b, rslock_b, unfenced_b] =
+        b_sides.map(|side| side.summary());
+    let unfenced_vs_hand = [
+        Row::throughput(
+            "(b) cycles, dlock with `?fence=off`",
+            unfenced_b.0,
+            base_b.0,
+        ),
+        Row::latency(
+            "(b) Redis CPU per cycle, dlock with `?fence=off`",
+            unfenced_b.1,
+            base_b.1,
+        ),
+    ];
+    let unfenced_vs_rslock = [
+        Row::latency(
+            "(a) p50, dlock with `?fence=off`",
+            unfenced_a.p50,
+            rslock_a2.p50,
+        ),
+        Row::latency(
+            "(a) p99, dlock with `?fence=off`",
+            unfenced_a.p99,
+            rslock_a2.p99,
+        ),
+        Row::throughput(
+            "(b) cycles, dlock with `?fence=off`",
+            unfenced_b.0,
+            rslock_b.0,
+        ),
+        Row::latency(
+            "(b) Redis CPU per cycle, dlock with `?fence=off`",
+            unfenced_b.1,
+            rslock_b.1,
+        ),
+        Row::latency(
+            "(b) client CPU per cycle, dlock with `?fence=off`",
+            unfenced_b.2,
+            rslock_b.2,
+        ),
+    ];
+    let uncontended_vs_hand = [
         Row::latency("(a) 1 task, acquire+release, p50", ours_a.p50, base_a.p50),
         Row::latency("(a) 1 task, acquire+release, p99", ours_a.p99, base_a.p99),
         Row::latency(
@@ -183,15 +225,7 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             base_b.3,
         ),
     ];
-    rows.extend(hot_key_rows(&ours_c, &base_c));
-    rows.extend(handoff_rows(&ours_d, &base_d));
-    print_table(
-        "Redis: dlock vs a hand-written SET NX PX loop (10 ms polling)",
-        "hand-written",
-        &rows,
-    );
-
-    let mut rslock_rows = vec![
+    let uncontended_vs_rslock = [
         Row::latency(
             "(a) 1 task, acquire+release, p50",
             ours_a3.p50,
@@ -219,6 +253,55 @@ pub async fn run(url: &str, detail: bool) -> Result<(), BoxError> {
             rslock_b.3,
         ),
     ];
+    if uncontended_only {
+        let mut rows = uncontended_vs_hand.to_vec();
+        rows.extend(unfenced_vs_hand);
+        print_table(
+            "Redis, uncontended: dlock vs a hand-written SET NX PX loop",
+            "hand-written",
+            &rows,
+        );
+        let mut rows = uncontended_vs_rslock.to_vec();
+        rows.extend(unfenced_vs_rslock);
+        print_table(
+            "Redis, uncontended: dlock vs rslock 0.10 on the same single server",
+            "rslock",
+            &rows,
+        );
+        println!("\n{}", SIZES.describe());
+        return Ok(());
+    }
+
+    let ours_c = hot_key_dlock(&SIZES, &backend, &format!("bench:{run_id}:c")).await?;
+    let base_c = hot_key(
+        &SIZES,
+        HandLock::new(&hand, &format!("bench:{run_id}:c-hand")),
+    )
+    .await?;
+    let rslock_c = hot_key(&SIZES, RsLock::new(&rs, &format!("bench:{run_id}:c-rs"))).await?;
+
+    // Hand-off crosses clients, as between two processes: the waiter has its own connection.
+    let waiter: Arc<dyn LockBackend> = Arc::new(RedisBackend::connect(url).await?);
+    let ours_d = handoff_dlock(&SIZES, &backend, &waiter, &format!("bench:{run_id}:d")).await?;
+    let base_d = handoff_hand(
+        &hand,
+        &HandWritten::connect(url).await?,
+        &format!("bench:{run_id}:d-hand"),
+    )
+    .await?;
+
+    let mut rows = uncontended_vs_hand.to_vec();
+    rows.extend(unfenced_vs_hand);
+    rows.extend(hot_key_rows(&ours_c, &base_c));
+    rows.extend(handoff_rows(&ours_d, &base_d));
+    print_table(
+        "Redis: dlock vs a hand-written SET NX PX loop (10 ms polling)",
+        "hand-written",
+        &rows,
+    );
+
+    let mut rslock_rows = uncontended_vs_rslock.to_vec();
+    rslock_rows.extend(unfenced_vs_rslock);
     rslock_rows.extend(hot_key_rows(&ours_c, &rslock_c));
     print_table(
         "Redis: dlock vs rslock 0.10 on the same single server",

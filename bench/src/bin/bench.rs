@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--beside=<url>]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--uncontended] [--beside=<url>]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`, `mysql://…`), or in the
@@ -39,6 +39,9 @@
 //! The Redis suite ends with workload (b) with observability on (a
 //! Prometheus recorder and a `tracing` subscriber at INFO) against off;
 //! `--observed-detail` adds the recorder alone and the subscriber alone.
+//! `--uncontended` (Redis) runs only the uncontended rows, (a) and (b),
+//! each also with `?fence=off`, against the bare loop and rslock: quick
+//! enough to repeat in one sitting.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -54,6 +57,7 @@ struct Flags {
     read_mostly: bool,
     replicas: bool,
     observed_detail: bool,
+    uncontended: bool,
 }
 
 /// The benchmark suite of each URL scheme, with an example URL: the usage
@@ -69,7 +73,7 @@ const SUITES: &[(&[&str], &str, Suite)] = &[
                 } else if flags.replicas {
                     dlock_bench::replicas::run(&url).await
                 } else {
-                    dlock_bench::redis::run(&url, flags.observed_detail).await
+                    dlock_bench::redis::run(&url, flags.observed_detail, flags.uncontended).await
                 }
             })
         },
@@ -113,11 +117,12 @@ async fn main() -> ExitCode {
         read_mostly: args.iter().any(|a| a == "--read-mostly"),
         replicas: args.iter().any(|a| a == "--replicas"),
         observed_detail: args.iter().any(|a| a == "--observed-detail"),
+        uncontended: args.iter().any(|a| a == "--uncontended"),
     };
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
         eprintln!(
-            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--beside=<url>]   ({})",
+            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--uncontended] [--beside=<url>]   ({})",
             examples.join(", ")
         );
         return ExitCode::FAILURE;

@@ -33,12 +33,18 @@ const REDIS_ANY: [&str; 11] = [
     "eviction",
 ];
 /// `redis://`, `rediss://` and the Cluster forms.
-pub(crate) const REDIS: &[&str] = &join::<11, 4, 15>(
+pub(crate) const REDIS: &[&str] = &join::<11, 5, 16>(
     REDIS_ANY,
-    ["ca", "protocol", "fence_retention", "foreign_share"],
+    [
+        "ca",
+        "protocol",
+        "fence",
+        "fence_retention",
+        "foreign_share",
+    ],
 );
 /// `redis+sentinel://` and `rediss+sentinel://`.
-pub(crate) const REDIS_SENTINEL: &[&str] = &join::<11, 8, 19>(
+pub(crate) const REDIS_SENTINEL: &[&str] = &join::<11, 9, 20>(
     REDIS_ANY,
     [
         "ca",
@@ -46,6 +52,7 @@ pub(crate) const REDIS_SENTINEL: &[&str] = &join::<11, 8, 19>(
         "sentinel_user",
         "sentinel_password",
         "sentinel_auth",
+        "fence",
         "fence_retention",
         "foreign_share",
         "replica_gone_after",

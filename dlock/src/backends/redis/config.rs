@@ -63,6 +63,11 @@ pub(crate) struct RedisOptions {
     /// outlives the fence it last issued (default one day, at most 365 days;
     /// see `scripts.rs`'s `ACQUIRE_FUNCTIONS` for why it may expire).
     pub(crate) fence_retention: Duration,
+    /// `?fence=on|off`: whether plain locks issue fencing tokens (default
+    /// on). Off, the acquire keeps no fence counter and a lease's
+    /// `fencing_token()` is `None`: for locks that save work rather than
+    /// guard data (see the guarantees guide).
+    pub(crate) fenced: bool,
     /// `?foreign_share=N`: the percentage of the time the key stays free for
     /// clients that do not queue while the queue hands it on (see
     /// `waiter_queue.rs`; default [`DEFAULT_FOREIGN_SHARE`]).
@@ -134,6 +139,7 @@ impl RedisOptions {
         let mut aof = false;
         let mut eviction_accepted = false;
         let mut fence_retention = DEFAULT_FENCE_RETENTION;
+        let mut fenced = true;
         let mut foreign_share = DEFAULT_FOREIGN_SHARE;
         let mut sentinel_query = SentinelQuery::default();
         let mut passed_on = Vec::new();
@@ -159,6 +165,17 @@ impl RedisOptions {
                         _ => {
                             return Err(bad(&format!(
                                 "`eviction={value}` is neither accept nor refuse (accept connects to a server whose maxmemory-policy may evict lock keys; the default, refuse, does not)"
+                            )))
+                        }
+                    };
+                }
+                "fence" => {
+                    fenced = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => {
+                            return Err(bad(&format!(
+                                "`fence={value}` is neither on nor off (off: plain locks issue no fencing token, `fencing_token()` is None, for locks that save work rather than guard data; the default is on)"
                             )))
                         }
                     };
@@ -289,6 +306,7 @@ impl RedisOptions {
             replicas,
             replica_timeout,
             fence_retention,
+            fenced,
             foreign_share,
             aof,
             eviction_accepted,
@@ -315,6 +333,40 @@ mod tests {
         );
         assert!(!o.cluster && !o.tls);
         assert_eq!(o.recheck, Some(DEFAULT_RECHECK));
+    }
+
+    #[test]
+    fn fence_is_on_unless_off_on_every_form() {
+        for url in [
+            "redis://h:1",
+            "rediss://h:1",
+            "redis+cluster://h:1,h:2",
+            "redis+sentinel://h:1/mm",
+        ] {
+            assert!(RedisOptions::parse(url).unwrap().fenced, "{url}");
+            let on = RedisOptions::parse(&format!("{url}?fence=on")).unwrap();
+            assert!(on.fenced, "{url}");
+            let off = RedisOptions::parse(&format!("{url}?fence=off")).unwrap();
+            assert!(!off.fenced, "{url}");
+            assert!(
+                off.nodes.iter().all(|n| !n.contains("fence")),
+                "not passed on to the client: {:?}",
+                off.nodes
+            );
+        }
+        for (url, says) in [
+            ("redis://h:1?fence=no", "`fence=no` is neither on nor off"),
+            ("redis://h:1?fence", "`fence=` is neither on nor off"),
+        ] {
+            let e = RedisOptions::parse(url).unwrap_err();
+            assert!(matches!(e, LockError::InvalidOption { .. }), "{url}: {e:?}");
+            assert!(e.to_string().contains(says), "{url}: {e}");
+        }
+        assert!(
+            RedisOptions::parse("redis+cluster://h:1,h:2?fence=on")
+                .unwrap()
+                .fenced
+        );
     }
 
     #[test]

@@ -54,6 +54,11 @@ pub(super) fn parse_url(url: &str) -> Result<ParsedUrl, LockError> {
                 }
                 restart_quarantine = Some(quarantine);
             }
+            Some(("fence", _)) => {
+                return Err(bad(
+                    "`fence` does not apply to Redlock: it issues no fencing tokens already (`fencing_token()` is None); remove the parameter",
+                ));
+            }
             Some(("fence_retention", _)) => {
                 return Err(bad(
                     "`fence_retention` does not apply to Redlock: it issues no fencing tokens, so it keeps no fence counter; remove the parameter",
@@ -144,6 +149,10 @@ mod tests {
             (
                 "redlock://:secret@h1:1,h2:2,h3:3?fence_retention=1h",
                 "`fence_retention` does not apply to Redlock",
+            ),
+            (
+                "redlock://:secret@h1:1,h2:2,h3:3?fence=off",
+                "`fence` does not apply to Redlock",
             ),
         ] {
             let msg = parse_url(url).unwrap_err().to_string();

@@ -206,7 +206,7 @@ impl RedisBackend {
         let turn = batchers.as_ref().map(|b| {
             b.acquire.enter(|| AcquireOp {
                 lock: names.lock.clone(),
-                fence: names.fence.clone(),
+                fence: self.fence_key(names).to_owned(),
                 token: req.token.clone(),
                 ttl_ms: millis(req.ttl),
                 retention_ms: self.fence_retention_ms(),
@@ -218,7 +218,7 @@ impl RedisBackend {
             _alone => {
                 let mut call = scripts::evalsha(&ACQUIRE, 2);
                 call.arg(&names.lock)
-                    .arg(&names.fence)
+                    .arg(self.fence_key(names))
                     .arg(&req.token)
                     .arg(millis(req.ttl))
                     .arg(self.fence_retention_ms());
@@ -226,6 +226,24 @@ impl RedisBackend {
             }
         };
         self.attempt_answer(req, names, sent, won, value)
+    }
+
+    /// The fence counter the acquire scripts are given for the lock `names`:
+    /// with `?fence=off` the lock key itself, which the scripts read as
+    /// "issue no fence" (see `ACQUIRE_FUNCTIONS`), so the acquire neither
+    /// reads nor writes a counter.
+    pub(crate) fn fence_key<'a>(&self, names: &'a KeyNames) -> &'a str {
+        if self.options.fenced {
+            &names.fence
+        } else {
+            &names.lock
+        }
+    }
+
+    /// The fencing token of a lease whose acquire script answered `fence`:
+    /// none with `?fence=off` (the script answered 0, not a fence).
+    pub(crate) fn issued_fence(&self, fence: u64) -> Option<u64> {
+        self.options.fenced.then_some(fence)
     }
 
     /// The last argument of every script that issues fences: how long a
@@ -251,6 +269,7 @@ impl RedisBackend {
                     names.fence.clone(),
                 )))
             })?;
+            let fence = self.issued_fence(fence);
             return Ok(Attempt::Acquired(granted(req, names, sent, fence)));
         }
         Ok(Attempt::Held(holder_left(value)))
@@ -300,14 +319,19 @@ impl RedisBackend {
 }
 
 /// The lease an acquire script (`ACQUIRE`, `ACQUIRE_ALL`) granted `req` on
-/// the lock key of `names`, with its fence; sent at `sent`, from which its
-/// validity runs.
-pub(crate) fn granted(req: &AcquireRequest, names: &KeyNames, sent: Instant, fence: u64) -> Lease {
+/// the lock key of `names`, with its fence (none with `?fence=off`); sent at
+/// `sent`, from which its validity runs.
+pub(crate) fn granted(
+    req: &AcquireRequest,
+    names: &KeyNames,
+    sent: Instant,
+    fence: Option<u64>,
+) -> Lease {
     Lease {
         key: req.key.clone(),
         token: req.token.clone(),
         ttl: req.ttl,
-        fencing_token: Some(fence),
+        fencing_token: fence,
         valid_until: lease_deadline(sent, req.ttl),
         resource: names.lock.clone(),
     }

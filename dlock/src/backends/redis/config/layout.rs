@@ -42,7 +42,7 @@ pub(in crate::backends::redis) fn without_layout(url: &str) -> Result<String, Lo
                     layout_not_here(value)
                 )));
             }
-            "prefix" | "fence_retention" | "foreign_share" => {
+            "prefix" | "fence" | "fence_retention" | "foreign_share" => {
                 return Err(LockError::invalid_option(format!(
                     "`{shown}`: `{name}` does not apply to `layout=redisson`: the Redis key is the lock's name itself, as Redisson's getLock(name), and its fence counter is RFencedLock's; drop `{name}`"
                 )));
@@ -80,6 +80,8 @@ mod tests {
         );
         let err = without_layout("redis://:pw@h:1?layout=redisson&prefix=x").unwrap_err();
         assert!(err.to_string().contains("`prefix` does not apply"), "{err}");
+        let err = without_layout("redis://h:1?layout=redisson&fence=off").unwrap_err();
+        assert!(err.to_string().contains("`fence` does not apply"), "{err}");
         let err = without_layout("redis://h:1?layout=redisson&replicas=1").unwrap_err();
         assert!(
             err.to_string().contains("`replicas` does not apply"),

@@ -43,7 +43,7 @@ impl RedisBackend {
             .collect();
         let mut call = scripts::evalsha(&ACQUIRE_ALL, 2 * names.len());
         for names in names {
-            call.arg(&names.lock).arg(&names.fence);
+            call.arg(&names.lock).arg(self.fence_key(names));
         }
         for req in reqs {
             call.arg(&req.token);
@@ -79,7 +79,7 @@ impl RedisBackend {
                 .zip(fences)
                 .map(|((req, names), &fence)| {
                     let fence = u64::try_from(fence).map_err(|_| malformed())?;
-                    Ok(granted(req, names, sent, fence))
+                    Ok(granted(req, names, sent, self.issued_fence(fence)))
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Try::Done),

@@ -150,7 +150,7 @@ impl RedisBackend {
     ) -> Result<Vec<(String, LockInfo)>, LockError> {
         let mut held = Vec::new();
         for key in self.lock_keys(prefix).await? {
-            if let Some(info) = self.inspect_lock(&key, true).await? {
+            if let Some(info) = self.inspect_lock(&key, self.options.fenced).await? {
                 held.push((key, info));
             }
         }

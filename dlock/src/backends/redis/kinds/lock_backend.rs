@@ -97,8 +97,13 @@ impl LockBackend for RedisBackend {
         Some(self.subscriber.loss_alarm())
     }
 
+    /// No elections with `?fence=off`: a term is the leader's fence.
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
+        let mut offers = Capabilities::all(self);
+        if !self.options.fenced {
+            offers.election = None;
+        }
+        offers
     }
 
     /// A single server takes a `MultiLock`'s keys in one script; a Cluster
@@ -112,7 +117,9 @@ impl LockBackend for RedisBackend {
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {
-        self.inspect_lock(key, true).await
+        // With `?fence=off` a counter left by an earlier fenced holder is not
+        // this holder's fence: none is shown.
+        self.inspect_lock(key, self.options.fenced).await
     }
 
     async fn force_release(&self, key: &str) -> Result<bool, LockError> {

@@ -31,7 +31,11 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// issues a fencing token, `acquire(lock, counter, token, ttl_ms)` takes the
 /// key (or finds it already taken with `token`) and answers `1, fence` or
 /// `0, pttl`. An empty `counter` issues no fence (answers `1, 0`): Redlock
-/// has no fencing token, so its acquire is a plain `SET NX PX`.
+/// has no fencing token, so its acquire is a plain `SET NX PX`. A `counter`
+/// that is the lock key itself issues none either: that is `?fence=off`
+/// (`RedisBackend::fence_key`), which names the lock key rather than an
+/// empty one because a key name must match the ACL user's key pattern and,
+/// on a Cluster, share the lock's slot.
 ///
 /// Fences never go backwards, even when the counter is lost (a restart
 /// without persistence, a failover to a replica that missed it, an
@@ -120,6 +124,9 @@ local function live_queue(lock)
   return first_live(lock, nil, math.floor(now / 1000)) ~= nil
 end
 local function acquire(lock, counter, token, ttl)
+  if counter == lock then
+    counter = ''
+  end
   local queued = redis.call('EXISTS', lock .. ':queue') == 1
   if queued and redis.call('EXISTS', lock) == 0 then
     queued = live_queue(lock)

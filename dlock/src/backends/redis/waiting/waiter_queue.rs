@@ -170,6 +170,10 @@ leave_line(lock, ticket)
 redis.call('SET', lock, token, 'PX', ttl)
 -- One reading of the clock for the queue and the fence.
 now = queue_clock_us
+-- The lock key as the counter: `?fence=off` (see `ACQUIRE_FUNCTIONS`).
+if KEYS[2] == lock then
+  return {1, 0}
+end
 return {1, fence(KEYS[2], ttl)}
 ";
     Script::new(&format!("{ACQUIRE_FUNCTIONS}{QUEUE_FUNCTIONS}{queued}"))
@@ -270,7 +274,7 @@ impl RedisBackend {
         let sent = Instant::now();
         let mut call = scripts::evalsha(&ACQUIRE_QUEUED, 2);
         call.arg(&names.lock)
-            .arg(&names.fence)
+            .arg(self.fence_key(names))
             .arg(&req.token)
             .arg(millis(req.ttl))
             .arg(&names.channel)
