@@ -1,7 +1,7 @@
 //! Fenced writes to a table or keys of the caller's (issue 66): the
 //! statements `dlock::fence::FencedUpdate` builds, run with bound
 //! parameters on a real PostgreSQL and a real MariaDB, and
-//! `dlock::fence::redis_fenced_set` on a real Redis. In each, the holder
+//! `dlock::fence::redis_fenced_set` on a real Redis and a Redis Cluster. In each, the holder
 //! after a paused one writes, then the paused holder wakes and writes with
 //! its old token: refused (0 rows, `false`), and the current holder's
 //! values stand.
@@ -14,7 +14,7 @@ use dlock::fence::{redis_fenced_set, FenceError, FencedUpdate, SqlDialect};
 use dlock_tests::paused_holder::stale_and_current;
 use dlock_tests::servers::mariadb::MariaDbServer;
 use dlock_tests::servers::postgres::PgServer;
-use dlock_tests::servers::redis::RedisServer;
+use dlock_tests::servers::redis::{RedisCluster, RedisServer};
 use mysql_async::prelude::Queryable;
 
 /// The fenced write of both SQL tests: `Status` and `paid by` of the row
@@ -193,4 +193,29 @@ async fn redis_fenced_set_refuses_the_paused_holder() {
         "{err}"
     );
     assert_eq!(redis.redis_cli(&["EXISTS", "order:7:status"]).trim(), "0");
+}
+
+/// On a Redis Cluster, through the `redis` crate's cluster connection: the
+/// hash-tagged keys meet on one node, and the paused holder is refused there
+/// as on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fenced_set_runs_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let (stale, current) = stale_and_current(&cluster.url(), "order:42").await;
+    let client = redis::cluster::ClusterClient::new(cluster.node_urls()).unwrap();
+    let mut conn = client.get_async_connection().await.unwrap();
+    let (value_key, fence_key) = ("{order:42}:status", "{order:42}:fence");
+    let mut set = async |token: u64, value: &str| {
+        redis_fenced_set(&mut conn, value_key, fence_key, value, token)
+            .await
+            .unwrap()
+    };
+    assert!(set(current, "paid").await, "the current holder's write");
+    assert!(!set(stale, "paid twice").await, "the paused holder's write");
+    let value: String = redis::cmd("GET")
+        .arg(value_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value, "paid");
 }
