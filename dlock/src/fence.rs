@@ -11,18 +11,31 @@
 //! - [`FenceKeeper`]: an in-process store (a map, a cache, a file the
 //!   process owns) remembers the highest token per resource and runs a
 //!   write only under a token at least that high;
-//! - `REDIS_FENCED_SET` (feature `redis`): a Lua script for Redis that keeps the highest
-//!   token beside the value and sets the value only under a token at least
-//!   that high, in one atomic step;
-//! - `SQL_FENCED_UPDATE` (feature `postgres`): the SQL for PostgreSQL (and, with `?` for `$n`,
-//!   MySQL/MariaDB): a `fence` column, and an `UPDATE … WHERE fence <= $token`
-//!   that touches no row for a stale token.
+//! - [`FencedUpdate`]: the fenced `UPDATE` (or upsert) for a table of
+//!   yours, spelled for PostgreSQL or MySQL/MariaDB ([`SqlDialect`]):
+//!   identifiers quoted, values bound as parameters, and a stale token
+//!   changes 0 rows;
+//! - `redis_fenced_set` (feature `redis`): one call that sets a Redis key
+//!   only under a token at least as high as the one kept beside it, in
+//!   one atomic script (`REDIS_FENCED_SET`, which it runs);
+//! - `SQL_FENCED_UPDATE` (feature `postgres`): a fixed example of the SQL,
+//!   for a table `orders`; build yours with [`FencedUpdate`].
 //!
 //! A token equal to the highest seen is accepted: it is the same holder's
 //! lease writing again. Fencing tokens only grow per key
 //! ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)); use one
 //! store resource per lock key, or the highest token across the keys that
 //! guard it.
+
+mod error;
+#[cfg(feature = "redis")]
+mod redis_set;
+mod sql;
+
+pub use error::FenceError;
+#[cfg(feature = "redis")]
+pub use redis_set::redis_fenced_set;
+pub use sql::{FencedUpdate, SqlDialect};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -117,6 +130,9 @@ impl std::error::Error for StaleFence {}
 /// A Redis script that sets a value only under a fencing token at least as
 /// high as the highest one the key has seen, kept beside the value.
 ///
+/// [`redis_fenced_set`] runs it in one call; the script is here for
+/// clients other than the `redis` crate's.
+///
 /// `EVAL REDIS_FENCED_SET 2 <value key> <fence key> <token> <value>`: answers
 /// `1` when it set the value (and stored the token as the highest), `0` when
 /// it refused a stale token. Keep the two keys in one hash slot on a
@@ -153,10 +169,16 @@ redis.call('SET', KEYS[1], ARGV[2])
 return 1
 "#;
 
-/// A fenced update in SQL (PostgreSQL; for MySQL and MariaDB write `?` for
-/// `$1` and `$2`): the table keeps the fencing token of the last write in a
-/// `fence` column, and the update touches its row only under a token at
-/// least as high. A stale holder's update changes 0 rows: check the count.
+/// An example of a fenced update in SQL, for one table: `orders` with a
+/// `status` and a `fence` column (PostgreSQL; for MySQL and MariaDB write
+/// `?` for `$1` and `$2`, and bind the token twice). The table keeps the
+/// fencing token of the last write in its `fence` column, and the update
+/// touches its row only under a token at least as high. A stale holder's
+/// update changes 0 rows: check the count.
+///
+/// For a table of yours, build the statement with [`FencedUpdate`]: it
+/// quotes your names, binds your values, spells MySQL too, and has an
+/// upsert for a row that does not exist yet.
 ///
 /// ```sql
 /// -- once:

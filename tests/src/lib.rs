@@ -27,6 +27,7 @@ pub mod nesting;
 pub mod operations;
 pub mod ordinary_code;
 pub mod overlap;
+pub mod paused_holder;
 pub mod poll;
 pub mod proxy;
 pub mod redisson;

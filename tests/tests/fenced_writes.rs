@@ -10,47 +10,19 @@
 //!
 //! The tokens are real: two leases on one key of a Redis backend, the first
 //! taken without renewal (a holder that stopped renewing: paused) and left
-//! to expire before the second is granted.
-
-use std::time::Duration;
+//! to expire before the second is granted (`dlock_tests::paused_holder`).
+//! The helpers for a table or keys of the caller's (`FencedUpdate`,
+//! `redis_fenced_set`) are tested in `fenced_write_helpers.rs`.
 
 use dlock::fence::{FenceKeeper, REDIS_FENCED_SET, SQL_FENCED_UPDATE};
-use dlock::{Lock, LockGuard};
+use dlock_tests::paused_holder::stale_and_current;
 use dlock_tests::servers::postgres::PgServer;
 use dlock_tests::servers::redis::RedisServer;
-
-/// The fences of a paused holder and of the holder after it, on `url`.
-async fn stale_and_current(url: &str) -> (u64, u64) {
-    let backend = dlock::connect(url).await.unwrap();
-    let ttl = Duration::from_millis(500);
-    let paused: LockGuard = Lock::new("order:42")
-        .with_backend(backend.clone())
-        .ttl(ttl)
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
-    // The paused holder's lease runs out; the next holder is granted.
-    let next = Lock::new("order:42")
-        .with_backend(backend)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    assert!(!paused.is_held(), "the first lease outlived its ttl");
-    let (stale, current) = (
-        paused.fencing_token().unwrap(),
-        next.fencing_token().unwrap(),
-    );
-    assert!(stale < current, "fences {stale} then {current}");
-    next.release().await.unwrap();
-    (stale, current)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_keeper_refuses_the_paused_holder() {
     let redis = RedisServer::start();
-    let (stale, current) = stale_and_current(&redis.url()).await;
+    let (stale, current) = stale_and_current(&redis.url(), "order:42").await;
     let keeper = FenceKeeper::new();
     let mut status = "new";
     keeper
@@ -68,7 +40,7 @@ async fn a_fence_keeper_refuses_the_paused_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_script_refuses_the_paused_holder() {
     let redis = RedisServer::start();
-    let (stale, current) = stale_and_current(&redis.url()).await;
+    let (stale, current) = stale_and_current(&redis.url(), "order:42").await;
     let set = |token: u64, value: &str| {
         redis.redis_cli(&[
             "EVAL",
@@ -108,7 +80,7 @@ async fn the_redis_script_refuses_the_paused_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_update_refuses_the_paused_holder() {
     let redis = RedisServer::start();
-    let (stale, current) = stale_and_current(&redis.url()).await;
+    let (stale, current) = stale_and_current(&redis.url(), "order:42").await;
     let pg = PgServer::start();
     pg.psql(
         "CREATE TABLE orders (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
