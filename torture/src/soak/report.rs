@@ -128,6 +128,10 @@ pub fn render(inputs: &ReportInputs<'_>, samples: &[Sample], verdicts: &[MetricV
     } else {
         let list: Vec<String> = errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
         let _ = writeln!(out, "\nOther errors: {}.", list.join(", "));
+        let first = tally.first_errors.lock().unwrap_or_else(|e| e.into_inner());
+        for (kind, message) in first.iter() {
+            let _ = writeln!(out, "\n- first {kind}: {message}");
+        }
     }
     let (failures, last) = &inputs.probe_failures;
     if *failures > 0 {

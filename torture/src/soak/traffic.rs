@@ -42,6 +42,8 @@ pub struct Tally {
     pub lost: AtomicU64,
     /// Other errors, by `LockError` variant (or `release-timeout`).
     pub errors: Mutex<BTreeMap<String, u64>>,
+    /// The first message of each error kind in `errors`, to tell what they were.
+    pub first_errors: Mutex<BTreeMap<String, String>>,
     /// The kinds of task that ran (the semaphore and the read-write lock only where the
     /// backend has them).
     pub kinds: Mutex<Vec<&'static str>>,
@@ -57,6 +59,16 @@ impl Tally {
             .or_default() += 1;
     }
 
+    fn lock_error(&self, error: &LockError) {
+        let kind = error_kind(error);
+        self.first_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(kind.clone())
+            .or_insert_with(|| error.to_string());
+        self.error(kind);
+    }
+
     fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -64,7 +76,7 @@ impl Tally {
     fn outcome(&self, error: &LockError) {
         match error {
             LockError::Timeout { .. } | LockError::Busy { .. } => Self::count(&self.timed_out),
-            other => self.error(error_kind(other)),
+            other => self.lock_error(other),
         }
     }
 }
@@ -136,7 +148,7 @@ async fn end(guard: LockGuard, rng: &mut StdRng, options: &TrafficOptions, tally
     match timeout(options.ttl * 4, guard.release()).await {
         Ok(Ok(())) => Tally::count(&tally.released),
         Ok(Err(LockError::NotHeld { .. })) => tally.error("NotHeld".into()),
-        Ok(Err(e)) => tally.error(error_kind(&e)),
+        Ok(Err(e)) => tally.lock_error(&e),
         Err(_) => tally.error("release-timeout".into()),
     }
 }
@@ -257,7 +269,7 @@ async fn semaphore_task(
                 tokio::time::sleep(short_hold(&mut rng, &options)).await;
                 match timeout(options.ttl * 4, permit.release()).await {
                     Ok(Ok(())) => Tally::count(&tally.released),
-                    Ok(Err(e)) => tally.error(error_kind(&e)),
+                    Ok(Err(e)) => tally.lock_error(&e),
                     Err(_) => tally.error("release-timeout".into()),
                 }
             }
