@@ -25,8 +25,9 @@
 //!    the `dlock` command.
 //! 8. [`performance`]: measured costs against hand-written loops and peer
 //!    crates, and how each backend scales.
-//! 9. [`reliability`]: the torture run (faults injected for minutes) and
-//!    how to run the test suite.
+//! 9. [`reliability`]: the torture run (faults injected for minutes), the
+//!    soak (hours of traffic judged on leak slopes) and how to run the test
+//!    suite.
 
 #[doc = include_str!("guide/macro_reference.md")]
 pub mod macro_reference {}

@@ -25,6 +25,7 @@
 //! | [`report`] | prints them |
 //! | [`timeline`] | the SVG picture of who held what |
 //! | [`run`] | one whole run |
+//! | [`soak`] | `torture soak`: hours of mixed traffic, sampled, judged on slopes |
 
 #![forbid(unsafe_code)]
 
@@ -39,6 +40,7 @@ pub mod report;
 pub mod run;
 pub mod schedule;
 pub mod sessions;
+pub mod soak;
 pub mod store;
 pub mod store_client;
 pub mod store_server;

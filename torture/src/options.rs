@@ -15,6 +15,8 @@ usage: torture <url> [options]          against your own servers
                                         redlock, sentinel, etcd, zk, postgres, mysql,
                                         file; needs the Debian server packages but file,
                                         which takes a temp directory)
+       torture soak <url> [options]     hours of mixed traffic, sampled, judged on slopes
+                                        (see `torture soak --help`)
 options:
   --minutes M            run length (fractions allowed; default 1)
   --seconds S            run length in seconds instead

@@ -8,11 +8,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use dlock_torture::options::{parse_run, parse_worker, USAGE};
+use dlock_torture::soak::options::{parse_soak, SOAK_USAGE};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
         std::process::exit(worker(&args[1..]));
+    }
+    if args.first().map(String::as_str) == Some("soak") {
+        std::process::exit(soak(&args[1..]));
     }
     if args.iter().any(|a| a == "--help" || a == "-h") || args.is_empty() {
         print!("{USAGE}");
@@ -33,6 +37,28 @@ fn main() {
         Err(e) => {
             eprintln!("torture: {e}");
             std::process::exit(2);
+        }
+    }
+}
+
+/// `torture soak …`: 0 on PASS, 1 on FAIL, 2 on a bad command line or an error.
+fn soak(args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--help" || a == "-h") || args.is_empty() {
+        print!("{SOAK_USAGE}");
+        return if args.is_empty() { 2 } else { 0 };
+    }
+    let options = match parse_soak(args) {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("torture soak: {e}");
+            return 2;
+        }
+    };
+    match dlock_torture::soak::run(&options) {
+        Ok(outcome) => i32::from(!outcome.passed),
+        Err(e) => {
+            eprintln!("torture soak: {e}");
+            2
         }
     }
 }
