@@ -204,8 +204,14 @@ pub async fn a_guard_dropped_with_its_runtime_frees_the_key<F: Fixture>(fixture:
     let ttl = fixture.short_ttl();
     let (a, b) = (fixture.backend().await, fixture.backend().await);
     // Keeps the backend's session busy, as the other guards of a service do.
+    // A wait on each take: without one an acquisition is a single attempt,
+    // and one Redlock round (a 50 ms limit per master) on a loaded machine
+    // can miss its quorum (`Quorum { reached: 1, needed: 3 }` in CI); what is
+    // tested here is the drop, not one round's luck.
+    let take_wait = ttl * 3 + Duration::from_secs(5);
     let neighbour = lock(&a, &unique_key("neighbour"))
         .ttl(ttl)
+        .wait(take_wait)
         .acquire()
         .await
         .unwrap();
@@ -216,7 +222,12 @@ pub async fn a_guard_dropped_with_its_runtime_frees_the_key<F: Fixture>(fixture:
         tokio::task::spawn_blocking(move || {
             let runtime = second_runtime();
             let guard: LockGuard = runtime
-                .block_on(lock(&backend, &guard_key).ttl(ttl).acquire())
+                .block_on(
+                    lock(&backend, &guard_key)
+                        .ttl(ttl)
+                        .wait(take_wait)
+                        .acquire(),
+                )
                 .expect("acquire on the short-lived runtime");
             if dropped_in_shutdown {
                 // The guard lives in a task that the shutdown drops.
