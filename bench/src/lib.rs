@@ -9,6 +9,7 @@ pub mod cycle_suite;
 pub mod etcd;
 #[cfg(target_os = "linux")]
 pub mod file;
+pub mod first_handoff;
 pub mod held;
 pub mod mysql;
 pub mod observed;

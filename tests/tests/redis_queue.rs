@@ -408,11 +408,14 @@ async fn forged_tickets_and_a_clock_step_do_not_block_the_queue() {
 }
 
 /// A queue of dlock waiters alone hands the key on without a gap: the
-/// share for clients that do not queue is paid once a second as a probe,
-/// and for 30 s after one was seen taking a key handed to a waiter.
-/// Measured by `bench --processes=3 --hold-ms=100` (the performance guide);
-/// here, that the probe shows up as a gap at most once a second and that
-/// a foreign client taking a handed-over key switches the share on.
+/// share for clients that do not queue is paid as a probe once a second on
+/// a key handed on for longer than a second, and for 30 s after one was
+/// seen (taking a key handed to a waiter, or holding a key a waiter meets,
+/// by its value). Measured by `bench --first-handoff` and `bench
+/// --processes=3 --hold-ms=100` (the performance guide); here, that a
+/// first hand-off records the run and leaves no gap, that a run older
+/// than a second probes, and that a foreign client taking a handed-over
+/// key, or found holding one, switches the share on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_share_for_other_clients_is_paid_only_when_one_is_seen() {
     let fixture = RedisFixture::single();
@@ -428,15 +431,22 @@ async fn the_share_for_other_clients_is_paid_only_when_one_is_seen() {
     until_queued(&fixture, key, 1).await;
     holder.release().await.unwrap();
     let next = next.await.unwrap().unwrap();
+    let record = fixture.redis_cli(&["GET", &share]);
+    assert!(
+        record.trim().starts_with("hot "),
+        "the first hand-off starts the key's run: {record:?}"
+    );
+    let handoff = fixture.redis_cli(&["GET", &format!("{name}:handoff")]);
     assert_eq!(
-        fixture.redis_cli(&["GET", &share]).trim(),
-        "probe",
-        "the first hand-off of a second is a probe"
+        handoff.split_whitespace().nth(2),
+        Some("0"),
+        "the first hand-off of a key leaves no gap: {handoff:?}"
     );
     next.release().await.unwrap();
     // A client that does not queue takes the key handed to a waiter, in the
-    // gap of the probe: held 300 ms, the gap is the cap (100 ms).
-    fixture.redis_cli(&["DEL", &share]);
+    // gap of a probe: the key's run began over a second ago (planted), and
+    // held 300 ms, the gap is the cap (100 ms).
+    fixture.redis_cli(&["SET", &share, "hot 1", "PX", "30000"]);
     // A connection of its own, opened ahead: the `SET NX` goes out at once.
     let port = fixture
         .url()
@@ -480,6 +490,53 @@ async fn the_share_for_other_clients_is_paid_only_when_one_is_seen() {
         "foreign",
         "a foreign holder of a handed-over key switches the share on"
     );
+    // A holder whose value is not a dlock token, met by a queued waiter,
+    // switches it on as well (redis-py's token: 32 hex digits, no `@`).
+    fixture.redis_cli(&["DEL", &share]);
+    assert_eq!(
+        fixture.redis_cli(&[
+            "SET",
+            &name,
+            "0123456789abcdef0123456789abcdef",
+            "NX",
+            "PX",
+            "30000"
+        ]),
+        "OK"
+    );
+    let waiter = lock(key, backend(fixture.url()).await).wait(Duration::from_secs(10));
+    let waiter = tokio::spawn(async move { waiter.acquire().await });
+    until_queued(&fixture, key, 1).await;
+    assert_eq!(
+        fixture.redis_cli(&["GET", &share]).trim(),
+        "foreign",
+        "a holder that is not a dlock token, met by a waiter, switches the share on"
+    );
+    fixture.redis_cli(&["DEL", &name]);
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("served after the foreign holder")
+        .unwrap()
+        .unwrap();
+    // A dlock holder met by a waiter does not.
+    fixture.redis_cli(&["DEL", &share]);
+    let waiter = lock(key, backend(fixture.url()).await).wait(Duration::from_secs(10));
+    let waiter = tokio::spawn(async move { waiter.acquire().await });
+    until_queued(&fixture, key, 1).await;
+    assert_eq!(
+        fixture.redis_cli(&["GET", &share]).trim(),
+        "",
+        "a dlock holder met by a waiter is no foreign client"
+    );
+    guard.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is served")
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 /// Beside the queue: an operator's `DEL` of the held key publishes nothing,

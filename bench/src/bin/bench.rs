@@ -1,4 +1,4 @@
-//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--uncontended] [--beside=<url>]`
+//! `cargo run --release -p dlock-bench --bin bench -- <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--uncontended] [--first-handoff] [--beside=<url>]`
 //!
 //! Measures dlock against a hand-written baseline on the server at `<url>`
 //! (`redis://…`, `redlock://h:p,h:p,h:p`, `etcd://…`, `zk://…`, `postgres://…`, `mysql://…`), or in the
@@ -27,6 +27,10 @@
 //! sections per second, waits, fairness between processes, the share
 //! served in arrival order, and on Redis the server's commands and CPU
 //! per critical section (on PostgreSQL its transactions).
+//!
+//! `--first-handoff` (Redis) times the hand-off after a 100 ms hold between
+//! two dlock clients: on 20 keys each handed on once, and on one key
+//! handed on 20 times (target: p50 under 5 ms for both).
 //!
 //! `--beside=<url>` (PostgreSQL) also times dlock's uncontended cycle on
 //! the backend at `<url>` (a Redis, say), interleaved with the PostgreSQL
@@ -122,7 +126,7 @@ async fn main() -> ExitCode {
     let Some(url) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
         let examples: Vec<&str> = SUITES.iter().map(|(_, example, _)| *example).collect();
         eprintln!(
-            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--uncontended] [--beside=<url>]   ({})",
+            "usage: bench <url> [--segments] [--read-mostly] [--replicas] [--held[=N,…] [--window=SECS] [--in-flight=N]] [--processes[=P,…] [--hold-ms=N]] [--observed-detail] [--uncontended] [--first-handoff] [--beside=<url>]   ({})",
             examples.join(", ")
         );
         return ExitCode::FAILURE;
@@ -162,6 +166,8 @@ async fn main() -> ExitCode {
             (Ok(counts), Ok(hold)) => dlock_bench::processes::run(&url, &counts, hold).await,
             (Err(e), _) | (_, Err(e)) => Err(e.into()),
         }
+    } else if args.iter().any(|a| a == "--first-handoff") {
+        dlock_bench::first_handoff::run(&url).await
     } else if flags.read_mostly {
         dlock_bench::read_mostly::run(&url).await
     } else {

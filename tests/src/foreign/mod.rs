@@ -67,6 +67,73 @@ pub async fn py_lock_loop(
         })
 }
 
+/// The Python program run by [`py_blocking_locks`].
+const BLOCKING_SCRIPT: &str = include_str!("redis_py_blocking.py");
+
+/// What [`py_blocking_locks`] saw: how long each granted acquire waited,
+/// and the names whose wait ran out.
+#[derive(Debug, Default)]
+pub struct PyBlocking {
+    /// How long each granted acquire waited, in the order of `names`.
+    pub waited: Vec<Duration>,
+    /// The names whose blocking acquire ran out of its `wait`.
+    pub refused: Vec<String>,
+}
+
+/// Takes redis-py's blocking `Lock` (ttl 10 s) on each of `names` in turn
+/// (127.0.0.1:`port`), each acquire waiting at most `wait` (a `SET NX PX`
+/// every 0.1 s), held for `hold`, then released.
+pub async fn py_blocking_locks(
+    port: u16,
+    wait: Duration,
+    hold: Duration,
+    names: &[String],
+) -> PyBlocking {
+    let python = python();
+    let run = Command::new(&python)
+        .arg("-c")
+        .arg(BLOCKING_SCRIPT)
+        .arg(port.to_string())
+        .arg(wait.as_secs_f64().to_string())
+        .arg(hold.as_secs_f64().to_string())
+        .args(names)
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .output();
+    let bound =
+        (wait + hold) * u32::try_from(names.len()).unwrap_or(u32::MAX) + Duration::from_secs(30);
+    let out = tokio::time::timeout(bound, run)
+        .await
+        .expect("the redis-py blocking locks end within their waits and 30 s")
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {}: {e}; run scripts/install-deps.sh (it installs the `redis` \
+                 Python package) or set DLOCK_PYTHON",
+                python.display()
+            )
+        });
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("GRANTS ")),
+        "the redis-py blocking locks printed no GRANTS line: {text:?} ({:?})",
+        out.status
+    );
+    let mut seen = PyBlocking::default();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("WAITED ") {
+            let secs: f64 = rest
+                .rsplit(' ')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("a WAITED line ends with seconds: {line:?}"));
+            seen.waited.push(Duration::from_secs_f64(secs));
+        } else if let Some(name) = line.strip_prefix("REFUSED ") {
+            seen.refused.push(name.to_owned());
+        }
+    }
+    seen
+}
+
 /// The Python interpreter with the `redis` package: `$DLOCK_PYTHON` if set,
 /// else the virtualenv `scripts/install-deps.sh` makes where the system's
 /// Python refuses `pip install` (PEP 668), else `python3`.

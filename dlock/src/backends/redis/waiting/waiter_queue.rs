@@ -17,9 +17,10 @@
 //!   counted as one under way for a tenth: when the key was vacated, how
 //!   long its last holder held it, whether the head leaves a gap, and the
 //!   head's ticket (see "Clients that do not queue");
-//! - `<prefix>:{<key>}:share`, `probe` for a second after a hand-off that
-//!   left a gap as a probe, `foreign` for 30 s after a client that does not
-//!   queue took a key handed to a waiter.
+//! - `<prefix>:{<key>}:share`, `hot <ms>` while the key is handed on
+//!   (when its run of hand-offs began, or its last probe; kept a last hold
+//!   and a second more after each hand-off), `foreign` for 30 s after a
+//!   client that does not queue was seen on the key.
 //!
 //! Every one of them carries an expiry at least as long as its longest
 //! entry, so a queue whose waiters all died vanishes by itself. A ticket is
@@ -68,14 +69,31 @@
 //! grant (see `scripts.rs`). Holds under a few ms give no gap at all, so a
 //! hot key that dlock alone hands on loses nothing.
 //!
-//! The gap is paid only where such a client is: once a second per key as a
-//! probe (the first hand-off after `:share` lapsed), and on every hand-off
-//! for 30 s after a head found the key handed to it held by somebody else
-//! (`foreign_took`: only a client that does not queue takes a key with a
-//! live queue). A queue of dlock waiters alone hands on without a gap but
-//! the probe's: with 100 ms holds, hand-off p50 1.6 ms (strict queue 1.3
-//! ms; every hand-off with its gap, before: about 50 ms), and redis-py
-//! beside three dlock processes still gets a third of the sections (its
+//! The gap is paid only where such a client is, or may be and could
+//! starve:
+//! - **Seen** (`foreign`, for 30 s): a head found the key handed to it
+//!   held by somebody else (`foreign_took`: only a client that does not
+//!   queue takes a key with a live queue), or a queued try found the key
+//!   held by a value not shaped as dlock's owner tokens (`met_holder`:
+//!   32 hex digits, `@`, the client name; redis-py's token is 32 hex
+//!   digits alone). Every hand-off leaves its gap.
+//! - **Hot** (`hot <ms>`): a key handed on continuously for a second or
+//!   more gets a probe once a second, a hand-off with its gap, so that a
+//!   poller that never found the key free (redis-py's blocking `Lock`
+//!   beside a queue that never empties) gets in, and its take turns the
+//!   share on. A run of hand-offs starts at a hand-off that finds no
+//!   record, and lasts while each comes within the last hold and a second
+//!   (`HOT_REST_MS`) of the one before; a key that rests longer starts a
+//!   new run. A key handed on now and then (a per-entity key,
+//!   `order:{id}`) thus never pays a gap; a poller gets it while it rests.
+//!
+//! Cost: every hand-off reads the fence (the last hold) and the record and
+//! writes the record (a `GET`, a `GET`, a `SET` in the releasing script);
+//! a queued try that finds the key held matches its value. With only dlock
+//! clients and 100 ms holds (`bench --first-handoff`), the first hand-off
+//! of each of 20 keys: p50 2.1 ms (before, every first hand-off was a
+//! probe: 49.5 ms); one key handed on 20 times: p50 2.2 ms. redis-py
+//! beside three dlock processes on one hot key still gets its share (its
 //! first take in a probe's gap turns the share on).
 //!
 //! **What it does not rely on.** A lost `turn` message (a subscription
@@ -136,6 +154,7 @@ if holder then
   -- The key was handed to this waiter and somebody took it meanwhile: a
   -- client that does not queue, which gets its share from now on.
   foreign_took(lock, ticket)
+  met_holder(lock, holder)
   wait_in_line(lock, ticket, true, LIFE_MS)
   -- Behind anybody, live or not: the release skips the dead ones.
   local behind = 0

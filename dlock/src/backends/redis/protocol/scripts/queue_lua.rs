@@ -53,7 +53,8 @@ pub(crate) use queue_liveness_lua;
 /// - `wake(ticket, channel)`: wakes only that ticket's waiter, on the
 ///   channel the ticket names (`<hash>@<channel>`), else on `channel`.
 /// - `vacate(lock, channel)`: frees a key whose holder ended: deleted, and
-///   the head woken (with the hand-off recorded for its gap), or the
+///   the head woken (with the hand-off recorded for its gap, and the key's
+///   run of hand-offs in `:share`, see `waiter_queue.rs`), or the
 ///   listeners told (`1`) if only they wait; `vacate_waited` is the same
 ///   for a caller that found `:waiters` already.
 /// - `handoff_of(lock)`: the hand-off record (time, last hold, whether it
@@ -63,6 +64,9 @@ pub(crate) use queue_liveness_lua;
 ///   others after a hand-off.
 /// - `foreign_took(lock, ticket)`: the key handed to `ticket` is held by
 ///   somebody else: a client that does not queue, now given its share.
+/// - `met_holder(lock, holder)`: a waiter found the key held by `holder`;
+///   a value not shaped as dlock's owner tokens (32 hex digits, `@`, the
+///   client name) is a client that does not queue, now given its share.
 /// - `wait_in_line(lock, who, queued, life)`: keeps `who` waiting for
 ///   `life` ms more (a ticket also joins the queue, keeping its place).
 /// - `leave_line(lock, ticket)`: takes a ticket out of both sets.
@@ -74,6 +78,7 @@ pub(crate) const QUEUE_FUNCTIONS: &str = concat!(
     r"
 local GAP_CAP_MS = 100
 local PROBE_EVERY_MS = 1000
+local HOT_REST_MS = 1000
 local HANDOFF_KEPT_MS = 1000
 local FOREIGN_FOR_MS = 30000
 local queue_clock_us
@@ -104,24 +109,29 @@ local function vacate_waited(lock, channel)
   local head = head_of(lock)
   if head then
     -- A gap for clients that do not queue only where one was seen lately
-    -- (`foreign`), and once a second as a probe for one.
-    -- (`GET` then `SET`, not `SET NX GET`: that pair needs Redis 7.0.)
+    -- (`foreign`), or as a probe once a second on a key handed on for
+    -- longer than a second (`hot <at>`: when its run of hand-offs began, or
+    -- its last probe); a key handed on now and then leaves none. The
+    -- last hold's length sizes the gap and how long the run outlives this
+    -- hand-off: a hold about as long again, and `HOT_REST_MS` more.
+    local held = 0
+    local granted = tonumber(redis.call('GET', lock .. ':fence'))
+    if granted and granted < now_us() then
+      held = math.floor((now_us() - granted) / 1000)
+    end
     local seen = redis.call('GET', lock .. ':share')
     local shared = 0
-    if not seen then
-      redis.call('SET', lock .. ':share', 'probe', 'PX', PROBE_EVERY_MS)
+    if seen == 'foreign' then
       shared = 1
-    elseif seen == 'foreign' then
-      shared = 1
-    end
-    -- The last hold's length sizes the gap: read only for a hand-off that
-    -- leaves one (most do not, and save the `GET`).
-    local held = 0
-    if shared == 1 then
-      local granted = tonumber(redis.call('GET', lock .. ':fence'))
-      if granted and granted < now_us() then
-        held = math.floor((now_us() - granted) / 1000)
+    else
+      local at = seen and tonumber(string.match(seen, '^hot (%d+)$'))
+      if not at or at > now_ms() then
+        at = now_ms()
+      elseif now_ms() - at >= PROBE_EVERY_MS then
+        shared = 1
+        at = now_ms()
       end
+      redis.call('SET', lock .. ':share', 'hot ' .. at, 'PX', held + HOT_REST_MS)
     end
     redis.call('SET', lock .. ':handoff', now_ms() .. ' ' .. held .. ' ' .. shared .. ' ' .. head, 'PX', HANDOFF_KEPT_MS)
     wake(head, channel)
@@ -170,6 +180,12 @@ end
 local function foreign_took(lock, ticket)
   local at, _, _, handoff = handoff_of(lock)
   if at and string.sub(handoff, -(#ticket + 1)) == ' ' .. ticket then
+    redis.call('SET', lock .. ':share', 'foreign', 'PX', FOREIGN_FOR_MS)
+  end
+end
+local DLOCK_TOKEN = '^' .. string.rep('%x', 32) .. '@'
+local function met_holder(lock, holder)
+  if not string.find(holder, DLOCK_TOKEN) then
     redis.call('SET', lock .. ':share', 'foreign', 'PX', FOREIGN_FOR_MS)
   end
 end
