@@ -2,8 +2,10 @@
 //!
 //! Reads every `dlock/src/**/*.rs` with `syn`, collects each reference into
 //! the crate (`use` trees, `crate::`/`super::`/`self::` paths, and the same
-//! inside macro calls), resolves it to the module it names, and checks it
-//! against [`FLOORS`], the one table of who may import whom (drawn in
+//! inside macro calls) and each call of a method through `self.` or `Self::`
+//! (resolved to the file whose inherent `impl` defines it: a method call
+//! ties two floors as an import does), resolves it to the module it names,
+//! and checks it against [`FLOORS`], the one table of who may import whom (drawn in
 //! `ARCHITECTURE.md`). Test-only code (`#[cfg(test)]` items and modules) is
 //! left out: a unit test may use any backend. Then it asserts that the
 //! top-level modules (with each backend as a node of its own) form no cycle,
@@ -14,7 +16,12 @@ use std::collections::{BTreeMap, BTreeSet};
 #[path = "layers/scan.rs"]
 mod scan;
 
-use scan::{cycles, file_modules, resolved_references, rust_files, source_dir, workspace_root};
+use std::path::Path;
+
+use scan::{
+    cycles, file_modules_in, resolved_references, resolved_references_in, rust_files, source_dir,
+    workspace_root,
+};
 
 /// Who may import whom: each unit (a module path; a file belongs to the
 /// longest unit its module path starts with) and the units it may use. A
@@ -94,9 +101,9 @@ const BACKEND_FLOORS: &[(&str, Floors)] = &[
         // Connections, then where the servers are.
         ("transport",   &["config", "protocol"]),
         ("topology",    &["config", "protocol", "transport"]),
-        // Waiting in line, then one request on its way (read against the re-check cap).
-        ("waiting",     &["config", "protocol", "transport", "topology"]),
-        ("calls",       &["config", "protocol", "transport", "topology", "waiting"]),
+        // One request on its way, then waiting in line, made of requests.
+        ("calls",       &["config", "protocol", "transport", "topology"]),
+        ("waiting",     &["config", "protocol", "transport", "topology", "calls"]),
         // The kinds of lock, then the layouts beside dlock's own.
         ("kinds",       &["config", "protocol", "transport", "topology", "waiting", "calls"]),
         ("layout",      &["config", "protocol", "transport", "topology", "waiting", "calls", "kinds"]),
@@ -248,10 +255,7 @@ fn no_cycles_between_backends_and_the_rest() {
 /// woken should not ripple back into the connection it stands on.
 #[test]
 fn no_cycles_between_files_of_a_backend() {
-    let edges = file_edges("dlock", |module| match module {
-        [top, name, ..] if top == "backends" => Some(name.clone()),
-        _ => None,
-    });
+    let edges = file_edges("dlock", backend_group);
     assert_no_cycles("files of one backend", edges, 30);
 }
 
@@ -261,12 +265,98 @@ fn no_cycles_between_files_of_the_macro_crate() {
     assert_no_cycles("files of dlock-macros", edges, 5);
 }
 
-/// Inside a backend that declares its floors, every import between two of
-/// its units goes down.
+/// Inside a backend that declares its floors, every import (and method
+/// call through `self`) between two of its units goes down.
 #[test]
 fn imports_inside_a_backend_go_down_its_floors() {
-    let (references, _) = resolved_references("dlock");
-    let files = file_modules("dlock");
+    let (broken, crossing) = backend_floor_breaks(&source_dir("dlock"));
+    println!("{crossing} references between the floors of backends that declare them");
+    assert!(
+        crossing >= 50,
+        "only {crossing} references between floors: the scanner is broken"
+    );
+    assert!(
+        broken.is_empty(),
+        "{} imports go up a backend's floors:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}
+
+/// The checker itself, on a planted crate with a two-way tie between two
+/// floors of the Redis backend that no import shows one way of: `waiting`
+/// imports a type of `calls` (down), and `calls` calls a method that
+/// `waiting` defines on the backend (up, `self.key_is_free()`). The floors
+/// check names the call; without the call it is clean (so it is the call
+/// that is seen, and an import check alone would have passed the tie).
+#[test]
+fn the_checker_sees_a_two_way_tie_made_by_a_method_call() {
+    let planted = planted_crate(true);
+    let (broken, _) = backend_floor_breaks(&planted);
+    assert!(
+        broken
+            .iter()
+            .any(|b| b.contains("calls/requests.rs") && b.contains("self.key_is_free()")),
+        "the method call up a floor is not seen: {broken:?}"
+    );
+    let imports_only: Vec<&String> = broken.iter().filter(|b| !b.contains("self.")).collect();
+    assert!(
+        imports_only.is_empty(),
+        "only the method call goes up: {imports_only:?}"
+    );
+    let clean = planted_crate(false);
+    let (broken, crossing) = backend_floor_breaks(&clean);
+    assert!(broken.is_empty(), "{broken:?}");
+    assert_eq!(crossing, 1, "the import down is the one reference left");
+    let _ = std::fs::remove_dir_all(planted.parent().expect("a crate dir"));
+    let _ = std::fs::remove_dir_all(clean.parent().expect("a crate dir"));
+}
+
+/// A crate's `src` in a fresh temporary directory: a Redis backend with two
+/// floors, `waiting` importing `calls`, and (`tie`) `calls` calling a
+/// method `waiting` defines.
+fn planted_crate(tie: bool) -> std::path::PathBuf {
+    let root =
+        std::env::temp_dir().join(format!("dlock-layers-planted-{}-{tie}", std::process::id()));
+    let src = root.join("src");
+    let call = if tie { "self.key_is_free();" } else { "" };
+    let files = [
+        ("lib.rs", "pub mod backends;\n".to_owned()),
+        ("backends/mod.rs", "pub mod redis;\n".to_owned()),
+        (
+            "backends/redis.rs",
+            "pub struct RedisBackend;\nmod calls;\nmod waiting;\n".to_owned(),
+        ),
+        ("backends/redis/calls.rs", "pub mod requests;\n".to_owned()),
+        (
+            "backends/redis/calls/requests.rs",
+            format!(
+                "use crate::backends::redis::RedisBackend;\npub struct Answer;\n\
+                 impl RedisBackend {{\n    pub fn attempt(&self) -> Answer {{ {call} Answer }}\n}}\n"
+            ),
+        ),
+        ("backends/redis/waiting.rs", "pub mod recheck;\n".to_owned()),
+        (
+            "backends/redis/waiting/recheck.rs",
+            "use crate::backends::redis::calls::requests::Answer;\n\
+             use crate::backends::redis::RedisBackend;\n\
+             impl RedisBackend {\n    pub fn key_is_free(&self) -> Option<Answer> { None }\n}\n"
+                .to_owned(),
+        ),
+    ];
+    for (path, text) in files {
+        let path = src.join(path);
+        std::fs::create_dir_all(path.parent().expect("a folder")).expect("temp dir");
+        std::fs::write(&path, text).expect("write a planted file");
+    }
+    src
+}
+
+/// The imports (and method calls) up a backend's floors in the crate at
+/// `src`, and how many references cross between floors at all.
+fn backend_floor_breaks(src: &Path) -> (Vec<String>, usize) {
+    let (references, _) = resolved_references_in(src);
+    let files = file_modules_in(src);
     let mut broken = Vec::new();
     let mut crossing = 0;
     for (backend, floors) in BACKEND_FLOORS {
@@ -302,7 +392,7 @@ fn imports_inside_a_backend_go_down_its_floors() {
                 .map_or(&[][..], |(_, a)| *a);
             if !allowed.contains(&to.as_str()) {
                 broken.push(format!(
-                    "{} imports `{}`: `{backend}::{from}` may use only [{}], not `{to}` (move what it needs down, or this code up)",
+                    "{} uses `{}`: `{backend}::{from}` may use only [{}], not `{to}` (move what it needs down, or this code up)",
                     reference.file,
                     reference.written,
                     allowed.join(", ")
@@ -310,19 +400,17 @@ fn imports_inside_a_backend_go_down_its_floors() {
             }
         }
     }
-    println!("{crossing} references between the floors of backends that declare them");
-    assert!(
-        crossing >= 50,
-        "only {crossing} references between floors: the scanner is broken"
-    );
     broken.sort();
     broken.dedup();
-    assert!(
-        broken.is_empty(),
-        "{} imports go up a backend's floors:\n{}",
-        broken.len(),
-        broken.join("\n")
-    );
+    (broken, crossing)
+}
+
+/// The group of a backend's files: the backend's name.
+fn backend_group(module: &[String]) -> Option<String> {
+    match module {
+        [top, name, ..] if top == "backends" => Some(name.clone()),
+        _ => None,
+    }
 }
 
 /// An import graph: `from -> to` with one import that draws it.
@@ -351,13 +439,24 @@ fn unit_edges(node: fn(&[String]) -> String) -> Edges {
 /// files, or the whole crate). A file's use of a module it is declared in,
 /// or the reverse, is left out: that is the parent ↔ child link (a child
 /// adds `impl` blocks to its parent's types and uses its shared state),
-/// not an import between siblings.
+/// not an import between siblings. So are method calls: the files of one
+/// floor extend one type and call each other's methods both ways (a
+/// semaphore's renewal and its acquire); between floors the floors check
+/// sees them.
 fn file_edges(krate: &str, group: fn(&[String]) -> Option<String>) -> Edges {
-    let files = file_modules(krate);
+    file_edges_in(&source_dir(krate), group)
+}
+
+/// [`file_edges`] of the crate whose sources are in `src`.
+fn file_edges_in(src: &Path, group: fn(&[String]) -> Option<String>) -> Edges {
+    let files = file_modules_in(src);
     let file_of = |target: &[String]| file_of(&files, target);
-    let (references, _) = resolved_references(krate);
+    let (references, _) = resolved_references_in(src);
     let mut edges = Edges::new();
     for (module, reference) in &references {
+        if reference.method {
+            continue;
+        }
         let (from, to) = (file_of(module), file_of(&reference.target));
         let related = from.starts_with(&to) || to.starts_with(&from);
         let same_group = group(&from).is_some() && group(&from) == group(&to);

@@ -128,27 +128,28 @@
 //    given back and asked for again; a grant answered across a Sentinel switch not trusted),
 //    `eviction.rs` (`INFO memory`: a server that may evict lock keys refused at connect and
 //    again before the next grant after a reconnect or failover).
-// 4. `waiting/`: `subscriber.rs` (channels; `subscriber/task.rs`, the pub/sub connection;
+// 4. `calls/`: `requests.rs` (one request bounded by the caller's deadline; the acquire
+//    script's answer), `batching.rs` (queues, a pair per lane), `batching/ops.rs`, `batching/hand_over.rs`
+//    (slots given back send the next batches one after another, never nested), `unfinished.rs`
+//    (a grant whose caller went away is released).
+//    Then `waiting/`, made of requests: `subscriber.rs` (channels; `subscriber/task.rs`, the pub/sub connection;
 //    `subscriber/turn.rs`, a ticket, its turn and the backend's turn channel;
 //    `subscriber/waiting.rs`, the one wait loop of locks, several keys and read-write leases;
 //    `subscriber/holding.rs`, held locks' keyspace channels and the loss alarm they ring),
 //    `waiter_queue.rs` (a lock's waiters queue on the server; the release wakes the live head,
-//    which takes the key, after a gap for clients that do not queue where one was seen),
+//    which takes the key, after a gap for clients that do not queue where one was seen or on a
+//    key handed on for over a second),
 //    `turns.rs` (the heartbeat that keeps a backend's tickets alive, but a turn left untaken),
-//    `recheck.rs`, `ride_through.rs` (a lock's wait: queued, acknowledged, a grant given up
-//    released; behind Sentinel a `Backend` error tried again until the wait ends).
-//    Then `calls/`: `requests.rs` (one request bounded by the caller's deadline; the acquire
-//    script's answer), `batching.rs` (queues, a pair per lane), `batching/ops.rs`, `batching/hand_over.rs`
-//    (slots given back send the next batches one after another, never nested), `unfinished.rs`
-//    (a grant whose caller went away is released).
+//    `recheck.rs` (the re-check's schedule, its `PTTL` and the keyspace channel).
 // 5. `kinds/`: `lock_backend.rs` (the `LockBackend` calls), `renew.rs`, `permits.rs`
 //    (`PermitBackend`), `rw.rs` + `rw/` (`RwBackend`; `AbandonIfDropped`: a lease or a waiting
 //    writer's mark), `election.rs` + `election/announced.rs` (`ElectionBackend`: the record
 //    `<lock>:leader`, the channel `<lock>:elected`, the announcements `<lock>:terms`),
 //    `all_keys.rs` (`AllKeysBackend`, single server only), `inspect.rs`, `refused.rs` (a refusal
-//    named with the ACL grant it lacks).
-// 6. `layout/`: `redisson.rs` + `redisson/` (Redisson's `RLock` layout, a `RedisBackend` wrapped),
-//    `mix.rs` (one name, one lock across layouts: the check after a grant on a Cluster).
+//    named with the ACL grant it lacks), `ride_through.rs` (a lock's wait: queued, acknowledged,
+//    a grant given up released; behind Sentinel a `Backend` error tried again until the wait
+//    ends), `mix.rs` (one name, one lock across layouts: the check after a grant on a Cluster).
+// 6. `layout/`: `redisson.rs` + `redisson/` (Redisson's `RLock` layout, a `RedisBackend` wrapped).
 // 7. `connect.rs` (connecting, and what the connection found out about the server), and
 //    `for_redlock.rs` (what Redlock uses; feature `redlock`).
 mod calls;
@@ -166,9 +167,11 @@ pub(crate) mod waiting;
 pub use self::kinds::refused::{ACL_COMMANDS, ACL_LIST_COMMANDS};
 pub use self::layout::redisson;
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use redis::RedisError;
 
 use self::transport::cluster::ClusterConn;
 
@@ -299,6 +302,47 @@ pub struct RedisMetrics {
     /// [`crate::guide::backends`]): at most one per waiting key per
     /// `recheck_ms`.
     pub rechecks: u64,
+}
+
+/// The backend's own state as every floor reads it (here, in the root
+/// file, so that no floor calls a method of a floor above it for it).
+impl RedisBackend {
+    /// Whether waiters listen to the server's keyspace notifications, which
+    /// wake them on a release nobody announced: the server publishes generic
+    /// and expired events on keyspace channels (`notify-keyspace-events`
+    /// with `K`, `g` and `x`, or `K` and `A`, as read at connect) and has
+    /// not refused this user those channels (ACL). Always `false` on a Redis
+    /// Cluster, whose nodes each publish only their own keys' events: there
+    /// waiters re-check instead.
+    pub fn keyspace_notifications(&self) -> bool {
+        self.notifying_db.is_some()
+            && !self.subscriber.keyspace_refused()
+            && !self.subscriber.release_refused()
+    }
+
+    /// Whether lock renewals use `SET … IFEQ … PX` (one plain command)
+    /// instead of the compare-and-`PEXPIRE` script: the server took the
+    /// command when probed at connect (Valkey 8.1 and later, Redis 8.4 and
+    /// later), and no server has refused it since. Same effect either way;
+    /// the command spares the server a script call per renewal.
+    ///
+    /// A server that answers it with a syntax error later (a failover or a
+    /// rolling downgrade to a version without it; on a Cluster, a node that
+    /// lacks it) turns this off for good: that renewal, and every one
+    /// after it, runs the script instead, which every server takes.
+    pub fn renews_without_scripts(&self) -> bool {
+        self.set_ifeq.load(Ordering::Relaxed)
+    }
+
+    /// The error of a failed request, naming this backend.
+    pub(in crate::backends::redis) fn error(&self, e: RedisError) -> LockError {
+        LockError::backend(self.options.shown.clone(), e)
+    }
+
+    /// Counts one request sent (see [`RedisMetrics::round_trips`]).
+    pub(in crate::backends::redis) fn count(&self) {
+        self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for RedisBackend {

@@ -1,7 +1,9 @@
 //! The scanner behind `layers.rs`: reads a crate's `src/**/*.rs` with
 //! `syn` and collects each reference into the crate (`use` trees,
 //! `crate::`/`super::`/`self::` paths, and the same inside macro calls),
-//! resolved to the module it names; and the cycle finder its tests share.
+//! resolved to the module it names, and each call of a method through
+//! `self` or `Self::` resolved to the file whose inherent `impl` defines
+//! it; and the cycle finder its tests share.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -16,12 +18,27 @@ pub(crate) struct Reference {
     pub(crate) written: String,
     /// The module path it names, resolved (`["inspect", "holder_of"]`).
     pub(crate) target: Vec<String>,
+    /// A method call through `self.` or `Self::`, not a path.
+    pub(crate) method: bool,
+}
+
+/// A call of a method through `self.` or `Self::` inside an `impl` of a
+/// type: the type, the method, and the module the call is in.
+struct MethodCall {
+    file: String,
+    type_name: String,
+    method: String,
+    module: Vec<String>,
 }
 
 /// What one file contributes.
 struct Parsed {
     module: Vec<String>,
     references: Vec<Reference>,
+    /// Methods defined in inherent `impl`s here: (type, method) → module.
+    methods: Vec<((String, String), Vec<String>)>,
+    /// Calls of methods through `self.` or `Self::`.
+    calls: Vec<MethodCall>,
     /// Modules declared here under `#[cfg(test)]`: test-only files.
     test_modules: Vec<Vec<String>>,
     /// `pub use` at the crate root: name → the path it re-exports.
@@ -63,14 +80,13 @@ pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module of every source file of `krate`.
-pub(crate) fn file_modules(krate: &str) -> BTreeSet<Vec<String>> {
-    let src = source_dir(krate);
+/// The module of every source file under `src`.
+pub(crate) fn file_modules_in(src: &Path) -> BTreeSet<Vec<String>> {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     files
         .iter()
-        .map(|f| module_of(f.strip_prefix(&src).expect("under src")))
+        .map(|f| module_of(f.strip_prefix(src).expect("under src")))
         .collect()
 }
 
@@ -112,6 +128,8 @@ struct Collector<'a> {
     module: Vec<String>,
     /// Modules that exist (files), to resolve `child::item` paths.
     known: &'a BTreeSet<Vec<String>>,
+    /// The type whose `impl` (inherent or of a trait) is being visited.
+    impl_type: Option<String>,
     out: Parsed,
 }
 
@@ -156,6 +174,7 @@ impl Collector<'_> {
                 file: self.file.to_owned(),
                 written: segments.join("::"),
                 target,
+                method: false,
             });
         }
     }
@@ -277,6 +296,58 @@ impl<'ast> Visit<'ast> for Collector<'_> {
         syn::visit::visit_impl_item(self, item);
     }
 
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        let syn::Type::Path(ty) = &*i.self_ty else {
+            return syn::visit::visit_item_impl(self, i);
+        };
+        let Some(name) = ty.path.segments.last().map(|s| s.ident.to_string()) else {
+            return syn::visit::visit_item_impl(self, i);
+        };
+        if i.trait_.is_none() {
+            for item in &i.items {
+                if let syn::ImplItem::Fn(f) = item
+                    && !is_cfg_test(&f.attrs)
+                {
+                    self.out
+                        .methods
+                        .push(((name.clone(), f.sig.ident.to_string()), self.module.clone()));
+                }
+            }
+        }
+        let outer = self.impl_type.replace(name);
+        syn::visit::visit_item_impl(self, i);
+        self.impl_type = outer;
+    }
+
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        if let (Some(type_name), syn::Expr::Path(receiver)) = (&self.impl_type, &*call.receiver)
+            && receiver.path.is_ident("self")
+        {
+            self.out.calls.push(MethodCall {
+                file: self.file.to_owned(),
+                type_name: type_name.clone(),
+                method: call.method.to_string(),
+                module: self.module.clone(),
+            });
+        }
+        syn::visit::visit_expr_method_call(self, call);
+    }
+
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        if let (Some(type_name), syn::Expr::Path(func)) = (&self.impl_type, &*call.func)
+            && let [first, method] = func.path.segments.iter().collect::<Vec<_>>()[..]
+            && first.ident == "Self"
+        {
+            self.out.calls.push(MethodCall {
+                file: self.file.to_owned(),
+                type_name: type_name.clone(),
+                method: method.ident.to_string(),
+                module: self.module.clone(),
+            });
+        }
+        syn::visit::visit_expr_call(self, call);
+    }
+
     fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
         if let Some((_, items)) = &m.content {
             self.module.push(m.ident.to_string());
@@ -306,14 +377,17 @@ impl<'ast> Visit<'ast> for Collector<'_> {
     }
 }
 
-fn parse_crate(krate: &str) -> (Vec<Parsed>, usize) {
-    let src = source_dir(krate);
+fn parse_crate(src: &Path) -> (Vec<Parsed>, usize) {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     let relative: Vec<PathBuf> = files
         .iter()
-        .map(|f| f.strip_prefix(&src).expect("under src").to_owned())
+        .map(|f| f.strip_prefix(src).expect("under src").to_owned())
         .collect();
+    let krate = src
+        .parent()
+        .and_then(|p| p.file_name())
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let known: BTreeSet<Vec<String>> = relative.iter().map(|r| module_of(r)).collect();
     let mut parsed = Vec::new();
     for (path, rel) in files.iter().zip(&relative) {
@@ -325,9 +399,12 @@ fn parse_crate(krate: &str) -> (Vec<Parsed>, usize) {
             file: &shown,
             module: module_of(rel),
             known: &known,
+            impl_type: None,
             out: Parsed {
                 module: module_of(rel),
                 references: Vec::new(),
+                methods: Vec::new(),
+                calls: Vec::new(),
                 test_modules: Vec::new(),
                 root_aliases: BTreeMap::new(),
             },
@@ -339,15 +416,38 @@ fn parse_crate(krate: &str) -> (Vec<Parsed>, usize) {
 }
 
 /// Every reference of non-test code with the module it points at, root
-/// re-exports followed (`crate::LockError` → `backend::error::LockError`).
+/// re-exports followed (`crate::LockError` → `backend::error::LockError`),
+/// and every method call through `self.` or `Self::` whose method one
+/// file's inherent `impl` of that type defines (written `self.name()`,
+/// pointing at that file's module and the method): a call across floors
+/// ties them as an import does, though no `use` shows it.
 pub(crate) fn resolved_references(krate: &str) -> (Vec<(Vec<String>, Reference)>, usize) {
-    let (parsed, files) = parse_crate(krate);
+    resolved_references_in(&source_dir(krate))
+}
+
+/// [`resolved_references`] of the crate whose sources are in `src`.
+pub(crate) fn resolved_references_in(src: &Path) -> (Vec<(Vec<String>, Reference)>, usize) {
+    let (parsed, files) = parse_crate(src);
     let aliases: BTreeMap<String, Vec<String>> =
         parsed.iter().flat_map(|p| p.root_aliases.clone()).collect();
     let test_only: Vec<Vec<String>> = parsed.iter().flat_map(|p| p.test_modules.clone()).collect();
+    let is_test = |module: &[String]| test_only.iter().any(|t| module.starts_with(t));
+    // (type, method) → the modules defining it; a name two types share
+    // (two `State`s in two modules) is ambiguous and left out.
+    let mut defined: BTreeMap<(String, String), BTreeSet<Vec<String>>> = BTreeMap::new();
+    for file in &parsed {
+        for (key, module) in &file.methods {
+            if !is_test(module) {
+                defined
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(module.clone());
+            }
+        }
+    }
     let mut out = Vec::new();
     for file in parsed {
-        if test_only.iter().any(|t| file.module.starts_with(t)) {
+        if is_test(&file.module) {
             continue;
         }
         for mut reference in file.references {
@@ -357,6 +457,23 @@ pub(crate) fn resolved_references(krate: &str) -> (Vec<(Vec<String>, Reference)>
                 reference.target = target;
             }
             out.push((file.module.clone(), reference));
+        }
+        for call in file.calls {
+            let key = (call.type_name, call.method);
+            let Some(modules) = defined.get(&key).filter(|m| m.len() == 1) else {
+                continue; // a trait's method, std's, or ambiguous
+            };
+            let mut target = modules.iter().next().cloned().unwrap_or_default();
+            target.push(key.1.clone());
+            out.push((
+                call.module,
+                Reference {
+                    file: call.file,
+                    written: format!("self.{}()", key.1),
+                    target,
+                    method: true,
+                },
+            ));
         }
     }
     (out, files)

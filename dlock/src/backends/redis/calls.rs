@@ -1,4 +1,4 @@
-//! Floor 4 of the Redis backend: one request on its way. A command or a
+//! Floor 4a of the Redis backend, beneath `waiting`: one request on its way. A command or a
 //! script, alone or batched, bounded by the caller's deadline
 //! (`requests.rs`), the batches themselves (`batching.rs`, the batched
 //! operations in `batching/ops.rs`, the next batches sent one after

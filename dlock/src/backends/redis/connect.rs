@@ -176,19 +176,6 @@ impl RedisBackend {
         }
     }
 
-    /// Whether waiters listen to the server's keyspace notifications, which
-    /// wake them on a release nobody announced: the server publishes generic
-    /// and expired events on keyspace channels (`notify-keyspace-events`
-    /// with `K`, `g` and `x`, or `K` and `A`, as read at connect) and has
-    /// not refused this user those channels (ACL). Always `false` on a Redis
-    /// Cluster, whose nodes each publish only their own keys' events: there
-    /// waiters re-check instead.
-    pub fn keyspace_notifications(&self) -> bool {
-        self.notifying_db.is_some()
-            && !self.subscriber.keyspace_refused()
-            && !self.subscriber.release_refused()
-    }
-
     /// Whether the server refused dlock's release channels to this user
     /// (an ACL that allows no `&dlock:*` channel): waiters then wake at the
     /// holder's expiry or by re-checking the key, not at a release. Known
@@ -231,20 +218,6 @@ impl RedisBackend {
                 false
             }
         }
-    }
-
-    /// Whether lock renewals use `SET … IFEQ … PX` (one plain command)
-    /// instead of the compare-and-`PEXPIRE` script: the server took the
-    /// command when probed at connect (Valkey 8.1 and later, Redis 8.4 and
-    /// later), and no server has refused it since. Same effect either way;
-    /// the command spares the server a script call per renewal.
-    ///
-    /// A server that answers it with a syntax error later (a failover or a
-    /// rolling downgrade to a version without it; on a Cluster, a node that
-    /// lacks it) turns this off for good: that renewal, and every one
-    /// after it, runs the script instead, which every server takes.
-    pub fn renews_without_scripts(&self) -> bool {
-        self.set_ifeq.load(Ordering::Relaxed)
     }
 
     async fn probe_set_ifeq(&self) -> bool {

@@ -15,7 +15,6 @@ use crate::backends::redis::calls::unfinished::ReleaseIfDropped;
 use crate::backends::redis::protocol::scripts::{
     millis, KeyNames, ACQUIRE, ACQUIRE_MANY, RELEASE, RELEASE_MANY,
 };
-use crate::backends::redis::waiting::recheck::{keyspace_channel, Recheck};
 use crate::backends::redis::{
     protocol::renew_many, protocol::scripts, Attempt, Conn, RedisBackend,
 };
@@ -28,30 +27,6 @@ use crate::LockError;
 const SILENT_FOR: Duration = Duration::from_millis(250);
 
 impl RedisBackend {
-    /// The keyspace channel of the lock key `lock` if the server notifies
-    /// (see [`keyspace_notifications`](Self::keyspace_notifications)).
-    pub(crate) fn keyspace_channel(&self, lock: &str) -> Option<String> {
-        self.notifying_db
-            .filter(|_| self.keyspace_notifications())
-            .map(|db| keyspace_channel(db, lock))
-    }
-
-    /// A waiter's re-check schedule on this server (`None`: off).
-    pub(in crate::backends::redis) fn recheck(&self) -> Option<Recheck> {
-        Recheck::new(self.options.recheck, self.keyspace_notifications())
-    }
-
-    /// One re-check: whether the key `lock` is gone (`PTTL` = -2). Queued
-    /// waiters do not re-check: their heartbeat tries are their checks
-    /// (see `waiter_queue.rs`).
-    pub(crate) async fn key_is_free(&self, lock: &str) -> Result<bool, LockError> {
-        self.metrics.rechecks.fetch_add(1, Ordering::Relaxed);
-        let mut cmd = redis::cmd("PTTL");
-        cmd.arg(lock);
-        let pttl: i64 = self.query(&cmd).await?;
-        Ok(pttl == -2)
-    }
-
     /// Sends one plain command, on whichever connection this backend has.
     pub(in crate::backends::redis) async fn query<T: redis::FromRedisValue>(
         &self,
@@ -63,10 +38,6 @@ impl RedisBackend {
             Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
         };
         answer.map_err(|e| self.error(e))
-    }
-
-    pub(in crate::backends::redis) fn error(&self, e: RedisError) -> LockError {
-        LockError::backend(self.options.shown.clone(), e)
     }
 
     /// The answer of a request that went out in a batch.
@@ -86,10 +57,6 @@ impl RedisBackend {
                 "the batch was dropped unsent (is the runtime shutting down?)",
             )),
         }
-    }
-
-    pub(in crate::backends::redis) fn count(&self) {
-        self.metrics.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Loads the acquire, renew and release scripts (and their batched

@@ -40,7 +40,7 @@ use self::names::{holder_field, RedissonNames};
 use self::sharded::{Sharded, ShardedWait};
 use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
 use crate::backends::redis::config::without_layout;
-use crate::backends::redis::layout::mix;
+use crate::backends::redis::kinds::mix;
 use crate::backends::redis::protocol::scripts::{evalsha, millis};
 use crate::backends::redis::waiting::subscriber::waiting::nap_until;
 use crate::backends::redis::{check_ttl, holder_left, jitter, Conn, RedisBackend};

@@ -32,7 +32,11 @@
 //! re-check that finds the key gone costs one round trip more than an
 //! acquire would have.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use crate::backends::redis::RedisBackend;
+use crate::LockError;
 
 /// The first pause of a waiter's re-checks when the server does not notify.
 pub(crate) const FIRST_RECHECK: Duration = Duration::from_millis(5);
@@ -63,6 +67,32 @@ impl Recheck {
         let pause = self.next;
         self.next = self.next.saturating_mul(2).min(self.cap);
         pause
+    }
+}
+
+impl RedisBackend {
+    /// The keyspace channel of the lock key `lock` if the server notifies
+    /// (see [`keyspace_notifications`](Self::keyspace_notifications)).
+    pub(crate) fn keyspace_channel(&self, lock: &str) -> Option<String> {
+        self.notifying_db
+            .filter(|_| self.keyspace_notifications())
+            .map(|db| keyspace_channel(db, lock))
+    }
+
+    /// A waiter's re-check schedule on this server (`None`: off).
+    pub(in crate::backends::redis) fn recheck(&self) -> Option<Recheck> {
+        Recheck::new(self.options.recheck, self.keyspace_notifications())
+    }
+
+    /// One re-check: whether the key `lock` is gone (`PTTL` = -2). Queued
+    /// waiters do not re-check: their heartbeat tries are their checks
+    /// (see `waiter_queue.rs`).
+    pub(crate) async fn key_is_free(&self, lock: &str) -> Result<bool, LockError> {
+        self.metrics.rechecks.fetch_add(1, Ordering::Relaxed);
+        let mut cmd = redis::cmd("PTTL");
+        cmd.arg(lock);
+        let pttl: i64 = self.query(&cmd).await?;
+        Ok(pttl == -2)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use redis::cluster_routing::{Route, SlotAddr};
 
-use crate::backends::redis::layout::mix;
+use crate::backends::redis::kinds::mix;
 
 /// A new client id in the form of Redisson's (a random UUID, version 4).
 pub(super) fn client_id() -> String {
