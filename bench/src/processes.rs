@@ -12,7 +12,9 @@
 //! calls scripts make included), `EVALSHA`s and CPU per critical section;
 //! on PostgreSQL the server's transactions per critical section
 //! (`pg_stat_database`: each of dlock's statements is one). The P = 1 row
-//! is the baseline the others are read against. `--hold-ms=N` makes each
+//! is the baseline the others are read against; on Redis, with P = 1 in the
+//! list, each other P's server CPU per critical section is printed as a
+//! multiple of it (`--processes=1,20`: the 20-process target, ≤ 2.0×). `--hold-ms=N` makes each
 //! critical section N ms instead of 1; the hand-off column (from a release
 //! to the next grant, whichever process it goes to) then shows what the
 //! queue adds between holders, e.g. the `?foreign_share=` gap.
@@ -169,6 +171,8 @@ pub async fn run(url: &str, counts: &[usize], hold: Duration) -> Result<(), BoxE
     println!("| P | critical sections/s | wait p50 / p99 / max | p99 vs ideal FIFO | hand-off p50 / p99 | per-process max / min | in arrival order | server commands (PostgreSQL: transactions) per CS | `EVALSHA` per CS | server CPU per CS |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let run_id = std::process::id();
+    // Server CPU per critical section at each P (Redis), for the ratios.
+    let mut cpu_per_section: Vec<(usize, f64)> = Vec::new();
     for &p in counts {
         let key = format!("bench:{run_id}:processes:{p}");
         let before = match stats_conn.as_mut() {
@@ -224,6 +228,9 @@ pub async fn run(url: &str, counts: &[usize], hold: Duration) -> Result<(), BoxE
             }
             _ => "–".to_owned(),
         };
+        if let (Some(b), Some(a)) = (before, after) {
+            cpu_per_section.push((p, (a.cpu - b.cpu).max(0.0) / sections.max(1) as f64));
+        }
         let server = match (before, after) {
             (Some(b), Some(a)) => {
                 let per = |n: u64| n as f64 / sections.max(1) as f64;
@@ -259,6 +266,16 @@ pub async fn run(url: &str, counts: &[usize], hold: Duration) -> Result<(), BoxE
             server.1,
             server.2,
         );
+    }
+    // The target of issue 67: at P = 20, at most 2.0× the server CPU per
+    // critical section of one process alone.
+    if let Some(&(_, alone)) = cpu_per_section.iter().find(|(p, _)| *p == 1) {
+        for &(p, cpu) in cpu_per_section.iter().filter(|(p, _)| *p > 1) {
+            println!(
+                "\nserver CPU per critical section at P = {p}: {:.2}× one process alone",
+                cpu / alone.max(f64::MIN_POSITIVE)
+            );
+        }
     }
     Ok(())
 }

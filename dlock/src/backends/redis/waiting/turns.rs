@@ -30,7 +30,11 @@
 //! the beat no longer finds in line (lapsed while its process stalled, or
 //! just granted) is not put back by the beat, which cannot tell the two
 //! apart: its waiter is woken here, in the process, and its own try
-//! queues it again or finds it served.
+//! queues it again or finds it served. A ticket whose waiter's own queued
+//! try proved it since the last beat (within [`HEARTBEAT`]) is left out of
+//! that beat: the try did the beat's work, and the next beat proves it
+//! well within its life; a lost turn on such a key is noticed one beat
+//! later at most.
 //!
 //! **Only waiters that take their turns.** The heartbeat proves a process
 //! alive, not each waiter: a waiter whose future is kept but not polled
@@ -42,7 +46,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Script;
 
@@ -104,6 +108,10 @@ struct Queued {
     /// Taken out of line for a turn it did not take: not beaten, and not
     /// taken out again, until its waiter tries.
     stepped_aside: bool,
+    /// When its waiter's last queued try went out that the server answered
+    /// without the key: that try proved it alive for `LIFE_MS`, so a beat
+    /// within [`HEARTBEAT`] of it is skipped (see [`Beating::proven`]).
+    proven_at: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -127,6 +135,21 @@ fn lock_state(state: &Mutex<BeatState>) -> MutexGuard<'_, BeatState> {
 pub(crate) struct Beating {
     state: Arc<Mutex<BeatState>>,
     ticket: String,
+}
+
+impl Beating {
+    /// The waiter's queued try sent at `sent` was answered without the
+    /// key: the server proved the ticket alive for `LIFE_MS` from then,
+    /// and the next heartbeat leaves it out if it comes within
+    /// [`HEARTBEAT`] (the one after proves it, well within its life). With
+    /// many processes on one key every waiter tries once per critical
+    /// section (it joins the line), and a beat besides was one script
+    /// in four.
+    pub(crate) fn proven(&self, sent: Instant) {
+        if let Some(queued) = lock_state(&self.state).tickets.get_mut(&self.ticket) {
+            queued.proven_at = Some(sent);
+        }
+    }
 }
 
 impl Drop for Beating {
@@ -163,6 +186,7 @@ impl RedisBackend {
                     waits: 0,
                     turn: None,
                     stepped_aside: false,
+                    proven_at: None,
                 });
             queued.waits += 1;
             if turn.is_some() {
@@ -206,6 +230,9 @@ async fn beat(state: Arc<Mutex<BeatState>>, conn: Conn, bell: Bell) {
                     aside.push((queued.lock.clone(), ticket.clone(), queued.channel.clone()));
                     continue;
                 } else {
+                    continue;
+                }
+                if queued.proven_at.is_some_and(|at| at.elapsed() < HEARTBEAT) {
                     continue;
                 }
                 by_key

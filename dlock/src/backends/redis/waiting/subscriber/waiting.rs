@@ -162,6 +162,7 @@ impl RedisBackend {
             if let Some(turn) = &turn {
                 turn.taken();
             }
+            let sent = Instant::now();
             let (on, left) = match attempt(ticket.is_some()).await? {
                 Try::Done(done) => return Ok(Ok(done)),
                 Try::Held { on, left } => (on, left.unwrap_or(pace.unknown_expiry)),
@@ -173,6 +174,10 @@ impl RedisBackend {
                     .and_then(|one| one.channel)
                     .unwrap_or_default();
                 beating = Some(self.beat_while_queued(lock, channel, ticket.get(), turn.clone()));
+            }
+            // A queued try answered without the key kept the ticket in line.
+            if let (Some(beating), true) = (&beating, deadline.is_none_or(|d| d > Instant::now())) {
+                beating.proven(sent);
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(Err(on));
