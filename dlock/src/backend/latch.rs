@@ -11,7 +11,7 @@ use crate::LockError;
 
 /// The backends with count-down latches, by their first scheme. Kept here
 /// (not in the scheme table) so each capability's list lives in its own file.
-const WITH_LATCHES: &[&str] = &["memory"];
+const WITH_LATCHES: &[&str] = &["memory", "redis"];
 
 /// The error of a backend that has no count-down latches: what
 /// [`CountDownLatch`](crate::CountDownLatch) answers when

@@ -1,7 +1,7 @@
 //! Floor 5 of the Redis backend: the kinds of lock. The `LockBackend`
 //! calls (`lock_backend.rs`), renewal (`renew.rs`), semaphores
 //! (`permits.rs`), read-write locks (`rw.rs`, `rw/`), elections
-//! (`election.rs`, `election/`), several keys at once (`all_keys.rs`), the
+//! (`election.rs`, `election/`), count-down latches (`latch.rs`), several keys at once (`all_keys.rs`), the
 //! operator's view (`inspect.rs`) and refusals named with the ACL grant
 //! they lack (`refused.rs`).
 //!
@@ -11,6 +11,7 @@
 pub(crate) mod all_keys;
 pub(crate) mod election;
 pub(crate) mod inspect;
+pub(crate) mod latch;
 pub(crate) mod lock_backend;
 pub(crate) mod permits;
 pub(crate) mod refused;
