@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::fixtures::memory::MemoryFixture;
 use crate::fixtures::redis::RedisFixture;
 use crate::fixtures::redisson::RedissonFixture;
+use crate::fixtures::sentinel::SentinelFixture;
 
 use super::LatchFixture;
 
@@ -23,14 +24,31 @@ impl LatchFixture for MemoryFixture {
     }
 }
 
-/// `PUBSUB NUMSUB <channel>` on one server (`None` on a Cluster, where
-/// each node counts its own clients).
-fn numsub(cli: impl Fn(&[&str]) -> String, cluster: bool, channel: &str) -> Option<usize> {
-    if cluster {
-        return None;
-    }
+/// `PUBSUB NUMSUB <channel>` on one server.
+fn numsub(cli: impl Fn(&[&str]) -> String, channel: &str) -> Option<usize> {
     let answer = cli(&["PUBSUB", "NUMSUB", channel]);
     answer.lines().nth(1).and_then(|n| n.trim().parse().ok())
+}
+
+/// `PUBSUB NUMSUB <channel>` summed over every node of the Cluster at
+/// `url` (`redis+cluster://h1:p1,h2:p2,...`): each node counts only the
+/// clients subscribed on it.
+async fn numsub_on_every_node(url: &str, channel: &str) -> Option<usize> {
+    let rest = url.split_once("://")?.1;
+    let hosts = rest.split_once('?').map_or(rest, |(hosts, _)| hosts);
+    let mut total = 0;
+    for host in hosts.split(',') {
+        let client = redis::Client::open(format!("redis://{host}")).ok()?;
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        let (_, n): (String, usize) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        total += n;
+    }
+    Some(total)
 }
 
 /// The key, if it exists.
@@ -50,8 +68,10 @@ fn dlock_names(name: &str) -> (String, String) {
 impl LatchFixture for RedisFixture {
     async fn latch_subscriptions(&self, name: &str) -> Option<usize> {
         let (_, channel) = dlock_names(name);
-        let cluster = self.url().contains("+cluster");
-        tokio::task::block_in_place(|| numsub(|a| self.redis_cli(a), cluster, &channel))
+        if self.url().contains("+cluster") {
+            return numsub_on_every_node(self.url(), &channel).await;
+        }
+        tokio::task::block_in_place(|| numsub(|a| self.redis_cli(a), &channel))
     }
 
     async fn latch_state(&self, name: &str) -> Vec<String> {
@@ -68,11 +88,31 @@ impl LatchFixture for RedisFixture {
 impl LatchFixture for RedissonFixture {
     async fn latch_subscriptions(&self, name: &str) -> Option<usize> {
         let channel = format!("redisson_countdownlatch__channel__{{{name}}}");
-        tokio::task::block_in_place(|| numsub(|a| self.redis_cli(a), self.is_cluster(), &channel))
+        if self.is_cluster() {
+            return numsub_on_every_node(self.plain_url(), &channel).await;
+        }
+        tokio::task::block_in_place(|| numsub(|a| self.redis_cli(a), &channel))
     }
 
     async fn latch_state(&self, name: &str) -> Vec<String> {
         tokio::task::block_in_place(|| existing(|a| self.redis_cli(a), name))
+    }
+
+    fn subscription_linger(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+#[async_trait::async_trait]
+impl LatchFixture for SentinelFixture {
+    async fn latch_subscriptions(&self, name: &str) -> Option<usize> {
+        let (_, channel) = dlock_names(name);
+        tokio::task::block_in_place(|| numsub(|a| self.redis_cli(a), &channel))
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        let (key, _) = dlock_names(name);
+        tokio::task::block_in_place(|| existing(|a| self.redis_cli(a), &key))
     }
 
     fn subscription_linger(&self) -> Duration {
