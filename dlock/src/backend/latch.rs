@@ -11,7 +11,7 @@ use crate::LockError;
 
 /// The backends with count-down latches, by their first scheme. Kept here
 /// (not in the scheme table) so each capability's list lives in its own file.
-const WITH_LATCHES: &[&str] = &["memory", "redis"];
+const WITH_LATCHES: &[&str] = &["memory", "redis", "etcd"];
 
 /// The error of a backend that has no count-down latches: what
 /// [`CountDownLatch`](crate::CountDownLatch) answers when
@@ -57,6 +57,8 @@ pub fn no_latches(backend: &str) -> LockError {
 /// - **redis**: a string key, counted down by a script that publishes `0`
 ///   on the latch's channel when it reaches zero (and `1` when a count is
 ///   set), the layout of Redisson's `RCountDownLatch`.
+/// - **etcd**: a key without a lease, set in a transaction, counted down by
+///   compare-and-swap; waiters share one watch of the key.
 #[async_trait]
 pub trait LatchBackend: Send + Sync {
     /// Sets the count of the latch `name` to `count` (at least 1) if it is

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::fixtures::etcd::EtcdFixture;
 use crate::fixtures::memory::MemoryFixture;
 use crate::fixtures::redis::RedisFixture;
 use crate::fixtures::redisson::RedissonFixture;
@@ -117,5 +118,42 @@ impl LatchFixture for SentinelFixture {
 
     fn subscription_linger(&self) -> Duration {
         Duration::from_secs(1)
+    }
+}
+
+/// The watchers etcd counts now (`etcd_debugging_mvcc_watcher_total` on the
+/// first member's `/metrics`): the suite's fixtures hold no other watch.
+fn etcd_watchers(url: &str) -> Option<usize> {
+    let rest = url.split_once("://")?.1;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    let host = rest.split([',', '/', '?']).next()?;
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "5", &format!("http://{host}/metrics")])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .map(|n| n as usize)
+}
+
+#[async_trait::async_trait]
+impl LatchFixture for EtcdFixture {
+    async fn latch_subscriptions(&self, _name: &str) -> Option<usize> {
+        tokio::task::block_in_place(|| etcd_watchers(self.url()))
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        let key = format!(
+            "dlock-latches/{}",
+            name.replace('%', "%25").replace('/', "%2F")
+        );
+        let got = tokio::task::block_in_place(|| self.etcdctl(&["get", &key]));
+        if got.trim().is_empty() {
+            Vec::new()
+        } else {
+            vec![key]
+        }
     }
 }
