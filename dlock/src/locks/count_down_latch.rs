@@ -189,6 +189,12 @@ impl CountDownLatch {
     /// else when the service announces zero, or fails with
     /// [`LockError::Timeout`] after the configured [`wait`](Self::wait).
     ///
+    /// The waiter reads the count again when it is woken (as Redisson's
+    /// `await` does): a latch set again in the instant between reaching
+    /// zero and that read is waited for anew. Set a latch again only once
+    /// its waiters are done with the last round (or use a new name per
+    /// round).
+    ///
     /// # Errors
     /// [`LockError::Timeout`]; as [`count_down`](Self::count_down) otherwise.
     ///
