@@ -35,6 +35,7 @@ mod election;
 pub(crate) mod error;
 pub(crate) mod holder;
 pub(crate) mod key;
+mod latch;
 mod permits;
 #[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) mod refusal;
@@ -49,6 +50,7 @@ pub use election::{
     no_elections, ElectionBackend, Leader, LeaderChange, LeaderChanges, MAX_VALUE_BYTES,
 };
 pub use key::invisible_char;
+pub use latch::{no_latches, LatchBackend};
 pub use permits::{no_semaphores, permit_count_differs, PermitBackend, PermitRequest};
 pub use rw::{no_rw_locks, RwBackend, RwMode, RwRequest};
 
@@ -85,6 +87,10 @@ pub struct Capabilities<'a> {
     pub rw: Option<&'a dyn RwBackend>,
     /// Leader elections: [`LockBackend::election`].
     pub election: Option<&'a dyn ElectionBackend>,
+    /// Count-down latches: [`LockBackend::latch`]. Not part of
+    /// [`all`](Self::all): a backend that has them writes
+    /// `Capabilities { latch: Some(self), ..Capabilities::all(self) }`.
+    pub latch: Option<&'a dyn LatchBackend>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -95,6 +101,7 @@ impl<'a> Capabilities<'a> {
             permits: Some(backend),
             rw: Some(backend),
             election: Some(backend),
+            latch: None,
         }
     }
 }
@@ -413,6 +420,14 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// elections, [`no_elections`]).
     fn election(&self) -> Option<&dyn ElectionBackend> {
         self.capabilities().election
+    }
+
+    /// The backend's count-down latches, if it has them: itself, as a
+    /// [`LatchBackend`]. The default is what
+    /// [`capabilities`](Self::capabilities) says (by default `None`: no
+    /// latches, [`no_latches`]).
+    fn latch(&self) -> Option<&dyn LatchBackend> {
+        self.capabilities().latch
     }
 
     /// Whether the backend takes several lock keys all or none in one call:

@@ -18,6 +18,7 @@ pub mod foreign;
 pub mod hold_at_least;
 pub mod holder;
 pub mod keys;
+pub mod latch;
 pub mod late_answer;
 pub mod layout_mix;
 pub mod loss_heard;

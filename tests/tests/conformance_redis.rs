@@ -9,3 +9,4 @@ dlock_tests::semaphore_suite!(RedisFixture::restricted());
 dlock_tests::multi_suite!(RedisFixture::restricted(), rounds = 500);
 dlock_tests::rw_suite!(RedisFixture::restricted());
 dlock_tests::election_suite!(RedisFixture::restricted());
+dlock_tests::latch_suite!(RedisFixture::restricted());

@@ -7,3 +7,4 @@ dlock_tests::semaphore_suite!(RedisFixture::cluster());
 dlock_tests::multi_suite!(RedisFixture::cluster(), rounds = 500);
 dlock_tests::rw_suite!(RedisFixture::cluster());
 dlock_tests::election_suite!(RedisFixture::cluster());
+dlock_tests::latch_suite!(RedisFixture::cluster());

@@ -8,9 +8,11 @@ use dlock_tests::fixtures::redisson::RedissonFixture;
 mod single {
     use super::*;
     dlock_tests::conformance_suite!(RedissonFixture::single());
+    dlock_tests::latch_suite!(RedissonFixture::single());
 }
 
 mod cluster {
     use super::*;
     dlock_tests::conformance_suite!(RedissonFixture::cluster());
+    dlock_tests::latch_suite!(RedissonFixture::cluster());
 }

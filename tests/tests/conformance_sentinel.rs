@@ -17,3 +17,4 @@ dlock_tests::semaphore_suite!(fixture());
 dlock_tests::multi_suite!(fixture(), rounds = 500);
 dlock_tests::rw_suite!(fixture());
 dlock_tests::election_suite!(fixture());
+dlock_tests::latch_suite!(fixture());

@@ -9,7 +9,8 @@
 //! `permits.rs`) · ✓ read-write locks in the layout of etcd's recipe
 //! `RWMutex` (see *Read-write locks* below) · ✓ leader election in the
 //! layout of Go's `concurrency.Election`, with `etcdctl elect` (see
-//! `election.rs`) · ✓ TLS and user/password
+//! `election.rs`) · ✓ count-down latches (see `latch.rs`) · ✓ TLS and
+//! user/password
 //! auth · ✗ lease lengths finer than etcd's whole seconds on the server (the
 //! client side keeps the exact ttl; see below).
 //!
@@ -257,6 +258,8 @@
 //   `proclaim` by create revision, a watch of the directory)
 // - read-write locks (`RwBackend`): `rw.rs` (etcd's recipe `RWMutex`: a `Line` whose entries are
 //   `read/<ns>`, `write/<ns>` under `<prefix>-rw/<key>/`)
+// - count-down latches (`LatchBackend`): `latch.rs` (a key under `<prefix>-latches/`, one shared
+//   watch per waited-on name)
 mod client;
 mod config;
 mod contenders;
@@ -265,6 +268,7 @@ mod election;
 mod held;
 mod inspect;
 mod key_watch;
+mod latch;
 mod mutex;
 mod names;
 mod permits;
@@ -366,6 +370,8 @@ struct Inner {
     /// backend race for one etcd key name: two acquisitions, or an
     /// acquisition and the cleanup or release of the previous one.
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The count-down latches' watches, one per waited-on latch (see `latch.rs`).
+    latch_watches: latch::LatchWatches,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -451,6 +457,7 @@ impl EtcdBackend {
             delete_watch: tokio::sync::Mutex::new(DeleteWatch::default()),
             key_watch: Mutex::new(KeyWatch::default()),
             turns: Mutex::new(HashMap::new()),
+            latch_watches: latch::LatchWatches::default(),
         });
         // The client connects lazily; one read proves a member answers and
         // that the credentials may read the namespace.
@@ -530,7 +537,10 @@ impl LockBackend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
+        Capabilities {
+            latch: Some(self),
+            ..Capabilities::all(self)
+        }
     }
 
     /// Rung when a held key's watcher sees it deleted or rewritten, or the

@@ -396,11 +396,7 @@ impl LockBackend for FileBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities {
-            rw: Some(self),
-            permits: Some(self),
-            election: Some(self),
-        }
+        Capabilities::all(self)
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

@@ -3,7 +3,8 @@
 //! Capabilities: ✓ mutual exclusion between tasks of one process · ✓ lease
 //! expiry · ✓ fencing tokens · ✓ FIFO wake-up of waiters · ✓ semaphores
 //! (see `permits.rs`) · ✓ read-write locks (see `rw.rs`) · ✓ leader election
-//! (see `election.rs`) · ✗ other processes.
+//! (see `election.rs`) · ✓ count-down latches (see `latch.rs`) · ✗ other
+//! processes.
 //!
 //! It is the embedded default of the quickstart and the docs, and what the
 //! core's own tests run on. It is not a stand-in for a distributed backend:
@@ -24,7 +25,9 @@ use async_trait::async_trait;
 // - leader election (`ElectionBackend`): `election.rs` (records beside the lock table, a
 //   generation per observed election)
 // - read-write locks (`RwBackend`): `rw.rs`
+// - count-down latches (`LatchBackend`): `latch.rs`
 mod election;
+mod latch;
 mod permits;
 mod rw;
 mod table;
@@ -71,6 +74,9 @@ pub struct MemoryBackend {
     rw: rw::RwTable,
     /// The leader elections' records, beside the locks of their names.
     elections: election::ElectionTable,
+    /// The count-down latches, apart from the locks: a latch and a lock
+    /// may share a name.
+    latches: latch::LatchTable,
     /// `?client_name=`, written into each lock's owner token.
     client_name: Option<String>,
 }
@@ -193,6 +199,24 @@ impl MemoryBackend {
         self.permits.held(name)
     }
 
+    /// How many count-down latches this backend keeps: those with a live
+    /// count, and those waited on. A latch at zero that nobody waits on is
+    /// forgotten, so a cancelled `wait_zero` leaves nothing here.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let backend = std::sync::Arc::new(dlock::backends::memory::MemoryBackend::new());
+    /// let latch = dlock::CountDownLatch::new("shards").with_backend(backend.clone());
+    /// latch.try_set_count(1).await?;
+    /// assert_eq!(backend.latches_kept(), 1);
+    /// latch.count_down().await?;
+    /// assert_eq!(backend.latches_kept(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn latches_kept(&self) -> usize {
+        self.latches.len()
+    }
+
     /// Removes every permit of the semaphore `name` behind its holders'
     /// backs, as an operator's `DEL` would. Their renewals are refused and
     /// their permits report the loss. Returns how many were removed.
@@ -309,7 +333,10 @@ impl LockBackend for MemoryBackend {
     }
 
     fn capabilities(&self) -> crate::backend::Capabilities<'_> {
-        crate::backend::Capabilities::all(self)
+        crate::backend::Capabilities {
+            latch: Some(self),
+            ..crate::backend::Capabilities::all(self)
+        }
     }
 
     fn client_name(&self) -> Option<&str> {

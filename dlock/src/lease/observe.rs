@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+pub(crate) mod latch;
+
 /// What kind of lease an operation is about: the `kind` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -513,6 +515,7 @@ pub(crate) fn everything_once() {
     let all = acquire_all_span(&[], &backend, None);
     acquired_all(&all, Instant::now(), "timeout", Some("quiet"));
     drop(held_all_span::<(&str, Option<u64>)>(&[]).enter());
+    latch::everything_once(&backend);
 }
 
 fn millis(d: Duration) -> u64 {

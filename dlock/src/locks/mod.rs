@@ -8,12 +8,14 @@
 //! - `multi.rs` (+ `multi_at_once.rs`, the backends that take every key in one
 //!   call, and `multi_guard.rs`): several keys in an order that cannot deadlock.
 //! - `election.rs`: one leader at a time, its term a fence.
+//! - `count_down_latch.rs`: a count the service holds, waiters woken at zero.
 //! - `guard.rs`: [`LockGuard`](crate::LockGuard), release on drop, `lost()`.
 //! - `ensure.rs`: `ensure()` on every guard, the check before a side effect.
 //! - `scope.rs`: reentrancy, the holder's own critical section as a task-local scope.
 //! - `within.rs`: the way into the acquire path, reentrant where the caller's
 //!   scope holds the key; the taken lease made a [`LockGuard`](crate::LockGuard).
 
+pub(crate) mod count_down_latch;
 pub(crate) mod election;
 pub(crate) mod ensure;
 pub(crate) mod guard;

@@ -22,10 +22,12 @@
 //!   `sharded.rs`), and try again on a message, at the holder's `PTTL`, or
 //!   at the latest every `recheck_ms` (a release nobody announced: a `DEL`);
 //! - fencing: `RFencedLock`'s counter `redisson_lock_token:{<name>}`,
-//!   incremented at each grant (it never expires, as Redisson's).
+//!   incremented at each grant (it never expires, as Redisson's);
+//! - count-down latches are Redisson's `RCountDownLatch` (`latch.rs`).
 
 mod abandoned;
 mod inspect;
+mod latch;
 mod names;
 mod scripts;
 mod sharded;
@@ -38,7 +40,7 @@ use redis::Script;
 use self::abandoned::ReleaseIfDropped;
 use self::names::{holder_field, RedissonNames};
 use self::sharded::{Sharded, ShardedWait};
-use crate::backend::{lease_deadline, AcquireRequest, Lease, LockBackend, Renewal};
+use crate::backend::{lease_deadline, AcquireRequest, Capabilities, Lease, LockBackend, Renewal};
 use crate::backends::redis::config::without_layout;
 use crate::backends::redis::kinds::mix;
 use crate::backends::redis::protocol::scripts::{evalsha, millis};
@@ -329,6 +331,14 @@ impl LockBackend for RedissonBackend {
 
     fn client_name(&self) -> Option<&str> {
         Some(self.redis.own_client_name())
+    }
+
+    /// Count-down latches only (Redisson's `RCountDownLatch`, `latch.rs`).
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities {
+            latch: Some(self),
+            ..Capabilities::default()
+        }
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<crate::LockInfo>, LockError> {

@@ -1,0 +1,159 @@
+//! What each fixture tells of a latch on its server.
+
+use std::time::Duration;
+
+use crate::fixtures::etcd::EtcdFixture;
+use crate::fixtures::memory::MemoryFixture;
+use crate::fixtures::redis::RedisFixture;
+use crate::fixtures::redisson::RedissonFixture;
+use crate::fixtures::sentinel::SentinelFixture;
+
+use super::LatchFixture;
+
+#[async_trait::async_trait]
+impl LatchFixture for MemoryFixture {
+    async fn latch_subscriptions(&self, _name: &str) -> Option<usize> {
+        None
+    }
+
+    async fn latch_state(&self, _name: &str) -> Vec<String> {
+        // One fixture per case: every latch it keeps is this case's.
+        match self.server().latches_kept() {
+            0 => Vec::new(),
+            n => vec![format!("{n} latches kept in memory")],
+        }
+    }
+}
+
+/// `PUBSUB NUMSUB <channel>` on one server.
+fn numsub(cli: impl Fn(&[&str]) -> String, channel: &str) -> Option<usize> {
+    let answer = cli(&["PUBSUB", "NUMSUB", channel]);
+    answer.lines().nth(1).and_then(|n| n.trim().parse().ok())
+}
+
+/// `PUBSUB NUMSUB <channel>` summed over every node of the Cluster at
+/// `url` (`redis+cluster://h1:p1,h2:p2,...`): each node counts only the
+/// clients subscribed on it.
+async fn numsub_on_every_node(url: &str, channel: &str) -> Option<usize> {
+    let rest = url.split_once("://")?.1;
+    let hosts = rest.split_once('?').map_or(rest, |(hosts, _)| hosts);
+    let mut total = 0;
+    for host in hosts.split(',') {
+        let client = redis::Client::open(format!("redis://{host}")).ok()?;
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        let (_, n): (String, usize) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        total += n;
+    }
+    Some(total)
+}
+
+/// The key, if it exists.
+fn existing(cli: impl Fn(&[&str]) -> String, key: &str) -> Vec<String> {
+    match cli(&["EXISTS", key]).trim() {
+        "0" => Vec::new(),
+        _ => vec![key.to_owned()],
+    }
+}
+
+fn dlock_names(name: &str) -> (String, String) {
+    let base = format!("dlock:{{{name}}}:latch");
+    (base.clone(), format!("{base}:changed"))
+}
+
+#[async_trait::async_trait]
+impl LatchFixture for RedisFixture {
+    async fn latch_subscriptions(&self, name: &str) -> Option<usize> {
+        let (_, channel) = dlock_names(name);
+        if self.url().contains("+cluster") {
+            return numsub_on_every_node(self.url(), &channel).await;
+        }
+        tokio::task::block_in_place(|| numsub(|a| self.redis_cli(a), &channel))
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        let (key, _) = dlock_names(name);
+        tokio::task::block_in_place(|| existing(|a| self.redis_cli(a), &key))
+    }
+
+    fn subscription_linger(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+#[async_trait::async_trait]
+impl LatchFixture for RedissonFixture {
+    async fn latch_subscriptions(&self, name: &str) -> Option<usize> {
+        let channel = format!("redisson_countdownlatch__channel__{{{name}}}");
+        if self.is_cluster() {
+            return numsub_on_every_node(self.plain_url(), &channel).await;
+        }
+        tokio::task::block_in_place(|| numsub(|a| self.redis_cli(a), &channel))
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        tokio::task::block_in_place(|| existing(|a| self.redis_cli(a), name))
+    }
+
+    fn subscription_linger(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+#[async_trait::async_trait]
+impl LatchFixture for SentinelFixture {
+    async fn latch_subscriptions(&self, name: &str) -> Option<usize> {
+        let (_, channel) = dlock_names(name);
+        tokio::task::block_in_place(|| numsub(|a| self.redis_cli(a), &channel))
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        let (key, _) = dlock_names(name);
+        tokio::task::block_in_place(|| existing(|a| self.redis_cli(a), &key))
+    }
+
+    fn subscription_linger(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+/// The watchers etcd counts now (`etcd_debugging_mvcc_watcher_total` on the
+/// first member's `/metrics`): the suite's fixtures hold no other watch.
+fn etcd_watchers(url: &str) -> Option<usize> {
+    let rest = url.split_once("://")?.1;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    let host = rest.split([',', '/', '?']).next()?;
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "5", &format!("http://{host}/metrics")])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .map(|n| n as usize)
+}
+
+#[async_trait::async_trait]
+impl LatchFixture for EtcdFixture {
+    async fn latch_subscriptions(&self, _name: &str) -> Option<usize> {
+        tokio::task::block_in_place(|| etcd_watchers(self.url()))
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        let key = format!(
+            "dlock-latches/{}",
+            name.replace('%', "%25").replace('/', "%2F")
+        );
+        let got = tokio::task::block_in_place(|| self.etcdctl(&["get", &key]));
+        if got.trim().is_empty() {
+            Vec::new()
+        } else {
+            vec![key]
+        }
+    }
+}
