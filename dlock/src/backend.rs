@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use crate::LockError;
 
 mod all_keys;
+mod barrier;
 pub(crate) mod deadline;
 mod election;
 pub(crate) mod error;
@@ -45,6 +46,7 @@ pub(crate) mod suspend;
 pub(crate) mod tls_provider;
 pub(crate) mod transient;
 pub use all_keys::{AllKeysBackend, AllOrNone};
+pub use barrier::{no_barriers, BarrierBackend, BarrierRequest};
 pub use election::{
     no_elections, ElectionBackend, Leader, LeaderChange, LeaderChanges, MAX_VALUE_BYTES,
 };
@@ -85,6 +87,8 @@ pub struct Capabilities<'a> {
     pub rw: Option<&'a dyn RwBackend>,
     /// Leader elections: [`LockBackend::election`].
     pub election: Option<&'a dyn ElectionBackend>,
+    /// Double barriers: [`LockBackend::barrier`].
+    pub barrier: Option<&'a dyn BarrierBackend>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -95,6 +99,7 @@ impl<'a> Capabilities<'a> {
             permits: Some(backend),
             rw: Some(backend),
             election: Some(backend),
+            barrier: None,
         }
     }
 }
@@ -413,6 +418,14 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// elections, [`no_elections`]).
     fn election(&self) -> Option<&dyn ElectionBackend> {
         self.capabilities().election
+    }
+
+    /// The backend's double barriers, if it has them: itself, as a
+    /// [`BarrierBackend`]. The default is what
+    /// [`capabilities`](Self::capabilities) says (by default `None`: no
+    /// barriers, [`no_barriers`]).
+    fn barrier(&self) -> Option<&dyn BarrierBackend> {
+        self.capabilities().barrier
     }
 
     /// Whether the backend takes several lock keys all or none in one call:

@@ -400,6 +400,7 @@ impl LockBackend for FileBackend {
             rw: Some(self),
             permits: Some(self),
             election: Some(self),
+            ..Capabilities::default()
         }
     }
 

@@ -24,6 +24,7 @@ use async_trait::async_trait;
 // - leader election (`ElectionBackend`): `election.rs` (records beside the lock table, a
 //   generation per observed election)
 // - read-write locks (`RwBackend`): `rw.rs`
+mod barrier;
 mod election;
 mod permits;
 mod rw;
@@ -71,6 +72,8 @@ pub struct MemoryBackend {
     rw: rw::RwTable,
     /// The leader elections' records, beside the locks of their names.
     elections: election::ElectionTable,
+    /// The double barriers, apart from the locks.
+    barriers: barrier::BarrierTable,
     /// `?client_name=`, written into each lock's owner token.
     client_name: Option<String>,
 }
@@ -309,7 +312,10 @@ impl LockBackend for MemoryBackend {
     }
 
     fn capabilities(&self) -> crate::backend::Capabilities<'_> {
-        crate::backend::Capabilities::all(self)
+        crate::backend::Capabilities {
+            barrier: Some(self),
+            ..crate::backend::Capabilities::all(self)
+        }
     }
 
     fn client_name(&self) -> Option<&str> {

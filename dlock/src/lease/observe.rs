@@ -25,6 +25,8 @@ pub(crate) enum Kind {
     Read,
     /// A write lease of a read-write lock.
     Write,
+    /// A member of a double barrier.
+    Barrier,
 }
 
 impl Kind {
@@ -35,6 +37,7 @@ impl Kind {
             Kind::Permit => "permit",
             Kind::Read => "read",
             Kind::Write => "write",
+            Kind::Barrier => "barrier",
         }
     }
 }
