@@ -13,6 +13,7 @@ mod single {
     dlock_tests::multi_suite!(EtcdFixture::restricted(), rounds = 500);
     dlock_tests::rw_suite!(EtcdFixture::restricted());
     dlock_tests::election_suite!(EtcdFixture::restricted());
+    dlock_tests::barrier_suite!(EtcdFixture::restricted());
 }
 
 mod cluster {

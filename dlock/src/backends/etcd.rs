@@ -257,6 +257,7 @@
 //   `proclaim` by create revision, a watch of the directory)
 // - read-write locks (`RwBackend`): `rw.rs` (etcd's recipe `RWMutex`: a `Line` whose entries are
 //   `read/<ns>`, `write/<ns>` under `<prefix>-rw/<key>/`)
+mod barrier;
 mod client;
 mod config;
 mod contenders;
@@ -530,7 +531,10 @@ impl LockBackend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
+        Capabilities {
+            barrier: Some(self),
+            ..Capabilities::all(self)
+        }
     }
 
     /// Rung when a held key's watcher sees it deleted or rewritten, or the

@@ -35,7 +35,8 @@ use crate::{LockError, LockGuard};
 ///   full group still opens the barrier with its own members.
 /// - Inside one process at most `parties` members of one barrier live at
 ///   once; more wait locally until one leaves.
-/// - Backends: memory and ZooKeeper (Curator's layout at
+/// - Backends: memory, etcd (keys on the session lease, as etcd's
+///   `recipes` double barrier) and ZooKeeper (Curator's layout at
 ///   `/<prefix>/<name>`, shared with Curator's own class). Others fail
 ///   with [`LockError::InvalidOption`] ("… has no barriers").
 ///
