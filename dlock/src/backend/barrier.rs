@@ -14,7 +14,7 @@ use crate::LockError;
 /// The backends that have barriers, by their first URL scheme: what
 /// [`no_barriers`] names. Kept here, not in the scheme table, so the table
 /// keeps one column per older capability.
-const WITH_BARRIERS: &str = "memory, etcd or zk";
+const WITH_BARRIERS: &str = "memory, redis, etcd or zk";
 
 /// What the core asks a backend to enter: one member of a double barrier.
 ///
@@ -74,6 +74,8 @@ pub fn no_barriers(backend: &str) -> LockError {
 /// local deadlines) holds here too.
 ///
 /// - **memory**: a table of members with deadlines, and a `ready` flag.
+/// - **redis**: a sorted set of member tokens scored by expiry (and an
+///   `open` member), changes published on a channel.
 /// - **etcd**: keys on the session lease under the barrier's prefix, a
 ///   `ready` key, a watch on the prefix (etcd's `recipes` double barrier).
 /// - **zookeeper**: Curator's `DistributedDoubleBarrier`: an ephemeral

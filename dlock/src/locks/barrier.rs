@@ -21,7 +21,7 @@ use crate::{LockError, LockGuard};
 ///
 /// - Each member is a lease of its own: the watchdog renews it while its
 ///   [`BarrierMember`] lives, and a member whose process dies is counted
-///   out when its lease ends (a ZooKeeper session, the ttl in memory), so
+///   out when its lease ends (its ttl; on ZooKeeper its session), so
 ///   the others are not held forever: a member counted out before the
 ///   barrier opened no longer counts towards `parties`; one counted out
 ///   after it no longer holds `leave` up.
@@ -35,7 +35,8 @@ use crate::{LockError, LockGuard};
 ///   full group still opens the barrier with its own members.
 /// - Inside one process at most `parties` members of one barrier live at
 ///   once; more wait locally until one leaves.
-/// - Backends: memory, etcd (keys on the session lease, as etcd's
+/// - Backends: memory, Redis (one server, Cluster, Sentinel), etcd (keys
+///   on the session lease, as etcd's
 ///   `recipes` double barrier) and ZooKeeper (Curator's layout at
 ///   `/<prefix>/<name>`, shared with Curator's own class). Others fail
 ///   with [`LockError::InvalidOption`] ("… has no barriers").

@@ -1,7 +1,8 @@
 //! Floor 5 of the Redis backend: the kinds of lock. The `LockBackend`
 //! calls (`lock_backend.rs`), renewal (`renew.rs`), semaphores
 //! (`permits.rs`), read-write locks (`rw.rs`, `rw/`), elections
-//! (`election.rs`, `election/`), several keys at once (`all_keys.rs`), the
+//! (`election.rs`, `election/`), double barriers (`barrier.rs`), several
+//! keys at once (`all_keys.rs`), the
 //! operator's view (`inspect.rs`) and refusals named with the ACL grant
 //! they lack (`refused.rs`).
 //!
@@ -9,6 +10,7 @@
 //! `topology`, `calls`, `waiting`.
 
 pub(crate) mod all_keys;
+pub(crate) mod barrier;
 pub(crate) mod election;
 pub(crate) mod inspect;
 pub(crate) mod lock_backend;

@@ -99,7 +99,10 @@ impl LockBackend for RedisBackend {
 
     /// No elections with `?fence=off`: a term is the leader's fence.
     fn capabilities(&self) -> Capabilities<'_> {
-        let mut offers = Capabilities::all(self);
+        let mut offers = Capabilities {
+            barrier: Some(self),
+            ..Capabilities::all(self)
+        };
         if !self.options.fenced {
             offers.election = None;
         }
