@@ -2,7 +2,7 @@
 //! the small values that cross it. The capabilities some backends add have
 //! a file each: semaphores (`permits.rs`), read-write locks (`rw.rs`),
 //! several keys in one call (`all_keys.rs`), leader election
-//! (`election.rs`). Beside them, the contract's vocabulary that the core and
+//! (`election.rs`), double barriers (`barrier.rs`). Beside them, the contract's vocabulary that the core and
 //! every backend share: the one error type (`error.rs`), key validation
 //! (`key.rs`), overflow-free deadlines (`deadline.rs`), the table of URL
 //! schemes (`schemes.rs`), and the holder's identity (`holder.rs`: owner
