@@ -21,4 +21,5 @@ mod with_credentials {
     dlock_tests::semaphore_suite!(ZkFixture::with_credentials().await);
     dlock_tests::rw_suite!(ZkFixture::with_credentials().await);
     dlock_tests::election_suite!(ZkFixture::with_credentials().await);
+    dlock_tests::barrier_suite!(ZkFixture::with_credentials().await);
 }
