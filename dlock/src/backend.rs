@@ -2,7 +2,7 @@
 //! the small values that cross it. The capabilities some backends add have
 //! a file each: semaphores (`permits.rs`), read-write locks (`rw.rs`),
 //! several keys in one call (`all_keys.rs`), leader election
-//! (`election.rs`). Beside them, the contract's vocabulary that the core and
+//! (`election.rs`), double barriers (`barrier.rs`). Beside them, the contract's vocabulary that the core and
 //! every backend share: the one error type (`error.rs`), key validation
 //! (`key.rs`), overflow-free deadlines (`deadline.rs`), the table of URL
 //! schemes (`schemes.rs`), and the holder's identity (`holder.rs`: owner
@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use crate::LockError;
 
 mod all_keys;
+mod barrier;
 pub(crate) mod deadline;
 mod election;
 pub(crate) mod error;
@@ -46,6 +47,7 @@ pub(crate) mod suspend;
 pub(crate) mod tls_provider;
 pub(crate) mod transient;
 pub use all_keys::{AllKeysBackend, AllOrNone};
+pub use barrier::{no_barriers, BarrierBackend, BarrierRequest};
 pub use election::{
     no_elections, ElectionBackend, Leader, LeaderChange, LeaderChanges, MAX_VALUE_BYTES,
 };
@@ -91,6 +93,8 @@ pub struct Capabilities<'a> {
     /// [`all`](Self::all): a backend that has them writes
     /// `Capabilities { latch: Some(self), ..Capabilities::all(self) }`.
     pub latch: Option<&'a dyn LatchBackend>,
+    /// Double barriers: [`LockBackend::barrier`].
+    pub barrier: Option<&'a dyn BarrierBackend>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -102,6 +106,7 @@ impl<'a> Capabilities<'a> {
             rw: Some(backend),
             election: Some(backend),
             latch: None,
+            barrier: None,
         }
     }
 }
@@ -428,6 +433,14 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// latches, [`no_latches`]).
     fn latch(&self) -> Option<&dyn LatchBackend> {
         self.capabilities().latch
+    }
+
+    /// The backend's double barriers, if it has them: itself, as a
+    /// [`BarrierBackend`]. The default is what
+    /// [`capabilities`](Self::capabilities) says (by default `None`: no
+    /// barriers, [`no_barriers`]).
+    fn barrier(&self) -> Option<&dyn BarrierBackend> {
+        self.capabilities().barrier
     }
 
     /// Whether the backend takes several lock keys all or none in one call:

@@ -89,6 +89,7 @@ pub use dlock_macros::distributed_lock;
 pub use inspect::list_locks;
 pub use lease::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use locks::count_down_latch::CountDownLatch;
+pub use locks::barrier::{Barrier, BarrierMember};
 pub use locks::election::{Election, Leadership};
 pub use locks::guard::LockGuard;
 pub use locks::lock::Lock;

@@ -11,6 +11,9 @@
 //! - `CuratorLeaderLatch`: a `LeaderLatch` with an id, driven by commands
 //!   on stdin ([`Curator::leader_latch`], [`Curator::send`],
 //!   [`Curator::line`]).
+//! - `CuratorDoubleBarrier`: one member of a `DistributedDoubleBarrier`,
+//!   driven by commands on stdin ([`Curator::double_barrier`],
+//!   [`Curator::send`], [`Curator::line`]).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,10 @@ const PROGRAMS: &[(&str, &str)] = &[
     (
         "CuratorLeaderLatch.java",
         include_str!("curator/CuratorLeaderLatch.java"),
+    ),
+    (
+        "CuratorDoubleBarrier.java",
+        include_str!("curator/CuratorDoubleBarrier.java"),
     ),
 ];
 
@@ -127,6 +134,23 @@ impl Curator {
     /// Returns once the latch is started.
     pub async fn leader_latch(connect: &str, path: &str, id: &str, startup: Duration) -> Self {
         let mut curator = Self::spawn(&["CuratorLeaderLatch", connect, path, id], true);
+        assert_eq!(curator.line(startup).await, "READY");
+        curator
+    }
+
+    /// `CuratorDoubleBarrier <connect> <path> <parties>`: one member of a
+    /// `DistributedDoubleBarrier` on `path`, driven by [`send`](Self::send)
+    /// (`"enter <ms>"` → `ENTERED`/`TIMEOUT`, `"leave <ms>"` →
+    /// `LEFT`/`TIMEOUT`) and answering by [`line`](Self::line). Returns
+    /// once the client is connected.
+    pub async fn double_barrier(
+        connect: &str,
+        path: &str,
+        parties: usize,
+        startup: Duration,
+    ) -> Self {
+        let parties = parties.to_string();
+        let mut curator = Self::spawn(&["CuratorDoubleBarrier", connect, path, &parties], true);
         assert_eq!(curator.line(startup).await, "READY");
         curator
     }

@@ -4,6 +4,7 @@
 //! the tests start themselves.
 
 pub mod acquisitions;
+pub mod barrier;
 pub mod candidates;
 pub mod captured_log;
 pub mod conformance;

@@ -14,6 +14,7 @@ mod single {
     dlock_tests::rw_suite!(EtcdFixture::restricted());
     dlock_tests::election_suite!(EtcdFixture::restricted());
     dlock_tests::latch_suite!(EtcdFixture::restricted());
+    dlock_tests::barrier_suite!(EtcdFixture::restricted());
 }
 
 mod cluster {

@@ -9,3 +9,4 @@ dlock_tests::multi_suite!(MemoryFixture::default(), rounds = 500);
 dlock_tests::rw_suite!(MemoryFixture::default());
 dlock_tests::election_suite!(MemoryFixture::default());
 dlock_tests::latch_suite!(MemoryFixture::default());
+dlock_tests::barrier_suite!(MemoryFixture::default());

@@ -14,6 +14,7 @@ fn fixture() -> SentinelFixture {
 dlock_tests::conformance_suite!(fixture());
 dlock_tests::segments_suite!(fixture());
 dlock_tests::semaphore_suite!(fixture());
+dlock_tests::barrier_suite!(fixture());
 dlock_tests::multi_suite!(fixture(), rounds = 500);
 dlock_tests::rw_suite!(fixture());
 dlock_tests::election_suite!(fixture());

@@ -322,8 +322,8 @@ async fn bad_input_is_a_clear_error_in_time() {
         .unwrap_err();
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
-    // Semaphores are offered; a read-write lock and an election are a
-    // typed "not supported" (`GET_LOCK` has no shared mode; no server
+    // Semaphores are offered; a read-write lock, a barrier and an election
+    // are a typed "not supported" (`GET_LOCK` has no shared mode; no server
     // notification a watch could wait on: see the backends guide).
     let backend = fixture.backend_for_tests().await;
     let permit = dlock::Semaphore::new("s", 2)
@@ -339,6 +339,15 @@ async fn bad_input_is_a_clear_error_in_time() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("read-write"), "{err}");
+    // A barrier too: `no_barriers`, naming the backends that have them.
+    let err = dlock::Barrier::new("batch", 2)
+        .with_backend(backend.clone())
+        .enter()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    assert!(err.to_string().contains("has no barriers"), "{err}");
+    assert!(err.to_string().contains("zk"), "{err}");
     let election = dlock::Election::new("scheduler").with_backend(backend);
     let err = election.campaign("node-1").await.unwrap_err();
     assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");

@@ -3,7 +3,8 @@
 //! deleting the lease behind the guard's back) on the memory backend and on
 //! a real Redis, read back through `metrics-util`'s debugging recorder; and
 //! one grant answered after its deadline (a stale grant given back); and
-//! the election series of two terms (one resigned, one lost).
+//! the election series of two terms (one resigned, one lost); and a
+//! barrier round (two members in, a lone enter timed out, two leaves).
 //!
 //! The recorder is global (the watchdog records from dlock's own thread) and
 //! its snapshot resets every series, so one test runs the sequence on each
@@ -13,7 +14,7 @@
 use std::time::Duration;
 
 use dlock::backends::redis::RedisBackend;
-use dlock::{Election, Lock, LockError, MultiLock, RwLock};
+use dlock::{Barrier, Election, Lock, LockError, MultiLock, RwLock};
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::memory::MemoryFixture;
 use dlock_tests::fixtures::redis::RedisFixture;
@@ -261,6 +262,64 @@ fn check_election(all: &[Series], name: &str, term: u64) {
     );
 }
 
+/// A barrier round on the backend registered as `name`: two members enter
+/// together, a lone member of the next round times out, the two leave.
+async fn barrier_sequence<F: Fixture>(fixture: &F, name: &str) {
+    dlock::registry().register(name, fixture.backend().await);
+    let barrier = Barrier::new("batch", 2).backend(name);
+    let (a, b) = tokio::join!(barrier.enter(), barrier.enter());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let (la, lb) = tokio::join!(a.leave(), b.leave());
+    la.unwrap();
+    lb.unwrap();
+    let lone = barrier
+        .clone()
+        .wait(Duration::from_millis(100))
+        .enter()
+        .await;
+    assert!(matches!(lone, Err(LockError::Timeout { .. })), "{lone:?}");
+    dlock::registry().unregister(name);
+}
+
+/// Checks the barrier series of the backend registered as `name`.
+fn check_barrier(all: &[Series], name: &str) {
+    let series: Vec<&Series> = all
+        .iter()
+        .filter(|s| s.label("backend") == Some(name))
+        .collect();
+    let barrier: Vec<&Series> = series
+        .iter()
+        .copied()
+        .filter(|s| s.label("kind") == Some("barrier"))
+        .collect();
+    assert_eq!(
+        counter(&barrier, "dlock_acquire_total", ("outcome", "acquired")),
+        2,
+        "{name}: members entered"
+    );
+    assert_eq!(
+        counter(&barrier, "dlock_acquire_total", ("outcome", "timeout")),
+        1,
+        "{name}: the lone enter"
+    );
+    assert_eq!(histogram_count(&barrier, "dlock_hold_seconds"), 2, "{name}");
+    assert_eq!(
+        counter(&series, "dlock_operations_total", ("op", "leave")),
+        2,
+        "{name}: leaves"
+    );
+    let left: Vec<&Series> = series
+        .iter()
+        .copied()
+        .filter(|s| s.label("op") == Some("leave"))
+        .collect();
+    assert_eq!(
+        counter(&left, "dlock_operations_total", ("outcome", "left")),
+        2,
+        "{name}"
+    );
+}
+
 /// A grant answered after its deadline (Redis behind a proxy that delays
 /// answers past the ttl), registered as `name`: one `try_acquire`, given
 /// back, `busy`.
@@ -296,7 +355,9 @@ async fn every_metric_counts_a_known_sequence_on_memory_and_redis() {
     let _server = a_late_grant("metrics-late").await;
     let memory_term = election_sequence(&MemoryFixture::default(), "elect-memory").await;
     let redis_term = election_sequence(&RedisFixture::single(), "elect-redis").await;
+    barrier_sequence(&MemoryFixture::default(), "barrier-memory").await;
     let all = read(&snapshotter);
+    check_barrier(&all, "barrier-memory");
     check_election(&all, "elect-memory", memory_term);
     check_election(&all, "elect-redis", redis_term);
     check(&all, "metrics-memory");

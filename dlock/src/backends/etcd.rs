@@ -260,6 +260,9 @@
 //   `read/<ns>`, `write/<ns>` under `<prefix>-rw/<key>/`)
 // - count-down latches (`LatchBackend`): `latch.rs` (a key under `<prefix>-latches/`, one shared
 //   watch per waited-on name)
+// - double barriers (`BarrierBackend`): `barrier.rs` (etcd's recipe: member keys on the session
+//   lease under `<prefix>-barriers/<name>/members/`, a `ready` key, a watch of the prefix)
+mod barrier;
 mod client;
 mod config;
 mod contenders;
@@ -539,6 +542,7 @@ impl LockBackend for EtcdBackend {
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities {
             latch: Some(self),
+            barrier: Some(self),
             ..Capabilities::all(self)
         }
     }

@@ -26,6 +26,8 @@ use async_trait::async_trait;
 //   generation per observed election)
 // - read-write locks (`RwBackend`): `rw.rs`
 // - count-down latches (`LatchBackend`): `latch.rs`
+// - double barriers (`BarrierBackend`): `barrier.rs`
+mod barrier;
 mod election;
 mod latch;
 mod permits;
@@ -77,6 +79,8 @@ pub struct MemoryBackend {
     /// The count-down latches, apart from the locks: a latch and a lock
     /// may share a name.
     latches: latch::LatchTable,
+    /// The double barriers, apart from the locks.
+    barriers: barrier::BarrierTable,
     /// `?client_name=`, written into each lock's owner token.
     client_name: Option<String>,
 }
@@ -335,6 +339,7 @@ impl LockBackend for MemoryBackend {
     fn capabilities(&self) -> crate::backend::Capabilities<'_> {
         crate::backend::Capabilities {
             latch: Some(self),
+            barrier: Some(self),
             ..crate::backend::Capabilities::all(self)
         }
     }

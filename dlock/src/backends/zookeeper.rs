@@ -261,6 +261,7 @@
 // - read-write locks (`RwBackend`): `rw.rs` (Curator's `InterProcessReadWriteLock` layout,
 //   `rw_lock_path`, why a read's `czxid` fences), `order.rs`
 mod acl;
+mod barrier;
 mod cleanup;
 mod config;
 mod election;

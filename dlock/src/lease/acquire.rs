@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::holder::{new_token, owner_token};
 use crate::backend::{
-    no_rw_locks, no_semaphores, AcquireRequest, Lease, LockBackend, PermitRequest, RwMode,
-    RwRequest,
+    no_barriers, no_rw_locks, no_semaphores, AcquireRequest, BarrierRequest, Lease, LockBackend,
+    PermitRequest, RwMode, RwRequest,
 };
 use crate::lease::held::{release_on, LeaseKind, LeaseShared, NewLease};
 use crate::lease::observe::{self, Acquisition, Kind, StaleReason};
@@ -94,6 +94,8 @@ pub(crate) enum Target<'a> {
     Permit { permits: usize },
     /// A read or a write lease on the read-write lock of the options' key.
     Rw(RwMode),
+    /// A member of the double barrier named by the options' key.
+    Member { parties: usize },
 }
 
 /// A lease just taken, registered with its backend's watchdog: what the
@@ -135,6 +137,7 @@ pub(crate) async fn take(
         Target::Lock | Target::Election { .. } => (local.queue.slot(&options.key), 1),
         Target::Permit { permits } => (local.queue.semaphore_slot(&options.key, permits), 1),
         Target::Rw(mode) => local.queue.rw_slot(&options.key, mode),
+        Target::Member { parties } => (local.queue.barrier_slot(&options.key, parties), 1),
     };
     let Some(turn) = local.queue.turn_of(slot, weight, once, deadline).await else {
         return Ok(None);
@@ -144,6 +147,7 @@ pub(crate) async fn take(
         Target::Lock | Target::Election { .. } => LeaseKind::Lock,
         Target::Permit { .. } => LeaseKind::Permit,
         Target::Rw(mode) => LeaseKind::Rw(mode),
+        Target::Member { .. } => LeaseKind::Member,
     };
     let mut ride = RideThrough::new(once, deadline);
     let lease = loop {
@@ -284,6 +288,22 @@ async fn ask(
             } else {
                 rw.acquire_rw(&request, deadline).await
             }
+        }
+        Target::Member { parties } => {
+            let token = new_token()?;
+            // The one place a backend without barriers is told so.
+            let Some(barriers) = backend.barrier() else {
+                return Err(no_barriers(&backend.describe()));
+            };
+            let request = BarrierRequest {
+                name: options.key.to_string(),
+                parties,
+                token,
+                ttl: options.ttl,
+            };
+            // A barrier has no one-attempt form: entering is waiting.
+            let deadline = if once { Some(Instant::now()) } else { deadline };
+            barriers.enter_barrier(&request, deadline).await
         }
     }
 }

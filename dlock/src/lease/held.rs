@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::suspend::lease_now;
-use crate::backend::{no_rw_locks, no_semaphores, Lease, LockBackend, Renewal, RwMode};
+use crate::backend::{
+    no_barriers, no_rw_locks, no_semaphores, Lease, LockBackend, Renewal, RwMode,
+};
 use crate::lease::observe::{self, Holding, LossReason};
 use crate::lease::queue::Turn;
 use crate::LockError;
@@ -37,6 +39,8 @@ pub(crate) enum LeaseKind {
     /// A read or a write lease on a read-write lock: the backend's
     /// `RwBackend`, told the mode.
     Rw(RwMode),
+    /// A member of a double barrier: the backend's `BarrierBackend`.
+    Member,
 }
 
 /// The mutable part of a lease, updated by the watchdog.
@@ -402,6 +406,10 @@ pub(crate) async fn renew_on(
             Some(rw) => rw.renew_rw(mode, leases).await,
             None => refuse_all(leases, || no_rw_locks(&backend.describe())),
         },
+        LeaseKind::Member => match backend.barrier() {
+            Some(barriers) => barriers.renew_members(leases).await,
+            None => refuse_all(leases, || no_barriers(&backend.describe())),
+        },
     }
 }
 
@@ -425,6 +433,10 @@ pub(crate) async fn release_on(
         LeaseKind::Rw(mode) => match backend.rw() {
             Some(rw) => rw.release_rw(mode, lease).await,
             None => Err(no_rw_locks(&backend.describe())),
+        },
+        LeaseKind::Member => match backend.barrier() {
+            Some(barriers) => barriers.remove_member(lease).await,
+            None => Err(no_barriers(&backend.describe())),
         },
     }
 }

@@ -27,6 +27,8 @@ pub(crate) enum Kind {
     Read,
     /// A write lease of a read-write lock.
     Write,
+    /// A member of a double barrier.
+    Barrier,
 }
 
 impl Kind {
@@ -37,6 +39,7 @@ impl Kind {
             Kind::Permit => "permit",
             Kind::Read => "read",
             Kind::Write => "write",
+            Kind::Barrier => "barrier",
         }
     }
 }

@@ -86,6 +86,13 @@ impl LocalQueue {
         self.slot_with(&format!("\u{1}semaphore:{permits}:{name}"), permits)
     }
 
+    /// The slot of the barrier `name` with `parties` parties: that many
+    /// local members at once (each keeps its turn until it leaves). Named
+    /// apart from locks and semaphores, as `semaphore_slot`.
+    pub(crate) fn barrier_slot(&self, name: &str, parties: usize) -> Arc<KeySlot> {
+        self.slot_with(&format!("\u{1}barrier:{parties}:{name}"), parties)
+    }
+
     /// The admission slot of the segmented lock `key` with `segments`
     /// segments: at most that many local tasks look for a segment at once.
     /// Named apart from locks and semaphores, as `semaphore_slot`.

@@ -16,6 +16,7 @@
 //!   scope holds the key; the taken lease made a [`LockGuard`](crate::LockGuard).
 
 pub(crate) mod count_down_latch;
+pub(crate) mod barrier;
 pub(crate) mod election;
 pub(crate) mod ensure;
 pub(crate) mod guard;

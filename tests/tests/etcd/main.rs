@@ -1,7 +1,8 @@
 //! etcd-specific behaviour on real etcd servers: FIFO fairness, interop with
 //! `etcdctl lock` both ways, deeper keys (another resource's) ignored, a
 //! leader killed under a held lock, the whole cluster stopped, a holder
-//! process killed with SIGKILL, auth and TLS.
+//! process killed with SIGKILL, auth and TLS; a barrier member whose
+//! session lease is revoked.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -117,6 +118,7 @@ impl QueuedWaiters {
 }
 
 mod access;
+mod barrier;
 mod deeper_keys;
 mod etcdctl;
 mod faults;

@@ -41,7 +41,10 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
+        Capabilities {
+            barrier: Some(self),
+            ..Capabilities::all(self)
+        }
     }
 
     /// Rung when a held node's watch fires (see `node_watch.rs`).

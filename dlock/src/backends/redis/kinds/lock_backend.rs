@@ -101,6 +101,7 @@ impl LockBackend for RedisBackend {
     fn capabilities(&self) -> Capabilities<'_> {
         let mut offers = Capabilities {
             latch: Some(self),
+            barrier: Some(self),
             ..Capabilities::all(self)
         };
         if !self.options.fenced {
