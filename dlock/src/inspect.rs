@@ -97,7 +97,7 @@ pub async fn list_locks(
 
 /// Runs one operator operation in its `dlock.<name>` span and counts it
 /// (`dlock_operations_total{backend, op, outcome}`).
-async fn operation<T>(
+pub(crate) async fn operation<T>(
     name: &'static str,
     key: &str,
     backend: &str,
