@@ -59,7 +59,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         ],
         feature: Some("redis"),
         semaphores: true,
-        many_permits: false,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::Redis,
