@@ -14,6 +14,7 @@ use dlock::{LockBackend, LockError, Semaphore};
 use crate::conformance::{unique_key, Fixture};
 
 mod many;
+pub mod processes;
 pub use many::*;
 
 /// Expands to one `#[tokio::test]` per semaphore case. The argument is an
