@@ -77,7 +77,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["etcd", "etcds"],
         feature: Some("etcd"),
         semaphores: true,
-        many_permits: false,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::Etcd,

@@ -27,9 +27,9 @@ use crate::{LockError, LockGuard};
 ///   partial hold, so two takers of n cannot deadlock each other. Takers are
 ///   served in arrival order: a waiting taker of 4 is not overtaken by later
 ///   takers of 1 (they wait behind it). [`available`](Self::available) reads
-///   how many are free. Memory, Redis, etcd, ZooKeeper, PostgreSQL and files
-///   take several at once; MySQL takes one at a time (n > 1 is
-///   [`LockError::InvalidOption`] there).
+///   how many are free. Memory, Redis and etcd take several at once; MySQL
+///   takes one at a time (n > 1 is [`LockError::InvalidOption`] there), and
+///   so do ZooKeeper, PostgreSQL and files for now.
 /// - Inside one process at most `permits` tasks talk to the service at once;
 ///   the others queue locally.
 /// - Backends: memory, Redis, etcd and ZooKeeper. Others (Redlock) fail with
@@ -196,11 +196,11 @@ impl Semaphore {
         self.check_permits()?;
         let backend = self.options.check()?;
         let described = backend.describe();
-        let label = crate::url::scheme(&described).unwrap_or("custom");
+        let label = self.options.label();
         crate::inspect::operation(
             "available",
             self.name(),
-            label,
+            &label,
             async {
                 let Some(semaphores) = backend.permits() else {
                     return Err(crate::backend::no_semaphores(&described));
