@@ -79,7 +79,7 @@ pub fn no_semaphores(backend: &str) -> LockError {
 /// ```
 /// let e = dlock::backend::no_many_permits("mysql://127.0.0.1:3306/db", 3);
 /// assert!(matches!(e, dlock::LockError::InvalidOption { .. }));
-/// assert!(e.to_string().contains("takes one permit at a time"));
+/// assert!(e.to_string().contains("semaphores take one permit at a time"));
 /// ```
 pub fn no_many_permits(backend: &str, count: usize) -> LockError {
     LockError::invalid_option(format!(
