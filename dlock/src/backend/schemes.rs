@@ -86,7 +86,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["zk", "zks"],
         feature: Some("zookeeper"),
         semaphores: true,
-        many_permits: false,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::ZooKeeper,

@@ -27,9 +27,9 @@ use crate::{LockError, LockGuard};
 ///   partial hold, so two takers of n cannot deadlock each other. Takers are
 ///   served in arrival order: a waiting taker of 4 is not overtaken by later
 ///   takers of 1 (they wait behind it). [`available`](Self::available) reads
-///   how many are free. Memory, Redis and etcd take several at once; MySQL
-///   takes one at a time (n > 1 is [`LockError::InvalidOption`] there), and
-///   so do ZooKeeper, PostgreSQL and files for now.
+///   how many are free. Memory, Redis, etcd and ZooKeeper take several at
+///   once; MySQL takes one at a time (n > 1 is [`LockError::InvalidOption`]
+///   there), and so do PostgreSQL and files for now.
 /// - Inside one process at most `permits` tasks talk to the service at once;
 ///   the others queue locally.
 /// - Backends: memory, Redis, etcd and ZooKeeper. Others (Redlock) fail with
