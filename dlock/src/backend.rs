@@ -53,7 +53,9 @@ pub use election::{
 };
 pub use key::invisible_char;
 pub use latch::{no_latches, LatchBackend};
-pub use permits::{no_semaphores, permit_count_differs, PermitBackend, PermitRequest};
+pub use permits::{
+    no_many_permits, no_semaphores, permit_count_differs, PermitBackend, PermitRequest,
+};
 pub use rw::{no_rw_locks, RwBackend, RwMode, RwRequest};
 
 /// The attribute the backend traits are written with: an implementation

@@ -37,6 +37,13 @@ pub trait Fixture: Send + Sync + 'static {
         true
     }
 
+    /// Whether the backend's semaphores take several permits at once
+    /// (`Semaphore::acquire_many(n)` with n > 1); false only for MySQL,
+    /// whose weighted cases check the typed refusal instead.
+    fn many_permits(&self) -> bool {
+        true
+    }
+
     /// A ttl short enough to make expiry tests quick, long enough for the
     /// backend's own granularity (etcd leases are whole seconds).
     fn short_ttl(&self) -> Duration {

@@ -13,6 +13,10 @@ use dlock::{LockBackend, LockError, Semaphore};
 
 use crate::conformance::{unique_key, Fixture};
 
+mod many;
+pub mod processes;
+pub use many::*;
+
 /// Expands to one `#[tokio::test]` per semaphore case. The argument is an
 /// expression that builds a fresh fixture, as for `conformance_suite!`.
 #[macro_export]
@@ -27,6 +31,12 @@ macro_rules! semaphore_suite {
             another_permit_count_is_refused_with_both_numbers,
             the_count_may_change_once_every_permit_is_back,
             permits_the_way_ordinary_code_takes_them,
+            mixed_counts_never_exceed_the_permits,
+            try_acquire_many_is_all_or_nothing,
+            counts_out_of_range_are_rejected,
+            a_waiting_taker_of_many_is_not_overtaken,
+            a_cancelled_acquire_many_leaves_nothing,
+            an_expired_weighted_permit_frees_all_of_them,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

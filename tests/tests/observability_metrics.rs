@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use dlock::backends::redis::RedisBackend;
-use dlock::{Barrier, Election, Lock, LockError, MultiLock, RwLock};
+use dlock::{Barrier, Election, Lock, LockError, MultiLock, RwLock, Semaphore};
 use dlock_tests::conformance::Fixture;
 use dlock_tests::fixtures::memory::MemoryFixture;
 use dlock_tests::fixtures::redis::RedisFixture;
@@ -149,6 +149,12 @@ async fn known_sequence<F: Fixture>(fixture: &F, name: &str) {
         .release()
         .await
         .unwrap();
+    // Two permits as one, and one read of the free count: kind `permit`,
+    // op `available`.
+    let slots = Semaphore::new(format!("observed-permits:{name}"), 3).backend(name);
+    let two = slots.acquire_many(2).await.unwrap(); // acquired
+    assert_eq!(slots.available().await.unwrap(), 1);
+    two.release().await.unwrap();
     dlock::registry().unregister(name);
 }
 
@@ -159,7 +165,7 @@ fn check(all: &[Series], name: &str) {
         .filter(|s| s.label("backend") == Some(name))
         .collect();
     let outcome = |o| counter(&series, "dlock_acquire_total", ("outcome", o));
-    assert_eq!(outcome("acquired"), 6, "{name}");
+    assert_eq!(outcome("acquired"), 7, "{name}");
     assert_eq!(outcome("reentered"), 1, "{name}");
     assert_eq!(outcome("busy"), 1, "{name}");
     assert_eq!(outcome("timeout"), 1, "{name}");
@@ -169,10 +175,12 @@ fn check(all: &[Series], name: &str) {
         7,
         "{name}"
     );
-    for side in ["read", "write"] {
+    for side in ["read", "write", "permit"] {
         let taken = counter(&series, "dlock_acquire_total", ("kind", side));
         assert_eq!(taken, 1, "{name}: {side}");
     }
+    let available = counter(&series, "dlock_operations_total", ("op", "available"));
+    assert_eq!(available, 1, "{name}: one read of the free count");
     let lost: u64 = [
         "refused",
         "deleted",
@@ -191,10 +199,10 @@ fn check(all: &[Series], name: &str) {
     assert!(renewals >= 1, "{name}: no renewal counted");
     assert_eq!(
         histogram_count(&series, "dlock_acquire_wait_seconds"),
-        7,
+        8,
         "{name}"
     );
-    assert_eq!(histogram_count(&series, "dlock_hold_seconds"), 6, "{name}");
+    assert_eq!(histogram_count(&series, "dlock_hold_seconds"), 7, "{name}");
     assert!(
         histogram_count(&series, "dlock_renew_seconds") >= 1,
         "{name}"

@@ -11,10 +11,13 @@ use async_trait::async_trait;
 use super::{Lease, Renewal};
 use crate::LockError;
 
-/// What the core asks a backend to take: one permit of a counting semaphore.
+/// What the core asks a backend to take: `count` permits of a counting
+/// semaphore, as one lease.
 ///
 /// A permit is held under its own token and leased on its own, so a crashed
-/// holder's permit comes back after its ttl.
+/// holder's permit comes back after its ttl. A request for `count` permits
+/// is one holder of weight `count`: granted whole or not at all, renewed and
+/// released under its one token, and it frees all `count` when it ends.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PermitRequest {
     /// The validated semaphore name, before the backend maps it into its namespace.
@@ -24,6 +27,13 @@ pub struct PermitRequest {
     /// it with the semaphore's first holder and refuses another count with
     /// [`permit_count_differs`] while any permit is out.
     pub permits: usize,
+    /// How many of the `permits` this request takes at once: 1 is the single
+    /// permit of [`Semaphore::acquire`](crate::Semaphore::acquire); more is
+    /// [`acquire_many`](crate::Semaphore::acquire_many). The core checks
+    /// `1 <= count <= permits` before asking, and asks for more than 1 only
+    /// of a backend whose [`many_permits`](PermitBackend::many_permits) is
+    /// true.
+    pub count: usize,
     /// The permit's owner token (≥ 128 random bits, hex). Only this token may
     /// renew or release the permit.
     pub token: String,
@@ -36,6 +46,7 @@ impl fmt::Debug for PermitRequest {
         f.debug_struct("PermitRequest")
             .field("name", &self.name)
             .field("permits", &self.permits)
+            .field("count", &self.count)
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
@@ -55,6 +66,26 @@ pub fn no_semaphores(backend: &str) -> LockError {
     LockError::invalid_option(format!(
         "the {backend} backend has no semaphores yet; use a {} backend for `Semaphore`",
         crate::backend::schemes::with_semaphores_listed()
+    ))
+}
+
+/// The error of a caller asking `count` permits at once of a backend whose
+/// semaphores take one permit per request
+/// ([`PermitBackend::many_permits`] is false): a [`LockError::InvalidOption`]
+/// naming the backend (`backend` is its
+/// [`describe`](super::LockBackend::describe) text) and the backends whose
+/// semaphores take several.
+///
+/// ```
+/// let e = dlock::backend::no_many_permits("mysql://127.0.0.1:3306/db", 3);
+/// assert!(matches!(e, dlock::LockError::InvalidOption { .. }));
+/// assert!(e.to_string().contains("semaphores take one permit at a time"));
+/// ```
+pub fn no_many_permits(backend: &str, count: usize) -> LockError {
+    LockError::invalid_option(format!(
+        "the {backend} backend's semaphores take one permit at a time, not {count} at once; \
+         use a {} backend for `Semaphore::acquire_many`",
+        crate::backend::schemes::with_many_permits_listed()
     ))
 }
 
@@ -166,4 +197,30 @@ pub trait PermitBackend: Send + Sync {
     /// Gives a permit back if it is still ours, and wakes waiters.
     /// `Ok(false)` means it was no longer ours (expired).
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError>;
+
+    /// Whether a request may take several permits at once
+    /// ([`PermitRequest::count`] above 1): all of them or none, without a
+    /// partial hold, and a waiter of `count` served in arrival order (no
+    /// later waiter of fewer permits takes its place). False by default: a
+    /// backend written before `count` existed would take one permit for
+    /// any count, so the core refuses `count > 1` with [`no_many_permits`]
+    /// unless the backend says it weighs its holders.
+    fn many_permits(&self) -> bool {
+        false
+    }
+
+    /// How many permits of the semaphore `name` (of `permits` permits) are
+    /// free now: `permits` minus the live holders' counts, `permits` when
+    /// nobody holds one (never below 0). Reads the server once; the answer
+    /// may be stale by the time it arrives. A semaphore stored with another
+    /// count is [`permit_count_differs`].
+    ///
+    /// The default is a [`LockError::InvalidOption`] saying the backend
+    /// cannot tell: there is no correct answer without reading its holders.
+    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        let _ = permits;
+        Err(LockError::invalid_option(format!(
+            "this backend cannot read how many permits of semaphore `{name}` are free"
+        )))
+    }
 }

@@ -13,6 +13,9 @@ pub(crate) struct Scheme {
     pub(crate) feature: Option<&'static str>,
     /// Whether the backend has semaphores (implements `PermitBackend`).
     pub(crate) semaphores: bool,
+    /// Whether its semaphores take several permits in one request
+    /// (`PermitBackend::many_permits`).
+    pub(crate) many_permits: bool,
     /// Whether the backend has read-write locks (implements `RwBackend`).
     pub(crate) rw_locks: bool,
     /// Whether the backend has leader election (implements `ElectionBackend`).
@@ -40,6 +43,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["memory"],
         feature: None,
         semaphores: true,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::Memory,
@@ -55,6 +59,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         ],
         feature: Some("redis"),
         semaphores: true,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::Redis,
@@ -63,6 +68,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["redlock"],
         feature: Some("redlock"),
         semaphores: false,
+        many_permits: false,
         rw_locks: false,
         elections: false,
         backend: Backend::Redlock,
@@ -71,6 +77,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["etcd", "etcds"],
         feature: Some("etcd"),
         semaphores: true,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::Etcd,
@@ -79,6 +86,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["zk", "zks"],
         feature: Some("zookeeper"),
         semaphores: true,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::ZooKeeper,
@@ -87,6 +95,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["postgres", "postgresql"],
         feature: Some("postgres"),
         semaphores: true,
+        many_permits: false,
         rw_locks: true,
         elections: true,
         backend: Backend::Postgres,
@@ -95,6 +104,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["mysql", "mysqls"],
         feature: Some("mysql"),
         semaphores: true,
+        many_permits: false,
         rw_locks: false,
         elections: false,
         backend: Backend::Mysql,
@@ -103,6 +113,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["file"],
         feature: Some("file"),
         semaphores: true,
+        many_permits: false,
         rw_locks: true,
         elections: true,
         backend: Backend::File,
@@ -126,6 +137,18 @@ pub(crate) fn with_semaphores_listed() -> String {
         SCHEMES
             .iter()
             .filter(|row| row.semaphores)
+            .map(|row| row.names[0]),
+        "or",
+    )
+}
+
+/// The backends whose semaphores take several permits at once, by their
+/// first scheme.
+pub(crate) fn with_many_permits_listed() -> String {
+    listed(
+        SCHEMES
+            .iter()
+            .filter(|row| row.many_permits)
             .map(|row| row.names[0]),
         "or",
     )

@@ -422,6 +422,14 @@ impl PermitBackend for MemoryBackend {
         self.permits.renew(leases)
     }
 
+    fn many_permits(&self) -> bool {
+        true
+    }
+
+    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        self.permits.available(name, permits)
+    }
+
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
         Ok(self.permits.release(lease))
     }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::holder::{new_token, owner_token};
 use crate::backend::{
-    no_barriers, no_rw_locks, no_semaphores, AcquireRequest, BarrierRequest, Lease, LockBackend,
-    PermitRequest, RwMode, RwRequest,
+    no_barriers, no_many_permits, no_rw_locks, no_semaphores, AcquireRequest, BarrierRequest, Lease,
+    LockBackend, PermitRequest, RwMode, RwRequest,
 };
 use crate::lease::held::{release_on, LeaseKind, LeaseShared, NewLease};
 use crate::lease::observe::{self, Acquisition, Kind, StaleReason};
@@ -90,8 +90,9 @@ pub(crate) enum Target<'a> {
     /// ([`ElectionBackend::own_layout`](crate::backend::ElectionBackend::own_layout)):
     /// a lock lease on the entry the backend names in `resource`.
     Election { value: &'a str },
-    /// A permit of the semaphore named by the options' key.
-    Permit { permits: usize },
+    /// `count` permits (one lease) of the semaphore named by the options'
+    /// key, of `permits` permits.
+    Permit { permits: usize, count: usize },
     /// A read or a write lease on the read-write lock of the options' key.
     Rw(RwMode),
     /// A member of the double barrier named by the options' key.
@@ -135,7 +136,11 @@ pub(crate) async fn take(
     let deadline = wait.and_then(deadline::after);
     let (slot, weight) = match target {
         Target::Lock | Target::Election { .. } => (local.queue.slot(&options.key), 1),
-        Target::Permit { permits } => (local.queue.semaphore_slot(&options.key, permits), 1),
+        // A taker of `count` takes that much of the local gate too: tokio's
+        // semaphore is fair, so later local takers of fewer wait behind it.
+        Target::Permit { permits, count } => {
+            (local.queue.semaphore_slot(&options.key, permits), count)
+        }
         Target::Rw(mode) => local.queue.rw_slot(&options.key, mode),
         Target::Member { parties } => (local.queue.barrier_slot(&options.key, parties), 1),
     };
@@ -253,15 +258,20 @@ async fn ask(
             let deadline = if once { Some(Instant::now()) } else { deadline };
             elections.campaign(&request, value, deadline, once).await
         }
-        Target::Permit { permits } => {
+        Target::Permit { permits, count } => {
             let token = new_token()?;
             // The one place a backend without semaphores is told so.
             let Some(semaphores) = backend.permits() else {
                 return Err(no_semaphores(&backend.describe()));
             };
+            // And the one place a backend that weighs no holders is.
+            if count > 1 && !semaphores.many_permits() {
+                return Err(no_many_permits(&backend.describe(), count));
+            }
             let request = PermitRequest {
                 name: options.key.to_string(),
                 permits,
+                count,
                 token,
                 ttl: options.ttl,
             };

@@ -22,6 +22,14 @@ use crate::{LockError, LockGuard};
 ///   the service enforces the count each request carries.
 /// - Permits are not reentrant: a task that takes two permits holds two
 ///   (with one permit, the second `acquire` waits for the first).
+/// - [`acquire_many(n)`](Self::acquire_many) takes n permits as one
+///   [`Permit`] ([`Permit::count`] is n): all at once or none, never a
+///   partial hold, so two takers of n cannot deadlock each other. Takers are
+///   served in arrival order: a waiting taker of 4 is not overtaken by later
+///   takers of 1 (they wait behind it). [`available`](Self::available) reads
+///   how many are free. Memory, Redis, etcd and ZooKeeper take several at
+///   once; MySQL takes one at a time (n > 1 is [`LockError::InvalidOption`]
+///   there), and so do PostgreSQL and files for now.
 /// - Inside one process at most `permits` tasks talk to the service at once;
 ///   the others queue locally.
 /// - Backends: memory, Redis, etcd and ZooKeeper. Others (Redlock) fail with
@@ -84,7 +92,7 @@ impl Semaphore {
         self.permits
     }
 
-    /// Takes a permit, waiting up to the configured `wait`.
+    /// Takes a permit, waiting up to the configured `wait`: [`acquire_many(1)`](Self::acquire_many).
     ///
     /// # Errors
     /// [`LockError::InvalidOption`] for zero permits, a bad ttl or a backend
@@ -98,24 +106,113 @@ impl Semaphore {
     /// permit granted at the very moment of cancellation is released in the
     /// background).
     pub async fn acquire(&self) -> Result<Permit, LockError> {
-        acquire::acquire(&self.options, Kind::Permit, |wait| {
-            self.acquire_within(wait)
-        })
-        .await
+        self.acquire_many(1).await
     }
 
     /// One attempt that never waits: `Ok(None)` if all permits are held.
+    /// [`try_acquire_many(1)`](Self::try_acquire_many).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire), but never `Busy` or `Timeout`.
     pub async fn try_acquire(&self) -> Result<Option<Permit>, LockError> {
-        acquire::try_acquire(&self.options, Kind::Permit, |wait| {
-            self.acquire_within(wait)
+        self.try_acquire_many(1).await
+    }
+
+    /// Takes `n` permits as one [`Permit`], waiting up to the configured
+    /// `wait`: all `n` at once or none (no partial hold while waiting). A
+    /// waiter is served in arrival order: later takers, of any count, wait
+    /// behind it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let slots = dlock::Semaphore::new("export-slots", 10)
+    ///     .with_backend(dlock::connect("memory://").await?);
+    /// let big_export = slots.acquire_many(4).await?;
+    /// assert_eq!(big_export.count(), 4);
+    /// assert_eq!(slots.available().await?, 6);
+    /// big_export.release().await?;
+    /// assert_eq!(slots.available().await?, 10);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for `n` = 0 or more than the permits
+    /// (naming both), or `n` > 1 on a backend that takes one permit at a time
+    /// (MySQL); otherwise as [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire): dropping the future leaves no permit
+    /// and no place in the queue behind.
+    pub async fn acquire_many(&self, n: usize) -> Result<Permit, LockError> {
+        acquire::acquire(&self.options, Kind::Permit, |wait| {
+            self.acquire_within(n, wait)
         })
         .await
     }
 
-    async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<Permit>, LockError> {
+    /// One attempt at `n` permits as one [`Permit`] that never waits:
+    /// `Ok(None)` if fewer than `n` are free (or an earlier taker waits for
+    /// them), and then nothing is held.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let slots = dlock::Semaphore::new("slots", 3).with_backend(dlock::connect("memory://").await?);
+    /// let one = slots.acquire().await?;
+    /// assert!(slots.try_acquire_many(3).await?.is_none()); // 2 free: none taken
+    /// assert_eq!(slots.available().await?, 2);
+    /// # drop(one); Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many), but never `Busy` or `Timeout`.
+    pub async fn try_acquire_many(&self, n: usize) -> Result<Option<Permit>, LockError> {
+        acquire::try_acquire(&self.options, Kind::Permit, |wait| {
+            self.acquire_within(n, wait)
+        })
+        .await
+    }
+
+    /// How many permits are free now: the permits minus those held by live
+    /// holders (each counted with its [`Permit::count`]); all of them when
+    /// nobody holds one. Reads the server once: the answer may be stale by
+    /// the time it arrives. The `dlock.operation` span (`op = "available"`)
+    /// and `dlock_operations_total`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let slots = dlock::Semaphore::new("slots", 5).with_backend(dlock::connect("memory://").await?);
+    /// assert_eq!(slots.available().await?, 5);
+    /// let two = slots.acquire_many(2).await?;
+    /// assert_eq!(slots.available().await?, 3);
+    /// # drop(two); Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for a bad permit count, a backend
+    /// without semaphores or a semaphore stored with another count;
+    /// [`LockError::InvalidKey`], [`LockError::NoBackend`],
+    /// [`LockError::Backend`].
+    pub async fn available(&self) -> Result<usize, LockError> {
+        self.check_permits()?;
+        let backend = self.options.check()?;
+        let described = backend.describe();
+        let label = self.options.label();
+        crate::inspect::operation(
+            "available",
+            self.name(),
+            &label,
+            async {
+                let Some(semaphores) = backend.permits() else {
+                    return Err(crate::backend::no_semaphores(&described));
+                };
+                semaphores.available(self.name(), self.permits).await
+            },
+            |free| if *free == 0 { "none" } else { "free" },
+        )
+        .await
+    }
+
+    fn check_permits(&self) -> Result<(), LockError> {
         if self.permits == 0 || self.permits > Self::MAX_PERMITS {
             return Err(LockError::invalid_option(format!(
                 "semaphore `{}` has {} permits; give it 1..={} (dlock::Semaphore::MAX_PERMITS)",
@@ -124,13 +221,36 @@ impl Semaphore {
                 Self::MAX_PERMITS
             )));
         }
+        Ok(())
+    }
+
+    async fn acquire_within(
+        &self,
+        n: usize,
+        wait: Option<Duration>,
+    ) -> Result<Option<Permit>, LockError> {
+        self.check_permits()?;
+        if n == 0 || n > self.permits {
+            return Err(LockError::invalid_option(format!(
+                "acquire_many({n}) on semaphore `{}` of {} permits: take 1..={} permits at once",
+                self.name(),
+                self.permits,
+                self.permits
+            )));
+        }
         let backend = self.options.check()?;
+        // Told before any wait, local or on the server.
+        if n > 1 && backend.permits().is_some_and(|s| !s.many_permits()) {
+            return Err(crate::backend::no_many_permits(&backend.describe(), n));
+        }
         let target = Target::Permit {
             permits: self.permits,
+            count: n,
         };
         let taken = take(&self.options, backend, target, wait, Kind::Permit).await?;
         Ok(taken.map(|taken| Permit {
             guard: LockGuard::from(taken),
+            count: n,
         }))
     }
 }
@@ -156,12 +276,15 @@ impl Semaphore {
 pub struct Permit {
     /// The lease machinery of locks, on a permit lease.
     guard: LockGuard,
+    /// How many of the semaphore's permits this one lease holds.
+    count: usize,
 }
 
 impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("name", &self.name())
+            .field("count", &self.count)
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }
@@ -183,6 +306,21 @@ impl Permit {
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         self.guard.key()
+    }
+
+    /// How many of the semaphore's permits this `Permit` holds: 1 from
+    /// [`Semaphore::acquire`], n from [`Semaphore::acquire_many(n)`](Semaphore::acquire_many).
+    /// They are renewed, released and lost together.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let s = dlock::Semaphore::new("s", 4).with_backend(dlock::connect("memory://").await?);
+    /// assert_eq!(s.acquire().await?.count(), 1);
+    /// assert_eq!(s.acquire_many(3).await?.count(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn count(&self) -> usize {
+        self.count
     }
 
     /// The permit's owner token: at least 128 random bits, hex encoded.

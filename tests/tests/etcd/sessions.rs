@@ -199,6 +199,7 @@ async fn a_ttl_of_duration_max_never_overflows() {
     let permit_request = |token: &str| PermitRequest {
         name: "forever-permits".into(),
         permits: 1,
+        count: 1,
         token: token.into(),
         ttl: Duration::MAX,
     };

@@ -162,6 +162,7 @@ async fn unbounded_ttls_and_deadlines_neither_panic_nor_wrap() {
     let permit_req = dlock::backend::PermitRequest {
         name: "end-of-time".into(),
         permits: 1,
+        count: 1,
         token: "00112233445566778899aabbccddeeff".into(),
         ttl: Duration::MAX,
     };

@@ -10,8 +10,11 @@
 //!   `names.rs`), so `exports` and `exports/big` are separate semaphores.
 //!   The token in the name lets one backend hold several permits of one
 //!   semaphore.
-//! - One transaction creates the key and reads the first N keys of the
-//!   directory by create revision: if ours is among them, we hold a permit.
+//! - One transaction creates the key and reads the first keys of the
+//!   directory by create revision: the entries hold permits in arrival
+//!   order while their counts fit (`<permits>` as the value for one permit,
+//!   `<permits>:<n>` for n at once); the first that does not fit stops
+//!   everyone behind it. If ours is among the holders, we hold.
 //! - The permit count: each key's value is the count its acquirer gave.
 //!   Right after creating its key, an acquirer reads the keys created
 //!   before it (the transaction's first page, with values, and as many
@@ -53,6 +56,27 @@ use async_trait::async_trait;
 use crate::backend::{permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal};
 use crate::{backend::deadline, LockError};
 
+/// An entry's value: the permit count its acquirer gave, and how many of
+/// them it takes (`<permits>` for one, `<permits>:<count>` for several, so
+/// a one-permit entry reads as an earlier dlock wrote it). `None` for a
+/// value without a count (an earlier dlock's, or another client's).
+fn entry_value(value: &[u8]) -> Option<(usize, usize)> {
+    let text = std::str::from_utf8(value).ok()?;
+    match text.split_once(':') {
+        Some((permits, count)) => Some((permits.parse().ok()?, count.parse().ok()?)),
+        None => Some((text.parse().ok()?, 1)),
+    }
+}
+
+/// What an acquirer writes as its key's value (see [`entry_value`]).
+fn entry_text(permits: usize, count: usize) -> String {
+    if count == 1 {
+        permits.to_string()
+    } else {
+        format!("{permits}:{count}")
+    }
+}
+
 /// The create revision of our own key, as a get in a transaction returned it.
 fn own_revision(op: Option<&TxnOpResponse>) -> Option<i64> {
     get_of(op).and_then(|get| get.kvs().first().map(|kv| kv.create_revision()))
@@ -62,18 +86,6 @@ impl Inner {
     /// `<prefix>-semaphores/<escaped name>/`: the directory of a semaphore's keys.
     fn semaphore_dir(&self, name: &str) -> String {
         format!("{}/", self.prefix_of(Kind::Semaphore, name))
-    }
-
-    /// The first keys of `dir` by create revision (a page: see `holders`).
-    fn first(dir: &str) -> TxnOp {
-        TxnOp::get(
-            dir,
-            Some(Contenders::page(
-                SortTarget::Create,
-                SortOrder::Ascend,
-                None,
-            )),
-        )
     }
 
     /// The first keys of `dir` by create revision, with their values (each
@@ -110,9 +122,7 @@ impl Inner {
                 if kv.create_revision() >= mine {
                     return Ok(None);
                 }
-                let count = std::str::from_utf8(kv.value())
-                    .ok()
-                    .and_then(|v| v.parse::<usize>().ok());
+                let count = entry_value(kv.value()).map(|(permits, _)| permits);
                 match count {
                     Some(count) if count != permits && line.contains(kv.key()) => {
                         return Ok(Some(count))
@@ -141,46 +151,68 @@ impl Inner {
         .await
     }
 
-    /// The create revisions of the first `permits` entries of `dir` (its
-    /// direct children: a deeper key is another resource's and holds no
-    /// permit, see `contenders.rs`), from `page` (the first page, read in
-    /// a transaction) and as many pages after it as it takes.
+    /// The entries of `dir` that hold permits, with their counts, in
+    /// arrival order (its direct children: a deeper key is another
+    /// resource's and holds no permit, see `contenders.rs`): the longest
+    /// first run of entries whose counts sum to at most `permits`. An entry
+    /// that does not fit stops the run, so nobody behind it passes it (a
+    /// waiting taker of 4 is not overtaken by later takers of 1). Read from
+    /// `page` (the first page with values, read in a transaction) and as
+    /// many pages after it as it takes.
     async fn holders(
         &self,
         dir: &str,
         permits: usize,
         page: Option<&GetResponse>,
-    ) -> Result<Vec<i64>, LockError> {
+    ) -> Result<Vec<(i64, usize)>, LockError> {
         let line = Contenders {
             dir,
             kinds: Contenders::DIRECT,
         };
         let mut holders = Vec::new();
+        let mut held = 0usize;
         let mut next = page.cloned();
         // Each page starts past the last one's youngest key: bounded by
-        // the number of keys under the directory.
+        // the number of keys under the directory, and by `permits` entries
+        // (each takes at least 1).
         while let Some(page) = next.take() {
-            holders.extend(
-                page.kvs()
-                    .iter()
-                    .filter(|kv| line.contains(kv.key()))
-                    .map(|kv| kv.create_revision()),
-            );
-            if holders.len() >= permits || !page.more() {
+            for kv in page.kvs().iter().filter(|kv| line.contains(kv.key())) {
+                let count = entry_value(kv.value()).map_or(1, |(_, count)| count.max(1));
+                if held.saturating_add(count) > permits {
+                    return Ok(holders);
+                }
+                held += count;
+                holders.push((kv.create_revision(), count));
+            }
+            if held >= permits || !page.more() {
                 break;
             }
             let Some(last) = page.kvs().last() else {
                 break;
             };
-            let options = Contenders::page(
-                SortTarget::Create,
-                SortOrder::Ascend,
-                Some(last.create_revision() + 1),
-            );
+            let options = Self::first_with_values(Some(last.create_revision() + 1));
             next = Some(self.read_page(dir, options).await?);
         }
-        holders.truncate(permits);
         Ok(holders)
+    }
+
+    /// How many of `permits` are free in the semaphore `name`: `permits`
+    /// minus the counts of its holders (see [`holders`](Self::holders)).
+    pub(super) async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        let dir = self.semaphore_dir(name);
+        let page = self.read_page(&dir, Self::first_with_values(None)).await?;
+        let line = Contenders {
+            dir: &dir,
+            kinds: Contenders::DIRECT,
+        };
+        let first = page.kvs().iter().find(|kv| line.contains(kv.key()));
+        let stored = first.and_then(|kv| entry_value(kv.value()));
+        if let Some((stored, _)) = stored.filter(|(stored, _)| *stored != permits) {
+            return Err(permit_count_differs(name, stored, permits));
+        }
+        let holders = self.holders(&dir, permits, Some(&page)).await?;
+        let held: usize = holders.iter().map(|(_, count)| count).sum();
+        Ok(permits.saturating_sub(held))
     }
 
     /// Takes a permit: enqueue, and unless `once`, wait until our key is
@@ -215,7 +247,7 @@ impl Inner {
                 .and_then([
                     TxnOp::put(
                         entry.as_str(),
-                        req.permits.to_string(),
+                        entry_text(req.permits, req.count),
                         Some(PutOptions::new().with_lease(session.id)),
                     ),
                     TxnOp::get(dir.as_str(), Some(Self::first_with_values(None))),
@@ -251,7 +283,7 @@ impl Inner {
                 .await?;
             let mut read_at = mine;
             loop {
-                if holders.contains(&mine) {
+                if holders.iter().any(|(revision, _)| *revision == mine) {
                     queued.disarm();
                     let lease = Lease {
                         key: req.name.clone(),
@@ -277,8 +309,10 @@ impl Inner {
                     session.mark_dead();
                     break;
                 }
-                let txn =
-                    Txn::new().and_then([Self::first(&dir), TxnOp::get(entry.as_str(), None)]);
+                let txn = Txn::new().and_then([
+                    TxnOp::get(dir.as_str(), Some(Self::first_with_values(None))),
+                    TxnOp::get(entry.as_str(), None),
+                ]);
                 let answer = self.txn(txn).await?;
                 let ops = answer.op_responses();
                 if own_revision(ops.get(1)) != Some(mine) {
@@ -376,5 +410,15 @@ impl PermitBackend for EtcdBackend {
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
         let answer = self.inner.release_entry(lease, None).await;
         answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&lease.key)))
+    }
+
+    fn many_permits(&self) -> bool {
+        true
+    }
+
+    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        crate::backend::key::validate(name)?;
+        let answer = self.inner.available(name, permits).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(name)))
     }
 }

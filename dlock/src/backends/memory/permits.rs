@@ -1,6 +1,8 @@
 //! The semaphores of the in-process backend: per name, a table of permit
-//! holders with server-side deadlines, the permit count its first holder
-//! gave, and FIFO tickets for waiters.
+//! holders with server-side deadlines and weights (how many permits each
+//! holds), the permit count its first holder gave, and FIFO tickets for
+//! waiters: only the front waiter may take, so a waiting taker of 4 is not
+//! overtaken by a later taker of 1.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,14 +24,28 @@ pub(super) struct PermitTable {
 
 #[derive(Debug)]
 struct SemaphoreState {
-    /// Permit token → server-side expiry.
-    holders: HashMap<String, Instant>,
+    /// Permit token → server-side expiry and how many permits it holds.
+    holders: HashMap<String, Holder>,
     /// The permit count the holders took their permits with: set by the
     /// first holder, binding while any permit is live (see
     /// [`permit_count_differs`]).
     permits: usize,
     /// Waiters in arrival order; only the front may take a free permit.
     waiters: Waiters,
+}
+
+/// One live permit lease.
+#[derive(Debug)]
+struct Holder {
+    expires: Instant,
+    count: usize,
+}
+
+impl SemaphoreState {
+    /// How many permits the holders hold together.
+    fn held_weight(&self) -> usize {
+        self.holders.values().map(|h| h.count).sum()
+    }
 }
 
 impl Queued for SemaphoreState {
@@ -48,14 +64,14 @@ impl Queued for SemaphoreState {
     /// Also wakes waiters if that freed any permit.
     fn expire(&mut self, now: Instant) {
         let before = self.holders.len();
-        self.holders.retain(|_, expires| *expires > now);
+        self.holders.retain(|_, holder| holder.expires > now);
         if self.holders.len() < before {
             self.waiters.changed.notify_waiters();
         }
     }
 
     fn earliest_expiry(&self) -> Option<Instant> {
-        self.holders.values().min().copied()
+        self.holders.values().map(|h| h.expires).min()
     }
 
     fn is_idle(&self) -> bool {
@@ -87,16 +103,22 @@ impl PermitTable {
             Some(t) => entry.waiters.queue.front() == Some(&t),
             None => entry.waiters.queue.is_empty(),
         };
-        if entry.holders.len() >= req.permits || !my_turn {
+        // Whole or nothing: a taker of `count` waits (at the front, so
+        // nobody behind it passes) until `count` are free.
+        if entry.held_weight().saturating_add(req.count) > req.permits || !my_turn {
             return Ok(None);
         }
         if ticket.is_some() {
             entry.waiters.queue.pop_front();
         }
         entry.permits = req.permits;
-        entry
-            .holders
-            .insert(req.token.clone(), saturating_add(now, req.ttl));
+        entry.holders.insert(
+            req.token.clone(),
+            Holder {
+                expires: saturating_add(now, req.ttl),
+                count: req.count,
+            },
+        );
         let valid_until = lease_deadline(sent, req.ttl);
         let lease = Lease::unfenced(&req.name, &req.token, req.ttl, valid_until, resource(req));
         Ok(Some(lease))
@@ -123,7 +145,7 @@ impl PermitTable {
 
     pub(super) fn renew(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
         table::renew_each(&self.state, leases, |entry, token| {
-            entry.holders.get_mut(token)
+            entry.holders.get_mut(token).map(|h| &mut h.expires)
         })
     }
 
@@ -142,12 +164,32 @@ impl PermitTable {
         })
     }
 
-    /// How many live permits `name` has.
+    /// How many live permits `name` has out (a holder of n counts n).
     pub(super) fn held(&self, name: &str) -> usize {
         let now = Instant::now();
-        lock_table(&self.state)
-            .get(name)
-            .map_or(0, |e| e.holders.values().filter(|x| **x > now).count())
+        lock_table(&self.state).get(name).map_or(0, |e| {
+            e.holders
+                .values()
+                .filter(|h| h.expires > now)
+                .map(|h| h.count)
+                .sum()
+        })
+    }
+
+    /// How many of `permits` are free: refused if the live holders took
+    /// theirs with another count.
+    pub(super) fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        let now = Instant::now();
+        let table = lock_table(&self.state);
+        let Some(entry) = table.get(name) else {
+            return Ok(permits);
+        };
+        let live = entry.holders.values().filter(|h| h.expires > now);
+        let (holders, held) = live.fold((0, 0usize), |(n, w), h| (n + 1, w + h.count));
+        if holders > 0 && entry.permits != permits {
+            return Err(permit_count_differs(name, entry.permits, permits));
+        }
+        Ok(permits.saturating_sub(held))
     }
 }
 
@@ -160,6 +202,7 @@ mod tests {
         PermitRequest {
             name: name.into(),
             permits,
+            count: 1,
             token: token.into(),
             ttl: Duration::from_millis(ttl_ms),
         }

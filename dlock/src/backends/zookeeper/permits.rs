@@ -6,7 +6,11 @@
 //!   `/<prefix>-semaphores/<escaped name>/_c_<uuid>-lock-<seq>` with the
 //!   protected create of locks (found again by uuid if the answer is lost).
 //!   The `-semaphores` root keeps semaphores apart from lock paths.
-//! - It holds a permit while fewer than N children have a smaller sequence;
+//! - `acquire_many(n)` names its node `_c_<uuid>-w<n>-lock-<seq>` (a node
+//!   of one permit keeps Curator's name). A node holds while the permits
+//!   of the nodes with a smaller sequence (held or waiting) and its own fit
+//!   in N, so nobody passes a waiting taker of n.
+//! - It holds a permit while the nodes ahead of it leave room (above);
 //!   otherwise it waits on a children watch (any release may free a place,
 //!   so there is no single predecessor to watch) and looks again.
 //! - A dropped or timed-out acquisition deletes its node in the background,
@@ -32,7 +36,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use super::cleanup::Cleanup;
-use super::order::{sequence_of, LOCK_NAME};
+use super::order::{protected_sequence, sequence_of, LOCK_NAME};
 use super::queue::{new_uuid, retrying};
 use super::{after_sync, config, is_connected, representable, ZooKeeperBackend};
 use crate::backend::{
@@ -41,17 +45,58 @@ use crate::backend::{
 use crate::{backend::deadline, LockError};
 use zookeeper_client::Error as ZkError;
 
-/// Whether fewer than `permits` of `children` have a smaller sequence than `own`.
+/// A contender's sequence and how many permits it takes:
+/// `_c_<uuid>-lock-<seq>` (Curator's name) takes 1, `_c_<uuid>-w<n>-lock-<seq>`
+/// (`acquire_many(n)`) takes n. `None` for a child of any other form.
+fn contender(child: &str) -> Option<(i64, usize)> {
+    if let Some(seq) = sequence_of(child) {
+        return Some((seq, 1));
+    }
+    let weighted = child.strip_prefix("_c_")?.get(37..)?.strip_prefix('w')?;
+    let (n, _) = weighted.split_once('-')?;
+    let count: usize = n.parse().ok()?;
+    let seq = protected_sequence(child, &node_kind(count))?;
+    Some((seq, count.max(1)))
+}
+
+/// The name part of a contender node taking `count` permits (see [`contender`]).
+fn node_kind(count: usize) -> String {
+    if count == 1 {
+        LOCK_NAME.to_owned()
+    } else {
+        format!("w{count}-{LOCK_NAME}")
+    }
+}
+
+/// Whether `own` holds: the permits taken by the contenders with a smaller
+/// sequence, and its own, fit in `permits`. Contenders ahead count whether
+/// they hold or wait, so a waiting taker of 4 stops later takers of 1.
 fn among_first(children: &[String], own: &str, permits: usize) -> bool {
-    let Some(mine) = sequence_of(own) else {
+    let Some((mine, count)) = contender(own) else {
         return false;
     };
-    children
+    let ahead: usize = children
         .iter()
-        .filter_map(|c| sequence_of(c))
-        .filter(|seq| *seq < mine)
-        .count()
-        < permits
+        .filter_map(|c| contender(c))
+        .filter(|(seq, _)| *seq < mine)
+        .map(|(_, n)| n)
+        .sum();
+    ahead.saturating_add(count) <= permits
+}
+
+/// How many permits the holders among `children` take: the contenders in
+/// sequence order while their counts fit in `permits`.
+fn held_weight(children: &[String], permits: usize) -> usize {
+    let mut line: Vec<(i64, usize)> = children.iter().filter_map(|c| contender(c)).collect();
+    line.sort_unstable();
+    let mut held = 0usize;
+    for (_, n) in line {
+        if held.saturating_add(n) > permits {
+            break;
+        }
+        held += n;
+    }
+    held
 }
 
 impl ZooKeeperBackend {
@@ -176,7 +221,7 @@ impl ZooKeeperBackend {
                 .create_protected(
                     &session.client,
                     &dir,
-                    (&uuid, LOCK_NAME),
+                    (&uuid, &node_kind(req.count)),
                     req.token.as_bytes(),
                     false,
                 )
@@ -293,6 +338,36 @@ impl PermitBackend for ZooKeeperBackend {
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
         self.release_node(lease).await
     }
+
+    fn many_permits(&self) -> bool {
+        true
+    }
+
+    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        let dir = self.semaphore_path(name)?;
+        let session = self.session().await?;
+        let client = &session.client;
+        let children = match client.list_children(&dir).await {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => return Ok(permits),
+            Err(e) => return Err(self.error(format_args!("cannot list {dir}"), e)),
+        };
+        let holding = children.iter().any(|c| contender(c).is_some());
+        if holding {
+            let (data, _) = match client.get_data(&dir).await {
+                Ok(answer) => answer,
+                Err(ZkError::NoNode) => return Ok(permits),
+                Err(e) => return Err(self.error(format_args!("cannot read {dir}"), e)),
+            };
+            let stored = std::str::from_utf8(&data)
+                .ok()
+                .and_then(|d| d.parse::<usize>().ok());
+            if let Some(stored) = stored.filter(|stored| *stored != permits) {
+                return Err(permit_count_differs(name, stored, permits));
+            }
+        }
+        Ok(permits.saturating_sub(held_weight(&children, permits)))
+    }
 }
 
 #[cfg(test)]
@@ -309,5 +384,22 @@ mod tests {
         assert!(among_first(&children, &children[2], 2)); // seq 2
         assert!(!among_first(&children, &children[0], 2)); // seq 3: two ahead
         assert!(among_first(&children, &children[0], 3));
+    }
+
+    #[test]
+    fn a_weighted_contender_counts_its_permits_and_stops_those_behind() {
+        let node = |s: i64, n: usize| {
+            format!("_c_00000000-0000-4000-8000-{s:012}-{}{s:010}", node_kind(n))
+        };
+        let children = vec![node(1, 1), node(2, 4), node(3, 1)];
+        assert_eq!(contender(&children[1]), Some((2, 4)));
+        assert!(among_first(&children, &children[0], 4));
+        assert!(!among_first(&children, &children[1], 4), "1 + 4 > 4");
+        assert!(
+            !among_first(&children, &children[2], 4),
+            "behind the taker of 4"
+        );
+        assert_eq!(held_weight(&children, 4), 1);
+        assert_eq!(held_weight(&children, 6), 6);
     }
 }

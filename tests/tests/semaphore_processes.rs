@@ -1,0 +1,34 @@
+//! `Semaphore::acquire_many` from 10 processes on 10 permits (n in 1..=4):
+//! never more than 10 out, served in arrival order (see
+//! `dlock_tests::semaphore::processes`), on Redis, etcd and ZooKeeper. No
+//! SQL backend yet: PostgreSQL's semaphores take one permit at a time so
+//! far, and MySQL's always will (slot named locks).
+
+use std::sync::Arc;
+
+use dlock::backends::redis::RedisBackend;
+use dlock_tests::semaphore::processes::ten_processes_take_many_permits_in_order;
+use dlock_tests::servers::redis::RedisServer;
+
+const TAKER: &str = env!("CARGO_BIN_EXE_many-permits-taker");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_ten_processes_take_many_permits_in_order() {
+    let server = RedisServer::start();
+    let backend = Arc::new(RedisBackend::connect(&server.url()).await.unwrap());
+    ten_processes_take_many_permits_in_order(TAKER, &server.url(), backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_ten_processes_take_many_permits_in_order() {
+    let server = dlock_tests::servers::etcd::EtcdServer::start();
+    let backend = dlock::connect(&server.url()).await.unwrap();
+    ten_processes_take_many_permits_in_order(TAKER, &server.url(), backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_ten_processes_take_many_permits_in_order() {
+    let server = dlock_tests::servers::zookeeper::ZkServer::start();
+    let backend = dlock::connect(&server.url()).await.unwrap();
+    ten_processes_take_many_permits_in_order(TAKER, &server.url(), backend).await;
+}
