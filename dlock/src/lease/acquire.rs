@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::holder::{new_token, owner_token};
 use crate::backend::{
-    no_barriers, no_many_permits, no_rw_locks, no_semaphores, AcquireRequest, BarrierRequest, Lease,
-    LockBackend, PermitRequest, RwMode, RwRequest,
+    no_barriers, no_many_permits, no_rw_locks, no_semaphores, AcquireRequest, BarrierRequest,
+    Lease, LockBackend, PermitRequest, RwMode, RwRequest,
 };
 use crate::lease::held::{release_on, LeaseKind, LeaseShared, NewLease};
 use crate::lease::observe::{self, Acquisition, Kind, StaleReason};

@@ -15,8 +15,8 @@
 //! - `within.rs`: the way into the acquire path, reentrant where the caller's
 //!   scope holds the key; the taken lease made a [`LockGuard`](crate::LockGuard).
 
-pub(crate) mod count_down_latch;
 pub(crate) mod barrier;
+pub(crate) mod count_down_latch;
 pub(crate) mod election;
 pub(crate) mod ensure;
 pub(crate) mod guard;
