@@ -125,6 +125,6 @@ pub async fn shutdown() -> usize {
     }
     crate::lease::background::stop().await;
     span.record("released", released);
-    crate::inspect::count("shutdown", "all", "released");
+    crate::lease::observe::operation::count("shutdown", "all", "released");
     released
 }

@@ -16,6 +16,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 pub(crate) mod latch;
+pub(crate) mod operation;
 
 /// What kind of lease an operation is about: the `kind` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

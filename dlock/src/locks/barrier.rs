@@ -247,7 +247,7 @@ impl BarrierMember {
         let lease = shared.lock_state().lease.clone();
         let started = Instant::now();
         let wait = self.wait;
-        let left = crate::inspect::operation(
+        let left = crate::lease::observe::operation::operation(
             "leave",
             &key,
             &label,

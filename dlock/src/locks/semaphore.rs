@@ -197,7 +197,7 @@ impl Semaphore {
         let backend = self.options.check()?;
         let described = backend.describe();
         let label = self.options.label();
-        crate::inspect::operation(
+        crate::lease::observe::operation::operation(
             "available",
             self.name(),
             &label,
