@@ -13,8 +13,10 @@ use dlock::{LockBackend, LockError, Semaphore};
 
 use crate::conformance::{unique_key, Fixture};
 
+mod available;
 mod many;
 pub mod processes;
+pub use available::*;
 pub use many::*;
 
 /// Expands to one `#[tokio::test]` per semaphore case. The argument is an
@@ -37,6 +39,7 @@ macro_rules! semaphore_suite {
             a_waiting_taker_of_many_is_not_overtaken,
             a_cancelled_acquire_many_leaves_nothing,
             an_expired_weighted_permit_frees_all_of_them,
+            available_follows_single_permits,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

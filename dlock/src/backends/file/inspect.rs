@@ -24,7 +24,7 @@ use crate::{LockError, LockInfo};
 /// The `flock` locks of the system: inode → the pid holding it exclusively
 /// (0 when the holder is outside this pid namespace), or `None` without
 /// `/proc/locks`.
-fn flock_holders() -> Option<HashMap<Identity, u32>> {
+pub(super) fn flock_holders() -> Option<HashMap<Identity, u32>> {
     let text = std::fs::read_to_string("/proc/locks").ok()?;
     Some(parse_proc_locks(&text))
 }
@@ -67,7 +67,7 @@ fn parse_proc_locks(text: &str) -> HashMap<Identity, u32> {
 
 /// Whether `file` is locked by another open file (the fallback without
 /// `/proc/locks`): a shared lock is refused only by an exclusive one.
-fn probed_held(file: &File) -> Result<bool, Errno> {
+pub(super) fn probed_held(file: &File) -> Result<bool, Errno> {
     match rustix::fs::flock(file, FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
             let _ = rustix::fs::flock(file, FlockOperation::Unlock);

@@ -44,7 +44,7 @@ use rustix::io::Errno;
 
 use super::lock_file;
 use super::waiting::RECHECK;
-use super::{names, watch, FileBackend};
+use super::{inspect, names, watch, FileBackend};
 use crate::backend::{
     lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
 };
@@ -107,6 +107,59 @@ enum Recount {
 }
 
 impl FileBackend {
+    /// Whether the file `name` is held by an exclusive `flock`: looked up
+    /// in `holders` (`/proc/locks`), which disturbs nobody, or without it
+    /// probed with a shared lock. A missing file is free.
+    fn slot_held(
+        &self,
+        name: &str,
+        holders: Option<&std::collections::HashMap<lock_file::Identity, u32>>,
+    ) -> Result<bool, LockError> {
+        let fail = |e: lock_file::FileError| self.failed("cannot read the semaphore file", name, e);
+        if let Some(holders) = holders {
+            let id = lock_file::identity_at(&self.dir, name).map_err(|e| fail(e.into()))?;
+            return Ok(id.is_some_and(|id| holders.contains_key(&id)));
+        }
+        match lock_file::open_existing(&self.dir, name, &self.trust).map_err(fail)? {
+            Some(file) => inspect::probed_held(&file).map_err(|e| fail(e.into())),
+            None => Ok(false),
+        }
+    }
+
+    /// `available`: the slots of `name` below `permits` held now, and a
+    /// stored count other than `permits` refused while a slot below it is held.
+    fn free_permits(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        if permits > MAX_PERMITS {
+            return Err(LockError::invalid_option(format!(
+                "semaphore `{name}` has {permits} permits; the file backend's semaphores have at most {MAX_PERMITS} (one file each): use fewer"
+            )));
+        }
+        let files = self.sem_files(name);
+        let holders = inspect::flock_holders();
+        let fail = |e: lock_file::FileError| {
+            self.failed("cannot read the semaphore's count", &files.count, e)
+        };
+        let stored =
+            match lock_file::open_existing(&self.dir, &files.count, &self.trust).map_err(fail)? {
+                Some(file) => read_count(&file).map_err(|e| fail(e.into()))?,
+                None => None,
+            };
+        let mut held = 0;
+        for i in 0..permits {
+            if self.slot_held(&files.slot(i), holders.as_ref())? {
+                held += 1;
+            }
+        }
+        if let Some(stored) = stored.filter(|s| *s != permits) {
+            for i in 0..stored.min(MAX_PERMITS) {
+                if self.slot_held(&files.slot(i), holders.as_ref())? {
+                    return Err(permit_count_differs(name, stored, permits));
+                }
+            }
+        }
+        Ok(permits.saturating_sub(held))
+    }
+
     fn sem_files(&self, name: &str) -> SemFiles {
         let stem = names::sem_stem(&self.config.prefix, name);
         SemFiles {
@@ -319,6 +372,10 @@ impl PermitBackend for FileBackend {
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
         Ok(self.let_go(&lease.token))
+    }
+
+    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        self.free_permits(name, permits)
     }
 }
 

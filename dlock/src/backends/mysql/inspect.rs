@@ -33,7 +33,7 @@ fn info(fence: Option<i64>, holder: Option<Vec<u8>>, left_us: Option<i64>) -> Lo
 
 impl MysqlBackend {
     /// `sql` on any live lock session.
-    async fn read(&self, sql: String) -> Result<Answer, LockError> {
+    pub(super) async fn read(&self, sql: String) -> Result<Answer, LockError> {
         let session = self.any_session().await?;
         let op: Op<Answer> = Box::new(move |conn| Box::pin(rows_of(conn, sql)));
         session

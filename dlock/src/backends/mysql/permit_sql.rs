@@ -231,6 +231,22 @@ impl Statements {
         )
     }
 
+    /// What `available` reads of `names` with `permits` permits, taking
+    /// nothing: the stored count (NULL if none), how many slots below
+    /// `permits` any session holds, and how many below the stored count.
+    pub(super) fn permits_available(&self, names: &PermitNames, permits: usize) -> String {
+        let base = hex_literal(names.base.as_bytes());
+        let count = hex_literal(names.count.as_bytes());
+        let seq = seq();
+        format!(
+            "SET @dlp_c = (SELECT fence FROM {table} WHERE name = {count}); \
+             SELECT @dlp_c, \
+               (SELECT COUNT(*) FROM {seq} s WHERE s.i < {permits} AND IS_USED_LOCK(CONCAT({base}, s.i)) IS NOT NULL), \
+               (SELECT COUNT(*) FROM {seq} s WHERE s.i < IFNULL(@dlp_c, 0) AND IS_USED_LOCK(CONCAT({base}, s.i)) IS NOT NULL)",
+            table = self.table,
+        )
+    }
+
     /// Lets a permit's slot go: `RELEASE_LOCK`'s answer (1: it was ours).
     pub(super) fn release_permit(slot: &str) -> String {
         format!("SELECT RELEASE_LOCK({})", hex_literal(slot.as_bytes()))

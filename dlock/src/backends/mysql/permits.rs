@@ -306,4 +306,25 @@ impl PermitBackend for MysqlBackend {
             }
         }
     }
+
+    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        let names = self.permit_names(&PermitRequest {
+            name: name.to_owned(),
+            permits,
+            count: 1,
+            token: String::new(),
+            ttl: Duration::ZERO,
+        })?;
+        let answer = self
+            .read(self.statements.permits_available(&names, permits))
+            .await?;
+        let row = answer.rows.first();
+        let col = |i| row.and_then(|r| int(r, i));
+        let held_below = |i| usize::try_from(col(i).unwrap_or(0)).unwrap_or(0);
+        let stored = col(0).and_then(|c| usize::try_from(c).ok());
+        if let Some(stored) = stored.filter(|s| *s != permits && held_below(2) > 0) {
+            return Err(permit_count_differs(name, stored, permits));
+        }
+        Ok(permits.saturating_sub(held_below(1)))
+    }
 }

@@ -223,4 +223,30 @@ impl PermitBackend for PostgresBackend {
         drop(pending.settle(false));
         Ok(row.get::<_, i64>(0) > 0)
     }
+
+    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        let count = i64::try_from(permits)
+            .ok()
+            .filter(|c| *c <= i64::from(i32::MAX));
+        let count = count.ok_or_else(|| {
+            LockError::invalid_option(format!("semaphore `{name}`: too many permits"))
+        })?;
+        let (base, mark) = self.permit_keys(name);
+        let session = self.any_session().await?;
+        let row = self
+            .bounded(session.client.query_one(
+                &self.statements.permits.available,
+                &[&base, &i64::from(mark), &count],
+            ))
+            .await?;
+        let held: i64 = row.get(0);
+        if let Some(stored) = row.get::<_, Option<i64>>(1) {
+            return Err(permit_count_differs(
+                name,
+                usize::try_from(stored).unwrap_or(usize::MAX),
+                permits,
+            ));
+        }
+        Ok(permits.saturating_sub(usize::try_from(held).unwrap_or(0)))
+    }
 }

@@ -187,6 +187,10 @@ pub(super) struct PermitStatements {
     pub(super) free: String,
     /// Which of the slots `$1` this session holds.
     pub(super) renew: String,
+    /// How many of the slots `$1 .. $1 + $3 - 1` any session holds, and
+    /// another count's marker (the smallest, or null): what
+    /// `available` reads, taking nothing. `$2` and `$3` are `int8`s here.
+    pub(super) available: String,
 }
 
 /// The statements of read-write locks. Their advisory locks are of the
@@ -437,6 +441,13 @@ impl PermitStatements {
                  SELECT (SELECT count(*) FROM slots WHERE ok), (SELECT count(*) FROM n)"
             ),
             renew: format!("SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {g2} AND {held_by_me}"),
+            available: format!(
+                "SELECT (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+                   AND l.objsubid = 1 AND l.database = {THIS_DATABASE} \
+                   AND ((l.classid::int8 << 32) | l.objid::int8) BETWEEN $1::int8 AND $1::int8 + $3::int8 - 1), \
+                 (SELECT min(l.objid::int8) FROM pg_locks l WHERE {marker_rows} \
+                   AND l.objid <> ($3::int8 & 4294967295)::oid)"
+            ),
         }
     }
 }
