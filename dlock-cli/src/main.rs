@@ -23,6 +23,7 @@
 
 mod child;
 mod run;
+mod semaphores;
 mod shown;
 
 use std::process::ExitCode;
@@ -112,15 +113,20 @@ enum Command {
         /// The command's process group.
         group: i32,
     },
-    /// Show who holds KEY: holder, time left, fencing token. Exit 0 if held, 1 if free.
+    /// Show who holds KEY: holder, time left, fencing token (with --semaphore: the semaphore
+    /// KEY's holders, their permits, the count). Exit 0 if held, 1 if free.
     Inspect {
-        /// The lock key.
+        /// The lock key (the semaphore's name with --semaphore).
         key: String,
+        /// KEY names a semaphore.
+        #[arg(long)]
+        semaphore: bool,
         /// One JSON object on stdout.
         #[arg(long)]
         json: bool,
     },
-    /// List held locks (not semaphores or read-write locks) with their holders, on every backend; exit 0.
+    /// List held locks, then semaphores with holders (not read-write locks; PostgreSQL cannot
+    /// list semaphores: inspect one with --semaphore); exit 0.
     List {
         /// Only keys that start with this.
         #[arg(long, default_value = "")]
@@ -214,7 +220,24 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
         Command::ReapGroup { .. } => Err(LockError::invalid_option(
             "__reap-group is dlock's internal watcher, not a command to run",
         )),
-        Command::Inspect { key, json } => {
+        Command::Inspect {
+            key,
+            semaphore: true,
+            json,
+        } => {
+            // The count given here is not used: `inspect` shows the server's.
+            let info = dlock::Semaphore::new(key.clone(), 1)
+                .with_backend(backend)
+                .inspect()
+                .await?;
+            if json {
+                println!("{}", shown::json(&semaphores::json(&key, &info)));
+            } else {
+                println!("{}", semaphores::describe(&key, &info));
+            }
+            Ok(if info.holders.is_empty() { 1 } else { 0 })
+        }
+        Command::Inspect { key, json, .. } => {
             let info = Lock::new(key.clone())
                 .with_backend(backend)
                 .inspect()
@@ -228,15 +251,29 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
         }
         Command::List { prefix, json } => {
             let held = dlock::list_locks(&*backend, &prefix).await?;
+            let semaphores = match dlock::list_semaphores(&*backend, &prefix).await {
+                Ok(found) => found,
+                // A backend without semaphores, or one that cannot list
+                // them: the locks are the answer, the reason goes to stderr.
+                Err(LockError::InvalidOption { reason }) => {
+                    eprintln!("dlock: semaphores not listed: {}", shown::text(&reason));
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
             if json {
-                let items: Vec<_> = held
+                let mut items: Vec<_> = held
                     .iter()
                     .map(|(key, i)| info_json(key, Some(i)))
                     .collect();
+                items.extend(semaphores.iter().map(|(n, i)| semaphores::json(n, i)));
                 println!("{}", shown::json(&serde_json::Value::Array(items)));
             } else {
                 for (key, info) in &held {
                     println!("{}", describe(key, info));
+                }
+                for (name, info) in &semaphores {
+                    println!("semaphore {}", semaphores::describe(name, info));
                 }
             }
             Ok(0)
@@ -259,6 +296,7 @@ fn info_json(key: &str, info: Option<&LockInfo>) -> serde_json::Value {
     match info {
         Some(i) => serde_json::json!({
             "key": key,
+            "kind": "lock",
             "held": true,
             "holder": i.holder,
             "remaining_ms": u64::try_from(i.remaining.as_millis()).unwrap_or(u64::MAX),

@@ -367,3 +367,100 @@ fn keys_and_holders_from_the_server_print_escaped() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
 }
+
+/// Holds 3 + 1 permits of a semaphore of 5 in this process, then checks
+/// `inspect --semaphore` and `list` (text and JSON) show them; `shows`
+/// is how a holder appears (its client name, or the server's session).
+fn semaphore_shown(url: &str, named_url: &str, shows: &str, listed: bool) {
+    let name = format!("cli:sem:{}:exports", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let held = rt.block_on(async {
+        let backend = dlock::connect(named_url).await.unwrap();
+        let slots = dlock::Semaphore::new(name.clone(), 5).with_backend(backend);
+        let many = slots.acquire_many(3).await;
+        let first = match many {
+            Ok(permit) => vec![permit],
+            // A backend that takes one permit at a time: three of one.
+            Err(_) => vec![
+                slots.acquire().await.unwrap(),
+                slots.acquire().await.unwrap(),
+                slots.acquire().await.unwrap(),
+            ],
+        };
+        (first, slots.acquire().await.unwrap())
+    });
+
+    let out = dlock(url, &["inspect", "--semaphore", &name]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        line.starts_with(&format!("{name}: 4 of 5 permits held (1 free) by {shows}")),
+        "{line}"
+    );
+    let out = dlock(url, &["inspect", "--semaphore", &name, "--json"]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        json.contains("\"kind\":\"semaphore\"") && json.contains("\"available\":1"),
+        "{json}"
+    );
+
+    let prefix = &name[..name.len() - "exports".len()];
+    let out = dlock(url, &["list", "--prefix", prefix]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if listed {
+        assert!(
+            stdout.contains(&format!("semaphore {name}: 4 of 5 permits held")),
+            "{}",
+            text(&out)
+        );
+    } else {
+        assert!(!stdout.contains("semaphore"), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("semaphores not listed"),
+            "{}",
+            text(&out)
+        );
+    }
+
+    rt.block_on(async move {
+        let (first, second) = held;
+        for permit in first {
+            permit.release().await.unwrap();
+        }
+        second.release().await.unwrap();
+    });
+    let out = dlock(url, &["inspect", "--semaphore", &name]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{name}: free")
+    );
+}
+
+fn with_client_name(url: &str, name: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}client_name={name}")
+}
+
+#[test]
+fn semaphores_on_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    semaphore_shown(&url, &with_client_name(&url, "sem-7"), "sem-7 (", true);
+}
+
+#[test]
+fn semaphores_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let pid = format!("pid {} (", std::process::id());
+    semaphore_shown(&url, &url, &pid, true);
+}
+
+#[test]
+fn semaphores_on_postgres_inspect_but_do_not_list() {
+    let server = dlock_tests::servers::postgres::PgServer::start();
+    let url = server.url();
+    semaphore_shown(&url, &url, "pid ", false);
+}

@@ -37,6 +37,7 @@ pub(crate) mod error;
 pub(crate) mod holder;
 pub(crate) mod key;
 mod latch;
+mod permit_holders;
 mod permits;
 #[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) mod refusal;
@@ -53,6 +54,7 @@ pub use election::{
 };
 pub use key::invisible_char;
 pub use latch::{no_latches, LatchBackend};
+pub use permit_holders::{PermitHolder, SemaphoreInfo};
 pub use permits::{
     no_many_permits, no_semaphores, permit_count_differs, PermitBackend, PermitRequest,
 };

@@ -32,6 +32,7 @@ pub use crate::backend::holder::{
     check_client_name, default_client_name, holder_of, not_supported, too_many_to_list, LockInfo,
     Waiting, MAX_CLIENT_NAME, MAX_LISTED,
 };
+pub use crate::backend::{PermitHolder, SemaphoreInfo};
 
 /// The lock keys held now on `backend` that start with `prefix` (every key
 /// for `""`), each with what [`Lock::inspect`] shows, sorted by key.
@@ -90,6 +91,76 @@ pub async fn list_locks(
             Ok(held)
         },
         |held| if held.is_empty() { "none" } else { "listed" },
+    )
+    .await
+}
+
+/// The semaphores on `backend` whose names start with `prefix` (every one
+/// for `""`) that have holders now, each with what
+/// [`Semaphore::inspect`](crate::Semaphore::inspect) shows, sorted by name.
+///
+/// - What each backend reads: memory its table; Redis `SCAN`s for the
+///   semaphores' sets (every master of a Cluster); etcd a range read of
+///   its semaphores' root; ZooKeeper the children of it; MySQL the count
+///   rows of its table; files the count files of its directory.
+///   PostgreSQL keys a semaphore by a hash of its name, so it cannot list
+///   them: an [`InvalidOption`](LockError::InvalidOption) saying to inspect
+///   one by name.
+/// - Each name found is then inspected: a series of reads, not one
+///   snapshot. At most [`MAX_LISTED`] semaphores; more is an error.
+/// - The `dlock.operation` span (`op = "list_semaphores"`, `key` = the
+///   prefix) and `dlock_operations_total`.
+///
+/// # Errors
+/// As [`list_locks`], and [`LockError::InvalidOption`] on a backend
+/// without semaphores or one that cannot list them.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+/// let backend = dlock::connect("memory://?client_name=export-2").await?;
+/// let slots = dlock::Semaphore::new("exports", 10).with_backend(backend.clone());
+/// let _four = slots.acquire_many(4).await?;
+/// let found = dlock::list_semaphores(&*backend, "exp").await?;
+/// assert_eq!(found.len(), 1);
+/// let (name, info) = &found[0];
+/// assert_eq!((name.as_str(), info.available()), ("exports", Some(6)));
+/// assert_eq!(info.holders[0].holder.as_deref(), Some("export-2"));
+/// # Ok(()) }
+/// ```
+pub async fn list_semaphores(
+    backend: &dyn LockBackend,
+    prefix: &str,
+) -> Result<Vec<(String, SemaphoreInfo)>, LockError> {
+    crate::lease::background::check()?;
+    if !prefix.is_empty() {
+        crate::backend::key::validate(prefix)?;
+    }
+    let described = backend.describe();
+    let label = crate::url::scheme(&described).unwrap_or("custom");
+    operation(
+        "list_semaphores",
+        prefix,
+        label,
+        async {
+            let Some(semaphores) = backend.permits() else {
+                return Err(crate::backend::no_semaphores(&described));
+            };
+            let mut names = semaphores.semaphore_names(prefix).await?;
+            names.sort();
+            names.dedup();
+            if names.len() > MAX_LISTED {
+                return Err(too_many_to_list(&described, prefix));
+            }
+            let mut found = Vec::with_capacity(names.len());
+            for name in names {
+                let info = semaphores.inspect_semaphore(&name).await?;
+                if !info.holders.is_empty() {
+                    found.push((name, info));
+                }
+            }
+            Ok(found)
+        },
+        |found| if found.is_empty() { "none" } else { "listed" },
     )
     .await
 }

@@ -86,7 +86,7 @@ pub use connect::connect;
 /// ```
 #[doc(inline)]
 pub use dlock_macros::distributed_lock;
-pub use inspect::list_locks;
+pub use inspect::{list_locks, list_semaphores};
 pub use lease::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use locks::barrier::{Barrier, BarrierMember};
 pub use locks::count_down_latch::CountDownLatch;

@@ -40,6 +40,7 @@ macro_rules! semaphore_suite {
             a_cancelled_acquire_many_leaves_nothing,
             an_expired_weighted_permit_frees_all_of_them,
             available_follows_single_permits,
+            inspect_shows_holders_and_counts,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

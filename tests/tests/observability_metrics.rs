@@ -154,6 +154,11 @@ async fn known_sequence<F: Fixture>(fixture: &F, name: &str) {
     let slots = Semaphore::new(format!("observed-permits:{name}"), 3).backend(name);
     let two = slots.acquire_many(2).await.unwrap(); // acquired
     assert_eq!(slots.available().await.unwrap(), 1);
+    // Its holders read once, and one listing: ops `inspect`, `list_semaphores`.
+    assert_eq!(slots.inspect().await.unwrap().held(), 2);
+    let backend = dlock::registry().get(name).unwrap();
+    let listed = dlock::list_semaphores(&*backend, "observed-permits:").await;
+    assert_eq!(listed.unwrap().len(), 1);
     two.release().await.unwrap();
     dlock::registry().unregister(name);
 }
@@ -181,6 +186,20 @@ fn check(all: &[Series], name: &str) {
     }
     let available = counter(&series, "dlock_operations_total", ("op", "available"));
     assert_eq!(available, 1, "{name}: one read of the free count");
+    let op = |op| counter(&series, "dlock_operations_total", ("op", op));
+    assert_eq!(op("inspect"), 1, "{name}: one semaphore inspect");
+    // A listing is labelled by the backend's scheme, as `list_locks` is.
+    let scheme = name.trim_start_matches("metrics-");
+    let by_scheme: Vec<&Series> = all
+        .iter()
+        .filter(|s| s.label("backend") == Some(scheme))
+        .collect();
+    let listings = counter(
+        &by_scheme,
+        "dlock_operations_total",
+        ("op", "list_semaphores"),
+    );
+    assert_eq!(listings, 1, "{name}: one semaphore listing");
     let lost: u64 = [
         "refused",
         "deleted",

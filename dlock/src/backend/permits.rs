@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{Lease, Renewal};
+use super::{Lease, Renewal, SemaphoreInfo};
 use crate::LockError;
 
 /// What the core asks a backend to take: `count` permits of a counting
@@ -222,5 +222,25 @@ pub trait PermitBackend: Send + Sync {
         Err(LockError::invalid_option(format!(
             "this backend cannot read how many permits of semaphore `{name}` are free"
         )))
+    }
+
+    /// The holders of the semaphore `name` and its stored count, read
+    /// without taking anything ([`Semaphore::inspect`](crate::Semaphore::inspect)).
+    /// The default: a [`LockError::InvalidOption`] saying the backend cannot.
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        Err(LockError::invalid_option(format!(
+            "this backend cannot read the holders of semaphore `{name}`"
+        )))
+    }
+
+    /// The names of the semaphores starting with `prefix` that may have
+    /// holders now (a name found is then inspected; one just freed may
+    /// come back without holders). The default: a
+    /// [`LockError::InvalidOption`] saying the backend cannot list them.
+    async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let _ = prefix;
+        Err(LockError::invalid_option(
+            "this backend cannot list its semaphores; inspect one by name".to_owned(),
+        ))
     }
 }

@@ -196,6 +196,7 @@ mod lock_file;
 mod names;
 mod permits;
 mod rw;
+mod semaphore_inspect;
 mod trust;
 mod waiting;
 mod watch;

@@ -430,6 +430,17 @@ impl PermitBackend for MemoryBackend {
         self.permits.available(name, permits)
     }
 
+    async fn inspect_semaphore(
+        &self,
+        name: &str,
+    ) -> Result<crate::backend::SemaphoreInfo, LockError> {
+        Ok(self.permits.inspect(name))
+    }
+
+    async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        Ok(self.permits.names(prefix))
+    }
+
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
         Ok(self.permits.release(lease))
     }

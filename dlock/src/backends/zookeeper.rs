@@ -276,6 +276,7 @@ mod permits;
 mod queue;
 mod renew;
 mod rw;
+mod semaphore_inspect;
 mod session;
 mod stale;
 #[cfg(feature = "tls")]

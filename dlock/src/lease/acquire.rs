@@ -259,7 +259,8 @@ async fn ask(
             elections.campaign(&request, value, deadline, once).await
         }
         Target::Permit { permits, count } => {
-            let token = new_token()?;
+            // The client name in the token is what `Semaphore::inspect` shows.
+            let token = owner_token(backend)?;
             // The one place a backend without semaphores is told so.
             let Some(semaphores) = backend.permits() else {
                 return Err(no_semaphores(&backend.describe()));

@@ -212,6 +212,57 @@ impl Semaphore {
         .await
     }
 
+    /// Who holds permits of this semaphore now, how many each, and the
+    /// count stored on the server, without taking anything; one read,
+    /// maybe stale by the time it arrives. The `dlock.operation` span
+    /// (`op = "inspect"`).
+    ///
+    /// Unlike [`available`](Self::available), a semaphore stored with
+    /// another count than this one's is shown, not refused: the
+    /// [`permits`](crate::backend::SemaphoreInfo::permits) it shows is the
+    /// server's.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), dlock::LockError> {
+    /// let backend = dlock::connect("memory://?client_name=export-2").await?;
+    /// let slots = dlock::Semaphore::new("exports", 10).with_backend(backend);
+    /// assert_eq!(slots.inspect().await?.permits, None); // nobody holds one
+    /// let _three = slots.acquire_many(3).await?;
+    /// let info = slots.inspect().await?;
+    /// assert_eq!((info.permits, info.held(), info.available()), (Some(10), 3, Some(7)));
+    /// assert_eq!(info.holders[0].holder.as_deref(), Some("export-2"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOption`] for a backend without semaphores or one
+    /// that cannot read their holders; [`LockError::InvalidKey`],
+    /// [`LockError::NoBackend`], [`LockError::Backend`].
+    pub async fn inspect(&self) -> Result<crate::backend::SemaphoreInfo, LockError> {
+        let backend = self.options.check()?;
+        let described = backend.describe();
+        let label = self.options.label();
+        crate::lease::observe::operation::operation(
+            "inspect",
+            self.name(),
+            &label,
+            async {
+                let Some(semaphores) = backend.permits() else {
+                    return Err(crate::backend::no_semaphores(&described));
+                };
+                semaphores.inspect_semaphore(self.name()).await
+            },
+            |info| {
+                if info.holders.is_empty() {
+                    "free"
+                } else {
+                    "held"
+                }
+            },
+        )
+        .await
+    }
+
     fn check_permits(&self) -> Result<(), LockError> {
         if self.permits == 0 || self.permits > Self::MAX_PERMITS {
             return Err(LockError::invalid_option(format!(

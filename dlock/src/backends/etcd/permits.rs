@@ -3,7 +3,7 @@
 //! resource's, see `contenders.rs`).
 //!
 //! - A permit (held or awaited) is the key
-//!   `<prefix>-semaphores/<escaped name>/<lease-hex>-<token>` on the
+//!   `<prefix>-semaphores/<escaped name>/<lease-hex>-<escaped token>` on the
 //!   backend's session lease for the ttl. The `-semaphores` root keeps
 //!   semaphore keys out of every lock's queue directory (`<prefix>/<key>/`).
 //!   The name is escaped as lock keys are (`%` → `%25`, `/` → `%2F`, see
@@ -53,7 +53,10 @@ use super::session::{after, Alive};
 use super::{EtcdBackend, Inner};
 use async_trait::async_trait;
 
-use crate::backend::{permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal};
+use crate::backend::holder::holder_of;
+use crate::backend::{
+    permit_count_differs, Lease, PermitBackend, PermitHolder, PermitRequest, Renewal, SemaphoreInfo,
+};
 use crate::{backend::deadline, LockError};
 
 /// An entry's value: the permit count its acquirer gave, and how many of
@@ -151,7 +154,7 @@ impl Inner {
         .await
     }
 
-    /// The entries of `dir` that hold permits, with their counts, in
+    /// The entries of `dir` that hold permits, with their counts and keys, in
     /// arrival order (its direct children: a deeper key is another
     /// resource's and holds no permit, see `contenders.rs`): the longest
     /// first run of entries whose counts sum to at most `permits`. An entry
@@ -164,7 +167,7 @@ impl Inner {
         dir: &str,
         permits: usize,
         page: Option<&GetResponse>,
-    ) -> Result<Vec<(i64, usize)>, LockError> {
+    ) -> Result<Vec<(i64, usize, Vec<u8>)>, LockError> {
         let line = Contenders {
             dir,
             kinds: Contenders::DIRECT,
@@ -182,7 +185,7 @@ impl Inner {
                     return Ok(holders);
                 }
                 held += count;
-                holders.push((kv.create_revision(), count));
+                holders.push((kv.create_revision(), count, kv.key().to_vec()));
             }
             if held >= permits || !page.more() {
                 break;
@@ -211,8 +214,56 @@ impl Inner {
             return Err(permit_count_differs(name, stored, permits));
         }
         let holders = self.holders(&dir, permits, Some(&page)).await?;
-        let held: usize = holders.iter().map(|(_, count)| count).sum();
+        let held: usize = holders.iter().map(|(_, count, _)| count).sum();
         Ok(permits.saturating_sub(held))
+    }
+
+    /// The holders of the semaphore `name` (their client names from the
+    /// tokens in their keys, `<lease-hex>-<token>`) and the count the
+    /// first entry gave; nothing stored without an entry (or with only an
+    /// entry of an earlier dlock, which wrote no count).
+    pub(super) async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let dir = self.semaphore_dir(name);
+        let page = self.read_page(&dir, Self::first_with_values(None)).await?;
+        let line = Contenders {
+            dir: &dir,
+            kinds: Contenders::DIRECT,
+        };
+        let first = page.kvs().iter().find(|kv| line.contains(kv.key()));
+        let Some((stored, _)) = first.and_then(|kv| entry_value(kv.value())) else {
+            return Ok(SemaphoreInfo::new(None, Vec::new()));
+        };
+        let holders = self.holders(&dir, stored, Some(&page)).await?;
+        let holders = holders
+            .into_iter()
+            .map(|(_, count, key)| {
+                let entry = String::from_utf8_lossy(&key[dir.len().min(key.len())..]).into_owned();
+                let token = entry.split_once('-').map_or("", |(_, token)| token);
+                let token = super::names::unescape(token);
+                PermitHolder::new(holder_of(&token).map(str::to_owned), None, count)
+            })
+            .collect();
+        Ok(SemaphoreInfo::new(Some(stored), holders))
+    }
+
+    /// The names of the semaphores starting with `prefix` that have an
+    /// entry (held or awaited): one keys-only range read of their root.
+    pub(super) async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let root = self.root(Kind::Semaphore);
+        let from = format!("{root}{}", super::names::escape(prefix));
+        let options = GetOptions::new().with_prefix().with_keys_only();
+        let page = self.read_page(&from, options).await?;
+        let mut names: Vec<String> = page
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let rest = kv.key().strip_prefix(root.as_bytes())?;
+                let segment = std::str::from_utf8(rest).ok()?.split('/').next()?;
+                Some(super::names::unescape(segment))
+            })
+            .collect();
+        names.dedup();
+        Ok(names)
     }
 
     /// Takes a permit: enqueue, and unless `once`, wait until our key is
@@ -230,7 +281,8 @@ impl Inner {
                 session.mark_dead();
                 continue;
             }
-            let entry = format!("{dir}{:x}-{}", session.id, req.token);
+            // A client name may hold `/`: escaped, the token stays one segment.
+            let entry = format!("{dir}{:x}-{}", session.id, super::names::escape(&req.token));
             let mut queued = Queued {
                 inner: self.clone(),
                 turn: None,
@@ -283,7 +335,7 @@ impl Inner {
                 .await?;
             let mut read_at = mine;
             loop {
-                if holders.iter().any(|(revision, _)| *revision == mine) {
+                if holders.iter().any(|(revision, _, _)| *revision == mine) {
                     queued.disarm();
                     let lease = Lease {
                         key: req.name.clone(),
@@ -420,5 +472,15 @@ impl PermitBackend for EtcdBackend {
         crate::backend::key::validate(name)?;
         let answer = self.inner.available(name, permits).await;
         answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(name)))
+    }
+
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        crate::backend::key::validate(name)?;
+        let answer = self.inner.inspect_semaphore(name).await;
+        answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(name)))
+    }
+
+    async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        self.inner.semaphore_names(prefix).await
     }
 }

@@ -106,6 +106,19 @@ pub(super) fn key_of(prefix: &str, name: &str) -> Option<Named> {
     (stem(prefix, &key) == format!("{prefix}{SEPARATOR}{escaped}")).then_some(Named::Key(key))
 }
 
+/// The name of the semaphore whose count file is `file` under `prefix`
+/// (`<prefix>~sem~<escaped name>~count`); `None` for any other file and
+/// for a hashed long name (its name is kept nowhere).
+pub(super) fn sem_name_of(prefix: &str, file: &str) -> Option<String> {
+    let escaped = file
+        .strip_prefix(prefix)?
+        .strip_prefix(SEPARATOR)?
+        .strip_prefix(SEM)?
+        .strip_suffix("~count")?;
+    let name = crate::url::percent_decode(escaped).ok()?;
+    (sem_stem(prefix, &name) == format!("{prefix}{SEPARATOR}{SEM}{escaped}")).then_some(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +143,21 @@ mod tests {
                 "{key}"
             );
         }
+    }
+
+    #[test]
+    fn semaphore_names_come_back_from_their_count_files() {
+        for name in ["exports", "a/b", "x~y", "ü"] {
+            let file = format!("{}~count", sem_stem("p", name));
+            assert_eq!(sem_name_of("p", &file).as_deref(), Some(name));
+        }
+        let long = "s".repeat(300);
+        assert_eq!(
+            sem_name_of("p", &format!("{}~count", sem_stem("p", &long))),
+            None
+        );
+        assert_eq!(sem_name_of("p", "p~sem~exports~0.lock"), None);
+        assert_eq!(sem_name_of("q", "p~sem~exports~count"), None);
     }
 
     #[test]

@@ -59,13 +59,13 @@ pub(super) const MAX_PERMITS: usize = 1024;
 const ROUNDS: usize = 8;
 
 /// The files of one semaphore.
-struct SemFiles {
+pub(super) struct SemFiles {
     stem: String,
-    count: String,
+    pub(super) count: String,
 }
 
 impl SemFiles {
-    fn slot(&self, i: usize) -> String {
+    pub(super) fn slot(&self, i: usize) -> String {
         format!("{}~{i}{}", self.stem, names::LOCK)
     }
 }
@@ -86,7 +86,7 @@ fn parse_count(text: &str) -> Option<usize> {
         .filter(|n| *n > 0)
 }
 
-fn read_count(file: &File) -> Result<Option<usize>, Errno> {
+pub(super) fn read_count(file: &File) -> Result<Option<usize>, Errno> {
     lock_file::read_file(file).map(|text| parse_count(&text))
 }
 
@@ -110,7 +110,7 @@ impl FileBackend {
     /// Whether the file `name` is held by an exclusive `flock`: looked up
     /// in `holders` (`/proc/locks`), which disturbs nobody, or without it
     /// probed with a shared lock. A missing file is free.
-    fn slot_held(
+    pub(super) fn slot_held(
         &self,
         name: &str,
         holders: Option<&std::collections::HashMap<lock_file::Identity, u32>>,
@@ -160,7 +160,7 @@ impl FileBackend {
         Ok(permits.saturating_sub(held))
     }
 
-    fn sem_files(&self, name: &str) -> SemFiles {
+    pub(super) fn sem_files(&self, name: &str) -> SemFiles {
         let stem = names::sem_stem(&self.config.prefix, name);
         SemFiles {
             count: format!("{stem}~count"),
@@ -376,6 +376,17 @@ impl PermitBackend for FileBackend {
 
     async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
         self.free_permits(name, permits)
+    }
+
+    async fn inspect_semaphore(
+        &self,
+        name: &str,
+    ) -> Result<crate::backend::SemaphoreInfo, LockError> {
+        self.semaphore_info(name)
+    }
+
+    async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        self.semaphores_named(prefix)
     }
 }
 

@@ -12,7 +12,11 @@ use super::table;
 use super::ticket::{lock_table, Table};
 use super::ticket::{Queued, Waiters};
 use crate::backend::deadline::saturating_add;
-use crate::backend::{lease_deadline, permit_count_differs, Lease, PermitRequest, Renewal};
+use crate::backend::holder::holder_of;
+use crate::backend::{
+    lease_deadline, permit_count_differs, Lease, PermitHolder, PermitRequest, Renewal,
+    SemaphoreInfo,
+};
 use crate::LockError;
 
 /// Every semaphore of one `MemoryBackend`.
@@ -190,6 +194,37 @@ impl PermitTable {
             return Err(permit_count_differs(name, entry.permits, permits));
         }
         Ok(permits.saturating_sub(held))
+    }
+
+    /// `inspect_semaphore`: the live holders (their client names from the
+    /// tokens) and the count they took with.
+    pub(super) fn inspect(&self, name: &str) -> SemaphoreInfo {
+        let now = Instant::now();
+        let table = lock_table(&self.state);
+        let Some(entry) = table.get(name) else {
+            return SemaphoreInfo::new(None, Vec::new());
+        };
+        let holders: Vec<_> = entry
+            .holders
+            .iter()
+            .filter(|(_, h)| h.expires > now)
+            .map(|(token, h)| PermitHolder::new(holder_of(token).map(str::to_owned), None, h.count))
+            .collect();
+        let permits = (!holders.is_empty()).then_some(entry.permits);
+        SemaphoreInfo::new(permits, holders)
+    }
+
+    /// `semaphore_names`: the names with a live holder.
+    pub(super) fn names(&self, prefix: &str) -> Vec<String> {
+        let now = Instant::now();
+        let table = lock_table(&self.state);
+        table
+            .iter()
+            .filter(|(name, e)| {
+                name.starts_with(prefix) && e.holders.values().any(|h| h.expires > now)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 }
 

@@ -247,6 +247,38 @@ impl Statements {
         )
     }
 
+    /// What `inspect_semaphore` reads of `names`, taking nothing: one row
+    /// per connection holding slots below the stored count (the count,
+    /// the connection id, how many slots).
+    pub(super) fn permits_inspect(&self, names: &PermitNames) -> String {
+        let base = hex_literal(names.base.as_bytes());
+        let count = hex_literal(names.count.as_bytes());
+        let seq = seq();
+        format!(
+            "SET @dlp_c = (SELECT fence FROM {table} WHERE name = {count}); \
+             SELECT @dlp_c, IS_USED_LOCK(CONCAT({base}, s.i)) AS conn, COUNT(*) FROM {seq} s \
+               WHERE s.i < IFNULL(@dlp_c, 0) AND IS_USED_LOCK(CONCAT({base}, s.i)) IS NOT NULL \
+               GROUP BY conn",
+            table = self.table,
+        )
+    }
+
+    /// The keys (`<prefix>:<name>`) of the count rows whose key starts
+    /// with `start`: the semaphores `semaphore_names` lists (at most
+    /// `limit`; a row outlives its permits until the sweep).
+    pub(super) fn semaphore_keys(&self, prefix: &str, start: &str, limit: usize) -> String {
+        let rows = format!("{prefix}:#n");
+        format!(
+            "SELECT lock_key FROM {table} WHERE LEFT(name, {rows_len}) = {rows} \
+               AND LEFT(lock_key, {len}) = {start} ORDER BY lock_key LIMIT {limit}",
+            table = self.table,
+            rows_len = rows.len(),
+            rows = hex_literal(rows.as_bytes()),
+            len = start.len(),
+            start = hex_literal(start.as_bytes()),
+        )
+    }
+
     /// Lets a permit's slot go: `RELEASE_LOCK`'s answer (1: it was ours).
     pub(super) fn release_permit(slot: &str) -> String {
         format!("SELECT RELEASE_LOCK({})", hex_literal(slot.as_bytes()))

@@ -58,12 +58,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::permit_sql::{PermitNames, Take, MAX_PERMITS};
-use super::rows::{int, rows_of};
+use super::rows::{bytes, int, rows_of};
 use super::session::{Cancel, Op, Reserved, Session, Undo};
 use super::sql::Statements;
 use super::{failed, held, Failure, MysqlBackend};
+use crate::backend::holder::MAX_LISTED;
 use crate::backend::{
-    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
+    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitHolder, PermitRequest,
+    Renewal, SemaphoreInfo,
 };
 use crate::backends::sessions;
 use crate::backends::sessions::pool::PooledSession;
@@ -326,5 +328,47 @@ impl PermitBackend for MysqlBackend {
             return Err(permit_count_differs(name, stored, permits));
         }
         Ok(permits.saturating_sub(held_below(1)))
+    }
+
+    /// The connections holding slots, each shown as `connection <id>`
+    /// (`KILL <id>` ends it, and every lock it holds), and the stored count.
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let names = PermitNames::new(&self.config.prefix, name);
+        let answer = self.read(self.statements.permits_inspect(&names)).await?;
+        let stored = answer
+            .rows
+            .first()
+            .and_then(|r| int(r, 0))
+            .and_then(|c| usize::try_from(c).ok());
+        let holders = answer
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let count = usize::try_from(int(r, 2)?).ok()?;
+                Some(PermitHolder::new(
+                    None,
+                    Some(format!("connection {}", int(r, 1)?)),
+                    count,
+                ))
+            })
+            .collect();
+        Ok(SemaphoreInfo::new(stored, holders))
+    }
+
+    async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let own = format!("{}:", self.config.prefix);
+        let start = format!("{own}{prefix}");
+        let sql = self
+            .statements
+            .semaphore_keys(&self.config.prefix, &start, MAX_LISTED + 1);
+        let answer = self.read(sql).await?;
+        Ok(answer
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let key = String::from_utf8(bytes(r, 0)?).ok()?;
+                Some(key.strip_prefix(&own)?.to_owned())
+            })
+            .collect())
     }
 }

@@ -22,7 +22,8 @@ use super::held::{self, permit_reservation, Hold};
 use super::session::{Reserved, Session};
 use super::PostgresBackend;
 use crate::backend::{
-    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
+    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitHolder, PermitRequest,
+    Renewal, SemaphoreInfo,
 };
 use crate::backends::sessions;
 use crate::backends::sessions::pool::PooledSession;
@@ -248,5 +249,40 @@ impl PermitBackend for PostgresBackend {
             ));
         }
         Ok(permits.saturating_sub(usize::try_from(held).unwrap_or(0)))
+    }
+
+    /// The sessions holding slots, each shown as `pid <backend pid>` (a
+    /// PostgreSQL session carries no client name of dlock's), and the
+    /// count the markers say.
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let (base, mark) = self.permit_keys(name);
+        let session = self.any_session().await?;
+        let rows = self
+            .bounded(
+                session
+                    .client
+                    .query(&self.statements.permits.inspect, &[&base, &i64::from(mark)]),
+            )
+            .await?;
+        let stored = rows
+            .first()
+            .and_then(|r| usize::try_from(r.get::<_, i64>(0)).ok());
+        let holders = rows
+            .iter()
+            .map(|r| {
+                let pid: i32 = r.get(1);
+                let count = usize::try_from(r.get::<_, i64>(2)).unwrap_or(0);
+                PermitHolder::new(None, Some(format!("pid {pid}")), count)
+            })
+            .collect();
+        Ok(SemaphoreInfo::new(stored, holders))
+    }
+
+    /// A semaphore is keyed by a hash of its name: the names cannot be read back.
+    async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let _ = prefix;
+        Err(LockError::invalid_option(
+            "PostgreSQL keys a semaphore by a hash of its name, so its semaphores cannot be listed; inspect one by name (dlock::Semaphore::inspect)".to_owned(),
+        ))
     }
 }

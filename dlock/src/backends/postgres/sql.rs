@@ -191,6 +191,10 @@ pub(super) struct PermitStatements {
     /// another count's marker (the smallest, or null): what
     /// `available` reads, taking nothing. `$2` and `$3` are `int8`s here.
     pub(super) available: String,
+    /// The count the markers of `$2` say (the largest, if two counts
+    /// overlap), and each session holding slots `$1 ..` below it, with
+    /// how many: what `inspect_semaphore` reads, taking nothing.
+    pub(super) inspect: String,
 }
 
 /// The statements of read-write locks. Their advisory locks are of the
@@ -447,6 +451,14 @@ impl PermitStatements {
                    AND ((l.classid::int8 << 32) | l.objid::int8) BETWEEN $1::int8 AND $1::int8 + $3::int8 - 1), \
                  (SELECT min(l.objid::int8) FROM pg_locks l WHERE {marker_rows} \
                    AND l.objid <> ($3::int8 & 4294967295)::oid)"
+            ),
+            inspect: format!(
+                "WITH c AS (SELECT max(l.objid::int8) AS n FROM pg_locks l WHERE {marker_rows}) \
+                 SELECT c.n, l.pid, count(*) FROM c, pg_locks l WHERE c.n IS NOT NULL \
+                   AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                   AND l.database = {THIS_DATABASE} \
+                   AND ((l.classid::int8 << 32) | l.objid::int8) BETWEEN $1::int8 AND $1::int8 + c.n - 1 \
+                 GROUP BY c.n, l.pid"
             ),
         }
     }

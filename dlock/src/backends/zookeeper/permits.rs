@@ -87,16 +87,27 @@ fn among_first(children: &[String], own: &str, permits: usize) -> bool {
 /// How many permits the holders among `children` take: the contenders in
 /// sequence order while their counts fit in `permits`.
 fn held_weight(children: &[String], permits: usize) -> usize {
-    let mut line: Vec<(i64, usize)> = children.iter().filter_map(|c| contender(c)).collect();
+    holding(children, permits).iter().map(|(_, n)| n).sum()
+}
+
+/// The children that hold permits, with how many each: the first run, by
+/// sequence, whose counts fit in `permits` (see [`held_weight`]).
+pub(super) fn holding(children: &[String], permits: usize) -> Vec<(&String, usize)> {
+    let mut line: Vec<(i64, usize, &String)> = children
+        .iter()
+        .filter_map(|c| contender(c).map(|(seq, n)| (seq, n, c)))
+        .collect();
     line.sort_unstable();
     let mut held = 0usize;
-    for (_, n) in line {
+    let mut holders = Vec::new();
+    for (_, n, child) in line {
         if held.saturating_add(n) > permits {
             break;
         }
         held += n;
+        holders.push((child, n));
     }
-    held
+    holders
 }
 
 impl ZooKeeperBackend {
@@ -367,6 +378,17 @@ impl PermitBackend for ZooKeeperBackend {
             }
         }
         Ok(permits.saturating_sub(held_weight(&children, permits)))
+    }
+
+    async fn inspect_semaphore(
+        &self,
+        name: &str,
+    ) -> Result<crate::backend::SemaphoreInfo, LockError> {
+        self.inspect_permits(name).await
+    }
+
+    async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        self.permit_names(prefix).await
     }
 }
 

@@ -163,12 +163,22 @@ impl RedisBackend {
     /// [`MAX_LISTED`](crate::inspect::MAX_LISTED) keys and [`MAX_SCANS`]
     /// `SCAN` calls.
     pub(crate) async fn lock_keys(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let pattern = self.scan_pattern(prefix);
+        self.names_ending(prefix, "").await
+    }
+
+    /// As [`lock_keys`](Self::lock_keys), for the Redis names
+    /// `<prefix>:{<escaped key>}<suffix>` (`:permits`: the semaphores).
+    pub(crate) async fn names_ending(
+        &self,
+        prefix: &str,
+        suffix: &str,
+    ) -> Result<Vec<String>, LockError> {
+        let pattern = format!("{}{}", self.scan_pattern(prefix), glob_escaped(suffix));
         let mut keys = std::collections::BTreeSet::new();
         let mut scans = 0;
         match self.conn.clone() {
             crate::backends::redis::Conn::Single(_) => {
-                self.scan(&pattern, prefix, None, &mut scans, &mut keys)
+                self.scan(&pattern, prefix, suffix, None, &mut scans, &mut keys)
                     .await?
             }
             crate::backends::redis::Conn::Cluster(mut c) => {
@@ -176,6 +186,7 @@ impl RedisBackend {
                     self.scan(
                         &pattern,
                         prefix,
+                        suffix,
                         Some((&mut c, slot)),
                         &mut scans,
                         &mut keys,
@@ -189,18 +200,9 @@ impl RedisBackend {
 
     /// `<prefix>:{<escaped listing prefix>*}`, glob characters escaped.
     fn scan_pattern(&self, prefix: &str) -> String {
-        let mut pattern = format!("{}:{{", self.options.prefix);
-        for c in KeyNames::new("", prefix).lock[2..]
-            .trim_end_matches('}')
-            .chars()
-        {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
-        pattern.push_str("*}");
-        pattern
+        let escaped = KeyNames::new("", prefix).lock;
+        let escaped = glob_escaped(escaped[2..].trim_end_matches('}'));
+        format!("{}:{{{escaped}*}}", self.options.prefix)
     }
 
     /// One whole `SCAN` of one server (on a Cluster, the master that serves
@@ -209,6 +211,7 @@ impl RedisBackend {
         &self,
         pattern: &str,
         prefix: &str,
+        suffix: &str,
         mut node: Option<(&mut ClusterConn, u16)>,
         scans: &mut usize,
         keys: &mut std::collections::BTreeSet<String>,
@@ -227,7 +230,11 @@ impl RedisBackend {
                     redis::from_redis_value(answer).map_err(|e| self.error(RedisError::from(e)))?
                 }
             };
-            keys.extend(found.iter().filter_map(|k| self.key_of(k)));
+            keys.extend(
+                found
+                    .iter()
+                    .filter_map(|k| self.key_of(k.strip_suffix(suffix)?)),
+            );
             if keys.len() > crate::backend::holder::MAX_LISTED {
                 return Err(crate::backend::holder::too_many_to_list(
                     &self.options.shown,
@@ -301,4 +308,16 @@ impl RedisBackend {
             .as_deref()
             .unwrap_or(crate::backend::holder::default_client_name())
     }
+}
+
+/// `text` with `SCAN`'s glob characters escaped, to match only itself.
+fn glob_escaped(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }

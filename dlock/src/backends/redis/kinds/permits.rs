@@ -33,9 +33,11 @@ use redis::Script;
 
 use async_trait::async_trait;
 
+use crate::backend::holder::holder_of;
 use crate::backend::refusal::About;
 use crate::backend::{
-    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitRequest, Renewal,
+    lease_deadline, permit_count_differs, Lease, PermitBackend, PermitHolder, PermitRequest,
+    Renewal, SemaphoreInfo,
 };
 use crate::backends::redis::calls::unfinished::ReleaseIfDropped;
 use crate::backends::redis::protocol::scripts::{db_channel, evalsha, millis, KeyNames};
@@ -193,6 +195,29 @@ return {held, #live, stored}
     )
 });
 
+/// The live holders, each with its weight, and the stored count (0 if
+/// none), without writing: `{stored, token, n, token, n, …}`.
+///
+/// KEYS[1] the set.
+static INSPECT_PERMITS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live = redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE')
+local stored = redis.call('ZSCORE', KEYS[1], 'permits')
+local out = {0}
+if stored then out[1] = -tonumber(stored) end
+for _, holder in ipairs(live) do
+  local w = redis.call('ZSCORE', KEYS[1], 'w:' .. holder)
+  out[#out + 1] = holder
+  if w then out[#out + 1] = -tonumber(w) else out[#out + 1] = 1 end
+end
+return out
+",
+    )
+});
+
 /// The Redis names of one semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(in crate::backends::redis) struct PermitNames {
@@ -314,6 +339,35 @@ impl RedisBackend {
         Ok(permits.saturating_sub(usize::try_from(held).unwrap_or(0)))
     }
 
+    /// `inspect_semaphore`: the live holders (their client names from the
+    /// tokens, a foreign token shown without one) and the stored count.
+    async fn inspect_now(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let names = PermitNames::new(&self.options.prefix, name).in_db(self.db);
+        let mut call = evalsha(&INSPECT_PERMITS, 1);
+        call.arg(&names.set);
+        let answer: Vec<redis::Value> = self.eval(&INSPECT_PERMITS, &call).await?;
+        let number = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).ok();
+        let stored = answer.first().and_then(number).unwrap_or(0);
+        let holders: Vec<_> = answer
+            .get(1..)
+            .unwrap_or_default()
+            .chunks_exact(2)
+            .map(|pair| {
+                let token: String = redis::from_redis_value(pair[0].clone()).unwrap_or_default();
+                let count = number(&pair[1]).and_then(|n| usize::try_from(n).ok());
+                PermitHolder::new(
+                    holder_of(&token).map(str::to_owned),
+                    None,
+                    count.unwrap_or(1),
+                )
+            })
+            .collect();
+        let permits = usize::try_from(stored)
+            .ok()
+            .filter(|p| *p > 0 && !holders.is_empty());
+        Ok(SemaphoreInfo::new(permits, holders))
+    }
+
     /// A guard that gives the permit of `token` back if dropped armed.
     fn permit_if_dropped<'a>(
         &'a self,
@@ -403,6 +457,17 @@ impl PermitBackend for RedisBackend {
         crate::backend::key::validate(name)?;
         let answer = self.available_now(name, permits).await;
         answer.map_err(|e| self.name_refusal(e, About::Semaphore(name)))
+    }
+
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        crate::backend::key::validate(name)?;
+        let answer = self.inspect_now(name).await;
+        answer.map_err(|e| self.name_refusal(e, About::Semaphore(name)))
+    }
+
+    async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
+        let answer = self.names_ending(prefix, ":permits").await;
+        answer.map_err(|e| self.name_list_refusal(e, prefix))
     }
 }
 
