@@ -291,3 +291,16 @@ async fn a_release_wakes_the_head_waiter() {
         assert!(took[took.len() - 1] < Duration::from_secs(1), "{took:?}");
     }
 }
+
+/// The backend says what it offers in `capabilities()` as it answers
+/// `permits()`: semaphores, and none of the rest (a tool that reads
+/// `capabilities()`, as the torture worker once did, saw no semaphores).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capabilities_name_the_semaphores() {
+    let fixture = MysqlFixture::start();
+    let backend = fixture.backend_for_tests().await;
+    let offered = backend.capabilities();
+    assert!(offered.permits.is_some() && backend.permits().is_some());
+    assert!(offered.rw.is_none() && offered.election.is_none());
+    assert!(offered.latch.is_none() && offered.barrier.is_none());
+}

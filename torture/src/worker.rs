@@ -120,7 +120,7 @@ pub async fn run(options: WorkerOptions, stop: Arc<AtomicBool>) -> Result<(), St
     );
     // semaphore rounds only where the backend has semaphores (the MySQL and file
     // backends have none yet: their `Semaphore` is refused)
-    let semaphore = options.semaphore && backend.capabilities().permits.is_some();
+    let semaphore = options.semaphore && backend.permits().is_some();
     let ttl = options.ttl;
     let wait = ttl * 4;
     let mut n = 0u64;

@@ -104,8 +104,8 @@ pub fn start(
         let (b, o, t) = (Arc::clone(backend), options.clone(), Arc::clone(&tally));
         tasks.spawn(long_holder(b, o, t, deadline, i));
     }
-    // `permits()` and `rw()`, not `capabilities()`: the MySQL backend answers `permits()`
-    // without saying so in `capabilities()`
+    // Read as the core reads them (`permits()`, `rw()`), whatever a
+    // backend outside this crate answers in `capabilities()`.
     let semaphore = backend.permits().is_some();
     let rw = backend.rw().is_some();
     let mut kinds = vec!["plain locks"];

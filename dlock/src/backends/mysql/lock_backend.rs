@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::rows::{int, rows_of};
 use super::session::Op;
 use super::{failed, MysqlBackend};
-use crate::backend::{AcquireRequest, Lease, LockBackend, PermitBackend, Renewal};
+use crate::backend::{AcquireRequest, Capabilities, Lease, LockBackend, Renewal};
 use crate::backends::sessions;
 use crate::backends::sessions::pool::PooledSession;
 use crate::{LockError, LockInfo};
@@ -71,8 +71,13 @@ impl LockBackend for MysqlBackend {
         }
     }
 
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
+    /// Semaphores only: `GET_LOCK` has no shared mode (no read-write
+    /// locks), and elections, latches and barriers are not built here.
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities {
+            permits: Some(self),
+            ..Capabilities::default()
+        }
     }
 
     fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
