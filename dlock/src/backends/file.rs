@@ -187,6 +187,11 @@
 // - elections (`ElectionBackend`): `election.rs` (the leader record beside the lock file,
 //   observers woken by inotify on the directory and the lock file)
 // - the operator's view: `inspect.rs` (`/proc/locks`, the records; `force_release` by replacing)
+/// Ends the process's inotify watcher and its thread (`dlock::shutdown`).
+pub(crate) fn stop_watching() {
+    watch::stop();
+}
+
 mod config;
 mod election;
 mod fs_kind;

@@ -46,7 +46,10 @@ static STOPPED: AtomicBool = AtomicBool::new(false);
 const STOP_BLOCKING_WAIT: Duration = Duration::from_secs(1);
 
 struct Background {
-    handle: Handle,
+    /// Taken by [`stop`]: a `Handle` keeps the runtime's I/O driver handle,
+    /// whose epoll and eventfd descriptors would otherwise stay open after
+    /// `shutdown()` for as long as the process lives.
+    handle: Mutex<Option<Handle>>,
     /// Ends the thread's `block_on`.
     stop: Mutex<Option<oneshot::Sender<()>>>,
     /// The thread, and the signal it sends once its runtime is shut down.
@@ -86,7 +89,7 @@ fn start() -> Option<Background> {
         });
     match spawned {
         Ok(thread) => Some(Background {
-            handle,
+            handle: Mutex::new(Some(handle)),
             stop: Mutex::new(Some(stop)),
             thread: Mutex::new(Some((thread, finished))),
         }),
@@ -178,6 +181,13 @@ pub(crate) async fn stop() {
     // the join waits for that return only.
     let _ = finished.await;
     let _ = thread.join();
+    // The runtime is gone; its descriptors close with the last handle.
+    drop(lock(&background.handle).take());
+}
+
+/// A handle of the background runtime while it runs (`None` once stopped).
+fn running() -> Option<Handle> {
+    BACKGROUND.as_ref().and_then(|b| lock(&b.handle).clone())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -212,8 +222,11 @@ where
     if STOPPED.load(Ordering::SeqCst) {
         return;
     }
-    if let Some(background) = &*BACKGROUND {
-        drop(background.handle.spawn(task));
+    if BACKGROUND.is_some() {
+        // Stopped meanwhile: dropped unrun, as above.
+        if let Some(handle) = running() {
+            drop(handle.spawn(task));
+        }
     } else if let Ok(handle) = Handle::try_current() {
         drop(handle.spawn(task));
     }
@@ -221,9 +234,9 @@ where
 
 /// dlock's background runtime, if it could be started: `Err` once
 /// [`crate::shutdown`] has begun.
-pub(crate) fn handle() -> Result<Option<&'static Handle>, LockError> {
+pub(crate) fn handle() -> Result<Option<Handle>, LockError> {
     check()?;
-    Ok(BACKGROUND.as_ref().map(|b| &b.handle))
+    Ok(running())
 }
 
 /// Whether the running code is on dlock's background runtime (its thread

@@ -27,9 +27,9 @@
 //!
 //! The reader is one thread of the process (`dlock-file-watch`), blocked
 //! in `read(2)` on the inotify descriptor: it needs no runtime, wakes
-//! waiters on whatever runtime they wait, and lives as long as the process
-//! once a waiter has started it. If it cannot run (no thread, an instance
-//! refused), waiters still try every second.
+//! waiters on whatever runtime they wait, and lives until `dlock::shutdown`
+//! ([`stop`]) once a waiter has started it. If it cannot run (no thread, an
+//! instance refused, after `shutdown`), waiters still try every second.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -44,6 +44,10 @@ use tokio::sync::Notify;
 /// The process's watcher, replaced if its reader stopped.
 static WATCHER: Mutex<Option<Arc<Watcher>>> = Mutex::new(None);
 
+/// Set by [`stop`] (`dlock::shutdown`): no new instance is started; waiters
+/// left try every second.
+static STOPPED: AtomicBool = AtomicBool::new(false);
+
 /// One inotify instance and the watches on it.
 #[derive(Debug)]
 pub(super) struct Watcher {
@@ -51,6 +55,8 @@ pub(super) struct Watcher {
     watches: Mutex<HashMap<i32, Watched>>,
     /// Cleared when the reader thread ends (an error it cannot pass).
     reading: AtomicBool,
+    /// Set by [`stop`]: the reader returns at its next event.
+    stopping: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -247,6 +253,9 @@ impl Drop for Watch {
 /// The process's watcher, started on first use.
 fn watcher() -> Result<Arc<Watcher>, Errno> {
     let mut current = lock(&WATCHER);
+    if STOPPED.load(Ordering::SeqCst) {
+        return Err(Errno::SHUTDOWN);
+    }
     if let Some(watcher) = current
         .as_ref()
         .filter(|w| w.reading.load(Ordering::SeqCst))
@@ -259,6 +268,7 @@ fn watcher() -> Result<Arc<Watcher>, Errno> {
         fd,
         watches: Mutex::new(HashMap::new()),
         reading: AtomicBool::new(true),
+        stopping: AtomicBool::new(false),
     });
     let reader = watcher.clone();
     std::thread::Builder::new()
@@ -267,6 +277,29 @@ fn watcher() -> Result<Arc<Watcher>, Errno> {
         .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::AGAIN))?;
     *current = Some(watcher.clone());
     Ok(watcher)
+}
+
+/// Ends the process's watcher for `dlock::shutdown`: no new one starts,
+/// and the reader thread returns, so the inotify descriptor closes once
+/// the last watch is dropped (a lease's or a waiter's; `shutdown` has
+/// released the leases). Waiters left re-check every second.
+pub(super) fn stop() {
+    let watcher = {
+        let mut current = lock(&WATCHER);
+        STOPPED.store(true, Ordering::SeqCst);
+        current.take()
+    };
+    let Some(watcher) = watcher else { return };
+    watcher.stopping.store(true, Ordering::SeqCst);
+    // Wake the reader, blocked in `read(2)`: a removed watch queues an
+    // `IN_IGNORED` event. `/` is a directory every process may watch.
+    if let Ok(wd) = inotify::add_watch(
+        &watcher.fd,
+        "/",
+        WatchFlags::ONLYDIR | WatchFlags::DELETE_SELF,
+    ) {
+        let _ = inotify::remove_watch(&watcher.fd, wd);
+    }
 }
 
 /// Clears `reading` when the reader ends, however it ends.
@@ -299,6 +332,9 @@ fn read_events(reading: &Reading) {
                 return;
             }
         };
+        if watcher.stopping.load(Ordering::SeqCst) {
+            return;
+        }
         let mut watches = lock(&watcher.watches);
         // The queue overflowed: any file may have been let go.
         if flags.contains(ReadFlags::QUEUE_OVERFLOW) {

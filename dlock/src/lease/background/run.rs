@@ -70,9 +70,11 @@ where
     if STOPPED.load(Ordering::SeqCst) {
         return F::Output::shut_down();
     }
-    let handle = match &*BACKGROUND {
-        Some(background) if !is_current() => &background.handle,
-        _ => return task.await,
+    if BACKGROUND.is_none() || is_current() {
+        return task.await;
+    }
+    let Some(handle) = super::running() else {
+        return F::Output::shut_down();
     };
     let mut running = AbortOnDrop(handle.spawn(task));
     match (&mut running.0).await {
