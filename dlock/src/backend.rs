@@ -43,6 +43,7 @@ mod permits;
 pub(crate) mod refusal;
 mod rw;
 pub(crate) mod schemes;
+pub(crate) mod silence;
 pub(crate) mod suspend;
 #[cfg(feature = "tls")]
 pub(crate) mod tls_provider;

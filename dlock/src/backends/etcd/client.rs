@@ -8,6 +8,7 @@ use etcd_client::{Txn, TxnOpResponse, TxnResponse};
 
 use super::names::{self, Kind};
 use super::Inner;
+use crate::backend::silence::SILENT_FOR;
 use crate::backend::Lease;
 use crate::LockError;
 
@@ -72,6 +73,35 @@ impl Inner {
             }
             tokio::time::sleep(Duration::from_millis(10) * attempt).await;
         }
+    }
+
+    /// Whether etcd answers a read (a count of the lock keys, one request,
+    /// not sent again) within [`SILENT_FOR`]: asked when a wait ran out
+    /// with a request of it unanswered, to tell an outage (`Backend`) from
+    /// a slow answer on a live server (`Timeout`); see `backend/silence.rs`.
+    /// A read, not the write the wait was waiting on: a loaded member may
+    /// take long to sync a write to disk, a read it answers at once.
+    pub(super) async fn answers_a_read(&self) -> bool {
+        let mut kv = self.client.kv_client();
+        let options = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only()
+            .with_limit(1);
+        let read = kv.get(self.root(Kind::Lock), Some(options));
+        match tokio::time::timeout(SILENT_FOR, read).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => !unreachable(&e),
+            Err(_) => false,
+        }
+    }
+
+    /// The error of a wait that ran out with a request unanswered for
+    /// `silent`, on a server that did not answer a read either.
+    pub(super) fn silent_at_deadline(&self, silent: Option<Duration>) -> LockError {
+        let asked = silent.map_or_else(String::new, |s| format!(" for {s:?}"));
+        self.error(crate::backend::transient::Transient::new(format!(
+            "etcd did not answer{asked}, nor a read within {SILENT_FOR:?}, when the wait ran out (a member paused or cut off?)"
+        )))
     }
 
     /// One transaction (see [`Inner::rpc`] for when it is sent again).

@@ -36,6 +36,7 @@
 //!   plus a read of the key (by its create revision, kept in
 //!   `Lease::fencing_token`), and a compare-and-delete.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -268,11 +269,13 @@ impl Inner {
 
     /// Takes a permit: enqueue, and unless `once`, wait until our key is
     /// among the first `req.permits`. The caller bounds this by its deadline;
-    /// dropping it deletes our key in the background.
+    /// dropping it deletes our key in the background. `watching` is true
+    /// while it waits for a release (no request in flight).
     pub(super) async fn permit(
         self: &Arc<Self>,
         req: &PermitRequest,
         once: bool,
+        watching: &AtomicBool,
     ) -> Result<Option<Lease>, LockError> {
         let dir = self.semaphore_dir(&req.name);
         for _ in 0..=MAX_REQUEUES {
@@ -356,7 +359,11 @@ impl Inner {
                 }
                 // Refresh the session before our key's lease could run low.
                 let refresh_at = after(session.refreshed(), req.ttl / 4);
+                // Nothing asked while it waits for a release (what the
+                // caller reads if its deadline comes now).
+                watching.store(true, Ordering::Relaxed);
                 self.await_delete_under(&dir, read_at, refresh_at).await?;
+                watching.store(false, Ordering::Relaxed);
                 if let Alive::Gone = self.fresh(&session, req.ttl).await? {
                     session.mark_dead();
                     break;
@@ -437,7 +444,7 @@ impl Inner {
 #[async_trait]
 impl PermitBackend for EtcdBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        let answer = self.inner.permit(req, true).await;
+        let answer = self.inner.permit(req, true, &AtomicBool::new(false)).await;
         answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&req.name)))
     }
 
@@ -447,9 +454,16 @@ impl PermitBackend for EtcdBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         // Dropping the wait at the deadline deletes our key (`Queued`).
-        let answer = deadline::until(deadline, self.inner.permit(req, false))
-            .await
-            .unwrap_or(Ok(None));
+        let watching = AtomicBool::new(false);
+        let answer = match deadline::until(deadline, self.inner.permit(req, false, &watching)).await
+        {
+            Some(answer) => answer,
+            // Waiting for a release: the permits are taken.
+            None if watching.load(Ordering::Relaxed) => Ok(None),
+            // A request was in flight: a timeout only if etcd is there.
+            None if self.inner.answers_a_read().await => Ok(None),
+            None => Err(self.inner.silent_at_deadline(None)),
+        };
         answer.map_err(|e| self.inner.name_refusal(e, About::Semaphore(&req.name)))
     }
 

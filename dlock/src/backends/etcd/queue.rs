@@ -62,7 +62,9 @@ pub(super) struct Progress {
 }
 
 /// A request unanswered this long when the deadline passes means etcd is not
-/// answering (a paused or partitioned member), not that the lock is busy.
+/// answering (a paused or partitioned member), not that the lock is busy;
+/// one unanswered for less is asked about with a read
+/// ([`Inner::answers_a_read`]).
 pub(super) const STALLED: Duration = Duration::from_secs(1);
 
 impl Progress {
@@ -72,14 +74,22 @@ impl Progress {
     }
 
     /// What `acquire` returns when its deadline passed: a timeout, unless
-    /// etcd was failing or silent, which is a backend error.
-    pub(super) fn at_deadline(self, inner: &Inner) -> Result<Option<Lease>, LockError> {
+    /// etcd was failing or silent, which is a backend error. With a request
+    /// in flight, however short the wait: silent for [`STALLED`], or not
+    /// answering a read either, is an outage (`backend/silence.rs`).
+    pub(super) async fn at_deadline(self, inner: &Inner) -> Result<Option<Lease>, LockError> {
         match (self.failure, self.asking_since) {
             (Some(e), _) => Err(e),
-            (None, Some(since)) if since.elapsed() >= STALLED => Err(inner.error(format!(
-                "etcd did not answer for {:?} (a member paused or cut off?)",
-                since.elapsed()
-            ))),
+            (None, Some(since)) if since.elapsed() >= STALLED => {
+                Err(inner.silent_at_deadline(Some(since.elapsed())))
+            }
+            (None, Some(since)) => {
+                if inner.answers_a_read().await {
+                    Ok(None)
+                } else {
+                    Err(inner.silent_at_deadline(Some(since.elapsed())))
+                }
+            }
             _ => Ok(None),
         }
     }
@@ -553,7 +563,7 @@ impl Inner {
             }
             Some(Err(e)) => Err(e),
             // The deadline passed: a timeout, unless the service was failing.
-            None => progress.at_deadline(self),
+            None => progress.at_deadline(self).await,
         }
     }
 

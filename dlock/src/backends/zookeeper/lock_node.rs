@@ -8,6 +8,7 @@ use super::cleanup::{deleted, Cleanup};
 use super::order::Queue;
 use super::queue::new_uuid;
 use super::{is_connected, lock, representable, ZooKeeperBackend, CLEANUP_WAIT, SESSION_STALLED};
+use crate::backend::silence::SILENT_FOR;
 use crate::backend::{AcquireRequest, Lease};
 use crate::{backend::deadline, LockError};
 
@@ -126,6 +127,11 @@ impl ZooKeeperBackend {
                         ),
                     ));
                 }
+                // Not in the queue yet: the create was in flight. A timeout
+                // only if the server is there (`backend/silence.rs`).
+                if cleanup.path.is_none() && !answers_a_read(client).await {
+                    return Err(silent_at_deadline(&self.shown));
+                }
                 // Delete it here and wait for that, so a timed-out waiter
                 // never blocks whoever comes next. If that fails, `cleanup`
                 // stays armed and tries again in the background.
@@ -170,4 +176,41 @@ impl ZooKeeperBackend {
             }
         }
     }
+}
+
+impl ZooKeeperBackend {
+    /// [`answers_a_read`] on this backend's session (its opening included
+    /// in the [`SILENT_FOR`]).
+    pub(super) async fn answers_now(&self) -> bool {
+        let asked = async {
+            match self.session().await {
+                Ok(session) => answers_a_read(&session.client).await,
+                Err(_) => false,
+            }
+        };
+        tokio::time::timeout(SILENT_FOR, asked)
+            .await
+            .unwrap_or(false)
+    }
+}
+
+/// Whether the server answers a read (a stat of `/`) within
+/// [`SILENT_FOR`]: asked when a wait ran out with a request of it in
+/// flight, to tell an outage from a slow answer (`backend/silence.rs`).
+pub(super) async fn answers_a_read(client: &zookeeper_client::Client) -> bool {
+    matches!(
+        tokio::time::timeout(SILENT_FOR, client.check_stat("/")).await,
+        Ok(Ok(_))
+    )
+}
+
+/// The error of a wait that ran out with a request in flight, on a server
+/// that did not answer a read either.
+pub(super) fn silent_at_deadline(shown: &str) -> LockError {
+    LockError::backend(
+        shown.to_owned(),
+        crate::backend::transient::Transient::new(format!(
+            "ZooKeeper did not answer, nor a read within {SILENT_FOR:?}, when the wait ran out"
+        )),
+    )
 }

@@ -31,6 +31,7 @@
 //!   then until the next caller with another count, or the server's
 //!   container clean-up, removes it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -141,10 +142,11 @@ impl ZooKeeperBackend {
         &self,
         req: &PermitRequest,
         once: bool,
+        watching: &AtomicBool,
     ) -> Result<Option<Lease>, LockError> {
         let mut stored = 0;
         for _ in 0..2 {
-            match self.permit_counted(req, once).await? {
+            match self.permit_counted(req, once, watching).await? {
                 Counted::Done(lease) => return Ok(lease),
                 Counted::Cleared(count) => stored = count,
             }
@@ -207,7 +209,12 @@ impl ZooKeeperBackend {
     }
 
     /// [`permit`](Self::permit) once.
-    async fn permit_counted(&self, req: &PermitRequest, once: bool) -> Result<Counted, LockError> {
+    async fn permit_counted(
+        &self,
+        req: &PermitRequest,
+        once: bool,
+        watching: &AtomicBool,
+    ) -> Result<Counted, LockError> {
         let dir = self.semaphore_path(&req.name)?;
         let uuid = new_uuid()?;
         // As for a lock (`acquire_queued`): a create that fails because the
@@ -298,7 +305,11 @@ impl ZooKeeperBackend {
                     }
                 };
             }
+            // Nothing asked while it waits for a release (what the caller
+            // reads if its deadline comes now).
+            watching.store(true, Ordering::Relaxed);
             watcher.changed().await;
+            watching.store(false, Ordering::Relaxed);
         }
     }
 }
@@ -315,7 +326,8 @@ enum Counted {
 #[async_trait]
 impl PermitBackend for ZooKeeperBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        let once = self.permit(req, true);
+        let not_waiting = AtomicBool::new(false);
+        let once = self.permit(req, true, &not_waiting);
         let limit = self
             .session_timeout()
             .max(std::time::Duration::from_secs(1));
@@ -336,9 +348,16 @@ impl PermitBackend for ZooKeeperBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         // Dropping the wait at the deadline deletes our node (`Cleanup`).
-        deadline::until(representable(deadline), self.permit(req, false))
-            .await
-            .unwrap_or(Ok(None))
+        let watching = AtomicBool::new(false);
+        let waited = self.permit(req, false, &watching);
+        match deadline::until(representable(deadline), waited).await {
+            Some(answer) => answer,
+            // Waiting for a release: the permits are taken.
+            None if watching.load(Ordering::Relaxed) => Ok(None),
+            // A request was in flight: a timeout only if the server is there.
+            None if self.answers_now().await => Ok(None),
+            None => Err(super::lock_node::silent_at_deadline(&self.shown)),
+        }
     }
 
     /// Permit nodes are session nodes like lock nodes: the same read.

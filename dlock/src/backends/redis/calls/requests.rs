@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Script};
 
+use crate::backend::silence::{rest_of_silence, Late};
 use crate::backend::transient::Transient;
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::backends::redis::calls::batching::ops::AcquireOp;
@@ -19,12 +20,6 @@ use crate::backends::redis::{
     protocol::renew_many, protocol::scripts, Attempt, Conn, RedisBackend,
 };
 use crate::LockError;
-
-/// How long a wait's only request must have gone unanswered for the wait's
-/// end to be an outage rather than a timeout (see `RedisBackend::within`):
-/// a healthy server answers in well under a millisecond, a loaded test
-/// machine in tens.
-const SILENT_FOR: Duration = Duration::from_millis(250);
 
 impl RedisBackend {
     /// Sends one plain command, on whichever connection this backend has.
@@ -122,18 +117,19 @@ impl RedisBackend {
     /// - an answer before: `ran_out` (a "held" that ends the wait, so the
     ///   caller gets `Timeout`): the server was there, the key was taken,
     ///   the caller's time ended;
-    /// - none, and the request was in flight for at least [`SILENT_FOR`]:
-    ///   a transient `Backend` error, "no answer before the wait ended": no
+    /// - none: the request gets the rest of
+    ///   [`SILENT_FOR`](crate::backend::silence::SILENT_FOR) since it was
+    ///   sent (`backend/silence.rs`). An answer then is used as if on time
+    ///   (a grant is kept; "held" ends the wait as `Timeout`); none is a
+    ///   transient `Backend` error, "no answer before the wait ended": no
     ///   holder was ever seen, and `Timeout` would tell the caller
-    ///   "contention" during an outage (a stopped server and a 1 s wait
-    ///   answered 409 "in use" instead of 503);
-    /// - none, in flight for less: `ran_out` all the same. A wait shorter
-    ///   than that cannot tell a silent server from a busy machine, and a
-    ///   short wait against a healthy server must end as `Timeout` (the
-    ///   conformance case `short_waits_time_out_never_fail`: 50 ms waits).
+    ///   "contention" during an outage (a stopped server and a 200 ms wait
+    ///   answered 409 "in use" instead of 503). A short wait against a
+    ///   healthy server still ends as `Timeout` on time (the conformance
+    ///   case `short_waits_time_out_never_fail`: 50 ms waits).
     ///
-    /// The request is dropped either way, and what it may have taken is
-    /// given back by its own release-if-dropped guard (`unfinished.rs`).
+    /// A request dropped unanswered gives back what it may have taken by
+    /// its own release-if-dropped guard (`unfinished.rs`).
     pub(in crate::backends::redis) async fn within<T>(
         &self,
         deadline: Option<Instant>,
@@ -142,17 +138,23 @@ impl RedisBackend {
         heard: &AtomicBool,
     ) -> Result<T, LockError> {
         let sent = Instant::now();
-        match crate::backend::deadline::until(deadline, request).await {
-            Some(answer) => {
+        let mut request = std::pin::pin!(request);
+        if let Some(answer) = crate::backend::deadline::until(deadline, &mut request).await {
+            heard.store(true, Ordering::Relaxed);
+            return answer;
+        }
+        if heard.load(Ordering::Relaxed) {
+            return Ok(ran_out);
+        }
+        match rest_of_silence(sent, request).await {
+            Late::Answered(answer) => {
                 heard.store(true, Ordering::Relaxed);
                 answer
             }
-            None if heard.load(Ordering::Relaxed) || sent.elapsed() < SILENT_FOR => Ok(ran_out),
-            None => Err(LockError::backend(
+            Late::Silent(for_) => Err(LockError::backend(
                 self.options.shown.clone(),
                 Transient::new(format!(
-                    "no answer from the server before the wait ended (the request was {:?} in flight)",
-                    sent.elapsed()
+                    "no answer from the server before the wait ended (the request was {for_:?} in flight)"
                 )),
             )),
         }
