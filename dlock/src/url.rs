@@ -104,9 +104,34 @@ pub fn scheme(url: &str) -> Option<&str> {
     url.find("://").map(|end| &url[..end])
 }
 
+/// Whether `url`'s query has `name=value` (a plain text match of one
+/// pair; no decoding).
+pub(crate) fn has_query_value(url: &str, name: &str, value: &str) -> bool {
+    let Some((_, query)) = url.split_once('?') else {
+        return false;
+    };
+    let query = query.split('#').next().unwrap_or("");
+    query
+        .split('&')
+        .any(|pair| pair.split_once('=') == Some((name, value)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_one_query_pair() {
+        assert!(has_query_value("redis://h/?fence=off", "fence", "off"));
+        assert!(has_query_value(
+            "redis://h/?a=1&fence=off#x",
+            "fence",
+            "off"
+        ));
+        assert!(!has_query_value("redis://h/?fence=on", "fence", "off"));
+        assert!(!has_query_value("redis://h/?xfence=off", "fence", "off"));
+        assert!(!has_query_value("redis://h/fence=off", "fence", "off"));
+    }
 
     #[test]
     fn hides_passwords_in_every_form() {

@@ -178,8 +178,16 @@ pub trait ElectionBackend: Send + Sync {
 /// let e = dlock::backend::no_elections("redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003");
 /// assert!(matches!(e, dlock::LockError::InvalidOption { .. }));
 /// assert!(e.to_string().contains("no leader election"));
+/// // A backend that has elections but was told not to fence:
+/// let e = dlock::backend::no_elections("redis://127.0.0.1:6379/?fence=off");
+/// assert!(e.to_string().contains("drop `?fence=off`"));
 /// ```
 pub fn no_elections(backend: &str) -> LockError {
+    if crate::url::has_query_value(backend, "fence", "off") {
+        return LockError::invalid_option(format!(
+            "{backend} runs without fencing tokens (`?fence=off`), and an election's term is its leader's fencing token: drop `?fence=off` from the URL of the backend that runs `Election` (another backend of the same server may keep it)"
+        ));
+    }
     LockError::invalid_option(format!(
         "the {backend} backend has no leader election yet; use a {} backend for `Election`",
         crate::backend::schemes::with_elections_listed()
