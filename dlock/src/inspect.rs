@@ -72,11 +72,7 @@ pub async fn list_locks(
     backend: &dyn LockBackend,
     prefix: &str,
 ) -> Result<Vec<(String, LockInfo)>, LockError> {
-    crate::lease::background::check()?;
-    if !prefix.is_empty() {
-        crate::backend::key::validate(prefix)?;
-    }
-    let described = backend.describe();
+    let described = listing(backend, prefix)?;
     let label = crate::url::scheme(&described).unwrap_or("custom");
     operation(
         "list",
@@ -131,11 +127,7 @@ pub async fn list_semaphores(
     backend: &dyn LockBackend,
     prefix: &str,
 ) -> Result<Vec<(String, SemaphoreInfo)>, LockError> {
-    crate::lease::background::check()?;
-    if !prefix.is_empty() {
-        crate::backend::key::validate(prefix)?;
-    }
-    let described = backend.describe();
+    let described = listing(backend, prefix)?;
     let label = crate::url::scheme(&described).unwrap_or("custom");
     operation(
         "list_semaphores",
@@ -163,6 +155,16 @@ pub async fn list_semaphores(
         |found| if found.is_empty() { "none" } else { "listed" },
     )
     .await
+}
+
+/// A listing's checks (not after `shutdown`, a prefix some key may start
+/// with), and the backend's described URL, whose scheme labels its span.
+fn listing(backend: &dyn LockBackend, prefix: &str) -> Result<String, LockError> {
+    crate::lease::background::check()?;
+    if !prefix.is_empty() {
+        crate::backend::key::validate(prefix)?;
+    }
+    Ok(backend.describe())
 }
 
 impl Lock {

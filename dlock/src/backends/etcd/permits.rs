@@ -200,18 +200,26 @@ impl Inner {
         Ok(holders)
     }
 
+    /// The first page of `dir`'s entries with values, and the permit count
+    /// its first entry gave (`None` without one, or for an entry of an
+    /// earlier dlock, which wrote no count).
+    async fn first_page(&self, dir: &str) -> Result<(GetResponse, Option<usize>), LockError> {
+        let page = self.read_page(dir, Self::first_with_values(None)).await?;
+        let line = Contenders {
+            dir,
+            kinds: Contenders::DIRECT,
+        };
+        let first = page.kvs().iter().find(|kv| line.contains(kv.key()));
+        let stored = first.and_then(|kv| entry_value(kv.value())).map(|(p, _)| p);
+        Ok((page, stored))
+    }
+
     /// How many of `permits` are free in the semaphore `name`: `permits`
     /// minus the counts of its holders (see [`holders`](Self::holders)).
     pub(super) async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
         let dir = self.semaphore_dir(name);
-        let page = self.read_page(&dir, Self::first_with_values(None)).await?;
-        let line = Contenders {
-            dir: &dir,
-            kinds: Contenders::DIRECT,
-        };
-        let first = page.kvs().iter().find(|kv| line.contains(kv.key()));
-        let stored = first.and_then(|kv| entry_value(kv.value()));
-        if let Some((stored, _)) = stored.filter(|(stored, _)| *stored != permits) {
+        let (page, stored) = self.first_page(&dir).await?;
+        if let Some(stored) = stored.filter(|stored| *stored != permits) {
             return Err(permit_count_differs(name, stored, permits));
         }
         let holders = self.holders(&dir, permits, Some(&page)).await?;
@@ -225,13 +233,8 @@ impl Inner {
     /// entry of an earlier dlock, which wrote no count).
     pub(super) async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         let dir = self.semaphore_dir(name);
-        let page = self.read_page(&dir, Self::first_with_values(None)).await?;
-        let line = Contenders {
-            dir: &dir,
-            kinds: Contenders::DIRECT,
-        };
-        let first = page.kvs().iter().find(|kv| line.contains(kv.key()));
-        let Some((stored, _)) = first.and_then(|kv| entry_value(kv.value())) else {
+        let (page, stored) = self.first_page(&dir).await?;
+        let Some(stored) = stored else {
             return Ok(SemaphoreInfo::new(None, Vec::new()));
         };
         let holders = self.holders(&dir, stored, Some(&page)).await?;

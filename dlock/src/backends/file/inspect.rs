@@ -155,9 +155,9 @@ impl FileBackend {
         Ok(true)
     }
 
-    pub(super) fn list_keys(&self, prefix: &str) -> Result<Vec<(String, LockInfo)>, LockError> {
-        let holders = flock_holders();
-        let entries = std::fs::read_dir(&self.config.dir).map_err(|e| {
+    /// The directory's entries, for a listing.
+    pub(super) fn entries(&self) -> Result<std::fs::ReadDir, LockError> {
+        std::fs::read_dir(&self.config.dir).map_err(|e| {
             LockError::backend(
                 self.describe(),
                 std::io::Error::new(
@@ -165,7 +165,12 @@ impl FileBackend {
                     format!("cannot list `{}`: {e}", self.config.dir.display()),
                 ),
             )
-        })?;
+        })
+    }
+
+    pub(super) fn list_keys(&self, prefix: &str) -> Result<Vec<(String, LockInfo)>, LockError> {
+        let holders = flock_holders();
+        let entries = self.entries()?;
         let mut listed = Vec::new();
         for entry in entries.flatten() {
             let file_name = entry.file_name();

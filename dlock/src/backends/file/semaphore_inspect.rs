@@ -70,15 +70,7 @@ impl FileBackend {
     /// The semaphores of this prefix whose names start with `prefix`: their
     /// count files (a semaphore with a hashed long name is not found).
     pub(super) fn semaphores_named(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let entries = std::fs::read_dir(&self.config.dir).map_err(|e| {
-            LockError::backend(
-                self.describe(),
-                std::io::Error::new(
-                    e.kind(),
-                    format!("cannot list `{}`: {e}", self.config.dir.display()),
-                ),
-            )
-        })?;
+        let entries = self.entries()?;
         let mut found = Vec::new();
         for entry in entries.flatten() {
             let file = entry.file_name();
