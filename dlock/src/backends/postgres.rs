@@ -279,6 +279,7 @@ mod election;
 mod held;
 mod inspect;
 mod keys;
+mod latch;
 mod listener;
 mod lock_backend;
 mod lock_table;
@@ -299,6 +300,13 @@ mod waiting;
 
 pub use self::election::MAX_VALUE_BYTES;
 pub use self::keys::{advisory_key, advisory_key_in, rw_advisory_key, rw_advisory_key_in};
+
+/// The `NOTIFY` channel of the latch `name` under `prefix` (see the
+/// `latch` module): for the tests that look for its `LISTEN` on the server.
+#[doc(hidden)]
+pub fn latch_channel(prefix: &str, name: &str) -> String {
+    latch::channel_of(prefix, name)
+}
 
 /// The per-statement pooler guard on the parameter `$n`, as every lock
 /// statement carries it (`pooler.rs`): for the tests that run it through
@@ -346,6 +354,11 @@ pub struct PostgresBackend {
     /// Whether the leaders' table is known to exist (made on the first use
     /// of an election).
     leaders_ready: std::sync::atomic::AtomicBool,
+    /// Whether the latches' table is known to exist (made on the first
+    /// use of a latch).
+    latches_ready: std::sync::atomic::AtomicBool,
+    /// The latches' `LISTEN`s on the listening connection (`latch.rs`).
+    latch_listens: Arc<latch::LatchListens>,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -520,6 +533,8 @@ impl PostgresBackend {
             listener: Arc::new(tokio::sync::Mutex::new(None)),
             spare: Arc::new(Mutex::new(None)),
             leaders_ready: std::sync::atomic::AtomicBool::new(false),
+            latches_ready: std::sync::atomic::AtomicBool::new(false),
+            latch_listens: Arc::default(),
         })
     }
 
