@@ -274,6 +274,7 @@
 //   statement takes the marker and the first free slot (`sql.rs`'s `PermitStatements`); one permit
 //   or attempt per semaphore per session (a local reservation), so `free` lets go whatever the
 //   session holds of it, which is also how a dropped attempt is undone (`PermitPending`)
+mod barrier;
 mod config;
 mod election;
 mod held;
@@ -357,6 +358,9 @@ pub struct PostgresBackend {
     /// Whether the latches' table is known to exist (made on the first
     /// use of a latch).
     latches_ready: std::sync::atomic::AtomicBool,
+    /// Whether the barriers' table is known to exist (made on the first
+    /// use of a barrier).
+    barriers_ready: std::sync::atomic::AtomicBool,
     /// The latches' `LISTEN`s on the listening connection (`latch.rs`).
     latch_listens: Arc<latch::LatchListens>,
 }
@@ -534,6 +538,7 @@ impl PostgresBackend {
             spare: Arc::new(Mutex::new(None)),
             leaders_ready: std::sync::atomic::AtomicBool::new(false),
             latches_ready: std::sync::atomic::AtomicBool::new(false),
+            barriers_ready: std::sync::atomic::AtomicBool::new(false),
             latch_listens: Arc::default(),
         })
     }

@@ -32,7 +32,7 @@ use crate::LockError;
 
 /// How often a waiter checks that the listening connection still runs (a
 /// local check, no request).
-const LISTENER_CHECK: Duration = Duration::from_secs(1);
+pub(super) const LISTENER_CHECK: Duration = Duration::from_secs(1);
 
 /// The bound on a background `UNLISTEN` (a listener that does not answer
 /// is one that ends, and its `LISTEN`s with it).
@@ -66,9 +66,9 @@ pub(super) struct LatchListens {
     order: tokio::sync::Mutex<()>,
 }
 
-/// One latch's `LISTEN`, shared by its waiters; the last one's drop sends
-/// `UNLISTEN`.
-struct Listened {
+/// One channel's `LISTEN` (a latch's, a barrier's), shared by its
+/// waiters; the last one's drop sends `UNLISTEN`.
+pub(super) struct Listened {
     key: i64,
     channel: String,
     /// The alive flag of the listening connection the `LISTEN` went out on;
@@ -79,7 +79,9 @@ struct Listened {
 }
 
 impl Listened {
-    fn listening(&self) -> bool {
+    /// Whether the `LISTEN` was answered on a listening connection that
+    /// still runs.
+    pub(super) fn listening(&self) -> bool {
         self.on.get().is_some_and(|a| a.load(Ordering::SeqCst))
     }
 }
@@ -126,9 +128,14 @@ impl PostgresBackend {
         Ok(())
     }
 
-    /// The shared `LISTEN` of the latch `key` on a live listening
-    /// connection, sent if this is its first waiter.
-    async fn latch_listen(&self, key: i64, channel: &str) -> Result<Arc<Listened>, LockError> {
+    /// The shared `LISTEN` on `channel` (a latch's or a barrier's, whose
+    /// waiters are registered under `key`) on a live listening connection,
+    /// sent if this is its first waiter.
+    pub(super) async fn listen_on(
+        &self,
+        key: i64,
+        channel: &str,
+    ) -> Result<Arc<Listened>, LockError> {
         let listened = {
             let mut map = lock(&self.latch_listens.by_key);
             match map
@@ -177,7 +184,7 @@ impl PostgresBackend {
     /// first: `CREATE … IF NOT EXISTS` needs the CREATE right even when the
     /// table is there), and refuses it when a role dlock does not trust
     /// owns it (its triggers would run as dlock's role).
-    async fn ensure_table_of(
+    pub(super) async fn ensure_table_of(
         &self,
         table: &str,
         create: &str,
@@ -283,7 +290,7 @@ impl LatchBackend for PostgresBackend {
             let waiting = self.waiters.register(key);
             loop {
                 // Listening before the read: a zero after it is not missed.
-                let listened = self.latch_listen(key, &channel).await?;
+                let listened = self.listen_on(key, &channel).await?;
                 let notified = waiting.notify.notified();
                 let mut notified = std::pin::pin!(notified);
                 notified.as_mut().enable();

@@ -68,6 +68,7 @@ impl LockBackend for PostgresBackend {
     fn capabilities(&self) -> crate::backend::Capabilities<'_> {
         crate::backend::Capabilities {
             latch: Some(self),
+            barrier: Some(self),
             ..crate::backend::Capabilities::all(self)
         }
     }

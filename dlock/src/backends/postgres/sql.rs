@@ -150,6 +150,8 @@ pub(super) struct Statements {
     pub(super) elections: ElectionStatements,
     /// The count-down latch statements.
     pub(super) latches: LatchStatements,
+    /// The double barrier statements (`barrier.rs`).
+    pub(super) barriers: super::barrier::BarrierStatements,
 }
 
 /// The statements of count-down latches: the row `$1` (`<prefix>:<name>`)
@@ -355,6 +357,7 @@ impl Statements {
             permits: PermitStatements::new(),
             elections: ElectionStatements::new(&holders, &leaders),
             latches: LatchStatements::new(schema),
+            barriers: super::barrier::BarrierStatements::new(schema),
             table,
             holders,
             leaders,
