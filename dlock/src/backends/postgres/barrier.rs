@@ -324,7 +324,16 @@ impl PostgresBackend {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                // Dropping `entering` removes the member.
+                // Removed before the answer, so that the caller's next step
+                // never finds it (should this be cut, `entering` still does).
+                let remove = self.statements.barriers.remove.as_str();
+                self.bounded(
+                    session
+                        .client
+                        .query_one(remove, &[row, &req.token, channel, payload]),
+                )
+                .await?;
+                entering.session = None;
                 return Ok(None);
             }
             // Our own row is refreshed by the next read, before it expires.
