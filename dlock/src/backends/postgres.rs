@@ -275,6 +275,7 @@
 //   or attempt per semaphore per session (a local reservation), so `free` lets go whatever the
 //   session holds of it, which is also how a dropped attempt is undone (`PermitPending`)
 mod barrier;
+mod channel_listens;
 mod config;
 mod election;
 mod held;
@@ -361,8 +362,9 @@ pub struct PostgresBackend {
     /// Whether the barriers' table is known to exist (made on the first
     /// use of a barrier).
     barriers_ready: std::sync::atomic::AtomicBool,
-    /// The latches' `LISTEN`s on the listening connection (`latch.rs`).
-    latch_listens: Arc<latch::LatchListens>,
+    /// The latches' and barriers' `LISTEN`s on the listening connection
+    /// (`channel_listens.rs`).
+    channel_listens: Arc<channel_listens::ChannelListens>,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -539,7 +541,7 @@ impl PostgresBackend {
             leaders_ready: std::sync::atomic::AtomicBool::new(false),
             latches_ready: std::sync::atomic::AtomicBool::new(false),
             barriers_ready: std::sync::atomic::AtomicBool::new(false),
-            latch_listens: Arc::default(),
+            channel_listens: Arc::default(),
         })
     }
 

@@ -21,7 +21,7 @@
 //!   announces the barrier on its own channel
 //!   (`dlock_barrier_<16 hex digits>`, sent at commit); waiters share one
 //!   `LISTEN` per barrier on the backend's one listening connection (as the
-//!   latches do, `latch.rs`), listened before each read. A member that
+//!   latches do, `channel_listens.rs`), listened before each read. A member that
 //!   expires announces nothing: a waiter also wakes at the earliest expiry
 //!   of the others (a deadline the read returned, not polling), and an
 //!   entering member refreshes its own row every third of its ttl.
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::latch::LISTENER_CHECK;
+use super::channel_listens::{Listened, LISTENER_CHECK};
 use super::session::Session;
 use super::{keys, PostgresBackend};
 use crate::backend::{lease_deadline, BarrierBackend, BarrierRequest, Lease, Renewal};
@@ -189,7 +189,7 @@ impl Drop for Entering {
 /// first), and notices a listening connection that ended (a local check).
 async fn wait_news(
     notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
-    listened: &super::latch::Listened,
+    listened: &Listened,
     wake: Option<Instant>,
 ) {
     let mut notified = notified;
