@@ -11,3 +11,5 @@ dlock_tests::rw_suite!(PgFixture::start());
 dlock_tests::semaphore_suite!(PgFixture::start());
 // Elections are the lock of their name, the record in `dlock_leaders`.
 dlock_tests::election_suite!(PgFixture::start());
+dlock_tests::latch_suite!(PgFixture::start());
+dlock_tests::barrier_suite!(PgFixture::start());

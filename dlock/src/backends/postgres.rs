@@ -274,11 +274,14 @@
 //   statement takes the marker and the first free slot (`sql.rs`'s `PermitStatements`); one permit
 //   or attempt per semaphore per session (a local reservation), so `free` lets go whatever the
 //   session holds of it, which is also how a dropped attempt is undone (`PermitPending`)
+mod barrier;
+mod channel_listens;
 mod config;
 mod election;
 mod held;
 mod inspect;
 mod keys;
+mod latch;
 mod listener;
 mod lock_backend;
 mod lock_table;
@@ -299,6 +302,13 @@ mod waiting;
 
 pub use self::election::MAX_VALUE_BYTES;
 pub use self::keys::{advisory_key, advisory_key_in, rw_advisory_key, rw_advisory_key_in};
+
+/// The `NOTIFY` channel of the latch `name` under `prefix` (see the
+/// `latch` module): for the tests that look for its `LISTEN` on the server.
+#[doc(hidden)]
+pub fn latch_channel(prefix: &str, name: &str) -> String {
+    latch::channel_of(prefix, name)
+}
 
 /// The per-statement pooler guard on the parameter `$n`, as every lock
 /// statement carries it (`pooler.rs`): for the tests that run it through
@@ -346,6 +356,15 @@ pub struct PostgresBackend {
     /// Whether the leaders' table is known to exist (made on the first use
     /// of an election).
     leaders_ready: std::sync::atomic::AtomicBool,
+    /// Whether the latches' table is known to exist (made on the first
+    /// use of a latch).
+    latches_ready: std::sync::atomic::AtomicBool,
+    /// Whether the barriers' table is known to exist (made on the first
+    /// use of a barrier).
+    barriers_ready: std::sync::atomic::AtomicBool,
+    /// The latches' and barriers' `LISTEN`s on the listening connection
+    /// (`channel_listens.rs`).
+    channel_listens: Arc<channel_listens::ChannelListens>,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -520,6 +539,9 @@ impl PostgresBackend {
             listener: Arc::new(tokio::sync::Mutex::new(None)),
             spare: Arc::new(Mutex::new(None)),
             leaders_ready: std::sync::atomic::AtomicBool::new(false),
+            latches_ready: std::sync::atomic::AtomicBool::new(false),
+            barriers_ready: std::sync::atomic::AtomicBool::new(false),
+            channel_listens: Arc::default(),
         })
     }
 

@@ -37,8 +37,9 @@ use crate::{LockError, LockGuard};
 ///   once; more wait locally until one leaves.
 /// - Backends: memory, Redis (one server, Cluster, Sentinel), etcd (keys
 ///   on the session lease, as etcd's
-///   `recipes` double barrier) and ZooKeeper (Curator's layout at
-///   `/<prefix>/<name>`, shared with Curator's own class). Others fail
+///   `recipes` double barrier), ZooKeeper (Curator's layout at
+///   `/<prefix>/<name>`, shared with Curator's own class) and PostgreSQL
+///   (rows with an expiry, `LISTEN`/`NOTIFY`). Others fail
 ///   with [`LockError::InvalidOption`] ("… has no barriers").
 ///
 /// Options: [`ttl`](Self::ttl) (of each member), [`wait`](Self::wait) (of

@@ -24,14 +24,14 @@ use crate::LockError;
 ///   unset latch) does nothing.
 /// - [`try_set_count`](Self::try_set_count) answers `false` while a count
 ///   is live; a latch that reached zero may be set again.
-/// - Waiters are woken by the service (pub/sub, an etcd watch), never
+/// - Waiters are woken by the service (pub/sub, an etcd watch, `NOTIFY`), never
 ///   by polling, and the waiters of one name in one process share one
 ///   subscription.
 /// - The count has no lease: a process that dies before its `count_down`
 ///   leaves the waiters waiting until their [`wait`](Self::wait) ends.
 /// - With `?layout=redisson` on Redis, the latch is Redisson's
 ///   `RCountDownLatch` of the same name (see [`crate::guide::interop`]).
-/// - Backends: memory, Redis and etcd. Others fail with
+/// - Backends: memory, Redis, etcd and PostgreSQL. Others fail with
 ///   [`LockError::InvalidOption`] ("… has no count-down latches").
 ///
 /// Options: [`wait`](Self::wait) (how long `wait_zero` waits; default no

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::fixtures::etcd::EtcdFixture;
 use crate::fixtures::memory::MemoryFixture;
+use crate::fixtures::postgres::PgFixture;
 use crate::fixtures::redis::RedisFixture;
 use crate::fixtures::redisson::RedissonFixture;
 use crate::fixtures::sentinel::SentinelFixture;
@@ -154,6 +155,47 @@ impl LatchFixture for EtcdFixture {
             Vec::new()
         } else {
             vec![key]
+        }
+    }
+}
+
+/// PostgreSQL tells no session which channels another one listens on; the
+/// listening connection runs nothing but `LISTEN`s and `UNLISTEN`s after
+/// its first batch, so the sessions whose last statement is the latch's
+/// `LISTEN` are those listening on it (the suite waits on one latch at a
+/// time per server). The number of listening connections is printed beside
+/// it.
+#[async_trait::async_trait]
+impl LatchFixture for PgFixture {
+    async fn latch_subscriptions(&self, name: &str) -> Option<usize> {
+        let channel = dlock::backends::postgres::latch_channel("dlock", name);
+        let sql =
+            format!("SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN \"{channel}\"'");
+        let out = tokio::task::block_in_place(|| self.server().psql(&sql));
+        let listening = tokio::task::block_in_place(|| {
+            self.server().psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()",
+            )
+        });
+        eprintln!("postgres latch `{name}`: {out} sessions on its LISTEN, {listening} listening connections");
+        out.trim().parse().ok()
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        let sql = format!(
+            "SELECT name || ' = ' || remaining FROM public.dlock_latches WHERE to_regclass('public.dlock_latches') IS NOT NULL AND name = 'dlock:{}'",
+            name.replace('\'', "''")
+        );
+        let out = tokio::task::block_in_place(|| self.server().try_psql(&sql));
+        match out {
+            Ok(rows) => rows
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+                .collect(),
+            // No table yet: no latch was ever set.
+            Err(e) if e.to_string().contains("does not exist") => Vec::new(),
+            Err(e) => panic!("{e}"),
         }
     }
 }

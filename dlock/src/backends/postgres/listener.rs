@@ -120,6 +120,15 @@ impl Listener {
         self.alive.load(Ordering::SeqCst) && !self._client.is_closed()
     }
 
+    /// Runs `statement` (a latch's `LISTEN` or `UNLISTEN`) on the listening
+    /// connection.
+    pub(super) fn run<'a>(
+        &'a self,
+        statement: &'a str,
+    ) -> impl std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'a {
+        self._client.batch_execute(statement)
+    }
+
     /// Turns false when the listening connection ends.
     pub(super) fn alive_flag(&self) -> Arc<AtomicBool> {
         self.alive.clone()

@@ -66,7 +66,11 @@ impl LockBackend for PostgresBackend {
     }
 
     fn capabilities(&self) -> crate::backend::Capabilities<'_> {
-        crate::backend::Capabilities::all(self)
+        crate::backend::Capabilities {
+            latch: Some(self),
+            barrier: Some(self),
+            ..crate::backend::Capabilities::all(self)
+        }
     }
 
     fn loss_alarm(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

@@ -188,3 +188,51 @@ fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
             | Some(&SqlState::DUPLICATE_TABLE)
     )
 }
+
+impl super::PostgresBackend {
+    /// Creates the table `table` with `create` if it is missing (asked
+    /// first: `CREATE … IF NOT EXISTS` needs the CREATE right even when the
+    /// table is there), and refuses it when a role dlock does not trust
+    /// owns it (its triggers would run as dlock's role).
+    pub(super) async fn ensure_table_of(
+        &self,
+        table: &str,
+        create: &str,
+        what: &str,
+    ) -> Result<(), LockError> {
+        let session = self.any_session().await?;
+        let exists: bool = self
+            .bounded(
+                session
+                    .client
+                    .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&table]),
+            )
+            .await?
+            .get(0);
+        let created = async {
+            if exists {
+                Ok(())
+            } else {
+                super::setup::create_if_missing(&session.client, create).await
+            }
+        };
+        match tokio::time::timeout(self.config.session.timeout, created).await {
+            Err(_) => return Err(self.silent()),
+            Ok(Ok(())) => {}
+            Ok(Err(e))
+                if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
+            {
+                return Err(LockError::invalid_option(format!(
+                    "`{shown}`: the table {table} of {what} is missing and this role may not create it ({e}); \
+                     have a role this one is a member of (or a superuser) run `{create}` and `GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO <role>`",
+                    shown = self.shown,
+                    e = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+                )));
+            }
+            Ok(Err(e)) => return Err(failed(&self.shown, e)),
+        }
+        let table = table.to_owned();
+        let (config, shown) = (&self.config, &self.shown);
+        super::setup::check_owners(&session.client, config, &config.schema, &[&table], shown).await
+    }
+}

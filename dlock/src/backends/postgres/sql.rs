@@ -148,6 +148,60 @@ pub(super) struct Statements {
     pub(super) leaders: String,
     /// The election statements.
     pub(super) elections: ElectionStatements,
+    /// The count-down latch statements.
+    pub(super) latches: LatchStatements,
+    /// The double barrier statements (`barrier.rs`).
+    pub(super) barriers: super::barrier::BarrierStatements,
+}
+
+/// The statements of count-down latches: the row `$1` (`<prefix>:<name>`)
+/// of `"schema".dlock_latches` holds a live count (at least 1); no row is
+/// a count of zero.
+#[derive(Debug, Clone)]
+pub(super) struct LatchStatements {
+    /// `"schema".dlock_latches`.
+    pub(super) table: String,
+    /// Creates the latches' table if it is missing.
+    pub(super) create: String,
+    /// Sets the count of `$1` to `$2` where no count is live; answers a
+    /// row if it did.
+    pub(super) set: String,
+    /// Takes one from the count of `$1`, deleting the row at one and then
+    /// announcing `$3` (the waiters' key) on the channel `$2`; nothing
+    /// without a row. The row is locked first (`FOR UPDATE`, which reads
+    /// its newest version), so each of many concurrent count-downs takes
+    /// one from the count the one before it left.
+    pub(super) count_down: String,
+    /// The count of `$1`, 0 without a row.
+    pub(super) read: String,
+}
+
+impl LatchStatements {
+    fn new(schema: &str) -> Self {
+        let table = format!("\"{schema}\".dlock_latches");
+        LatchStatements {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {table} (name text PRIMARY KEY, remaining bigint NOT NULL)"
+            ),
+            set: format!(
+                "INSERT INTO {table} AS t (name, remaining) VALUES ($1::text, $2::int8) \
+                 ON CONFLICT (name) DO UPDATE SET remaining = EXCLUDED.remaining WHERE t.remaining <= 0 \
+                 RETURNING 1"
+            ),
+            count_down: format!(
+                "WITH cur AS (SELECT remaining FROM {table} WHERE name = $1::text FOR UPDATE), \
+                 gone AS (DELETE FROM {table} WHERE name = $1::text AND (SELECT remaining FROM cur) <= 1 RETURNING 1), \
+                 less AS (UPDATE {table} SET remaining = remaining - 1 \
+                   WHERE name = $1::text AND (SELECT remaining FROM cur) > 1 RETURNING 1), \
+                 n AS (SELECT pg_notify($2::text, $3::text) FROM gone) \
+                 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM less), (SELECT count(*) FROM n)"
+            ),
+            read: format!(
+                "SELECT COALESCE((SELECT remaining FROM {table} WHERE name = $1::text), 0)::int8"
+            ),
+            table,
+        }
+    }
 }
 
 /// The statements of elections. An election `<prefix>:<name>` is the plain
@@ -310,6 +364,8 @@ impl Statements {
             sweep: sweep(&table, &holders, retention_us, held_by_anyone),
             permits: PermitStatements::new(),
             elections: ElectionStatements::new(&holders, &leaders),
+            latches: LatchStatements::new(schema),
+            barriers: super::barrier::BarrierStatements::new(schema),
             table,
             holders,
             leaders,
