@@ -186,12 +186,15 @@
 // - semaphores (`PermitBackend`): `permits.rs` (slot files, the count file held shared)
 // - elections (`ElectionBackend`): `election.rs` (the leader record beside the lock file,
 //   observers woken by inotify on the directory and the lock file)
+// - count-down latches (`LatchBackend`): `latch.rs` (the count file, renamed into place, counted
+//   down under `flock`; waiters woken by inotify on the directory)
 // - the operator's view: `inspect.rs` (`/proc/locks`, the records; `force_release` by replacing)
 mod config;
 mod election;
 mod fs_kind;
 mod held;
 mod inspect;
+mod latch;
 mod lock_file;
 mod names;
 mod permits;
@@ -396,7 +399,10 @@ impl LockBackend for FileBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
+        Capabilities {
+            latch: Some(self),
+            ..Capabilities::all(self)
+        }
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
