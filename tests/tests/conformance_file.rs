@@ -17,3 +17,5 @@ dlock_tests::semaphore_suite!(FileFixture::start());
 dlock_tests::election_suite!(FileFixture::start());
 // A latch is the count file `<prefix>~latch~<name>.count`, woken by inotify.
 dlock_tests::latch_suite!(FileFixture::start());
+// A barrier member is a locked, leased file `<prefix>~barrier~<name>~<id>.member`.
+dlock_tests::barrier_suite!(FileFixture::start());

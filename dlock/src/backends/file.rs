@@ -188,7 +188,10 @@
 //   observers woken by inotify on the directory and the lock file)
 // - count-down latches (`LatchBackend`): `latch.rs` (the count file, renamed into place, counted
 //   down under `flock`; waiters woken by inotify on the directory)
+// - double barriers (`BarrierBackend`): `barrier.rs` (member files locked and leased like permits,
+//   the `ready` file of Curator's layout; waiters woken by inotify on the directory)
 // - the operator's view: `inspect.rs` (`/proc/locks`, the records; `force_release` by replacing)
+mod barrier;
 mod config;
 mod election;
 mod fs_kind;
@@ -401,6 +404,7 @@ impl LockBackend for FileBackend {
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities {
             latch: Some(self),
+            barrier: Some(self),
             ..Capabilities::all(self)
         }
     }

@@ -43,6 +43,9 @@ const LATCH: &str = "latch~";
 /// The ending of a latch's count file.
 pub(super) const COUNT: &str = ".count";
 
+/// Between the prefix and the name of a barrier's files: `barrier~`.
+const BARRIER: &str = "barrier~";
+
 /// `<prefix>~<escaped key>`, or `<prefix>~#<hash>` for a long key: the
 /// stem of every file of the key.
 pub(super) fn stem(prefix: &str, key: &str) -> String {
@@ -66,6 +69,13 @@ pub(super) fn sem_stem(prefix: &str, name: &str) -> String {
 /// `<prefix>~latch~<escaped name>` (or hashed); the file adds `.count`.
 pub(super) fn latch_stem(prefix: &str, name: &str) -> String {
     stem_in(prefix, LATCH, name)
+}
+
+/// The stem of the files of the barrier `name`:
+/// `<prefix>~barrier~<escaped name>` (or hashed); its members and its
+/// `ready` file add `~…`.
+pub(super) fn barrier_stem(prefix: &str, name: &str) -> String {
+    stem_in(prefix, BARRIER, name)
 }
 
 fn stem_in(prefix: &str, kind: &str, key: &str) -> String {
