@@ -38,7 +38,8 @@ use crate::{LockError, LockGuard};
 /// - Backends: memory, Redis (one server, Cluster, Sentinel), etcd (keys
 ///   on the session lease, as etcd's
 ///   `recipes` double barrier) and ZooKeeper (Curator's layout at
-///   `/<prefix>/<name>`, shared with Curator's own class). Others fail
+///   `/<prefix>/<name>`, shared with Curator's own class) and files (a
+///   locked, leased file per member and a `ready` file). Others fail
 ///   with [`LockError::InvalidOption`] ("… has no barriers").
 ///
 /// Options: [`ttl`](Self::ttl) (of each member), [`wait`](Self::wait) (of

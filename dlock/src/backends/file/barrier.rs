@@ -18,6 +18,9 @@
 //! - `enter`: with `ready` there, the barrier is open and the member passes
 //!   at once; else, with `parties` members counted, it creates `ready`
 //!   (`O_EXCL`, the backend's mode), which opens the barrier for everyone.
+//!   A `ready` found with no member but the caller's is a dead round's (its
+//!   members killed before they left): the caller removes it and starts a
+//!   new round, as etcd's lone member does.
 //!   The member renews its own record while it waits. A timed-out or
 //!   dropped `enter` removes its file (a guard, synchronously).
 //! - `leave` (`wait_all_left`, once the caller's member is removed): waits
@@ -337,17 +340,21 @@ impl FileBackend {
             tokio::pin!(woken);
             woken.as_mut().enable();
             // Looked at after the watch is armed: a change from here on wakes it.
-            let mut next_expiry = None;
             let mut round = self.ready_round(&files)?;
-            if round.is_none() {
-                let census = self.census(&files)?;
-                if census.live >= req.parties {
-                    self.open_barrier(&files)?;
-                    // (Closed again at once only if every member left.)
-                    round = self.ready_round(&files)?;
-                }
-                next_expiry = census.next_expiry;
+            let census = self.census(&files)?;
+            if let Some(stale) = round.filter(|_| census.live <= 1) {
+                // `ready` with no member but ours: left by a round whose
+                // members all died (or all left and have not closed it yet,
+                // which they take as closed): this is a new round.
+                self.close_round(&files, stale)?;
+                round = None;
             }
+            if round.is_none() && census.live >= req.parties {
+                self.open_barrier(&files)?;
+                // (Closed again at once only if every member left.)
+                round = self.ready_round(&files)?;
+            }
+            let next_expiry = census.next_expiry;
             if let Some(round) = round {
                 // Still our member (not counted out while we looked).
                 lease.valid_until = self.renew_entering(&lease)?;
