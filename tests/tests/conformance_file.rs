@@ -15,3 +15,7 @@ dlock_tests::rw_suite!(FileFixture::start());
 dlock_tests::semaphore_suite!(FileFixture::start());
 // Elections are the lock of their name, the record in `<prefix>~<name>.leader`.
 dlock_tests::election_suite!(FileFixture::start());
+// A latch is the count file `<prefix>~latch~<name>.count`, woken by inotify.
+dlock_tests::latch_suite!(FileFixture::start());
+// A barrier member is a locked, leased file `<prefix>~barrier~<name>~<id>.member`.
+dlock_tests::barrier_suite!(FileFixture::start());

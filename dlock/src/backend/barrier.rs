@@ -14,7 +14,7 @@ use crate::LockError;
 /// The backends that have barriers, by their first URL scheme: what
 /// [`no_barriers`] names. Kept here, not in the scheme table, so the table
 /// keeps one column per older capability.
-const WITH_BARRIERS: &str = "memory, redis, etcd, zk or postgres";
+const WITH_BARRIERS: &str = "memory, redis, etcd, zk, postgres or file";
 
 /// What the core asks a backend to enter: one member of a double barrier.
 ///
@@ -83,6 +83,9 @@ pub fn no_barriers(backend: &str) -> LockError {
 /// - **postgres**: a row per member in `dlock_barriers` with an expiry on
 ///   the server's clock, and a `ready` row; changes announced with
 ///   `NOTIFY` on the barrier's channel.
+/// - **file**: a member file per member, locked (`flock`) and leased like
+///   a permit, and a `ready` file (Curator's layout), under
+///   `<prefix>~barrier~<name>`; waiters woken by inotify on the directory.
 #[async_trait]
 pub trait BarrierBackend: Send + Sync {
     /// Adds a member to the barrier `req.name` and waits until the barrier

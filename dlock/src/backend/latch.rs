@@ -11,7 +11,7 @@ use crate::LockError;
 
 /// The backends with count-down latches, by their first scheme. Kept here
 /// (not in the scheme table) so each capability's list lives in its own file.
-const WITH_LATCHES: &[&str] = &["memory", "redis", "etcd", "postgres"];
+const WITH_LATCHES: &[&str] = &["memory", "redis", "etcd", "postgres", "file"];
 
 /// The error of a backend that has no count-down latches: what
 /// [`CountDownLatch`](crate::CountDownLatch) answers when
@@ -62,6 +62,10 @@ pub fn no_latches(backend: &str) -> LockError {
 /// - **postgres**: a row of `dlock_latches`, deleted at zero by the
 ///   count-down that announces it with `NOTIFY` on the latch's channel;
 ///   waiters share one `LISTEN` on the backend's listening connection.
+/// - **file**: the count file `<prefix>~latch~<name>.count`, renamed into
+///   place (`RENAME_NOREPLACE`), counted down in place under `flock` and
+///   removed at zero; waiters share the process's inotify watch of the
+///   directory.
 #[async_trait]
 pub trait LatchBackend: Send + Sync {
     /// Sets the count of the latch `name` to `count` (at least 1) if it is

@@ -186,17 +186,23 @@
 // - semaphores (`PermitBackend`): `permits.rs` (slot files, the count file held shared)
 // - elections (`ElectionBackend`): `election.rs` (the leader record beside the lock file,
 //   observers woken by inotify on the directory and the lock file)
+// - count-down latches (`LatchBackend`): `latch.rs` (the count file, renamed into place, counted
+//   down under `flock`; waiters woken by inotify on the directory)
+// - double barriers (`BarrierBackend`): `barrier.rs` (member files locked and leased like permits,
+//   the `ready` file of Curator's layout; waiters woken by inotify on the directory)
 // - the operator's view: `inspect.rs` (`/proc/locks`, the records; `force_release` by replacing)
 /// Ends the process's inotify watcher and its thread (`dlock::shutdown`).
 pub(crate) fn stop_watching() {
     watch::stop();
 }
 
+mod barrier;
 mod config;
 mod election;
 mod fs_kind;
 mod held;
 mod inspect;
+mod latch;
 mod lock_file;
 mod names;
 mod permits;
@@ -402,7 +408,11 @@ impl LockBackend for FileBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::all(self)
+        Capabilities {
+            latch: Some(self),
+            barrier: Some(self),
+            ..Capabilities::all(self)
+        }
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

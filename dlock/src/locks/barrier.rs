@@ -38,8 +38,9 @@ use crate::{LockError, LockGuard};
 /// - Backends: memory, Redis (one server, Cluster, Sentinel), etcd (keys
 ///   on the session lease, as etcd's
 ///   `recipes` double barrier), ZooKeeper (Curator's layout at
-///   `/<prefix>/<name>`, shared with Curator's own class) and PostgreSQL
-///   (rows with an expiry, `LISTEN`/`NOTIFY`). Others fail
+///   `/<prefix>/<name>`, shared with Curator's own class), PostgreSQL
+///   (rows with an expiry, `LISTEN`/`NOTIFY`) and files (a locked, leased
+///   file per member and a `ready` file). Others fail
 ///   with [`LockError::InvalidOption`] ("… has no barriers").
 ///
 /// Options: [`ttl`](Self::ttl) (of each member), [`wait`](Self::wait) (of

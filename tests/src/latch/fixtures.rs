@@ -199,3 +199,63 @@ impl LatchFixture for PgFixture {
         }
     }
 }
+
+/// The inotify watches this process holds on the inode `ino`: lines of
+/// `/proc/self/fdinfo/<fd>` of each inotify descriptor (`ino:<hex>`).
+pub(crate) fn inotify_watches_on(ino: u64) -> usize {
+    let wanted = format!("ino:{ino:x} ");
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy().contains("inotify"))
+        })
+        .filter_map(|fd| {
+            std::fs::read_to_string(format!(
+                "/proc/self/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .ok()
+        })
+        .map(|info| {
+            info.lines()
+                .filter(|line| line.starts_with("inotify wd:") && line.contains(&wanted))
+                .count()
+        })
+        .sum()
+}
+
+#[async_trait::async_trait]
+impl LatchFixture for crate::fixtures::file::FileFixture {
+    async fn latch_subscriptions(&self, _name: &str) -> Option<usize> {
+        // Waiters watch the directory (one fixture, one directory per case).
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(self.dir()).ok()?.ino();
+        Some(inotify_watches_on(ino))
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        let escaped: String = name
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':') {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let stem = format!("~latch~{escaped}");
+        std::fs::read_dir(self.dir())
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|f| f.contains(&stem))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}

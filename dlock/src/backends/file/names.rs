@@ -37,6 +37,15 @@ const RW: &str = "rw~";
 /// `rw~`, no lock key's files start so).
 const SEM: &str = "sem~";
 
+/// Between the prefix and the name of a count-down latch's file: `latch~`.
+const LATCH: &str = "latch~";
+
+/// The ending of a latch's count file.
+pub(super) const COUNT: &str = ".count";
+
+/// Between the prefix and the name of a barrier's files: `barrier~`.
+const BARRIER: &str = "barrier~";
+
 /// `<prefix>~<escaped key>`, or `<prefix>~#<hash>` for a long key: the
 /// stem of every file of the key.
 pub(super) fn stem(prefix: &str, key: &str) -> String {
@@ -54,6 +63,19 @@ pub(super) fn rw_stem(prefix: &str, key: &str) -> String {
 /// `~<slot>.lock` (a `~` no escaped name holds, so no two names share one).
 pub(super) fn sem_stem(prefix: &str, name: &str) -> String {
     stem_in(prefix, SEM, name)
+}
+
+/// The stem of the count file of the latch `name`:
+/// `<prefix>~latch~<escaped name>` (or hashed); the file adds `.count`.
+pub(super) fn latch_stem(prefix: &str, name: &str) -> String {
+    stem_in(prefix, LATCH, name)
+}
+
+/// The stem of the files of the barrier `name`:
+/// `<prefix>~barrier~<escaped name>` (or hashed); its members and its
+/// `ready` file add `~…`.
+pub(super) fn barrier_stem(prefix: &str, name: &str) -> String {
+    stem_in(prefix, BARRIER, name)
 }
 
 fn stem_in(prefix: &str, kind: &str, key: &str) -> String {

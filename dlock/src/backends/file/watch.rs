@@ -224,6 +224,13 @@ impl Watch {
         &self.notify
     }
 
+    /// Whether the process's reader still reads this watch's events: once
+    /// it stopped (its waiters were woken one last time), a waiter makes a
+    /// new watch or falls back to the re-check.
+    pub(super) fn live(&self) -> bool {
+        self.watcher.reading.load(Ordering::SeqCst)
+    }
+
     /// How many events this watch has had so far (counted before its
     /// waiters are woken).
     pub(super) fn events(&self) -> u64 {
