@@ -113,7 +113,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["file"],
         feature: Some("file"),
         semaphores: true,
-        many_permits: false,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::File,

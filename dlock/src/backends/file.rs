@@ -203,6 +203,7 @@ mod fs_kind;
 mod held;
 mod inspect;
 mod latch;
+mod line;
 mod lock_file;
 mod names;
 mod permits;

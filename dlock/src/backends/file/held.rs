@@ -23,9 +23,10 @@ pub(super) struct Held {
     /// The holder's record, written in the file; `None` for a read-write
     /// lock's lease (its file is shared by readers).
     pub(super) record: Option<Record>,
-    /// A second file the lease keeps locked, and its name: a permit's
-    /// shared lock on its semaphore's count file. Closed after `file`.
-    pub(super) companion: Option<(File, String)>,
+    /// More files the lease keeps locked, and their names: a permit's
+    /// other slots and its shared lock on its semaphore's count file.
+    /// Closed after `file`, in order.
+    pub(super) companions: Vec<(File, String)>,
     pub(super) ttl: Duration,
     pub(super) valid_until: Instant,
     /// The watch on the held file that rings the backend's loss alarm when
@@ -46,6 +47,9 @@ fn let_go_of(held: Held) {
     }
     lock_file::unlock(&held.file);
     drop(held.file);
+    for (file, _) in held.companions {
+        lock_file::unlock(&file);
+    }
 }
 
 pub(super) fn lock(map: &std::sync::Mutex<HeldMap>) -> std::sync::MutexGuard<'_, HeldMap> {
@@ -82,7 +86,7 @@ impl FileBackend {
             file,
             name,
             record,
-            companion: None,
+            companions: Vec::new(),
             ttl,
             valid_until,
             _loss_watch: loss_watch,
@@ -110,10 +114,10 @@ impl FileBackend {
     }
 
     /// Gives the lease of `token` (just registered by [`hold`](Self::hold))
-    /// a second locked file, checked at each renewal and closed with it.
+    /// one more locked file, checked at each renewal and closed with it.
     pub(super) fn attach(&self, token: &str, companion: File, name: String) {
         match lock(&self.held).get_mut(token) {
-            Some(held) => held.companion = Some((companion, name)),
+            Some(held) => held.companions.push((companion, name)),
             // Already let go (its ttl ran out): the companion goes too.
             None => lock_file::unlock(&companion),
         }
@@ -154,9 +158,15 @@ impl FileBackend {
                 true => lock_file::is_current(&self.dir, &held.name, &held.file),
                 false => Ok(false),
             })
-            .and_then(|ok| match &held.companion {
-                Some((file, name)) if ok => lock_file::is_current(&self.dir, name, file),
-                _ => Ok(ok),
+            .and_then(|ok| {
+                let mut ok = ok;
+                for (file, name) in &held.companions {
+                    if !ok {
+                        break;
+                    }
+                    ok = lock_file::is_current(&self.dir, name, file)?;
+                }
+                Ok(ok)
             });
         match current {
             Ok(true) => {}

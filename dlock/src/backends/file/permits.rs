@@ -42,6 +42,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use rustix::io::Errno;
 
+use super::line::Ahead;
 use super::lock_file;
 use super::waiting::RECHECK;
 use super::{inspect, names, watch, FileBackend};
@@ -69,6 +70,9 @@ impl SemFiles {
         format!("{}~{i}{}", self.stem, names::LOCK)
     }
 }
+
+/// A slot an attempt locked: its number, file and name.
+type Taken = (usize, File, String);
 
 /// A caller's open files between attempts (kept so that a failed attempt
 /// closes nothing).
@@ -236,31 +240,68 @@ impl FileBackend {
                 }
             }
             kept.count = Some(count);
-            for i in 0..req.permits {
-                let name = files.slot(i);
-                let slot = self.reopened(&name, kept.slots[i].take())?;
-                let sent = Instant::now();
-                if !lock_file::try_lock(&slot).map_err(|e| fail(&name, e))? {
-                    kept.slots[i] = Some(slot);
-                    continue;
-                }
-                let current = lock_file::is_current(&self.dir, &name, &slot);
-                if !current.map_err(|e| fail(&name, e))? {
-                    // Replaced since the open: the next attempt opens the new one.
-                    lock_file::unlock(&slot);
-                    continue;
-                }
-                match self.confirm_count(req, files, kept)? {
-                    Some(count) => return Ok(Some(self.grant(req, slot, name, count, sent))),
-                    None => {
-                        lock_file::unlock(&slot);
-                        kept.slots[i] = Some(slot);
-                        continue 'rounds;
-                    }
+            let sent = Instant::now();
+            let Some(taken) = self.take_slots(req, files, kept)? else {
+                return Ok(None);
+            };
+            match self.confirm_count(req, files, kept)? {
+                Some(count) => return Ok(self.grant(req, taken, count, sent)),
+                None => {
+                    give_back(taken, kept);
+                    continue 'rounds;
                 }
             }
-            return Ok(None);
         }
+        Ok(None)
+    }
+
+    /// `req.count` free slots, locked; `None` (nothing locked) if fewer
+    /// are free.
+    fn take_slots(
+        &self,
+        req: &PermitRequest,
+        files: &SemFiles,
+        kept: &mut Kept,
+    ) -> Result<Option<Vec<Taken>>, LockError> {
+        let fail = |name: &str, e| self.failed("cannot lock the semaphore file", name, e);
+        let mut taken = Vec::with_capacity(req.count);
+        for i in 0..req.permits {
+            let name = files.slot(i);
+            let slot = match self.reopened(&name, kept.slots[i].take()) {
+                Ok(slot) => slot,
+                Err(e) => {
+                    give_back(taken, kept);
+                    return Err(e);
+                }
+            };
+            let locked = lock_file::try_lock(&slot)
+                .and_then(|locked| match locked {
+                    true => lock_file::is_current(&self.dir, &name, &slot).map(|current| {
+                        if !current {
+                            // Replaced since the open: the next attempt opens the new one.
+                            lock_file::unlock(&slot);
+                        }
+                        Some(current)
+                    }),
+                    false => Ok(None),
+                })
+                .map_err(|e| fail(&name, e));
+            match locked {
+                Ok(Some(true)) => taken.push((i, slot, name)),
+                Ok(Some(false)) => {}
+                Ok(None) => kept.slots[i] = Some(slot),
+                Err(e) => {
+                    kept.slots[i] = Some(slot);
+                    give_back(taken, kept);
+                    return Err(e);
+                }
+            }
+            if taken.len() == req.count {
+                return Ok(Some(taken));
+            }
+        }
+        // Too few free: all or nothing.
+        give_back(taken, kept);
         Ok(None)
     }
 
@@ -294,28 +335,53 @@ impl FileBackend {
         }
     }
 
-    /// Registers the permit: `slot` locked, `count` kept shared.
+    /// Registers the permit: its `req.count` slots locked, `count` kept
+    /// shared. The first slot is the lease's file; the others, then the
+    /// count file, go with it (checked at each renewal, closed with it).
     fn grant(
         &self,
         req: &PermitRequest,
-        slot: File,
-        name: String,
+        taken: Vec<Taken>,
         count: File,
         sent: Instant,
-    ) -> Lease {
+    ) -> Option<Lease> {
         let valid_until = lease_deadline(sent, req.ttl);
+        let mut taken = taken.into_iter().map(|(_, file, name)| (file, name));
+        // (`take_slots` gives `req.count` ≥ 1 slots.)
+        let (slot, name) = taken.next()?;
         let resource = self.config.dir.join(&name).display().to_string();
         let lease = Lease::unfenced(&req.name, &req.token, req.ttl, valid_until, resource);
         self.hold(&req.token, slot, name, None, req.ttl, valid_until);
+        for (slot, name) in taken {
+            self.attach(&req.token, slot, name);
+        }
         self.attach(&req.token, count, self.sem_files(&req.name).count);
-        lease
+        Some(lease)
+    }
+}
+
+/// Unlocks the slots of a failed attempt without closing them (a close
+/// would wake the other waiters).
+fn give_back(taken: Vec<Taken>, kept: &mut Kept) {
+    for (i, slot, _) in taken {
+        lock_file::unlock(&slot);
+        kept.slots[i] = Some(slot);
     }
 }
 
 #[async_trait]
 impl PermitBackend for FileBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
-        self.permit_attempt(req, &self.sem_files(&req.name), &mut Kept::default())
+        let files = self.sem_files(&req.name);
+        // A waiter in line goes first, even with enough slots free for this one.
+        if let Ahead::Ticket(_) = self.ahead_of(&files.stem, None)? {
+            return Ok(None);
+        }
+        self.permit_attempt(req, &files, &mut Kept::default())
+    }
+
+    fn many_permits(&self) -> bool {
+        true
     }
 
     async fn acquire_permit(
@@ -325,17 +391,46 @@ impl PermitBackend for FileBackend {
     ) -> Result<Option<Lease>, LockError> {
         let files = self.sem_files(&req.name);
         let mut kept = Kept::default();
-        if let Some(lease) = self.permit_attempt(req, &files, &mut kept)? {
+        if let Ahead::Nobody = self.ahead_of(&files.stem, None)?
+            && let Some(lease) = self.permit_attempt(req, &files, &mut kept)?
+        {
             return Ok(Some(lease));
         }
-        // Every file exists now (the attempt opened them): watch them all.
-        let mut names: Vec<String> = (0..req.permits).map(|i| files.slot(i)).collect();
-        names.push(files.count.clone());
-        let watches: Vec<watch::Watch> = names
-            .iter()
-            .filter_map(|name| watch::watch(&self.config.dir.join(name)).ok())
-            .collect();
+        // In line until granted; dropped with this future, the ticket
+        // leaves the line.
+        let mut ticket = self.take_ticket(&files.stem)?;
+        // The slots' and the count file's watches, made when first in line.
+        let mut slot_watches: Option<Vec<watch::Watch>> = None;
         loop {
+            if !self.ticket_is_current(&ticket)? {
+                // Removed under its waiter: stand in line again.
+                ticket = self.take_ticket(&files.stem)?;
+            }
+            let ahead = self.ahead_of(&files.stem, Some(&ticket))?;
+            let watches: Vec<watch::Watch> = match &ahead {
+                Ahead::Ticket(name) => watch::watch_departure(&self.config.dir.join(name))
+                    .ok()
+                    .into_iter()
+                    .collect(),
+                Ahead::Nobody => Vec::new(),
+            };
+            let watches = match (&ahead, &slot_watches) {
+                (Ahead::Nobody, Some(_)) => slot_watches.as_ref().map_or(&watches, |w| w),
+                (Ahead::Nobody, None) => {
+                    // Every file exists once an attempt opened them: so
+                    // attempt (in the loop below) before the first wait.
+                    let mut names: Vec<String> = (0..req.permits).map(|i| files.slot(i)).collect();
+                    names.push(files.count.clone());
+                    slot_watches = Some(
+                        names
+                            .iter()
+                            .filter_map(|name| watch::watch(&self.config.dir.join(name)).ok())
+                            .collect(),
+                    );
+                    slot_watches.as_ref().map_or(&watches, |w| w)
+                }
+                (Ahead::Ticket(_), _) => &watches,
+            };
             let mut woken: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> = watches
                 .iter()
                 .map(|w| Box::pin(w.notify().notified()))
@@ -343,9 +438,18 @@ impl PermitBackend for FileBackend {
             for notified in &mut woken {
                 notified.as_mut().enable();
             }
-            // Tried after the watches are armed: a release from here on wakes it.
-            if let Some(lease) = self.permit_attempt(req, &files, &mut kept)? {
-                return Ok(Some(lease));
+            // Looked at after the watches are armed: a change from here on wakes it.
+            match &ahead {
+                Ahead::Nobody => {
+                    if let Some(lease) = self.permit_attempt(req, &files, &mut kept)? {
+                        return Ok(Some(lease));
+                    }
+                }
+                Ahead::Ticket(name) => {
+                    if !self.ticket_is_live(name)? {
+                        continue;
+                    }
+                }
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {

@@ -183,6 +183,20 @@ pub(super) fn watch(path: &Path) -> Result<Watch, Errno> {
     add(path, events())
 }
 
+/// Watches the ticket at `path` (a semaphore waiter's place in line, see
+/// `line.rs`) for its waiter leaving: removed, or closed by its process's
+/// end. Not `IN_CLOSE_NOWRITE`: the probes of other waiters open tickets
+/// read-only, and would wake each other without end.
+pub(super) fn watch_departure(path: &Path) -> Result<Watch, Errno> {
+    add(
+        path,
+        WatchFlags::CLOSE_WRITE
+            | WatchFlags::ATTRIB
+            | WatchFlags::DELETE_SELF
+            | WatchFlags::MOVE_SELF,
+    )
+}
+
 /// Watches the entries of the directory at `path`: a file created in it,
 /// renamed into it or removed from it (an election's leader record written
 /// or withdrawn, a lock file created or replaced). Holders watch the
