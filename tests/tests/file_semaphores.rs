@@ -1,8 +1,10 @@
 //! The file backend's semaphores against real processes and the kernel: a
 //! permit holder killed with SIGKILL (the kernel frees its slot file, and
 //! the waiter is woken by that close), permit acquisitions cancelled at
-//! every point leaving no slot held and no file open, and the files a
-//! semaphore makes (their names and modes, nothing outside the directory).
+//! every point leaving no slot held and no file open, the files a
+//! semaphore makes (their names and modes, nothing outside the directory),
+//! and the line of waiters' ticket files (gone with a dropped wait; a dead
+//! waiter's skipped and removed).
 #![cfg(target_os = "linux")]
 
 use std::os::unix::fs::PermissionsExt as _;
@@ -238,4 +240,71 @@ async fn flock_command_on_a_slot_takes_that_permit() {
     assert!(killed.elapsed() < Duration::from_secs(1));
     permit.release().await.unwrap();
     mine.release().await.unwrap();
+}
+
+/// The line of waiters (`acquire_many`'s arrival order): a waiter's ticket
+/// `<prefix>~sem~<name>~turn~<20 digits>` is there, mode 0600, while it
+/// waits, and gone when its wait is dropped; a ticket nobody keeps locked
+/// (what a killed waiter leaves: the kernel dropped its lock) does not stop
+/// a taker, and is removed by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_of_waiters_keeps_no_dead_ticket() {
+    let fixture = FileFixture::start();
+    let (a, b) = (fixture.backend().await, fixture.backend().await);
+    let tickets = || -> Vec<String> {
+        std::fs::read_dir(fixture.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|f| f.starts_with("dlock~sem~line~turn"))
+            .collect()
+    };
+    let one = semaphore(&a, "line", 2).acquire().await.unwrap();
+    let waiting = semaphore(&b, "line", 2).wait(Duration::from_secs(30));
+    let waiter = tokio::spawn(async move { waiting.acquire_many(2).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tickets().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let standing = tickets();
+    assert_eq!(standing.len(), 1, "{standing:?}");
+    assert!(
+        standing[0].len() == "dlock~sem~line~turn~".len() + 20,
+        "{standing:?}"
+    );
+    let mode = std::fs::metadata(fixture.dir().join(&standing[0]))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(
+        semaphore(&a, "line", 2)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a try_acquire overtook the waiter of 2"
+    );
+    waiter.abort();
+    let _ = waiter.await;
+    assert_eq!(
+        tickets(),
+        Vec::<String>::new(),
+        "a dropped wait left its ticket"
+    );
+    // A killed waiter's ticket: at its name, locked by nobody.
+    std::fs::write(
+        fixture
+            .dir()
+            .join("dlock~sem~line~turn~00000000000000000007"),
+        "",
+    )
+    .unwrap();
+    let other = semaphore(&b, "line", 2)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a dead waiter's ticket stopped a taker");
+    assert_eq!(tickets(), Vec::<String>::new(), "the dead ticket stayed");
+    other.release().await.unwrap();
+    one.release().await.unwrap();
 }

@@ -15,15 +15,26 @@
 //!   shared lock, then reads the number again (a writer may have come
 //!   between its first read and the shared lock: Linux converts and takes
 //!   `flock`s in two steps); another number lets both go.
-//! - Waiting: the waiter keeps every slot file and the count file open and
-//!   watched (inotify, `watch.rs`); a holder's release, its process's
+//! - Waiting (first in line): the waiter keeps every slot file and the
+//!   count file open and watched (inotify, `watch.rs`); a holder's release, its process's
 //!   death, or a count writer closing the count file wakes it; the
 //!   re-check every second is the net, as for locks. A failed attempt
 //!   closes nothing (a close would wake the other waiters, whose failed
 //!   attempts would wake it again); a dropped `acquire_permit` closes its
 //!   files and holds nothing, since an attempt makes no `.await` between
 //!   taking a slot and registering the permit.
-//! - A permit's renewal checks that its slot file and the count file are
+//! - Several permits at once (`PermitRequest::count` = n): one attempt
+//!   locks n free slots, or none (finding fewer free, it unlocks what it
+//!   took without a close). The first slot is the lease's file, the
+//!   others and the count file are its companions (`held.rs`): renewed,
+//!   released and expired together.
+//! - Arrival order: `flock` grants none, so waiters stand in line with
+//!   ticket files (`line.rs`) and only the first live ticket takes slots;
+//!   a `try_acquire`, or a new `acquire`, that finds a live ticket takes
+//!   nothing and (waiting) stands behind. The first in line watches the
+//!   slot files and the count file; the others watch the ticket in front.
+//!   A dropped wait removes its ticket (its `Drop`).
+//! - A permit's renewal checks that its slot files and the count file are
 //!   still the ones at their names (an operator removing one is a lost
 //!   permit, as for locks); its reaper lets it go when its ttl passes
 //!   without renewal. Permits have no fencing token.
