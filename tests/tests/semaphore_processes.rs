@@ -1,9 +1,8 @@
 //! `Semaphore::acquire_many` from 10 processes on 10 permits (n in 1..=4):
 //! never more than 10 out, served in arrival order (see
 //! `dlock_tests::semaphore::processes`), on Redis, etcd, ZooKeeper and
-//! files (one shared temporary directory). No SQL backend yet:
-//! PostgreSQL's semaphores take one permit at a time so far, and MySQL's
-//! always will (slot named locks).
+//! files (one shared temporary directory) and PostgreSQL. Not on MySQL,
+//! whose semaphores take one permit at a time (slot named locks).
 
 use std::sync::Arc;
 
@@ -40,4 +39,11 @@ async fn file_ten_processes_take_many_permits_in_order() {
     let fixture = dlock_tests::fixtures::file::FileFixture::start();
     let backend = dlock::connect(&fixture.url).await.unwrap();
     ten_processes_take_many_permits_in_order(TAKER, &fixture.url, backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_ten_processes_take_many_permits_in_order() {
+    let server = dlock_tests::servers::postgres::PgServer::start();
+    let backend = dlock::connect(&server.url()).await.unwrap();
+    ten_processes_take_many_permits_in_order(TAKER, &server.url(), backend).await;
 }

@@ -95,7 +95,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         names: &["postgres", "postgresql"],
         feature: Some("postgres"),
         semaphores: true,
-        many_permits: false,
+        many_permits: true,
         rw_locks: true,
         elections: true,
         backend: Backend::Postgres,

@@ -162,9 +162,11 @@
 //!
 //! A semaphore of N permits is N slot advisory locks (`bigint` form) and a
 //! count marker (two-`int4` form) that every holder holds shared: a permit
-//! is the first slot `pg_try_advisory_lock` grants, and a caller whose
+//! is the first slot `pg_try_advisory_lock` grants (n slots at once for
+//! `acquire_many(n)`, all or none, behind the semaphore's gate lock, for
+//! which waiters line up in the server's lock queue), and a caller whose
 //! count differs from a marker in `pg_locks` is refused. See the
-//! `permits` module's docs for the keys.
+//! `permits` and `permits_line` modules' docs.
 //!
 //! # Leader election
 //!
@@ -273,7 +275,9 @@
 //   two-`int4` count marker held shared by every holder (`pg_locks` shows the stored count); one
 //   statement takes the marker and the first free slot (`sql.rs`'s `PermitStatements`); one permit
 //   or attempt per semaphore per session (a local reservation), so `free` lets go whatever the
-//   session holds of it, which is also how a dropped attempt is undone (`PermitPending`)
+//   session holds of it, which is also how a dropped attempt is undone (`PermitPending`); n
+//   permits are n slots taken in the one statement behind a gate advisory lock, and waiters
+//   queue for the gate in the server's lock queue (`permits_line.rs`, `turns.rs`'s `Queued`)
 mod barrier;
 mod channel_listens;
 mod config;
@@ -286,6 +290,7 @@ mod listener;
 mod lock_backend;
 mod lock_table;
 mod permits;
+mod permits_line;
 mod pooler;
 mod renew_plain;
 mod renew_rounds;

@@ -6,7 +6,10 @@
 //! `<prefix>:<name>`, big-endian, shifted right by 21 bits so the slots
 //! never overflow), and a count marker, the two-`int4` lock
 //! (bytes 24..28, N) that every holder holds shared. A permit is the first
-//! slot `pg_try_advisory_lock` grants; the count is what the markers in
+//! slot `pg_try_advisory_lock` grants, and a permit of n (`acquire_many`)
+//! the first n free slots, all in one statement or none; every take goes
+//! through the semaphore's gate (see `permits_line.rs`, which also keeps
+//! the waiters' arrival order); the count is what the markers in
 //! `pg_locks` say, so a caller with another count while a permit is out
 //! is refused ([`permit_count_differs`]), and the count may change once
 //! every permit is back. A session carries one permit or attempt per
@@ -64,46 +67,67 @@ impl Drop for PermitPending {
 }
 
 impl PostgresBackend {
-    /// The slots' base and the marker's first half of the semaphore `name`.
-    fn permit_keys(&self, name: &str) -> (i64, i32) {
+    /// The keys of the semaphore `name`.
+    pub(super) fn permit_keys(&self, name: &str) -> PermitKeys {
         let digest = super::digest(&self.config.prefix, name);
         let mut b = [0u8; 8];
         b.copy_from_slice(&digest[24..32]);
         let mark = i32::from_be_bytes([digest[24], digest[25], digest[26], digest[27]]);
-        (i64::from_be_bytes(b) >> 21, mark)
+        let mut g = [0u8; 8];
+        g.copy_from_slice(&digest[16..24]);
+        // In [2^62, 2^63): never a slot (within ±2^42 + 2^31 of 0).
+        let gate = (i64::from_be_bytes(g) & (i64::MAX >> 1)) | (1 << 62);
+        PermitKeys {
+            base: i64::from_be_bytes(b) >> 21,
+            mark,
+            gate,
+        }
     }
 
-    async fn try_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+    /// The permit count and the count taken of `req`, as the statements
+    /// take them.
+    fn counts(req: &PermitRequest) -> Result<(i32, i32), LockError> {
         let count = i32::try_from(req.permits).map_err(|_| {
             LockError::invalid_option(format!("semaphore `{}`: too many permits", req.name))
         })?;
-        let (base, mark) = self.permit_keys(&req.name);
-        let session = match self
-            .sessions
-            .pool
-            .reserve(&[permit_reservation(base)], false, || self.open_session())
-            .await?
-        {
-            Reserved::On(session) => session,
-            Reserved::Busy => return Ok(None),
-        };
-        let hold = Hold::Permit { base, mark, count };
-        let pending = PermitPending {
-            session: Some(session.clone()),
-            hold,
-            base,
-        };
-        let ttl = self.clamp(req.ttl);
-        let sent = Instant::now();
+        let taking = i32::try_from(req.count)
+            .ok()
+            .filter(|n| (1..=count).contains(n))
+            .ok_or_else(|| {
+                LockError::invalid_option(format!(
+                    "semaphore `{}`: cannot take {} of {} permits",
+                    req.name, req.count, req.permits
+                ))
+            })?;
+        Ok((count, taking))
+    }
+
+    /// Sends the take statement on `session` (which has the semaphore
+    /// reserved): `Ok(Some(slot))`, the first of the `req.count` slots
+    /// taken, or `Ok(None)`, nothing taken. Whatever an unanswered take may
+    /// hold is the caller's to undo.
+    pub(super) async fn take_on(
+        &self,
+        session: &Session,
+        req: &PermitRequest,
+        keys: PermitKeys,
+    ) -> Result<Option<i32>, LockError> {
+        let (count, taking) = Self::counts(req)?;
         let row = self
             .bounded_acquire(session.guarded(session.client.query_one(
                 &session.prepared.permits.take,
-                &[&base, &mark, &count, &session.token],
+                &[
+                    &keys.base,
+                    &keys.mark,
+                    &count,
+                    &session.token,
+                    &taking,
+                    &keys.gate,
+                ],
             )))
             .await?;
         let slot: Option<i32> = row.get(0);
         let other: Option<i64> = row.get(1);
-        let session = pending.settle(slot.is_some());
         if let Some(stored) = other {
             return Err(permit_count_differs(
                 &req.name,
@@ -111,15 +135,66 @@ impl PostgresBackend {
                 req.permits,
             ));
         }
-        let Some(slot) = slot else {
-            return Ok(None);
-        };
-        let key = base + i64::from(slot);
+        Ok(slot)
+    }
+
+    /// The permit of `req` granted on `session` at `slot` (its first slot),
+    /// the ttl counted from `sent`: remembered as held there, and its lease.
+    pub(super) fn granted_permit(
+        &self,
+        req: &PermitRequest,
+        session: Arc<Session>,
+        keys: PermitKeys,
+        slot: i32,
+        sent: Instant,
+    ) -> Result<Lease, LockError> {
+        let (count, _) = Self::counts(req)?;
+        let hold = keys.hold(count);
+        let ttl = self.clamp(req.ttl);
+        let key = keys.base + i64::from(slot);
         let valid_until = lease_deadline(sent, ttl);
         held::remember(&self.held, &req.token, session, key, hold, valid_until);
-        let resource = format!("pg_advisory_lock({key})");
-        let lease = Lease::unfenced(&req.name, &req.token, ttl, valid_until, resource);
-        Ok(Some(lease))
+        let resource = if req.count == 1 {
+            format!("pg_advisory_lock({key})")
+        } else {
+            format!("pg_advisory_lock({key}..{})", key + i64::from(count) - 1)
+        };
+        Ok(Lease::unfenced(
+            &req.name,
+            &req.token,
+            ttl,
+            valid_until,
+            resource,
+        ))
+    }
+
+    pub(super) async fn try_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
+        let (count, _) = Self::counts(req)?;
+        let keys = self.permit_keys(&req.name);
+        let session = match self
+            .sessions
+            .pool
+            .reserve(&[permit_reservation(keys.base)], false, || {
+                self.open_session()
+            })
+            .await?
+        {
+            Reserved::On(session) => session,
+            Reserved::Busy => return Ok(None),
+        };
+        let pending = PermitPending {
+            session: Some(session.clone()),
+            hold: keys.hold(count),
+            base: keys.base,
+        };
+        let sent = Instant::now();
+        let slot = self.take_on(&session, req, keys).await;
+        let session = pending.settle(matches!(slot, Ok(Some(_))));
+        let Some(slot) = slot? else {
+            return Ok(None);
+        };
+        self.granted_permit(req, session, keys, slot, sent)
+            .map(Some)
     }
 
     async fn renew_permits_on(
@@ -168,6 +243,29 @@ impl PostgresBackend {
     }
 }
 
+/// The advisory keys of one semaphore.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PermitKeys {
+    /// The first slot: slots are `base + 0 .. base + N - 1`.
+    pub(super) base: i64,
+    /// The count marker's first half (its second is N).
+    pub(super) mark: i32,
+    /// The gate: a taker holds it while it takes slots, and a waiter holds
+    /// it while it waits in line for them.
+    pub(super) gate: i64,
+}
+
+impl PermitKeys {
+    /// How a permit of a semaphore of `count` permits is held.
+    pub(super) fn hold(self, count: i32) -> Hold {
+        Hold::Permit {
+            base: self.base,
+            mark: self.mark,
+            count,
+        }
+    }
+}
+
 #[async_trait]
 impl PermitBackend for PostgresBackend {
     async fn try_acquire_permit(&self, req: &PermitRequest) -> Result<Option<Lease>, LockError> {
@@ -179,11 +277,7 @@ impl PermitBackend for PostgresBackend {
         req: &PermitRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let (base, _) = self.permit_keys(&req.name);
-        self.wait_for(base, deadline, &mut (self, req), |(backend, req)| {
-            Box::pin(backend.try_permit(req))
-        })
-        .await
+        self.acquire_permit_in_line(req, deadline).await
     }
 
     async fn renew_permits(&self, leases: &[Lease]) -> Vec<Result<Renewal, LockError>> {
@@ -193,6 +287,14 @@ impl PermitBackend for PostgresBackend {
             |session, at| self.renew_permits_on(session, leases, at),
         )
         .await
+    }
+
+    fn many_permits(&self) -> bool {
+        true
+    }
+
+    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
+        self.available_permits(name, permits).await
     }
 
     async fn release_permit(&self, lease: &Lease) -> Result<bool, LockError> {
@@ -225,44 +327,17 @@ impl PermitBackend for PostgresBackend {
         Ok(row.get::<_, i64>(0) > 0)
     }
 
-    async fn available(&self, name: &str, permits: usize) -> Result<usize, LockError> {
-        let count = i64::try_from(permits)
-            .ok()
-            .filter(|c| *c <= i64::from(i32::MAX));
-        let count = count.ok_or_else(|| {
-            LockError::invalid_option(format!("semaphore `{name}`: too many permits"))
-        })?;
-        let (base, mark) = self.permit_keys(name);
-        let session = self.any_session().await?;
-        let row = self
-            .bounded(session.client.query_one(
-                &self.statements.permits.available,
-                &[&base, &i64::from(mark), &count],
-            ))
-            .await?;
-        let held: i64 = row.get(0);
-        if let Some(stored) = row.get::<_, Option<i64>>(1) {
-            return Err(permit_count_differs(
-                name,
-                usize::try_from(stored).unwrap_or(usize::MAX),
-                permits,
-            ));
-        }
-        Ok(permits.saturating_sub(usize::try_from(held).unwrap_or(0)))
-    }
-
     /// The sessions holding slots, each shown as `pid <backend pid>` (a
     /// PostgreSQL session carries no client name of dlock's), and the
     /// count the markers say.
     async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
-        let (base, mark) = self.permit_keys(name);
+        let keys = self.permit_keys(name);
         let session = self.any_session().await?;
         let rows = self
-            .bounded(
-                session
-                    .client
-                    .query(&self.statements.permits.inspect, &[&base, &i64::from(mark)]),
-            )
+            .bounded(session.client.query(
+                &self.statements.permits.inspect,
+                &[&keys.base, &i64::from(keys.mark)],
+            ))
             .await?;
         let stored = rows
             .first()

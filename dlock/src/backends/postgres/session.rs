@@ -69,6 +69,8 @@ pub(super) struct PermitPrepared {
     pub(super) take: Statement,
     pub(super) free: Statement,
     pub(super) renew: Statement,
+    pub(super) gate_held: Statement,
+    pub(super) taken: Statement,
 }
 
 /// The read-write lock statements of a session, prepared once.
@@ -231,10 +233,12 @@ pub(super) async fn open(
             client.prepare(&rw.renew),
         )
         .map_err(|e| failed(shown, e))?;
-        let (take, free, permit_renew) = tokio::try_join!(
+        let (take, free, permit_renew, gate_held, taken) = tokio::try_join!(
             client.prepare(&statements.permits.take),
             client.prepare(&statements.permits.free),
             client.prepare(&statements.permits.renew),
+            client.prepare(&statements.permits.gate_held),
+            client.prepare(&statements.permits.taken),
         )
         .map_err(|e| failed(shown, e))?;
         Ok::<_, LockError>((
@@ -258,6 +262,8 @@ pub(super) async fn open(
                     take,
                     free,
                     renew: permit_renew,
+                    gate_held,
+                    taken,
                 },
             },
             pid,

@@ -232,19 +232,25 @@ pub(super) struct ElectionStatements {
 /// marker in `pg_locks` means the caller's count is not the stored one.
 #[derive(Debug, Clone)]
 pub(super) struct PermitStatements {
-    /// Takes the marker shared, then (if no other count's marker is held)
-    /// the first free slot; the marker is let go again if no slot was
-    /// taken. Answers (the slot's index or null, another count or null).
+    /// Takes the semaphore's gate `$6` (a `bigint` advisory lock, reentrant:
+    /// the waiter in line holds it already), the marker shared, then (if no
+    /// other count's marker is held) the first `$5` free slots, all of them
+    /// or none: fewer are let go again, and so is the marker; the gate is
+    /// let go once at the end. Only a gate holder takes slots, so no other
+    /// taker ever sees a partial hold. Answers (the first slot's index or
+    /// null, another count or null).
     pub(super) take: String,
+    /// Whether this session holds the gate `$1` (after its wait in line).
+    pub(super) gate_held: String,
+    /// How many slots of the semaphore `$1` of `$3` permits are held, by
+    /// anyone, and another count's marker or null (`$2` the marker's first
+    /// half).
+    pub(super) taken: String,
     /// Lets go every slot of the semaphore this session holds, and its
     /// marker, and announces `$1`. Answers how many slots were let go.
     pub(super) free: String,
     /// Which of the slots `$1` this session holds.
     pub(super) renew: String,
-    /// How many of the slots `$1 .. $1 + $3 - 1` any session holds, and
-    /// another count's marker (the smallest, or null): what
-    /// `available` reads, taking nothing. `$2` and `$3` are `int8`s here.
-    pub(super) available: String,
     /// The count the markers of `$2` say (the largest, if two counts
     /// overlap), and each session holding slots `$1 ..` below it, with
     /// how many: what `inspect_semaphore` reads, taking nothing.
@@ -474,20 +480,36 @@ impl PermitStatements {
     fn new() -> Self {
         let held_by_me = held_by!("a.id", " AND l.pid = pg_backend_pid()");
         let (g2, g4) = (guard(2), guard(4));
+        let gate_mine = own_lock!("$1::int8", "1", "ExclusiveLock");
         let marker_rows = format!(
             "l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.database = {THIS_DATABASE} \
              AND l.classid = ($2::int8 & 4294967295)::oid"
         );
         PermitStatements {
             take: format!(
-                "WITH mark AS (SELECT pg_try_advisory_lock_shared($2::int4, $3::int4) AS ok WHERE {g4}), \
-                 other AS (SELECT min(l.objid::int8) AS n FROM pg_locks l, mark \
+                "WITH gate AS MATERIALIZED (SELECT pg_try_advisory_lock($6::int8) AS ok WHERE {g4}), \
+                 mark AS MATERIALIZED (SELECT pg_try_advisory_lock_shared($2::int4, $3::int4) AS ok FROM gate WHERE gate.ok), \
+                 other AS MATERIALIZED (SELECT min(l.objid::int8) AS n FROM pg_locks l, mark \
                    WHERE mark.ok AND {marker_rows} AND l.objid <> ($3::int8 & 4294967295)::oid), \
-                 slot AS (SELECT s.i FROM mark, other, generate_series(0, $3::int4 - 1) AS s(i) \
-                   WHERE mark.ok AND other.n IS NULL AND pg_try_advisory_lock($1::int8 + s.i) LIMIT 1), \
-                 undo AS (SELECT pg_advisory_unlock_shared($2::int4, $3::int4) FROM mark, (SELECT count(*) AS c FROM slot) x \
-                   WHERE mark.ok AND x.c = 0) \
-                 SELECT (SELECT i FROM slot), (SELECT n FROM other), (SELECT count(*) FROM undo)"
+                 slot AS MATERIALIZED (SELECT s.i FROM mark, other, generate_series(0, $3::int4 - 1) AS s(i) \
+                   WHERE mark.ok AND other.n IS NULL AND pg_try_advisory_lock($1::int8 + s.i) LIMIT $5::int4), \
+                 whole AS MATERIALIZED (SELECT count(*) = $5::int4 AS ok FROM slot), \
+                 undo AS MATERIALIZED (SELECT pg_advisory_unlock($1::int8 + slot.i) FROM slot, whole WHERE NOT whole.ok), \
+                 unmark AS MATERIALIZED (SELECT pg_advisory_unlock_shared($2::int4, $3::int4) \
+                   FROM mark, whole, (SELECT count(*) FROM undo) x WHERE mark.ok AND NOT whole.ok), \
+                 ungate AS MATERIALIZED (SELECT pg_advisory_unlock($6::int8) \
+                   FROM gate, (SELECT count(*) FROM unmark) x WHERE gate.ok) \
+                 SELECT (SELECT min(slot.i) FROM slot, whole WHERE whole.ok), (SELECT n FROM other), \
+                   (SELECT count(*) FROM ungate)"
+            ),
+            gate_held: format!(
+                "SELECT {gate_mine} AND {g2}"
+            ),
+            taken: format!(
+                "SELECT (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+                   AND l.objsubid = 1 AND l.database = {THIS_DATABASE} \
+                   AND ((l.classid::int8 << 32) | l.objid::int8) BETWEEN $1::int8 AND $1::int8 + $3::int4 - 1), \
+                 (SELECT min(l.objid::int8) FROM pg_locks l WHERE {marker_rows} AND l.objid <> ($3::int8 & 4294967295)::oid)"
             ),
             free: format!(
                 "WITH mine AS (SELECT ((l.classid::int8 << 32) | l.objid::int8) AS id FROM pg_locks l \
@@ -501,13 +523,6 @@ impl PermitStatements {
                  SELECT (SELECT count(*) FROM slots WHERE ok), (SELECT count(*) FROM n)"
             ),
             renew: format!("SELECT a.id FROM unnest($1::int8[]) AS a(id) WHERE {g2} AND {held_by_me}"),
-            available: format!(
-                "SELECT (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
-                   AND l.objsubid = 1 AND l.database = {THIS_DATABASE} \
-                   AND ((l.classid::int8 << 32) | l.objid::int8) BETWEEN $1::int8 AND $1::int8 + $3::int8 - 1), \
-                 (SELECT min(l.objid::int8) FROM pg_locks l WHERE {marker_rows} \
-                   AND l.objid <> ($3::int8 & 4294967295)::oid)"
-            ),
             inspect: format!(
                 "WITH c AS (SELECT max(l.objid::int8) AS n FROM pg_locks l WHERE {marker_rows}) \
                  SELECT c.n, l.pid, count(*) FROM c, pg_locks l WHERE c.n IS NOT NULL \

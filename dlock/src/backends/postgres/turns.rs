@@ -88,11 +88,13 @@ impl Contended {
 /// leaves the queue at once ([`leave`]) and its waiting session is kept;
 /// with no lock session to cancel from, the waiting session is closed
 /// (which takes it out of the queue too, with a log line or two).
-struct Queued {
-    session: Option<Arc<Session>>,
-    key: i64,
+pub(super) struct Queued {
+    pub(super) session: Option<Arc<Session>>,
+    pub(super) key: i64,
+    /// What the wait reserves on its session (`key` for a lock's wait).
+    pub(super) reserved: i64,
     /// A lock session (never blocked by a wait) to cancel from.
-    canceller: Option<Arc<Session>>,
+    pub(super) canceller: Option<Arc<Session>>,
 }
 
 impl Drop for Queued {
@@ -102,7 +104,7 @@ impl Drop for Queued {
         };
         match self.canceller.take() {
             Some(canceller) if canceller.is_alive() && session.is_alive() => {
-                crate::lease::background::spawn(leave(canceller, session, self.key));
+                crate::lease::background::spawn(leave(canceller, session, self.key, self.reserved));
             }
             _ => session.close(),
         }
@@ -123,9 +125,9 @@ const CANCEL_AGAIN: Duration = Duration::from_millis(50);
 /// an advisory lock: the wait block catches the cancel, so nothing is
 /// logged and the session stays usable), then, behind it on `session`,
 /// the lock is let go if it was granted meanwhile, and the session is free
-/// for the next wait. No connection is opened or closed, unless the wait
+/// for the next wait (`reserved` let go on it). No connection is opened or closed, unless the wait
 /// does not end within [`LEAVE_WITHIN`]: then the session is closed.
-async fn leave(canceller: Arc<Session>, session: Arc<Session>, key: i64) {
+async fn leave(canceller: Arc<Session>, session: Arc<Session>, key: i64, reserved: i64) {
     let pid = [&session.pid as &(dyn tokio_postgres::types::ToSql + Sync)];
     let cancel = || async {
         let sent = canceller.client.query_one(&canceller.prepared.cancel, &pid);
@@ -141,9 +143,9 @@ async fn leave(canceller: Arc<Session>, session: Arc<Session>, key: i64) {
         tokio::select! {
             answer = &mut unlock => {
                 match answer {
-                    Ok(_) => session.unreserve(key),
+                    Ok(_) => session.unreserve(reserved),
                     // Refused at the announcement, after the unlock.
-                    Err(e) if super::lock_table::is_full(&e) => session.unreserve(key),
+                    Err(e) if super::lock_table::is_full(&e) => session.unreserve(reserved),
                     Err(_) => session.close(),
                 }
                 return;
@@ -225,6 +227,7 @@ impl PostgresBackend {
         let mut queued = Queued {
             session: Some(session.clone()),
             key,
+            reserved: key,
             canceller: self.sessions.pool.live(),
         };
         let statement = session.guarded(session.client.batch_execute(&block));
