@@ -10,6 +10,7 @@ dlock_tests::multi_suite!(ZkFixture::start().await, rounds = 500);
 dlock_tests::rw_suite!(ZkFixture::start().await);
 dlock_tests::election_suite!(ZkFixture::start().await);
 dlock_tests::barrier_suite!(ZkFixture::start().await);
+dlock_tests::latch_suite!(ZkFixture::start().await);
 
 /// The same suites with digest credentials and the default ACL
 /// (`creator_read`): dlock needs nothing more than its own identity owning
@@ -22,4 +23,5 @@ mod with_credentials {
     dlock_tests::rw_suite!(ZkFixture::with_credentials().await);
     dlock_tests::election_suite!(ZkFixture::with_credentials().await);
     dlock_tests::barrier_suite!(ZkFixture::with_credentials().await);
+    dlock_tests::latch_suite!(ZkFixture::with_credentials().await);
 }

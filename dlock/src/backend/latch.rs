@@ -11,7 +11,7 @@ use crate::LockError;
 
 /// The backends with count-down latches, by their first scheme. Kept here
 /// (not in the scheme table) so each capability's list lives in its own file.
-const WITH_LATCHES: &[&str] = &["memory", "redis", "etcd", "postgres", "file"];
+const WITH_LATCHES: &[&str] = &["memory", "redis", "etcd", "zk", "postgres", "file"];
 
 /// The error of a backend that has no count-down latches: what
 /// [`CountDownLatch`](crate::CountDownLatch) answers when
@@ -59,6 +59,9 @@ pub fn no_latches(backend: &str) -> LockError {
 ///   set), the layout of Redisson's `RCountDownLatch`.
 /// - **etcd**: a key without a lease, set in a transaction, counted down by
 ///   compare-and-swap; waiters share one watch of the key.
+/// - **zookeeper**: a persistent node whose data is the count, created where
+///   none is, counted down by versioned `setData` (deleted at zero); waiters
+///   share one exists/data watch of the node.
 /// - **postgres**: a row of `dlock_latches`, deleted at zero by the
 ///   count-down that announces it with `NOTIFY` on the latch's channel;
 ///   waiters share one `LISTEN` on the backend's listening connection.

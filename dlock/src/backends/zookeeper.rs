@@ -10,7 +10,8 @@
 //! ✓ semaphores (see `permits.rs`) · ✓ read-write locks, interoperating with
 //! Curator's `InterProcessReadWriteLock` (see below and `rw.rs`) · ✓ leader
 //! election, interoperating with Curator's `LeaderLatch` (see
-//! `election.rs`) · ✓ TLS (`zks://`, feature `tls`).
+//! `election.rs`) · ✓ count-down latches (a persistent node, see `latch.rs`) ·
+//! ✓ TLS (`zks://`, feature `tls`).
 //!
 //! Enable with the cargo feature `zookeeper`.
 //!
@@ -267,6 +268,7 @@ mod config;
 mod election;
 mod held;
 mod inspect;
+mod latch;
 mod lease;
 mod lock_backend;
 mod lock_node;
@@ -343,6 +345,8 @@ pub struct ZooKeeperBackend {
     /// Rung when a held node's watch fires (deleted, changed, session
     /// ended): the watchdog renews at once (see `node_watch.rs`).
     loss_alarm: tokio::sync::watch::Sender<u64>,
+    /// The watches latch waiters share, one per latch node (see `latch.rs`).
+    latch_watches: Arc<latch::LatchWatches>,
     /// `zks://`: the TLS options every session connects with, read from the
     /// URL's files at `connect`.
     #[cfg(feature = "tls")]
@@ -441,6 +445,7 @@ impl ZooKeeperBackend {
             campaigns: stale::Campaigns::default(),
             cut_ttl: lease::CutTtlWarning::default(),
             loss_alarm: tokio::sync::watch::Sender::new(0),
+            latch_watches: Arc::default(),
             #[cfg(feature = "tls")]
             tls,
         };

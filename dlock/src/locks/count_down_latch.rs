@@ -31,7 +31,7 @@ use crate::LockError;
 ///   leaves the waiters waiting until their [`wait`](Self::wait) ends.
 /// - With `?layout=redisson` on Redis, the latch is Redisson's
 ///   `RCountDownLatch` of the same name (see [`crate::guide::interop`]).
-/// - Backends: memory, Redis, etcd, PostgreSQL and files. Others fail with
+/// - Backends: memory, Redis, etcd, ZooKeeper, PostgreSQL and files. Others fail with
 ///   [`LockError::InvalidOption`] ("… has no count-down latches").
 ///
 /// Options: [`wait`](Self::wait) (how long `wait_zero` waits; default no

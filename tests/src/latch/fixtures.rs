@@ -8,6 +8,7 @@ use crate::fixtures::postgres::PgFixture;
 use crate::fixtures::redis::RedisFixture;
 use crate::fixtures::redisson::RedissonFixture;
 use crate::fixtures::sentinel::SentinelFixture;
+use crate::fixtures::zookeeper::{ZkFixture, ZkServers};
 
 use super::LatchFixture;
 
@@ -257,5 +258,42 @@ impl LatchFixture for crate::fixtures::file::FileFixture {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+/// How many sessions watch `path` on `server` (the four-letter word `wchp`:
+/// each watched path, then one line per session watching it).
+fn zk_watchers(server: &crate::servers::zookeeper::ZkServer, path: &str) -> Option<usize> {
+    let answer = server.four_letter("wchp").ok()?;
+    let mut lines = answer.lines().skip_while(|l| l.trim() != path);
+    lines.next()?;
+    Some(lines.take_while(|l| l.trim().starts_with("0x")).count())
+}
+
+#[async_trait::async_trait]
+impl LatchFixture for ZkFixture {
+    async fn latch_subscriptions(&self, name: &str) -> Option<usize> {
+        let path = self.latch_path(name);
+        match &self.servers {
+            ZkServers::Single(server) => {
+                // `wchp` omits a path nobody watches.
+                tokio::task::block_in_place(|| zk_watchers(server, &path).or(Some(0)))
+            }
+            ZkServers::Ensemble(_) => None,
+        }
+    }
+
+    async fn latch_state(&self, name: &str) -> Vec<String> {
+        let path = self.latch_path(name);
+        let admin = self.admin();
+        admin
+            .sync("/")
+            .await
+            .expect("sync before reading a latch node");
+        match admin.check_stat(&path).await {
+            Ok(Some(_)) => vec![path],
+            Ok(None) => Vec::new(),
+            Err(e) => panic!("read {path}: {e}"),
+        }
     }
 }

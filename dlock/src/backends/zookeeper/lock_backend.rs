@@ -43,6 +43,7 @@ impl LockBackend for ZooKeeperBackend {
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities {
             barrier: Some(self),
+            latch: Some(self),
             ..Capabilities::all(self)
         }
     }
