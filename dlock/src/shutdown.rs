@@ -124,9 +124,6 @@ pub async fn shutdown() -> usize {
         );
     }
     crate::lease::background::stop().await;
-    // The file backend's watcher is a thread of its own, not on the runtime.
-    #[cfg(all(feature = "file", target_os = "linux"))]
-    crate::backends::file::stop_watching();
     span.record("released", released);
     crate::lease::observe::operation::count("shutdown", "all", "released");
     released

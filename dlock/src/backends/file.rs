@@ -191,11 +191,6 @@
 // - double barriers (`BarrierBackend`): `barrier.rs` (member files locked and leased like permits,
 //   the `ready` file of Curator's layout; waiters woken by inotify on the directory)
 // - the operator's view: `inspect.rs` (`/proc/locks`, the records; `force_release` by replacing)
-/// Ends the process's inotify watcher and its thread (`dlock::shutdown`).
-pub(crate) fn stop_watching() {
-    watch::stop();
-}
-
 mod barrier;
 mod config;
 mod election;

@@ -279,6 +279,7 @@
 //   permits are n slots taken in the one statement behind a gate advisory lock, and waiters
 //   queue for the gate in the server's lock queue (`permits_line.rs`, `turns.rs`'s `Queued`)
 mod barrier;
+mod barrier_sql;
 mod channel_listens;
 mod config;
 mod election;

@@ -154,6 +154,16 @@ pub(crate) fn check() -> Result<(), LockError> {
     }
 }
 
+/// What ends with dlock besides its runtime: threads of a backend's own
+/// (the file backend's inotify reader), registered by the backend that
+/// starts them, which sits above this floor.
+static AT_STOP: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
+
+/// Has `hook` run by [`stop`] (`dlock::shutdown`): register it once.
+pub(crate) fn at_stop(hook: fn()) {
+    lock(&AT_STOP).push(hook);
+}
+
 /// Shuts the background runtime down (its tasks dropped, each at its next
 /// `.await`) and waits until its thread has exited. Called on the
 /// background runtime itself (which cannot wait for its own end), it only
@@ -161,6 +171,9 @@ pub(crate) fn check() -> Result<(), LockError> {
 pub(crate) async fn stop() {
     CLOSED.store(true, Ordering::SeqCst);
     STOPPED.store(true, Ordering::SeqCst);
+    for hook in std::mem::take(&mut *lock(&AT_STOP)) {
+        hook();
+    }
     // A runtime never started is not started now.
     if !STARTED.load(Ordering::SeqCst) {
         return;

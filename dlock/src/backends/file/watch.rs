@@ -292,6 +292,9 @@ fn watcher() -> Result<Arc<Watcher>, Errno> {
         stopping: AtomicBool::new(false),
     });
     let reader = watcher.clone();
+    // `dlock::shutdown` ends the reader and closes the descriptor.
+    static AT_STOP: std::sync::Once = std::sync::Once::new();
+    AT_STOP.call_once(|| crate::lease::background::at_stop(stop));
     std::thread::Builder::new()
         .name("dlock-file-watch".into())
         .spawn(move || read_events(&Reading(reader)))
@@ -300,11 +303,12 @@ fn watcher() -> Result<Arc<Watcher>, Errno> {
     Ok(watcher)
 }
 
-/// Ends the process's watcher for `dlock::shutdown`: no new one starts,
+/// Ends the process's watcher for `dlock::shutdown` (registered with
+/// `lease::background::at_stop` when the watcher starts): no new one starts,
 /// and the reader thread returns, so the inotify descriptor closes once
 /// the last watch is dropped (a lease's or a waiter's; `shutdown` has
 /// released the leases). Waiters left re-check every second.
-pub(super) fn stop() {
+fn stop() {
     let watcher = {
         let mut current = lock(&WATCHER);
         STOPPED.store(true, Ordering::SeqCst);

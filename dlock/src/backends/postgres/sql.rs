@@ -151,7 +151,7 @@ pub(super) struct Statements {
     /// The count-down latch statements.
     pub(super) latches: LatchStatements,
     /// The double barrier statements (`barrier.rs`).
-    pub(super) barriers: super::barrier::BarrierStatements,
+    pub(super) barriers: super::barrier_sql::BarrierStatements,
 }
 
 /// The statements of count-down latches: the row `$1` (`<prefix>:<name>`)
@@ -371,7 +371,7 @@ impl Statements {
             permits: PermitStatements::new(),
             elections: ElectionStatements::new(&holders, &leaders),
             latches: LatchStatements::new(schema),
-            barriers: super::barrier::BarrierStatements::new(schema),
+            barriers: super::barrier_sql::BarrierStatements::new(schema),
             table,
             holders,
             leaders,
