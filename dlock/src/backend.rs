@@ -43,6 +43,7 @@ mod permits;
 pub(crate) mod refusal;
 mod rw;
 pub(crate) mod schemes;
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod silence;
 pub(crate) mod suspend;
 #[cfg(feature = "tls")]

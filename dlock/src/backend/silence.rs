@@ -13,14 +13,18 @@
 //! server (which answers in a millisecond, a loaded one in tens) ends on
 //! time as `Timeout`.
 
+#[cfg(feature = "redis")]
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "redis")]
+use std::time::Instant;
 
 /// How long a wait's request may go unanswered before the wait's end is an
 /// outage rather than a timeout.
 pub(crate) const SILENT_FOR: Duration = Duration::from_millis(250);
 
 /// What a request still in flight when its wait ran out came to.
+#[cfg(feature = "redis")]
 pub(crate) enum Late<T> {
     /// It was answered within [`SILENT_FOR`] of being sent.
     Answered(T),
@@ -30,6 +34,7 @@ pub(crate) enum Late<T> {
 
 /// Gives `request`, sent at `sent` and still unanswered when its wait ran
 /// out, the rest of [`SILENT_FOR`] since `sent` (dropping it after that).
+#[cfg(feature = "redis")]
 pub(crate) async fn rest_of_silence<T>(sent: Instant, request: impl Future<Output = T>) -> Late<T> {
     let until = sent + SILENT_FOR;
     match tokio::time::timeout_at(until.into(), request).await {
@@ -38,7 +43,7 @@ pub(crate) async fn rest_of_silence<T>(sent: Instant, request: impl Future<Outpu
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
 

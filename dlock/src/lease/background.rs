@@ -160,6 +160,7 @@ pub(crate) fn check() -> Result<(), LockError> {
 static AT_STOP: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
 /// Has `hook` run by [`stop`] (`dlock::shutdown`): register it once.
+#[cfg(all(feature = "file", target_os = "linux"))]
 pub(crate) fn at_stop(hook: fn()) {
     lock(&AT_STOP).push(hook);
 }
