@@ -49,44 +49,9 @@ impl PostgresBackend {
         if self.leaders_ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        let session = self.any_session().await?;
-        // Asked first: `CREATE … IF NOT EXISTS` needs the CREATE right even
-        // when the table is there.
-        let exists: bool = self
-            .bounded(session.client.query_one(
-                "SELECT to_regclass($1::text) IS NOT NULL",
-                &[&self.statements.leaders],
-            ))
-            .await?
-            .get(0);
-        let create = &self.statements.elections.create;
-        let created = async {
-            if exists {
-                Ok(())
-            } else {
-                super::setup::create_if_missing(&session.client, create).await
-            }
-        };
-        match tokio::time::timeout(self.config.session.timeout, created).await {
-            Err(_) => return Err(self.silent()),
-            Ok(Ok(())) => {}
-            Ok(Err(e))
-                if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
-            {
-                return Err(LockError::invalid_option(format!(
-                    "`{shown}`: the table {leaders} of leader elections is missing and this role may not create it ({e}); \
-                     have a role this one is a member of (or a superuser) run `{create}` and `GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders} TO <role>`",
-                    shown = self.shown,
-                    leaders = self.statements.leaders,
-                    e = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned()),
-                )));
-            }
-            Ok(Err(e)) => return Err(failed(&self.shown, e)),
-        }
-        // Made by another role first, its triggers would run as ours.
-        let tables = [&self.statements.leaders];
-        let (config, shown) = (&self.config, &self.shown);
-        super::setup::check_owners(&session.client, config, &config.schema, &tables, shown).await?;
+        let (table, create) = (&self.statements.leaders, &self.statements.elections.create);
+        self.ensure_table_of(table, create, "leader elections")
+            .await?;
         self.leaders_ready.store(true, Ordering::Release);
         Ok(())
     }
