@@ -101,7 +101,7 @@ fn parse_count(text: &str) -> Option<usize> {
         .filter(|n| *n > 0)
 }
 
-pub(super) fn read_count(file: &File) -> Result<Option<usize>, Errno> {
+fn read_count(file: &File) -> Result<Option<usize>, Errno> {
     lock_file::read_file(file).map(|text| parse_count(&text))
 }
 
@@ -151,14 +151,7 @@ impl FileBackend {
         }
         let files = self.sem_files(name);
         let holders = inspect::flock_holders();
-        let fail = |e: lock_file::FileError| {
-            self.failed("cannot read the semaphore's count", &files.count, e)
-        };
-        let stored =
-            match lock_file::open_existing(&self.dir, &files.count, &self.trust).map_err(fail)? {
-                Some(file) => read_count(&file).map_err(|e| fail(e.into()))?,
-                None => None,
-            };
+        let stored = self.stored_count(&files)?;
         let mut held = 0;
         for i in 0..permits {
             if self.slot_held(&files.slot(i), holders.as_ref())? {
@@ -173,6 +166,18 @@ impl FileBackend {
             }
         }
         Ok(permits.saturating_sub(held))
+    }
+
+    /// The number in the semaphore's count file (`None` without the file
+    /// or a number), read without a lock.
+    pub(super) fn stored_count(&self, files: &SemFiles) -> Result<Option<usize>, LockError> {
+        let fail = |e: lock_file::FileError| {
+            self.failed("cannot read the semaphore's count", &files.count, e)
+        };
+        match lock_file::open_existing(&self.dir, &files.count, &self.trust).map_err(fail)? {
+            Some(file) => read_count(&file).map_err(|e| fail(e.into())),
+            None => Ok(None),
+        }
     }
 
     pub(super) fn sem_files(&self, name: &str) -> SemFiles {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::inspect::flock_holders;
-use super::permits::{read_count, MAX_PERMITS};
+use super::permits::MAX_PERMITS;
 use super::{lock_file, names, FileBackend};
 use crate::backend::holder::{too_many_to_list, MAX_LISTED};
 use crate::backend::{LockBackend, PermitHolder, SemaphoreInfo};
@@ -18,14 +18,7 @@ impl FileBackend {
     pub(super) fn semaphore_info(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         crate::backend::key::validate(name)?;
         let files = self.sem_files(name);
-        let fail = |e: lock_file::FileError| {
-            self.failed("cannot read the semaphore's count", &files.count, e)
-        };
-        let stored =
-            match lock_file::open_existing(&self.dir, &files.count, &self.trust).map_err(fail)? {
-                Some(file) => read_count(&file).map_err(|e| fail(e.into()))?,
-                None => None,
-            };
+        let stored = self.stored_count(&files)?;
         let Some(stored) = stored else {
             return Ok(SemaphoreInfo::new(None, Vec::new()));
         };
