@@ -54,6 +54,14 @@ fn soak(args: &[String]) -> i32 {
             return 2;
         }
     };
+    // dlock's WARN events (a lease lost and why, a failed background
+    // release, a stale grant) on stderr, so that a count in the report can
+    // be traced to its cause; the report and the samples stay on stdout.
+    tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     match dlock_torture::soak::run(&options) {
         Ok(outcome) => i32::from(!outcome.passed),
         Err(e) => {

@@ -9,7 +9,9 @@ use crate::options::OptionsError;
 /// The usage text `torture soak --help` prints.
 pub const SOAK_USAGE: &str = "\
 usage: torture soak <url> [options]     mixed traffic on one backend for hours, sampling the
-                                        process and the server, ending with a verdict on slopes
+                                        process and the server, ending with a verdict on slopes;
+                                        samples on stdout, dlock's WARN events (why a lease was
+                                        lost) on stderr
 options:
   --duration D           how long (e.g. 1h, 30m, 20s; default 1h)
   --sample D             time between samples (default 30s)
