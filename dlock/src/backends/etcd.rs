@@ -214,6 +214,7 @@
 //! | `tcp_keepalive=5s` | TCP keep-alive's idle time on every connection (`0`: off); beside it an HTTP/2 ping every 5 s, unanswered within 3 s, closes a dead connection | `5s` |
 //! | `ca=/path/ca.pem` | `etcds://` only, required: the CA that signed the members' certificates | none |
 //! | `domain=name` | `etcds://` only: the name the certificates are checked against | the host |
+//! | `compaction=1h` | dlock compacts the cluster's history, keeping the last `1h` (every `1h`, up to the revision read an hour earlier; see `compaction.rs`), for a cluster that does not compact itself (`--auto-compaction-retention` is better where you can set it). A compaction is cluster-wide: other clients' history goes too | off |
 //!
 //! The password is percent-decoded and never shown by `describe()`, `Debug`
 //! or errors.
@@ -264,6 +265,7 @@
 //   lease under `<prefix>-barriers/<name>/members/`, a `ready` key, a watch of the prefix)
 mod barrier;
 mod client;
+mod compaction;
 mod config;
 mod contenders;
 mod deletions;
@@ -462,6 +464,9 @@ impl EtcdBackend {
             turns: Mutex::new(HashMap::new()),
             latch_watches: latch::LatchWatches::default(),
         });
+        if let Some(retention) = config.compaction {
+            compaction::start(Arc::downgrade(&inner), retention);
+        }
         // The client connects lazily; one read proves a member answers and
         // that the credentials may read the namespace.
         let probe = GetOptions::new().with_prefix().with_count_only();

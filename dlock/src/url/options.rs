@@ -69,6 +69,7 @@ pub(crate) const ETCD: &[&str] = &[
     "tcp_keepalive",
     "ca",
     "domain",
+    "compaction",
 ];
 /// `postgres://` and `postgresql://`: dlock's own (the libpq ones are
 /// `backends/postgres/config.rs`'s `LIBPQ`).

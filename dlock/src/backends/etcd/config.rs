@@ -46,6 +46,9 @@ pub(super) struct Config {
     pub(super) tcp_keepalive: Option<Duration>,
     /// `?client_name=`: the value of each lock entry (see `crate::inspect`).
     pub(super) client_name: Option<String>,
+    /// `?compaction=`: dlock compacts the history older than this (see
+    /// `compaction.rs`); `None`: it does not.
+    pub(super) compaction: Option<Duration>,
 }
 
 impl std::fmt::Debug for Config {
@@ -59,11 +62,12 @@ impl std::fmt::Debug for Config {
             .field("domain", &self.domain)
             .field("timeout", &self.timeout)
             .field("tcp_keepalive", &self.tcp_keepalive)
+            .field("compaction", &self.compaction)
             .finish()
     }
 }
 
-/// Parses `etcd[s]://[user:password@]host[:port][,host[:port]...][/][?prefix=..&ca=..&domain=..&timeout=..&tcp_keepalive=..]`.
+/// Parses `etcd[s]://[user:password@]host[:port][,host[:port]...][/][?prefix=..&ca=..&domain=..&timeout=..&tcp_keepalive=..&compaction=..]`.
 pub(super) fn parse(url: &str) -> Result<Config, LockError> {
     let shown = crate::url::redact(url);
     let bad = |why: String| LockError::invalid_option(format!("etcd URL `{shown}`: {why}"));
@@ -114,6 +118,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         timeout: DEFAULT_TIMEOUT,
         tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
         client_name: None,
+        compaction: None,
     };
     for pair in parts.query.split('&').filter(|p| !p.is_empty()) {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
@@ -143,6 +148,7 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
             "tcp_keepalive" => {
                 config.tcp_keepalive = options::duration_or_off(name, &value).map_err(&bad)?
             }
+            "compaction" => config.compaction = Some(compaction(&value).map_err(&bad)?),
             other => return Err(bad(options::unknown(other, "etcd", options::ETCD, false))),
         }
     }
@@ -152,6 +158,18 @@ pub(super) fn parse(url: &str) -> Result<Config, LockError> {
         ));
     }
     Ok(config)
+}
+
+/// `?compaction=`: how much history to keep, from a second to a week.
+fn compaction(value: &str) -> Result<Duration, String> {
+    let kept = options::duration("compaction", value)?;
+    if kept < Duration::from_secs(1) || kept > Duration::from_secs(7 * 86_400) {
+        return Err(format!(
+            "`compaction={value}` must be between 1s and 7 days (the history dlock keeps when it \
+             compacts etcd's; e.g. `compaction=1h`)"
+        ));
+    }
+    Ok(kept)
 }
 
 #[cfg(feature = "tls")]
@@ -190,6 +208,28 @@ pub(super) fn tls_options(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compaction_is_off_unless_asked_and_bounded() {
+        assert_eq!(parse("etcd://127.0.0.1:2379").unwrap().compaction, None);
+        let c = parse("etcd://127.0.0.1:2379?compaction=1h").unwrap();
+        assert_eq!(c.compaction, Some(Duration::from_secs(3_600)));
+        for (bad, says) in [
+            ("0", "longer than zero"),
+            ("500ms", "between 1s and 7 days"),
+            ("8days", "between 1s and 7 days"),
+            ("soon", "not a duration"),
+        ] {
+            let err = parse(&format!("etcd://u:pw@127.0.0.1:2379?compaction={bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(says) && err.contains("compaction="),
+                "{bad}: {err}"
+            );
+            assert!(!err.contains("pw"), "{err}");
+        }
+    }
 
     #[test]
     fn one_host_with_defaults() {
