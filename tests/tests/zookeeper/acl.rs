@@ -344,3 +344,80 @@ async fn acl_open_gives_open_nodes_and_the_others_need_credentials() {
         assert!(err.to_string().contains("need credentials"), "{err}");
     }
 }
+
+/// The latches' and a barrier's directories are guarded as a lock's: an
+/// anonymous client pre-creates `/<prefix>-latches` and a barrier's
+/// directory open to anyone; a count set and a member entered with
+/// credentials tighten them, so the anonymous client cannot delete the
+/// latch (which would end its count for every waiter) or a member (which
+/// would count it out). A latches directory dlock may not change refuses
+/// the count, which leaves no node behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_latch_and_barrier_directories_are_tightened_or_refused() {
+    let fixture = ZkFixture::start().await;
+    let anon = anonymous(&fixture).await;
+    for dir in ["/p6-latches", "/p6", "/p6/gate"] {
+        anon.create(dir, b"", &open_acl()).await.unwrap();
+    }
+    let authed = backend_with(&fixture, Some("app:pw-Secret9"), "prefix=p6").await;
+    let backend: Arc<dyn LockBackend> = authed.clone();
+
+    let latch = dlock::CountDownLatch::new("victim").with_backend(backend.clone());
+    assert!(latch.try_set_count(2).await.unwrap());
+    let (acl, _) = anon.get_acl("/p6-latches").await.unwrap();
+    assert!(!open_to_anyone(&acl), "/p6-latches still open: {acl:?}");
+    assert_eq!(
+        anon.delete("/p6-latches/victim", None).await,
+        Err(zookeeper_client::Error::NoAuth)
+    );
+    assert_eq!(latch.count().await.unwrap(), 2);
+
+    let member = dlock::Barrier::new("gate", 1)
+        .with_backend(backend.clone())
+        .enter()
+        .await
+        .unwrap();
+    let (acl, _) = anon.get_acl("/p6/gate").await.unwrap();
+    assert!(!open_to_anyone(&acl), "/p6/gate still open: {acl:?}");
+    let children = anon.list_children("/p6/gate").await.unwrap();
+    let node = children.iter().find(|c| *c != "ready").expect("our member");
+    assert_eq!(
+        anon.delete(&format!("/p6/gate/{node}"), None).await,
+        Err(zookeeper_client::Error::NoAuth)
+    );
+    member.leave().await.unwrap();
+
+    // Open to anyone but for ADMIN: dlock may not tighten it, so it refuses.
+    let no_admin = [zookeeper_client::Acl::new(
+        zookeeper_client::Permission::CREATE
+            | zookeeper_client::Permission::DELETE
+            | zookeeper_client::Permission::READ
+            | zookeeper_client::Permission::WRITE,
+        zookeeper_client::AuthId::anyone(),
+    )];
+    anon.create(
+        "/p7-latches",
+        b"",
+        &zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(&no_admin)),
+    )
+    .await
+    .unwrap();
+    let stuck = backend_with(&fixture, Some("app:pw-Secret9"), "prefix=p7").await;
+    let stuck: Arc<dyn LockBackend> = stuck;
+    let err = dlock::CountDownLatch::new("victim")
+        .with_backend(stuck)
+        .try_set_count(1)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(
+        text.contains("/p7-latches") && text.contains("world:anyone:cdrw"),
+        "{text}"
+    );
+    assert!(!text.contains("Secret9"), "{text}");
+    assert!(
+        anon.list_children("/p7-latches").await.unwrap().is_empty(),
+        "the refused count left its node"
+    );
+}

@@ -16,6 +16,10 @@
 //!   lowest member keeps its node until it is alone, which this waits for.
 //! - A timed-out or dropped `enter` deletes its node (`Cleanup`), unlike
 //!   Curator's, whose node stays until its `leave` or its session's end.
+//! - With credentials and an ACL other than `open`, `<dir>`'s ACL (which
+//!   decides who may delete a member) is checked as a lock directory's: one
+//!   others made open is tightened, or the entry refused (`acl.rs`). Curator
+//!   members then need the same credentials, as for a shared lock.
 
 use std::time::Instant;
 
@@ -74,6 +78,14 @@ impl ZooKeeperBackend {
             .map_err(|e| self.error(format_args!("cannot watch {ready}"), e))?;
         self.create_member(client, &dir, &path, req.token.as_bytes())
             .await?;
+        if self.guards_dirs() {
+            // The barrier's directory decides who may delete our member (a
+            // delete is checked against the parent's ACL): one that others
+            // made open is tightened, or the entry refused (the cleanup,
+            // armed above, then deletes our node), as a lock's directory is.
+            self.guard_dir(client, &dir, client.get_acl(&dir).await)
+                .await?;
+        }
         while !open {
             let children = client
                 .list_children(&dir)

@@ -10,6 +10,10 @@
 //!   `setData`, or deletes it (versioned) at the last step: a
 //!   compare-and-swap on the node's version, tried again on `BadVersion`
 //!   (another writer came first), never below zero.
+//! - The parent's ACL decides who may delete a latch node: with credentials
+//!   and an ACL other than `open`, a count set in a parent others made open
+//!   tightens it (or is refused and taken back), as a lock's directory is
+//!   (`acl.rs`).
 //! - Waiters share one exists/data watch per node in one backend, set by
 //!   the first waiter and re-set after each event by a task that bumps a
 //!   generation the waiters wait on; a waiter joins it before it reads the
@@ -115,6 +119,18 @@ impl ZooKeeperBackend {
                 .create(path, count.to_string().as_bytes(), &mode)
                 .await
             {
+                Ok(_) if self.guards_dirs() => {
+                    // The latches' directory decides who may delete a latch
+                    // (and so end its count for every waiter): one that
+                    // others made open is tightened, or the count refused
+                    // and our node taken back, as a lock's directory is.
+                    let acl = client.get_acl(dir).await;
+                    if let Err(refused) = self.guard_dir(client, dir, acl).await {
+                        let _ = client.delete(path, None).await;
+                        return Err(refused);
+                    }
+                    return Ok(true);
+                }
                 Ok(_) => return Ok(true),
                 Err(ZkError::NodeExists) => return Ok(false),
                 // The directory is missing, or the server removed the empty
