@@ -154,3 +154,44 @@ async fn deeper_keys_of_a_raw_client_hold_no_permit() {
     }
     untouched(&mut raw, &foreign).await;
 }
+
+/// `list_semaphores` reads their root in pages, past each semaphore's
+/// entries: 600 semaphores with a permit out (more than a page of 512
+/// keys) are all listed, in order, each once; a deeper key under a
+/// semaphore (another resource's, as for locks) names no semaphore; the
+/// prefix filters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_semaphores_pages_past_each_one() {
+    let fixture = EtcdFixture::single();
+    let backend = connect(fixture.url()).await;
+    let mut permits = Vec::new();
+    let mut names: Vec<String> = (0..600).map(|i| format!("listed:{i:04}")).collect();
+    for name in &names {
+        // Two entries in some directories: a holder and a second holder.
+        for _ in 0..if name.ends_with('7') { 2 } else { 1 } {
+            let permit = dlock::Semaphore::new(name.clone(), 3)
+                .with_backend(backend.clone())
+                .acquire()
+                .await
+                .unwrap();
+            permits.push(permit);
+        }
+    }
+    let mut raw = raw_client(&fixture).await;
+    raw.put("dlock-semaphores/deeper/x/y", "", None)
+        .await
+        .unwrap();
+    names.sort();
+    let listed = |prefix: &'static str| {
+        let backend = backend.clone();
+        async move {
+            let all = dlock::list_semaphores(&*backend, prefix).await.unwrap();
+            all.into_iter().map(|(name, _)| name).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed("").await, names);
+    assert_eq!(listed("listed:001").await, names[10..20].to_vec());
+    for permit in permits {
+        permit.release().await.unwrap();
+    }
+}

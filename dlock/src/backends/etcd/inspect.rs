@@ -14,6 +14,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::contenders::{Contenders, PAGE};
+use super::names::Kind;
 use super::Inner;
 use crate::{LockError, LockInfo};
 
@@ -115,7 +116,8 @@ impl Inner {
         prefix: &str,
     ) -> Result<Vec<(String, LockInfo)>, LockError> {
         let mut held = Vec::new();
-        for key in self.lock_keys(prefix).await? {
+        let root = self.root(Kind::Lock);
+        for key in self.names_under(&root, prefix, "locks").await? {
             if let Some(info) = self.inspect_lock(&key).await? {
                 held.push((key, info));
             }
@@ -123,11 +125,17 @@ impl Inner {
         Ok(held)
     }
 
-    /// The keys whose directory under `<prefix>/` has a direct entry and
-    /// that start with `prefix`, sorted; at most
-    /// [`MAX_LISTED`](crate::inspect::MAX_LISTED).
-    async fn lock_keys(&self, prefix: &str) -> Result<Vec<String>, LockError> {
-        let root = format!("{}/", self.prefix);
+    /// The names (lock keys, semaphore names: `what`) whose directory under
+    /// `root` has a direct entry and that start with `prefix`, sorted; at
+    /// most [`MAX_LISTED`](crate::inspect::MAX_LISTED). Read in pages of
+    /// keys only, each page starting past the last directory seen, so a
+    /// directory of many entries costs one page.
+    pub(super) async fn names_under(
+        &self,
+        root: &str,
+        prefix: &str,
+        what: &str,
+    ) -> Result<Vec<String>, LockError> {
         let first = format!("{root}{}", super::names::escape(prefix));
         let end = range_end(first.as_bytes());
         let mut from = first.into_bytes();
@@ -194,7 +202,7 @@ impl Inner {
             }
         }
         Err(LockError::invalid_option(format!(
-            "listing the locks that start with `{prefix}` on {} read more than {} keys; list a longer prefix",
+            "listing the {what} that start with `{prefix}` on {} read more than {} keys; list a longer prefix",
             self.shown,
             MAX_LIST_PAGES as i64 * LIST_PAGE
         )))

@@ -251,23 +251,11 @@ impl Inner {
     }
 
     /// The names of the semaphores starting with `prefix` that have an
-    /// entry (held or awaited): one keys-only range read of their root.
+    /// entry (held or awaited): keys-only pages of their root, a page per
+    /// semaphore at most (`names_under`).
     pub(super) async fn semaphore_names(&self, prefix: &str) -> Result<Vec<String>, LockError> {
         let root = self.root(Kind::Semaphore);
-        let from = format!("{root}{}", super::names::escape(prefix));
-        let options = GetOptions::new().with_prefix().with_keys_only();
-        let page = self.read_page(&from, options).await?;
-        let mut names: Vec<String> = page
-            .kvs()
-            .iter()
-            .filter_map(|kv| {
-                let rest = kv.key().strip_prefix(root.as_bytes())?;
-                let segment = std::str::from_utf8(rest).ok()?.split('/').next()?;
-                Some(super::names::unescape(segment))
-            })
-            .collect();
-        names.dedup();
-        Ok(names)
+        self.names_under(&root, prefix, "semaphores").await
     }
 
     /// Takes a permit: enqueue, and unless `once`, wait until our key is
