@@ -376,7 +376,7 @@ struct Inner {
     /// acquisition and the cleanup or release of the previous one.
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The count-down latches' watches, one per waited-on latch (see `latch.rs`).
-    latch_watches: latch::LatchWatches,
+    latch_watches: crate::backends::shared_watches::SharedWatches,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -462,7 +462,7 @@ impl EtcdBackend {
             delete_watch: tokio::sync::Mutex::new(DeleteWatch::default()),
             key_watch: Mutex::new(KeyWatch::default()),
             turns: Mutex::new(HashMap::new()),
-            latch_watches: latch::LatchWatches::default(),
+            latch_watches: crate::backends::shared_watches::SharedWatches::default(),
         });
         if let Some(retention) = config.compaction {
             compaction::start(Arc::downgrade(&inner), retention);

@@ -56,6 +56,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sessions;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod shared_watches;
 
 #[cfg(feature = "redlock")]
 pub mod redlock;

@@ -346,7 +346,7 @@ pub struct ZooKeeperBackend {
     /// ended): the watchdog renews at once (see `node_watch.rs`).
     loss_alarm: tokio::sync::watch::Sender<u64>,
     /// The watches latch waiters share, one per latch node (see `latch.rs`).
-    latch_watches: Arc<latch::LatchWatches>,
+    latch_watches: Arc<crate::backends::shared_watches::SharedWatches>,
     /// `zks://`: the TLS options every session connects with, read from the
     /// URL's files at `connect`.
     #[cfg(feature = "tls")]

@@ -10,37 +10,21 @@
 //! before it reads the count, so a count-down between its read and its wait
 //! is not missed.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
-use tokio::sync::{oneshot, watch, OnceCell};
+use tokio::sync::oneshot;
 
-use super::{lock, names, EtcdBackend, Inner};
+use super::{names, EtcdBackend, Inner};
 use crate::backend::LatchBackend;
+use crate::backends::shared_watches::SharedWatch;
 use crate::LockError;
 
 /// How many times a count-down is tried against other writers before it
 /// gives up (each try is one read and one transaction).
 const COUNT_DOWN_TRIES: usize = 1000;
-
-/// One watch per latch key, shared by its waiters.
-#[derive(Debug, Default)]
-pub(super) struct LatchWatches {
-    by_key: Mutex<HashMap<String, Weak<SharedWatch>>>,
-}
-
-/// A key's watch: bumped by every event on the key (and when the stream
-/// ends, so waiters read again and open a new one).
-#[derive(Debug)]
-struct SharedWatch {
-    changes: watch::Sender<u64>,
-    /// Set once the stream is open; dropping it (with the last waiter)
-    /// stops the task, which drops the stream.
-    started: OnceCell<oneshot::Sender<()>>,
-}
 
 impl Inner {
     fn latch_key(&self, name: &str) -> String {
@@ -67,26 +51,8 @@ impl Inner {
 
     /// The shared watch of `key`, open.
     async fn latch_watch(self: &Arc<Self>, key: &str) -> Result<Arc<SharedWatch>, LockError> {
-        let shared = {
-            let mut map = lock(&self.latch_watches.by_key);
-            map.retain(|_, w| w.strong_count() > 0);
-            match map.get(key).and_then(Weak::upgrade) {
-                Some(shared) => shared,
-                None => {
-                    let shared = Arc::new(SharedWatch {
-                        changes: watch::channel(0).0,
-                        started: OnceCell::new(),
-                    });
-                    map.insert(key.to_owned(), Arc::downgrade(&shared));
-                    shared
-                }
-            }
-        };
-        shared
-            .started
-            .get_or_try_init(|| self.open_latch_watch(key, Arc::downgrade(&shared)))
-            .await?;
-        Ok(shared)
+        let open = |shared| self.open_latch_watch(key, shared);
+        self.latch_watches.join(key, open).await
     }
 
     async fn open_latch_watch(
@@ -110,14 +76,15 @@ impl Inner {
                     _ = &mut stopped => break,
                     message = stream.message() => {
                         let Some(shared) = shared.upgrade() else { break };
-                        shared.changes.send_modify(|g| *g += 1);
                         if !matches!(message, Ok(Some(_))) {
                             // The stream ended: the next waiter opens another.
                             if let Some(inner) = inner.upgrade() {
-                                lock(&inner.latch_watches.by_key).remove(&key);
+                                inner.latch_watches.forget(&key, &shared);
                             }
+                            shared.bump();
                             break;
                         }
+                        shared.bump();
                     }
                 }
             }
@@ -179,8 +146,7 @@ impl LatchBackend for EtcdBackend {
         let waited = crate::backend::deadline::until(deadline, async {
             loop {
                 let shared = self.inner.latch_watch(&key).await?;
-                let mut changes = shared.changes.subscribe();
-                changes.borrow_and_update();
+                let mut changes = shared.subscribe();
                 if self.inner.latch_read(&key).await?.0 == 0 {
                     return Ok::<(), LockError>(());
                 }

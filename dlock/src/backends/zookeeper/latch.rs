@@ -21,38 +21,21 @@
 //!   The last waiter gone stops the task, whose dropped watcher removes the
 //!   watch from the server (`removeWatches`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use tokio::sync::{oneshot, watch, OnceCell};
+use tokio::sync::oneshot;
 use zookeeper_client::{Client, CreateMode, Error as ZkError, OneshotWatcher};
 
-use super::{config, lock, representable, ZooKeeperBackend};
+use super::{config, representable, ZooKeeperBackend};
 use crate::backend::{deadline, LatchBackend};
+use crate::backends::shared_watches::{SharedWatch, SharedWatches};
 use crate::LockError;
 
 /// How many times a write is tried against other writers before it gives
 /// up (each try is one read and one versioned write).
 const CAS_TRIES: usize = 1000;
-
-/// One watch per latch node, shared by its waiters.
-#[derive(Debug, Default)]
-pub(super) struct LatchWatches {
-    by_path: Mutex<HashMap<String, Weak<SharedWatch>>>,
-}
-
-/// A node's watch: the generation is bumped after each (re-)set of the
-/// watch that follows an event, and when the watch could not be set again
-/// (then waiters read once more and open a new one).
-#[derive(Debug)]
-struct SharedWatch {
-    changes: watch::Sender<u64>,
-    /// Set once the first watch is on the server; dropping it (with the
-    /// last waiter) stops the task, which drops (removes) the watch.
-    started: OnceCell<oneshot::Sender<()>>,
-}
 
 /// The count a latch node's data says.
 fn parse_count(data: &[u8]) -> Option<u64> {
@@ -148,26 +131,8 @@ impl ZooKeeperBackend {
 
     /// The shared watch of `path`, set on the server.
     async fn latch_watch(&self, path: &str) -> Result<Arc<SharedWatch>, LockError> {
-        let shared = {
-            let mut map = lock(&self.latch_watches.by_path);
-            map.retain(|_, w| w.strong_count() > 0);
-            match map.get(path).and_then(Weak::upgrade) {
-                Some(shared) => shared,
-                None => {
-                    let shared = Arc::new(SharedWatch {
-                        changes: watch::channel(0).0,
-                        started: OnceCell::new(),
-                    });
-                    map.insert(path.to_owned(), Arc::downgrade(&shared));
-                    shared
-                }
-            }
-        };
-        shared
-            .started
-            .get_or_try_init(|| self.open_latch_watch(path, Arc::downgrade(&shared)))
-            .await?;
-        Ok(shared)
+        let open = |shared| self.open_latch_watch(path, shared);
+        self.latch_watches.join(path, open).await
     }
 
     /// Sets the first watch of `path` and starts the task that sets it
@@ -203,7 +168,7 @@ async fn rewatch(
     client: Client,
     path: String,
     mut watcher: OneshotWatcher,
-    (shared, watches): (Weak<SharedWatch>, Weak<LatchWatches>),
+    (shared, watches): (Weak<SharedWatch>, Weak<SharedWatches>),
     mut stopped: oneshot::Receiver<()>,
 ) {
     loop {
@@ -225,20 +190,14 @@ async fn rewatch(
         match set {
             Ok((_, next)) => {
                 watcher = next;
-                shared.changes.send_modify(|g| *g += 1);
+                shared.bump();
             }
             Err(e) => {
                 tracing::debug!(%path, error = %e, "a latch node's watch could not be set again");
                 if let Some(watches) = watches.upgrade() {
-                    let mut map = lock(&watches.by_path);
-                    if map
-                        .get(&path)
-                        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&shared)))
-                    {
-                        map.remove(&path);
-                    }
+                    watches.forget(&path, &shared);
                 }
-                shared.changes.send_modify(|g| *g += 1);
+                shared.bump();
                 return;
             }
         }
@@ -323,8 +282,7 @@ impl LatchBackend for ZooKeeperBackend {
         let waited = deadline::until(representable(deadline), async {
             loop {
                 let shared = self.latch_watch(&path).await?;
-                let mut changes = shared.changes.subscribe();
-                changes.borrow_and_update();
+                let mut changes = shared.subscribe();
                 let session = self.session().await?;
                 if self.latch_read(&session.client, &path).await?.0 == 0 {
                     return Ok::<(), LockError>(());
