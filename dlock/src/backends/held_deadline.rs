@@ -6,11 +6,20 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long after a lease's local deadline its reaper lets the lock go.
+/// At the deadline itself the watchdog marks the lease lost (`lost()`
+/// fires, `is_held()` turns false); the reaper, a timer of its own at the
+/// same instant, could otherwise unlock first on a loaded machine, and a
+/// successor be granted before the holder was told. A server's own expiry
+/// comes later than the local deadline too (by the drift margin, at least
+/// 2 ms): this keeps the same order where dlock is the one that expires.
+pub(crate) const REAP_AFTER: Duration = Duration::from_millis(5);
 
 /// Waits until the record `name` of `held` has passed its local deadline
-/// (`valid_until` of the record, moved by each renewal) without a renewal,
-/// then takes it out of the map and returns it. `None` if the record went
+/// (`valid_until` of the record, moved by each renewal) by [`REAP_AFTER`]
+/// without a renewal, then takes it out of the map and returns it. `None` if the record went
 /// first: removed (released, or `gone`, its end signal, fired), or the
 /// map itself dropped. `at` is the deadline the record had when it was
 /// made.
@@ -23,7 +32,7 @@ pub(crate) async fn ran_out<H>(
 ) -> Option<H> {
     loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(at.into()) => {}
+            _ = tokio::time::sleep_until(crate::backend::deadline::saturating_add(at, REAP_AFTER).into()) => {}
             // The entry was removed (released or reaped): nothing to watch.
             _ = &mut gone => return None,
         }
@@ -33,7 +42,12 @@ pub(crate) async fn ran_out<H>(
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
         match map.get(name) {
             None => return None,
-            Some(h) if valid_until(h) > Instant::now() => at = valid_until(h),
+            Some(h)
+                if crate::backend::deadline::saturating_add(valid_until(h), REAP_AFTER)
+                    > Instant::now() =>
+            {
+                at = valid_until(h)
+            }
             Some(_) => return map.remove(name),
         }
     }
