@@ -319,7 +319,7 @@ impl FileBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let files = BarrierFiles::new(&self.config.prefix, &req.name);
-        let mut entries = watch::watch_entries(&self.config.dir).ok();
+        let mut entries = watch::EntriesWaiter::new(&self.config.dir);
         let (member, valid_until) = self.add_member(req, &files)?;
         let mut entering = Entering {
             backend: self,
@@ -330,13 +330,9 @@ impl FileBackend {
         let mut lease = Lease::unfenced(&req.name, &req.token, req.ttl, valid_until, path.clone());
         let refresh = req.ttl / 3;
         let mut refresh_at = crate::backend::deadline::saturating_add(Instant::now(), refresh);
-        let never = tokio::sync::Notify::new();
         loop {
-            if !entries.as_ref().is_some_and(watch::Watch::live) {
-                entries = watch::watch_entries(&self.config.dir).ok();
-            }
-            let notify = entries.as_ref().map_or(&never, watch::Watch::notify);
-            let woken = notify.notified();
+            entries.refresh(&self.config.dir);
+            let woken = entries.notify().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
             // Looked at after the watch is armed: a change from here on wakes it.
@@ -378,7 +374,7 @@ impl FileBackend {
             if let Some(d) = deadline {
                 wake = wake.min(d);
             }
-            if entries.is_none() {
+            if !entries.watching() {
                 wake = wake.min(now + RECHECK);
             }
             tokio::select! {
@@ -403,14 +399,10 @@ impl FileBackend {
                 ),
             ));
         };
-        let mut entries: Option<watch::Watch> = None;
-        let never = tokio::sync::Notify::new();
+        let mut entries = watch::EntriesWaiter::new(&self.config.dir);
         loop {
-            if !entries.as_ref().is_some_and(watch::Watch::live) {
-                entries = watch::watch_entries(&self.config.dir).ok();
-            }
-            let notify = entries.as_ref().map_or(&never, watch::Watch::notify);
-            let woken = notify.notified();
+            entries.refresh(&self.config.dir);
+            let woken = entries.notify().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
             // `ready` gone or replaced: a member saw this round empty.
@@ -430,7 +422,7 @@ impl FileBackend {
             if let Some(d) = deadline {
                 wake = Some(wake.map_or(d, |w| w.min(d)));
             }
-            if entries.is_none() {
+            if !entries.watching() {
                 wake = Some(wake.map_or(now + RECHECK, |w| w.min(now + RECHECK)));
             }
             match wake {

@@ -205,14 +205,10 @@ impl LatchBackend for FileBackend {
         if self.latch_count(&file)? == 0 {
             return Ok(true);
         }
-        let mut entries: Option<watch::Watch> = None;
-        let never = tokio::sync::Notify::new();
+        let mut entries = watch::EntriesWaiter::new(&self.config.dir);
         loop {
-            if !entries.as_ref().is_some_and(watch::Watch::live) {
-                entries = watch::watch_entries(&self.config.dir).ok();
-            }
-            let notify = entries.as_ref().map_or(&never, watch::Watch::notify);
-            let woken = notify.notified();
+            entries.refresh(&self.config.dir);
+            let woken = entries.notify().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
             // Read after the watch is armed: a removal from here on wakes it.
@@ -224,10 +220,9 @@ impl LatchBackend for FileBackend {
                 return Ok(false);
             }
             // Without a live watch: the re-check every second, as for locks.
-            let nap = match (&entries, deadline) {
-                (Some(_), Some(d)) => Some(d),
-                (Some(_), None) => None,
-                (None, d) => Some(d.map_or(now + RECHECK, |d| d.min(now + RECHECK))),
+            let nap = match (entries.watching(), deadline) {
+                (true, d) => d,
+                (false, d) => Some(d.map_or(now + RECHECK, |d| d.min(now + RECHECK))),
             };
             match nap {
                 Some(nap) => {

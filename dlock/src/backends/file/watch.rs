@@ -209,6 +209,42 @@ pub(super) fn watch_entries(path: &Path) -> Result<Watch, Errno> {
     )
 }
 
+/// A waiter's watch of a directory's entries (a latch's or a barrier's
+/// waiter): made again when the process's reader stopped, and without one
+/// (the inotify limit) a wake-up that never fires, so that the waiter's own
+/// re-check timer is what wakes it.
+pub(super) struct EntriesWaiter {
+    entries: Option<Watch>,
+    never: Notify,
+}
+
+impl EntriesWaiter {
+    /// Watches the entries of `dir` (or will try again at each `refresh`).
+    pub(super) fn new(dir: &Path) -> Self {
+        EntriesWaiter {
+            entries: watch_entries(dir).ok(),
+            never: Notify::new(),
+        }
+    }
+
+    /// Makes the watch again if its reader stopped. Call before `notify`.
+    pub(super) fn refresh(&mut self, dir: &Path) {
+        if !self.entries.as_ref().is_some_and(Watch::live) {
+            self.entries = watch_entries(dir).ok();
+        }
+    }
+
+    /// The wake-up to arm before looking at the directory.
+    pub(super) fn notify(&self) -> &Notify {
+        self.entries.as_ref().map_or(&self.never, Watch::notify)
+    }
+
+    /// Whether a watch is set: without one, the waiter re-checks on a timer.
+    pub(super) fn watching(&self) -> bool {
+        self.entries.is_some()
+    }
+}
+
 fn add(path: &Path, flags: WatchFlags) -> Result<Watch, Errno> {
     let watcher = watcher()?;
     // `MASK_ADD`: another user's flags on the same inode stay.
