@@ -61,20 +61,8 @@ impl PostgresBackend {
         }
         let keys = self.permit_keys(&req.name);
         let reserved = permit_reservation(keys.base);
-        match self
-            .sessions
-            .waiting
-            .reserve(&[reserved], false, || self.open_session())
-            .await
-        {
-            Ok(Reserved::On(session)) if session.load() == 1 => {
-                return self.wait_at_gate(session, keys, req, deadline).await;
-            }
-            Ok(Reserved::On(session)) => session.unreserve(reserved),
-            Ok(Reserved::Busy) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, "PostgreSQL waiting session could not connect; re-checking instead");
-            }
+        if let Some(session) = self.idle_waiting_session(reserved).await {
+            return self.wait_at_gate(session, keys, req, deadline).await;
         }
         self.wait_for(keys.base, deadline, &mut (self, req), |(backend, req)| {
             Box::pin(backend.try_permit(req))

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::error::SqlState;
 
-use super::session::{Reserved, Session};
+use super::session::Session;
 use super::{advisory_key_in, failed, lock, sql, PostgresBackend};
 use crate::backend::{AcquireRequest, Lease};
 use crate::backends::sessions::pool::PooledSession;
@@ -176,20 +176,8 @@ impl PostgresBackend {
             return Ok(Some(lease));
         }
         self.contended.mark(key);
-        match self
-            .sessions
-            .waiting
-            .reserve(&[key], false, || self.open_session())
-            .await
-        {
-            Ok(Reserved::On(session)) if session.load() == 1 => {
-                return self.wait_in_line(session, key, req, deadline).await;
-            }
-            Ok(Reserved::On(session)) => session.unreserve(key),
-            Ok(Reserved::Busy) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, "PostgreSQL waiting session could not connect; re-checking instead");
-            }
+        if let Some(session) = self.idle_waiting_session(key).await {
+            return self.wait_in_line(session, key, req, deadline).await;
         }
         self.wait_for(key, deadline, &mut (self, req), |(backend, req)| {
             Box::pin(backend.try_once(req))

@@ -13,6 +13,30 @@ use crate::backends::sessions;
 use crate::LockError;
 
 impl PostgresBackend {
+    /// A waiting session of its own for a wait in the server's queue,
+    /// reserved under the advisory key `name`: `None` when none is idle (every one serves
+    /// another wait, or none could be opened), and the caller re-checks on
+    /// notifications instead (`wait_for`).
+    pub(super) async fn idle_waiting_session(&self, name: i64) -> Option<Arc<Session>> {
+        match self
+            .sessions
+            .waiting
+            .reserve(&[name], false, || self.open_session())
+            .await
+        {
+            Ok(Reserved::On(session)) if session.load() == 1 => Some(session),
+            Ok(Reserved::On(session)) => {
+                session.unreserve(name);
+                None
+            }
+            Ok(Reserved::Busy) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "PostgreSQL waiting session could not connect; re-checking instead");
+                None
+            }
+        }
+    }
+
     /// Runs `attempt` on `state` (what the attempts need, and what they
     /// carry from one to the next) until it gives a lease, or `Ok(None)` once
     /// `deadline` passes: the wait of a lock, a read-write lock or a
