@@ -14,7 +14,8 @@
 //! (`pg_stat_database`: each of dlock's statements is one). The P = 1 row
 //! is the baseline the others are read against; on Redis, with P = 1 in the
 //! list, each other P's server CPU per critical section is printed as a
-//! multiple of it (`--processes=1,20`: the 20-process target, ≤ 2.0×). `--hold-ms=N` makes each
+//! multiple of it (`--processes=1,20`: the 20-process target, ≤ 2.0×;
+//! `--runs=5` repeats the rounds and prints each run's ratio). `--hold-ms=N` makes each
 //! critical section N ms instead of 1; the hand-off column (from a release
 //! to the next grant, whichever process it goes to) then shows what the
 //! queue adds between holders, e.g. the `?foreign_share=` gap.
@@ -139,8 +140,37 @@ async fn round(
     Ok((done, started.elapsed()))
 }
 
-/// Runs the rounds against `url` and prints the table.
-pub async fn run(url: &str, counts: &[usize], hold: Duration) -> Result<(), BoxError> {
+/// Runs the rounds against `url` `runs` times and prints a table per run,
+/// then (on Redis, with P = 1 listed) each run's server CPU per critical
+/// section at every other P as a multiple of P = 1's in the same run.
+pub async fn run(url: &str, counts: &[usize], hold: Duration, runs: usize) -> Result<(), BoxError> {
+    let mut ratios: Vec<Vec<(usize, f64)>> = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        if runs > 1 {
+            println!("\n## Run {run} of {runs}");
+        }
+        ratios.push(one_run(url, counts, hold).await?);
+    }
+    if runs > 1 {
+        println!("\n### Server CPU per critical section against P = 1, each run\n");
+        for (run, ratios) in ratios.iter().enumerate() {
+            let each: Vec<String> = ratios
+                .iter()
+                .map(|(p, ratio)| format!("P = {p}: {ratio:.2}×"))
+                .collect();
+            println!("run {}: {}", run + 1, each.join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// One run: the rounds for each P, their table, and (Redis, P = 1 listed)
+/// each other P's server CPU per critical section against P = 1.
+async fn one_run(
+    url: &str,
+    counts: &[usize],
+    hold: Duration,
+) -> Result<Vec<(usize, f64)>, BoxError> {
     let mut stats_conn = if matches!(dlock::url::scheme(url), Some("redis" | "rediss")) {
         let plain = url.split('?').next().unwrap_or(url);
         Some(
@@ -269,15 +299,15 @@ pub async fn run(url: &str, counts: &[usize], hold: Duration) -> Result<(), BoxE
     }
     // The target of issue 67: at P = 20, at most 2.0× the server CPU per
     // critical section of one process alone.
+    let mut ratios = Vec::new();
     if let Some(&(_, alone)) = cpu_per_section.iter().find(|(p, _)| *p == 1) {
         for &(p, cpu) in cpu_per_section.iter().filter(|(p, _)| *p > 1) {
-            println!(
-                "\nserver CPU per critical section at P = {p}: {:.2}× one process alone",
-                cpu / alone.max(f64::MIN_POSITIVE)
-            );
+            let ratio = cpu / alone.max(f64::MIN_POSITIVE);
+            println!("\nserver CPU per critical section at P = {p}: {ratio:.2}× one process alone");
+            ratios.push((p, ratio));
         }
     }
-    Ok(())
+    Ok(ratios)
 }
 
 /// The critical section of `--hold-ms=N` (N from 1 to 10,000).
@@ -286,6 +316,11 @@ pub fn parse_hold(arg: &str) -> Option<Duration> {
         .ok()
         .filter(|ms: &u64| (1..=10_000).contains(ms))
         .map(Duration::from_millis)
+}
+
+/// The number of runs of `--runs=N` (1 to 20).
+pub fn parse_runs(arg: &str) -> Option<usize> {
+    arg.parse().ok().filter(|n: &usize| (1..=20).contains(n))
 }
 
 /// The P values of `--processes[=P,P,…]`.
