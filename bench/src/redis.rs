@@ -125,6 +125,14 @@ pub async fn run(url: &str, detail: bool, uncontended_only: bool) -> Result<(), 
         DistinctSide::new(move || {
             Box::pin(distinct_dlock(sizes_ref, unfenced_ref, unfenced_id_ref))
         }),
+        DistinctSide::new(move || {
+            Box::pin(distinct_hand(
+                sizes_ref,
+                hand_ref,
+                run_id,
+                Protocol::Transaction,
+            ))
+        }),
     ];
     for round in 0..DISTINCT_ROUNDS {
         for i in 0..b_sides.len() {
@@ -149,7 +157,7 @@ pub async fn run(url: &str, detail: bool, uncontended_only: bool) -> Result<(), 
             ));
         }
     }
-    let [ours_b, base_b, same_protocol_b, rslock_b, unfenced_b] =
+    let [ours_b, base_b, same_protocol_b, rslock_b, unfenced_b, transaction_b] =
         b_sides.map(|side| side.summary());
     let unfenced_vs_hand = [
         Row::throughput(
@@ -187,6 +195,38 @@ pub async fn run(url: &str, detail: bool, uncontended_only: bool) -> Result<(), 
         Row::latency(
             "(b) client CPU per cycle, dlock with `?fence=off`",
             unfenced_b.2,
+            rslock_b.2,
+        ),
+        // Issue 69's candidate, hand-written: what a fenced cycle without
+        // a script would reach, against rslock in the same run.
+        Row::throughput(
+            "(b) cycles, hand-written fenced `MULTI` cycle (no script to acquire)",
+            transaction_b.0,
+            rslock_b.0,
+        ),
+        Row::latency(
+            "(b) Redis CPU per cycle, hand-written fenced `MULTI` cycle",
+            transaction_b.1,
+            rslock_b.1,
+        ),
+        Row::latency(
+            "(b) client CPU per cycle, hand-written fenced `MULTI` cycle",
+            transaction_b.2,
+            rslock_b.2,
+        ),
+        Row::throughput(
+            "(b) cycles, hand-written with dlock's two scripts",
+            same_protocol_b.0,
+            rslock_b.0,
+        ),
+        Row::latency(
+            "(b) Redis CPU per cycle, hand-written with dlock's two scripts",
+            same_protocol_b.1,
+            rslock_b.1,
+        ),
+        Row::latency(
+            "(b) client CPU per cycle, hand-written with dlock's two scripts",
+            same_protocol_b.2,
             rslock_b.2,
         ),
     ];
@@ -389,6 +429,13 @@ enum Protocol {
     /// dlock's own two scripts (fence counter and clock, release `PUBLISH`), sent
     /// the same way: what the protocol itself costs, without dlock.
     Dlock,
+    /// A fenced acquire without a script (issue 69's candidate): one
+    /// `MULTI` of `EXISTS <queue>`, `SET NX PX`, and the fence counter
+    /// raised by `SET <client clock µs> NX` then `INCR` (its expiry
+    /// refreshed), then dlock's uncontended release script (`GET`,
+    /// `EXISTS <waiters>`, `DEL`): what the script-free cycle costs the
+    /// server and the client, without dlock.
+    Transaction,
 }
 
 /// How many rounds (b) is split into, per side.
@@ -531,6 +578,8 @@ struct HandWritten {
     /// dlock's acquire and release scripts, for [`Protocol::Dlock`].
     lock_fenced: Arc<redis::Script>,
     unlock_announced: Arc<redis::Script>,
+    /// dlock's release with nobody waiting, for [`Protocol::Transaction`].
+    unlock_waited: Arc<redis::Script>,
     next_token: Arc<AtomicU64>,
 }
 
@@ -555,11 +604,17 @@ impl HandWritten {
         let unlock_announced = redis::Script::new(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '1') return 1 end return 0",
         );
+        let unlock_waited = redis::Script::new(
+            "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end \
+             if redis.call('EXISTS', KEYS[1] .. ':waiters') == 0 then redis.call('DEL', KEYS[1]) return 1 end \
+             return 0",
+        );
         Ok(HandWritten {
             conn,
             unlock: Arc::new(unlock),
             lock_fenced: Arc::new(lock_fenced),
             unlock_announced: Arc::new(unlock_announced),
+            unlock_waited: Arc::new(unlock_waited),
             next_token: Arc::new(AtomicU64::new(std::process::id() as u64 * 1_000_000_000)),
         })
     }
@@ -604,7 +659,62 @@ impl HandWritten {
                 let token = self.try_lock_fenced(key).await?;
                 self.unlock_announced(key, &token).await
             }
+            Protocol::Transaction => {
+                let token = self.try_lock_transaction(key).await?;
+                self.unlock_waited(key, &token).await
+            }
         }
+    }
+
+    /// One try with the script-free fenced acquire (see
+    /// [`Protocol::Transaction`]). The key is free, so it must succeed.
+    async fn try_lock_transaction(&self, key: &str) -> Result<String, BoxError> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed).to_string();
+        let ttl = TTL.as_millis() as u64;
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_micros() as u64;
+        let fence = format!("{key}:fence");
+        let (queued, taken, _, issued, _): (i64, Option<String>, Option<String>, i64, i64) =
+            redis::pipe()
+                .atomic()
+                .cmd("EXISTS")
+                .arg(format!("{key}:queue"))
+                .cmd("SET")
+                .arg(key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl)
+                .cmd("SET")
+                .arg(&fence)
+                .arg(now_us)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl)
+                .cmd("INCR")
+                .arg(&fence)
+                .cmd("PEXPIRE")
+                .arg(&fence)
+                .arg(ttl)
+                .query_async(&mut self.conn.clone())
+                .await?;
+        match (queued, taken, issued) {
+            (0, Some(_), fence) if fence > 0 => Ok(token),
+            _ => Err("free key was busy".into()),
+        }
+    }
+
+    /// Release with dlock's uncontended release script: compare, then
+    /// `DEL` when nobody waits.
+    async fn unlock_waited(&self, key: &str, token: &str) -> Result<(), BoxError> {
+        let _: i64 = self
+            .unlock_waited
+            .key(key)
+            .arg(token)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     /// One try with dlock's acquire script (the fence is dropped: the
