@@ -708,13 +708,7 @@ impl HandWritten {
     /// Release with dlock's uncontended release script: compare, then
     /// `DEL` when nobody waits.
     async fn unlock_waited(&self, key: &str, token: &str) -> Result<(), BoxError> {
-        let _: i64 = self
-            .unlock_waited
-            .key(key)
-            .arg(token)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
+        self.unlock_with(&self.unlock_waited, key, token).await
     }
 
     /// One try with dlock's acquire script (the fence is dropped: the
@@ -757,8 +751,17 @@ impl HandWritten {
     }
 
     async fn unlock(&self, key: &str, token: &str) -> Result<(), BoxError> {
-        let _: i64 = self
-            .unlock
+        self.unlock_with(&self.unlock, key, token).await
+    }
+
+    /// Runs a release `script` of one key and its token.
+    async fn unlock_with(
+        &self,
+        script: &redis::Script,
+        key: &str,
+        token: &str,
+    ) -> Result<(), BoxError> {
+        let _: i64 = script
             .key(key)
             .arg(token)
             .invoke_async(&mut self.conn.clone())
