@@ -1,5 +1,6 @@
 //! The wait of a lease's reaper, for the backends whose server keeps a lock
-//! for as long as the session lives (PostgreSQL, ZooKeeper): a dlock lease
+//! for as long as the session (or the open file) lives (PostgreSQL, MySQL,
+//! ZooKeeper, files): a dlock lease
 //! ends at its ttl when it is not renewed (renewal off, a leaked guard, a
 //! holder whose watchdog cannot run), so the lock must go then too, or the
 //! key stays blocked by a lease nobody holds.
@@ -17,6 +18,12 @@ use std::time::{Duration, Instant};
 /// 2 ms): this keeps the same order where dlock is the one that expires.
 pub(crate) const REAP_AFTER: Duration = Duration::from_millis(5);
 
+/// When the reaper of a lease whose local deadline is `deadline` lets the
+/// lock go: [`REAP_AFTER`] later.
+fn reap_at(deadline: Instant) -> Instant {
+    crate::backend::deadline::saturating_add(deadline, REAP_AFTER)
+}
+
 /// Waits until the record `name` of `held` has passed its local deadline
 /// (`valid_until` of the record, moved by each renewal) by [`REAP_AFTER`]
 /// without a renewal, then takes it out of the map and returns it. `None` if the record went
@@ -32,7 +39,7 @@ pub(crate) async fn ran_out<H>(
 ) -> Option<H> {
     loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(crate::backend::deadline::saturating_add(at, REAP_AFTER).into()) => {}
+            _ = tokio::time::sleep_until(reap_at(at).into()) => {}
             // The entry was removed (released or reaped): nothing to watch.
             _ = &mut gone => return None,
         }
@@ -42,12 +49,7 @@ pub(crate) async fn ran_out<H>(
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
         match map.get(name) {
             None => return None,
-            Some(h)
-                if crate::backend::deadline::saturating_add(valid_until(h), REAP_AFTER)
-                    > Instant::now() =>
-            {
-                at = valid_until(h)
-            }
+            Some(h) if reap_at(valid_until(h)) > Instant::now() => at = valid_until(h),
             Some(_) => return map.remove(name),
         }
     }
