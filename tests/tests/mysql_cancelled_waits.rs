@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use dlock::backends::mysql::{lock_name, MysqlBackend};
 use dlock::{Lock, LockBackend, Semaphore};
 use dlock_tests::fixtures::mysql::{sql_string, MysqlFixture};
+use dlock_tests::shared::{turns_dropped, Take};
 use dlock_tests::sql_servers::connected;
 use mysql_async::prelude::Queryable;
 
@@ -544,6 +545,24 @@ async fn permit_round(clients: &[Arc<dyn LockBackend>; 2], names: &[String]) -> 
         }
     }
     cancelled
+}
+
+/// Lock waits dropped just as their turn comes, 160 rounds (the shared
+/// suite runs 40): a cancel's `KILL QUERY` that lands after the grant
+/// (between two statements of one request, before the fix: `cancel.rs`)
+/// leaves nothing held, and the next holder is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_waits_dropped_as_their_turn_comes_are_given_back_at_once() {
+    let fixture = MysqlFixture::start();
+    turns_dropped(&fixture, Take::Lock, 160).await;
+}
+
+/// The same for a permit's head waiter (its watch of the slot) and the
+/// door's queue, 160 rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_waits_dropped_as_their_turn_comes_are_given_back_at_once() {
+    let fixture = MysqlFixture::start();
+    turns_dropped(&fixture, Take::Permit, 160).await;
 }
 
 /// The last `n` lines of the server's log.

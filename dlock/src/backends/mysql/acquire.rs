@@ -3,11 +3,13 @@
 //! the name.
 
 use std::sync::Arc;
+
+use mysql_async::prelude::Queryable;
 use std::time::{Duration, Instant};
 
 use super::rows::{int, rows_of};
-use super::session::{Cancel, Op, Reserved, Session, Undo};
-use super::sql::{Statements, Wait};
+use super::session::{Op, Reserved, Session, Undo};
+use super::sql::Statements;
 use super::{failed, held, Failure, MysqlBackend};
 use crate::backend::{lease_deadline, AcquireRequest, Lease};
 use crate::backends::sessions;
@@ -23,61 +25,36 @@ pub(super) enum Granted {
 }
 
 impl MysqlBackend {
-    /// Sends the acquisition statement of `req` on `session` (`name`
-    /// reserved there), waiting as `wait` says (a wait in the server's
-    /// queue is left as `cancel` says if its caller leaves); a grant whose
-    /// caller left is given back on the session. A server error after the
-    /// grant (the fence's write refused) lets the lock go before it is
-    /// reported.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn send_acquire(
+    /// Sends the try of `req` on `session` (`name` reserved there); a grant
+    /// whose caller left is given back on the session.
+    pub(super) async fn send_try(
         &self,
         session: &Arc<Session>,
         name: &str,
         req: &AcquireRequest,
         ttl: Duration,
-        wait: Wait,
         limit: Option<Duration>,
-        cancel: Option<Cancel>,
     ) -> Result<Granted, LockError> {
         let sql = self
             .statements
-            .acquire(name, &self.key_of(&req.key), &req.token, ttl, wait);
+            .acquire(name, &self.key_of(&req.key), &req.token, ttl);
         let unlock = Statements::unlock(name);
-        let op: Op<Granted> = Box::new(move |conn| {
-            Box::pin(async move {
-                match rows_of(conn, sql).await {
-                    Ok(answer) => {
-                        let row = answer.rows.first();
-                        match row.and_then(|r| int(r, 0)) {
-                            Some(1) => Ok(Granted::Yes(row.and_then(|r| int(r, 1)))),
-                            _ => Ok(Granted::No),
-                        }
-                    }
-                    Err(e) => {
-                        // The lock may have been granted before the
-                        // failure: let it go (harmless if not held).
-                        if matches!(e, mysql_async::Error::Server(_)) {
-                            let _ = mysql_async::prelude::Queryable::query_drop(conn, unlock).await;
-                        }
-                        Err(e)
-                    }
-                }
-            })
-        });
-        let forget = name.to_owned();
-        let unlock = Statements::unlock(name);
-        session
-            .call(limit, cancel, op, move |answer| Undo {
-                sql: matches!(answer, Some(Granted::Yes(_))).then_some(unlock),
-                forget: Some(forget),
-            })
-            .await
-            .map_err(|e| {
-                // A refused grant names the lock it was for.
-                let text = format!("acquiring `{}` (lock name `{name}`): {}", req.key, e.text);
-                failed(&self.shown, Failure { text, ..e })
-            })
+        let op: Op<Granted> = Box::new(move |conn| Box::pin(granted_by(conn, sql, unlock)));
+        let answer = session.call(limit, op, give_back(name)).await;
+        self.named(answer, req, name)
+    }
+
+    /// A failed acquisition's error, naming the lock it was for.
+    pub(super) fn named(
+        &self,
+        answer: Result<Granted, Failure>,
+        req: &AcquireRequest,
+        name: &str,
+    ) -> Result<Granted, LockError> {
+        answer.map_err(|e| {
+            let text = format!("acquiring `{}` (lock name `{name}`): {}", req.key, e.text);
+            failed(&self.shown, Failure { text, ..e })
+        })
     }
 
     /// What an answer to `GET_LOCK` on `session` comes to: a grant,
@@ -131,16 +108,65 @@ impl MysqlBackend {
         let ttl = self.clamp(req.ttl);
         let sent = Instant::now();
         let answer = self
-            .send_acquire(
-                &session,
-                &name,
-                req,
-                ttl,
-                Wait::No,
-                Some(self.config.session.timeout),
-                None,
-            )
+            .send_try(&session, &name, req, ttl, Some(self.config.session.timeout))
             .await;
         self.settle(answer, req, session, name, ttl, sent)
+    }
+}
+
+/// Sends `sql`, an acquisition statement, on `conn`: what it answered. A
+/// server error may come after the grant (the fence's write refused): the
+/// lock is let go (`unlock`) before the error is reported.
+pub(super) async fn granted_by(
+    conn: &mut mysql_async::Conn,
+    sql: String,
+    unlock: String,
+) -> Result<Granted, mysql_async::Error> {
+    match rows_of(conn, sql).await {
+        Ok(answer) => {
+            let row = answer.rows.first();
+            match row.and_then(|r| int(r, 0)) {
+                Some(1) => Ok(Granted::Yes(row.and_then(|r| int(r, 1)))),
+                _ => Ok(Granted::No),
+            }
+        }
+        Err(e) => {
+            if matches!(e, mysql_async::Error::Server(_)) {
+                let _ = conn.query_drop(unlock).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Sends `sql`, the record of a grant (`Statements::record_grant`), on
+/// `conn`: the fence it answered. A server error lets the lock go
+/// (`unlock`) before it is reported.
+pub(super) async fn recorded(
+    conn: &mut mysql_async::Conn,
+    sql: String,
+    unlock: String,
+) -> Result<Granted, mysql_async::Error> {
+    match conn.query_drop(sql).await {
+        Ok(()) => Ok(Granted::Yes(
+            conn.last_insert_id().and_then(|id| i64::try_from(id).ok()),
+        )),
+        Err(e) => {
+            if matches!(e, mysql_async::Error::Server(_)) {
+                let _ = conn.query_drop(unlock).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// What undoes an acquisition of `name` whose caller left: a grant given
+/// back, the name forgotten on the session.
+pub(super) fn give_back(name: &str) -> impl FnOnce(Option<&Granted>) -> Undo + Send + 'static {
+    let forget = name.to_owned();
+    let unlock = Statements::unlock(name);
+    move |answer| Undo {
+        sql: matches!(answer, Some(Granted::Yes(_))).then_some(unlock),
+        forget: Some(forget),
     }
 }

@@ -41,15 +41,12 @@ pub(super) fn unlock_in_background(session: Arc<Session>, name: String) {
             Box::pin(async move { mysql_async::prelude::Queryable::query_drop(conn, sql).await })
         });
         let answer = session
-            .call(
-                Some(std::time::Duration::from_secs(10)),
-                None,
-                op,
-                move |_| Undo {
+            .call(Some(std::time::Duration::from_secs(10)), op, move |_| {
+                Undo {
                     sql: None,
                     forget: Some(forget),
-                },
-            )
+                }
+            })
             .await;
         match answer {
             Ok(()) => session.unreserve(&name),

@@ -37,9 +37,7 @@ impl MysqlBackend {
         let session = self.any_session().await?;
         let op: Op<Answer> = Box::new(move |conn| Box::pin(rows_of(conn, sql)));
         session
-            .call(Some(self.config.session.timeout), None, op, |_| {
-                Undo::default()
-            })
+            .call(Some(self.config.session.timeout), op, |_| Undo::default())
             .await
             .map_err(|e| failed(&self.shown, e))
     }

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::cancel::QueueWait;
 use super::names::hex_literal;
 use super::sql::{Statements, Wait, NOW_US};
 
@@ -100,9 +101,11 @@ fn seq() -> String {
 /// What one take statement does beside the take itself.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Take {
-    /// The head waiter's wait: on slot `.0`, at most `.1`, before the take
-    /// (the slot, if granted, is the permit). `None`: a plain try.
-    pub(super) watch: Option<(usize, Wait)>,
+    /// The head waiter's watch, a request of its own before the take
+    /// (`cancel.rs` says why): slot `.0`, and what its `GET_LOCK`
+    /// answered (1: the slot is held, and is the permit). `None`: a plain
+    /// try.
+    pub(super) watch: Option<(usize, Option<i64>)>,
     /// The session holds the door: let it go with the grant.
     pub(super) door: bool,
 }
@@ -127,10 +130,7 @@ impl Statements {
         let table = &self.table;
         let seq = seq();
         let (watched, watch) = match take.watch {
-            Some((k, wait)) => (
-                k.to_string(),
-                format!("GET_LOCK(CONCAT({base}, {k}), {})", wait.seconds()),
-            ),
+            Some((k, got)) => (k.to_string(), got.map_or("NULL".into(), |g| g.to_string())),
             None => ("NULL".into(), "0".into()),
         };
         let door = if take.door {
@@ -194,12 +194,14 @@ impl Statements {
     }
 
     /// Queues for the door of a semaphore: `GET_LOCK(door, wait)`.
-    pub(super) fn permit_door(names: &PermitNames, wait: Wait) -> String {
-        format!(
-            "SELECT GET_LOCK({}, {})",
-            hex_literal(names.door.as_bytes()),
-            wait.seconds()
-        )
+    pub(super) fn permit_door(names: &PermitNames, wait: Wait) -> QueueWait {
+        QueueWait::get_lock(&hex_literal(names.door.as_bytes()), wait)
+    }
+
+    /// The head waiter's watch of slot `k`: `GET_LOCK(slot k, wait)`.
+    pub(super) fn permit_watch(names: &PermitNames, k: usize, wait: Wait) -> QueueWait {
+        let base = hex_literal(names.base.as_bytes());
+        QueueWait::get_lock(&format!("CONCAT({base}, {k})"), wait)
     }
 
     /// The renewal of permits held through one session, by slot name and

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::cancel;
 use super::permit_sql::{PermitNames, Take};
-use super::rows::{int, rows_of};
-use super::session::{Op, Reserved, Session, Undo};
+use super::permits::{slot_given_back, take_statements, taken_by, Taken};
+use super::session::{Cancel, Op, Reserved, Session, Then, Undo};
 use super::sql::{Statements, Wait};
 use super::waiting::retry_until;
 use super::{failed, MysqlBackend};
@@ -56,7 +56,7 @@ impl Drop for DoorSession {
             let op: Op<bool> = Box::new(move |conn| {
                 Box::pin(async move { Ok(cancel::let_go(conn, &let_go).await) })
             });
-            let done = session.call(Some(2 * cancel::LIMIT), None, op, |_| Undo::default());
+            let done = session.call(Some(2 * cancel::LIMIT), op, |_| Undo::default());
             if matches!(done.await, Ok(true)) {
                 session.unreserve(&door);
             } else {
@@ -118,17 +118,14 @@ impl MysqlBackend {
             door.keep().unreserve(&names.door);
             return Ok(None);
         };
-        let sql = Statements::permit_door(names, wait);
-        let op: Op<Option<i64>> = Box::new(move |conn| {
-            Box::pin(async move {
-                let answer = rows_of(conn, sql).await?;
-                Ok(answer.rows.first().and_then(|r| int(r, 0)))
-            })
-        });
+        let queue = Statements::permit_door(names, wait);
+        let then: Then<Option<i64>> = Box::new(|_, got| Box::pin(async move { Ok(got) }));
         let cancel = self.cancel_with(let_go.clone()).await;
         let queued = door
             .get()
-            .call(limit, Some(cancel), op, |_| Undo::default())
+            .wait_then(limit, queue, cancel, (then, Duration::ZERO), |_| {
+                Undo::default()
+            })
             .await
             .map_err(|e| failed(&self.shown, e))?;
         if queued != Some(1) {
@@ -143,14 +140,10 @@ impl MysqlBackend {
                 return Ok(None);
             };
             let ttl = self.clamp(req.ttl);
-            let take = Take {
-                watch: Some((k, wait)),
-                door: true,
-            };
             // The door is forgotten by `door`, once let go.
             let cancel = self.cancel_with(let_go.clone()).await;
             let taken = self
-                .send_take(door.get(), names, req, take, limit, None, Some(cancel))
+                .watch_then_take(door.get(), names, req, (k, wait), limit, cancel)
                 .await?;
             if taken.got && taken.other.is_none() && taken.admin == Some(1) {
                 // Granted between the send and now: the ttl counts from
@@ -168,6 +161,45 @@ impl MysqlBackend {
             }
             k = (k + 1) % req.permits.max(1);
         }
+    }
+
+    /// The head waiter's watch of slot `watch.0` (waiting `watch.1`, at
+    /// most `limit`), then, while its caller is there, the take with what
+    /// the watch answered (the slot, if granted, is the permit), on
+    /// `session`, which holds the door; the take lets the door go with a
+    /// grant. Left as `cancel` says if the caller leaves during the watch;
+    /// a grant whose caller left during the take is given back.
+    async fn watch_then_take(
+        &self,
+        session: &Arc<Session>,
+        names: &PermitNames,
+        req: &PermitRequest,
+        (k, wait): (usize, Wait),
+        limit: Option<Duration>,
+        cancel: Cancel,
+    ) -> Result<Taken, LockError> {
+        let watch = Statements::permit_watch(names, k, wait);
+        let (statements, names_of_take) = (self.statements.clone(), names.clone());
+        let (ttl_cap, permits) = (self.config.session.session_timeout, req.permits);
+        let then: Then<Taken> = Box::new(move |conn, got| {
+            let take = Take {
+                watch: Some((k, got)),
+                door: true,
+            };
+            let (sql, undo) = take_statements(&statements, ttl_cap, &names_of_take, permits, take);
+            Box::pin(taken_by(conn, sql, undo))
+        });
+        let take_limit = self.config.session.timeout + super::permits::ADMIN_WAIT;
+        session
+            .wait_then(
+                limit,
+                watch,
+                cancel,
+                (then, take_limit),
+                slot_given_back(names, None),
+            )
+            .await
+            .map_err(|e| failed(&self.shown, e))
     }
 
     /// A `GET_LOCK` wait until `deadline`, at most `at_most`, and the

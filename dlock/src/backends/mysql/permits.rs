@@ -59,7 +59,7 @@ use async_trait::async_trait;
 
 use super::permit_sql::{PermitNames, Take, MAX_PERMITS};
 use super::rows::{bytes, int, rows_of};
-use super::session::{Cancel, Op, Reserved, Session, Undo};
+use super::session::{Op, Reserved, Session, Undo};
 use super::sql::Statements;
 use super::{failed, held, Failure, MysqlBackend};
 use crate::backend::holder::MAX_LISTED;
@@ -103,58 +103,29 @@ impl MysqlBackend {
 
     /// Sends a take statement on `session`; a grant whose caller left is
     /// given back there, and `forget` (a name reserved for the attempt)
-    /// forgotten. `cancel`: the statement waits in a server queue, and is
-    /// left so if its caller leaves.
-    #[allow(clippy::too_many_arguments)]
+    /// forgotten.
     pub(super) async fn send_take(
         &self,
         session: &Arc<Session>,
         names: &PermitNames,
         req: &PermitRequest,
-        take: Take,
         limit: Option<Duration>,
         forget: Option<&str>,
-        cancel: Option<Cancel>,
     ) -> Result<Taken, LockError> {
-        let sql = self.statements.take_permit(
+        let take = Take {
+            watch: None,
+            door: false,
+        };
+        let (sql, undo) = take_statements(
+            &self.statements,
+            self.config.session.session_timeout,
             names,
             req.permits,
-            self.config.session.session_timeout,
-            ADMIN_WAIT,
             take,
         );
-        let undo = Statements::take_permit_undo(names);
-        let op: Op<Taken> = Box::new(move |conn| {
-            Box::pin(async move {
-                match rows_of(conn, sql).await {
-                    Ok(answer) => {
-                        let row = answer.rows.first();
-                        let col = |i| row.and_then(|r| int(r, i));
-                        Ok(Taken {
-                            admin: col(0),
-                            other: col(1),
-                            got: col(2) == Some(1),
-                            slot: col(3),
-                        })
-                    }
-                    Err(e) => {
-                        if matches!(e, mysql_async::Error::Server(_)) {
-                            let _ = mysql_async::prelude::Queryable::query_drop(conn, undo).await;
-                        }
-                        Err(e)
-                    }
-                }
-            })
-        });
-        let (base, forget) = (names.base.clone(), forget.map(str::to_owned));
+        let op: Op<Taken> = Box::new(move |conn| Box::pin(taken_by(conn, sql, undo)));
         session
-            .call(limit, cancel, op, move |answer| Undo {
-                sql: answer
-                    .filter(|t| t.got)
-                    .and_then(|t| t.slot)
-                    .map(|slot| Statements::release_permit(&format!("{base}{slot}"))),
-                forget,
-            })
+            .call(limit, op, slot_given_back(names, forget))
             .await
             .map_err(|e| failed(&self.shown, e))
     }
@@ -230,19 +201,13 @@ impl MysqlBackend {
         };
         let ttl = self.clamp(req.ttl);
         let sent = Instant::now();
-        let take = Take {
-            watch: None,
-            door: false,
-        };
         let answer = self
             .send_take(
                 &session,
                 names,
                 req,
-                take,
                 Some(self.config.session.timeout + ADMIN_WAIT),
                 Some(&reserved),
-                None,
             )
             .await;
         match answer {
@@ -370,5 +335,63 @@ impl PermitBackend for MysqlBackend {
                 Some(key.strip_prefix(&own)?.to_owned())
             })
             .collect())
+    }
+}
+
+/// The take statement of a semaphore of `permits` as `take` says (count
+/// rows kept `ttl_cap`), and what lets go what it may hold if a server
+/// error cuts it short.
+pub(super) fn take_statements(
+    statements: &Statements,
+    ttl_cap: Duration,
+    names: &PermitNames,
+    permits: usize,
+    take: Take,
+) -> (String, String) {
+    let sql = statements.take_permit(names, permits, ttl_cap, ADMIN_WAIT, take);
+    (sql, Statements::take_permit_undo(names))
+}
+
+/// Sends `sql`, a take statement, on `conn`: what it answered. A server
+/// error may cut it short holding the admin lock or a slot: `undo` lets
+/// them go before the error is reported.
+pub(super) async fn taken_by(
+    conn: &mut mysql_async::Conn,
+    sql: String,
+    undo: String,
+) -> Result<Taken, mysql_async::Error> {
+    match rows_of(conn, sql).await {
+        Ok(answer) => {
+            let row = answer.rows.first();
+            let col = |i| row.and_then(|r| int(r, i));
+            Ok(Taken {
+                admin: col(0),
+                other: col(1),
+                got: col(2) == Some(1),
+                slot: col(3),
+            })
+        }
+        Err(e) => {
+            if matches!(e, mysql_async::Error::Server(_)) {
+                let _ = mysql_async::prelude::Queryable::query_drop(conn, undo).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// What undoes a take whose caller left: the slot it took given back,
+/// `forget` (a name reserved for the attempt) forgotten.
+pub(super) fn slot_given_back(
+    names: &PermitNames,
+    forget: Option<&str>,
+) -> impl FnOnce(Option<&Taken>) -> Undo + Send + 'static {
+    let (base, forget) = (names.base.clone(), forget.map(str::to_owned));
+    move |answer| Undo {
+        sql: answer
+            .filter(|t| t.got)
+            .and_then(|t| t.slot)
+            .map(|slot| Statements::release_permit(&format!("{base}{slot}"))),
+        forget,
     }
 }

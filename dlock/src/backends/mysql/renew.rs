@@ -123,7 +123,7 @@ impl MysqlBackend {
     ) -> Vec<(usize, Result<Renewal, LockError>)> {
         let sent = Instant::now();
         let limit = Some(self.config.session.timeout);
-        let answer = session.call(limit, None, op, |_| Undo::default()).await;
+        let answer = session.call(limit, op, |_| Undo::default()).await;
         self.renewed(&session, chunk, leases, sent, answer)
     }
 

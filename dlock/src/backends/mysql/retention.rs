@@ -32,7 +32,7 @@ pub(super) fn sweep_if_due(schedule: &SweepSchedule, session: &Arc<Session>, sta
         });
         // The next sweep tries again; locks are not affected.
         if let Err(e) = session
-            .call(Some(LONGEST_PAUSE), None, op, |_| Undo::default())
+            .call(Some(LONGEST_PAUSE), op, |_| Undo::default())
             .await
         {
             tracing::debug!(error = %e.text, "MySQL: the sweep of idle rows failed");

@@ -13,10 +13,11 @@
 //! does not cut a request in half. If the caller is gone when the answer
 //! comes, the request's `abandoned` handler says what to undo (a grant
 //! nobody will use is released at once, on the same session, before its
-//! next request). A wait in the server's queue (`GET_LOCK` with a timeout)
-//! whose caller leaves is ended with `KILL QUERY` from a lock session, its
-//! answer read and what it may have been granted let go (`cancel.rs`):
-//! the session stays, idle in its pool (closed only if that fails).
+//! next request). A wait in the server's queue (`GET_LOCK` with a timeout,
+//! [`Session::wait_then`], `session/queue_wait.rs`) whose caller leaves is
+//! ended with `KILL QUERY` from a lock session, its answer read and what it
+//! may have been granted let go (`cancel.rs`): the session stays, idle in
+//! its pool (closed only if that fails).
 //!
 //! A session ends when a request finds its connection broken (the server
 //! killed it, a restart, a network failure), or times out, or when the
@@ -34,11 +35,14 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
-use super::cancel;
 use super::config::Config;
 use super::{failed, lock, Failure};
 use crate::backends::sessions::pool::{self as session_pool, PooledSession};
 use crate::LockError;
+
+mod queue_wait;
+
+pub(super) use queue_wait::{Cancel, Then};
 
 /// One request: what it does with the connection.
 pub(super) type Op<T> = Box<
@@ -55,34 +59,6 @@ pub(super) type Op<T> = Box<
 pub(super) struct Undo {
     pub(super) sql: Option<String>,
     pub(super) forget: Option<String>,
-}
-
-/// How a wait in a server queue is left when its caller leaves (see
-/// `cancel.rs`).
-pub(super) struct Cancel {
-    /// A live session of the lock pool to send `KILL QUERY` from (`None`:
-    /// none could be had; the waiting session is closed instead).
-    pub(super) killer: Option<Arc<Session>>,
-    /// Statements that let go whatever the waiting statement may have
-    /// taken (harmless where nothing is held).
-    pub(super) let_go: String,
-}
-
-impl Cancel {
-    /// The answer of `work`, the statement waiting on connection `id`,
-    /// once killed; `None` if no kill could be sent or it did not answer.
-    async fn answer_of<F: Future>(&self, id: u32, mut work: Pin<&mut F>) -> Option<F::Output> {
-        let killer = self.killer.as_ref()?;
-        for _ in 0..cancel::KILLS {
-            if !killer.kill_query(id).await {
-                return None;
-            }
-            if let Ok(answer) = tokio::time::timeout(cancel::ANSWER_WITHIN, work.as_mut()).await {
-                return Some(answer);
-            }
-        }
-        None
-    }
 }
 
 /// One connection holding locks.
@@ -147,34 +123,21 @@ impl Session {
     /// background runtime, behind the session's earlier requests; at most
     /// `limit` (then the session is closed: a request that does not answer
     /// leaves the connection in an unknown state). If the caller's future
-    /// is dropped first: with `wait` (a wait in a server queue), the
-    /// statement is killed at once and what it took let go as `wait` says;
-    /// otherwise the request finishes. Either way `abandoned` says what to
-    /// undo.
+    /// is dropped first, the request finishes and `abandoned` says what to
+    /// undo. (A wait in a server queue, which a caller's leaving ends at
+    /// once, is [`wait_then`](Self::wait_then).)
     pub(super) async fn call<T: Send + 'static>(
         self: &Arc<Self>,
         limit: Option<Duration>,
-        wait: Option<Cancel>,
         op: Op<T>,
         abandoned: impl FnOnce(Option<&T>) -> Undo + Send + 'static,
     ) -> Result<T, Failure> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let waits = wait.is_some();
         let session = self.clone();
-        let task = async move { session.serve(tx, limit, wait, op, abandoned).await };
-        if waits {
-            crate::lease::background::spawn_daemon(task);
-        } else {
-            crate::lease::background::spawn(task);
-        }
-        match rx.await {
-            Ok(mut parcel) => parcel.open(),
-            Err(_) => Err(Failure {
-                text: "dlock was shut down (`dlock::shutdown()`) before the request ran".into(),
-                transient: false,
-                broken: true,
-            }),
-        }
+        crate::lease::background::spawn(async move {
+            session.serve(tx, limit, op, abandoned).await;
+        });
+        opened(rx).await
     }
 
     /// Runs `op`, a statement that lets `name` go, within `limit`, behind
@@ -191,96 +154,41 @@ impl Session {
             sql: None,
             forget: Some(forget),
         };
-        self.call(Some(limit), None, op, abandoned).await
+        self.call(Some(limit), op, abandoned).await
     }
 
     async fn serve<T: Send + 'static>(
         self: Arc<Self>,
-        mut tx: tokio::sync::oneshot::Sender<Parcel<T>>,
+        tx: tokio::sync::oneshot::Sender<Parcel<T>>,
         limit: Option<Duration>,
-        wait: Option<Cancel>,
         op: Op<T>,
         abandoned: impl FnOnce(Option<&T>) -> Undo,
     ) {
         let mut guard = self.conn.lock().await;
-        let Some(conn) = guard.as_mut() else {
-            let undo = abandoned(None);
-            let _ = tx.send(Parcel::new(Err(Failure::closed()), undo, &self));
-            return;
+        let answer = match guard.as_mut() {
+            Some(conn) => bounded(limit, op(conn)).await,
+            None => Err(Failure::closed()),
         };
-        if wait.is_some() && tx.is_closed() {
-            // A wait whose caller left before it was sent: not sent.
-            if let Some(name) = abandoned(None).forget {
-                self.unreserve(&name);
-            }
-            return;
-        }
-        let (outcome, left) = {
-            let work = async {
-                match limit {
-                    Some(limit) => match tokio::time::timeout(limit, op(conn)).await {
-                        Ok(answer) => answer.map_err(Failure::from),
-                        Err(_) => Err(Failure::unanswered(limit)),
-                    },
-                    None => op(conn).await.map_err(Failure::from),
-                }
-            };
-            tokio::pin!(work);
-            match wait {
-                None => (Some(work.await), None),
-                Some(cancel) => {
-                    let answered = tokio::select! {
-                        answer = &mut work => Some(answer),
-                        () = tx.closed() => None,
-                    };
-                    match answered {
-                        Some(answer) => (Some(answer), None),
-                        // The caller left the wait: the statement killed.
-                        None => (cancel.answer_of(self.id, work).await, Some(cancel)),
-                    }
-                }
-            }
-        };
-        let Some(answer) = outcome else {
-            // Not ended by a kill: closing the connection takes the session
-            // out of the server's queue and frees any grant.
-            *guard = None;
-            self.died();
-            return;
-        };
+        self.deliver(&mut guard, tx, answer, abandoned).await;
+    }
+
+    /// Hands `answer` to its caller. A broken connection ends the session;
+    /// an answer whose caller left is undone here, as `abandoned` says,
+    /// before the session's next request.
+    async fn deliver<T>(
+        self: &Arc<Self>,
+        guard: &mut tokio::sync::MutexGuard<'_, Option<Conn>>,
+        tx: tokio::sync::oneshot::Sender<Parcel<T>>,
+        answer: Result<T, Failure>,
+        abandoned: impl FnOnce(Option<&T>) -> Undo,
+    ) {
         if answer.as_ref().is_err_and(|f| f.broken) {
-            *guard = None;
+            **guard = None;
             self.died();
         }
         let undo = abandoned(answer.as_ref().ok());
-        if let Some(cancel) = left {
-            // Nobody reads the answer: what it took is let go here.
-            let done = match (guard.as_mut(), &undo.sql) {
-                (Some(conn), Some(sql)) => cancel::let_go(conn, sql).await,
-                _ => true,
-            };
-            let done = done
-                && match guard.as_mut() {
-                    Some(conn) => cancel::let_go(conn, &cancel.let_go).await,
-                    None => true,
-                };
-            if !done {
-                *guard = None;
-                self.died();
-            }
-            tracing::debug!(
-                id = self.id,
-                granted_in_race = undo.sql.is_some(),
-                kept = done,
-                "MySQL wait left by its caller: killed, what it took let go"
-            );
-            if let Some(name) = undo.forget {
-                self.unreserve(&name);
-            }
-            return;
-        }
         // Delivered, the parcel undoes itself if the caller drops it unread.
-        let Err(mut parcel) = tx.send(Parcel::new(answer, undo, &self)) else {
+        let Err(mut parcel) = tx.send(Parcel::new(answer, undo, self)) else {
             return;
         };
         let Some(undo) = parcel.undo.take() else {
@@ -290,38 +198,12 @@ impl Session {
             let done = tokio::time::timeout(Duration::from_secs(10), conn.query_drop(sql)).await;
             if !matches!(done, Ok(Ok(()))) {
                 // Unknown: end the session, so the server frees its locks.
-                *guard = None;
+                **guard = None;
                 self.died();
             }
         }
         if let Some(name) = undo.forget {
             self.unreserve(&name);
-        }
-    }
-
-    /// Sends `KILL QUERY id` on this session, behind its requests: whether
-    /// the server took it. Run on the task of the killed wait.
-    async fn kill_query(&self, id: u32) -> bool {
-        let mut guard = self.conn.lock().await;
-        let Some(conn) = guard.as_mut() else {
-            return false;
-        };
-        let sent = tokio::time::timeout(cancel::LIMIT, conn.query_drop(cancel::kill_query(id)));
-        match sent.await {
-            Ok(Ok(())) => true,
-            Ok(Err(e)) => {
-                tracing::debug!(id, error = %e, "MySQL KILL QUERY of a cancelled wait refused");
-                if Failure::from(e).broken {
-                    *guard = None;
-                    self.died();
-                }
-                false
-            }
-            Err(_) => {
-                *guard = None;
-                self.died();
-                false
-            }
         }
     }
 
@@ -369,7 +251,7 @@ impl<T> Drop for Parcel<T> {
             if let Some(sql) = sql {
                 let op: Op<()> = Box::new(move |conn| Box::pin(conn.query_drop(sql)));
                 if session
-                    .call(Some(Duration::from_secs(10)), None, op, |_| Undo::default())
+                    .call(Some(Duration::from_secs(10)), op, |_| Undo::default())
                     .await
                     .is_err()
                 {
@@ -426,6 +308,34 @@ impl PooledSession for Session {
         *guard = None;
         self.died();
         false
+    }
+}
+
+/// The answer a request's task sends, opened; a task that never ran
+/// (dlock shut down first) is a broken request.
+async fn opened<T>(rx: tokio::sync::oneshot::Receiver<Parcel<T>>) -> Result<T, Failure> {
+    match rx.await {
+        Ok(mut parcel) => parcel.open(),
+        Err(_) => Err(Failure {
+            text: "dlock was shut down (`dlock::shutdown()`) before the request ran".into(),
+            transient: false,
+            broken: true,
+        }),
+    }
+}
+
+/// `work`'s answer within `limit`: past it, the request is unanswered
+/// (and the connection broken).
+async fn bounded<T>(
+    limit: Option<Duration>,
+    work: impl Future<Output = Result<T, mysql_async::Error>>,
+) -> Result<T, Failure> {
+    match limit {
+        Some(limit) => match tokio::time::timeout(limit, work).await {
+            Ok(answer) => answer.map_err(Failure::from),
+            Err(_) => Err(Failure::unanswered(limit)),
+        },
+        None => work.await.map_err(Failure::from),
     }
 }
 

@@ -34,11 +34,9 @@ pub(super) struct Statements {
     retention_us: i64,
 }
 
-/// A `GET_LOCK` wait: none, a limit, or none at all.
+/// A `GET_LOCK` wait in the queue: a limit, or none at all.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Wait {
-    /// Answer at once (a try).
-    No,
     /// At most this long.
     For(Duration),
     /// Until granted.
@@ -48,7 +46,6 @@ pub(super) enum Wait {
 impl Wait {
     pub(super) fn seconds(self) -> String {
         match self {
-            Wait::No => "0".into(),
             Wait::For(d) => format!("{:.3}", d.as_secs_f64().clamp(0.001, FOREVER_SECS as f64)),
             Wait::Forever => FOREVER_SECS.to_string(),
         }
@@ -84,17 +81,37 @@ impl Statements {
         )
     }
 
-    /// Takes the lock `name` (waiting as `wait` says) and, if granted, the
+    /// Tries the lock `name` (`GET_LOCK(name, 0)`) and, if granted, the
     /// next fence and the holder's row, in one round trip. Answers one row:
-    /// `GET_LOCK`'s answer (1 granted, 0 timed out, NULL error) and the
-    /// fence (meaningful only when granted).
-    pub(super) fn acquire(
+    /// `GET_LOCK`'s answer (1 granted, 0 held by another session, NULL
+    /// error) and the fence (meaningful only when granted). Never sent
+    /// where a kill may land: it is several statements (`cancel.rs`).
+    pub(super) fn acquire(&self, name: &str, key: &str, token: &str, ttl: Duration) -> String {
+        format!(
+            "SET @dlock_got = GET_LOCK({n}, 0); {upsert}; \
+             SELECT @dlock_got, IF(@dlock_got = 1, LAST_INSERT_ID(), NULL)",
+            n = hex_literal(name.as_bytes()),
+            upsert = self.holder_row(name, key, token, ttl, "WHERE @dlock_got = 1"),
+        )
+    }
+
+    /// The next fence and the holder's row of `name`, which the session
+    /// was just granted by a wait in the queue: one statement, whose
+    /// answer carries the fence as its insert id (`LAST_INSERT_ID(expr)`).
+    pub(super) fn record_grant(&self, name: &str, key: &str, token: &str, ttl: Duration) -> String {
+        self.holder_row(name, key, token, ttl, "")
+    }
+
+    /// The `INSERT` that raises `name`'s fence (to its last plus one, or
+    /// the clock in µs if later; `LAST_INSERT_ID` is set to it) and names
+    /// the holder, if `condition` holds.
+    fn holder_row(
         &self,
         name: &str,
         key: &str,
         token: &str,
         ttl: Duration,
-        wait: Wait,
+        condition: &str,
     ) -> String {
         let (n, k, t) = (
             hex_literal(name.as_bytes()),
@@ -103,15 +120,12 @@ impl Statements {
         );
         let ttl_ms = ttl.as_millis().min(i64::MAX as u128);
         format!(
-            "SET @dlock_got = GET_LOCK({n}, {wait}); \
-             INSERT INTO {table} (name, lock_key, fence, holder, conn, ttl_ms, renewed_us) \
+            "INSERT INTO {table} (name, lock_key, fence, holder, conn, ttl_ms, renewed_us) \
                SELECT {n}, {k}, LAST_INSERT_ID({NOW_US}), {t}, CONNECTION_ID(), {ttl_ms}, {NOW_US} FROM DUAL \
-               WHERE @dlock_got = 1 \
+               {condition} \
              ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, VALUES(renewed_us))), \
                lock_key = VALUES(lock_key), holder = VALUES(holder), conn = VALUES(conn), \
-               ttl_ms = VALUES(ttl_ms), renewed_us = VALUES(renewed_us); \
-             SELECT @dlock_got, IF(@dlock_got = 1, LAST_INSERT_ID(), NULL)",
-            wait = wait.seconds(),
+               ttl_ms = VALUES(ttl_ms), renewed_us = VALUES(renewed_us)",
             table = self.table,
         )
     }

@@ -11,7 +11,9 @@
 //! - Refused, the waiter takes a waiting session that holds nothing (a
 //!   second pool of at most `?sessions=` connections, opened when first
 //!   needed) and sends the blocking statement there, the deadline as
-//!   `GET_LOCK`'s timeout. The session's lock then carries the lease, as a
+//!   `GET_LOCK`'s timeout, alone; once granted, the fence and the holder's
+//!   row follow as a request of their own, one `INSERT` whose answer
+//!   carries the fence (a kill may land only on the wait, `cancel.rs`). The session's lock then carries the lease, as a
 //!   lock session's does; released, the session is idle again.
 //! - An acquisition dropped while it waits leaves the queue with its
 //!   caller, without a new connection: dlock's background runtime kills the
@@ -30,7 +32,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::session::{Cancel, Reserved, Session};
+use super::acquire::{give_back, recorded, Granted};
+use super::cancel::QueueWait;
+use super::names::hex_literal;
+use super::session::{Cancel, Reserved, Session, Then};
 use super::sql::{Statements, Wait};
 use super::{lock, MysqlBackend};
 use crate::backend::{AcquireRequest, Lease};
@@ -129,9 +134,31 @@ impl MysqlBackend {
             }
         };
         let ttl = self.clamp(req.ttl);
-        let answer = self
-            .send_acquire(&session, &name, req, ttl, wait, limit, Some(cancel))
+        // The wait alone, then the fence and the holder's row as a request
+        // of their own (`cancel.rs` says why).
+        let queued = QueueWait::get_lock(&hex_literal(name.as_bytes()), wait);
+        let record = self
+            .statements
+            .record_grant(&name, &self.key_of(&req.key), &req.token, ttl);
+        let unlock = Statements::unlock(&name);
+        let then: Then<Granted> = Box::new(move |conn, got| {
+            Box::pin(async move {
+                match got {
+                    Some(1) => recorded(conn, record, unlock).await,
+                    _ => Ok(Granted::No),
+                }
+            })
+        });
+        let answer = session
+            .wait_then(
+                limit,
+                queued,
+                cancel,
+                (then, self.config.session.timeout),
+                give_back(&name),
+            )
             .await;
+        let answer = self.named(answer, req, &name);
         // Granted somewhere between the send and now: the ttl counts from
         // the answer. What excludes others is the session's lock, which the
         // server frees only when the session ends.
