@@ -123,9 +123,13 @@ impl MysqlBackend {
         let cancel = self.cancel_with(let_go.clone()).await;
         let queued = door
             .get()
-            .wait_then(limit, queue, cancel, (then, Duration::ZERO), |_| {
-                Undo::default()
-            })
+            .wait_then(
+                limit,
+                queue,
+                cancel,
+                (then, self.config.session.timeout),
+                |_| Undo::default(),
+            )
             .await
             .map_err(|e| failed(&self.shown, e))?;
         if queued != Some(1) {
