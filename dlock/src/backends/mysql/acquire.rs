@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mysql_async::prelude::Queryable;
 use std::time::{Duration, Instant};
 
-use super::rows::{int, rows_of};
+use super::rows::{int, rows_of, undone_on_error};
 use super::session::{Op, Reserved, Session, Undo};
 use super::sql::Statements;
 use super::{failed, held, Failure, MysqlBackend};
@@ -122,21 +122,14 @@ pub(super) async fn granted_by(
     sql: String,
     unlock: String,
 ) -> Result<Granted, mysql_async::Error> {
-    match rows_of(conn, sql).await {
-        Ok(answer) => {
-            let row = answer.rows.first();
-            match row.and_then(|r| int(r, 0)) {
-                Some(1) => Ok(Granted::Yes(row.and_then(|r| int(r, 1)))),
-                _ => Ok(Granted::No),
-            }
+    let answer = rows_of(conn, sql).await.map(|answer| {
+        let row = answer.rows.first();
+        match row.and_then(|r| int(r, 0)) {
+            Some(1) => Granted::Yes(row.and_then(|r| int(r, 1))),
+            _ => Granted::No,
         }
-        Err(e) => {
-            if matches!(e, mysql_async::Error::Server(_)) {
-                let _ = conn.query_drop(unlock).await;
-            }
-            Err(e)
-        }
-    }
+    });
+    undone_on_error(conn, answer, unlock).await
 }
 
 /// Sends `sql`, the record of a grant (`Statements::record_grant`), on
@@ -147,17 +140,11 @@ pub(super) async fn recorded(
     sql: String,
     unlock: String,
 ) -> Result<Granted, mysql_async::Error> {
-    match conn.query_drop(sql).await {
-        Ok(()) => Ok(Granted::Yes(
-            conn.last_insert_id().and_then(|id| i64::try_from(id).ok()),
-        )),
-        Err(e) => {
-            if matches!(e, mysql_async::Error::Server(_)) {
-                let _ = conn.query_drop(unlock).await;
-            }
-            Err(e)
-        }
-    }
+    let answer = conn
+        .query_drop(sql)
+        .await
+        .map(|()| Granted::Yes(conn.last_insert_id().and_then(|id| i64::try_from(id).ok())));
+    undone_on_error(conn, answer, unlock).await
 }
 
 /// What undoes an acquisition of `name` whose caller left: a grant given

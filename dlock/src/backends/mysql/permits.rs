@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::permit_sql::{PermitNames, Take, MAX_PERMITS};
-use super::rows::{bytes, int, rows_of};
+use super::rows::{bytes, int, rows_of, undone_on_error};
 use super::session::{Op, Reserved, Session, Undo};
 use super::sql::Statements;
 use super::{failed, held, Failure, MysqlBackend};
@@ -360,24 +360,17 @@ pub(super) async fn taken_by(
     sql: String,
     undo: String,
 ) -> Result<Taken, mysql_async::Error> {
-    match rows_of(conn, sql).await {
-        Ok(answer) => {
-            let row = answer.rows.first();
-            let col = |i| row.and_then(|r| int(r, i));
-            Ok(Taken {
-                admin: col(0),
-                other: col(1),
-                got: col(2) == Some(1),
-                slot: col(3),
-            })
+    let answer = rows_of(conn, sql).await.map(|answer| {
+        let row = answer.rows.first();
+        let col = |i| row.and_then(|r| int(r, i));
+        Taken {
+            admin: col(0),
+            other: col(1),
+            got: col(2) == Some(1),
+            slot: col(3),
         }
-        Err(e) => {
-            if matches!(e, mysql_async::Error::Server(_)) {
-                let _ = mysql_async::prelude::Queryable::query_drop(conn, undo).await;
-            }
-            Err(e)
-        }
-    }
+    });
+    undone_on_error(conn, answer, undo).await
 }
 
 /// What undoes a take whose caller left: the slot it took given back,

@@ -32,6 +32,20 @@ pub(super) async fn rows_of(conn: &mut Conn, sql: String) -> Result<Answer, mysq
     })
 }
 
+/// `answer`, the outcome of a statement that may take locks before it
+/// fails: after a server error, `undo` (which lets them go, harmless where
+/// nothing is held) runs on `conn` before the error is reported.
+pub(super) async fn undone_on_error<T>(
+    conn: &mut Conn,
+    answer: Result<T, mysql_async::Error>,
+    undo: String,
+) -> Result<T, mysql_async::Error> {
+    if let Err(mysql_async::Error::Server(_)) = &answer {
+        let _ = conn.query_drop(undo).await;
+    }
+    answer
+}
+
 /// What [`rows_of`] read.
 #[derive(Debug)]
 pub(super) struct Answer {
