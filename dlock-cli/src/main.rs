@@ -109,10 +109,7 @@ enum Command {
     /// Internal: `run`'s watcher, which kills the command's process group
     /// if `dlock` dies (its stdin closes without a word).
     #[command(name = "__reap-group", hide = true)]
-    ReapGroup {
-        /// The command's process group.
-        group: i32,
-    },
+    ReapGroup,
     /// Show who holds KEY: holder, time left, fencing token (with --semaphore: the semaphore
     /// KEY's holders, their permits, the count). Exit 0 if held, 1 if free.
     Inspect {
@@ -158,8 +155,8 @@ fn duration(s: &str) -> Result<Duration, String> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::ReapGroup { group } = cli.command {
-        return ExitCode::from(child::reap_group_when_orphaned(group));
+    if let Command::ReapGroup = cli.command {
+        return ExitCode::from(child::reap_group_when_orphaned());
     }
     let outcome = run(cli).await;
     let code = match outcome {
@@ -217,7 +214,7 @@ async fn run(cli: Cli) -> Result<u8, LockError> {
             };
             run::run_locked(lock, signals, conflict_exit_code, grace, command).await
         }
-        Command::ReapGroup { .. } => Err(LockError::invalid_option(
+        Command::ReapGroup => Err(LockError::invalid_option(
             "__reap-group is dlock's internal watcher, not a command to run",
         )),
         Command::Inspect {
