@@ -340,7 +340,20 @@ pub async fn invalid_input_is_rejected<F: Fixture>(fixture: &F) {
         .acquire()
         .await
         .expect("a free key with the longest ttl and an endless wait");
+    // On a held key the endless wait is a wait (on MySQL the server's own,
+    // `GET_LOCK` for the longest it takes), served when the holder lets go.
+    let b = fixture.backend().await;
+    let endless = lock(&b, &key).wait(Duration::MAX);
+    let waiter = tokio::spawn(async move { endless.acquire().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "an endless wait on a held key ended");
     guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("an endless wait not served 5 s after the release")
+        .unwrap()
+        .expect("an endless wait on a held key");
+    next.release().await.unwrap();
 }
 
 /// The shortest ttl (`dlock::MIN_TTL`, 30 ms) is a working lease: acquired
