@@ -162,27 +162,15 @@ unsafe fn tell_group(pipe: BorrowedFd<'_>, pid: i32) {
     }
 }
 
-/// `group <pid>\n` in `buf`, without allocating (it runs before `exec`).
+/// `group <pid>\n` in `buf`, without allocating (it runs before `exec`):
+/// formatting an integer into a slice is plain code on the stack.
 fn group_line(pid: i32, buf: &mut [u8; 24]) -> &[u8] {
-    buf[..GROUP.len()].copy_from_slice(GROUP);
-    let mut digits = [0u8; 10];
-    let mut n = pid.unsigned_abs();
-    let mut count = 0;
-    loop {
-        digits[count] = b'0' + (n % 10) as u8;
-        count += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let mut end = GROUP.len();
-    for &d in digits[..count].iter().rev() {
-        buf[end] = d;
-        end += 1;
-    }
-    buf[end] = b'\n';
-    &buf[..=end]
+    let capacity = buf.len();
+    let mut rest = &mut buf[..];
+    // 6 + at most 11 + 1 bytes: always fits.
+    let _ = rest.write_all(GROUP).and_then(|()| writeln!(rest, "{pid}"));
+    let len = capacity - rest.len();
+    &buf[..len]
 }
 
 /// `dlock __reap-group`, fed by a pipe that only this process and the
